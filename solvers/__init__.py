@@ -15,6 +15,9 @@ from .result import SolveResult, Termination
 from .scoring import Score, score
 from .solve import BoundViolation, solve
 
+# Importing these packages registers their solvers (optional backends load lazily).
+from . import exact, heuristics  # noqa: E402,F401  isort: skip
+
 __version__ = "0.1.0"
 
 __all__ = [

@@ -1,0 +1,1 @@
+"""This project's own heuristics beyond DeepSeek's greedy, batched over layers in torch."""

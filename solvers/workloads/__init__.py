@@ -1,0 +1,1 @@
+"""Workloads: synthetic load generators, importers of engines' dumps, plan exporters."""
