@@ -128,8 +128,8 @@ def cmd_solvers(args: argparse.Namespace) -> int:
     return 0
 
 
-# Packages that add their own sub-commands (e.g. workloads: generate, convert).
-PLUGIN_MODULES = ("solvers.workloads.commands",)
+# Packages that add their own sub-commands (workloads: generate, convert; benchmarks: recommend).
+PLUGIN_MODULES = ("solvers.workloads.commands", "benchmarks.commands")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,1 @@
+"""Benchmark scripts and the benchmark harness (python -m benchmarks.run)."""
