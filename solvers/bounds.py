@@ -1,33 +1,174 @@
 """Certified lower bounds on the optimal max GPU load (even split; DESIGN section 3).
 
-Each bound is a tensor ``[layers]`` in float64. They hold for every plan of the problem,
-whatever the policy (a hierarchical plan is a global plan with extra constraints).
+Each bound is a tensor ``[layers]`` in float64, computed for all layers at once.
+
+Scope of each bound (a bound for a wider problem holds for every narrower one):
+
+- :func:`lower_bounds` ``(problem)``: valid for *every* plan of the problem, whatever the
+  policy, counts or colocation rule (a hierarchical plan is a global plan with extra
+  constraints). This is what :func:`solvers.solve` uses for every solver.
+- ``counts=...``: valid for plans with exactly those replica counts (the packing problem).
+- ``policy="hierarchical"``: valid for plans of DeepSeek's hierarchical shape (whole groups
+  on nodes, ``G/N`` groups per node, replicas inside their node).
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
+from .errors import OptionError
 from .problem import Problem
+
+# Relative tolerance by which float64 bound arithmetic is rounded down (a sum of a few
+# hundred float64 terms is accurate to far better than this).
+_ROUND_DOWN = 1e-12
+
+
+def _weights(problem: Problem) -> torch.Tensor:
+    return problem.weights.to(torch.float64)
 
 
 def average_bound(problem: Problem) -> torch.Tensor:
     """W / P: the busiest GPU carries at least the mean."""
-    w = problem.weights.to(torch.float64)
-    return w.sum(1) / problem.num_gpus
+    return _weights(problem).sum(1) / problem.num_gpus
 
 
 def hottest_expert_bound(problem: Problem) -> torch.Tensor:
-    """max_e w_e / min(P, R - E + 1): the hottest expert spreads over at most that many GPUs."""
-    w = problem.weights.to(torch.float64)
+    """max_e w_e / min(P, R - E + 1): the hottest expert spreads over at most that many GPUs.
+
+    With more replicas than GPUs some GPU holds ceil(c/P) of them, i.e. at least w/P.
+    """
     spread = min(problem.num_gpus, problem.num_replicas - problem.num_experts + 1)
-    return w.max(1).values / spread
+    return _weights(problem).max(1).values / spread
 
 
-def lower_bounds(problem: Problem) -> dict[str, torch.Tensor]:
-    """Every combinatorial bound by name, each ``[layers]``."""
-    return {"average": average_bound(problem), "hottest_expert": hottest_expert_bound(problem)}
+def optimal_counts(weights: torch.Tensor, num_replicas: int, max_count: int | None = None) -> torch.Tensor:
+    """Replica counts minimising ``max_e w_e / c_e`` with ``sum c_e = R`` (float64 greedy).
+
+    weights: [X, E]. Returns counts: [X, E] int64. Giving each extra slot to the expert
+    with the highest load per replica is optimal for this min-max objective (exchange
+    argument). ``max_count`` caps every count (forbidden colocation: at most P replicas).
+    """
+    X, E = weights.shape
+    w = weights.to(torch.float64)
+    counts = torch.ones(X, E, dtype=torch.int64, device=w.device)
+    ones = torch.ones(X, 1, dtype=torch.int64, device=w.device)
+    for _ in range(num_replicas - E):
+        per = w / counts
+        if max_count is not None:
+            per = per.masked_fill(counts >= max_count, -1.0)
+        best = per.argmax(1, keepdim=True)
+        counts.scatter_add_(1, best, ones)
+    return counts
 
 
-def lower_bound(problem: Problem) -> torch.Tensor:
-    """The best combinatorial bound per layer: ``[layers]`` float64."""
-    return torch.stack(list(lower_bounds(problem).values())).max(0).values
+def replication_bound(problem: Problem) -> torch.Tensor:
+    """min over counts of max_e w_e / c_e: every GPU carries at least its heaviest replica.
+
+    Dominates the R - E + 1 half of :func:`hottest_expert_bound`.
+    """
+    w = _weights(problem)
+    counts = optimal_counts(w, problem.num_replicas)
+    return (w / counts).max(1).values
+
+
+def item_bounds(items: torch.Tensor, num_bins: int) -> torch.Tensor:
+    """Pigeonhole bounds for packing ``items`` into ``num_bins`` bins of exactly ``n / bins`` items.
+
+    items: [X, n] item loads (n a multiple of num_bins). Returns [X] the best of, for
+    j = 0 .. S-1: some bin holds j+1 of the top j*B+1 items, so its load is at least the
+    j+1 smallest of those plus the S-j-1 smallest of the rest (j = 0: the largest item
+    plus the S-1 smallest items).
+    """
+    X, n = items.shape
+    S = n // num_bins
+    v = items.to(torch.float64).sort(1, descending=True).values          # [X, n]
+    # suffix[k] = sum of v[k:], so the smallest m items sum to suffix[n - m].
+    suffix = torch.cat([v.flip(1).cumsum(1).flip(1), torch.zeros(X, 1, dtype=v.dtype, device=v.device)], 1)
+    best = torch.zeros(X, dtype=torch.float64, device=v.device)
+    for j in range(S):
+        top = j * num_bins + 1                                            # the top j*B+1 items
+        chosen = suffix[:, top - j - 1] - suffix[:, top]                  # their j+1 smallest
+        rest = suffix[:, n - (S - j - 1)]                                 # S-j-1 smallest overall
+        best = torch.maximum(best, chosen + rest)
+    return best
+
+
+def replica_items(weights: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """The replica multiset: weights [X, E], counts [X, E] (rows with equal sums) -> [X, R]
+    with c_e copies of w_e / c_e per row."""
+    X, E = weights.shape
+    per = weights.to(torch.float64) / counts
+    R = int(counts[0].sum())
+    idx = torch.repeat_interleave(torch.arange(E, device=weights.device).expand(X, E).reshape(-1),
+                                  counts.reshape(-1)).view(X, R)
+    return per.gather(1, idx)
+
+
+def fixed_counts_bound(problem: Problem, counts: torch.Tensor) -> torch.Tensor:
+    """Pigeonhole bounds for the given replica counts [layers, experts] (packing problem)."""
+    return item_bounds(replica_items(problem.weights, counts), problem.num_gpus)
+
+
+def group_loads(problem: Problem) -> torch.Tensor:
+    """[layers, groups] total load of each group of E/G consecutive experts."""
+    L, E = problem.weights.shape
+    return _weights(problem).view(L, problem.num_groups, E // problem.num_groups).sum(-1)
+
+
+def node_bound(problem: Problem, node_budget: str = "fixed") -> torch.Tensor:
+    """Node-level bound for hierarchical plans: the busiest node's load over its P/N GPUs.
+
+    Whole groups sit on nodes: with ``node_budget="fixed"`` (G/N groups per node) the
+    pigeonhole bounds on group loads apply; with "free" only the heaviest group and W/N.
+    Replicas stay in their node, so the hottest expert spreads over at most
+    min(P/N, R/N - E/N + 1) GPUs (fixed budget) or P/N GPUs (free budget).
+    """
+    P, N = problem.num_gpus, problem.num_nodes
+    gpn = P // N
+    groups = group_loads(problem)
+    if node_budget == "fixed":
+        node_load = item_bounds(groups, N)
+        spread = min(gpn, (problem.num_replicas - problem.num_experts) // N + 1)
+    else:
+        node_load = torch.maximum(groups.max(1).values, groups.sum(1) / N)
+        spread = gpn
+    hottest = _weights(problem).max(1).values / spread
+    return torch.maximum(node_load / gpn, hottest)
+
+
+def lower_bounds(problem: Problem, *, counts: Any = None, policy: str = "global",
+                 node_budget: str = "fixed") -> dict[str, torch.Tensor]:
+    """Every combinatorial bound by name, each ``[layers]`` float64.
+
+    counts: optional replica counts [layers, experts] (or [experts]) for the fixed-count
+    problem; policy: "global" (valid for every plan) or "hierarchical" (adds node-level
+    bounds for hierarchical plans with the given ``node_budget``).
+    """
+    out = {"average": average_bound(problem), "hottest_expert": hottest_expert_bound(problem),
+           "replication": replication_bound(problem)}
+    if counts is not None:
+        c = torch.as_tensor(counts, dtype=torch.int64, device=problem.device)
+        if c.dim() == 1:
+            c = c.expand(problem.num_layers, -1)
+        if c.shape != problem.weights.shape:
+            raise OptionError("counts", f"must have shape {tuple(problem.weights.shape)}, got {tuple(c.shape)}")
+        if bool((c < 1).any()) or bool((c.sum(1) != problem.num_replicas).any()):
+            raise OptionError("counts", f"must be >= 1 and sum to {problem.num_replicas} per layer")
+        out["pigeonhole"] = fixed_counts_bound(problem, c)
+    if policy == "hierarchical":
+        problem.resolve_policy("hierarchical")
+        if node_budget not in ("fixed", "free"):
+            raise OptionError("node_budget", f"must be 'fixed' or 'free', got {node_budget!r}")
+        out["node"] = node_bound(problem, node_budget)
+    elif policy != "global":
+        raise OptionError("policy", f"must be 'global' or 'hierarchical', got {policy!r}")
+    # Round down so float rounding can never lift a bound above a true optimum.
+    return {k: v * (1 - _ROUND_DOWN) for k, v in out.items()}
+
+
+def lower_bound(problem: Problem, **kwargs: Any) -> torch.Tensor:
+    """The best combinatorial bound per layer: ``[layers]`` float64 (same keywords as
+    :func:`lower_bounds`; without them it holds for every plan of the problem)."""
+    return torch.stack(list(lower_bounds(problem, **kwargs).values())).max(0).values
