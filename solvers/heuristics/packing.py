@@ -1,0 +1,294 @@
+"""Packing replicas onto GPUs for fixed replica counts, exactly S slots per GPU.
+
+Constructions (each batched over rows, loops only over construction *steps*):
+- :func:`lpt_pack`: largest first into the lightest open pack (DeepSeek's rule), with an
+  optional no-duplicates mask;
+- :func:`kk_pack`: balanced largest differencing (Karmarkar-Karp for exactly S items per
+  pack: S partial partitions of one item per pack, repeatedly merging the two with the
+  largest spread, heaviest subset with lightest);
+- :func:`round_robin_pack`: a no-duplicates layout that always exists (c_e <= packs).
+
+Improvement: :func:`local_search` (1-1 and 2-2 swaps between the heaviest pack and every
+other pack, cardinality preserving, optionally duplicate-free) and
+:func:`repair_duplicates`. :func:`pack_counts` runs several starts and keeps the best.
+"""
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from .common import expand_items, pack_loads, pick_best, presence_counts, row_duplicates, slots_from_packs
+
+# Relative improvement a swap must bring (guards against float noise loops).
+REL_TOL = 1e-12
+
+
+def lpt_pack(item_w: torch.Tensor, item_e: torch.Tensor, num_packs: int, num_experts: int,
+             nodup: bool = False) -> torch.Tensor:
+    """Heaviest item first into the lightest pack with room (lowest index on ties).
+
+    item_w: [X, n], item_e: [X, n]. With ``nodup`` a pack already holding the expert is
+    avoided unless every open pack holds it (then :func:`repair_duplicates` fixes it).
+    Returns pack: [X, n].
+    """
+    X, n = item_w.shape
+    dev = item_w.device
+    per_pack = n // num_packs
+    order = torch.sort(item_w, dim=1, descending=True, stable=True).indices
+    sw, se = item_w.gather(1, order), item_e.gather(1, order)
+    load = torch.zeros(X, num_packs, dtype=item_w.dtype, device=dev)
+    count = torch.zeros(X, num_packs, dtype=torch.int64, device=dev)
+    big = float(item_w.sum(1).max()) + 1.0 if nodup else 0.0
+    has = torch.zeros(X, num_experts * num_packs, dtype=torch.bool, device=dev) if nodup else None
+    cols = torch.arange(num_packs, device=dev)
+    ones = torch.ones(X, 1, dtype=torch.int64, device=dev)
+    chosen = []
+    for k in range(n):
+        key = load.masked_fill(count >= per_pack, float("inf"))
+        if nodup:
+            held = has.gather(1, se[:, k:k + 1] * num_packs + cols)               # [X, P]
+            key = key + held.to(key.dtype) * big
+        pack = key.argmin(1, keepdim=True)
+        chosen.append(pack)
+        load.scatter_add_(1, pack, sw[:, k:k + 1])
+        count.scatter_add_(1, pack, ones)
+        if nodup:
+            has.scatter_(1, se[:, k:k + 1] * num_packs + pack, True)
+    return torch.empty_like(order).scatter_(1, order, torch.cat(chosen, 1))
+
+
+def kk_pack(item_w: torch.Tensor, num_packs: int) -> torch.Tensor:
+    """Balanced largest differencing method (exactly n / packs items per pack).
+
+    item_w: [X, n]. Returns pack: [X, n]. S - 1 merge steps, each a few kernels over all
+    rows; every pack receives one item of each sorted chunk of ``packs`` items.
+    """
+    X, n = item_w.shape
+    P = num_packs
+    S = n // P
+    dev = item_w.device
+    order = torch.sort(item_w, dim=1, descending=True, stable=True).indices
+    sums = item_w.gather(1, order).view(X, S, P).clone()                    # [X, S, P]
+    pos = torch.arange(n, device=dev)
+    part = (pos // P).expand(X, n).contiguous()                               # partition of each sorted item
+    sub = (pos % P).expand(X, n).contiguous()                                 # subset within it
+    alive = torch.ones(X, S, dtype=torch.bool, device=dev)
+    rows = torch.arange(X, device=dev)
+    for _ in range(S - 1):
+        spread = (sums.max(-1).values - sums.min(-1).values).masked_fill(~alive, -1.0)
+        ab = spread.topk(2, dim=1).indices                                    # [X, 2]
+        a, b = ab[:, 0], ab[:, 1]
+        sa, sb = sums[rows, a], sums[rows, b]                                 # [X, P]
+        oa = sa.argsort(dim=1, descending=True, stable=True)
+        ob = sb.argsort(dim=1, stable=True)
+        map_b = torch.empty_like(ob).scatter_(1, ob, oa)                      # b's subset -> a's subset
+        sums[rows, a] = sa.scatter_add(1, oa, sb.gather(1, ob))
+        alive[rows, b] = False
+        in_b = part == b.unsqueeze(1)
+        sub = torch.where(in_b, map_b.gather(1, sub), sub)
+        part = torch.where(in_b, a.unsqueeze(1), part)
+    return torch.empty_like(sub).scatter_(1, order, sub)
+
+
+def round_robin_pack(item_w: torch.Tensor, num_packs: int) -> torch.Tensor:
+    """Items sorted heaviest first (replicas of one expert stay adjacent), item k to pack
+    k mod P: duplicate-free whenever every count is <= packs. Returns pack: [X, n]."""
+    X, n = item_w.shape
+    order = torch.sort(item_w, dim=1, descending=True, stable=True).indices
+    k = (torch.arange(n, device=item_w.device) % num_packs).expand(X, n)
+    return torch.empty_like(order).scatter_(1, order, k.contiguous())
+
+
+def _swap(t: torch.Tensor, qa: torch.Tensor, qb: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
+    """Exchange t[x, qa[x, k]] and t[x, qb[x, k]] where ok[x]. qa, qb: [X, K]."""
+    va, vb = t.gather(1, qa), t.gather(1, qb)
+    m = ok.unsqueeze(1)
+    t = t.scatter(1, qa, torch.where(m, vb, va))
+    return t.scatter(1, qb, torch.where(m, va, vb))
+
+
+class _Swapper:
+    """Swap moves between the heaviest pack and all others for a slot layout [X, R]."""
+
+    def __init__(self, num_packs: int, slots_per_pack: int, num_experts: int, nodup: bool, device):
+        self.P, self.S, self.E, self.nodup = num_packs, slots_per_pack, num_experts, nodup
+        R = num_packs * slots_per_pack
+        self.gpu_of = torch.arange(R, device=device) // slots_per_pack               # [R]
+        pa, pb = zip(*itertools.combinations(range(slots_per_pack), 2)) if slots_per_pack > 1 else ((), ())
+        self.pa = torch.tensor(pa, dtype=torch.int64, device=device)
+        self.pb = torch.tensor(pb, dtype=torch.int64, device=device)
+        base = (torch.arange(num_packs, device=device) * slots_per_pack).unsqueeze(1)
+        self.q1 = (base + self.pa).flatten()                                       # [P*np]
+        self.q2 = (base + self.pb).flatten()
+
+    def _heaviest(self, w):
+        loads = pack_loads(w, self.P)
+        lh, h = loads.max(1)
+        return loads, lh, h
+
+    def step11(self, w, e):
+        """One best 1-1 swap per row; returns (w, e, improved [X])."""
+        X, R = w.shape
+        loads, lh, h = self._heaviest(w)
+        qh = h.unsqueeze(1) * self.S + torch.arange(self.S, device=w.device)         # [X, S]
+        wi = w.gather(1, qh)
+        d = wi.unsqueeze(2) - w.unsqueeze(1)                                         # [X, S, R]
+        lg = loads.repeat_interleave(self.S, dim=1)                                  # [X, R]
+        cost = torch.maximum(lh.view(X, 1, 1) - d, lg.unsqueeze(1) + d)
+        bad = (d <= 0) | (self.gpu_of.unsqueeze(0) == h.unsqueeze(1)).unsqueeze(1)
+        if self.nodup:
+            cnt = presence_counts(e, self.E, self.P).view(X, -1)                     # [X, P*E]
+            ei = e.gather(1, qh)                                                     # [X, S]
+            idx = (self.gpu_of.view(1, 1, R) * self.E + ei.unsqueeze(2)).view(X, -1)
+            bad |= cnt.gather(1, idx).view(X, self.S, R) > 0
+            cnt_h = cnt.view(X, self.P, self.E)[torch.arange(X, device=w.device), h]  # [X, E]
+            bad |= (cnt_h.gather(1, e) > 0).unsqueeze(1)
+        cost = cost.masked_fill(bad, float("inf")).view(X, -1)
+        best_cost, best = cost.min(1)
+        ok = best_cost < lh * (1 - REL_TOL)
+        qa = qh.gather(1, (best // R).unsqueeze(1))
+        qb = (best % R).unsqueeze(1)
+        return _swap(w, qa, qb, ok), _swap(e, qa, qb, ok), ok
+
+    def step22(self, w, e, partners: int = 4):
+        """One best 2-2 swap per row: pairs from the heaviest pack against pairs on the
+        ``partners`` lightest packs (the likeliest partners; keeps the step cheap)."""
+        X, R = w.shape
+        npair = self.pa.numel()
+        if npair == 0:
+            return w, e, torch.zeros(X, dtype=torch.bool, device=w.device)
+        dev = w.device
+        loads, lh, h = self._heaviest(w)
+        k = min(partners, self.P)
+        light = loads.topk(k, dim=1, largest=False).indices                          # [X, k]
+        ar = torch.arange(npair, device=dev)
+        pw = w[:, self.q1] + w[:, self.q2]                                           # [X, P*np]
+        ph = h.unsqueeze(1) * npair + ar                                             # [X, np]
+        pc = (light.unsqueeze(2) * npair + ar).view(X, -1)                           # [X, k*np]
+        gc = light.repeat_interleave(npair, dim=1)                                   # [X, k*np]
+        d = pw.gather(1, ph).unsqueeze(2) - pw.gather(1, pc).unsqueeze(1)            # [X, np, k*np]
+        lg = loads.gather(1, gc)
+        cost = torch.maximum(lh.view(X, 1, 1) - d, lg.unsqueeze(1) + d)
+        bad = (d <= 0) | (gc == h.unsqueeze(1)).unsqueeze(1)
+        if self.nodup:
+            cnt = presence_counts(e, self.E, self.P).view(X, -1)
+            gE = (gc * self.E).unsqueeze(1)                                          # [X, 1, k*np]
+            for q in (self.q1, self.q2):                      # pair from h must be new on g
+                ei = e.gather(1, q[ph])                                              # [X, np]
+                bad |= cnt.gather(1, (gE + ei.unsqueeze(2)).view(X, -1)).view_as(d) > 0
+            cnt_h = cnt.view(X, self.P, self.E)[torch.arange(X, device=dev), h]
+            for q in (self.q1, self.q2):                      # pair from g must be new on h
+                bad |= (cnt_h.gather(1, e.gather(1, q[pc])) > 0).unsqueeze(1)
+        cost = cost.masked_fill(bad, float("inf")).view(X, -1)
+        best_cost, best = cost.min(1)
+        ok = best_cost < lh * (1 - REL_TOL)
+        i = ph.gather(1, (best // (k * npair)).unsqueeze(1)).squeeze(1)
+        j = pc.gather(1, (best % (k * npair)).unsqueeze(1)).squeeze(1)
+        qa = torch.stack([self.q1[i], self.q2[i]], 1)
+        qb = torch.stack([self.q1[j], self.q2[j]], 1)
+        return _swap(w, qa, qb, ok), _swap(e, qa, qb, ok), ok
+
+
+def local_search(w_slots: torch.Tensor, e_slots: torch.Tensor, num_packs: int, num_experts: int, *,
+                 nodup: bool = False, max_steps: int = 200, two_swaps: bool = True,
+                 block: int = 8, partners: int = 4) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Swap local search on slot layouts (never increases any row's max pack load).
+
+    w_slots, e_slots: [X, R]. Blocks of ``block`` 1-1 steps, each followed by a 2-2 step;
+    stops when a block improved no row or after ``max_steps`` steps (one host sync per
+    block). Returns the improved layout and the number of steps run.
+    """
+    X, R = w_slots.shape
+    S = R // num_packs
+    if S == 1 or num_packs == 1 or max_steps <= 0 or X == 0:
+        return w_slots, e_slots, 0
+    sw = _Swapper(num_packs, S, num_experts, nodup, w_slots.device)
+    steps = 0
+    while steps < max_steps:
+        any_ok = torch.zeros(X, dtype=torch.bool, device=w_slots.device)
+        for _ in range(min(block, max_steps - steps)):
+            w_slots, e_slots, ok = sw.step11(w_slots, e_slots)
+            any_ok |= ok
+            steps += 1
+        if two_swaps:
+            w_slots, e_slots, ok = sw.step22(w_slots, e_slots, partners)
+            any_ok |= ok
+            steps += 1
+        if not bool(any_ok.any()):
+            break
+    return w_slots, e_slots, steps
+
+
+def repair_duplicates(w_slots: torch.Tensor, e_slots: torch.Tensor, num_packs: int, num_experts: int,
+                      max_steps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Swap away same-pack duplicates, one per row per step, choosing the swap that keeps
+    the two packs' max lowest and creates no new duplicate. w_slots, e_slots: [X, R]."""
+    X, R = w_slots.shape
+    S = R // num_packs
+    dev = w_slots.device
+    gpu_of = torch.arange(R, device=dev) // S
+    rows = torch.arange(X, device=dev)
+    for _ in range(max_steps if max_steps is not None else R):
+        cnt = presence_counts(e_slots, num_experts, num_packs).view(X, -1)
+        dup = cnt.gather(1, gpu_of * num_experts + e_slots) > 1                      # [X, R]
+        has = dup.any(1)
+        if not bool(has.any()):
+            break
+        q = dup.to(torch.int8).argmax(1)                                             # first duplicate slot
+        h = gpu_of[q]
+        eq, wq = e_slots[rows, q], w_slots[rows, q]
+        loads = pack_loads(w_slots, num_packs)
+        lh = loads[rows, h]
+        lg = loads[:, gpu_of]                                                        # [X, R]
+        cost = torch.maximum(lh.unsqueeze(1) - wq.unsqueeze(1) + w_slots, lg - w_slots + wq.unsqueeze(1))
+        bad = gpu_of.unsqueeze(0) == h.unsqueeze(1)
+        bad |= cnt.gather(1, gpu_of * num_experts + eq.unsqueeze(1)) > 0          # eq already on g
+        bad |= cnt.view(X, num_packs, num_experts)[rows, h].gather(1, e_slots) > 0  # e_j already on h
+        cost = cost.masked_fill(bad, float("inf"))
+        best_cost, j = cost.min(1)
+        ok = has & torch.isfinite(best_cost)
+        if not bool(ok.any()):
+            break
+        w_slots = _swap(w_slots, q.unsqueeze(1), j.unsqueeze(1), ok)
+        e_slots = _swap(e_slots, q.unsqueeze(1), j.unsqueeze(1), ok)
+    return w_slots, e_slots
+
+
+def pack_counts(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int, *, nodup: bool = False,
+                starts: tuple[str, ...] = ("kk", "lpt"), max_steps: int = 200,
+                two_swaps: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Best packing found for fixed counts: every start, local search, best kept per row.
+
+    weight: [X, E], logcnt: [X, E]. Returns e_slots: [X, R] (local expert per slot),
+    w_slots: [X, R] float64, max_load: [X] (inf for a row left with duplicates under
+    ``nodup``, which only the round-robin start can avoid, so keep it among ``starts``).
+    """
+    X, E = weight.shape
+    item_e, item_w = expand_items(weight, logcnt)
+    cands_w, cands_e = [], []
+    for s in starts:
+        if s == "kk":
+            pack = kk_pack(item_w, num_packs)
+        elif s == "lpt":
+            pack = lpt_pack(item_w, item_e, num_packs, E, nodup=nodup)
+        elif s == "rr":
+            pack = round_robin_pack(item_w, num_packs)
+        else:
+            raise ValueError(f"unknown start {s!r}")
+        ws, es = slots_from_packs(pack, item_w, item_e)
+        cands_w.append(ws)
+        cands_e.append(es)
+    C = len(cands_w)
+    w_all, e_all = torch.cat(cands_w, 0), torch.cat(cands_e, 0)                 # [C*X, R]
+    if nodup:
+        w_all, e_all = repair_duplicates(w_all, e_all, num_packs, E)
+    w_all, e_all, _ = local_search(w_all, e_all, num_packs, E, nodup=nodup, max_steps=max_steps,
+                                   two_swaps=two_swaps)
+    obj = pack_loads(w_all, num_packs).max(1).values
+    if nodup:
+        obj = obj.masked_fill(row_duplicates(e_all, num_packs) > 0, float("inf"))
+    R = w_all.shape[1]
+    e_best, w_best, obj_best, _ = pick_best(obj.view(C, X), e_all.view(C, X, R), w_all.view(C, X, R),
+                                            obj.view(C, X))
+    return e_best, w_best, obj_best
