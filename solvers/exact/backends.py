@@ -1,0 +1,54 @@
+"""Probes for the optional exact backends (imported lazily, never at ``import solvers``).
+
+OR-Tools wheels bundle their own HiGHS (ortools 9.15 ships HiGHS 1.12.0) and export its
+symbols. ``highspy`` of another version in the same process breaks whichever of the two
+is imported second with an undefined-symbol ImportError (highspy 1.15 + ortools 9.15 was
+verified to fail both ways). ``highspy==1.12.0`` (the bundled version) works beside
+ortools 9.15 in one process, in either import order. To be safe with other versions we
+always import OR-Tools first, so a mismatched highspy only disables "highs" (with the
+reason in :func:`unavailable_reason`) and never breaks CP-SAT.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+
+_reasons: dict[str, str] = {}
+
+
+def _try(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        _reasons.setdefault(module, f"{type(exc).__name__}: {exc}")
+        return False
+    return True
+
+
+@functools.cache
+def cpsat_available() -> bool:
+    return _try("ortools.sat.python.cp_model")
+
+
+@functools.cache
+def highs_available() -> bool:
+    if not _try("pulp"):
+        return False
+    cpsat_available()                 # load OR-Tools' HiGHS symbols first (see module doc)
+    if not _try("highspy"):
+        return False
+    import pulp
+    return bool(pulp.HiGHS(msg=False).available())
+
+
+@functools.cache
+def cbc_available() -> bool:
+    if not _try("pulp"):
+        return False
+    import pulp
+    return bool(pulp.PULP_CBC_CMD(msg=False).available())
+
+
+def unavailable_reason(module: str) -> str | None:
+    """The ImportError met when probing ``module`` (None if it imported or was not tried)."""
+    return _reasons.get(module)

@@ -1,0 +1,121 @@
+"""Brute-force optimum of tiny instances (a reference for tests of the exact models).
+
+Plain enumeration, no solver: every count vector, every group-to-node assignment and
+every placement of replicas (GPUs filled in non-increasing lexicographic order, since
+GPUs of one node are interchangeable), with pruning by the best value found. Use it
+for at most about 6 experts, 4 GPUs and 12 slots.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Sequence
+
+
+def compositions(total: int, parts: int, caps: Sequence[int]) -> list[tuple[int, ...]]:
+    """All (c_1..c_parts) with 1 <= c_i <= caps[i] and sum == total."""
+    out: list[tuple[int, ...]] = []
+
+    def rec(i: int, left: int, acc: tuple[int, ...]):
+        if i == parts - 1:
+            if 1 <= left <= caps[i]:
+                out.append(acc + (left,))
+            return
+        for c in range(1, min(caps[i], left - (parts - i - 1)) + 1):
+            rec(i + 1, left - c, acc + (c,))
+
+    if parts > 0:
+        rec(0, total, ())
+    return out
+
+
+def packing_optimum(items: Sequence[float], counts: Sequence[int], num_gpus: int, forbid: bool) -> float:
+    """min over placements of max GPU load: counts[e] replicas of load items[e] on
+    num_gpus GPUs with equal slots; inf if impossible."""
+    R = sum(counts)
+    if R % num_gpus:
+        return math.inf
+    S = R // num_gpus
+    E = len(counts)
+    best = [math.inf]
+
+    def gpu_choices(left: tuple[int, ...], upper: tuple[int, ...] | None):
+        """Vectors v <= left with sum S (v <= 1 if forbid), lexicographically <= upper."""
+        def rec(e: int, room: int, acc: tuple[int, ...], tight: bool):
+            if e == E:
+                if room == 0:
+                    yield acc
+                return
+            top = min(left[e], room, 1 if forbid else room)
+            if tight and upper is not None:
+                top = min(top, upper[e])
+            for v in range(top, -1, -1):
+                yield from rec(e + 1, room - v, acc + (v,), tight and upper is not None and v == upper[e])
+
+        yield from rec(0, S, (), True)
+
+    def place(g: int, left: tuple[int, ...], prev: tuple[int, ...] | None, worst: float):
+        if worst >= best[0]:
+            return
+        if g == num_gpus:
+            best[0] = worst
+            return
+        for v in gpu_choices(left, prev):
+            load = sum(items[e] * v[e] for e in range(E))
+            place(g + 1, tuple(left[e] - v[e] for e in range(E)), v, max(worst, load))
+
+    place(0, tuple(counts), None, 0.0)
+    return best[0]
+
+
+def _node_value(w: Sequence[float], experts: Sequence[int], slots: int, gpus: int, forbid: bool,
+                counts: Sequence[int] | None) -> float:
+    """Best max GPU load of one node holding ``experts`` with ``slots`` slots on ``gpus`` GPUs."""
+    sub = [w[e] for e in experts]
+    if counts is not None:
+        cs = [counts[e] for e in experts]
+        return packing_optimum([x / c for x, c in zip(sub, cs)], cs, gpus, forbid) if sum(cs) == slots else math.inf
+    caps = [gpus if forbid else slots] * len(experts)
+    best = math.inf
+    for cs in compositions(slots, len(experts), caps):
+        best = min(best, packing_optimum([x / c for x, c in zip(sub, cs)], cs, gpus, forbid))
+    return best
+
+
+def brute_force(weights: Sequence[float], num_replicas: int, num_gpus: int, *, model: str = "joint",
+                counts: Sequence[int] | None = None, colocation: str = "allowed", num_groups: int = 1,
+                num_nodes: int = 1, node_budget: str = "fixed") -> float:
+    """Optimal value of one layer for ``model`` (as :mod:`solvers.exact.api` defines it).
+
+    replication: min over counts of max_e w_e / c_e; packing: fixed ``counts``; joint:
+    free counts; hierarchical: free counts unless ``counts`` is given. inf = infeasible.
+    """
+    w = [float(x) for x in weights]
+    E, R, P = len(w), num_replicas, num_gpus
+    forbid = colocation == "forbidden"
+    if model == "replication":
+        caps = [min(P, R - E + 1) if forbid else R - E + 1] * E
+        return min((max(x / c for x, c in zip(w, cs)) for cs in compositions(R, E, caps)), default=math.inf)
+    if model == "packing":
+        return packing_optimum([x / c for x, c in zip(w, counts)], counts, P, forbid)
+    if model == "joint":
+        return _node_value(w, range(E), R, P, forbid, None)
+    if model != "hierarchical":
+        raise ValueError(f"unknown model {model!r}")
+    G, N = num_groups, num_nodes
+    size = E // G
+    best = math.inf
+    for assign in itertools.product(range(N), repeat=G):
+        if node_budget == "fixed" and any(assign.count(n) != G // N for n in range(N)):
+            continue
+        value = 0.0
+        for n in range(N):
+            experts = [e for e in range(E) if assign[e // size] == n]
+            if not experts or len(experts) > R // N:
+                value = math.inf
+                break
+            value = max(value, _node_value(w, experts, R // N, P // N, forbid, counts))
+            if value >= best:
+                break
+        best = min(best, value)
+    return best

@@ -1,0 +1,113 @@
+"""Run an exact backend layer by layer and assemble a plan, a bound and a termination.
+
+Time limit: ``time_limit`` is for the *whole* solve. Each layer gets an equal share of
+the time still left (layers that finish early pass their time on), so the solve returns
+within the limit plus model building and one backend's overshoot.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from ..plan import Plan
+from ..problem import Problem
+from ..registry import SolverOutput
+from ..result import Termination
+from .model import (Deadline, ExactOptions, LayerModel, LayerResult, build_layer, check_options,
+                    default_warm_plan, fixed_counts_for, layer_problem_bound, phy2log_from_matrix,
+                    replication_plan)
+
+LayerSolver = Callable[..., LayerResult]
+
+# Seconds kept back from a layer's share for building the next model and assembling results.
+_RESERVE = 0.25
+
+
+def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, **options: Any) -> SolverOutput:
+    """Solve every layer of ``problem`` with ``solve_layer`` (one backend's formulation)."""
+    opts = check_options(problem, **options)
+    deadline = Deadline(opts.time_limit)
+    explicit = isinstance(opts.warm_start, Plan)
+    warm_plan = opts.warm_start if explicit else None
+    if opts.warm_start == "auto" and opts.model != "replication":
+        warm_plan = default_warm_plan(problem, opts)
+    fixed = fixed_counts_for(problem, opts, warm_plan)
+    lbs = layer_problem_bound(problem, opts, fixed).cpu()
+    L, R = problem.num_layers, problem.num_replicas
+    phy2log = np.zeros((L, R), dtype=np.int64)
+    bounds = torch.zeros(L, dtype=torch.float64)
+    statuses, layers_info = [], []
+    for layer in range(L):
+        lm = build_layer(problem, layer, opts, warm_plan, fixed, float(lbs[layer]), explicit)
+        limit = max(0.05, deadline.share(L - layer) - _RESERVE)
+        res = solve_layer(lm, time_limit=limit, threads=opts.threads, seed=opts.seed, gap=opts.gap)
+        row, used = _layer_plan(lm, res)
+        status = res.status
+        if row is None:
+            if status not in ("infeasible", "error"):
+                status = "time_limit"
+        else:
+            phy2log[layer] = row
+        proven = res.bound if res.bound is not None else -np.inf
+        bounds[layer] = max(float(lbs[layer]), proven)
+        statuses.append(status)
+        layers_info.append({"status": status, "solution": used, "backend_status": res.message,
+                            "backend_bound": res.bound, "model_objective": res.objective,
+                            "warm_start_value": lm.ub, "notes": lm.notes,
+                            "candidate_counts": sum(len(c) for c in lm.cand), **res.stats})
+    policy = "hierarchical" if opts.hierarchical else "global"
+    info = {"backend": backend, "model": opts.model, "counts": opts.counts, "colocation": opts.colocation,
+            "node_budget": opts.node_budget if opts.hierarchical else None,
+            "time_limit_per": "solve (shared over layers)", "layers": layers_info,
+            "bound_scope": _scope(opts)}
+    if "infeasible" in statuses:
+        bad = statuses.index("infeasible")
+        return SolverOutput(None, policy, Termination.INFEASIBLE, None,
+                            f"layer {bad}: model {opts.model!r} is infeasible with these options", info)
+    if "error" in statuses:
+        bad = statuses.index("error")
+        return SolverOutput(None, policy, Termination.ERROR, None,
+                            f"layer {bad}: backend error: {layers_info[bad]['backend_status']}", info)
+    if "time_limit" in statuses and any(i["solution"] is None for i in layers_info):
+        bad = next(i for i, x in enumerate(layers_info) if x["solution"] is None)
+        return SolverOutput(None, policy, Termination.TIME_LIMIT, bounds,
+                            f"layer {bad}: no plan found within the time limit", info)
+    plan = Plan.from_phy2log(torch.from_numpy(phy2log).to(problem.device), problem.num_experts)
+    term = Termination.TIME_LIMIT if "time_limit" in statuses else None   # None: solve() checks the bound
+    if opts.model == "replication":
+        info["replication_objective"] = [i["backend_bound"] if i["status"] == "optimal" else None
+                                         for i in layers_info]
+    return SolverOutput(plan, policy, term, bounds.to(problem.device), _message(statuses), info)
+
+
+def _layer_plan(lm: LayerModel, res: LayerResult) -> tuple[np.ndarray | None, str | None]:
+    """phy2log [R] of the layer and where it came from ("solver" or "warm_start")."""
+    if lm.replication_only:
+        if res.counts is None:
+            return None, None
+        return replication_plan(lm.w, res.counts, lm.num_gpus), "solver"
+    if res.xg is None:
+        if lm.warm is None:
+            return None, None
+        return phy2log_from_matrix(lm.warm, lm.slots_per_gpu), "warm_start"
+    if lm.warm is not None:                    # never hand back worse than the warm start
+        value = float(((lm.w / res.xg.sum(1)) @ res.xg).max())
+        if value > lm.ub:
+            return phy2log_from_matrix(lm.warm, lm.slots_per_gpu), "warm_start"
+    return phy2log_from_matrix(res.xg, lm.slots_per_gpu), "solver"
+
+
+def _scope(opts: ExactOptions) -> str:
+    parts = [opts.model, f"counts={opts.counts}", f"colocation={opts.colocation}"]
+    if opts.hierarchical:
+        parts.append(f"node_budget={opts.node_budget}")
+    if opts.model == "replication":
+        return "max GPU load of every plan (the replication optimum bounds it)"
+    return "optimum of the model (" + ", ".join(parts) + ")"
+
+
+def _message(statuses: list[str]) -> str:
+    counts = {s: statuses.count(s) for s in dict.fromkeys(statuses)}
+    return ", ".join(f"{n} layer(s) {s}" for s, n in counts.items())

@@ -1,0 +1,380 @@
+"""Backend-independent part of the exact models: options, per-layer data, warm starts.
+
+Every placement model (packing, joint, hierarchical) is one formulation per layer:
+
+- candidate counts ``cand[e]`` per expert (one value when counts are fixed), binary
+  ``y[e, c]`` picks one; integer ``z[e, c, g]`` replicas of e (with count c) on GPU g,
+  ``sum_g z[e, c, g] = c * y[e, c]``: identical replicas are aggregated, never one
+  variable per replica;
+- exactly S slots per GPU; GPU load ``sum (w_e / c) z[e, c, g] <= T``; minimise T, with
+  T's domain ``[best combinatorial bound, warm start's value]``;
+- GPU symmetry broken by ordered loads (inside each node; hierarchical also orders the
+  node loads), and warm starts are permuted the same way so hints stay consistent;
+- hierarchical: binary ``a[k, n]`` puts group k on node n (G/N groups per node when
+  ``node_budget="fixed"``, any number when "free"); ``z[e, c, g] <= c * a[group(e), node(g)]``
+  keeps replicas inside their node. Each node always has its R/N physical slots.
+
+The replication model only chooses counts (``min max_e w_e / c_e``); its optimum is a
+lower bound on the max GPU load, and its plan places the counts with DeepSeek's packing.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..bounds import lower_bound, optimal_counts
+from ..deepseek import balanced_packing, deepseek_plan
+from ..errors import OptionError
+from ..plan import Plan
+from ..problem import Problem
+
+MODELS = ("joint", "packing", "replication", "hierarchical")
+COLOCATION = ("allowed", "forbidden")
+COUNTS = ("free", "fixed")
+NODE_BUDGET = ("fixed", "free")
+
+
+@dataclass(frozen=True)
+class ExactOptions:
+    """Validated options shared by every exact backend (see :func:`check_options`)."""
+
+    model: str
+    counts: str                    # "free" or "fixed" (resolved from the model)
+    colocation: str
+    node_budget: str
+    time_limit: float              # seconds for the whole solve (all layers)
+    threads: int
+    seed: int
+    gap: float
+    warm_start: Any                # "auto", None or a Plan
+    replica_counts: torch.Tensor | None  # [L, E] int64 when given
+
+    @property
+    def hierarchical(self) -> bool:
+        return self.model == "hierarchical"
+
+    @property
+    def forbid(self) -> bool:
+        return self.colocation == "forbidden"
+
+
+def _choice(value: Any, allowed: tuple[str, ...], param: str) -> str:
+    if value not in allowed:
+        raise OptionError(param, f"must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+    return value
+
+
+def _number(value: Any, param: str, minimum: float, integer: bool = False, maximum: float | None = None):
+    kinds = numbers.Integral if integer else numbers.Real
+    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(float(value)):
+        raise OptionError(param, f"must be a finite {'integer' if integer else 'number'}, got {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        rng = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise OptionError(param, f"must be {rng}, got {value!r}")
+    return int(value) if integer else float(value)
+
+
+def check_options(problem: Problem, *, model: str, counts: str | None, colocation: str,
+                  node_budget: str, time_limit: Any, threads: Any, seed: Any, gap: Any,
+                  warm_start: Any, replica_counts: Any) -> ExactOptions:
+    """Validate the options of an exact solve; bad values raise :class:`OptionError`."""
+    _choice(model, MODELS, "model")
+    _choice(colocation, COLOCATION, "colocation")
+    _choice(node_budget, NODE_BUDGET, "node_budget")
+    if counts is not None:
+        _choice(counts, COUNTS, "counts")
+    natural = {"joint": "free", "packing": "fixed", "replication": "free"}.get(model)
+    if natural is not None and counts not in (None, natural):
+        raise OptionError("counts", f"model {model!r} has counts={natural!r} by definition; "
+                          f"use model='packing' or 'joint' instead of counts={counts!r}")
+    counts = counts or natural or "free"
+    tl = _number(time_limit, "time_limit", 0.0)
+    if tl <= 0:
+        raise OptionError("time_limit", f"must be > 0 seconds, got {time_limit!r}")
+    th = _number(threads, "threads", 1, integer=True, maximum=256)
+    sd = _number(seed, "seed", 0, integer=True, maximum=2**31 - 1)
+    gp = _number(gap, "gap", 0.0, maximum=1.0)
+    if model == "hierarchical":
+        problem.resolve_policy("hierarchical")          # raises ProblemError on a bad shape
+    L, E, R, P = problem.num_layers, problem.num_experts, problem.num_replicas, problem.num_gpus
+    S = problem.slots_per_gpu
+    if warm_start is False:
+        warm_start = None
+    if warm_start is not None and not (isinstance(warm_start, Plan) or warm_start == "auto"):
+        raise OptionError("warm_start", f"must be 'auto', None or a solvers.Plan, got {type(warm_start).__name__}")
+    if isinstance(warm_start, Plan):
+        warm_start = warm_start.to("cpu")
+        warm_start.validate(L, E, R, P)
+    rc = None
+    if replica_counts is not None:
+        if counts != "fixed":
+            raise OptionError("replica_counts", f"only applies with fixed counts (model={model!r}, counts={counts!r})")
+        try:
+            rc = torch.as_tensor(np.asarray(replica_counts.cpu() if isinstance(replica_counts, torch.Tensor)
+                                            else replica_counts))
+        except (TypeError, ValueError) as exc:
+            raise OptionError("replica_counts", f"must be an integer array ({exc})") from None
+        if rc.is_floating_point() or rc.dtype == torch.bool:
+            raise OptionError("replica_counts", f"must hold integers, got {rc.dtype}")
+        rc = rc.to(torch.int64)
+        if rc.dim() == 1:
+            rc = rc.expand(L, -1)
+        if tuple(rc.shape) != (L, E):
+            raise OptionError("replica_counts", f"must have shape ({L}, {E}) or ({E},), got {tuple(rc.shape)}")
+        if bool((rc < 1).any()) or bool((rc.sum(1) != R).any()):
+            raise OptionError("replica_counts", f"must be >= 1 with every layer summing to {R}")
+        rc = rc.contiguous()
+    if colocation == "forbidden":
+        groups_per_gpu_pool = E // problem.num_nodes if model == "hierarchical" and node_budget == "fixed" else E
+        if groups_per_gpu_pool < S:
+            raise OptionError("colocation", f"'forbidden' is infeasible: a GPU has {S} slots but only "
+                              f"{groups_per_gpu_pool} distinct experts can go there")
+        cap = P // problem.num_nodes if model == "hierarchical" else P
+        if rc is not None and int(rc.max()) > cap:
+            raise OptionError("colocation", f"'forbidden' is infeasible: an expert has {int(rc.max())} "
+                              f"replicas but can reach only {cap} GPUs")
+    return ExactOptions(model, counts, colocation, node_budget, tl, th, sd, gp, warm_start, rc)
+
+
+@dataclass
+class LayerModel:
+    """One layer's model data, shared by the CP-SAT and PuLP formulations.
+
+    w: [E] loads (float); cand[e]: candidate replica counts of expert e; lb: a valid lower
+    bound on this model's optimum; warm: [E, P] replicas of e on GPU g of a feasible warm
+    start (canonical GPU order not yet applied) with ``warm_counts`` [E] and ``ub`` its value.
+    """
+
+    w: np.ndarray
+    num_gpus: int
+    slots_per_gpu: int
+    num_nodes: int                 # 1 unless hierarchical
+    num_groups: int                # 1 unless hierarchical
+    hierarchical: bool
+    node_budget: str
+    forbid: bool
+    replication_only: bool
+    cand: list[list[int]]
+    lb: float
+    warm: np.ndarray | None = None
+    warm_counts: np.ndarray | None = None
+    ub: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def num_experts(self) -> int:
+        return len(self.w)
+
+    @property
+    def num_replicas(self) -> int:
+        return self.num_gpus * self.slots_per_gpu
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.num_gpus // self.num_nodes
+
+    @property
+    def group_size(self) -> int:
+        return self.num_experts // self.num_groups
+
+    def node_of_gpu(self, g: int) -> int:
+        return g // self.gpus_per_node
+
+    def group_of(self, e: int) -> int:
+        return e // self.group_size
+
+    def max_per_gpu(self, c: int) -> int:
+        """Most replicas of one expert (with count c) on one GPU."""
+        return 1 if self.forbid else min(c, self.slots_per_gpu)
+
+
+@dataclass
+class LayerResult:
+    """What a backend returns for one layer.
+
+    xg: [E, P] replicas of e on GPU g (None if no solution); counts: [E] for the
+    replication model; status: "optimal", "feasible" (stopped at the gap), "time_limit",
+    "infeasible" or "error"; bound: proven lower bound on the model's optimum (or None).
+    """
+
+    status: str
+    xg: np.ndarray | None = None
+    counts: np.ndarray | None = None
+    bound: float | None = None
+    objective: float | None = None
+    message: str = ""
+    stats: dict = field(default_factory=dict)
+
+
+def warm_layer(xg: np.ndarray, counts: np.ndarray, lm: LayerModel) -> str | None:
+    """Why the warm start ``xg`` [E, P] is infeasible for ``lm`` (None when feasible)."""
+    for e, c in enumerate(counts):
+        if int(c) not in lm.cand[e]:
+            return f"expert {e} has {int(c)} replicas, outside the model's counts {lm.cand[e][0]}..{lm.cand[e][-1]}"
+    if lm.forbid and int(xg.max()) > 1:
+        return "two replicas of one expert share a GPU (colocation='forbidden')"
+    if lm.hierarchical:
+        gpn = lm.gpus_per_node
+        on_node = xg.reshape(lm.num_experts, lm.num_nodes, gpn).sum(2) > 0            # [E, N]
+        grp = on_node.reshape(lm.num_groups, lm.group_size, lm.num_nodes).any(1)      # [G, N]
+        if bool((grp.sum(1) != 1).any()):
+            return "a group's replicas span several nodes (not a hierarchical plan)"
+        if lm.node_budget == "fixed" and bool((grp.sum(0) != lm.num_groups // lm.num_nodes).any()):
+            return "nodes do not hold G/N groups each (node_budget='fixed')"
+    return None
+
+
+def canonical_gpu_order(xg: np.ndarray, per_replica: np.ndarray, lm: LayerModel) -> np.ndarray:
+    """GPU permutation [P] that sorts nodes by load, then GPUs inside each node, descending.
+
+    per_replica: [E] the load of one replica of e in the backend's own units (so ties
+    and order agree exactly with the model's symmetry-breaking constraints).
+    """
+    loads = per_replica @ xg                                                          # [P]
+    gpn = lm.gpus_per_node
+    node_loads = loads.reshape(lm.num_nodes, gpn).sum(1)
+    order = []
+    for n in sorted(range(lm.num_nodes), key=lambda n: -node_loads[n]):
+        gpus = list(range(n * gpn, (n + 1) * gpn))
+        order.extend(sorted(gpus, key=lambda g: -loads[g]))
+    return np.asarray(order, dtype=np.int64)
+
+
+def layer_problem_bound(problem: Problem, opts: ExactOptions, counts: torch.Tensor | None) -> torch.Tensor:
+    """[L] combinatorial bound valid for the model (fixed counts / hierarchical add bounds)."""
+    policy = "hierarchical" if opts.hierarchical else "global"
+    return lower_bound(problem, counts=counts if opts.counts == "fixed" else None, policy=policy,
+                       node_budget=opts.node_budget)
+
+
+def default_warm_plan(problem: Problem, opts: ExactOptions) -> Plan:
+    """DeepSeek's plan for the model's policy (the warm start of ``warm_start='auto'``)."""
+    policy = "hierarchical" if opts.hierarchical else "global"
+    return deepseek_plan(problem.weights.cpu(), problem.num_replicas, problem.num_groups,
+                         problem.num_nodes, problem.num_gpus, policy)
+
+
+def plan_counts_matrix(phy2log: np.ndarray, num_experts: int, num_gpus: int) -> np.ndarray:
+    """phy2log: [R] -> [E, P] number of replicas of e on GPU g."""
+    S = len(phy2log) // num_gpus
+    xg = np.zeros((num_experts, num_gpus), dtype=np.int64)
+    np.add.at(xg, (phy2log, np.arange(len(phy2log)) // S), 1)
+    return xg
+
+
+def phy2log_from_matrix(xg: np.ndarray, slots_per_gpu: int) -> np.ndarray:
+    """[E, P] replicas per GPU -> phy2log [R] (experts in id order on each GPU)."""
+    E, P = xg.shape
+    rows = [np.repeat(np.arange(E), xg[:, g]) for g in range(P)]
+    if any(len(r) != slots_per_gpu for r in rows):
+        raise RuntimeError("solver returned a GPU with the wrong number of replicas")
+    return np.concatenate(rows)
+
+
+def candidate_counts(w: np.ndarray, lm_caps: np.ndarray, total: int, ub: float | None) -> list[list[int]]:
+    """Counts each expert may take in an optimal plan of value <= ub.
+
+    w: [E]; lm_caps: [E] structural max count. With an upper bound ub, an expert needs
+    c >= w_e / ub (its replica must fit under ub), and the others' minimums cap it.
+    """
+    E = len(w)
+    lo = np.ones(E, dtype=np.int64)
+    if ub is not None and ub > 0:
+        lo = np.maximum(1, np.ceil(w / ub * (1 - 1e-12) - 1e-12).astype(np.int64))
+    hi = np.minimum(lm_caps, total - (lo.sum() - lo))
+    hi = np.maximum(hi, lo)      # infeasible only if the warm start was; keep one candidate
+    return [list(range(int(lo[e]), int(hi[e]) + 1)) for e in range(E)]
+
+
+def build_layer(problem: Problem, layer: int, opts: ExactOptions, warm_plan: Plan | None,
+                fixed: torch.Tensor | None, lb: float, explicit_warm: bool) -> LayerModel:
+    """The model data of one layer (counts candidates, bound, feasible warm start)."""
+    w = problem.weights[layer].detach().cpu().to(torch.float64).numpy()
+    E, P, R = problem.num_experts, problem.num_gpus, problem.num_replicas
+    hier = opts.hierarchical
+    N = problem.num_nodes if hier else 1
+    G = problem.num_groups if hier else 1
+    lm = LayerModel(w, P, problem.slots_per_gpu, N, G, hier, opts.node_budget, opts.forbid,
+                    opts.model == "replication", [], lb)
+    # Structural caps on one expert's count.
+    if hier and opts.node_budget == "fixed":
+        cap = (R - E) // N + 1
+    elif hier:
+        cap = R // N - E // G + 1
+    else:
+        cap = R - E + 1
+    if opts.forbid:
+        cap = min(cap, P // N)
+    caps = np.full(E, cap, dtype=np.int64)
+    xg = counts = None
+    if warm_plan is not None:
+        p2l = warm_plan.phy2log[layer].numpy()
+        xg = plan_counts_matrix(p2l, E, P)
+        counts = xg.sum(1)
+    if fixed is not None:
+        lm.cand = [[int(c)] for c in fixed[layer].tolist()]
+    elif lm.replication_only:
+        lm.cand = [list(range(1, cap + 1))] * E
+    else:
+        ub = None
+        if xg is not None:
+            # Candidate pruning needs a *feasible* upper bound: check structure first.
+            lm.cand = [list(range(1, cap + 1))] * E
+            if warm_layer(xg, counts, lm) is None:
+                ub = float(((w / counts) @ xg).max())
+        lm.cand = candidate_counts(w, caps, R, ub)
+    if xg is not None and not lm.replication_only:
+        why = warm_layer(xg, counts, lm)
+        if why is None:
+            lm.warm, lm.warm_counts = xg, counts
+            lm.ub = float(((w / counts) @ xg).max())
+        elif explicit_warm:
+            raise OptionError("warm_start", f"layer {layer}: infeasible for model {opts.model!r}: {why}")
+        else:
+            lm.notes.append(f"warm start dropped: {why}")
+    return lm
+
+
+def replication_plan(w: np.ndarray, counts: np.ndarray, num_gpus: int) -> np.ndarray:
+    """phy2log [R] placing the given counts with DeepSeek's balanced packing (float64)."""
+    phy_e = np.repeat(np.arange(len(w)), counts)
+    items = torch.from_numpy(w[phy_e] / counts[phy_e]).unsqueeze(0)
+    pack, rank = balanced_packing(items, num_gpus)
+    S = len(phy_e) // num_gpus
+    slot = (pack * S + rank)[0].numpy()
+    p2l = np.empty_like(phy_e)
+    p2l[slot] = phy_e
+    return p2l
+
+
+class Deadline:
+    """The time left for the whole solve, shared out over the layers still to solve."""
+
+    def __init__(self, seconds: float):
+        self.end = time.perf_counter() + seconds
+
+    def left(self) -> float:
+        return self.end - time.perf_counter()
+
+    def share(self, layers_left: int, reserve: float = 0.0) -> float:
+        return max(0.05, (self.left() - reserve) / max(1, layers_left))
+
+
+def fixed_counts_for(problem: Problem, opts: ExactOptions, warm_plan: Plan | None) -> torch.Tensor | None:
+    """[L, E] counts for fixed-count models: given, else the warm start's, else optimal replication."""
+    if opts.counts != "fixed":
+        return None
+    if opts.replica_counts is not None:
+        return opts.replica_counts
+    if warm_plan is not None:
+        return warm_plan.logcnt.cpu()
+    cap = None
+    if opts.forbid:
+        cap = problem.num_gpus // (problem.num_nodes if opts.hierarchical else 1)
+    return optimal_counts(problem.weights.cpu(), problem.num_replicas, cap)
