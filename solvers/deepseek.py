@@ -45,18 +45,25 @@ def balanced_packing(weight: torch.Tensor, num_packs: int) -> tuple[torch.Tensor
     if per_pack == 1:  # the public code keeps item order here instead of sorting
         pack_index = torch.arange(n, dtype=torch.int64, device=dev).expand(X, n).contiguous()
         return pack_index, torch.zeros(X, n, dtype=torch.int64, device=dev)
-    sorted_w, order = weight.sort(dim=-1, descending=True, stable=True)      # [X, n]
-    key = torch.zeros(X, num_packs, dtype=weight.dtype, device=dev)      # pack load, +inf once full
-    count = torch.zeros(X, num_packs, dtype=torch.int64, device=dev)
-    ones = torch.ones(X, 1, dtype=torch.int64, device=dev)
-    chosen = []
-    for k in range(n):
-        pack = key.argmin(-1, keepdim=True)                              # first lightest open pack
-        chosen.append(pack)
-        key.scatter_add_(1, pack, sorted_w[:, k:k + 1])
-        count.scatter_add_(1, pack, ones)
-        key.masked_fill_(count == per_pack, float("inf"))
-    pack_sorted = torch.cat(chosen, 1)                                   # [X, n] in sorted order
+    sorted_w, order = weight.sort(dim=-1, descending=True, stable=True)     # [X, n]
+    # Per step only a handful of small kernels run, so launch overhead dominates: every
+    # operand is preallocated and written with out= (no allocation, no scalar wrapping).
+    items = sorted_w.t().contiguous().unsqueeze(-1).unbind(0)             # n x [X, 1]
+    load = torch.zeros(X, num_packs, dtype=weight.dtype, device=dev)       # [X, packs]
+    count = torch.zeros(X, num_packs, dtype=weight.dtype, device=dev)
+    key = torch.empty_like(load)                                           # load, +inf when full
+    has_room = torch.empty(X, num_packs, dtype=torch.bool, device=dev)
+    cap = torch.tensor(per_pack, dtype=weight.dtype, device=dev)
+    inf = torch.tensor(float("inf"), dtype=weight.dtype, device=dev)
+    one = torch.ones(X, 1, dtype=weight.dtype, device=dev)
+    chosen = torch.empty(n, X, 1, dtype=torch.int64, device=dev)
+    for k, pack in enumerate(chosen.unbind(0)):
+        torch.lt(count, cap, out=has_room)
+        torch.where(has_room, load, inf, out=key)
+        torch.argmin(key, dim=-1, keepdim=True, out=pack)                   # first lightest open pack
+        load.scatter_add_(1, pack, items[k])
+        count.scatter_add_(1, pack, one)
+    pack_sorted = chosen.squeeze(-1).t()                                   # [X, n] in sorted order
     rank_sorted, _ = replica_ranks(pack_sorted, num_packs)               # arrival order in each pack
     pack_index = torch.empty_like(pack_sorted).scatter_(1, order, pack_sorted)
     rank_in_pack = torch.empty_like(rank_sorted).scatter_(1, order, rank_sorted)

@@ -1,0 +1,60 @@
+"""The shared scorer against hand-computed values."""
+import pytest
+import torch
+
+from solvers import Plan, Problem, score
+
+
+def test_hand_computed_two_gpus_two_nodes():
+    # 3 experts, loads 6, 2, 4; 4 slots on 2 GPUs (1 GPU per node); expert 0 has 2 replicas.
+    problem = Problem([[6.0, 2.0, 4.0]], 4, 1, 2, 2)
+    plan = Plan.from_phy2log([[0, 1, 0, 2]], 3)       # GPU0: e0, e1; GPU1: e0, e2
+    s = score(problem, plan)
+    assert s.gpu_load.tolist() == [[3.0 + 2.0, 3.0 + 4.0]]
+    assert s.node_load.tolist() == [[5.0, 7.0]]
+    assert s.max_load.tolist() == [7.0] and s.mean_load.tolist() == [6.0]
+    m = s.metrics()
+    assert m["imbalance_mean"] == pytest.approx(7 / 6)
+    assert m["balancedness"] == pytest.approx(6 / 7)
+    assert m["node_imbalance_mean"] == pytest.approx(7 / 6)
+    assert m["duplicates"] == 0
+
+
+def test_two_layers_aggregates_and_duplicates():
+    problem = Problem([[6.0, 2.0, 4.0], [1.0, 1.0, 10.0]], 4, 1, 1, 2)
+    plan = Plan.from_phy2log([[0, 0, 1, 2],            # layer 0: GPU0 holds e0 twice (a duplicate)
+                              [2, 0, 2, 1]], 3)         # layer 1: e2 split over both GPUs
+    s = score(problem, plan)
+    assert s.gpu_load.tolist() == [[6.0, 6.0], [6.0, 6.0]]
+    assert s.duplicates == 1
+    problem2 = Problem([[6.0, 2.0, 4.0], [1.0, 1.0, 10.0]], 4, 1, 1, 2)
+    s2 = score(problem2, Plan.from_phy2log([[0, 0, 1, 2], [2, 2, 0, 1]], 3))
+    # layer 1: GPU0 = 5 + 5 = 10, GPU1 = 1 + 1 = 2 -> max 10, mean 6
+    assert s2.max_load.tolist() == [6.0, 10.0]
+    m = s2.metrics()
+    assert m["imbalance_mean"] == pytest.approx((1 + 10 / 6) / 2)
+    assert m["imbalance_worst"] == pytest.approx(10 / 6)
+    assert m["balancedness"] == pytest.approx((1 + 0.6) / 2)
+    assert m["balancedness_sum"] == pytest.approx((6 + 6) / (6 + 10))
+    assert m["duplicates"] == 2
+    assert m["max_load_sum"] == 16.0
+
+
+def test_moves_against_previous_plan():
+    problem = Problem([[1.0, 1.0, 1.0, 1.0]], 4, 1, 1, 2)
+    old = Plan.from_phy2log([[0, 1, 2, 3]], 4)
+    new = Plan.from_phy2log([[0, 2, 1, 3]], 4)           # e2 moves to GPU0, e1 to GPU1
+    s = score(problem, new, previous=old, expert_bytes=1000)
+    assert s.moves == 2 and s.moves_bytes == 2000
+    assert score(problem, old, previous=old).moves == 0
+
+
+def test_all_zero_layer_is_balanced():
+    s = score(Problem([[0.0, 0.0]], 2, 1, 1, 2), Plan.from_phy2log([[0, 1]], 2))
+    assert s.metrics()["imbalance_mean"] == 1.0 and s.metrics()["balancedness"] == 1.0
+
+
+def test_scorer_uses_float64():
+    w = torch.tensor([[2.0**30 + 1, 1.0]], dtype=torch.float64)
+    s = score(Problem(w, 2, 1, 1, 1), Plan.from_phy2log([[0, 1]], 2))
+    assert s.gpu_load.dtype == torch.float64 and s.gpu_load.item() == 2.0**30 + 2
