@@ -1,0 +1,305 @@
+"""Synthetic load traces that behave like real MoE routing (DESIGN section 4).
+
+Every step routes ``tokens_per_step * top_k`` token-to-expert assignments per layer with
+one multinomial draw, so counts are integers and every ``[step, layer]`` row sums to
+exactly ``tokens_per_step * top_k``. The routing probabilities come from a log-popularity
+
+    z[t, l, e] = log(sum_m mix[t, m] * base[m, l, e]) + walk[t, l, e] + burst[t, l, e]
+
+and what each term mimics in real serving:
+
+- ``base``  expert popularity per layer from a heavy-tailed law (``law``/``skew``):
+  real loads have a hottest expert 5-15x the mean. Each layer draws its own skew
+  (``layer_spread``): some layers are hot, some nearly flat. Experts of one group share a
+  popularity term (``group_sigma``), as group-limited routing (DeepSeek-V3) concentrates
+  tokens on a few groups.
+- ``mix``   the request mix (``num_mixes`` components, e.g. chat, code, maths), each with
+  its own hot set. A **regime shift** (on average every ``shift_every`` steps) redraws the
+  mix weights, so the hot set changes abruptly, as when the traffic of a service changes.
+- ``walk``  slow drift: a mean-reverting random walk in log space (step std ``drift``,
+  reversion time ``drift_timescale`` steps); popularity is stable over tens of steps and
+  wanders over hundreds.
+- ``burst`` short bursts: with probability ``burst_rate`` per step, ``burst_experts``
+  experts per layer get ``burst_scale`` times their popularity for ``burst_steps`` steps
+  (a batch of similar requests arriving together).
+
+An expert receives at most one assignment per token, so probabilities are capped at
+``1 / top_k`` (water-filling); the expected count per expert never exceeds the tokens.
+
+Generation is vectorised: the walk is a loop over steps of ``[layers, experts]`` array
+operations, the draws are numpy's batched multinomial over ``[steps, layers, experts]``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import OptionError
+from .presets import ModelPreset, get_preset
+from .trace import Trace
+
+LAWS = ("lognormal", "zipf", "dirichlet")
+_CHUNK_ELEMENTS = 1 << 22  # float64 probabilities drawn per multinomial call (32 MiB)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Parameters of a generated workload (see the module docstring for what each mimics).
+
+    law: ``lognormal`` (skew = sigma of log-popularity), ``zipf`` (skew = exponent s of
+        rank^-s over a random ranking), ``dirichlet`` (concentration alpha = 1 / skew).
+    skew: > 0, larger is more concentrated on few experts.
+    layer_spread: >= 0, std of log(skew) across layers (0: every layer the same skew).
+    group_sigma: >= 0, std of a log-popularity term shared by the experts of one group.
+    num_mixes: >= 1 request-mix components; mix_concentration: Dirichlet alpha of the mix
+        weights (small: one mix dominates at a time).
+    shift_every: mean steps between regime shifts (0: never; needs num_mixes >= 2).
+    drift: >= 0, per-step std of the log-space random walk; drift_timescale: > 0 steps.
+    burst_rate: in [0, 1], probability per step that a burst starts; burst_scale: >= 1;
+        burst_experts: experts hit per layer; burst_steps: >= 1 steps a burst lasts.
+    """
+
+    description: str = ""
+    law: str = "lognormal"
+    skew: float = 0.8
+    layer_spread: float = 0.3
+    group_sigma: float = 0.0
+    num_mixes: int = 1
+    mix_concentration: float = 0.5
+    shift_every: float = 0.0
+    drift: float = 0.0
+    drift_timescale: float = 200.0
+    burst_rate: float = 0.0
+    burst_scale: float = 4.0
+    burst_experts: int = 1
+    burst_steps: int = 1
+
+    def replace(self, **overrides: Any) -> "Scenario":
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(overrides) - names)
+        if unknown:
+            raise OptionError(unknown[0], f"unknown generator parameter; known: {', '.join(sorted(names - {'description'}))}")
+        return dataclasses.replace(self, **overrides).validated()
+
+    def validated(self) -> "Scenario":
+        if self.law not in LAWS:
+            raise OptionError("law", f"must be one of {', '.join(LAWS)}, got {self.law!r}")
+        for name, lo, hi, lo_open in (("skew", 0.0, 50.0, True), ("layer_spread", 0.0, 5.0, False),
+                                      ("group_sigma", 0.0, 10.0, False), ("mix_concentration", 0.0, 1e6, True),
+                                      ("shift_every", 0.0, 1e12, False), ("drift", 0.0, 10.0, False),
+                                      ("drift_timescale", 0.0, 1e12, True), ("burst_rate", 0.0, 1.0, False),
+                                      ("burst_scale", 1.0, 1e6, False)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+                raise OptionError(name, f"must be a finite number, got {v!r}")
+            if v > hi or v < lo or (lo_open and v == lo):
+                raise OptionError(name, f"must be in {'(' if lo_open else '['}{lo:g}, {hi:g}], got {v!r}")
+        for name in ("num_mixes", "burst_experts", "burst_steps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+                raise OptionError(name, f"must be an integer >= 1, got {v!r}")
+        return self
+
+    def params(self) -> dict[str, Any]:
+        """The generator parameters as plain values (for a trace's meta)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "description"}
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "uniform": Scenario("Nearly flat routing: a well-trained router with a load-balancing loss.",
+                        skew=0.15, layer_spread=0.0),
+    "mild": Scenario("Moderate, stable skew (hottest expert ~3-5x the mean); slight drift.",
+                     skew=0.5, layer_spread=0.25, group_sigma=0.2, drift=0.01, drift_timescale=200),
+    "skewed": Scenario("Heavy-tailed, stable popularity (hottest expert ~10x the mean); hot and "
+                       "flat layers.", skew=1.0, layer_spread=0.3, group_sigma=0.3, drift=0.01,
+                       drift_timescale=200),
+    "drifting": Scenario("Skewed popularity that wanders: hot experts cool down and others heat "
+                         "up over a few hundred steps.", skew=0.8, layer_spread=0.3, group_sigma=0.2,
+                         drift=0.06, drift_timescale=300),
+    "shifting-mix": Scenario("A mix of request types, each with its own hot set; the mix changes "
+                             "abruptly every ~100 steps (regime shifts) on top of a slow drift.",
+                             skew=0.9, layer_spread=0.3, group_sigma=0.2, num_mixes=4,
+                             mix_concentration=0.3, shift_every=100, drift=0.02, drift_timescale=200),
+    "bursty": Scenario("Skewed and stable, with short bursts where a few experts get 8x their "
+                       "usual traffic.", skew=0.8, layer_spread=0.3, drift=0.01, burst_rate=0.05,
+                       burst_scale=8.0, burst_experts=2, burst_steps=3),
+    "zipf": Scenario("Zipf-ranked popularity (rank^-0.6), stable.", law="zipf", skew=0.6,
+                     layer_spread=0.2, drift=0.01),
+    "dirichlet": Scenario("Dirichlet popularity (alpha = 1), stable; many cold experts.",
+                          law="dirichlet", skew=1.0, layer_spread=0.3, drift=0.01),
+}
+
+
+def get_scenario(scenario: str) -> Scenario:
+    if not isinstance(scenario, str) or scenario not in SCENARIOS:
+        raise OptionError("scenario", f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
+    return SCENARIOS[scenario]
+
+
+def _count(value: Any, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise OptionError(name, f"must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+# ---------------------------------------------------------------------------------------
+# The terms of the log-popularity
+
+def _base_log_popularity(rng: np.random.Generator, sc: Scenario, skew_l: np.ndarray,
+                         num_experts: int, num_groups: int) -> np.ndarray:
+    """z: [layers, experts] log-popularity of one request mix (up to a per-layer constant)."""
+    L, E = skew_l.shape[0], num_experts
+    if sc.law == "lognormal":
+        z = skew_l[:, None] * rng.standard_normal((L, E))
+    elif sc.law == "zipf":
+        ranks = rng.permuted(np.tile(np.arange(1, E + 1, dtype=np.float64), (L, 1)), axis=1)
+        z = -skew_l[:, None] * np.log(ranks)
+    else:  # dirichlet: normalised gammas; log of a tiny floor keeps zero draws finite
+        g = rng.gamma(1.0 / skew_l[:, None], size=(L, E))
+        z = np.log(np.maximum(g, 1e-300))
+    if sc.group_sigma > 0 and num_groups > 1:
+        group = sc.group_sigma * rng.standard_normal((L, num_groups))
+        z = z + np.repeat(group, E // num_groups, axis=1)
+    return z - z.max(axis=1, keepdims=True)
+
+
+def _mix_weights(rng: np.random.Generator, sc: Scenario, steps: int) -> np.ndarray:
+    """mix: [steps, num_mixes]; constant between regime shifts."""
+    M = sc.num_mixes
+    if M == 1:
+        return np.ones((steps, 1))
+    if sc.shift_every > 0:
+        shift = rng.random(steps) < 1.0 / sc.shift_every
+        shift[0] = True
+    else:
+        shift = np.zeros(steps, dtype=bool)
+        shift[0] = True
+    regime = np.cumsum(shift) - 1                                  # [steps] regime id
+    weights = rng.dirichlet(np.full(M, sc.mix_concentration), size=int(regime[-1]) + 1)
+    return weights[regime]
+
+
+def _random_walk(rng: np.random.Generator, sc: Scenario, steps: int, L: int, E: int) -> np.ndarray | None:
+    """walk: [steps, layers, experts] float32 mean-reverting (AR(1)) walk, or None without drift.
+
+    Starts at 0 (the base popularity) so a trace begins where its base says.
+    """
+    if sc.drift == 0:
+        return None
+    rho = math.exp(-1.0 / sc.drift_timescale)
+    walk = rng.standard_normal((steps, L, E), dtype=np.float32)
+    walk *= np.float32(sc.drift)
+    walk[0] = 0
+    for t in range(1, steps):  # one [L, E] fused update per step; steps are sequential by nature
+        walk[t] += np.float32(rho) * walk[t - 1]
+    return walk
+
+
+def _bursts(rng: np.random.Generator, sc: Scenario, steps: int, L: int, E: int) -> list[tuple[int, np.ndarray]]:
+    """[(start step, experts [layers, burst_experts])] of each burst."""
+    if sc.burst_rate == 0:
+        return []
+    starts = np.flatnonzero(rng.random(steps) < sc.burst_rate)
+    k = min(sc.burst_experts, E)
+    return [(int(t), np.argsort(rng.random((L, E)), axis=1)[:, :k]) for t in starts]
+
+
+def _cap(p: np.ndarray, cap: float) -> np.ndarray:
+    """Water-fill rows of p (summing to 1) so no entry exceeds ``cap`` (needs cap * E >= 1).
+
+    Closed form: with the j largest entries capped, the rest scale by
+    (1 - j cap) / (their sum); j is the first count where the largest uncapped entry fits.
+    """
+    if cap >= 1.0 or not (p > cap).any():
+        return p
+    E = p.shape[-1]
+    s = -np.sort(-p, axis=-1)                                          # descending
+    rest = np.cumsum(s[..., ::-1], axis=-1)[..., ::-1]                 # rest[j] = sum of s[j:]
+    j = np.arange(E)
+    scale = np.maximum(1.0 - j * cap, 0.0) / np.maximum(rest, 1e-300)
+    fits = s * scale <= cap * (1 + 1e-12)
+    first = np.argmax(fits, axis=-1)[..., None]                        # capped entries per row
+    scale_row = np.take_along_axis(scale, first, axis=-1)
+    return np.minimum(p * scale_row, cap)
+
+
+def _step_probabilities(base_p: np.ndarray, mix: np.ndarray, walk: np.ndarray | None,
+                        bursts: list[tuple[int, np.ndarray]], sc: Scenario, t0: int, t1: int,
+                        cap: float) -> np.ndarray:
+    """p: [t1 - t0, layers, experts] float64 routing probabilities of steps t0..t1-1."""
+    logp = np.log(np.maximum(np.einsum("tm,mle->tle", mix[t0:t1], base_p), 1e-300))
+    if walk is not None:
+        logp += walk[t0:t1]
+    if bursts:
+        boost = math.log(sc.burst_scale)
+        layers = np.arange(base_p.shape[1])[:, None]
+        for start, experts in bursts:
+            lo, hi = max(start, t0), min(start + sc.burst_steps, t1)
+            if lo < hi:
+                logp[lo - t0:hi - t0, layers, experts] += boost
+    logp -= logp.max(-1, keepdims=True)
+    p = np.exp(logp)
+    p /= p.sum(-1, keepdims=True)
+    return _cap(p, cap)
+
+
+def _resolve_shape(preset: ModelPreset, num_layers: Any, overrides: dict[str, Any]) -> tuple[int, int, int, int]:
+    L = preset.num_layers if num_layers is None else _count(num_layers, "num_layers", 1)
+    E = _count(overrides.pop("num_experts", preset.num_experts), "num_experts", 1)
+    G = _count(overrides.pop("num_groups", preset.num_groups if E == preset.num_experts else 1), "num_groups", 1)
+    k = _count(overrides.pop("top_k", preset.top_k), "top_k", 1)
+    if E % G != 0:
+        raise OptionError("num_groups", f"must divide num_experts ({E}), got {G}")
+    if k > E:
+        raise OptionError("top_k", f"must be <= num_experts ({E}), got {k}")
+    return L, E, G, k
+
+
+def generate(model: str, scenario: str = "mild", *, steps: int = 100, seed: int = 0,
+             tokens_per_step: int = 4096, num_layers: int | None = None, **overrides: Any) -> Trace:
+    """A seeded synthetic trace: loads [steps, layers, experts] int64 for a model preset.
+
+    model: a key of PRESETS; scenario: a key of SCENARIOS; steps: forward passes (or
+    windows) to draw; tokens_per_step: tokens routed per step, each to top_k experts;
+    num_layers: keep fewer layers than the model has (small instances).
+    overrides: any :class:`Scenario` field (``skew=1.5``, ``drift=0.1``...) and the shape
+    fields ``num_experts``, ``num_groups``, ``top_k``.
+    The same arguments always give the same trace (numpy's PCG64 seeded with ``seed``).
+    """
+    preset = get_preset(model)
+    sc = get_scenario(scenario)
+    steps = _count(steps, "steps", 1)
+    seed = _count(seed, "seed", 0)
+    tokens = _count(tokens_per_step, "tokens_per_step", 1)
+    overrides = dict(overrides)
+    L, E, G, k = _resolve_shape(preset, num_layers, overrides)
+    sc = sc.replace(**overrides) if overrides else sc.validated()
+
+    rng = np.random.default_rng(seed)
+    skew_l = sc.skew * np.exp(sc.layer_spread * rng.standard_normal(L))          # [L]
+    base_z = np.stack([_base_log_popularity(rng, sc, skew_l, E, G) for _ in range(sc.num_mixes)])
+    base_p = np.exp(base_z)
+    base_p /= base_p.sum(-1, keepdims=True)                                       # [M, L, E]
+    mix = _mix_weights(rng, sc, steps)                                            # [T, M]
+    walk = _random_walk(rng, sc, steps, L, E)                                     # [T, L, E] | None
+    bursts = _bursts(rng, sc, steps, L, E)
+
+    loads = np.empty((steps, L, E), dtype=np.int64)
+    n = tokens * k
+    chunk = max(1, _CHUNK_ELEMENTS // (L * E))
+    for t0 in range(0, steps, chunk):                   # chunks bound the float64 working memory
+        t1 = min(steps, t0 + chunk)
+        p = _step_probabilities(base_p, mix, walk, bursts, sc, t0, t1, cap=1.0 / k)
+        loads[t0:t1] = rng.multinomial(n, p)
+
+    meta = {"model": model, "model_name": preset.name, "num_layers": L, "num_experts": E,
+            "num_groups": G, "top_k": k, "scenario": scenario, "seed": seed, "steps": steps,
+            "tokens_per_step": tokens, "generator": "solvers.workloads.generate",
+            "params": sc.params(), "layer_skew": [round(float(s), 6) for s in skew_l]}
+    return Trace(torch.from_numpy(loads), meta)
