@@ -1,0 +1,221 @@
+"""PuLP MILP formulation of the exact models, solved by HiGHS (highspy) or CBC.
+
+Same variables and constraints as :mod:`solvers.exact.cpsat` (see :mod:`.model`), with
+the float coefficients ``w_e / c`` directly. PuLP's own status is not trusted for
+optimality: on a time limit it reports ``status == 1`` ("Optimal") even when nothing is
+proven, so we read ``sol_status`` (1 = proven optimal, 2 = feasible) and the backend's
+own bound: HiGHS' ``mip_dual_bound``, CBC's "Lower bound" line of its log.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import tempfile
+import time
+
+import numpy as np
+
+from .model import LayerModel, LayerResult, canonical_gpu_order
+
+# MIP feasibility tolerances are ~1e-6 absolute on rows; take bounds that far down.
+_BOUND_SLACK = 1e-7
+
+
+def layer_solver(backend: str):
+    """solve_layer for ``backend`` ("highs" or "cbc")."""
+    def solve_layer(lm: LayerModel, *, time_limit: float, threads: int, seed: int, gap: float) -> LayerResult:
+        return _solve(lm, backend, time_limit, threads, seed, gap)
+    return solve_layer
+
+
+def _round_down(b: float | None) -> float | None:
+    if b is None or not math.isfinite(b):
+        return None
+    return b - _BOUND_SLACK * max(1.0, abs(b))
+
+
+def _build(lm: LayerModel):
+    """The PuLP problem, its variables, and a complete warm-start assignment (or None)."""
+    import pulp
+
+    E, P, S, R = lm.num_experts, lm.num_gpus, lm.slots_per_gpu, lm.num_replicas
+    prob = pulp.LpProblem("eplb", pulp.LpMinimize)
+    t_hi = lm.ub * (1 + 1e-9) + 1e-12 if lm.ub is not None else None
+    T = pulp.LpVariable("T", lowBound=lm.lb, upBound=t_hi)
+    prob += T
+    y = {(e, c): pulp.LpVariable(f"y_{e}_{c}", cat="Binary") for e in range(E) for c in lm.cand[e]
+         if len(lm.cand[e]) > 1}
+
+    def yv(e, c):
+        return y[e, c] if (e, c) in y else 1
+
+    for e in range(E):
+        if len(lm.cand[e]) > 1:
+            prob += pulp.lpSum(y[e, c] for c in lm.cand[e]) == 1
+    prob += pulp.lpSum(c * yv(e, c) for e in range(E) for c in lm.cand[e]) == R
+    if lm.replication_only:
+        for e in range(E):
+            prob += pulp.lpSum((lm.w[e] / c) * yv(e, c) for c in lm.cand[e]) <= T
+        return prob, {"T": T, "y": y}, None
+
+    z = {(e, c, g): pulp.LpVariable(f"z_{e}_{c}_{g}", 0, lm.max_per_gpu(c), cat="Integer")
+         for e in range(E) for c in lm.cand[e] for g in range(P)}
+    for e in range(E):
+        for c in lm.cand[e]:
+            prob += pulp.lpSum(z[e, c, g] for g in range(P)) == c * yv(e, c)
+        if lm.forbid:
+            for g in range(P):
+                prob += pulp.lpSum(z[e, c, g] for c in lm.cand[e]) <= 1
+    load = []
+    for g in range(P):
+        prob += pulp.lpSum(z[e, c, g] for e in range(E) for c in lm.cand[e]) == S
+        lg = pulp.LpAffineExpression([(z[e, c, g], lm.w[e] / c) for e in range(E) for c in lm.cand[e]])
+        prob += lg <= T
+        load.append(lg)
+    gpn, N = lm.gpus_per_node, lm.num_nodes
+    for n in range(N):                                   # ordered GPU loads inside each node
+        for g in range(n * gpn, (n + 1) * gpn - 1):
+            prob += load[g] - load[g + 1] >= 0
+    a = {}
+    if lm.hierarchical:
+        G = lm.num_groups
+        a = {(k, n): pulp.LpVariable(f"a_{k}_{n}", cat="Binary") for k in range(G) for n in range(N)}
+        for k in range(G):
+            prob += pulp.lpSum(a[k, n] for n in range(N)) == 1
+        if lm.node_budget == "fixed":
+            for n in range(N):
+                prob += pulp.lpSum(a[k, n] for k in range(G)) == G // N
+        for (e, c, g), var in z.items():
+            prob += var <= lm.max_per_gpu(c) * a[lm.group_of(e), lm.node_of_gpu(g)]
+        node = [pulp.lpSum(load[n * gpn:(n + 1) * gpn]) for n in range(N)]
+        for n in range(N):
+            prob += node[n] <= gpn * T                   # node-level bound inside the LP
+        for n in range(N - 1):
+            prob += node[n] - node[n + 1] >= 0
+    variables = {"T": T, "y": y, "z": z, "a": a}
+    warm = None
+    if lm.warm is not None:
+        per = lm.w / lm.warm_counts
+        xg = lm.warm[:, canonical_gpu_order(lm.warm, per, lm)]
+        warm = {T.name: float((per @ xg).max())}
+        for (e, c), var in y.items():
+            warm[var.name] = float(c == lm.warm_counts[e])
+        for (e, c, g), var in z.items():
+            warm[var.name] = float(xg[e, g]) if c == lm.warm_counts[e] else 0.0
+        for (k, n), var in a.items():
+            members = slice(k * lm.group_size, (k + 1) * lm.group_size)
+            warm[var.name] = float(xg[members, n * gpn:(n + 1) * gpn].sum() > 0)
+        warm[T.name] = min(warm[T.name], t_hi) if t_hi is not None else warm[T.name]
+    return prob, variables, warm
+
+
+def _solve(lm: LayerModel, backend: str, time_limit: float, threads: int, seed: int, gap: float) -> LayerResult:
+    import pulp
+
+    start = time.perf_counter()
+    prob, v, warm = _build(lm)
+    left = max(0.05, time_limit - (time.perf_counter() - start))
+    stats = {"variables": len(prob.variables()), "constraints": len(prob.constraints),
+             "build_s": time.perf_counter() - start}
+    if backend == "highs":
+        solver = _highs_class()(msg=False, timeLimit=left, gapRel=gap, threads=threads,
+                                random_seed=seed, mip_abs_gap=0.0, warm=warm)
+        prob.solve(solver)
+        bound = solver.dual_bound
+        timed_out = solver.timed_out
+        backend_msg = solver.model_status
+    else:
+        for var in prob.variables():
+            if warm is not None and var.name in warm:
+                var.setInitialValue(warm[var.name])
+        with tempfile.TemporaryDirectory() as tmp:
+            log = os.path.join(tmp, "cbc.log")
+            solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=left, gapRel=gap, threads=threads,
+                                       warmStart=warm is not None, logPath=log,
+                                       options=[f"randomCbcSeed {seed + 1}", "allowableGap 0"])
+            prob.solve(solver)
+            text = open(log).read() if os.path.exists(log) else ""
+        bound, timed_out, backend_msg = _cbc_log(text)
+    stats["solve_s"] = time.perf_counter() - start - stats["build_s"]
+    sol = prob.sol_status
+    if prob.status == pulp.LpStatusInfeasible:
+        return LayerResult("infeasible", stats=stats, message=backend_msg)
+    if sol not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
+        st = "time_limit" if timed_out or prob.status == pulp.LpStatusNotSolved else "error"
+        return LayerResult(st, bound=_round_down(bound), stats=stats, message=backend_msg)
+    if sol == pulp.LpSolutionOptimal:
+        st = "optimal"
+        obj = pulp.value(prob.objective)
+        bound = obj if bound is None else bound
+    else:
+        st = "time_limit" if timed_out else "feasible"
+    T = v["T"].varValue
+    if lm.replication_only:
+        counts = np.array([lm.cand[e][0] if len(lm.cand[e]) == 1 else
+                           max(lm.cand[e], key=lambda c: v["y"][e, c].varValue) for e in range(lm.num_experts)])
+        return LayerResult(st, counts=counts, bound=_round_down(bound), objective=T, stats=stats, message=backend_msg)
+    xg = np.zeros((lm.num_experts, lm.num_gpus), dtype=np.int64)
+    for (e, c, g), var in v["z"].items():
+        xg[e, g] += int(round(var.varValue or 0.0))
+    if (xg.sum(0) != lm.slots_per_gpu).any():
+        return LayerResult("error", stats=stats, message=f"{backend}: solution with fractional replica counts")
+    return LayerResult(st, xg=xg, bound=_round_down(bound), objective=T, stats=stats, message=backend_msg)
+
+
+_CBC_BOUND = re.compile(r"^Lower bound:\s*([-+0-9.eE]+)", re.M)
+_CBC_OBJ = re.compile(r"^Objective value:\s*([-+0-9.eE]+)", re.M)
+_CBC_RESULT = re.compile(r"^Result - (.*)$", re.M)
+
+
+def _cbc_log(text: str) -> tuple[float | None, bool, str]:
+    """(proven bound, stopped on time, result line) from CBC's log."""
+    result = _CBC_RESULT.search(text)
+    line = result.group(1).strip() if result else "no result line in CBC log"
+    bound = None
+    m = _CBC_BOUND.search(text)
+    if m:
+        bound = float(m.group(1))
+    elif result and line.startswith("Optimal solution found"):
+        o = _CBC_OBJ.search(text)
+        bound = float(o.group(1)) if o else None
+    return bound, "time" in line.lower(), line
+
+
+_HIGHS_CLS = None
+
+
+def _highs_class():
+    """pulp.HiGHS with a warm start (highspy.setSolution) and mip_dual_bound read back."""
+    global _HIGHS_CLS
+    if _HIGHS_CLS is not None:
+        return _HIGHS_CLS
+    from . import backends
+    backends.highs_available()          # imports OR-Tools before highspy (see backends)
+    import highspy
+    import pulp
+
+    class WarmHiGHS(pulp.HiGHS):
+        def __init__(self, *, warm=None, **kwargs):
+            super().__init__(**kwargs)
+            self.warm = warm
+            self.dual_bound = None
+            self.timed_out = False
+            self.model_status = ""
+
+        def callSolver(self, lp):
+            h = lp.solverModel
+            if self.warm is not None:
+                sol = highspy.HighsSolution()
+                sol.col_value = [float(self.warm.get(var.name, 0.0)) for var in lp.variables()]
+                sol.value_valid = True
+                h.setSolution(sol)
+            h.run()
+            status = h.getModelStatus()
+            self.model_status = h.modelStatusToString(status)
+            self.timed_out = status == highspy.HighsModelStatus.kTimeLimit
+            b = h.getInfo().mip_dual_bound
+            self.dual_bound = float(b) if b is not None and math.isfinite(b) else None
+
+    _HIGHS_CLS = WarmHiGHS
+    return _HIGHS_CLS
