@@ -256,13 +256,14 @@ def repair_duplicates(w_slots: torch.Tensor, e_slots: torch.Tensor, num_packs: i
 
 
 def pack_counts(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int, *, nodup: bool = False,
-                starts: tuple[str, ...] = ("kk", "lpt"), max_steps: int = 200,
-                two_swaps: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                starts: tuple[str, ...] = ("kk", "lpt"), max_steps: int = 200, two_swaps: bool = True,
+                search_dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     """Best packing found for fixed counts: every start, local search, best kept per row.
 
-    weight: [X, E], logcnt: [X, E]. Returns e_slots: [X, R] (local expert per slot),
-    w_slots: [X, R] float64, max_load: [X] (inf for a row left with duplicates under
-    ``nodup``, which only the round-robin start can avoid, so keep it among ``starts``).
+    weight: [X, E], logcnt: [X, E]. The search runs in ``search_dtype`` (float32: half the
+    memory traffic); the objective that picks the best start is recomputed in float64.
+    Returns e_slots: [X, R] (local expert per slot) and max_load: [X] float64 (inf for a
+    row left with duplicates under ``nodup``; the "rr" start never leaves one).
     """
     X, E = weight.shape
     item_e, item_w = expand_items(weight, logcnt)
@@ -280,15 +281,15 @@ def pack_counts(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int, *, n
         cands_w.append(ws)
         cands_e.append(es)
     C = len(cands_w)
-    w_all, e_all = torch.cat(cands_w, 0), torch.cat(cands_e, 0)                 # [C*X, R]
+    w_all, e_all = torch.cat(cands_w, 0).to(search_dtype), torch.cat(cands_e, 0)   # [C*X, R]
     if nodup:
         w_all, e_all = repair_duplicates(w_all, e_all, num_packs, E)
     w_all, e_all, _ = local_search(w_all, e_all, num_packs, E, nodup=nodup, max_steps=max_steps,
                                    two_swaps=two_swaps)
-    obj = pack_loads(w_all, num_packs).max(1).values
+    per = (weight.to(torch.float64) / logcnt.to(torch.float64)).repeat(C, 1)
+    obj = pack_loads(per.gather(1, e_all), num_packs).max(1).values
     if nodup:
         obj = obj.masked_fill(row_duplicates(e_all, num_packs) > 0, float("inf"))
-    R = w_all.shape[1]
-    e_best, w_best, obj_best, _ = pick_best(obj.view(C, X), e_all.view(C, X, R), w_all.view(C, X, R),
-                                            obj.view(C, X))
-    return e_best, w_best, obj_best
+    R = e_all.shape[1]
+    e_best, obj_best, _ = pick_best(obj.view(C, X), e_all.view(C, X, R), obj.view(C, X))
+    return e_best, obj_best

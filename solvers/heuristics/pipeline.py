@@ -1,0 +1,147 @@
+"""The one pipeline every heuristic of this package runs, batched over layers.
+
+1. policy: global = one row per layer; hierarchical = the ``top`` best group-to-node
+   partitions (exact when enumerable), one row per (layer, candidate, node);
+2. replica counts per row: DeepSeek's greedy replication, optionally improved jointly
+   with the packing (:mod:`.joint`), capped at the GPUs of the row under ``nodup``;
+3. packing per row (:mod:`.packing`): several starts, swap local search, best kept;
+4. per layer the best partition candidate, then *keep-best* against the greedy the
+   heuristic starts from (DeepSeek's plan, or under ``nodup`` its duplicate-free layers),
+   scored in float64 by :func:`solvers.scoring.gpu_loads`: never worse than the greedy;
+5. optional relaxed hierarchical mode (:mod:`.relaxed`).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ..deepseek import deepseek_plan
+from ..errors import OptionError
+from ..plan import Plan
+from ..problem import Problem
+from ..registry import SolverOutput
+from ..scoring import gpu_loads
+from .common import positive_int, replicate_counts, row_duplicates
+from .hierarchical import group_node_candidates, node_experts
+from .joint import joint_counts
+from .packing import pack_counts
+
+
+@dataclass(frozen=True)
+class Effort:
+    """How hard the pipeline works (the portfolio raises these)."""
+
+    steps: int = 24                 # local-search steps per packing
+    starts: tuple[str, ...] = ("kk",)
+    joint: bool = False             # counts with the packing in the loop
+    joint_rounds: int = 32
+    joint_width: int = 4            # donors = receivers per round
+    joint_steps: int = 4            # swap steps inside each candidate's quick packing
+    partitions: int = 4             # group-to-node candidates (hierarchical)
+    two_swaps: bool = True
+
+
+def check_common(problem: Problem, policy: str, nodup, relax) -> str:
+    if not isinstance(nodup, bool):
+        raise OptionError("nodup", f"must be True or False, got {nodup!r}")
+    positive_int(relax, "relax")
+    resolved = problem.resolve_policy(policy)
+    if relax and resolved != "hierarchical":
+        raise OptionError("relax", "relaxed mode needs the hierarchical policy "
+                          f"(resolved policy is {resolved!r})")
+    if nodup:
+        N = problem.num_nodes if resolved == "hierarchical" else 1
+        if problem.num_experts // N < problem.slots_per_gpu:
+            raise OptionError("nodup", f"a GPU has {problem.slots_per_gpu} slots but only "
+                              f"{problem.num_experts // N} experts can go there: duplicates are unavoidable")
+    return resolved
+
+
+def layer_max(problem: Problem, phy2log: torch.Tensor) -> torch.Tensor:
+    """[L] float64 max GPU load of a phy2log [L, R] under the shared scorer's arithmetic."""
+    return gpu_loads(problem.weights, Plan.from_phy2log(phy2log, problem.num_experts),
+                     problem.num_gpus).max(1).values
+
+
+def greedy_phy2log(problem: Problem, resolved: str) -> torch.Tensor:
+    return deepseek_plan(problem.weights, problem.num_replicas, problem.num_groups,
+                         problem.num_nodes, problem.num_gpus, resolved).phy2log
+
+
+def heuristic_phy2log(problem: Problem, resolved: str, nodup: bool, effort: Effort,
+                      deadline: float | None = None) -> tuple[torch.Tensor, dict]:
+    """Steps 1-4 without keep-best: phy2log [L, R] and info."""
+    w = problem.weights.to(torch.float64)
+    L, E = w.shape
+    R, P, G = problem.num_replicas, problem.num_gpus, problem.num_groups
+    dev = w.device
+    if resolved == "hierarchical":
+        N = problem.num_nodes
+        nog = group_node_candidates(w.view(L, G, E // G).sum(-1), N, top=effort.partitions)
+        nexp = node_experts(nog, E, N)                                           # [L, K, N, E/N]
+    else:
+        N = 1
+        nexp = torch.arange(E, device=dev).view(1, 1, 1, E).expand(L, 1, 1, E)
+    K = nexp.shape[1]
+    En, Rn, Pn = E // N, R // N, P // N
+    rows = nexp.reshape(L * K * N, En)                                            # global id per local expert
+    wr = w.gather(1, nexp.reshape(L, -1)).view(-1, En)                            # [X, En]
+    cap = Pn if nodup else None
+    starts = tuple(effort.starts) + (("lpt", "rr") if nodup else ())
+    starts = tuple(dict.fromkeys(starts))
+    cnt = replicate_counts(wr, Rn, cap)
+    e_loc, obj = pack_counts(wr, cnt, Pn, nodup=nodup, starts=starts, max_steps=effort.steps,
+                             two_swaps=effort.two_swaps)
+    info: dict = {"partition_candidates": K}
+    if effort.joint:
+        cnt2, rounds = joint_counts(wr, cnt, Pn, cap=cap, rounds=effort.joint_rounds,
+                                    donors=effort.joint_width, receivers=effort.joint_width,
+                                    steps=effort.joint_steps, deadline=deadline)
+        e2, obj2 = pack_counts(wr, cnt2, Pn, nodup=nodup, starts=starts, max_steps=effort.steps,
+                               two_swaps=effort.two_swaps)
+        better = obj2 < obj
+        e_loc = torch.where(better.unsqueeze(1), e2, e_loc)
+        obj = torch.where(better, obj2, obj)
+        info["joint_rounds"] = rounds
+        info["joint_rows_changed"] = int(better.sum())
+    glob = rows.gather(1, e_loc).view(L, K, R)                                    # node-major slots
+    best_k = obj.view(L, K, N).max(-1).values.argmin(1)                           # [L]
+    return glob[torch.arange(L, device=dev), best_k], info
+
+
+def keep_best(problem: Problem, candidates: list[torch.Tensor], nodup: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per layer the candidate phy2log [L, R] with the lowest max GPU load (first on ties);
+    under ``nodup`` layers with duplicates are not eligible. Returns (phy2log, index [L])."""
+    objs = []
+    for p2l in candidates:
+        o = layer_max(problem, p2l)
+        if nodup:
+            o = o.masked_fill(row_duplicates(p2l, problem.num_gpus) > 0, float("inf"))
+        objs.append(o)
+    objs_t = torch.stack(objs)                                                   # [C, L]
+    best = objs_t.argmin(0)
+    stacked = torch.stack(candidates)                                            # [C, L, R]
+    idx = best.view(1, -1, 1).expand(1, *stacked.shape[1:])
+    return stacked.gather(0, idx).squeeze(0), best
+
+
+def run_pipeline(problem: Problem, *, policy: str, nodup: bool, relax: int, effort: Effort,
+                 deadline: float | None = None, extra: list[torch.Tensor] | None = None) -> SolverOutput:
+    """Steps 1-5 and keep-best; ``extra`` adds candidate phy2log tensors (the portfolio)."""
+    resolved = check_common(problem, policy, nodup, relax)
+    start = time.perf_counter()
+    ours, info = heuristic_phy2log(problem, resolved, nodup, effort, deadline)
+    greedy = greedy_phy2log(problem, resolved)
+    cands = [greedy, ours] + list(extra or [])
+    p2l, chosen = keep_best(problem, cands, nodup)
+    info["greedy_kept_layers"] = int((chosen == 0).sum())
+    if relax:
+        from .relaxed import relax_plan
+        p2l, rinfo = relax_plan(problem, p2l, relax, nodup=nodup, steps=max(effort.steps, 64))
+        info.update(rinfo)
+    info["heuristic_seconds"] = time.perf_counter() - start
+    plan = Plan.from_phy2log(p2l, problem.num_experts)
+    policy_name = resolved + ("+relaxed" if relax else "")
+    return SolverOutput(plan, policy_name, info=info)
