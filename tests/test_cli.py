@@ -1,0 +1,127 @@
+"""The eplb CLI: plan and score on every loads format; bad input is one line and exit 2."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from solvers.cli import main
+
+W = np.array([[90, 132, 40, 61, 104, 165, 39, 4, 73, 56, 183, 86],
+              [20, 107, 104, 64, 19, 197, 187, 157, 172, 86, 16, 27]])
+GOLDEN = [[5, 6, 5, 7, 8, 4, 3, 4, 10, 9, 10, 2, 0, 1, 11, 1], [7, 10, 6, 8, 6, 11, 8, 9, 2, 4, 5, 1, 5, 0, 3, 1]]
+SHAPE = ["--replicas", "16", "--groups", "4", "--nodes", "2", "--gpus", "8"]
+
+
+def write(path: Path, arr: np.ndarray) -> Path:
+    if path.suffix == ".npz":
+        np.savez(path, loads=arr)
+    elif path.suffix == ".pt":
+        torch.save(torch.from_numpy(arr), path)
+    elif path.suffix == ".json":
+        path.write_text(json.dumps({"loads": arr.tolist()}))
+    elif path.suffix == ".csv":
+        lines = [",".join(f"e{i}" for i in range(arr.shape[1]))] + [",".join(map(str, r)) for r in arr]
+        path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".pt", ".json", ".csv"])
+def test_plan_then_score_every_format(tmp_path, capsys, suffix):
+    loads = write(tmp_path / f"loads{suffix}", W)
+    out = tmp_path / "plan.json"
+    assert main(["plan", "--loads", str(loads), *SHAPE, "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["phy2log"] == GOLDEN and doc["policy"] == "hierarchical" and doc["solver"] == "deepseek"
+    assert doc["problem"]["num_gpus"] == 8 and doc["provenance"]["loads_sha256"]
+    capsys.readouterr()
+    assert main(["score", "--loads", str(loads), "--plan", str(out), "--json"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["imbalance_worst"] == pytest.approx(179.5 / 144.5)
+    assert metrics["max_load_sum"] == doc["metrics"]["max_load_sum"]
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".pt", ".json"])
+def test_three_d_loads_are_summed_over_steps(tmp_path, suffix):
+    steps = np.stack([W // 2, W - W // 2])              # [T=2, L, E], sums to W
+    loads = write(tmp_path / f"trace{suffix}", steps)
+    out = tmp_path / "plan.json"
+    assert main(["plan", "--loads", str(loads), *SHAPE, "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["phy2log"] == GOLDEN
+
+
+def test_score_reports_moves_and_per_gpu_loads(tmp_path, capsys):
+    loads = write(tmp_path / "w.json", W)
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    main(["plan", "--loads", str(loads), *SHAPE, "--out", str(a)])
+    main(["plan", "--loads", str(loads), *SHAPE, "--policy", "global", "--out", str(b)])
+    capsys.readouterr()
+    assert main(["score", "--loads", str(loads), "--plan", str(b), "--previous", str(a),
+                 "--expert-bytes", "100", "--per-gpu", "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)
+    assert m["moves"] > 0 and m["moves_bytes"] == 100 * m["moves"]
+    assert len(m["gpu_load"]) == 2 and len(m["gpu_load"][0]) == 8
+
+
+def one_error_line(capsys, argv, fragment):
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("eplb: error:") and fragment in lines[0], err
+    assert "Traceback" not in err
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    good = write(tmp_path / "w.json", W)
+    out = str(tmp_path / "p.json")
+    one_error_line(capsys, ["plan", "--loads", str(tmp_path / "missing.npz"), *SHAPE, "--out", out], "no such file")
+    one_error_line(capsys, ["plan", "--loads", str(good), "--replicas", "10", "--gpus", "2", "--out", out],
+                   "num_replicas")
+    one_error_line(capsys, ["plan", "--loads", str(good), "--replicas", "16", "--gpus", "8", "--nodes", "3",
+                            "--out", out], "num_gpus")
+    one_error_line(capsys, ["plan", "--loads", str(good), *SHAPE, "--solver", "magic", "--out", out],
+                   "unknown solver")
+    one_error_line(capsys, ["plan", "--loads", str(good), *SHAPE, "-O", "speed=11", "--out", out], "speed")
+    one_error_line(capsys, ["plan", "--loads", str(good), "--replicas", "x", "--gpus", "8", "--out", out],
+                   "invalid int value")
+    one_error_line(capsys, ["plan", "--gpus", "8"], "required")
+    one_error_line(capsys, ["frobnicate"], "invalid choice")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    one_error_line(capsys, ["plan", "--loads", str(bad), *SHAPE, "--out", out], "cannot read")
+    neg = write(tmp_path / "neg.json", -W)
+    one_error_line(capsys, ["plan", "--loads", str(neg), *SHAPE, "--out", out], ">= 0")
+    nan = tmp_path / "nan.npz"
+    np.savez(nan, loads=np.full((2, 12), np.nan))
+    one_error_line(capsys, ["plan", "--loads", str(nan), *SHAPE, "--out", out], "NaN")
+    flat = write(tmp_path / "flat.npz", np.arange(12))
+    one_error_line(capsys, ["plan", "--loads", str(flat), *SHAPE, "--out", out], "shape")
+    txt = tmp_path / "loads.txt"
+    txt.write_text("1 2 3")
+    one_error_line(capsys, ["plan", "--loads", str(txt), *SHAPE, "--out", out], "unknown format")
+    # score: a plan for another shape, and a file that is not a plan
+    main(["plan", "--loads", str(good), *SHAPE, "--out", out])
+    small = write(tmp_path / "small.json", W[:1])
+    capsys.readouterr()
+    one_error_line(capsys, ["score", "--loads", str(small), "--plan", out], "shape")
+    one_error_line(capsys, ["score", "--loads", str(good), "--plan", str(good)], "not an eplb-plan")
+    one_error_line(capsys, ["plan", "--loads", str(good), *SHAPE, "--out", str(tmp_path / "no" / "p.json")],
+                   "No such file")
+
+
+def test_console_script_runs(tmp_path):
+    exe = Path(sys.executable).with_name("eplb")
+    loads = write(tmp_path / "w.csv", W)
+    out = tmp_path / "plan.json"
+    run = subprocess.run([str(exe), "plan", "--loads", str(loads), *SHAPE, "--out", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "policy hierarchical" in run.stdout
+    bad = subprocess.run([str(exe), "score", "--loads", str(loads), "--plan", str(tmp_path / "x.json")],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+

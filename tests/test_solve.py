@@ -1,0 +1,96 @@
+"""solve(): registry look-up, option checks, shared scoring, bounds and the bound gate."""
+import pytest
+import torch
+
+import solvers.registry as registry
+from solvers import (BoundViolation, OptionError, Plan, Problem, SolverOutput, Termination,
+                     get_solver, lower_bound, rebalance_experts, register, solve, solver_names)
+
+W = [[90, 132, 40, 61, 104, 165, 39, 4, 73, 56, 183, 86],
+     [20, 107, 104, 64, 19, 197, 187, 157, 172, 86, 16, 27]]
+
+
+@pytest.fixture
+def temporary_solver():
+    names = []
+
+    def add(name, fn, **kw):
+        register(name, kind="heuristic", description="test solver", **kw)(fn)
+        names.append(name)
+
+    yield add
+    for n in names:
+        registry._REGISTRY.pop(n, None)
+
+
+def test_deepseek_is_registered_with_its_options():
+    assert "deepseek" in solver_names()
+    spec = get_solver("deepseek")
+    assert spec.kind == "heuristic" and spec.options == ("policy",) and spec.is_available()
+
+
+def test_result_is_scored_by_the_shared_scorer():
+    problem = Problem(W, 16, 4, 2, 8)
+    res = solve(problem, "deepseek")
+    assert res.termination is Termination.FEASIBLE and res.policy == "hierarchical"
+    expected = Plan(*rebalance_experts(W, 16, 4, 2, 8))
+    assert torch.equal(res.plan.phy2log, expected.phy2log)
+    assert res.objective.tolist() == res.score.gpu_load.max(1).values.tolist()
+    assert torch.equal(res.lower_bound, lower_bound(problem))
+    assert bool((res.gap >= 0).all()) and res.gap_max == pytest.approx(float(res.gap.max()))
+    assert res.wall_time > 0
+    assert res.summary()["termination"] == "feasible"
+
+
+def test_optimal_when_the_bound_is_met():
+    # 8 equal experts on 8 GPUs: every GPU carries the mean, which is the average bound
+    res = solve(Problem(torch.full((3, 8), 5.0), 8, 1, 1, 8))
+    assert res.termination is Termination.OPTIMAL and res.gap_max == pytest.approx(0.0, abs=1e-9)
+
+
+def test_unknown_solver_and_option():
+    problem = Problem(W, 16, 4, 2, 8)
+    with pytest.raises(OptionError, match="unknown solver 'nope'") as err:
+        solve(problem, "nope")
+    assert err.value.param == "solver"
+    with pytest.raises(OptionError, match="time_limt") as err:
+        solve(problem, "deepseek", time_limt=3)
+    assert err.value.param == "time_limt"
+    with pytest.raises(OptionError, match="problem"):
+        solve(W, "deepseek")
+
+
+def test_plan_below_a_proven_bound_fails_loudly(temporary_solver):
+    def lying(problem):
+        plan = Plan(*rebalance_experts(problem.weights, problem.num_replicas, 1, 1, problem.num_gpus))
+        return SolverOutput(plan, "global", bound=torch.full((problem.num_layers,), 1e9))
+
+    temporary_solver("test-lying-bound", lying)
+    with pytest.raises(BoundViolation, match="below the proven lower bound"):
+        solve(Problem(W, 16, 4, 2, 8), "test-lying-bound")
+
+
+def test_backend_crash_is_an_error_result(temporary_solver):
+    def crashing(problem):
+        raise RuntimeError("backend exploded")
+
+    temporary_solver("test-crash", crashing)
+    res = solve(Problem(W, 16, 4, 2, 8), "test-crash")
+    assert res.termination is Termination.ERROR and res.plan is None
+    assert "backend exploded" in res.message
+
+
+def test_unavailable_solver_says_what_to_install(temporary_solver):
+    temporary_solver("test-missing", lambda problem: None, is_available=lambda: False,
+                     requires="pip install something")
+    with pytest.raises(OptionError, match="pip install something"):
+        solve(Problem(W, 16, 4, 2, 8), "test-missing")
+
+
+def test_previous_plan_adds_moves():
+    problem = Problem(W, 16, 4, 2, 8)
+    first = solve(problem)
+    again = solve(problem, previous=first.plan, expert_bytes=10)
+    assert again.score.moves == 0 and again.score.moves_bytes == 0
+    other = solve(problem, policy="global", previous=first.plan)
+    assert other.score.moves > 0
