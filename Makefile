@@ -4,7 +4,7 @@
 PY      := .venv/bin/python
 STAMP   := .venv/.installed
 
-.PHONY: run test setup bench
+.PHONY: run test test-all setup bench
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt scripts/setup.sh
@@ -15,7 +15,11 @@ run: $(STAMP)
 	.venv/bin/eplb plan --loads datasets/examples/readme.json --replicas 16 --groups 4 --nodes 2 --gpus 8 --out plan.json
 	.venv/bin/eplb score --loads datasets/examples/readme.json --plan plan.json
 
+# The default run leaves out tests marked slow (make test-all runs them too).
 test: $(STAMP)
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-all: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
