@@ -1,0 +1,108 @@
+"""Lower bounds (DESIGN section 3): known values and validity against brute-force optima."""
+import math
+import random
+
+import pytest
+import torch
+
+from solvers import OptionError, Problem, lower_bound, lower_bounds, solve
+from solvers.bounds import item_bounds, optimal_counts
+from solvers.exact.brute import brute_force, compositions
+
+JOINT = [600, 560, 120, 120, 20, 10, 10, 10]
+
+
+def test_known_values_on_the_joint_example():
+    p = Problem([JOINT], 16, 1, 1, 8)
+    b = lower_bounds(p, counts=[[5, 5, 1, 1, 1, 1, 1, 1]])
+    assert float(b["average"][0]) == pytest.approx(1450 / 8)
+    assert float(b["hottest_expert"][0]) == pytest.approx(600 / 8)
+    assert float(b["replication"][0]) == pytest.approx(120)   # 600/5, 560/5 ... and the 120s
+    # Counts 5,5,1..: items 120 x7, 112 x5, 20, 10 x3 on 8 GPUs; two of the top 9 items
+    # share a GPU, at least the two smallest of them: 112 + 112 = 224.
+    assert float(b["pigeonhole"][0]) == pytest.approx(224)
+    assert float(lower_bound(p)[0]) == pytest.approx(181.25)
+
+
+def test_item_bounds_forms():
+    items = torch.tensor([[10.0, 9, 8, 1, 1, 1]])          # 3 bins of 2
+    # j=0: 10 + 1; j=1: top 4 items -> two smallest of them 8 + 1 = 9... max is 11
+    assert float(item_bounds(items, 3)[0]) == pytest.approx(11)
+    items = torch.tensor([[5.0, 5, 5, 4, 4, 4]])             # top 4 -> 5 + 4 = 9
+    assert float(item_bounds(items, 3)[0]) == pytest.approx(9)
+
+
+def test_optimal_counts_match_enumeration():
+    rng = random.Random(3)
+    for _ in range(30):
+        E, R = rng.randint(1, 5), rng.randint(5, 10)
+        if R < E:
+            continue
+        w = [rng.randint(0, 50) for _ in range(E)]
+        c = optimal_counts(torch.tensor([w], dtype=torch.float64), R)[0].tolist()
+        best = min(max(x / k for x, k in zip(w, cs)) for cs in compositions(R, E, [R] * E))
+        assert max(x / k for x, k in zip(w, c)) == pytest.approx(best)
+
+
+def _tiny(rng):
+    P = rng.choice([1, 2, 3, 4])
+    S = rng.choice([1, 2, 3]) if P < 4 else rng.choice([1, 2])
+    R = P * S
+    E = rng.randint(1, min(5, R))
+    w = [rng.choice([0, rng.randint(1, 30), rng.randint(1, 300)]) for _ in range(E)]
+    return w, R, P
+
+
+def test_bounds_never_exceed_brute_force_optima():
+    rng = random.Random(7)
+    for _ in range(60):
+        w, R, P = _tiny(rng)
+        p = Problem([w], R, 1, 1, P)
+        opt = brute_force(w, R, P, model="joint")
+        assert float(lower_bound(p)[0]) <= opt + 1e-9
+        counts = optimal_counts(torch.tensor([w], dtype=torch.float64), R)[0].tolist()
+        fixed = brute_force(w, R, P, model="packing", counts=counts)
+        assert float(lower_bound(p, counts=[counts])[0]) <= fixed + 1e-9
+
+
+def test_hierarchical_node_bounds_never_exceed_brute_force_optima():
+    rng = random.Random(11)
+    for _ in range(25):
+        N = rng.choice([1, 2])
+        G = N * rng.choice([1, 2])
+        E = G * rng.choice([1, 2]) if G <= 2 else G
+        gpn = rng.choice([1, 2])
+        P = N * gpn
+        S = rng.choice([1, 2, 3])
+        R = P * S
+        if R < E or E > 6:
+            continue
+        w = [rng.randint(0, 100) for _ in range(E)]
+        p = Problem([w], R, G, N, P)
+        for budget in ("fixed", "free"):
+            opt = brute_force(w, R, P, model="hierarchical", num_groups=G, num_nodes=N, node_budget=budget)
+            if math.isinf(opt):
+                continue
+            assert float(lower_bound(p, policy="hierarchical", node_budget=budget)[0]) <= opt + 1e-9
+
+
+def test_default_bound_holds_for_greedy_plans_on_many_layers():
+    torch.manual_seed(0)
+    w = torch.distributions.LogNormal(0.0, 1.5).sample((64, 64)) * 100
+    p = Problem(w, 80, 8, 2, 16)
+    for policy in ("global", "hierarchical"):
+        r = solve(p, "deepseek", policy=policy)              # solve() itself checks the bound
+        assert bool((r.objective >= lower_bound(p) - 1e-9).all())
+        if policy == "hierarchical":
+            hb = lower_bound(p, counts=r.plan.logcnt, policy="hierarchical")
+            assert bool((r.objective >= hb - 1e-9).all())
+
+
+def test_bad_bound_arguments():
+    p = Problem([[1.0, 2.0, 3.0]], 4, 1, 1, 2)
+    with pytest.raises(OptionError, match="counts"):
+        lower_bounds(p, counts=[[1, 1, 1]])
+    with pytest.raises(OptionError, match="counts"):
+        lower_bounds(p, counts=[[1, 1]])
+    with pytest.raises(OptionError, match="policy"):
+        lower_bounds(p, policy="ring")
