@@ -189,6 +189,21 @@ class LayerModel:
     def group_of(self, e: int) -> int:
         return e // self.group_size
 
+    @property
+    def placement_variables(self) -> int:
+        """Number of z[e, c, g] variables of the placement model."""
+        return sum(len(c) for c in self.cand) * self.num_gpus
+
+    def too_big(self, seconds_per_variable: float, time_limit: float) -> str | None:
+        """Why the model cannot even be built within ``time_limit`` (None if it can)."""
+        if self.replication_only:
+            return None
+        need = self.placement_variables * seconds_per_variable
+        if need > 0.7 * time_limit:
+            return (f"model too large for the time limit: {self.placement_variables} placement "
+                    f"variables need about {need:.1f} s to build, {time_limit:.1f} s available")
+        return None
+
     def max_per_gpu(self, c: int) -> int:
         """Most replicas of one expert (with count c) on one GPU."""
         return 1 if self.forbid else min(c, self.slots_per_gpu)
