@@ -1,0 +1,257 @@
+"""Plans written in the formats engines read, and read back (for round trips and conversion).
+
+Formats (``format=`` names, detected from the suffix and content when not given):
+
+- ``eplb``:   our plan JSON (:mod:`solvers.planfile`: plan tensors, problem, metrics, provenance).
+- ``sglang``: SGLang's ``--init-expert-location`` JSON, ``{"physical_to_logical_map": [[...] per layer]}``.
+- ``trtllm``: TensorRT-LLM's MoE load-balancer YAML: ``num_slots`` (total slots R),
+  ``initial_global_assignments`` (MoE layer index -> the expert of every slot, slot order
+  = rank-major as in phy2log) and ``layer_updates_per_iter: 0`` (a static placement).
+- ``csv``:    one row per slot: ``layer,slot,gpu,expert,replica`` (gpu needs the GPU count).
+
+Only ``phy2log`` travels in the engine formats; ``log2phy`` and ``logcnt`` are rebuilt
+from it (replicas ranked in slot order, as the engines do).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import LoadFileError, OptionError
+from ..plan import Plan, replica_ranks
+from ..planfile import FORMAT as EPLB_FORMAT
+from ..planfile import plan_document, read_plan, write_plan
+from ..problem import Problem
+
+PLAN_FORMATS = ("eplb", "sglang", "trtllm", "csv")
+_SUFFIX = {".json": "json", ".yaml": "trtllm", ".yml": "trtllm", ".csv": "csv"}
+PARAM = "plan"
+
+
+def _fail(path: Any, message: str) -> LoadFileError:
+    return LoadFileError(PARAM, f"{path}: {message}")
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+# ---------------------------------------------------------------------------------------
+# Documents
+
+def plan_to_sglang(plan: Plan) -> dict[str, Any]:
+    """SGLang ``--init-expert-location`` document: ``physical_to_logical_map [layers, slots]``."""
+    return {"physical_to_logical_map": plan.phy2log.cpu().tolist()}
+
+
+def plan_to_trtllm(plan: Plan, layer_offset: int = 0) -> dict[str, Any]:
+    """TensorRT-LLM load-balancer config; keys of ``initial_global_assignments`` are MoE layer
+    indices in the model (``layer_offset`` = index of the first MoE layer, e.g. 3 for
+    DeepSeek-V3 whose first 3 layers are dense)."""
+    rows = plan.phy2log.cpu().tolist()
+    return {"num_slots": plan.num_replicas,
+            "initial_global_assignments": {layer_offset + i: row for i, row in enumerate(rows)},
+            "layer_updates_per_iter": 0}
+
+
+def plan_to_csv(plan: Plan, num_gpus: int) -> str:
+    """``layer,slot,gpu,expert,replica`` rows, one per physical slot."""
+    L, R = plan.phy2log.shape
+    if num_gpus < 1 or R % num_gpus:
+        raise OptionError("num_gpus", f"must divide the {R} slots, got {num_gpus}")
+    rank, _ = replica_ranks(plan.phy2log.cpu(), plan.num_experts)
+    slot = np.arange(R)
+    table = np.stack([np.repeat(np.arange(L), R), np.tile(slot, L), np.tile(slot // (R // num_gpus), L),
+                      plan.phy2log.cpu().numpy().reshape(-1), rank.numpy().reshape(-1)], axis=1)
+    buf = io.StringIO()
+    buf.write("layer,slot,gpu,expert,replica\n")
+    np.savetxt(buf, table, fmt="%d", delimiter=",")
+    return buf.getvalue()
+
+
+# ---------------------------------------------------------------------------------------
+# Writing
+
+def export_plan(plan: Plan, path: str | Path, format: str | None = None, *, problem: Problem | None = None,
+                num_gpus: int | None = None, layer_offset: int = 0, policy: str = "unknown",
+                solver: str = "unknown", options: dict | None = None, metrics: dict | None = None,
+                provenance: dict | None = None) -> Path:
+    """Write ``plan`` to ``path`` as ``format`` (default from the suffix: .json -> eplb when a
+    problem is given, else sglang; .yaml -> trtllm; .csv -> csv)."""
+    path = Path(path)
+    if format is None:
+        kind = _SUFFIX.get(path.suffix.lower())
+        if kind is None:
+            raise OptionError("format", f"cannot tell the format of {path.name}; pass one of {', '.join(PLAN_FORMATS)}")
+        format = ("eplb" if problem is not None else "sglang") if kind == "json" else kind
+    if format not in PLAN_FORMATS:
+        raise OptionError("format", f"must be one of {', '.join(PLAN_FORMATS)}, got {format!r}")
+    if format == "eplb":
+        if problem is None:
+            raise OptionError("problem", "the eplb plan format records the problem; pass problem=")
+        plan.validate(problem.num_layers, problem.num_experts, problem.num_replicas, problem.num_gpus)
+        write_plan(path, plan_document(plan, problem, policy=policy, solver=solver, options=options,
+                                       metrics=metrics, provenance=provenance))
+    elif format == "sglang":
+        _write_text(path, json.dumps(plan_to_sglang(plan), separators=(",", ":")) + "\n")
+    elif format == "trtllm":
+        import yaml
+
+        _write_text(path, yaml.safe_dump(plan_to_trtllm(plan, layer_offset), default_flow_style=None,
+                                         sort_keys=False, width=1 << 20))
+    else:
+        gpus = num_gpus if num_gpus is not None else (problem.num_gpus if problem is not None else None)
+        if gpus is None:
+            raise OptionError("num_gpus", "the csv plan format lists each slot's GPU; pass num_gpus= or problem=")
+        _write_text(path, plan_to_csv(plan, gpus))
+    return path
+
+
+# ---------------------------------------------------------------------------------------
+# Reading back
+
+def detect_plan_format(path: str | Path) -> str:
+    path = Path(path)
+    kind = _SUFFIX.get(path.suffix.lower())
+    if kind is None:
+        raise _fail(path, f"unknown plan format {path.suffix or '(no suffix)'}; use .json, .yaml or .csv")
+    if kind != "json":
+        return kind
+    with path.open("rb") as fh:
+        head = fh.read(1 << 12)
+    return "eplb" if EPLB_FORMAT.encode() in head else "sglang"
+
+
+def _p2l_plan(rows: Any, num_experts: int | None, path: Path) -> Plan:
+    try:
+        p2l = torch.as_tensor(np.asarray(rows))
+    except (ValueError, TypeError) as exc:
+        raise _fail(path, f"the slot map is not a rectangular integer array ({exc})") from None
+    if p2l.dim() != 2 or p2l.is_floating_point() or p2l.dtype == torch.bool or p2l.numel() == 0:
+        raise _fail(path, f"the slot map must be a non-empty integer [layers, slots] array, "
+                    f"got {p2l.dtype} {tuple(p2l.shape)}")
+    E = int(p2l.max()) + 1 if num_experts is None else num_experts
+    try:
+        plan = Plan.from_phy2log(p2l, E)
+        plan.validate(num_experts=E)
+    except (LoadFileError, ValueError) as exc:
+        raise _fail(path, f"invalid plan ({exc})") from None
+    return plan
+
+
+def read_exported_plan(path: str | Path, format: str | None = None, num_experts: int | None = None) -> Plan:
+    """The plan in a file of any :data:`PLAN_FORMATS` (``num_experts`` defaults to the largest
+    id + 1 in engine formats, which record no expert count)."""
+    path = Path(path)
+    if not path.is_file():
+        raise _fail(path, "no such file")
+    fmt = format or detect_plan_format(path)
+    if fmt not in PLAN_FORMATS:
+        raise OptionError("format", f"must be one of {', '.join(PLAN_FORMATS)}, got {fmt!r}")
+    if fmt == "eplb":
+        return read_plan(path)[0]
+    if fmt == "sglang":
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise _fail(path, f"not valid JSON ({exc})") from None
+        if not isinstance(doc, dict) or "physical_to_logical_map" not in doc:
+            raise _fail(path, "no 'physical_to_logical_map' (not an SGLang expert-location file)")
+        return _p2l_plan(doc["physical_to_logical_map"], num_experts, path)
+    if fmt == "trtllm":
+        import yaml
+
+        try:
+            doc = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise _fail(path, f"not valid YAML ({str(exc).splitlines()[0]})") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("initial_global_assignments"), dict):
+            raise _fail(path, "no 'initial_global_assignments' mapping (not a TensorRT-LLM load-balancer config)")
+        assign = doc["initial_global_assignments"]
+        try:
+            layers = sorted(assign, key=int)
+        except (TypeError, ValueError):
+            raise _fail(path, "initial_global_assignments keys must be layer indices") from None
+        plan = _p2l_plan([assign[k] for k in layers], num_experts, path)
+        if "num_slots" in doc and doc["num_slots"] != plan.num_replicas:
+            raise _fail(path, f"num_slots is {doc['num_slots']} but layers list {plan.num_replicas} slots")
+        return plan
+    # csv
+    try:
+        data = np.genfromtxt(path, delimiter=",", names=True, dtype=np.int64)
+    except (OSError, ValueError) as exc:
+        raise _fail(path, f"cannot read plan CSV ({exc})") from None
+    names = data.dtype.names or ()
+    if not {"layer", "slot", "expert"} <= set(names) or data.size == 0:
+        raise _fail(path, "plan CSV needs a header with layer, slot, expert and at least one row")
+    data = np.atleast_1d(data)
+    L, R = int(data["layer"].max()) + 1, int(data["slot"].max()) + 1
+    if data.size != L * R or (data["layer"] < 0).any() or (data["slot"] < 0).any():
+        raise _fail(path, f"plan CSV must list every (layer, slot) once: {data.size} rows for {L} x {R}")
+    p2l = np.full((L, R), -1, dtype=np.int64)
+    p2l[data["layer"], data["slot"]] = data["expert"]
+    if (p2l < 0).any():
+        raise _fail(path, "plan CSV lists some (layer, slot) twice and misses others")
+    return _p2l_plan(p2l, num_experts, path)
+
+
+# ---------------------------------------------------------------------------------------
+# Traces (loads) in the engines' formats: for conversion and for fixtures of the importers
+
+TRACE_FORMATS = ("npz", "pt", "vllm", "sglang", "csv")
+
+
+def write_vllm_json(loads: torch.Tensor, path: str | Path, chunk_steps: int = 64) -> Path:
+    """loads [steps, layers, experts] as ``{"load_history": [{"logical_expert_load": ...}]}``,
+    written a few steps at a time (the text is never built whole)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w") as fh:
+        fh.write('{"load_history": [')
+        for t0 in range(0, loads.shape[0], chunk_steps):
+            block = loads[t0:t0 + chunk_steps].tolist()
+            text = ",".join(json.dumps({"logical_expert_load": step}, separators=(",", ":")) for step in block)
+            fh.write(("," if t0 else "") + text)
+        fh.write("]}\n")
+    tmp.replace(path)
+    return path
+
+
+def write_trace(trace: Any, path: str | Path, format: str | None = None) -> Path:
+    """Write a :class:`Trace` as ``npz``/``pt`` (ours, with meta), ``vllm`` JSON history,
+    ``sglang`` stat dump (``.pt`` with ``logical_count``) or long ``csv`` (step,layer,expert,load)."""
+    from .trace import save_trace
+
+    path = Path(path)
+    if format is None:
+        format = {".npz": "npz", ".pt": "pt", ".json": "vllm", ".csv": "csv"}.get(path.suffix.lower())
+        if format is None:
+            raise OptionError("format", f"cannot tell the format of {path.name}; pass one of {', '.join(TRACE_FORMATS)}")
+    if format not in TRACE_FORMATS:
+        raise OptionError("format", f"must be one of {', '.join(TRACE_FORMATS)}, got {format!r}")
+    if format in ("npz", "pt"):
+        return save_trace(trace, path.with_suffix("." + format) if path.suffix.lower() != "." + format else path)
+    if format == "vllm":
+        return write_vllm_json(trace.loads, path)
+    if format == "sglang":
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save({"rank": 0, "logical_count": trace.loads.to(torch.int32),
+                    "average_utilization_rate_over_window": None}, tmp)
+        tmp.replace(path)
+        return path
+    T, L, E = trace.loads.shape
+    idx = np.indices((T, L, E)).reshape(3, -1).T
+    table = np.concatenate([idx, trace.loads.numpy().reshape(-1, 1)], axis=1)
+    buf = io.StringIO()
+    buf.write("step,layer,expert,load\n")
+    np.savetxt(buf, table, fmt="%d", delimiter=",")
+    _write_text(path, buf.getvalue())
+    return path

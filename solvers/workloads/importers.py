@@ -1,0 +1,562 @@
+"""Importers of load dumps written by serving and training engines (DESIGN section 4).
+
+Every reader returns loads as a torch tensor, ``[steps, layers, experts]`` (or
+``[layers, experts]`` for a plain matrix), and raises :class:`LoadFileError` naming the
+file and what is wrong with it. :func:`read_trace` wraps any of them into a
+:class:`Trace` of integer counts.
+
+Formats (``format=`` names, detected from the suffix and content when not given):
+
+- ``sglang``: SGLang expert-distribution dump (``torch.save`` dict). Mode ``stat``:
+  ``logical_count [steps, layers, experts]``. Mode ``per_pass``: ``records`` (one dict per
+  forward pass and rank with ``forward_pass_id`` and ``global_physical_count [layers,
+  physical]``) plus ``last_physical_to_logical_map [layers, physical]``; counts are
+  summed over the ranks of one pass and mapped back to logical experts. Several per-rank
+  files (a directory or a glob) are merged.
+- ``vllm``: JSON ``{"load_history": [{"logical_expert_load": [[per expert] per layer]}, ...]}``,
+  one entry per step (the public EPLB benchmark's format). Streamed with ``ijson``: memory
+  holds the result and one step, not the parsed document.
+- ``megatron``: Megatron-core per-rank ``.npz`` with ``loads [local_layers, forwards,
+  physical_experts]``, ``ep_rank``, ``ep_size``, ``layer_numbers [local_layers]`` (and
+  optionally ``physical_to_logical_map [local_layers, physical_experts]``); summed over
+  the EP ranks, layers ordered by their global number.
+- ``csv``: long form with a header ``layer,expert,load[,step]`` (also ``count`` or
+  ``tokens`` for the load column), or a layers x experts matrix (optional header row).
+- ``npz``: array ``loads``, ``weights`` or ``logical_count`` (or the only array); a trace
+  saved by :func:`save_trace` also carries its ``meta``.
+- ``pt``: a tensor, or a dict holding one of those keys.
+- ``json``: nested lists, or an object with one of those keys.
+"""
+from __future__ import annotations
+
+import csv
+import glob
+import json
+import math
+import os
+import re
+import zipfile
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import LoadFileError
+from .trace import Trace
+
+FORMATS = ("sglang", "vllm", "megatron", "csv", "npz", "pt", "json")
+LOAD_KEYS = ("loads", "weights", "logical_count")
+_SUFFIX_FORMAT = {".npz": "npz", ".pt": "pt", ".pth": "pt", ".json": "json", ".csv": "csv"}
+_LONG_LOAD_COLUMNS = ("load", "count", "tokens")
+PARAM = "loads"
+
+
+def _fail(path: Any, message: str) -> LoadFileError:
+    return LoadFileError(PARAM, f"{path}: {message}")
+
+
+# ---------------------------------------------------------------------------------------
+# Paths and detection
+
+def expand_paths(spec: str | Path | Sequence[str | Path]) -> list[Path]:
+    """Files named by a path, a directory (its files, sorted), a glob pattern or a list."""
+    if isinstance(spec, (list, tuple)):
+        out = [p for s in spec for p in expand_paths(s)]
+        if not out:
+            raise _fail(spec, "no files given")
+        return out
+    text = str(spec)
+    path = Path(text)
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+        if not files:
+            raise _fail(path, "the directory holds no files")
+        return files
+    if any(c in text for c in "*?[") and not path.exists():
+        files = sorted(Path(p) for p in glob.glob(text) if Path(p).is_file())
+        if not files:
+            raise _fail(text, "no file matches this pattern")
+        return files
+    if not path.is_file():
+        raise _fail(path, "no such file")
+    return [path]
+
+
+def _peek(path: Path, size: int = 1 << 16) -> bytes:
+    with path.open("rb") as fh:
+        return fh.read(size)
+
+
+def _torch_load(path: Path) -> Any:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, ValueError, zipfile.BadZipFile, KeyError) as exc:
+        # weights_only refuses pickled classes: a dump is tensors, numbers, lists and dicts.
+        raise _fail(path, f"cannot read .pt file ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+
+
+def detect_format(path: str | Path) -> str:
+    """The format of one file, from its suffix and (for .pt, .npz, .json) its content."""
+    path = Path(path)
+    fmt = _SUFFIX_FORMAT.get(path.suffix.lower())
+    if fmt is None:
+        raise _fail(path, f"unknown format {path.suffix or '(no suffix)'}; "
+                    f"use one of {', '.join(sorted(_SUFFIX_FORMAT))}")
+    if fmt == "json" and re.search(rb'"load_history"\s*:', _peek(path)):
+        return "vllm"
+    if fmt == "npz":
+        try:
+            with zipfile.ZipFile(path) as zf:
+                names = {Path(n).stem for n in zf.namelist()}
+        except (OSError, zipfile.BadZipFile) as exc:
+            raise _fail(path, f"not a readable .npz file ({exc})") from None
+        if {"loads", "ep_rank", "ep_size"} <= names:
+            return "megatron"
+    if fmt == "pt":
+        obj = _torch_load(path)
+        if isinstance(obj, dict) and ("records" in obj or "logical_count" in obj):
+            return "sglang"
+    return fmt
+
+
+# ---------------------------------------------------------------------------------------
+# Shared checks
+
+def _as_tensor(raw: Any, path: Any, what: str = "loads") -> torch.Tensor:
+    try:
+        arr = raw if isinstance(raw, torch.Tensor) else torch.as_tensor(np.asarray(raw))
+    except (ValueError, TypeError) as exc:
+        raise _fail(path, f"{what} is not a rectangular numeric array ({exc})") from None
+    if arr.dtype == torch.bool or arr.is_complex() or not (arr.is_floating_point() or arr.dtype in (
+            torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)):
+        raise _fail(path, f"{what} must be real numbers, got {arr.dtype}")
+    return arr
+
+
+def _check_values(arr: torch.Tensor, path: Any) -> torch.Tensor:
+    if arr.is_floating_point() and not bool(torch.isfinite(arr).all()):
+        raise _fail(path, "loads must be finite, found NaN or infinite values")
+    if arr.numel() and bool((arr < 0).any()):
+        raise _fail(path, f"loads must be >= 0, found {arr.min().item()}")
+    return arr
+
+
+def _pick(mapping: dict, path: Path) -> Any:
+    for key in LOAD_KEYS:
+        if key in mapping:
+            return mapping[key]
+    arrays = {k: v for k, v in mapping.items() if k != "meta"}
+    if len(arrays) == 1:
+        return next(iter(arrays.values()))
+    raise _fail(path, f"no array named {', '.join(LOAD_KEYS)} (found {', '.join(map(str, mapping)) or 'nothing'})")
+
+
+def _physical_to_logical(counts: torch.Tensor, p2l: torch.Tensor, num_experts: int | None,
+                         path: Any) -> torch.Tensor:
+    """counts [..., layers, physical] -> [..., layers, experts] by summing each expert's slots.
+
+    p2l: [layers, physical] logical expert of each physical slot.
+    """
+    p2l = _as_tensor(p2l, path, "physical_to_logical_map")
+    if p2l.is_floating_point() or p2l.dim() != 2:
+        raise _fail(path, f"physical_to_logical_map must be an integer [layers, physical] array, "
+                    f"got {p2l.dtype} {tuple(p2l.shape)}")
+    if tuple(p2l.shape) != tuple(counts.shape[-2:]):
+        raise _fail(path, f"physical_to_logical_map has shape {tuple(p2l.shape)} but the counts are "
+                    f"[layers, physical] = {tuple(counts.shape[-2:])}")
+    p2l = p2l.to(torch.int64)
+    E = int(p2l.max()) + 1 if num_experts is None else num_experts
+    if bool((p2l < 0).any()) or int(p2l.max()) >= E:
+        raise _fail(path, f"physical_to_logical_map holds ids outside [0, {E})")
+    lead = counts.shape[:-2]
+    out = torch.zeros(*lead, p2l.shape[0], E, dtype=counts.dtype)
+    out.scatter_add_(-1, p2l.expand(*lead, *p2l.shape), counts)
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# SGLang
+
+def read_sglang(spec: str | Path | Sequence[str | Path], num_experts: int | None = None) -> torch.Tensor:
+    """loads: [steps, layers, experts] from SGLang expert-distribution dumps (one or per-rank files)."""
+    paths = expand_paths(spec)
+    objs = [(p, _torch_load(p)) for p in paths]
+    for p, obj in objs:
+        if not isinstance(obj, dict) or not ("logical_count" in obj or "records" in obj):
+            raise _fail(p, "not an SGLang expert-distribution dump (no 'logical_count' or 'records')")
+    stat = [(p, o) for p, o in objs if "logical_count" in o]
+    if stat:
+        if len(stat) != len(objs):
+            raise _fail(paths[0], "mixes 'stat' dumps (logical_count) with 'per_pass' dumps (records)")
+        parts = []
+        for p, o in stat:
+            t = _as_tensor(o["logical_count"], p, "logical_count")
+            if t.dim() == 2:
+                t = t.unsqueeze(0)
+            if t.dim() != 3:
+                raise _fail(p, f"logical_count must be [steps, layers, experts], got {tuple(t.shape)}")
+            if parts and t.shape[1:] != parts[0].shape[1:]:
+                raise _fail(p, f"logical_count is {tuple(t.shape)} but {paths[0]} has "
+                            f"[*, {parts[0].shape[1]}, {parts[0].shape[2]}]")
+            parts.append(t)
+        # One file holds the all-reduced counts; several are consecutive dumps of one run.
+        return _check_values(torch.cat(parts), paths[0])
+    return _read_sglang_per_pass(objs, num_experts)
+
+
+def _read_sglang_per_pass(objs: list[tuple[Path, dict]], num_experts: int | None) -> torch.Tensor:
+    p2l = None
+    passes: dict[int, torch.Tensor] = {}
+    shape = None
+    for path, obj in objs:
+        records = obj["records"]
+        if not isinstance(records, (list, tuple)) or not records:
+            raise _fail(path, "'records' must be a non-empty list of per-pass dicts")
+        if "last_physical_to_logical_map" not in obj:
+            raise _fail(path, "per-pass dump without 'last_physical_to_logical_map'")
+        m = _as_tensor(obj["last_physical_to_logical_map"], path, "last_physical_to_logical_map")
+        if p2l is None:
+            p2l = m
+        elif not torch.equal(p2l.to(torch.int64), m.to(torch.int64)):
+            raise _fail(path, "last_physical_to_logical_map differs from the other ranks' files")
+        for i, rec in enumerate(records):
+            if not isinstance(rec, dict) or "global_physical_count" not in rec:
+                raise _fail(path, f"record {i} has no 'global_physical_count'")
+            c = _as_tensor(rec["global_physical_count"], path, f"record {i} global_physical_count")
+            if c.dim() != 2:
+                raise _fail(path, f"record {i}: global_physical_count must be [layers, physical], "
+                            f"got {tuple(c.shape)}")
+            if shape is None:
+                shape = tuple(c.shape)
+            elif tuple(c.shape) != shape:
+                raise _fail(path, f"record {i}: global_physical_count is {tuple(c.shape)}, expected {shape}")
+            key = int(rec.get("forward_pass_id", i))
+            c = c.to(torch.int64)
+            passes[key] = passes[key] + c if key in passes else c.clone()   # sum the ranks of one pass
+    counts = torch.stack([passes[k] for k in sorted(passes)])                 # [steps, layers, physical]
+    return _check_values(_physical_to_logical(counts, p2l, num_experts, objs[0][0]), objs[0][0])
+
+
+# ---------------------------------------------------------------------------------------
+# vLLM JSON history (streamed)
+
+def _ijson():
+    try:
+        import ijson  # noqa: PLC0415  optional: without it the file is parsed whole
+    except ImportError:
+        return None
+    return ijson
+
+
+def iter_vllm_steps(path: str | Path) -> Iterator[np.ndarray]:
+    """Each step's ``logical_expert_load`` as ``[layers, experts]`` (int64, or float64 when
+    the file holds fractions), streamed from the file one step at a time."""
+    path = Path(path)
+    if not path.is_file():
+        raise _fail(path, "no such file")
+    ijson = _ijson()
+    shape = None
+    with path.open("rb") as fh:
+        if ijson is not None:
+            items = ijson.items(fh, "load_history.item", use_float=True)
+            errors: tuple[type[BaseException], ...] = (ijson.JSONError, ValueError)
+        else:
+            try:
+                doc = json.load(fh)
+            except ValueError as exc:
+                raise _fail(path, f"not valid JSON ({exc})") from None
+            hist = doc.get("load_history") if isinstance(doc, dict) else None
+            if not isinstance(hist, list):
+                raise _fail(path, "no 'load_history' list")
+            items, errors = iter(hist), (ValueError,)
+        step = -1
+        try:
+            for step, entry in enumerate(items):
+                if not isinstance(entry, dict) or "logical_expert_load" not in entry:
+                    raise _fail(path, f"load_history[{step}] has no 'logical_expert_load'")
+                try:
+                    arr = np.asarray(entry["logical_expert_load"])
+                except ValueError as exc:
+                    raise _fail(path, f"load_history[{step}] is not a rectangular [layers, experts] "
+                                f"array ({exc})") from None
+                if arr.dtype.kind not in "iuf" or arr.ndim != 2:
+                    raise _fail(path, f"load_history[{step}].logical_expert_load must be a numeric "
+                                f"[layers, experts] array, got {arr.dtype} {arr.shape}")
+                if shape is None:
+                    shape = arr.shape
+                elif arr.shape != shape:
+                    raise _fail(path, f"load_history[{step}] has shape {arr.shape}, step 0 has {shape}")
+                yield arr.astype(np.int64) if arr.dtype.kind in "iu" else arr.astype(np.float64)
+        except errors as exc:
+            raise _fail(path, f"malformed or truncated JSON after step {step + 1} ({exc})") from None
+    if shape is None:
+        raise _fail(path, "'load_history' is missing or empty")
+
+
+def read_vllm(path: str | Path) -> torch.Tensor:
+    """loads: [steps, layers, experts] from a vLLM-style JSON history, streamed.
+
+    Every number takes at least 2 bytes of JSON (a digit and a separator), so
+    ``file size / (2 x layers x experts)`` bounds the step count: the result is allocated
+    once at that bound and only the pages of the steps actually read are ever touched, so
+    the resident peak is about the result plus one parsed step.
+    """
+    path = Path(path)
+    out: torch.Tensor | None = None
+    n = 0
+    for arr in iter_vllm_steps(path):
+        if out is None:
+            bound = max(1, path.stat().st_size // (2 * arr.size))
+            out = torch.empty((bound, *arr.shape), dtype=torch.int64)
+        if arr.dtype.kind == "f" and not out.is_floating_point():
+            as_float = torch.empty(out.shape, dtype=torch.float64)   # fractional loads: keep them
+            as_float[:n] = out[:n]
+            out = as_float
+        out[n] = torch.from_numpy(arr)
+        n += 1
+    assert out is not None  # iter_vllm_steps raises on an empty history
+    return _check_values(out[:n], path)
+
+
+def sum_vllm(path: str | Path) -> torch.Tensor:
+    """weights: [layers, experts], the sum over all steps, in O(layers x experts) memory."""
+    total = None
+    for arr in iter_vllm_steps(path):
+        total = arr.copy() if total is None else total + arr
+    return _check_values(torch.from_numpy(total), path)
+
+
+# ---------------------------------------------------------------------------------------
+# Megatron-core per-rank .npz
+
+def _npz_arrays(path: Path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        raise _fail(path, f"cannot read .npz file ({type(exc).__name__}: {exc})") from None
+
+
+def _scalar_int(arrays: dict[str, np.ndarray], key: str, path: Path) -> int:
+    v = arrays.get(key)
+    if v is None or v.size != 1 or v.dtype.kind not in "iu":
+        raise _fail(path, f"'{key}' must be one integer")
+    return int(v.reshape(()))
+
+
+def read_megatron(spec: str | Path | Sequence[str | Path]) -> tuple[torch.Tensor, list[int]]:
+    """(loads [forwards, layers, experts], global layer numbers) from per-rank ``.npz`` files.
+
+    Each EP rank counts the tokens it routes to every expert; the sum over ranks is the
+    load. Files of other pipeline stages add their layers. Every layer needs exactly the
+    ranks 0..ep_size-1, each once.
+    """
+    paths = expand_paths(spec)
+    per_layer: dict[int, dict[int, tuple[Path, torch.Tensor]]] = {}
+    ep_size = forwards = experts = None
+    for path in paths:
+        a = _npz_arrays(path)
+        missing = [k for k in ("loads", "ep_rank", "ep_size", "layer_numbers") if k not in a]
+        if missing:
+            raise _fail(path, f"not a Megatron per-rank load file: missing {', '.join(missing)}")
+        rank, size = _scalar_int(a, "ep_rank", path), _scalar_int(a, "ep_size", path)
+        if size < 1 or not 0 <= rank < size:
+            raise _fail(path, f"ep_rank {rank} is outside [0, ep_size={size})")
+        if ep_size is not None and size != ep_size:
+            raise _fail(path, f"ep_size {size} differs from {ep_size} in {paths[0]}")
+        ep_size = size
+        loads = _as_tensor(a["loads"], path, "loads")
+        if loads.dim() != 3:
+            raise _fail(path, f"loads must be [local_layers, forwards, physical_experts], got {tuple(loads.shape)}")
+        layers = a["layer_numbers"].reshape(-1)
+        if layers.dtype.kind not in "iu" or layers.size != loads.shape[0]:
+            raise _fail(path, f"layer_numbers must be {loads.shape[0]} integers (one per local layer)")
+        if "physical_to_logical_map" in a:
+            loads = _physical_to_logical(loads.transpose(0, 1), torch.from_numpy(a["physical_to_logical_map"]),
+                                         None, path).transpose(0, 1)
+        if forwards is not None and (loads.shape[1], loads.shape[2]) != (forwards, experts):
+            raise _fail(path, f"loads are [*, {loads.shape[1]} forwards, {loads.shape[2]} experts], "
+                        f"{paths[0]} has [*, {forwards}, {experts}]")
+        forwards, experts = loads.shape[1], loads.shape[2]
+        for i, layer in enumerate(layers.tolist()):
+            ranks = per_layer.setdefault(int(layer), {})
+            if rank in ranks:
+                raise _fail(path, f"layer {layer} of ep_rank {rank} is also in {ranks[rank][0]}")
+            ranks[rank] = (path, loads[i])
+    numbers = sorted(per_layer)
+    for layer in numbers:
+        missing_ranks = sorted(set(range(ep_size)) - set(per_layer[layer]))
+        if missing_ranks:
+            raise _fail(paths[0], f"layer {layer} lacks ep_rank(s) {missing_ranks} of ep_size {ep_size}")
+    out = torch.stack([torch.stack([t for _, t in per_layer[layer].values()]).sum(0) for layer in numbers], dim=1)
+    return _check_values(out, paths[0]), numbers
+
+
+# ---------------------------------------------------------------------------------------
+# CSV, npz, pt, json
+
+def read_csv(path: str | Path) -> torch.Tensor:
+    """[layers, experts] (matrix form) or [steps, layers, experts] (long form with a header
+    ``layer,expert,load[,step]``); absent (layer, expert) pairs of the long form are 0."""
+    path = Path(path)
+    try:
+        with path.open(newline="") as fh:
+            rows = [r for r in csv.reader(fh) if r and any(c.strip() for c in r)]
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise _fail(path, f"cannot read CSV ({exc})") from None
+    if not rows:
+        raise _fail(path, "the CSV file is empty")
+    head = [c.strip().lower() for c in rows[0]]
+    if "layer" in head and "expert" in head:
+        return _read_long_csv(path, head, rows[1:])
+    try:
+        [float(c) for c in rows[0]]
+    except ValueError:
+        rows = rows[1:]  # a header row of a matrix
+    if not rows:
+        raise _fail(path, "the CSV file has a header but no rows")
+    try:
+        data = np.array([[float(c) for c in r] for r in rows])
+    except ValueError as exc:
+        widths = sorted({len(r) for r in rows})
+        why = f"rows have different lengths {widths}" if len(widths) > 1 else f"non-numeric cell ({exc})"
+        raise _fail(path, f"CSV matrix: {why}") from None
+    return _check_values(_integral(torch.from_numpy(data)), path)
+
+
+def _read_long_csv(path: Path, head: list[str], rows: list[list[str]]) -> torch.Tensor:
+    load_col = next((c for c in _LONG_LOAD_COLUMNS if c in head), None)
+    if load_col is None:
+        raise _fail(path, f"long-form CSV needs a load column named one of {', '.join(_LONG_LOAD_COLUMNS)}")
+    cols = [head.index(c) for c in ("layer", "expert", load_col)] + ([head.index("step")] if "step" in head else [])
+    if not rows:
+        raise _fail(path, "the CSV file has a header but no rows")
+    try:
+        data = np.array([[float(r[c]) for c in cols] for r in rows])
+    except (ValueError, IndexError) as exc:
+        raise _fail(path, f"long-form CSV: short row or non-numeric cell ({exc})") from None
+    index = data[:, [0, 1] + ([3] if len(cols) == 4 else [])]
+    if (index < 0).any() or (index != np.round(index)).any():
+        raise _fail(path, "layer, expert and step must be integers >= 0")
+    index = index.astype(np.int64)
+    step = index[:, 2] if index.shape[1] == 3 else np.zeros(len(index), dtype=np.int64)
+    T, L, E = int(step.max()) + 1, int(index[:, 0].max()) + 1, int(index[:, 1].max()) + 1
+    flat = (step * L + index[:, 0]) * E + index[:, 1]
+    if np.unique(flat).size != flat.size:
+        raise _fail(path, "a (step, layer, expert) appears twice")
+    out = torch.zeros(T * L * E, dtype=torch.float64)
+    out[torch.from_numpy(flat)] = torch.from_numpy(data[:, 2])
+    out = _check_values(_integral(out.view(T, L, E)), path)
+    return out if index.shape[1] == 3 else out[0]
+
+
+def _integral(t: torch.Tensor) -> torch.Tensor:
+    """Float counts that are whole numbers become int64 (CSV and JSON give floats)."""
+    if t.is_floating_point() and bool(torch.isfinite(t).all()) and bool((t == t.round()).all()) \
+            and (t.numel() == 0 or float(t.abs().max()) < 2**53):
+        return t.to(torch.int64)
+    return t
+
+
+def read_npz(path: str | Path) -> tuple[torch.Tensor, dict[str, Any]]:
+    """(loads, meta) from an ``.npz`` (meta is the trace's metadata when it has one)."""
+    path = Path(path)
+    a = _npz_arrays(path)
+    meta: dict[str, Any] = {}
+    if "meta" in a:
+        try:
+            meta = json.loads(str(a["meta"].reshape(())))
+        except ValueError:
+            meta = {}
+    return _check_values(_as_tensor(_pick(a, path), path), path), meta
+
+
+def read_pt(path: str | Path) -> tuple[torch.Tensor, dict[str, Any]]:
+    """(loads, meta) from a ``.pt``: a tensor, or a dict holding ``loads``/``weights``/``logical_count``."""
+    path = Path(path)
+    obj = _torch_load(path)
+    meta: dict[str, Any] = {}
+    if isinstance(obj, dict):
+        if isinstance(obj.get("meta"), str):
+            try:
+                meta = json.loads(obj["meta"])
+            except ValueError:
+                meta = {}
+        obj = _pick(obj, path)
+    return _check_values(_as_tensor(obj, path), path), meta
+
+
+def read_json(path: str | Path) -> torch.Tensor:
+    """Nested lists, or an object holding ``loads``/``weights``/``logical_count``."""
+    path = Path(path)
+    try:
+        with path.open() as fh:
+            obj = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise _fail(path, f"not valid JSON ({exc})") from None
+    if isinstance(obj, dict):
+        obj = _pick(obj, path)
+    return _check_values(_integral(_as_tensor(obj, path)), path)
+
+
+# ---------------------------------------------------------------------------------------
+# Entry points
+
+def read_loads(spec: str | Path | Sequence[str | Path], format: str | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+    """(loads as stored: [layers, experts] or [steps, layers, experts], meta) from any format."""
+    paths = expand_paths(spec)
+    if format is not None and format not in FORMATS:
+        raise LoadFileError("format", f"must be one of {', '.join(FORMATS)}, got {format!r}")
+    fmt = format or detect_format(paths[0])
+    multi = fmt in ("sglang", "megatron")
+    if len(paths) > 1 and not multi:
+        raise _fail(spec, f"{len(paths)} files given; only sglang per-rank and megatron per-rank "
+                    f"dumps are merged from several files")
+    meta: dict[str, Any] = {"source": ", ".join(map(str, paths)) if len(paths) <= 4 else f"{paths[0]} (+{len(paths) - 1} files)",
+                            "format": fmt}
+    if fmt == "sglang":
+        loads = read_sglang(paths)
+    elif fmt == "vllm":
+        loads = read_vllm(paths[0])
+    elif fmt == "megatron":
+        loads, numbers = read_megatron(paths)
+        meta["layer_numbers"] = numbers
+    elif fmt == "csv":
+        loads = read_csv(paths[0])
+    elif fmt == "npz":
+        loads, extra = read_npz(paths[0])
+        meta = {**extra, **meta}
+    elif fmt == "pt":
+        loads, extra = read_pt(paths[0])
+        meta = {**extra, **meta}
+    else:
+        loads = read_json(paths[0])
+    if loads.dim() not in (2, 3) or 0 in loads.shape:
+        raise _fail(paths[0], f"expected [layers, experts] or [steps, layers, experts], got shape {tuple(loads.shape)}")
+    return loads, meta
+
+
+def read_trace(spec: str | Path | Sequence[str | Path], format: str | None = None) -> Trace:
+    """A :class:`Trace` (integer counts ``[steps, layers, experts]``) from any format; a
+    ``[layers, experts]`` matrix becomes one step."""
+    loads, meta = read_loads(spec, format)
+    loads = _integral(loads)
+    if loads.is_floating_point():
+        raise _fail(meta["source"], "a trace holds integer token counts; this file has fractional loads "
+                    "(use it as --loads weights instead)")
+    if loads.dim() == 2:
+        loads = loads.unsqueeze(0)
+    meta.setdefault("num_experts", loads.shape[2])
+    return Trace(loads, meta)
+
+
+def read_weights(spec: str | Path | Sequence[str | Path], format: str | None = None) -> torch.Tensor:
+    """weights: [layers, experts], a 3-D trace summed over steps (a vLLM history is summed
+    while it streams, in O(layers x experts) memory)."""
+    paths = expand_paths(spec)
+    fmt = format or detect_format(paths[0])
+    if fmt == "vllm" and len(paths) == 1:
+        return sum_vllm(paths[0])
+    loads, _ = read_loads(paths, fmt)
+    return loads.sum(0) if loads.dim() == 3 else loads
