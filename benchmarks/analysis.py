@@ -1,0 +1,183 @@
+"""Numbers derived from a results table: gaps against the best bound and the best known plan,
+the regression gate, per-solver aggregates, the best solver per cluster shape and budget.
+
+Gap definitions (stated in every report):
+- per layer l: ``gap_l = objective_l / best_bound_l - 1`` where objective_l is the plan's max
+  GPU load (shared scorer, even split) and best_bound_l the largest lower bound known for
+  that layer of that instance and seed: the combinatorial bounds and every bound a solver
+  proved, over all runs whose bound applies to this plan (see ``universal``). ``gap_mean`` / ``gap_max``
+  are the mean / max over layers.
+- ``gap_best_known``: mean over layers of ``objective_l / best objective_l - 1``, the best
+  objective among all solvers' plans on that instance and seed.
+- ``proven_optimum``: the best bound meets the best objective on every layer, so the gap of
+  that row is measured against a proven optimum.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+# Same tolerance as solvers.solve: a MIP bound carries the solver's feasibility tolerance.
+RTOL, ATOL = 1e-6, 1e-9
+TIME_SHIFT_S = 0.01        # shift of the shifted geometric mean of wall times (seconds)
+DEFAULT_BUDGETS_S = (0.1, 1.0, 10.0, 60.0)
+SHAPE_COLS = ["num_experts", "num_replicas", "num_gpus", "num_nodes", "num_groups"]
+
+
+def _vec(text: Any) -> np.ndarray | None:
+    if not isinstance(text, str) or not text:
+        return None
+    return np.asarray(json.loads(text), dtype=np.float64)
+
+
+def universal(bound_scope: str, policy: str) -> bool:
+    """Whether a row's lower bound holds for every plan of its instance.
+
+    It does for the combinatorial bounds (rows without a solver bound: empty scope), for a
+    replication bound, and for the optimum of the unrestricted model (joint counts and
+    placement, global policy, colocation allowed). A bound proved for a restricted model
+    (fixed counts, no colocation, hierarchical) only bounds plans of that same model.
+    """
+    if not bound_scope or bound_scope.startswith("max GPU load of every plan"):
+        return True
+    return policy == "global" and bound_scope.startswith("optimum of the model (joint,") \
+        and "colocation=allowed" in bound_scope
+
+
+def _applies(bound: Any, row: Any) -> bool:
+    """The lower bound of row ``bound`` holds for the plan of row ``row``."""
+    return universal(bound.bound_scope, bound.policy) or (
+        bound.bound_scope == row.bound_scope and bound.policy == row.policy)
+
+
+def derive(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The table with DERIVED columns, and the hard violations found across rows
+    (an objective below a bound that applies to it)."""
+    df = df.copy()
+    for c in ("best_bound", "gap_mean", "gap_max", "gap_best_known"):
+        df[c] = np.nan
+    df["proven_optimum"] = False
+    violations: list[str] = []
+    for _, idx in df.groupby(["instance", "seed"], sort=False).groups.items():
+        rows = df.loc[idx]
+        objs = {i: _vec(r.objective_layers) for i, r in rows.iterrows()}
+        lbs = {i: _vec(r.lower_bound_layers) for i, r in rows.iterrows()}
+        plans = [v for v in objs.values() if v is not None]
+        best_obj = np.min(plans, axis=0) if plans else None
+        for i, r in rows.iterrows():
+            applicable = [lbs[j] for j, q in rows.iterrows() if lbs[j] is not None and _applies(q, r)]
+            if not applicable:
+                continue
+            bound = np.max(applicable, axis=0)
+            df.at[i, "best_bound"] = float(bound.sum())
+            obj = objs[i]
+            if obj is None:
+                continue
+            below = obj < bound * (1 - RTOL) - ATOL
+            if below.any():
+                layer = int(np.argmax(bound - obj))
+                violations.append(f"{r.solver} on {r.instance} seed {r.seed}: layer {layer} objective "
+                                  f"{obj[layer]!r} is below the proven lower bound {bound[layer]!r}")
+            gap = np.where(bound > 0, obj / np.maximum(bound, 1e-300) - 1, np.where(obj > 0, np.inf, 0.0))
+            known = np.where(best_obj > 0, obj / np.maximum(best_obj, 1e-300) - 1, 0.0)
+            df.at[i, "gap_mean"], df.at[i, "gap_max"] = float(gap.mean()), float(gap.max())
+            df.at[i, "gap_best_known"] = float(known.mean())
+            df.at[i, "proven_optimum"] = bool((bound >= best_obj * (1 - RTOL) - ATOL).all())
+    return df, violations
+
+
+def shifted_geomean(times: pd.Series, shift: float = TIME_SHIFT_S) -> float:
+    t = times.dropna().astype(float)
+    if t.empty:
+        return math.nan
+    return float(np.exp(np.log(t + shift).mean()) - shift)
+
+
+def has_plan(df: pd.DataFrame) -> pd.Series:
+    return df["objective"].notna()
+
+
+def solver_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per solver: runs, plans found, proven optimal, failures, shifted geomean time, gaps."""
+    out = []
+    for name, g in df.groupby("solver", sort=True):
+        ok = g[has_plan(g)]
+        out.append({
+            "solver": name, "kind": g["kind"].iloc[0], "runs": len(g), "plans": len(ok),
+            "optimal": int((g["status"] == "optimal").sum()),
+            "failed": int((~has_plan(g)).sum()),
+            "time_sgm_s": shifted_geomean(g["wall_time_s"]),
+            "time_max_s": float(g["wall_time_s"].max()),
+            "gap_mean": float(ok["gap_mean"].mean()) if len(ok) else math.nan,
+            "gap_max": float(ok["gap_max"].max()) if len(ok) else math.nan,
+            "gap_best_known": float(ok["gap_best_known"].mean()) if len(ok) else math.nan,
+            "imbalance_mean": float(ok["imbalance_mean"].mean()) if len(ok) else math.nan,
+            "oos_imbalance_mean": float(ok["oos_imbalance_mean"].mean()) if len(ok) else math.nan,
+        })
+    return pd.DataFrame(out)
+
+
+def candidates(rows: pd.DataFrame, budget_s: float | None) -> pd.DataFrame:
+    """Per solver on ``rows`` (one cluster shape): expected gap and time, and whether it
+    found a plan on every row within ``budget_s`` (max wall time <= budget). Best first:
+    fits the budget, then lowest mean gap, then fastest."""
+    out = []
+    for name, g in rows.groupby("solver", sort=True):
+        all_plans = bool(has_plan(g).all())
+        t_max = float(g["wall_time_s"].max())
+        out.append({"solver": name, "kind": g["kind"].iloc[0], "rows": len(g), "all_plans": all_plans,
+                    "fits": all_plans and (budget_s is None or t_max <= budget_s),
+                    "gap_mean": float(g["gap_mean"].mean()), "gap_max": float(g["gap_max"].max()),
+                    "time_mean_s": float(g["wall_time_s"].mean()), "time_max_s": t_max,
+                    "proven": bool(g["proven_optimum"].all())})
+    c = pd.DataFrame(out)
+    if c.empty:
+        return c
+    return c.sort_values(["fits", "gap_mean", "time_mean_s"], ascending=[False, True, True],
+                         na_position="last").reset_index(drop=True)
+
+
+def shape_label(r: Any) -> str:
+    return (f"E={int(r.num_experts)} R={int(r.num_replicas)} P={int(r.num_gpus)} "
+            f"N={int(r.num_nodes)} G={int(r.num_groups)}")
+
+
+def best_per_shape(df: pd.DataFrame, budgets: tuple[float, ...] = DEFAULT_BUDGETS_S) -> pd.DataFrame:
+    """For each cluster shape (E, R, P, N, G) and time budget: the solver with the lowest mean
+    gap among those that found a plan on every row within the budget."""
+    out = []
+    for key, g in df.groupby(SHAPE_COLS, sort=True):
+        rec = dict(zip(SHAPE_COLS, key))
+        rec["shape"] = ", ".join(sorted(set(g["shape"])))
+        rec["rows"] = len(g)
+        for b in budgets:
+            c = candidates(g, b)
+            best = c[c["fits"]].head(1)
+            rec[f"<= {b:g} s"] = (f"{best.solver.iloc[0]} ({100 * best.gap_mean.iloc[0]:.2f}%)"
+                                 if len(best) else "none")
+        out.append(rec)
+    return pd.DataFrame(out)
+
+
+def performance_profile(df: pd.DataFrame, metric: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Dolan-More profile: for each solver, tau -> fraction of problems (instance, seed) where
+    its ``metric`` is within a factor tau of the best solver's. A run without a plan counts as
+    never solved. metric: "objective" (quality) or "wall_time_s" (speed)."""
+    value = df[metric].where(has_plan(df))
+    table = df.assign(_v=value).pivot_table(index=["instance", "seed"], columns="solver", values="_v",
+                                            aggfunc="first", dropna=False)
+    table = table.reindex(columns=sorted(df["solver"].unique()))
+    best = table.min(axis=1)
+    floor = 1e-12
+    ratios = table.div(best.clip(lower=floor), axis=0).where(best > 0, table.gt(0).astype(float) + 1)
+    ratios = ratios.fillna(np.inf)
+    out = {}
+    for solver in ratios.columns:
+        r = np.sort(ratios[solver].to_numpy())
+        frac = np.arange(1, len(r) + 1) / len(r)
+        out[solver] = (r, frac)
+    return out

@@ -1,0 +1,152 @@
+"""Benchmark instances: a model preset on a cluster shape under a workload scenario.
+
+An instance is named by a self-describing id string, so a task shipped to another
+process or machine (Dask, Ray) only needs the id and a seed to rebuild its loads:
+
+    deepseek-v3|L58|N4xP32xR288|skewed|T40W10
+    model       |layers|nodes x GPUs x replicas|scenario|steps, window size
+
+The seed is not part of the id: one instance is run with several seeds.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from solvers.errors import OptionError
+from solvers.problem import Problem
+
+# Tokens routed per generated step: a realistic micro-batch, small enough to generate fast.
+TOKENS_PER_STEP = 4096
+
+
+@dataclass(frozen=True)
+class ClusterShape:
+    """A cluster: ``nodes`` nodes, ``gpus`` GPUs in all, and ``spare_per_gpu`` redundant slots
+    per GPU. The slot count for E experts is the smallest multiple of ``gpus`` that holds
+    E experts plus the spare slots (DeepSeek prefill: 256 + 32 = 288 on 32 GPUs)."""
+
+    name: str
+    nodes: int
+    gpus: int
+    spare_per_gpu: int = 1
+
+    def replicas(self, num_experts: int) -> int:
+        return self.gpus * math.ceil((num_experts + self.spare_per_gpu * self.gpus) / self.gpus)
+
+
+# Shapes of DESIGN section 5: single node, DeepSeek prefill (4 nodes x 8 GPUs), decode-like EP;
+# and two small expert-parallel groups (Mixtral-sized models on 2-4 GPUs) that the exact
+# solvers still prove optimal within seconds, so heuristics can be measured against optima.
+SHAPES: dict[str, ClusterShape] = {s.name: s for s in (
+    ClusterShape("node-2", nodes=1, gpus=2),
+    ClusterShape("nodes-2x2-nospare", nodes=2, gpus=4, spare_per_gpu=0),
+    ClusterShape("node-8", nodes=1, gpus=8),
+    ClusterShape("nodes-2x4", nodes=2, gpus=8),
+    ClusterShape("prefill-4x8", nodes=4, gpus=32),
+    ClusterShape("decode-ep64", nodes=8, gpus=64),
+    ClusterShape("decode-ep144", nodes=18, gpus=144),
+)}
+
+_ID = re.compile(r"^(?P<model>[a-z0-9.\-]+)\|L(?P<layers>\d+)\|N(?P<nodes>\d+)xP(?P<gpus>\d+)xR(?P<replicas>\d+)"
+                 r"\|(?P<scenario>[a-z0-9.\-]+)\|T(?P<steps>\d+)W(?P<window>\d+)$")
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One benchmark instance (all it takes to rebuild its loads, given a seed).
+
+    The solver plans on window 0 (the sum of the first ``window`` steps) and the plan is
+    scored out of sample on window 1 when ``steps >= 2 * window``.
+    """
+
+    model: str
+    layers: int
+    nodes: int
+    gpus: int
+    replicas: int
+    scenario: str
+    steps: int
+    window: int
+
+    @classmethod
+    def on(cls, model: str, shape: str, scenario: str = "mild", *, layers: int | None = None,
+           steps: int = 40, window: int = 10) -> "Instance":
+        """The instance of preset ``model`` on the named cluster ``shape`` (a key of SHAPES)."""
+        from solvers.workloads import PRESETS
+
+        if model not in PRESETS:
+            raise OptionError("model", f"unknown model preset {model!r}; choose one of {', '.join(PRESETS)}")
+        if shape not in SHAPES:
+            raise OptionError("shape", f"unknown cluster shape {shape!r}; choose one of {', '.join(SHAPES)}")
+        preset, cluster = PRESETS[model], SHAPES[shape]
+        return cls(model, layers or preset.num_layers, cluster.nodes, cluster.gpus,
+                   cluster.replicas(preset.num_experts), scenario, steps, window)
+
+    @property
+    def id(self) -> str:
+        return (f"{self.model}|L{self.layers}|N{self.nodes}xP{self.gpus}xR{self.replicas}"
+                f"|{self.scenario}|T{self.steps}W{self.window}")
+
+    @classmethod
+    def from_id(cls, instance_id: str) -> "Instance":
+        m = _ID.match(instance_id) if isinstance(instance_id, str) else None
+        if m is None:
+            raise OptionError("instance", f"malformed instance id {instance_id!r} "
+                              "(expected MODEL|L<layers>|N<nodes>xP<gpus>xR<replicas>|SCENARIO|T<steps>W<window>)")
+        g = m.groupdict()
+        return cls(g["model"], int(g["layers"]), int(g["nodes"]), int(g["gpus"]), int(g["replicas"]),
+                   g["scenario"], int(g["steps"]), int(g["window"]))
+
+    @property
+    def shape_name(self) -> str:
+        """The SHAPES name of this cluster, or ``N<n>xP<p>`` for an ad-hoc one."""
+        for s in SHAPES.values():
+            if (s.nodes, s.gpus) == (self.nodes, self.gpus):
+                return s.name
+        return f"N{self.nodes}xP{self.gpus}"
+
+    def params(self) -> dict:
+        """Instance columns of a result row."""
+        from solvers.workloads import PRESETS
+
+        preset = PRESETS[self.model]
+        return {"instance": self.id, "model": self.model, "num_layers": self.layers,
+                "num_experts": preset.num_experts, "num_groups": preset.num_groups,
+                "num_replicas": self.replicas, "num_nodes": self.nodes, "num_gpus": self.gpus,
+                "slots_per_gpu": self.replicas // self.gpus, "shape": self.shape_name,
+                "scenario": self.scenario, "steps": self.steps, "window": self.window}
+
+
+@dataclass(frozen=True)
+class LoadedInstance:
+    """plan_weights: [layers, experts] (window 0); eval_weights: [layers, experts] window 1 or None."""
+
+    instance: Instance
+    problem: Problem
+    eval_problem: Problem | None
+
+
+@lru_cache(maxsize=8)
+def load_instance(instance_id: str, seed: int) -> LoadedInstance:
+    """Generate the instance's trace (deterministic in ``seed``) and cut its windows."""
+    from solvers.workloads import PRESETS, generate, windows
+
+    inst = Instance.from_id(instance_id)
+    if inst.model not in PRESETS:
+        raise OptionError("model", f"unknown model preset {inst.model!r} in instance {instance_id!r}")
+    if inst.window < 1 or inst.steps < inst.window:
+        raise OptionError("instance", f"{instance_id!r}: needs 1 <= window <= steps")
+    trace = generate(inst.model, inst.scenario, steps=inst.steps, seed=seed,
+                     tokens_per_step=TOKENS_PER_STEP, num_layers=inst.layers)
+    wins = windows(trace, inst.window)                                   # [W, layers, experts]
+    groups = trace.meta.get("num_groups", PRESETS[inst.model].num_groups)
+
+    def problem(w: torch.Tensor) -> Problem:
+        return Problem(w, inst.replicas, groups, inst.nodes, inst.gpus)
+
+    return LoadedInstance(inst, problem(wins[0]), problem(wins[1]) if wins.shape[0] >= 2 else None)

@@ -1,0 +1,160 @@
+"""``summary.md`` and the performance-profile figure of a benchmark run.
+
+The figure is a PNG rendered by plotly + kaleido with the system's chromium (BROWSER_PATH,
+default /usr/bin/chromium when present); where no browser works it is written as HTML.
+"""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .analysis import (DEFAULT_BUDGETS_S, TIME_SHIFT_S, best_per_shape, has_plan, performance_profile,
+                       solver_table)
+
+GAP_DEFINITION = (
+    "**Gap to bound** (per layer): `objective / best lower bound - 1`, where objective is the plan's "
+    "max GPU load from the shared scorer (even split) and the best lower bound is the largest of the "
+    "combinatorial bounds and every bound a solver proved on that instance and seed that holds for the plan (a "
+    "bound of the unrestricted model holds for every plan; one proved for a restricted model, e.g. "
+    "hierarchical, fixed counts or no colocation, only for plans of that model). `gap mean` averages the "
+    "per-row mean over layers; `gap max` is the worst layer of any row. **Gap to best known**: "
+    "`objective / best objective among all solvers' plans - 1`, mean over layers. Where the best "
+    "bound meets the best objective on every layer the instance is solved to proven optimality "
+    "and the gap is against the optimum.")
+
+
+def _fmt(v: Any, kind: str = "g") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if kind == "pct":
+        return "inf" if v == math.inf else f"{100 * v:.2f}%"
+    if kind == "s":
+        return f"{v:.3g} s" if v >= 0.001 else f"{1000 * v:.3g} ms"
+    if kind == "x":
+        return f"{v:.4f}"
+    return str(v)
+
+
+def markdown_table(df: pd.DataFrame, formats: dict[str, str] | None = None) -> str:
+    formats = formats or {}
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for rec in df.to_dict("records"):
+        lines.append("| " + " | ".join(_fmt(rec[c], formats.get(c, "g")) for c in cols) + " |")
+    return "\n".join(lines)
+
+
+def browser_path() -> str | None:
+    return os.environ.get("BROWSER_PATH") or shutil.which("chromium") or shutil.which("chromium-browser") \
+        or shutil.which("google-chrome")
+
+
+def profile_figure(df: pd.DataFrame):
+    """Plotly figure: Dolan-More profiles on objective (quality) and on wall time."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(
+        "quality: objective / best objective", "speed: wall time / fastest"))
+    palette = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+               "#bcbd22", "#17becf"]
+    for col, metric in ((1, "objective"), (2, "wall_time_s")):
+        prof = performance_profile(df, metric)
+        finite = np.concatenate([r[np.isfinite(r)] for r, _ in prof.values()] or [np.ones(1)])
+        tau_max = max(float(finite.max()) * 1.05 if finite.size else 1.0, 1.0 + 1e-3)
+        for k, (solver, (ratios, frac)) in enumerate(prof.items()):
+            x = np.concatenate([[1.0], np.minimum(ratios, tau_max), [tau_max]])
+            y = np.concatenate([[0.0], np.where(np.isfinite(ratios), frac, np.nan), [np.nan]])
+            y[-1] = np.nanmax(y) if np.isfinite(y).any() else 0.0
+            y = pd.Series(y).ffill().fillna(0.0).to_numpy()
+            fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line_shape="hv", name=solver,
+                                     legendgroup=solver, showlegend=col == 1,
+                                     line={"color": palette[k % len(palette)]}), row=1, col=col)
+        fig.update_xaxes(title_text="tau", type="log" if metric == "wall_time_s" else "linear", row=1, col=col)
+    fig.update_yaxes(title_text="fraction of problems within tau of the best", range=[0, 1.02], row=1, col=1)
+    fig.update_layout(title="Performance profiles (Dolan-More)", width=1100, height=450,
+                      template="plotly_white")
+    return fig
+
+
+def write_profile(df: pd.DataFrame, out_dir: Path) -> Path | None:
+    """profile.png (kaleido + chromium) or profile.html when no browser renders it."""
+    if df.empty:
+        return None
+    fig = profile_figure(df)
+    png = out_dir / "profile.png"
+    path = browser_path()
+    if path:
+        os.environ.setdefault("BROWSER_PATH", path)
+        try:
+            fig.write_image(str(png), scale=1)
+            (out_dir / "profile.html").unlink(missing_ok=True)
+            return png
+        except Exception:  # noqa: BLE001  no working browser here: fall back to HTML
+            pass
+    html = out_dir / "profile.html"
+    fig.write_html(str(html), include_plotlyjs="cdn")
+    png.unlink(missing_ok=True)
+    return html
+
+
+def proven_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Gap of each heuristic per instance where the optimum is proven (instance rows x solvers)."""
+    ok = df[has_plan(df) & df["proven_optimum"]]
+    if ok.empty:
+        return ok
+    t = ok.pivot_table(index=["instance", "seed"], columns="solver", values="gap_mean", aggfunc="mean")
+    return t.reset_index()
+
+
+def render_summary(df: pd.DataFrame, meta: dict[str, Any], violations: list[str],
+                   figure: Path | None, budgets: tuple[float, ...] = DEFAULT_BUDGETS_S) -> str:
+    s = meta.get("settings", {})
+    lines = [f"# Benchmark summary: suite `{s.get('suite', '?')}`", ""]
+    lines.append(f"{len(df)} runs on {df['instance'].nunique()} instances, seeds "
+                 f"{sorted(int(x) for x in df['seed'].unique())}; executor {s.get('executor')}, "
+                 f"{s.get('jobs')} job(s), {s.get('threads')} thread(s) per job; "
+                 f"machine {meta.get('machine', {}).get('summary', '?')}; commit "
+                 f"{meta.get('git', {}).get('commit', '?')[:12]}.")
+    lines += ["", GAP_DEFINITION, ""]
+    if violations:
+        lines += ["## HARD FAILURES", ""] + [f"- {v}" for v in violations] + [""]
+    lines += ["## Per solver", "",
+              f"time: shifted geometric mean of wall time with shift {TIME_SHIFT_S} s, and the maximum; "
+              "`plans`: runs that returned a valid plan; `optimal`: runs whose plan is proven optimal "
+              "(the solver's status).", ""]
+    st = solver_table(df)
+    st = st.rename(columns={"time_sgm_s": f"time sgm (shift {TIME_SHIFT_S} s)", "time_max_s": "time max",
+                            "gap_mean": "gap mean", "gap_max": "gap max", "gap_best_known": "gap to best known",
+                            "imbalance_mean": "imbalance", "oos_imbalance_mean": "out-of-sample imbalance"})
+    lines.append(markdown_table(st, {f"time sgm (shift {TIME_SHIFT_S} s)": "s", "time max": "s",
+                                     "gap mean": "pct", "gap max": "pct", "gap to best known": "pct",
+                                     "imbalance": "x", "out-of-sample imbalance": "x"}))
+    pt = proven_table(df)
+    lines += ["", "## Gaps against proven optima", ""]
+    if pt.empty:
+        lines.append("No instance of this run was solved to proven optimality.")
+    else:
+        lines.append("Instances where the best bound meets the best plan on every layer: each solver's "
+                     "mean gap over layers to the optimum.")
+        lines.append("")
+        lines.append(markdown_table(pt, {c: "pct" for c in pt.columns if c not in ("instance", "seed")}))
+    lines += ["", "## Best solver per cluster shape within a time budget", "",
+              "Lowest mean gap among solvers that returned a plan on every run of the shape with every "
+              "run's wall time within the budget (`solver (mean gap)`).", ""]
+    lines.append(markdown_table(best_per_shape(df, budgets)))
+    lines += ["", "## Performance profile", ""]
+    if figure is not None:
+        lines.append(f"Dolan-More profiles on objective and on wall time: [{figure.name}]({figure.name}).")
+    failed = df[~has_plan(df)]
+    if len(failed):
+        lines += ["", "## Runs without a plan", ""]
+        lines.append(markdown_table(failed[["instance", "seed", "solver", "status", "message"]]
+                                    .assign(message=lambda d: d["message"].str.slice(0, 120))))
+    return "\n".join(lines) + "\n"

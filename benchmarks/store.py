@@ -1,0 +1,161 @@
+"""Result rows on disk: appended to CSV and Parquet as they arrive, read back to resume.
+
+``results.csv`` is the durable log: one line per finished task, flushed and fsync'ed, so a
+killed run loses at most the task in flight. ``results.parquet`` is rewritten (atomically)
+after each row. A truncated last line (a kill mid-write) is dropped when the store reopens.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from solvers.errors import LoadFileError, OptionError
+
+# Column order of the tidy table (one row per instance x solver x options x seed).
+COLUMNS = [
+    # instance
+    "instance", "model", "num_layers", "num_experts", "num_groups", "num_replicas", "num_nodes",
+    "num_gpus", "slots_per_gpu", "shape", "scenario", "steps", "window", "seed",
+    # solver
+    "solver", "kind", "options", "policy", "status", "message", "bound_scope",
+    # objective and bounds: sums over layers; per-layer values as JSON lists
+    "objective", "lower_bound", "gap_own_mean", "gap_own_max",
+    # quality (shared scorer) and time
+    "imbalance_mean", "imbalance_worst", "balancedness", "node_imbalance_mean", "duplicates",
+    "oos_imbalance_mean", "oos_imbalance_worst", "wall_time_s", "threads", "host",
+    "objective_layers", "lower_bound_layers",
+]
+# Filled in when a run finishes, from all rows of the same instance and seed (analysis.derive).
+DERIVED = ["best_bound", "gap_mean", "gap_max", "gap_best_known", "proven_optimum"]
+KEY = ["instance", "solver", "options", "seed"]
+NUMERIC = ["num_layers", "num_experts", "num_groups", "num_replicas", "num_nodes", "num_gpus",
+           "slots_per_gpu", "steps", "window", "seed", "objective", "lower_bound", "gap_own_mean",
+           "gap_own_max", "imbalance_mean", "imbalance_worst", "balancedness", "node_imbalance_mean",
+           "duplicates", "oos_imbalance_mean", "oos_imbalance_worst", "wall_time_s", "threads",
+           "best_bound", "gap_mean", "gap_max", "gap_best_known"]
+TEXT = ["instance", "model", "shape", "scenario", "solver", "kind", "options", "policy", "status",
+        "message", "bound_scope", "host", "objective_layers", "lower_bound_layers"]
+
+CSV_NAME, PARQUET_NAME, META_NAME, SUMMARY_NAME = "results.csv", "results.parquet", "meta.json", "summary.md"
+
+
+def normalise(df: pd.DataFrame) -> pd.DataFrame:
+    """Column order and dtypes of a results table (so CSV and Parquet read back alike)."""
+    cols = COLUMNS + [c for c in DERIVED if c in df.columns]
+    df = df.reindex(columns=cols)
+    for c in NUMERIC:
+        if c in df.columns:
+            df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
+    for c in TEXT:
+        df[c] = df[c].astype("object").where(df[c].notna(), "").astype(str)
+    if "proven_optimum" in df.columns:
+        df["proven_optimum"] = df["proven_optimum"].astype(bool)
+    for c in ("seed", "num_layers", "num_experts", "num_groups", "num_replicas", "num_nodes", "num_gpus",
+              "slots_per_gpu", "steps", "window"):
+        df[c] = df[c].astype("int64")
+    return df
+
+
+def read_results(directory: str | Path) -> pd.DataFrame:
+    """The results table of a run directory (Parquet when present, else CSV)."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise LoadFileError("results", f"{d} is not a directory of benchmark results")
+    if (d / PARQUET_NAME).is_file():
+        df = pd.read_parquet(d / PARQUET_NAME)
+    elif (d / CSV_NAME).is_file():
+        df = _read_csv(d / CSV_NAME)
+    else:
+        raise LoadFileError("results", f"{d} holds no {PARQUET_NAME} or {CSV_NAME}")
+    missing = [c for c in KEY + ["status", "wall_time_s"] if c not in df.columns]
+    if missing:
+        raise LoadFileError("results", f"{d}: not a benchmark results table (missing column {missing[0]!r})")
+    return normalise(df)
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    text = path.read_text()
+    if text and not text.endswith("\n"):          # killed mid-write: drop the partial line
+        text = text[: text.rfind("\n") + 1]
+    if not text.strip():
+        return pd.DataFrame(columns=COLUMNS)
+    return pd.read_csv(io.StringIO(text), dtype={c: str for c in TEXT}, keep_default_na=False,
+                       na_values={c: [""] for c in NUMERIC})
+
+
+class ResultStore:
+    """Rows of one run directory. ``resume``: keep earlier rows and report their keys as done."""
+
+    def __init__(self, directory: str | Path, *, resume: bool = False):
+        self.dir = Path(directory)
+        if self.dir.exists() and not self.dir.is_dir():
+            raise OptionError("out", f"{self.dir} exists and is not a directory")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.csv_path, self.parquet_path = self.dir / CSV_NAME, self.dir / PARQUET_NAME
+        existing = self.csv_path.is_file() and self.csv_path.stat().st_size > 0
+        if existing and not resume:
+            raise OptionError("out", f"{self.dir} already holds results; pass --resume to continue "
+                              "that run or choose another directory")
+        self.rows: list[dict[str, Any]] = []
+        if existing:
+            old = _read_csv(self.csv_path)
+            self.rows = [{k: v for k, v in r.items() if k in COLUMNS} for r in old.to_dict("records")]
+        self._rewrite_csv()    # drops any partial line and fixes the header
+        if self.rows:
+            self._write_parquet()
+
+    def done_keys(self) -> set[tuple]:
+        return {(str(r["instance"]), str(r["solver"]), str(r["options"]), int(r["seed"])) for r in self.rows}
+
+    def append(self, row: dict[str, Any]) -> None:
+        unknown = set(row) - set(COLUMNS)
+        if unknown:
+            raise ValueError(f"row has columns the store does not know: {sorted(unknown)}")
+        self.rows.append(row)
+        buf = io.StringIO()
+        csv.DictWriter(buf, COLUMNS, lineterminator="\n").writerow(row)
+        with self.csv_path.open("a") as fh:  # one write per row, then to disk
+            fh.write(buf.getvalue())
+            fh.flush()
+            os.fsync(fh.fileno())
+        self._write_parquet()
+
+    def frame(self) -> pd.DataFrame:
+        return normalise(pd.DataFrame(self.rows, columns=COLUMNS))
+
+    def _rewrite_csv(self) -> None:
+        tmp = self.csv_path.with_suffix(".csv.tmp")
+        with tmp.open("w") as fh:
+            w = csv.DictWriter(fh, COLUMNS, lineterminator="\n")
+            w.writeheader()
+            w.writerows(self.rows)
+        tmp.replace(self.csv_path)
+
+    def _write_parquet(self, df: pd.DataFrame | None = None) -> None:
+        tmp = self.parquet_path.with_suffix(".parquet.tmp")
+        (self.frame() if df is None else df).to_parquet(tmp, index=False)
+        tmp.replace(self.parquet_path)
+
+    def write_final(self, df: pd.DataFrame) -> None:
+        """Replace both files with the finished table (rows plus the DERIVED columns)."""
+        df = normalise(df)
+        tmp = self.csv_path.with_suffix(".csv.tmp")
+        df.to_csv(tmp, index=False)
+        tmp.replace(self.csv_path)
+        self._write_parquet(df)
+
+
+def write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    tmp.replace(path)
+
+
+def to_records(df: pd.DataFrame, columns: Iterable[str]) -> list[dict[str, Any]]:
+    return df.reindex(columns=list(columns)).to_dict("records")

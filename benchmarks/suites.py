@@ -1,0 +1,93 @@
+"""The benchmark suites, declared in one place.
+
+A suite is a few *groups*; each group crosses a list of instances (model preset x cluster
+shape x workload scenario) with the solvers of some kinds from the registry (every
+available heuristic, every available exact solver) and the suite's seeds. Exact solvers
+only get small instances with a short time limit; heuristics get full model sizes.
+
+Suites:
+- ``tiny``: seconds; used by the tests.
+- ``ci``:   <= 5 minutes on 2 cores: exact solvers on Mixtral/OLMoE-sized layers (proven
+            optima to measure heuristics against), heuristics on DeepSeek-V3/Kimi-K2 sizes.
+- ``full``: every preset on every cluster shape and scenario; exact solvers on the
+            small ones with longer limits. Its results ship in benchmarks/results/.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from solvers.errors import OptionError
+
+from .instances import SHAPES, Instance
+
+HEURISTIC, EXACT = "heuristic", "exact"
+
+
+@dataclass(frozen=True)
+class Group:
+    """Instances crossed with every available registered solver of ``kinds``.
+
+    time_limit: seconds passed as ``time_limit`` to solvers that take that option.
+    options: extra options per solver name (only passed to solvers that accept them).
+    """
+
+    instances: tuple[Instance, ...]
+    kinds: tuple[str, ...] = (HEURISTIC,)
+    time_limit: float | None = None
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    description: str
+    groups: tuple[Group, ...]
+    seeds: tuple[int, ...] = (0,)
+
+
+def grid(models: Iterable[str], shapes: Iterable[str], scenarios: Iterable[str], **kw: Any) -> tuple[Instance, ...]:
+    """Every (model, shape, scenario) combination as instances (``kw`` goes to Instance.on)."""
+    return tuple(Instance.on(m, s, sc, **kw) for m, s, sc in itertools.product(models, shapes, scenarios))
+
+
+ALL_MODELS = ("deepseek-v3", "qwen3-235b", "mixtral-8x7b", "olmoe-1b-7b", "kimi-k2")
+SMALL_MODELS = ("mixtral-8x7b", "olmoe-1b-7b")
+SCENARIOS = ("mild", "skewed", "drifting", "shifting-mix")
+
+
+def _suites() -> dict[str, Suite]:
+    tiny = Suite("tiny", "two small instances, seconds (tests)", groups=(
+        Group(grid(["mixtral-8x7b"], ["nodes-2x2-nospare"], ["mild"], layers=2, steps=8, window=4)
+              + grid(["olmoe-1b-7b"], ["nodes-2x4"], ["skewed"], layers=2, steps=8, window=4),
+              kinds=(HEURISTIC, EXACT), time_limit=1.0),
+    ))
+    ci = Suite("ci", "exact solvers on Mixtral-sized EP groups (proven optima), heuristics on "
+               "DeepSeek-V3 / Kimi-K2 sizes", seeds=(0,), groups=(
+        Group(grid(["mixtral-8x7b"], ["node-2", "nodes-2x2-nospare"], ["mild", "skewed", "drifting"], layers=4)
+              + grid(["olmoe-1b-7b"], ["node-8"], ["skewed"], layers=2),
+              kinds=(HEURISTIC, EXACT), time_limit=4.0),
+        Group(grid(["deepseek-v3"], ["prefill-4x8"], ["skewed", "drifting"])
+              + grid(["deepseek-v3"], ["decode-ep64"], ["skewed"])
+              + grid(["kimi-k2"], ["decode-ep144"], ["skewed"]),
+              kinds=(HEURISTIC,)),
+    ))
+    full = Suite("full", "every preset x cluster shape x scenario (heuristics, all layers); exact solvers on "
+                 "small EP groups", seeds=(0, 1), groups=(
+        Group(grid(ALL_MODELS, ["node-8", "prefill-4x8", "decode-ep64", "decode-ep144"], SCENARIOS),
+              kinds=(HEURISTIC,)),
+        Group(grid(SMALL_MODELS[:1], ["node-2", "nodes-2x2-nospare", "node-8"], SCENARIOS, layers=4)
+              + grid(SMALL_MODELS[1:], ["node-8", "nodes-2x4"], SCENARIOS, layers=4),
+              kinds=(HEURISTIC, EXACT), time_limit=20.0),
+    ))
+    return {s.name: s for s in (tiny, ci, full)}
+
+
+SUITES: dict[str, Suite] = _suites()
+
+
+def get_suite(name: str) -> Suite:
+    if name not in SUITES:
+        raise OptionError("suite", f"unknown suite {name!r}; choose one of {', '.join(SUITES)}")
+    return SUITES[name]

@@ -1,0 +1,151 @@
+"""Tasks: small pure functions (instance id, solver, options, seed) -> one result row.
+
+A task rebuilds its instance from the id (deterministic in the seed), runs
+:func:`solvers.solve` (which scores the plan with the shared scorer and combines the
+combinatorial bounds with the solver's proven bound), and scores the plan out of sample
+on the next window. Any executor (process pool, Dask, Ray) runs the same function.
+"""
+from __future__ import annotations
+
+import json
+import platform
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import torch
+
+from solvers.errors import EPLBError, OptionError, PlanError
+from solvers.registry import get_solver, solver_names
+from solvers.scoring import score
+from solvers.solve import BoundViolation, solve
+
+from .instances import load_instance
+from .suites import Suite
+
+# Statuses a row can have beyond solvers.Termination: the harness's own verdicts.
+INVALID_PLAN = "invalid_plan"          # the plan failed validation (a solver bug)
+BOUND_VIOLATION = "bound_violation"    # objective below a proven lower bound (a solver or bound bug)
+BAD_INPUT = "bad_input"                # the solver rejected the instance or options
+HARD_FAILURES = (INVALID_PLAN, BOUND_VIOLATION)
+
+# Options the harness fills in when a solver accepts them (and the suite did not set them).
+THREAD_OPTIONS = ("threads", "num_threads", "num_workers", "workers")
+
+
+@dataclass(frozen=True)
+class Task:
+    instance: str
+    solver: str
+    options: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+
+    @property
+    def key(self) -> tuple[str, str, str, int]:
+        """What identifies a finished row (for --resume)."""
+        return (self.instance, self.solver, options_key(self.options), int(self.seed))
+
+
+def options_key(options: dict[str, Any]) -> str:
+    return json.dumps(options, sort_keys=True, separators=(",", ":"))
+
+
+def _layers(t: torch.Tensor | None) -> str:
+    """A per-layer tensor as a compact JSON list (7 significant digits)."""
+    return "" if t is None else json.dumps([float(f"{x:.7g}") for x in t.tolist()])
+
+
+def run_task(task: Task, threads: int = 1) -> dict[str, Any]:
+    """Run one task and return its row (plain numbers and strings only).
+
+    threads: torch intra-op threads for this process (1 when timings matter: one job per core).
+    """
+    if threads:
+        torch.set_num_threads(threads)
+    loaded = load_instance(task.instance, task.seed)
+    spec = get_solver(task.solver)
+    row: dict[str, Any] = loaded.instance.params()
+    row.update(seed=int(task.seed), solver=task.solver, kind=spec.kind, options=options_key(task.options),
+               threads=threads, host=platform.node())
+    try:
+        result = solve(loaded.problem, task.solver, **task.options)
+    except BoundViolation as exc:
+        return {**row, "status": BOUND_VIOLATION, "message": str(exc)}
+    except PlanError as exc:
+        return {**row, "status": INVALID_PLAN, "message": str(exc)}
+    except OptionError:
+        raise  # a mistake in the suite or the command line: stop the run
+    except EPLBError as exc:
+        return {**row, "status": BAD_INPUT, "message": str(exc)}
+    row.update(status=str(result.termination), message=result.message, policy=result.policy,
+               bound_scope=str(result.info.get("bound_scope", "")), wall_time_s=result.wall_time,
+               lower_bound=float(result.lower_bound.sum()), lower_bound_layers=_layers(result.lower_bound))
+    if result.score is None:
+        return row
+    m = result.score.metrics()
+    row.update(objective=float(result.objective.sum()), objective_layers=_layers(result.objective),
+               gap_own_mean=result.gap_mean, gap_own_max=result.gap_max,
+               imbalance_mean=m["imbalance_mean"], imbalance_worst=m["imbalance_worst"],
+               balancedness=m["balancedness"], node_imbalance_mean=m["node_imbalance_mean"],
+               duplicates=m["duplicates"])
+    if loaded.eval_problem is not None:  # out of sample: plan on window 0, score on window 1
+        oos = score(loaded.eval_problem, result.plan)
+        row.update(oos_imbalance_mean=oos.imbalance_mean, oos_imbalance_worst=oos.imbalance_worst)
+    return row
+
+
+def resolve_solvers(kinds: Iterable[str], only: list[str] | None) -> list[str]:
+    """Available registered solvers of ``kinds``, restricted to ``only`` when given."""
+    names = [n for n in solver_names(available_only=True) if get_solver(n).kind in kinds]
+    if only is None:
+        return names
+    return [n for n in names if n in only]
+
+
+def check_solver_names(names: list[str]) -> None:
+    """Unknown or unavailable solver names raise OptionError('solvers', ...)."""
+    known = solver_names()
+    for n in names:
+        if n not in known:
+            raise OptionError("solvers", f"unknown solver {n!r}; known: {', '.join(known)}")
+        spec = get_solver(n)
+        if not spec.is_available():
+            raise OptionError("solvers", f"solver {n!r} is not available here: {spec.requires}")
+
+
+def suite_tasks(suite: Suite, *, solvers: list[str] | None = None, time_limit: float | None = None,
+                seeds: list[int] | None = None, threads: int = 1) -> list[Task]:
+    """Every task of ``suite``: instances x available solvers of each group's kinds x seeds.
+
+    solvers: only these names (each must be known, available and used by some group).
+    time_limit: overrides each group's limit. seeds: override the suite's seeds.
+    """
+    if solvers is not None:
+        check_solver_names(solvers)
+    seeds = list(suite.seeds if seeds is None else seeds)
+    tasks: list[Task] = []
+    used: set[str] = set()
+    for group in suite.groups:
+        limit = group.time_limit if time_limit is None else time_limit
+        for name in resolve_solvers(group.kinds, solvers):
+            used.add(name)
+            accepted = set(get_solver(name).options)
+            opts = dict(group.options.get(name, {}))
+            if limit is not None and "time_limit" in accepted:
+                opts.setdefault("time_limit", float(limit))
+            for t in THREAD_OPTIONS:
+                if t in accepted:
+                    opts.setdefault(t, threads)
+                    break
+            for inst in group.instances:
+                for seed in seeds:
+                    o = dict(opts)
+                    if "seed" in accepted:
+                        o.setdefault("seed", int(seed))
+                    tasks.append(Task(inst.id, name, o, int(seed)))
+    if solvers is not None:
+        unused = [n for n in solvers if n not in used]
+        if unused:
+            raise OptionError("solvers", f"solver {unused[0]!r} ({get_solver(unused[0]).kind}) is not part of "
+                              f"suite {suite.name!r} (its groups run kinds: "
+                              f"{', '.join(sorted({k for g in suite.groups for k in g.kinds}))})")
+    return tasks
