@@ -37,6 +37,7 @@ def solve_cpsat(problem: Problem, *, model: str = "joint", counts: str | None = 
                 time_limit: float = 10.0, threads: int = 2, seed: int = 0, gap: float = 0.0,
                 warm_start: Any = "auto") -> SolverOutput:
     from . import cpsat
+    backends.cpsat_available()        # import OR-Tools (about 1 s) before the clock starts
     return run_exact(problem, "cpsat", cpsat.solve_layer, **_collect(locals()))
 
 
@@ -48,6 +49,7 @@ def solve_highs(problem: Problem, *, model: str = "joint", counts: str | None = 
                 time_limit: float = 10.0, threads: int = 2, seed: int = 0, gap: float = 0.0,
                 warm_start: Any = "auto") -> SolverOutput:
     from . import milp
+    backends.highs_available()        # import OR-Tools and highspy before the clock starts
     return run_exact(problem, "highs", milp.layer_solver("highs"), **_collect(locals()))
 
 
@@ -58,6 +60,7 @@ def solve_cbc(problem: Problem, *, model: str = "joint", counts: str | None = No
               time_limit: float = 10.0, threads: int = 2, seed: int = 0, gap: float = 0.0,
               warm_start: Any = "auto") -> SolverOutput:
     from . import milp
+    backends.cbc_available()
     return run_exact(problem, "cbc", milp.layer_solver("cbc"), **_collect(locals()))
 
 

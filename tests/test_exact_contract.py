@@ -1,0 +1,137 @@
+"""Contracts of the exact solvers: the joint example, time limits, warm starts, bad options."""
+import time
+
+import pytest
+import torch
+
+from solvers import OptionError, Plan, Problem, ProblemError, Termination, get_solver, solve
+from solvers.exact import backends
+
+BACKENDS = ["cpsat", "highs", "cbc"]
+JOINT = [[600, 560, 120, 120, 20, 10, 10, 10]]          # 16 slots on 8 GPUs (issue 3)
+JOINT_OPT = 590 / 3                                     # proven by all three backends
+
+
+def backend(name):
+    spec = get_solver(name)
+    if not spec.is_available():
+        pytest.skip(f"{name} not installed here: {spec.requires}")
+    return name
+
+
+def test_joint_example_cpsat_proves_the_optimum():
+    backend("cpsat")
+    p = Problem(JOINT, 16, 1, 1, 8)
+    greedy = solve(p, "deepseek")
+    assert float(greedy.objective[0]) == 232
+    r = solve(p, "cpsat", model="joint", time_limit=30)
+    assert r.termination is Termination.OPTIMAL
+    assert float(r.objective[0]) == pytest.approx(JOINT_OPT)
+    assert float(r.lower_bound[0]) == pytest.approx(JOINT_OPT)
+    assert r.gap_max == pytest.approx(0, abs=1e-6)
+    assert r.info["layers"][0]["exact_coefficients"]      # integer loads: no rounding at all
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["highs", "cbc"])
+def test_joint_example_milp_proves_the_optimum(name):
+    backend(name)
+    p = Problem(JOINT, 16, 1, 1, 8)
+    r = solve(p, name, model="joint", time_limit=60)
+    assert r.termination is Termination.OPTIMAL
+    assert float(r.objective[0]) == pytest.approx(JOINT_OPT)
+
+
+def hard_instance():
+    torch.manual_seed(1)
+    w = (torch.distributions.LogNormal(0.0, 1.2).sample((2, 64)) * 1000).round()
+    return Problem(w, 96, 1, 1, 16)
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_time_limit_holds_and_returns_incumbent_and_bound(name):
+    backend(name)
+    p = hard_instance()
+    greedy = solve(p, "deepseek", policy="global")
+    start = time.perf_counter()
+    r = solve(p, name, model="packing", time_limit=1.0)
+    wall = time.perf_counter() - start
+    assert wall <= 1.0 + 2.0, wall
+    assert r.termination is Termination.TIME_LIMIT, r.message
+    assert r.plan is not None and r.score is not None
+    assert bool((r.objective <= greedy.objective + 1e-9).all())        # no worse than the warm start
+    assert bool((r.lower_bound > 0).all()) and bool((r.lower_bound <= r.objective).all())
+    assert r.gap_max is not None and 0 <= r.gap_max < 0.1
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_model_too_big_for_the_limit_returns_the_warm_start(name):
+    backend(name)
+    p = hard_instance()
+    start = time.perf_counter()
+    r = solve(p, name, model="joint", time_limit=0.5)
+    assert time.perf_counter() - start <= 2.5
+    assert r.termination is Termination.TIME_LIMIT
+    assert all(layer["solution"] == "warm_start" for layer in r.info["layers"])
+    greedy = solve(p, "deepseek", policy="global")
+    assert torch.equal(r.objective, greedy.objective)
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_explicit_warm_start_is_kept_when_nothing_better(name):
+    backend(name)
+    p = Problem([[5, 5, 5, 5]], 4, 1, 1, 2)
+    warm = Plan.from_phy2log([[3, 2, 1, 0]], 4)
+    r = solve(p, name, model="packing", warm_start=warm, time_limit=5)
+    assert r.termination is Termination.OPTIMAL
+    assert float(r.objective[0]) == 10
+
+
+def test_warm_start_that_breaks_the_model_is_an_error():
+    backend("cpsat")
+    p = Problem([[5, 5, 5, 5]], 4, 2, 2, 2)
+    # Experts 0 and 2 (groups 0 and 1) on GPU 0 of node 0: not a hierarchical plan.
+    mixed = Plan.from_phy2log([[0, 2, 1, 3]], 4)
+    with pytest.raises(OptionError, match="warm_start"):
+        solve(p, "cpsat", model="hierarchical", warm_start=mixed)
+    with pytest.raises(OptionError, match="warm_start"):
+        solve(p, "cpsat", warm_start="greedy")
+
+
+def test_bad_options_give_clear_errors():
+    p = Problem([[5, 3, 1]], 4, 1, 1, 2)
+    with pytest.raises(OptionError, match="solver"):
+        solve(p, "gurobi")
+    with pytest.raises(OptionError, match="time_limit"):
+        solve(p, "cpsat", time_limit=-1)
+    with pytest.raises(OptionError, match="time_limit"):
+        solve(p, "cpsat", time_limit=float("nan"))
+    with pytest.raises(OptionError, match="threads"):
+        solve(p, "cbc", threads=0)
+    with pytest.raises(OptionError, match="gap"):
+        solve(p, "highs", gap=2)
+    with pytest.raises(OptionError, match="model"):
+        solve(p, "cpsat", model="magic")
+    with pytest.raises(OptionError, match="counts"):
+        solve(p, "cpsat", model="joint", counts="fixed")
+    with pytest.raises(OptionError, match="colocation"):
+        solve(p, "cpsat", colocation="sometimes")
+    with pytest.raises(OptionError, match="tolerance"):
+        solve(p, "cpsat", tolerance=0.1)                     # unknown option name
+    with pytest.raises(OptionError, match="replica_counts"):
+        solve(p, "cpsat", model="packing", replica_counts=[1, 1, 1])   # sums to 3, not 4
+    with pytest.raises(OptionError, match="replica_counts"):
+        solve(p, "cpsat", model="joint", replica_counts=[2, 1, 1])     # counts are free here
+    with pytest.raises(ProblemError, match="num_groups"):               # 1 group on 2 nodes
+        solve(Problem([[5, 3, 1, 1]], 4, 1, 2, 2), "cpsat", model="hierarchical")
+
+
+def test_infeasible_forbidden_colocation_requests():
+    p = Problem([[9, 1, 1]], 6, 1, 1, 2)
+    # 4 replicas of expert 0 on 2 GPUs without colocation: impossible
+    with pytest.raises(OptionError, match="colocation"):
+        solve(p, "cpsat", model="packing", replica_counts=[4, 1, 1], colocation="forbidden")
+    # 3 slots per GPU need 3 distinct experts; there are only 2
+    q = Problem([[9, 1]], 6, 1, 1, 2)
+    with pytest.raises(OptionError, match="colocation"):
+        solve(q, "cpsat", model="joint", colocation="forbidden")
