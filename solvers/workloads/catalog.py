@@ -147,7 +147,8 @@ def build_catalog(names: list[str] | None = None) -> list[dict[str, Any]]:
         entries[name] = {
             "name": name, "file": path.name, "kind": "generated",
             "description": f"{trace.meta['model_name']}, scenario {spec['scenario']}: "
-                           f"{SCENARIOS[spec['scenario']].description}",
+                           f"{SCENARIOS[spec['scenario']].description}"
+                           + "".join(f" Override: {k}={v}." for k, v in spec.get("overrides", {}).items()),
             "model": spec["model"], "scenario": spec["scenario"], "steps": trace.num_steps,
             "num_layers": trace.num_layers, "num_experts": trace.num_experts,
             "num_groups": trace.meta["num_groups"], "top_k": trace.meta["top_k"],

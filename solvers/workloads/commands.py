@@ -1,0 +1,162 @@
+"""``eplb generate``, ``eplb convert`` and ``eplb datasets`` (added to the lead's CLI).
+
+    eplb generate MODEL [--scenario S] [--steps T] [--seed N] [--tokens-per-step K]
+                  [--layers L] [--set KEY=VALUE ...] --out trace.{npz,pt,json,csv}
+    eplb convert INPUT --out OUTPUT [--to FORMAT] [...]   loads or plans between formats
+    eplb datasets [--json] [--rebuild [NAME ...]]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..errors import OptionError
+
+
+def _describe(trace) -> str:
+    w = trace.loads.sum(0).double()
+    hot = (w.max(-1).values / w.mean(-1).clamp_min(1e-300))
+    return (f"{trace.num_steps} steps x {trace.num_layers} layers x {trace.num_experts} experts, "
+            f"{int(trace.loads.sum())} assignments; hottest expert / mean per layer: "
+            f"median {float(hot.median()):.2f}, max {float(hot.max()):.2f}")
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from .exporters import write_trace
+    from .generators import generate
+
+    overrides = dict(args.set or [])
+    for key in ("steps", "seed", "tokens_per_step", "num_layers", "scenario", "model"):
+        if key in overrides:
+            raise OptionError("set", f"{key} has its own flag; do not pass it with --set")
+    trace = generate(args.model, args.scenario, steps=args.steps, seed=args.seed,
+                     tokens_per_step=args.tokens_per_step, num_layers=args.layers, **overrides)
+    path = write_trace(trace, args.out, args.format)
+    print(f"wrote {path}: {args.model}, scenario {args.scenario}, seed {args.seed}: {_describe(trace)}")
+    return 0
+
+
+def _plan_input(spec: str) -> bool:
+    """Whether INPUT is a plan file (else loads)."""
+    path = Path(spec)
+    if not path.is_file():
+        return False
+    suffix = path.suffix.lower()
+    if suffix in (".yaml", ".yml"):
+        return True
+    if suffix in (".json", ".csv"):
+        with path.open("rb") as fh:
+            head = fh.read(1 << 12)
+        if suffix == ".json":
+            return b"eplb-plan" in head or b"physical_to_logical_map" in head
+        first = head.split(b"\n", 1)[0].lower()
+        return b"slot" in first and b"layer" in first
+    return False
+
+
+def _convert_plan(args: argparse.Namespace) -> int:
+    from ..problem import Problem
+    from .exporters import PLAN_FORMATS, export_plan, read_exported_plan
+
+    if args.to is not None and args.to not in PLAN_FORMATS:
+        raise OptionError("to", f"a plan converts to one of {', '.join(PLAN_FORMATS)}, got {args.to!r}")
+    plan = read_exported_plan(args.input, num_experts=args.num_experts)
+    problem = None
+    fmt = args.to
+    if fmt is None and Path(args.out).suffix.lower() == ".json":
+        fmt = "eplb" if args.loads else "sglang"
+    if fmt == "eplb":
+        if not args.loads or args.gpus is None:
+            raise OptionError("loads", "converting to the eplb plan format records the problem: "
+                              "pass --loads and --gpus (and --groups, --nodes)")
+        from ..loadfiles import read_weights
+
+        problem = Problem(read_weights(args.loads), plan.num_replicas, args.groups, args.nodes, args.gpus)
+    export_plan(plan, args.out, fmt, problem=problem, num_gpus=args.gpus, layer_offset=args.layer_offset,
+                solver="import", provenance={"converted_from": str(args.input)})
+    print(f"wrote {args.out}: plan of {plan.num_layers} layers, {plan.num_replicas} slots, "
+          f"{plan.num_experts} experts")
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from ..loadfiles import resolve_loads
+    from .exporters import TRACE_FORMATS, write_trace
+    from .importers import read_trace
+
+    if _plan_input(args.input):
+        return _convert_plan(args)
+    if args.to is not None and args.to not in TRACE_FORMATS:
+        raise OptionError("to", f"loads convert to one of {', '.join(TRACE_FORMATS)}, got {args.to!r}")
+    fmt, target = resolve_loads(args.input)
+    trace = read_trace(target, args.format or fmt)
+    path = write_trace(trace, args.out, args.to)
+    print(f"wrote {path}: {_describe(trace)}")
+    return 0
+
+
+def cmd_datasets(args: argparse.Namespace) -> int:
+    from .catalog import GENERATED, build_catalog, list_datasets
+
+    if args.rebuild is not None:
+        names = args.rebuild or None
+        unknown = sorted(set(names or []) - set(GENERATED))
+        if unknown:
+            raise OptionError("rebuild", f"unknown generated dataset {unknown[0]!r}; known: {', '.join(GENERATED)}")
+        entries = build_catalog(names)
+    else:
+        entries = list_datasets()
+    if args.json:
+        print(json.dumps(entries, indent=2))
+        return 0
+    for e in entries:
+        shape = f"{e.get('steps')}x{e.get('num_layers')}x{e.get('num_experts')}"
+        print(f"{e['name']:<28} {shape:<14} {e.get('bytes', 0) / 1e6:5.2f} MB  {e.get('description', '')}")
+    return 0
+
+
+def add_commands(sub) -> None:
+    """Register generate, convert and datasets on the CLI's sub-parsers object."""
+    from ..cli import _option
+    from .exporters import PLAN_FORMATS, TRACE_FORMATS
+    from .generators import SCENARIOS
+    from .importers import FORMATS
+    from .presets import PRESETS
+
+    g = sub.add_parser("generate", help="write a synthetic load trace for a model preset and scenario")
+    g.add_argument("model", help=f"model preset: {', '.join(PRESETS)}")
+    g.add_argument("--scenario", default="mild", help=f"scenario: {', '.join(SCENARIOS)} (default mild)")
+    g.add_argument("--steps", type=int, default=100, help="steps (forward passes) to draw (default 100)")
+    g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    g.add_argument("--tokens-per-step", type=int, default=4096, help="tokens routed per step (default 4096)")
+    g.add_argument("--layers", type=int, default=None, help="keep only the first LAYERS MoE layers")
+    g.add_argument("--set", action="append", type=_option, metavar="KEY=VALUE",
+                   help="generator parameter, repeatable (e.g. --set skew=1.5 --set drift=0.05)")
+    g.add_argument("--format", choices=TRACE_FORMATS, default=None,
+                   help="output format (default from the suffix: .npz, .pt, .json = vllm, .csv)")
+    g.add_argument("--out", required=True, help="trace file to write")
+    g.set_defaults(func=cmd_generate)
+
+    c = sub.add_parser("convert", help="convert loads (or a plan) between formats")
+    c.add_argument("input", help="loads file, directory of per-rank dumps, glob, dataset name, or a plan file")
+    c.add_argument("--out", required=True, help="file to write")
+    c.add_argument("--to", default=None,
+                   help=f"output format: loads {', '.join(TRACE_FORMATS)}; plans {', '.join(PLAN_FORMATS)} "
+                        "(default from the suffix)")
+    c.add_argument("--format", choices=FORMATS, default=None, help="input loads format (default: detected)")
+    c.add_argument("--num-experts", type=int, default=None,
+                   help="plans: logical experts (engine plan formats do not record it)")
+    c.add_argument("--layer-offset", type=int, default=0,
+                   help="plans to trtllm: model index of the first MoE layer (e.g. 3 for DeepSeek-V3)")
+    c.add_argument("--loads", default=None, help="plans to eplb: the loads the plan is for")
+    c.add_argument("--gpus", type=int, default=None, help="plans to eplb or csv: GPUs P")
+    c.add_argument("--groups", type=int, default=1, help="plans to eplb: expert groups G (default 1)")
+    c.add_argument("--nodes", type=int, default=1, help="plans to eplb: nodes N (default 1)")
+    c.set_defaults(func=cmd_convert)
+
+    d = sub.add_parser("datasets", help="list the shipped datasets (or rebuild the generated ones)")
+    d.add_argument("--json", action="store_true", help="print the catalog entries as JSON")
+    d.add_argument("--rebuild", nargs="*", default=None, metavar="NAME",
+                   help="regenerate these generated datasets (all when no name) and the catalog")
+    d.set_defaults(func=cmd_datasets)
