@@ -14,7 +14,6 @@ from it (replicas ranked in slot order, as the engines do).
 """
 from __future__ import annotations
 
-import csv
 import io
 import json
 from pathlib import Path
@@ -35,7 +34,8 @@ PARAM = "plan"
 
 
 def _fail(path: Any, message: str) -> LoadFileError:
-    return LoadFileError(PARAM, f"{path}: {message}")
+    """One-line error (parsers' messages may span lines) naming the file."""
+    return LoadFileError(PARAM, " ".join(f"{path}: {message}".split()))
 
 
 def _write_text(path: Path, text: str) -> None:

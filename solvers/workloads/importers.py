@@ -32,8 +32,7 @@ from __future__ import annotations
 import csv
 import glob
 import json
-import math
-import os
+import pickle
 import re
 import zipfile
 from pathlib import Path
@@ -53,7 +52,8 @@ PARAM = "loads"
 
 
 def _fail(path: Any, message: str) -> LoadFileError:
-    return LoadFileError(PARAM, f"{path}: {message}")
+    """One-line error (parsers' messages may span lines) naming the file."""
+    return LoadFileError(PARAM, " ".join(f"{path}: {message}".split()))
 
 
 # ---------------------------------------------------------------------------------------
@@ -91,7 +91,8 @@ def _peek(path: Path, size: int = 1 << 16) -> bytes:
 def _torch_load(path: Path) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError, ValueError, zipfile.BadZipFile, KeyError) as exc:
+    except (OSError, RuntimeError, EOFError, ValueError, zipfile.BadZipFile, KeyError,
+            pickle.UnpicklingError) as exc:
         # weights_only refuses pickled classes: a dump is tensors, numbers, lists and dicts.
         raise _fail(path, f"cannot read .pt file ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
 
@@ -265,7 +266,7 @@ def iter_vllm_steps(path: str | Path) -> Iterator[np.ndarray]:
             try:
                 doc = json.load(fh)
             except ValueError as exc:
-                raise _fail(path, f"not valid JSON ({exc})") from None
+                raise _fail(path, f"cannot read .json file (not valid JSON: {exc})") from None
             hist = doc.get("load_history") if isinstance(doc, dict) else None
             if not isinstance(hist, list):
                 raise _fail(path, "no 'load_history' list")
@@ -494,7 +495,7 @@ def read_json(path: str | Path) -> torch.Tensor:
         with path.open() as fh:
             obj = json.load(fh)
     except (OSError, ValueError) as exc:
-        raise _fail(path, f"not valid JSON ({exc})") from None
+        raise _fail(path, f"cannot read .json file (not valid JSON: {exc})") from None
     if isinstance(obj, dict):
         obj = _pick(obj, path)
     return _check_values(_integral(_as_tensor(obj, path)), path)
