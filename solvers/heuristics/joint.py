@@ -30,9 +30,27 @@ def quick_objective(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int, 
     return pack_loads(per.gather(1, es), num_packs).max(1).values
 
 
+def fixed_count_bound(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int) -> torch.Tensor:
+    """Lower bound on the packed max for fixed counts: max of W/P and the pigeonhole bounds
+    (among the j*P+1 largest items some pack holds j+1, plus S-j-1 items at least as
+    large as the smallest ones), j = 0..S-1. weight, logcnt: [Y, E] -> [Y] float64.
+    """
+    item_e, item_w = expand_items(weight, logcnt)
+    Y, R = item_w.shape
+    P = num_packs
+    S = R // P
+    a = item_w.sort(dim=1, descending=True).values
+    csum = torch.nn.functional.pad(a.cumsum(1), (1, 0))                            # [Y, R+1]
+    j = torch.arange(S, device=a.device)
+    top = csum[:, j * P + 1] - csum[:, j * P - j]                                  # a[jP-j .. jP]
+    rest = csum[:, R:R + 1] - csum[:, R - (S - 1 - j)]                             # S-1-j smallest
+    return torch.maximum((top + rest).max(1).values, csum[:, R] / P)
+
+
 def joint_counts(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int, *, cap: int | None = None,
                  rounds: int = 32, donors: int = 4, receivers: int = 4, beam: int = 4, steps: int = 4,
-                 patience: int = 2, deadline: float | None = None) -> tuple[torch.Tensor, int]:
+                 patience: int = 2, deadline: float | None = None,
+                 evaluate: str = "pack") -> tuple[torch.Tensor, int]:
     """Beam search on replica counts. weight, logcnt: [X, E]; returns (logcnt [X, E], rounds run).
 
     Each round every beam state spawns ``donors x receivers`` single-replica moves:
@@ -41,13 +59,21 @@ def joint_counts(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int, *, 
     batch; the ``beam`` best distinct ones survive (so the search can cross a worse
     state: a pure hill climb stalls at 210 on the 8-expert example, the beam reaches 200).
     Stops after ``patience`` rounds without a better best, or at ``deadline``
-    (a time.perf_counter value), checked between rounds.
+    (a time.perf_counter value), checked between rounds. ``evaluate="bound"`` scores a
+    candidate by :func:`fixed_count_bound` instead of packing it (cheap; good when GPUs
+    hold many slots and a good packing lands on the bound).
     """
+    if evaluate == "bound":
+        def objective(wt, ct):
+            return fixed_count_bound(wt, ct, num_packs)
+    else:
+        def objective(wt, ct):
+            return quick_objective(wt, ct, num_packs, steps)
     X, E = weight.shape
     dev = weight.device
     w = weight.to(torch.float64)
     best_cnt = logcnt.clone()
-    best_obj = quick_objective(w, best_cnt, num_packs, steps)
+    best_obj = objective(w, best_cnt)
     B, D, Q = beam, min(donors, E), min(receivers, E)
     M = B * D * Q
     states = best_cnt.unsqueeze(1).repeat(1, B, 1)                                  # [X, B, E]
@@ -73,7 +99,7 @@ def joint_counts(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int, *, 
         cand.scatter_add_(4, d_idx.unsqueeze(4), -valid.unsqueeze(4).to(torch.int64))
         cand.scatter_add_(4, r_idx.unsqueeze(4), valid.unsqueeze(4).to(torch.int64))
         cand = cand.view(X, M, E)
-        obj = quick_objective(w.repeat_interleave(M, 0), cand.view(-1, E), num_packs, steps).view(X, M)
+        obj = objective(w.repeat_interleave(M, 0), cand.view(-1, E)).view(X, M)
         obj = obj.masked_fill(~valid.view(X, M), float("inf"))
         # distinct states only: drop a candidate whose hash an earlier (better) one has
         obj, order = obj.sort(dim=1, stable=True)

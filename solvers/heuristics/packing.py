@@ -151,6 +151,69 @@ class _Swapper:
         qb = (best % R).unsqueeze(1)
         return _swap(w, qa, qb, ok), _swap(e, qa, qb, ok), ok
 
+    def step_pairs(self, w, e, pair_swaps: int = 4):
+        """Pair the i-th heaviest pack with the i-th lightest (disjoint pairs) and apply, in
+        every pair at once, its best 1-1 swap (or 2-2, in the ``pair_swaps`` heaviest
+        pairs) if it lowers the pair's max."""
+        X, R = w.shape
+        S, P, dev = self.S, self.P, w.device
+        k = P // 2
+        loads = pack_loads(w, P)
+        order = loads.argsort(dim=1, descending=True, stable=True)
+        hi, lo = order[:, :k], order[:, P - k:].flip(1)                             # [X, k]
+        ar = torch.arange(S, device=dev)
+        qh = (hi.unsqueeze(2) * S + ar).view(X, -1)                                  # [X, k*S]
+        ql = (lo.unsqueeze(2) * S + ar).view(X, -1)
+        wh, wl = w.gather(1, qh).view(X, k, S), w.gather(1, ql).view(X, k, S)
+        lh, ll = loads.gather(1, hi).unsqueeze(-1), loads.gather(1, lo).unsqueeze(-1)  # [X, k, 1]
+        if self.nodup:
+            cnt = presence_counts(e, self.E, P).view(X, -1)
+            eh, el = e.gather(1, qh).view(X, k, S), e.gather(1, ql).view(X, k, S)
+            h_on_l = cnt.gather(1, (lo.unsqueeze(2) * self.E + eh).view(X, -1)).view(X, k, S) > 0
+            l_on_h = cnt.gather(1, (hi.unsqueeze(2) * self.E + el).view(X, -1)).view(X, k, S) > 0
+        # max(lh - d, ll + d) = (lh + ll)/2 + |t - d| with t = (lh - ll)/2: minimise |t - d|
+        t = (lh - ll) / 2                                                             # [X, k, 1]
+        d1 = wh.unsqueeze(3) - wl.unsqueeze(2)                                       # [X, k, S, S]
+        bad1 = d1 <= 0
+        if self.nodup:
+            bad1 = bad1 | h_on_l.unsqueeze(3) | l_on_h.unsqueeze(2)
+        c1 = (t.unsqueeze(-1) - d1).abs_().masked_fill_(bad1, float("inf")).view(X, k, S * S)
+        npair = self.pa.numel()
+        k2 = min(k, pair_swaps)
+        if npair and k2:
+            # 2-2 only for the heaviest k2 pairs: they decide the max, and it keeps the step cheap
+            ph = wh[:, :k2, self.pa] + wh[:, :k2, self.pb]                           # [X, k2, np]
+            pl = wl[:, :k2, self.pa] + wl[:, :k2, self.pb]
+            d2 = ph.unsqueeze(3) - pl.unsqueeze(2)                                   # [X, k2, np, np]
+            bad2 = d2 <= 0
+            if self.nodup:
+                fh = h_on_l[:, :k2, self.pa] | h_on_l[:, :k2, self.pb]
+                fl = l_on_h[:, :k2, self.pa] | l_on_h[:, :k2, self.pb]
+                bad2 = bad2 | fh.unsqueeze(3) | fl.unsqueeze(2)
+            c2 = (t[:, :k2].unsqueeze(-1) - d2).abs_().masked_fill_(bad2, float("inf"))
+            c2 = torch.nn.functional.pad(c2.view(X, k2, npair * npair), (0, 0, 0, k - k2), value=float("inf"))
+            cost = torch.cat([c1, c2], 2)
+        else:
+            cost = c1
+        best_cost, best = cost.min(2)                                                # [X, k]
+        ok = best_cost < t.squeeze(-1) - lh.squeeze(-1) * REL_TOL
+        is2 = best >= S * S
+        a1 = a2 = best // S                          # 1-1: slot a on hi, slot b on lo (repeated)
+        b1 = b2 = best % S
+        if npair:                                     # 2-2: pairs (pa, pb)[i] on hi, [j] on lo
+            flat = (best - S * S).clamp_min(0)
+            i, j = flat // npair, flat % npair
+            a1, a2 = torch.where(is2, self.pa[i], a1), torch.where(is2, self.pb[i], a2)
+            b1, b2 = torch.where(is2, self.pa[j], b1), torch.where(is2, self.pb[j], b2)
+        qa = torch.cat([hi * S + a1, hi * S + a2], 1)                                # [X, 2k]
+        qb = torch.cat([lo * S + b1, lo * S + b2], 1)
+        okk = ok.repeat(1, 2)
+        va, vb = w.gather(1, qa), w.gather(1, qb)
+        ea, eb = e.gather(1, qa), e.gather(1, qb)
+        w = w.scatter(1, qa, torch.where(okk, vb, va)).scatter(1, qb, torch.where(okk, va, vb))
+        e = e.scatter(1, qa, torch.where(okk, eb, ea)).scatter(1, qb, torch.where(okk, ea, eb))
+        return w, e, ok.any(1)
+
     def step22(self, w, e, partners: int = 4):
         """One best 2-2 swap per row: pairs from the heaviest pack against pairs on the
         ``partners`` lightest packs (the likeliest partners; keeps the step cheap)."""
@@ -195,7 +258,9 @@ def local_search(w_slots: torch.Tensor, e_slots: torch.Tensor, num_packs: int, n
                  block: int = 8, partners: int = 4) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Swap local search on slot layouts (never increases any row's max pack load).
 
-    w_slots, e_slots: [X, R]. Blocks of ``block`` 1-1 steps, each followed by a 2-2 step;
+    w_slots, e_slots: [X, R]. Blocks of ``block`` steps (a paired step: every heavy pack
+    against its mirror light pack at once, 1-1 and 2-2; then the heaviest pack against
+    all packs, 1-1), each block followed by a 2-2 step of the heaviest pack;
     stops when a block improved no row or after ``max_steps`` steps (one host sync per
     block). Returns the improved layout and the number of steps run.
     """
@@ -208,6 +273,8 @@ def local_search(w_slots: torch.Tensor, e_slots: torch.Tensor, num_packs: int, n
     while steps < max_steps:
         any_ok = torch.zeros(X, dtype=torch.bool, device=w_slots.device)
         for _ in range(min(block, max_steps - steps)):
+            w_slots, e_slots, ok = sw.step_pairs(w_slots, e_slots)
+            any_ok |= ok
             w_slots, e_slots, ok = sw.step11(w_slots, e_slots)
             any_ok |= ok
             steps += 1

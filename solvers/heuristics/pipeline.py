@@ -29,16 +29,23 @@ from .joint import joint_counts
 from .packing import pack_counts
 
 
+# Up to this many slots per GPU the joint search packs every candidate (the packing then
+# decides); above it a fixed-count lower bound steers the counts (much cheaper).
+PACK_LOOP_MAX_SLOTS = 4
+
+
 @dataclass(frozen=True)
 class Effort:
     """How hard the pipeline works (the portfolio raises these)."""
 
-    steps: int = 24                 # local-search steps per packing
+    steps: int = 8                  # local-search steps per packing
     starts: tuple[str, ...] = ("kk",)
     joint: bool = False             # counts with the packing in the loop
     joint_rounds: int = 32
     joint_width: int = 4            # donors = receivers per round
     joint_steps: int = 4            # swap steps inside each candidate's quick packing
+    joint_beam: int = 4
+    joint_pack: bool = False        # packing-in-the-loop search even when GPUs hold many slots
     partitions: int = 4             # group-to-node candidates (hierarchical)
     two_swaps: bool = True
 
@@ -95,20 +102,33 @@ def heuristic_phy2log(problem: Problem, resolved: str, nodup: bool, effort: Effo
     e_loc, obj = pack_counts(wr, cnt, Pn, nodup=nodup, starts=starts, max_steps=effort.steps,
                              two_swaps=effort.two_swaps)
     info: dict = {"partition_candidates": K}
-    if effort.joint:
-        cnt2, rounds = joint_counts(wr, cnt, Pn, cap=cap, rounds=effort.joint_rounds,
-                                    donors=effort.joint_width, receivers=effort.joint_width,
-                                    steps=effort.joint_steps, deadline=deadline)
-        e2, obj2 = pack_counts(wr, cnt2, Pn, nodup=nodup, starts=starts, max_steps=effort.steps,
-                               two_swaps=effort.two_swaps)
-        better = obj2 < obj
-        e_loc = torch.where(better.unsqueeze(1), e2, e_loc)
-        obj = torch.where(better, obj2, obj)
-        info["joint_rounds"] = rounds
-        info["joint_rows_changed"] = int(better.sum())
-    glob = rows.gather(1, e_loc).view(L, K, R)                                    # node-major slots
+    # The best partition per layer; the count search below works on its N rows only.
     best_k = obj.view(L, K, N).max(-1).values.argmin(1)                           # [L]
-    return glob[torch.arange(L, device=dev), best_k], info
+    sel = (torch.arange(L, device=dev) * K + best_k).unsqueeze(1) * N + torch.arange(N, device=dev)
+    sel = sel.flatten()                                                           # [L*N] row ids
+    rows, wr, cnt, e_loc, obj = rows[sel], wr[sel], cnt[sel], e_loc[sel], obj[sel]
+    if effort.joint:
+        S = Rn // Pn
+        phases = [("bound", 2, 8)]
+        if effort.joint_pack or S <= PACK_LOOP_MAX_SLOTS:
+            phases.append(("pack", effort.joint_beam, effort.joint_width))
+        changed = 0
+        for evaluate, beam, width in phases:
+            if deadline is not None and time.perf_counter() > deadline:
+                break
+            cnt2, rounds = joint_counts(wr, cnt, Pn, cap=cap, rounds=effort.joint_rounds, donors=width,
+                                        receivers=width, beam=beam, steps=effort.joint_steps,
+                                        deadline=deadline, evaluate=evaluate)
+            e2, obj2 = pack_counts(wr, cnt2, Pn, nodup=nodup, starts=starts, max_steps=effort.steps,
+                                   two_swaps=effort.two_swaps)
+            better = obj2 < obj
+            e_loc = torch.where(better.unsqueeze(1), e2, e_loc)
+            obj = torch.where(better, obj2, obj)
+            cnt = torch.where(better.unsqueeze(1), cnt2, cnt)
+            info[f"joint_{evaluate}_rounds"] = rounds
+            changed += int(better.sum())
+        info["joint_rows_changed"] = changed
+    return rows.gather(1, e_loc).view(L, R), info
 
 
 def keep_best(problem: Problem, candidates: list[torch.Tensor], nodup: bool) -> tuple[torch.Tensor, torch.Tensor]:

@@ -16,7 +16,7 @@ LADDER: tuple[tuple[str, Effort], ...] = (
     ("joint", Effort(joint=True)),
     ("multi_start", Effort(steps=256, starts=("kk", "lpt"), partitions=8)),
     ("joint_deep", Effort(steps=128, starts=("kk", "lpt"), joint=True, joint_rounds=128,
-                          joint_width=6, joint_steps=8, partitions=8)),
+                          joint_width=6, joint_steps=8, joint_pack=True, partitions=8)),
 )
 
 

@@ -17,7 +17,7 @@ from .portfolio import run_portfolio
 @register("kk_swap", kind="heuristic",
           description="greedy counts; balanced Karmarkar-Karp packing + 1-1/2-2 swap local search")
 def solve_kk_swap(problem: Problem, *, policy: str = "auto", nodup: bool = False, relax: int = 0,
-                  steps: int = 24) -> SolverOutput:
+                  steps: int = 8) -> SolverOutput:
     effort = Effort(steps=positive_int(steps, "steps"))
     return run_pipeline(problem, policy=policy, nodup=nodup, relax=relax, effort=effort)
 
@@ -25,7 +25,7 @@ def solve_kk_swap(problem: Problem, *, policy: str = "auto", nodup: bool = False
 @register("joint", kind="heuristic",
           description="replica counts searched with the packing in the loop, then KK + swaps")
 def solve_joint(problem: Problem, *, policy: str = "auto", nodup: bool = False, relax: int = 0,
-                steps: int = 24, rounds: int = 32, width: int = 4) -> SolverOutput:
+                steps: int = 8, rounds: int = 32, width: int = 4) -> SolverOutput:
     effort = Effort(steps=positive_int(steps, "steps"), joint=True,
                     joint_rounds=positive_int(rounds, "rounds"), joint_width=positive_int(width, "width", 1))
     return run_pipeline(problem, policy=policy, nodup=nodup, relax=relax, effort=effort)
