@@ -83,13 +83,18 @@ def profile_figure(df: pd.DataFrame):
     return fig
 
 
-def write_profile(df: pd.DataFrame, out_dir: Path) -> Path | None:
-    """profile.png (kaleido + chromium) or profile.html when no browser renders it."""
-    if df.empty:
+FIGURE_KINDS = ("auto", "png", "html", "none")
+
+
+def write_profile(df: pd.DataFrame, out_dir: Path, kind: str = "auto") -> Path | None:
+    """The profile figure: ``auto`` writes profile.png (kaleido + chromium) or profile.html
+    when no browser renders it; ``png`` / ``html`` force one (png still falls back to HTML
+    without a browser); ``none`` writes nothing."""
+    if df.empty or kind == "none":
         return None
     fig = profile_figure(df)
     png = out_dir / "profile.png"
-    path = browser_path()
+    path = browser_path() if kind in ("auto", "png") else None
     if path:
         os.environ.setdefault("BROWSER_PATH", path)
         try:

@@ -8,6 +8,7 @@
     --executor local|dask|ray  [--address ADDR]
     --resume             keep the rows already in DIR and run only the missing ones
     --fail-if-gap-above X  exit 1 if any run's mean gap to the best bound exceeds X (0.05 = 5%)
+    --figure auto|png|html|none  the performance-profile figure (auto: PNG via chromium, else HTML)
 
 Writes DIR/results.csv and DIR/results.parquet as rows arrive, DIR/meta.json, DIR/summary.md
 and DIR/profile.png (or profile.html). Exits 1 when the gate fails: a plan is invalid, an
@@ -71,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue the run already in --out")
     p.add_argument("--fail-if-gap-above", type=float, metavar="X",
                    help="exit 1 if any run's mean gap to the best bound exceeds X (fraction)")
+    p.add_argument("--figure", default="auto", choices=("auto", "png", "html", "none"),
+                   help="performance profile: PNG via chromium, HTML, or none (default auto: PNG, else HTML)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -178,7 +181,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     df, violations = derive(store.frame())
     store.write_final(df)
     violations = hard_now + violations
-    figure = write_profile(df, out)
+    figure = write_profile(df, out, args.figure)
     meta["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     meta["elapsed_s"] = round(time.perf_counter() - start, 3)
     meta["rows"] = len(df)

@@ -1,0 +1,128 @@
+"""Which solver to use for a cluster shape, from benchmark results.
+
+    recommend(results, experts=256, replicas=288, gpus=32, nodes=4, groups=8, time_budget=1.0)
+
+Looks up the runs of that shape (E, R, P, N and G when given) in a results table (the
+shipped ``benchmarks/results`` by default), keeps the solvers that returned a plan on every
+run with every run's wall time within the budget, and picks the lowest mean gap to the best
+lower bound (ties: the faster). With no run of exactly that shape it answers from the
+nearest benchmarked shape and says so.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from solvers.errors import OptionError
+from solvers.problem import as_count
+
+from .analysis import SHAPE_COLS, candidates
+from .store import read_results
+
+SHIPPED_RESULTS = Path(__file__).resolve().parent / "results"
+EVIDENCE_COLS = ["instance", "seed", "solver", "status", "gap_mean", "gap_max", "wall_time_s", "num_layers",
+                 "proven_optimum"]
+
+
+@dataclass
+class Recommendation:
+    """solver: the pick (None when no solver fits the budget); shape: the benchmarked shape
+    answered from; exact_match: whether it is the asked shape; table: every candidate
+    (best first); evidence: the pick's rows."""
+
+    solver: str | None
+    shape: dict[str, int]
+    exact_match: bool
+    time_budget: float | None
+    table: pd.DataFrame
+    evidence: pd.DataFrame
+    source: str
+
+    def as_dict(self) -> dict[str, Any]:
+        def clean(records: list[dict]) -> list[dict]:
+            return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+                    for r in records]
+        return {"solver": self.solver, "shape": self.shape, "exact_match": self.exact_match,
+                "time_budget_s": self.time_budget, "source": self.source,
+                "candidates": clean(self.table.to_dict("records")),
+                "evidence": clean(self.evidence.to_dict("records"))}
+
+
+def _distance(df: pd.DataFrame, want: dict[str, int]) -> pd.Series:
+    """Log-ratio distance of each row's shape to ``want`` (a mismatched G counts as one octave)."""
+    d = pd.Series(0.0, index=df.index)
+    for c in ("num_experts", "num_replicas", "num_gpus", "num_nodes"):
+        d += np.abs(np.log2(df[c].astype(float) / want[c]))
+    if "num_groups" in want:
+        d += (df["num_groups"] != want["num_groups"]).astype(float)
+    return d
+
+
+def recommend(results: pd.DataFrame | str | Path | None = None, *, experts: int, replicas: int, gpus: int,
+              nodes: int = 1, groups: int | None = None, time_budget: float | None = None) -> Recommendation:
+    """The recommendation for one cluster shape (see the module docstring)."""
+    from solvers.problem import check_cluster
+
+    E = as_count(experts, "experts")
+    R, G, N, P = check_cluster(E, replicas, 1 if groups is None else groups, nodes, gpus)
+    if time_budget is not None and not (isinstance(time_budget, (int, float)) and time_budget > 0):
+        raise OptionError("time_budget", f"must be > 0 seconds, got {time_budget!r}")
+    source = str(SHIPPED_RESULTS if results is None else results) if not isinstance(results, pd.DataFrame) \
+        else "(table)"
+    df = results if isinstance(results, pd.DataFrame) else read_results(SHIPPED_RESULTS if results is None else results)
+    if "gap_mean" not in df.columns or df["gap_mean"].isna().all():
+        raise OptionError("results", f"{source}: no finished runs with gaps (was the run completed?)")
+    want = {"num_experts": E, "num_replicas": R, "num_gpus": P, "num_nodes": N}
+    if groups is not None:
+        want["num_groups"] = G
+    dist = _distance(df, want)
+    nearest = df[dist == dist.min()]
+    # One benchmarked shape: the most common among the nearest rows.
+    shape_key = nearest.groupby(SHAPE_COLS).size().sort_values(ascending=False).index[0]
+    rows = df[(df[SHAPE_COLS] == pd.Series(shape_key, index=SHAPE_COLS)).all(axis=1)]
+    shape = {c: int(v) for c, v in zip(SHAPE_COLS, shape_key)}
+    table = candidates(rows, time_budget)
+    fit = table[table["fits"]]
+    solver = None if fit.empty else str(fit.iloc[0]["solver"])
+    pick = solver or (str(table.sort_values("time_max_s").iloc[0]["solver"]) if len(table) else None)
+    evidence = rows[rows["solver"] == pick].reindex(columns=EVIDENCE_COLS) if pick else rows.iloc[0:0]
+    return Recommendation(solver, shape, bool(dist.min() == 0), time_budget, table,
+                          evidence.sort_values(["instance", "seed"]).reset_index(drop=True), source)
+
+
+def format_recommendation(rec: Recommendation) -> str:
+    s = rec.shape
+    shape = f"E={s['num_experts']} R={s['num_replicas']} P={s['num_gpus']} N={s['num_nodes']} G={s['num_groups']}"
+    budget = "no time budget" if rec.time_budget is None else f"time budget {rec.time_budget:g} s"
+    lines = []
+    if not rec.exact_match:
+        lines.append(f"no benchmark runs of exactly this shape; answering from the nearest benchmarked "
+                     f"shape {shape}")
+    if rec.solver is None:
+        fastest = rec.table.sort_values("time_max_s").iloc[0] if len(rec.table) else None
+        lines.append(f"no solver returned a plan on every run of {shape} within the {budget}"
+                     + (f"; the fastest is {fastest.solver} (max {fastest.time_max_s:.3g} s)" if fastest is not None else ""))
+    else:
+        best = rec.table[rec.table["solver"] == rec.solver].iloc[0]
+        lines.append(f"use {rec.solver} ({best.kind}) for {shape} with {budget}: expected gap to the best "
+                     f"lower bound {100 * best.gap_mean:.3f}% mean, {100 * best.gap_max:.3f}% worst layer; "
+                     f"runtime {best.time_mean_s:.3g} s mean, {best.time_max_s:.3g} s max "
+                     f"over {int(best.rows)} runs")
+    lines += ["", "candidates (best first; gap = objective / best lower bound - 1, per layer):",
+              f"{'solver':<12} {'kind':<9} {'runs':>4} {'fits':>5} {'gap mean':>9} {'gap max':>9} "
+              f"{'time mean':>10} {'time max':>10}"]
+    for r in rec.table.itertuples():
+        lines.append(f"{r.solver:<12} {r.kind:<9} {r.rows:>4} {'yes' if r.fits else 'no':>5} "
+                     f"{100 * r.gap_mean:>8.3f}% {100 * r.gap_max:>8.3f}% {r.time_mean_s:>9.3g}s {r.time_max_s:>9.3g}s")
+    if len(rec.evidence):
+        lines += ["", f"evidence ({rec.evidence['solver'].iloc[0]}, from {rec.source}):"]
+        for r in rec.evidence.itertuples():
+            opt = " (vs proven optimum)" if r.proven_optimum else ""
+            lines.append(f"  {r.instance} seed {r.seed}: {r.status}, gap {100 * r.gap_mean:.3f}%{opt}, "
+                         f"{r.wall_time_s:.3g} s on {r.num_layers} layers")
+    return "\n".join(lines)

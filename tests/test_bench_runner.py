@@ -1,0 +1,261 @@
+"""The benchmark runner on the tiny suite: rows, files, resume, the regression gate, bad input."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+import solvers
+from benchmarks import run as bench_run
+from benchmarks.analysis import derive
+from benchmarks.executors import run_tasks
+from benchmarks.instances import Instance, load_instance
+from benchmarks.store import COLUMNS, ResultStore, read_results
+from benchmarks.suites import SUITES, get_suite
+from benchmarks.tasks import Task, run_task, suite_tasks
+from solvers.errors import OptionError
+from solvers.plan import Plan
+from solvers.registry import SolverOutput, register, solver_names
+
+FAST = "deepseek,kk_swap"          # deterministic heuristics: rows are reproducible
+REPO = Path(__file__).resolve().parents[1]
+
+
+# --- deliberately wrong solvers (registered once) to prove that the gate catches them -----
+def _register_wrong_solvers() -> None:
+    if "_bench_overclaim" in solver_names():
+        return
+
+    @register("_bench_overclaim", kind="heuristic", description="test: claims a bound above its own plan")
+    def _overclaim(problem, *, policy: str = "auto") -> SolverOutput:
+        plan = solvers.solve(problem, "deepseek").plan
+        obj = solvers.score(problem, plan).max_load
+        return SolverOutput(plan, "global", bound=obj * 1.5)
+
+    @register("_bench_invalid", kind="heuristic", description="test: returns a malformed plan")
+    def _invalid(problem, *, policy: str = "auto") -> SolverOutput:
+        plan = solvers.solve(problem, "deepseek").plan
+        bad = plan.logcnt.clone()
+        bad[:, 0] += 1
+        bad[:, 1] -= 1
+        return SolverOutput(Plan.from_tensors(plan.phy2log, plan.log2phy, bad), "global")
+
+    @register("_bench_false_bound", kind="heuristic",
+              description="test: a poor plan with a 'proven' bound equal to its own objective")
+    def _false_bound(problem, *, policy: str = "auto") -> SolverOutput:
+        L, R, E = problem.num_layers, problem.num_replicas, problem.num_experts
+        p2l = torch.arange(R).remainder(E).expand(L, R).contiguous()   # round robin: ignores loads
+        plan = Plan.from_phy2log(p2l, E)
+        return SolverOutput(plan, "global", bound=solvers.score(problem, plan).max_load)
+
+
+_register_wrong_solvers()
+
+
+def _run(*args: str) -> int:
+    return bench_run.main([*args, "--no-progress", "--figure", "html"])
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("tiny") / "run"
+    assert _run("--suite", "tiny", "--out", str(out), "--solvers", FAST) == 0
+    return out
+
+
+def test_instance_id_round_trip_and_shapes():
+    inst = Instance.on("deepseek-v3", "prefill-4x8", "skewed")
+    assert inst.replicas == 288 and inst.layers == 58 and inst.gpus == 32 and inst.nodes == 4
+    assert Instance.from_id(inst.id) == inst
+    assert inst.shape_name == "prefill-4x8"
+    with pytest.raises(OptionError, match="instance"):
+        Instance.from_id("deepseek-v3|L58")
+    with pytest.raises(OptionError, match="shape"):
+        Instance.on("deepseek-v3", "moon-base")
+
+
+def test_suites_declare_ci_full_tiny_and_expand_to_tasks():
+    assert {"tiny", "ci", "full"} <= set(SUITES)
+    full = get_suite("full")
+    models = {i.model for g in full.groups for i in g.instances}
+    assert models == {"deepseek-v3", "qwen3-235b", "mixtral-8x7b", "olmoe-1b-7b", "kimi-k2"}
+    tasks = suite_tasks(get_suite("ci"))
+    kinds = {solvers.get_solver(t.solver).kind for t in tasks}
+    assert "heuristic" in kinds
+    exact = [t for t in tasks if solvers.get_solver(t.solver).kind == "exact"]
+    # exact solvers only on small instances, always with a time limit
+    assert all(Instance.from_id(t.instance).model in ("mixtral-8x7b", "olmoe-1b-7b") for t in exact)
+    assert all("time_limit" in t.options for t in exact)
+    assert len({t.key for t in tasks}) == len(tasks)
+
+
+def test_task_row_is_scored_by_the_shared_scorer():
+    inst = get_suite("tiny").groups[0].instances[0]
+    row = run_task(Task(inst.id, "deepseek", {}, 3))
+    loaded = load_instance(inst.id, 3)
+    result = solvers.solve(loaded.problem, "deepseek")
+    assert row["objective"] == pytest.approx(float(result.objective.sum()), rel=1e-6)
+    assert row["lower_bound"] == pytest.approx(float(result.lower_bound.sum()), rel=1e-6)
+    assert json.loads(row["objective_layers"]) == pytest.approx(result.objective.tolist(), rel=1e-6)
+    assert row["imbalance_mean"] == pytest.approx(result.score.imbalance_mean)
+    oos = solvers.score(loaded.eval_problem, result.plan)
+    assert row["oos_imbalance_mean"] == pytest.approx(oos.imbalance_mean)
+    assert row["seed"] == 3 and row["status"] in ("feasible", "optimal")
+    assert set(row) <= set(COLUMNS)
+
+
+def test_run_writes_rows_csv_parquet_meta_summary(tiny_run):
+    for name in ("results.csv", "results.parquet", "meta.json", "summary.md"):
+        assert (tiny_run / name).is_file(), name
+    assert (tiny_run / "profile.html").is_file()
+    df = read_results(tiny_run)
+    csv = pd.read_csv(tiny_run / "results.csv")
+    assert len(df) == len(csv) == 2 * 2          # 2 instances x 2 solvers x 1 seed
+    assert set(df["solver"]) == {"deepseek", "kk_swap"}
+    assert (df["status"].isin(["feasible", "optimal"])).all()
+    # gaps are against the best bound (>= own bound), never negative
+    assert (df["best_bound"] >= df["lower_bound"] * (1 - 1e-9)).all()
+    assert (df["gap_mean"] >= -1e-12).all() and (df["gap_mean"] <= df["gap_own_mean"] + 1e-12).all()
+    assert (df["gap_best_known"] >= -1e-12).all()
+    per_instance_best = df.groupby(["instance", "seed"])["gap_best_known"].min()
+    assert (per_instance_best.abs() < 1e-12).all()          # the best plan has gap 0 to itself
+    meta = json.loads((tiny_run / "meta.json").read_text())
+    assert meta["settings"]["suite"] == "tiny" and meta["rows"] == 4
+    assert meta["versions"]["torch"] == torch.__version__.split("+")[0] or meta["versions"]["torch"]
+    assert len(meta["git"]["commit"]) >= 7 and meta["finished"]
+
+
+def test_existing_results_need_resume(tiny_run):
+    assert _run("--suite", "tiny", "--out", str(tiny_run), "--solvers", FAST) == 2
+
+
+def test_resume_after_interrupted_run_runs_only_missing_rows(tmp_path, tiny_run):
+    out = tmp_path / "run"
+    tasks = suite_tasks(get_suite("tiny"), solvers=FAST.split(","))
+    store = ResultStore(out)
+    for row in run_tasks(tasks[:2]):              # a run killed after two rows ...
+        store.append(row)
+    with (out / "results.csv").open("a") as fh:   # ... in the middle of writing the third
+        fh.write("olmoe-1b-7b|L2|N2xP8xR72|skewed|T8W4,olmoe-1b-7b,2,64")
+    assert len(ResultStore(out, resume=True).rows) == 2
+    assert _run("--suite", "tiny", "--out", str(out), "--solvers", FAST, "--resume") == 0
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["settings"]["skipped_done"] == 2 and meta["rows"] == 4
+    df, ref = read_results(out), read_results(tiny_run)
+    keys = ["instance", "solver", "options", "seed"]
+    assert sorted(map(tuple, df[keys].values.tolist())) == sorted(map(tuple, ref[keys].values.tolist()))
+    merged = df.merge(ref, on=keys, suffixes=("", "_ref"))
+    assert (merged["objective"] == merged["objective_ref"]).all()
+    # nothing left: a second resume runs no task
+    assert _run("--suite", "tiny", "--out", str(out), "--solvers", FAST, "--resume") == 0
+    assert len(read_results(out)) == 4
+
+
+@pytest.mark.slow
+def test_killed_process_resumes(tmp_path):
+    """A real run killed with SIGKILL loses nothing: --resume completes it."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "benchmarks.run", "--suite", "tiny", "--out", str(out),
+           "--solvers", "deepseek,cpsat", "--time-limit", "1", "--no-progress"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    csv = out / "results.csv"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if csv.is_file() and len(csv.read_text().splitlines()) >= 3:   # header + 2 rows
+            break
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    kept = len(ResultStore(out, resume=True).rows)
+    assert 2 <= kept < 4
+    assert subprocess.run(cmd + ["--resume"], cwd=REPO, capture_output=True).returncode == 0
+    df = read_results(out)
+    assert len(df) == 4 and json.loads((out / "meta.json").read_text())["settings"]["skipped_done"] == kept
+
+
+def test_gate_fails_on_gap_threshold(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _run("--suite", "tiny", "--out", str(out), "--solvers", "deepseek", "--fail-if-gap-above", "0") == 1
+    assert "gap" in capsys.readouterr().err
+    df = read_results(out)
+    assert (df["gap_mean"] > 0).any()
+    # a generous threshold passes on the same rows
+    assert _run("--suite", "tiny", "--out", str(out), "--solvers", "deepseek", "--resume",
+                "--fail-if-gap-above", "10") == 0
+
+
+@pytest.mark.parametrize("solver,status", [("_bench_overclaim", "bound_violation"),
+                                           ("_bench_invalid", "invalid_plan")])
+def test_gate_fails_hard_on_wrong_solvers(tmp_path, capsys, solver, status):
+    out = tmp_path / "run"
+    assert _run("--suite", "tiny", "--out", str(out), "--solvers", solver) == 1
+    err = capsys.readouterr().err
+    assert "HARD FAILURE" in err and status in err
+    assert (read_results(out)["status"] == status).all()
+    assert "HARD FAILURES" in (out / "summary.md").read_text()
+
+
+def test_gate_catches_objective_below_another_solvers_proven_bound(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _run("--suite", "tiny", "--out", str(out), "--solvers", "deepseek,_bench_false_bound") == 1
+    err = capsys.readouterr().err
+    assert "below the proven lower bound" in err and "deepseek" in err
+
+
+def test_bounds_of_restricted_models_do_not_bound_other_plans():
+    """A bound proved for a restricted model (e.g. no colocation) must not flag a plan outside it."""
+    base = {c: "" for c in COLUMNS}
+    common = dict(base, instance="i", seed=0, status="feasible", kind="exact")
+    rows = pd.DataFrame([
+        dict(common, solver="x", policy="global", objective_layers="[10.0]", lower_bound_layers="[12.0]",
+             bound_scope="optimum of the model (joint, counts=free, colocation=forbidden)"),
+        dict(common, solver="h", kind="heuristic", policy="global", objective_layers="[11.0]",
+             lower_bound_layers="[9.0]"),
+        dict(common, solver="y", policy="global", objective_layers="[12.0]", lower_bound_layers="[12.0]",
+             bound_scope="optimum of the model (joint, counts=free, colocation=forbidden)"),
+    ])
+    df, violations = derive(rows)
+    # x's objective is below y's bound of the same restricted model: that is a violation
+    assert len(violations) == 1 and violations[0].startswith("x ")
+    h = df[df["solver"] == "h"].iloc[0]
+    assert h["best_bound"] == 9.0 and h["gap_mean"] == pytest.approx(11 / 9 - 1)
+    # an unrestricted (joint, colocation allowed) proven bound does apply to every plan
+    rows.loc[2, "bound_scope"] = "optimum of the model (joint, counts=free, colocation=allowed)"
+    rows.loc[2, "lower_bound_layers"] = "[10.5]"
+    df, violations = derive(rows)
+    assert [v.split()[0] for v in violations] == ["x"]
+    assert df[df["solver"] == "h"].iloc[0]["best_bound"] == 10.5
+
+
+@pytest.mark.parametrize("args,param", [
+    (["--suite", "nope"], "suite"),
+    (["--suite", "tiny", "--solvers", "nope"], "solvers"),
+    (["--suite", "tiny", "--executor", "spark"], "executor"),
+    (["--suite", "tiny", "--executor", "local", "--address", "tcp://x:1"], "address"),
+    (["--suite", "tiny", "--jobs", "0"], "jobs"),
+    (["--suite", "tiny", "--seeds", "a,b"], "seeds"),
+    (["--suite", "tiny", "--time-limit", "-1"], "time_limit"),
+])
+def test_bad_input_is_one_clear_line(tmp_path, capsys, args, param):
+    assert _run(*args, "--out", str(tmp_path / "o")) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{param}:" in err and "Traceback" not in err
+    assert not (tmp_path / "o" / "results.csv").exists()
+
+
+def test_exact_solver_outside_the_suites_groups_is_rejected(tmp_path, capsys):
+    """ci's heuristic-only group cannot take an exact solver, and naming one that no group runs
+    is an error rather than an empty run."""
+    from benchmarks.suites import Group, Suite
+
+    suite = Suite("h", "heuristics only", groups=(Group(get_suite("tiny").groups[0].instances),))
+    with pytest.raises(OptionError, match="solvers"):
+        suite_tasks(suite, solvers=["cpsat"])
