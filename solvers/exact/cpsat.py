@@ -109,6 +109,8 @@ def solve_layer(lm: LayerModel, *, time_limit: float, threads: int, seed: int, g
             for g in range(P):
                 m.add(sum(z[e, c, g] for c in lm.cand[e]) <= 1)
     free = [e for e in range(E) if len(lm.cand[e]) > 1]
+    for e in free:                                       # a GPU carries at least its heaviest replica
+        m.add(T >= sum(q[e][c] * y[e][c] for c in lm.cand[e]))
     if free:                                             # implied by the GPU rows; helps the LP
         m.add(sum(c * y[e][c] for e in free for c in lm.cand[e])
               == R - sum(lm.cand[e][0] for e in range(E) if len(lm.cand[e]) == 1))

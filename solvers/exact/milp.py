@@ -62,6 +62,9 @@ def _build(lm: LayerModel):
             prob += pulp.lpSum((lm.w[e] / c) * yv(e, c) for c in lm.cand[e]) <= T
         return prob, {"T": T, "y": y}, None
 
+    for e in range(E):                                   # a GPU carries at least its heaviest replica
+        if len(lm.cand[e]) > 1:
+            prob += pulp.lpSum((lm.w[e] / c) * y[e, c] for c in lm.cand[e]) <= T
     z = {(e, c, g): pulp.LpVariable(f"z_{e}_{c}_{g}", 0, lm.max_per_gpu(c), cat="Integer")
          for e in range(E) for c in lm.cand[e] for g in range(P)}
     for e in range(E):
