@@ -1,0 +1,123 @@
+"""Plans exported to engines' formats and read back; round trips keep the score exactly."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import yaml
+
+from solvers import Problem, score, solve
+from solvers.errors import LoadFileError, OptionError
+from solvers.planfile import read_plan
+from solvers.workloads import (PLAN_FORMATS, export_plan, generate, plan_to_sglang, plan_to_trtllm,
+                               read_exported_plan, windows)
+
+
+@pytest.fixture(scope="module")
+def solved():
+    trace = generate("deepseek-v3", "skewed", steps=40, seed=1, num_layers=6)
+    plan_w, eval_w = windows(trace, 20)[:2]
+    problem = Problem(plan_w, 288, 8, 4, 32)
+    result = solve(problem, "deepseek")
+    return problem, result, Problem(eval_w, 288, 8, 4, 32)
+
+
+@pytest.mark.parametrize("fmt,suffix", [("eplb", ".json"), ("sglang", ".json"), ("trtllm", ".yaml"),
+                                        ("csv", ".csv")])
+def test_round_trip_keeps_plan_and_score(tmp_path, solved, fmt, suffix):
+    problem, result, evaluation = solved
+    path = export_plan(result.plan, tmp_path / f"plan{suffix}", fmt, problem=problem, policy=result.policy,
+                       solver="deepseek", metrics=result.summary(), layer_offset=3)
+    back = read_exported_plan(path, num_experts=256)
+    assert torch.equal(back.phy2log, result.plan.phy2log)
+    assert torch.equal(back.logcnt, result.plan.logcnt)
+    if fmt == "eplb":
+        assert torch.equal(back.log2phy, result.plan.log2phy)
+    else:  # engines carry phy2log only: replicas are re-ranked in slot order, the same slots
+        assert torch.equal(back.log2phy.sort(-1).values, result.plan.log2phy.sort(-1).values)
+    # Out of sample: the re-imported plan scores the same on the next window.
+    a, b = score(evaluation, result.plan), score(evaluation, back)
+    assert torch.equal(a.gpu_load, b.gpu_load) and a.metrics() == b.metrics()
+
+
+def test_eplb_document_has_problem_metrics_and_provenance(tmp_path, solved):
+    problem, result, _ = solved
+    path = export_plan(result.plan, tmp_path / "p.json", problem=problem, policy=result.policy,
+                       solver="deepseek", metrics=result.summary(), provenance={"loads": "deepseek-v3 skewed"})
+    plan, doc = read_plan(path)
+    assert doc["problem"] == problem.shape_dict() and doc["policy"] == result.policy
+    assert doc["metrics"]["imbalance_mean"] == result.summary()["imbalance_mean"]
+    assert doc["provenance"]["loads"] == "deepseek-v3 skewed"
+
+
+def test_engine_documents(solved):
+    _, result, _ = solved
+    sg = plan_to_sglang(result.plan)
+    assert list(sg) == ["physical_to_logical_map"] and len(sg["physical_to_logical_map"]) == 6
+    assert len(sg["physical_to_logical_map"][0]) == 288
+    trt = plan_to_trtllm(result.plan, layer_offset=3)
+    assert trt["num_slots"] == 288 and list(trt["initial_global_assignments"]) == [3, 4, 5, 6, 7, 8]
+    assert trt["layer_updates_per_iter"] == 0
+    # Every expert of a layer is somewhere in its assignment.
+    assert set(trt["initial_global_assignments"][3]) == set(range(256))
+
+
+def test_trtllm_yaml_is_plain_yaml(tmp_path, solved):
+    _, result, _ = solved
+    path = export_plan(result.plan, tmp_path / "lb.yaml", "trtllm", layer_offset=3)
+    doc = yaml.safe_load(path.read_text())
+    assert doc["num_slots"] == 288 and doc["initial_global_assignments"][8] == result.plan.phy2log[5].tolist()
+
+
+def test_csv_rows(tmp_path, solved):
+    problem, result, _ = solved
+    path = export_plan(result.plan, tmp_path / "p.csv", problem=problem)
+    lines = path.read_text().splitlines()
+    assert lines[0] == "layer,slot,gpu,expert,replica" and len(lines) == 1 + 6 * 288
+    layer, slot, gpu, expert, _ = map(int, lines[1 + 288 + 20].split(","))
+    assert (layer, slot, gpu) == (1, 20, 20 // 9) and expert == int(result.plan.phy2log[1, 20])
+
+
+def test_export_errors(tmp_path, solved):
+    problem, result, _ = solved
+    with pytest.raises(OptionError, match="problem"):
+        export_plan(result.plan, tmp_path / "p.json", "eplb")
+    with pytest.raises(OptionError, match="num_gpus"):
+        export_plan(result.plan, tmp_path / "p.csv")
+    with pytest.raises(OptionError, match="num_gpus"):
+        export_plan(result.plan, tmp_path / "p.csv", num_gpus=7)
+    with pytest.raises(OptionError, match="format"):
+        export_plan(result.plan, tmp_path / "p.txt")
+    with pytest.raises(OptionError, match="format"):
+        export_plan(result.plan, tmp_path / "p.json", "onnx")
+    assert set(PLAN_FORMATS) == {"eplb", "sglang", "trtllm", "csv"}
+
+
+@pytest.mark.parametrize("name,text,fragment", [
+    ("p.json", '{"physical_to_logical_map": [[0, 1], [1]]}', "rectangular"),
+    ("p.json", '{"physical_to_logical_map": [[0, 1, 3]]}', "invalid plan"),
+    ("p.json", '{"physical_to_logical_map": [[0.5, 1]]}', "integer"),
+    ("p.json", '{"mapping": []}', "physical_to_logical_map"),
+    ("p.json", '{"physical_to_logical_map": [[0, 1', "not valid JSON"),
+    ("p.yaml", "num_slots: 3\ninitial_global_assignments:\n  0: [0, 1]\n", "num_slots is 3"),
+    ("p.yaml", "num_slots: [unclosed\n", "not valid YAML"),
+    ("p.yaml", "num_slots: 2\n", "initial_global_assignments"),
+    ("p.yaml", "initial_global_assignments:\n  a: [0, 1]\n", "layer indices"),
+    ("p.csv", "layer,slot,expert\n0,0,0\n0,0,1\n", "every (layer, slot) once"),
+    ("p.csv", "layer,slot,expert\n0,0,0\n0,0,1\n1,1,1\n0,1,1\n", "twice"),
+    ("p.csv", "a,b\n1,2\n", "header"),
+])
+def test_malformed_plan_files(tmp_path, name, text, fragment):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(LoadFileError) as err:
+        read_exported_plan(path)
+    assert err.value.param == "plan" and fragment in str(err.value), str(err.value)
+
+
+def test_engine_plan_with_fewer_experts_than_declared(tmp_path):
+    (tmp_path / "p.json").write_text(json.dumps({"physical_to_logical_map": [[0, 1, 1]]}))
+    with pytest.raises(LoadFileError, match="invalid plan"):
+        read_exported_plan(tmp_path / "p.json", num_experts=3)        # expert 2 has no replica
+    assert read_exported_plan(tmp_path / "p.json").num_experts == 2
