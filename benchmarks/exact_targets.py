@@ -50,7 +50,7 @@ def table(title: str, header: list[str], rows: list[list]) -> None:
 
 def _fmt(x) -> str:
     if isinstance(x, float):
-        return f"{x:.4g}" if abs(x) < 1e5 else f"{x:.6g}"
+        return f"{x:.7g}" if abs(x) >= 1e-3 or x == 0 else f"{x:.2e}"
     return str(x)
 
 

@@ -65,7 +65,9 @@ def _round_down(x: float) -> float:
 SECONDS_PER_VARIABLE = 4e-5
 
 
-def solve_layer(lm: LayerModel, *, time_limit: float, threads: int, seed: int, gap: float) -> LayerResult:
+def solve_layer(lm: LayerModel, *, time_limit: float, threads: int, seed: int, gap: float,
+                params: dict | None = None) -> LayerResult:
+    """Solve one layer; ``params`` sets extra CP-SAT parameters (tests use it to check hints)."""
     from ortools.sat.python import cp_model
 
     start = time.perf_counter()
@@ -168,6 +170,8 @@ def solve_layer(lm: LayerModel, *, time_limit: float, threads: int, seed: int, g
 
     build = time.perf_counter() - start
     solver = _solver(cp_model, max(0.05, time_limit - build), threads, seed, gap)
+    for key, value in (params or {}).items():
+        setattr(solver.parameters, key, value)
     status = solver.solve(m)
     stats = {"build_s": build, "scale": float(scale), "exact_coefficients": exact, "variables": len(m.proto.variables),
              "constraints": len(m.proto.constraints), "wall": solver.wall_time,

@@ -8,6 +8,7 @@ own bound: HiGHS' ``mip_dual_bound``, CBC's "Lower bound" line of its log.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -201,6 +202,21 @@ def _cbc_log(text: str) -> tuple[float | None, bool, str]:
 _HIGHS_CLS = None
 
 
+@contextlib.contextmanager
+def _quiet_stdout():
+    """Silence C-level stdout (file descriptor 1) for the duration of a backend call."""
+    import sys
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+            yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _highs_class():
     """pulp.HiGHS with a warm start (highspy.setSolution) and mip_dual_bound read back."""
     global _HIGHS_CLS
@@ -226,7 +242,8 @@ def _highs_class():
                 sol.col_value = [float(self.warm.get(var.name, 0.0)) for var in lp.variables()]
                 sol.value_valid = True
                 h.setSolution(sol)
-            h.run()
+            with _quiet_stdout():          # HiGHS 1.12 prints a debug line on warm solutions
+                h.run()
             status = h.getModelStatus()
             self.model_status = h.modelStatusToString(status)
             self.timed_out = status == highspy.HighsModelStatus.kTimeLimit
