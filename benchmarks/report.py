@@ -55,30 +55,56 @@ def browser_path() -> str | None:
         or shutil.which("google-chrome")
 
 
+def profile_sets(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The problem sets to profile: a Dolan-More profile compares solvers on the same problems,
+    so (1) every solver on the problems (instance, seed) that all of them ran, and (2) the
+    heuristics on every problem they ran, when that set differs."""
+    solvers = df["solver"].nunique()
+    runs = df.groupby(["instance", "seed"])["solver"].nunique()
+    common = runs[runs == solvers].index
+    sets = []
+    shared = df.set_index(["instance", "seed"]).loc[common].reset_index() if len(common) else df.iloc[0:0]
+    if len(shared):
+        sets.append((f"all solvers, {len(common)} problems", shared))
+    heur = df[df["kind"] == "heuristic"]
+    n_heur = heur.groupby(["instance", "seed"]).ngroups
+    if len(heur) and (heur["solver"].nunique() < solvers or n_heur > len(common)):
+        sets.append((f"heuristics, {n_heur} problems", heur))
+    return sets
+
+
 def profile_figure(df: pd.DataFrame):
-    """Plotly figure: Dolan-More profiles on objective (quality) and on wall time."""
+    """Plotly figure: Dolan-More profiles on objective (quality) and on wall time, one row per
+    problem set of :func:`profile_sets`."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=2, subplot_titles=(
-        "quality: objective / best objective", "speed: wall time / fastest"))
+    sets = profile_sets(df)
+    titles = [f"{kind}: {name}" for name, _ in sets
+              for kind in ("quality (objective / best)", "speed (wall time / fastest)")]
+    fig = make_subplots(rows=len(sets), cols=2, subplot_titles=titles, vertical_spacing=0.15)
     palette = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                "#bcbd22", "#17becf"]
-    for col, metric in ((1, "objective"), (2, "wall_time_s")):
-        prof = performance_profile(df, metric)
-        finite = np.concatenate([r[np.isfinite(r)] for r, _ in prof.values()] or [np.ones(1)])
-        tau_max = max(float(finite.max()) * 1.05 if finite.size else 1.0, 1.0 + 1e-3)
-        for k, (solver, (ratios, frac)) in enumerate(prof.items()):
-            x = np.concatenate([[1.0], np.minimum(ratios, tau_max), [tau_max]])
-            y = np.concatenate([[0.0], np.where(np.isfinite(ratios), frac, np.nan), [np.nan]])
-            y[-1] = np.nanmax(y) if np.isfinite(y).any() else 0.0
-            y = pd.Series(y).ffill().fillna(0.0).to_numpy()
-            fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line_shape="hv", name=solver,
-                                     legendgroup=solver, showlegend=col == 1,
-                                     line={"color": palette[k % len(palette)]}), row=1, col=col)
-        fig.update_xaxes(title_text="tau", type="log" if metric == "wall_time_s" else "linear", row=1, col=col)
-    fig.update_yaxes(title_text="fraction of problems within tau of the best", range=[0, 1.02], row=1, col=1)
-    fig.update_layout(title="Performance profiles (Dolan-More)", width=1100, height=450,
+    colors = {s: palette[k % len(palette)] for k, s in enumerate(sorted(df["solver"].unique()))}
+    shown: set[str] = set()
+    for row, (_, part) in enumerate(sets, start=1):
+        for col, metric in ((1, "objective"), (2, "wall_time_s")):
+            prof = performance_profile(part, metric)
+            finite = np.concatenate([r[np.isfinite(r)] for r, _ in prof.values()] or [np.ones(1)])
+            tau_max = max(float(finite.max()) * 1.05 if finite.size else 1.0, 1.0 + 1e-3)
+            for solver, (ratios, frac) in prof.items():
+                x = np.concatenate([[1.0], np.minimum(ratios, tau_max), [tau_max]])
+                y = np.concatenate([[0.0], np.where(np.isfinite(ratios), frac, np.nan), [np.nan]])
+                y = pd.Series(y).ffill().fillna(0.0).to_numpy()
+                fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line_shape="hv", name=solver,
+                                         legendgroup=solver, showlegend=solver not in shown,
+                                         line={"color": colors[solver]}), row=row, col=col)
+                shown.add(solver)
+            fig.update_xaxes(title_text="tau", type="log" if metric == "wall_time_s" else "linear",
+                             row=row, col=col)
+            fig.update_yaxes(range=[0, 1.02], row=row, col=col)
+        fig.update_yaxes(title_text="fraction within tau of best", row=row, col=1)
+    fig.update_layout(title="Performance profiles (Dolan-More)", width=1100, height=80 + 380 * len(sets),
                       template="plotly_white")
     return fig
 
