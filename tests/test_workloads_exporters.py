@@ -6,8 +6,10 @@ import json
 import pytest
 import torch
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from solvers import Problem, score, solve
+from solvers import Plan, Problem, score, solve
 from solvers.errors import LoadFileError, OptionError
 from solvers.planfile import read_plan
 from solvers.workloads import (PLAN_FORMATS, export_plan, generate, plan_to_sglang, plan_to_trtllm,
@@ -121,3 +123,19 @@ def test_engine_plan_with_fewer_experts_than_declared(tmp_path):
     with pytest.raises(LoadFileError, match="invalid plan"):
         read_exported_plan(tmp_path / "p.json", num_experts=3)        # expert 2 has no replica
     assert read_exported_plan(tmp_path / "p.json").num_experts == 2
+
+
+@settings(max_examples=25, deadline=None)
+@given(L=st.integers(1, 3), E=st.integers(1, 6), extra=st.integers(0, 6), P=st.sampled_from([1, 2, 3]),
+       seed=st.integers(0, 10_000))
+def test_any_valid_plan_round_trips_through_every_engine_format(tmp_path_factory, L, E, extra, P, seed):
+    R = E + extra
+    R += (-R) % P                                                    # slots a multiple of GPUs
+    g = torch.Generator().manual_seed(seed)
+    rows = [torch.cat([torch.arange(E), torch.randint(0, E, (R - E,), generator=g)])[torch.randperm(R, generator=g)]
+            for _ in range(L)]
+    plan = Plan.from_phy2log(torch.stack(rows), E)
+    d = tmp_path_factory.mktemp("rt")
+    for fmt, name in (("sglang", "p.json"), ("trtllm", "p.yaml"), ("csv", "p.csv")):
+        back = read_exported_plan(export_plan(plan, d / name, fmt, num_gpus=P), num_experts=E)
+        assert torch.equal(back.phy2log, plan.phy2log) and torch.equal(back.log2phy, plan.log2phy)

@@ -209,3 +209,26 @@ def test_trace_rejects_bad_loads():
         Trace(torch.zeros(3, 4))
     with pytest.raises(OptionError, match="loads"):
         Trace(torch.zeros(2, 3, 4))                              # float counts
+
+
+@settings(max_examples=40, deadline=None)
+@given(E=st.integers(2, 40), k=st.integers(1, 8), sigma=st.floats(0.0, 4.0), seed=st.integers(0, 2**16))
+def test_probability_cap_water_fills(E, k, sigma, seed):
+    import numpy as np
+
+    from solvers.workloads.generators import _cap
+
+    k = min(k, E)
+    rng = np.random.default_rng(seed)
+    p = np.exp(sigma * rng.standard_normal((3, E)))
+    p /= p.sum(-1, keepdims=True)
+    q = _cap(p, 1.0 / k)
+    assert np.allclose(q.sum(-1), 1.0)
+    assert (q <= 1.0 / k + 1e-9).all()
+    # Entries below the cap keep their relative sizes (one common scale per row).
+    for row_p, row_q in zip(p, q):
+        free = row_q < 1.0 / k - 1e-9
+        if free.sum() >= 2:
+            ratio = row_q[free] / row_p[free]
+            assert np.allclose(ratio, ratio[0])
+            assert ratio[0] >= 1.0 - 1e-9

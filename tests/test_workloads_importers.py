@@ -308,3 +308,14 @@ def test_loads_spec_reads_datasets_formats_and_directories(tmp_path, truth):
     assert tuple(read_array("readme-example").shape) == (2, 12)
     with pytest.raises(EPLBError, match="no such file or dataset"):
         cli_read_weights("no-such-dataset")
+
+
+def test_vllm_reader_without_ijson_gives_the_same_trace(tmp_path, truth, monkeypatch):
+    import solvers.workloads.importers as importers
+
+    path = write_vllm_history(tmp_path / "h.json", truth[:5])
+    streamed = read_trace(path).loads
+    monkeypatch.setattr(importers, "_ijson", lambda: None)          # the whole-document fallback
+    assert torch.equal(read_trace(path).loads, streamed)
+    path.write_text('{"load_history": [')
+    expect_error("cannot read .json file", read_trace, path)
