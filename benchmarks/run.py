@@ -7,6 +7,7 @@
     --threads T          torch threads per job (default 1)
     --executor local|dask|ray  [--address ADDR]
     --resume             keep the rows already in DIR and run only the missing ones
+    --overwrite          replace the results already in DIR (default: refuse)
     --fail-if-gap-above X  exit 1 if any run's mean gap to the best bound exceeds X (0.05 = 5%)
     --figure auto|png|html|none  the performance-profile figure (auto: PNG via chromium, else HTML)
 
@@ -70,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--executor", default="local", help="local (default), dask or ray")
     p.add_argument("--address", help="scheduler address for dask (tcp://host:8786) or ray (host:6379, auto)")
     p.add_argument("--resume", action="store_true", help="continue the run already in --out")
+    p.add_argument("--overwrite", action="store_true", help="replace the results already in --out")
     p.add_argument("--fail-if-gap-above", type=float, metavar="X",
                    help="exit 1 if any run's mean gap to the best bound exceeds X (fraction)")
     p.add_argument("--figure", default="auto", choices=("auto", "png", "html", "none"),
@@ -139,7 +141,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     seeds = parse_seeds(args.seeds) if args.seeds else None
     tasks = suite_tasks(suite, solvers=solvers, time_limit=args.time_limit, seeds=seeds, threads=args.threads)
 
-    store = ResultStore(args.out, resume=args.resume)
+    store = ResultStore(args.out, resume=args.resume, overwrite=args.overwrite)
     done = store.done_keys()
     todo = [t for t in tasks if t.key not in done]
     out = store.dir
@@ -154,6 +156,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "finished": None,
     }
     write_json(out / META_NAME, meta)
+    if args.executor == "local" and args.jobs * args.threads > (os.cpu_count() or 1):
+        print(f"note: {args.jobs} jobs x {args.threads} threads exceed the {os.cpu_count()} CPUs here: "
+              "wall times will be inflated", file=sys.stderr)
     print(f"suite {suite.name}: {len(tasks)} tasks, {len(tasks) - len(todo)} already done, "
           f"running {len(todo)} on {args.executor} with {args.jobs} job(s) -> {out}", file=sys.stderr)
 

@@ -43,6 +43,7 @@ TEXT = ["instance", "model", "shape", "scenario", "solver", "kind", "options", "
         "message", "bound_scope", "host", "objective_layers", "lower_bound_layers"]
 
 CSV_NAME, PARQUET_NAME, META_NAME, SUMMARY_NAME = "results.csv", "results.parquet", "meta.json", "summary.md"
+OWN_FILES = (CSV_NAME, PARQUET_NAME, META_NAME, SUMMARY_NAME, "profile.png", "profile.html")
 
 
 def normalise(df: pd.DataFrame) -> pd.DataFrame:
@@ -92,16 +93,21 @@ def _read_csv(path: Path) -> pd.DataFrame:
 class ResultStore:
     """Rows of one run directory. ``resume``: keep earlier rows and report their keys as done."""
 
-    def __init__(self, directory: str | Path, *, resume: bool = False):
+    def __init__(self, directory: str | Path, *, resume: bool = False, overwrite: bool = False):
         self.dir = Path(directory)
         if self.dir.exists() and not self.dir.is_dir():
             raise OptionError("out", f"{self.dir} exists and is not a directory")
+        if resume and overwrite:
+            raise OptionError("overwrite", "cannot both resume and overwrite a run")
         self.dir.mkdir(parents=True, exist_ok=True)
         self.csv_path, self.parquet_path = self.dir / CSV_NAME, self.dir / PARQUET_NAME
+        if overwrite:  # only the files a run writes; anything else in the directory stays
+            for name in OWN_FILES:
+                (self.dir / name).unlink(missing_ok=True)
         existing = self.csv_path.is_file() and self.csv_path.stat().st_size > 0
         if existing and not resume:
             raise OptionError("out", f"{self.dir} already holds results; pass --resume to continue "
-                              "that run or choose another directory")
+                              "that run, --overwrite to replace it, or choose another directory")
         self.rows: list[dict[str, Any]] = []
         if existing:
             old = _read_csv(self.csv_path)

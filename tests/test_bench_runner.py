@@ -133,8 +133,15 @@ def test_run_writes_rows_csv_parquet_meta_summary(tiny_run):
     assert len(meta["git"]["commit"]) >= 7 and meta["finished"]
 
 
-def test_existing_results_need_resume(tiny_run):
+def test_existing_results_need_resume_or_overwrite(tiny_run, tmp_path, capsys):
     assert _run("--suite", "tiny", "--out", str(tiny_run), "--solvers", FAST) == 2
+    assert "--resume" in capsys.readouterr().err
+    out = tmp_path / "o"
+    assert _run("--suite", "tiny", "--out", str(out), "--solvers", "deepseek") == 0
+    (out / "notes.txt").write_text("mine")
+    assert _run("--suite", "tiny", "--out", str(out), "--solvers", "kk_swap", "--overwrite") == 0
+    assert set(read_results(out)["solver"]) == {"kk_swap"}
+    assert (out / "notes.txt").read_text() == "mine"
 
 
 def test_resume_after_interrupted_run_runs_only_missing_rows(tmp_path, tiny_run):
