@@ -231,6 +231,12 @@ def _solve_replication(m, cp_model, lm, q, y, scale, exact, time_limit, threads,
             m.add(T >= q[e][c] * y[e][c])
     m.add(sum(c * y[e][c] for e in range(E) for c in lm.cand[e]) == R)
     m.minimize(T)
+    if lm.warm_counts is not None:                       # complete hint: every y and T
+        for e in range(E):
+            if len(lm.cand[e]) > 1:
+                for c in lm.cand[e]:
+                    m.add_hint(y[e][c], int(c == int(lm.warm_counts[e])))
+        m.add_hint(T, max(q[e][int(lm.warm_counts[e])] for e in range(E)))
     solver = _solver(cp_model, time_limit, threads, seed, gap)
     status = solver.solve(m)
     st = _status(cp_model, status, solver, time_limit)

@@ -344,6 +344,12 @@ def build_layer(problem: Problem, layer: int, opts: ExactOptions, warm_plan: Pla
             if warm_layer(xg, counts, lm) is None:
                 ub = float(((w / counts) @ xg).max())
         lm.cand = candidate_counts(w, caps, R, ub)
+    if xg is not None and lm.replication_only:
+        if all(int(c) in lm.cand[e] for e, c in enumerate(counts)):
+            lm.warm_counts = counts                  # a hint for the counts model
+        elif explicit_warm:
+            raise OptionError("warm_start", f"layer {layer}: an expert has more replicas than GPUs "
+                              "(colocation='forbidden')")
     if xg is not None and not lm.replication_only:
         why = warm_layer(xg, counts, lm)
         if why is None:
