@@ -76,17 +76,20 @@ def _init_worker(threads: int) -> None:
 def _run_pool(tasks: Sequence[Task], jobs: int, threads: int) -> Iterator[dict[str, Any]]:
     # spawn, not fork: forking a process that already runs torch's thread pools can deadlock.
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
-                             initargs=(threads,)) as pool:
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker, initargs=(threads,))
+    finished = False
+    try:
         pending = {pool.submit(run_task, t, threads) for t in tasks}
-        try:
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    yield fut.result()
-        finally:
-            for fut in pending:
-                fut.cancel()
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                yield fut.result()
+        finished = True
+    finally:
+        if not finished:  # interrupted or failed: stop the workers now, not after their tasks
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                proc.terminate()
+        pool.shutdown(wait=finished, cancel_futures=True)
 
 
 def _run_dask(tasks: Sequence[Task], jobs: int, address: str | None, threads: int) -> Iterator[dict[str, Any]]:

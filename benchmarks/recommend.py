@@ -109,10 +109,11 @@ def format_recommendation(rec: Recommendation) -> str:
                      + (f"; the fastest is {fastest.solver} (max {fastest.time_max_s:.3g} s)" if fastest is not None else ""))
     else:
         best = rec.table[rec.table["solver"] == rec.solver].iloc[0]
+        layers = "/".join(str(int(x)) for x in sorted(rec.evidence["num_layers"].unique()))
         lines.append(f"use {rec.solver} ({best.kind}) for {shape} with {budget}: expected gap to the best "
                      f"lower bound {100 * best.gap_mean:.3f}% mean, {100 * best.gap_max:.3f}% worst layer; "
                      f"runtime {best.time_mean_s:.3g} s mean, {best.time_max_s:.3g} s max "
-                     f"over {int(best.rows)} runs")
+                     f"over {int(best.rows)} runs of {layers} layers")
     lines += ["", "candidates (best first; gap = objective / best lower bound - 1, per layer):",
               f"{'solver':<12} {'kind':<9} {'runs':>4} {'fits':>5} {'gap mean':>9} {'gap max':>9} "
               f"{'time mean':>10} {'time max':>10}"]

@@ -210,7 +210,17 @@ def run(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _terminate(signum, frame):  # noqa: ARG001  SIGTERM ends a run like Ctrl-C: rows kept, workers stopped
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    import signal
+    import threading
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return run(argv)
     except EPLBError as exc:
@@ -219,6 +229,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"benchmarks.run: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":
