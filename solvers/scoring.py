@@ -33,6 +33,9 @@ class Score:
     duplicates: (layer, GPU, expert) triples with two or more replicas on one GPU
     moves: (layer, GPU, expert) replicas to load because the previous plan's GPU did not
         hold that expert (None without a previous plan); moves_bytes with an expert size
+    off_node_share: [layers] inter-node traffic proxy: the share of tokens served by a
+        replica outside its group's home node (the node serving most of that group's
+        tokens); 0 for a strict hierarchical plan. None when experts do not split into groups.
     """
 
     gpu_load: torch.Tensor
@@ -44,6 +47,7 @@ class Score:
     duplicates: int
     moves: int | None = None
     moves_bytes: int | None = None
+    off_node_share: torch.Tensor | None = None
     summary: dict = field(default_factory=dict)
 
     @property
@@ -86,6 +90,25 @@ def gpu_presence(phy2log: torch.Tensor, num_experts: int, num_gpus: int) -> torc
     return pres
 
 
+def off_node_share(weights: torch.Tensor, plan: Plan, num_groups: int, num_gpus: int,
+                   num_nodes: int) -> torch.Tensor:
+    """[L] share of tokens served outside their group's home node (no routing statistics
+    needed: with group-limited routing a token stays on few nodes exactly when its groups'
+    replicas stay home). weights: [L, E]."""
+    w = weights.to(torch.float64)
+    p2l, cnt = plan.phy2log.to(w.device), plan.logcnt.to(w.device)
+    L, R = p2l.shape
+    E = w.shape[1]
+    per_slot = w.gather(1, p2l) / cnt.gather(1, p2l).to(torch.float64)      # [L, R]
+    node = torch.arange(R, device=w.device) // (R // num_nodes)
+    cell = (p2l // (E // num_groups)) * num_nodes + node                    # (group, node) of each slot
+    group_node = torch.zeros(L, num_groups * num_nodes, dtype=torch.float64, device=w.device)
+    group_node.scatter_add_(1, cell, per_slot)
+    home = group_node.view(L, num_groups, num_nodes).max(-1).values.sum(-1)
+    total = w.sum(1)
+    return torch.where(total > 0, 1 - home / total.clamp_min(1e-300), torch.zeros_like(total)).clamp_min(0)
+
+
 def score(problem: Problem, plan: Plan, previous: Plan | None = None,
           expert_bytes: int | None = None) -> Score:
     """Score ``plan`` on ``problem``; ``previous`` adds migration moves (same layers and GPUs)."""
@@ -109,6 +132,9 @@ def score(problem: Problem, plan: Plan, previous: Plan | None = None,
             if expert_bytes < 0:
                 raise PlanError("expert_bytes", f"must be >= 0, got {expert_bytes}")
             moves_bytes = moves * int(expert_bytes)
+    off = None
+    if problem.num_experts % problem.num_groups == 0:
+        off = off_node_share(problem.weights, plan, problem.num_groups, P, N)
     total_max = float(max_load.sum())
     summary = {
         "max_load_sum": total_max,
@@ -121,8 +147,11 @@ def score(problem: Problem, plan: Plan, previous: Plan | None = None,
         "node_imbalance_worst": float(node_imb.max()),
         "duplicates": dups,
     }
+    if off is not None:
+        summary["off_node_share_mean"] = float(off.mean())
+        summary["off_node_share_worst"] = float(off.max())
     if moves is not None:
         summary["moves"] = moves
     if moves_bytes is not None:
         summary["moves_bytes"] = moves_bytes
-    return Score(gpu, node, max_load, mean_load, imb, node_imb, dups, moves, moves_bytes, summary)
+    return Score(gpu, node, max_load, mean_load, imb, node_imb, dups, moves, moves_bytes, off, summary)

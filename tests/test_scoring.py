@@ -58,3 +58,24 @@ def test_scorer_uses_float64():
     w = torch.tensor([[2.0**30 + 1, 1.0]], dtype=torch.float64)
     s = score(Problem(w, 2, 1, 1, 1), Plan.from_phy2log([[0, 1]], 2))
     assert s.gpu_load.dtype == torch.float64 and s.gpu_load.item() == 2.0**30 + 2
+
+
+def test_off_node_share_hand_computed():
+    # 4 experts in 2 groups ({0,1}, {2,3}), 2 nodes of 1 GPU, 2 slots each.
+    problem = Problem([[4.0, 2.0, 3.0, 1.0]], 4, 2, 2, 2)
+    strict = Plan.from_phy2log([[0, 1, 2, 3]], 4)      # each group on one node
+    assert score(problem, strict).off_node_share.tolist() == [0.0]
+    mixed = Plan.from_phy2log([[0, 2, 1, 3]], 4)       # group 0: 4 on node0, 2 on node1
+    # home of group 0 is node 0 (4 tokens), of group 1 node 0 (3 tokens): off = (2 + 1) / 10
+    s = score(problem, mixed)
+    assert s.off_node_share.tolist() == [pytest.approx(0.3)]
+    assert s.metrics()["off_node_share_mean"] == pytest.approx(0.3)
+
+
+def test_strict_hierarchical_plans_stay_home():
+    from solvers import solve
+    w = torch.rand(4, 64, generator=torch.Generator().manual_seed(0)) * 100
+    res = solve(Problem(w, 96, 8, 4, 16), "deepseek")
+    assert res.policy == "hierarchical" and res.score.metrics()["off_node_share_worst"] == 0.0
+    glob = solve(Problem(w, 96, 8, 4, 16), "deepseek", policy="global")
+    assert glob.score.metrics()["off_node_share_mean"] > 0.2
