@@ -88,8 +88,15 @@ def _peek(path: Path, size: int = 1 << 16) -> bytes:
         return fh.read(size)
 
 
-def _torch_load(path: Path) -> Any:
+def _torch_load(path: Path, mmap: bool = False) -> Any:
+    """A ``torch.save`` file (tensors, numbers, lists, dicts only); ``mmap`` maps tensor data
+    lazily instead of reading it (cheap format detection)."""
     try:
+        if mmap:
+            try:
+                return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError:
+                pass  # a legacy (non-zip) file cannot be mapped: read it
         return torch.load(path, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, EOFError, ValueError, zipfile.BadZipFile, KeyError,
             pickle.UnpicklingError) as exc:
@@ -115,7 +122,7 @@ def detect_format(path: str | Path) -> str:
         if {"loads", "ep_rank", "ep_size"} <= names:
             return "megatron"
     if fmt == "pt":
-        obj = _torch_load(path)
+        obj = _torch_load(path, mmap=True)
         if isinstance(obj, dict) and ("records" in obj or "logical_count" in obj):
             return "sglang"
     return fmt
@@ -548,6 +555,7 @@ def read_trace(spec: str | Path | Sequence[str | Path], format: str | None = Non
                     "(use it as --loads weights instead)")
     if loads.dim() == 2:
         loads = loads.unsqueeze(0)
+    meta.setdefault("num_layers", loads.shape[1])
     meta.setdefault("num_experts", loads.shape[2])
     return Trace(loads, meta)
 
