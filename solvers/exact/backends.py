@@ -45,8 +45,8 @@ def highs_available() -> bool:
 def cbc_available() -> bool:
     if not _try("pulp"):
         return False
-    import pulp
-    return bool(pulp.PULP_CBC_CMD(msg=False).available())
+    from .milp import cbc_command
+    return bool(cbc_command(msg=False).available())
 
 
 def unavailable_reason(module: str) -> str | None:

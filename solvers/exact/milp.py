@@ -36,6 +36,15 @@ def _round_down(b: float | None) -> float | None:
     return b - _BOUND_SLACK * max(1.0, abs(b))
 
 
+def _variable_factory(prob):
+    """prob.add_variable (PuLP >= 3.3, the 4.0 API) or the older LpVariable constructor."""
+    import pulp
+
+    if hasattr(prob, "add_variable"):
+        return lambda name, lo, hi, cat: prob.add_variable(name, lo, hi, cat)
+    return lambda name, lo, hi, cat: pulp.LpVariable(name, lo, hi, cat)
+
+
 def _build(lm: LayerModel):
     """The PuLP problem, its variables, and a complete warm-start assignment (or None)."""
     import pulp
@@ -46,9 +55,10 @@ def _build(lm: LayerModel):
     # T's domain: [best combinatorial bound, warm start's value]; the replication model's T
     # is the heaviest replica, bounded below by every expert at its largest count.
     t_lo = max(lm.w[e] / lm.cand[e][-1] for e in range(E)) if lm.replication_only else lm.lb
-    T = pulp.LpVariable("T", lowBound=t_lo * (1 - 1e-12), upBound=t_hi)
+    var = _variable_factory(prob)
+    T = var("T", t_lo * (1 - 1e-12), t_hi, "Continuous")
     prob += T
-    y = {(e, c): pulp.LpVariable(f"y_{e}_{c}", cat="Binary") for e in range(E) for c in lm.cand[e]
+    y = {(e, c): var(f"y_{e}_{c}", 0, 1, "Binary") for e in range(E) for c in lm.cand[e]
          if len(lm.cand[e]) > 1}
 
     def yv(e, c):
@@ -66,7 +76,7 @@ def _build(lm: LayerModel):
     for e in range(E):                                   # a GPU carries at least its heaviest replica
         if len(lm.cand[e]) > 1:
             prob += pulp.lpSum((lm.w[e] / c) * y[e, c] for c in lm.cand[e]) <= T
-    z = {(e, c, g): pulp.LpVariable(f"z_{e}_{c}_{g}", 0, lm.max_per_gpu(c), cat="Integer")
+    z = {(e, c, g): var(f"z_{e}_{c}_{g}", 0, lm.max_per_gpu(c), "Integer")
          for e in range(E) for c in lm.cand[e] for g in range(P)}
     for e in range(E):
         for c in lm.cand[e]:
@@ -87,7 +97,7 @@ def _build(lm: LayerModel):
     a = {}
     if lm.hierarchical:
         G = lm.num_groups
-        a = {(k, n): pulp.LpVariable(f"a_{k}_{n}", cat="Binary") for k in range(G) for n in range(N)}
+        a = {(k, n): var(f"a_{k}_{n}", 0, 1, "Binary") for k in range(G) for n in range(N)}
         for k in range(G):
             prob += pulp.lpSum(a[k, n] for n in range(N)) == 1
         if lm.node_budget == "fixed":
@@ -130,7 +140,7 @@ def _solve(lm: LayerModel, backend: str, time_limit: float, threads: int, seed: 
         return LayerResult("time_limit", message=why, stats={"variables": lm.placement_variables})
     prob, v, warm = _build(lm)
     left = max(0.05, time_limit - (time.perf_counter() - start))
-    stats = {"variables": len(prob.variables()), "constraints": len(prob.constraints),
+    stats = {"variables": len(prob.variables()), "constraints": prob.numConstraints(),
              "build_s": time.perf_counter() - start}
     if backend == "highs":
         solver = _highs_class()(msg=False, timeLimit=left, gapRel=gap, threads=threads,
@@ -145,7 +155,7 @@ def _solve(lm: LayerModel, backend: str, time_limit: float, threads: int, seed: 
                 var.setInitialValue(warm[var.name])
         with tempfile.TemporaryDirectory() as tmp:
             log = os.path.join(tmp, "cbc.log")
-            solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=left, gapRel=gap, threads=threads,
+            solver = cbc_command(msg=False, timeLimit=left, gapRel=gap, threads=threads,
                                        warmStart=warm is not None, logPath=log,
                                        options=[f"randomCbcSeed {seed + 1}", "allowableGap 0"])
             prob.solve(solver)
@@ -178,6 +188,18 @@ def _solve(lm: LayerModel, backend: str, time_limit: float, threads: int, seed: 
     if (xg.sum(0) != lm.slots_per_gpu).any():
         return LayerResult("error", stats=stats, message=f"{backend}: solution with fractional replica counts")
     return LayerResult(st, xg=xg, bound=_round_down(bound), objective=T, stats=stats, message=backend_msg)
+
+
+def cbc_command(**kwargs):
+    """PuLP's bundled CBC. PuLP 3.3 deprecates PULP_CBC_CMD (4.0 drops the bundled binary,
+    hence the pulp<4 pin); the warning would repeat on every layer, so it is silenced here."""
+    import warnings
+
+    import pulp
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return pulp.PULP_CBC_CMD(**kwargs)
 
 
 _CBC_BOUND = re.compile(r"^Lower bound:\s*([-+0-9.eE]+)", re.M)
