@@ -44,10 +44,24 @@ def _option(text: str) -> tuple[str, Any]:
 
 
 def read_loads_arg(spec: str):
-    """weights [layers, experts] for a ``--loads`` argument (a file path)."""
+    """weights [layers, experts] for a ``--loads`` argument (see LOADS_HELP)."""
     from .loadfiles import read_weights
 
     return read_weights(spec)
+
+
+def loads_sha256(spec: str) -> str | None:
+    """Checksum of the one file a ``--loads`` spec reads (None when it reads several)."""
+    from .loadfiles import loads_source
+    from .planfile import file_sha256
+
+    source = loads_source(spec)
+    return file_sha256(source) if source is not None else None
+
+
+LOADS_HELP = ("loads: a file (.npz, .pt, .json, .csv, SGLang/vLLM/Megatron dumps), a directory or "
+              "glob of per-rank dumps, a shipped dataset NAME (`eplb datasets`), optionally "
+              "FORMAT:SPEC, and SPEC@A:B for steps A..B-1")
 
 
 def _format_metrics(metrics: dict[str, Any]) -> str:
@@ -60,7 +74,7 @@ def _format_metrics(metrics: dict[str, Any]) -> str:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .planfile import file_sha256, plan_document, write_plan
+    from .planfile import plan_document, write_plan
     from .problem import Problem
     from .solve import solve
 
@@ -75,7 +89,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     metrics = result.summary()
     doc = plan_document(result.plan, problem, policy=result.policy, solver=args.solver, options=options,
                         metrics=metrics,
-                        provenance={"loads": str(args.loads), "loads_sha256": file_sha256(args.loads),
+                        provenance={"loads": str(args.loads), "loads_sha256": loads_sha256(args.loads),
                                     "command": "eplb " + " ".join(sys.argv[1:])})
     write_plan(args.out, doc)
     if args.json:
@@ -141,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     p = sub.add_parser("plan", help="compute a placement plan and write it as JSON")
-    p.add_argument("--loads", required=True, help="loads file (.npz, .pt, .json, .csv)")
+    p.add_argument("--loads", required=True, help=LOADS_HELP)
     p.add_argument("--replicas", type=int, required=True, help="physical expert slots R")
     p.add_argument("--groups", type=int, default=1, help="expert groups G (default 1)")
     p.add_argument("--nodes", type=int, default=1, help="nodes N (default 1)")
@@ -156,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plan)
 
     s = sub.add_parser("score", help="score a plan on loads with the shared scorer")
-    s.add_argument("--loads", required=True, help="loads file (.npz, .pt, .json, .csv)")
+    s.add_argument("--loads", required=True, help=LOADS_HELP)
     s.add_argument("--plan", required=True, help="plan JSON written by `eplb plan`")
     s.add_argument("--previous", help="previous plan JSON, to count migration moves")
     s.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert, for moves in bytes")

@@ -125,3 +125,14 @@ def test_console_script_runs(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
 
+
+
+def test_plan_on_a_dataset_window_then_score_the_next(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    assert main(["plan", "--loads", "deepseek-v3-skewed@0:12", "--replicas", "288", "--groups", "8",
+                 "--nodes", "4", "--gpus", "32", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["provenance"]["loads_sha256"] and doc["problem"]["num_experts"] == 256
+    capsys.readouterr()
+    assert main(["score", "--loads", "deepseek-v3-skewed@12:24", "--plan", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["imbalance_mean"] >= 1.0
