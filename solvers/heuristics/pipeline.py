@@ -99,14 +99,17 @@ def heuristic_phy2log(problem: Problem, resolved: str, nodup: bool, effort: Effo
     starts = tuple(effort.starts) + (("lpt", "rr") if nodup else ())
     starts = tuple(dict.fromkeys(starts))
     cnt = replicate_counts(wr, Rn, cap)
+    info: dict = {"partition_candidates": K}
+    if K > 1:
+        # Rank the partition candidates by a cheap packing (construction only), then
+        # search only the best one per layer: N rows per layer instead of K * N.
+        _, quick = pack_counts(wr, cnt, Pn, nodup=nodup, starts=starts, max_steps=0)
+        best_k = quick.view(L, K, N).max(-1).values.argmin(1)                     # [L]
+        sel = ((torch.arange(L, device=dev) * K + best_k).unsqueeze(1) * N
+               + torch.arange(N, device=dev)).flatten()                           # [L*N] row ids
+        rows, wr, cnt = rows[sel], wr[sel], cnt[sel]
     e_loc, obj = pack_counts(wr, cnt, Pn, nodup=nodup, starts=starts, max_steps=effort.steps,
                              two_swaps=effort.two_swaps)
-    info: dict = {"partition_candidates": K}
-    # The best partition per layer; the count search below works on its N rows only.
-    best_k = obj.view(L, K, N).max(-1).values.argmin(1)                           # [L]
-    sel = (torch.arange(L, device=dev) * K + best_k).unsqueeze(1) * N + torch.arange(N, device=dev)
-    sel = sel.flatten()                                                           # [L*N] row ids
-    rows, wr, cnt, e_loc, obj = rows[sel], wr[sel], cnt[sel], e_loc[sel], obj[sel]
     if effort.joint:
         S = Rn // Pn
         phases = [("bound", 2, 8)]
