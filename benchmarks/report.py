@@ -148,10 +148,12 @@ def render_summary(df: pd.DataFrame, meta: dict[str, Any], violations: list[str]
                    figure: Path | None, budgets: tuple[float, ...] = DEFAULT_BUDGETS_S) -> str:
     s = meta.get("settings", {})
     lines = [f"# Benchmark summary: suite `{s.get('suite', '?')}`", ""]
+    load = meta.get("machine", {}).get("load_average_at_start")
+    load_text = f" (load average {load[0]:.2f} at start)" if load else ""
     lines.append(f"{len(df)} runs on {df['instance'].nunique()} instances, seeds "
                  f"{sorted(int(x) for x in df['seed'].unique())}; executor {s.get('executor')}, "
                  f"{s.get('jobs')} job(s), {s.get('threads')} thread(s) per job; "
-                 f"machine {meta.get('machine', {}).get('summary', '?')}; commit "
+                 f"machine {meta.get('machine', {}).get('summary', '?')}{load_text}; commit "
                  f"{meta.get('git', {}).get('commit', '?')[:12]}.")
     lines += ["", GAP_DEFINITION, ""]
     if violations:
@@ -189,3 +191,29 @@ def render_summary(df: pd.DataFrame, meta: dict[str, Any], violations: list[str]
         lines.append(markdown_table(failed[["instance", "seed", "solver", "status", "message"]]
                                     .assign(message=lambda d: d["message"].str.slice(0, 120))))
     return "\n".join(lines) + "\n"
+
+
+def rerender(directory: str | Path, figure: str = "auto") -> Path:
+    """Re-derive the gaps of a stored run and rewrite its summary.md and figure (e.g. after
+    changing the report, or after adding rows with --resume from another machine)."""
+    import json
+
+    from .analysis import derive
+    from .store import META_NAME, SUMMARY_NAME, read_results
+
+    d = Path(directory)
+    df, violations = derive(read_results(d))
+    meta_path = d / META_NAME
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    fig = write_profile(df, d, figure)
+    out = d / SUMMARY_NAME
+    out.write_text(render_summary(df, meta, violations, fig))
+    return out
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m benchmarks.report RESULTS_DIR")
+    print(rerender(sys.argv[1]))

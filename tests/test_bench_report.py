@@ -120,3 +120,16 @@ def test_profile_png_with_the_system_browser(table, tmp_path):
         assert out.name == "profile.html"
     else:
         assert out.name == "profile.png" and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_rerender_rewrites_summary_from_stored_rows(table, tmp_path):
+    from benchmarks.report import rerender
+    from benchmarks.store import ResultStore
+
+    ResultStore(tmp_path).write_final(table)
+    (tmp_path / "meta.json").write_text(json.dumps({"settings": {"suite": "stored"},
+                                                    "machine": {"load_average_at_start": [1.5, 1, 1]}}))
+    out = rerender(tmp_path, "html")
+    text = out.read_text()
+    assert "suite `stored`" in text and "load average 1.50 at start" in text
+    assert "| exact | exact | 2 | 1 | 1 | 1 |" in text
