@@ -1,7 +1,7 @@
 """Targets of issue 6 (heuristics beyond DeepSeek's greedy), measured against ``deepseek``
 in the same run on generated lognormal and Zipf loads.
 
-    .venv/bin/python -m benchmarks.heuristic_targets [--device cuda] [--seeds 0 1 2] [--quick]
+    .venv/bin/python -m benchmarks.heuristic_targets [--device cuda] [--seeds 0 1 2] [--threads 1] [--quick]
 
 Prints one table per target with every (distribution, seed) row and a PASS/FAIL verdict.
 Metrics (DESIGN section 2): gap = max GPU load / best lower bound - 1 (bounds from
@@ -85,7 +85,11 @@ def main(argv=None) -> int:
     ap.add_argument("--relax", type=int, nargs="+", default=[8, 16],
                     help="off-node replica budgets per layer for the relaxed hierarchical mode")
     ap.add_argument("--quick", action="store_true", help="one seed, one repeat (smoke run)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch intra-op threads (default: torch's; 1 is steadier on a shared machine)")
     args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.quick:
         args.seeds, args.repeats = args.seeds[:1], 1
     dev = torch.device(args.device)

@@ -191,11 +191,13 @@ class _Swapper:
                 fl = l_on_h[:, :k2, self.pa] | l_on_h[:, :k2, self.pb]
                 bad2 = bad2 | fh.unsqueeze(3) | fl.unsqueeze(2)
             c2 = (t[:, :k2].unsqueeze(-1) - d2).abs_().masked_fill_(bad2, float("inf"))
-            c2 = torch.nn.functional.pad(c2.view(X, k2, npair * npair), (0, 0, 0, k - k2), value=float("inf"))
-            cost = torch.cat([c1, c2], 2)
+            best_cost, best = c1.min(2)                                              # [X, k]
+            cost2, best2 = c2.view(X, k2, npair * npair).min(2)                      # [X, k2]
+            use2 = cost2 < best_cost[:, :k2]
+            best_cost = torch.cat([torch.where(use2, cost2, best_cost[:, :k2]), best_cost[:, k2:]], 1)
+            best = torch.cat([torch.where(use2, best2 + S * S, best[:, :k2]), best[:, k2:]], 1)
         else:
-            cost = c1
-        best_cost, best = cost.min(2)                                                # [X, k]
+            best_cost, best = c1.min(2)
         ok = best_cost < t.squeeze(-1) - lh.squeeze(-1) * REL_TOL
         is2 = best >= S * S
         a1 = a2 = best // S                          # 1-1: slot a on hi, slot b on lo (repeated)
@@ -255,14 +257,15 @@ class _Swapper:
 
 def local_search(w_slots: torch.Tensor, e_slots: torch.Tensor, num_packs: int, num_experts: int, *,
                  nodup: bool = False, max_steps: int = 200, two_swaps: bool = True,
-                 block: int = 8, partners: int = 4) -> tuple[torch.Tensor, torch.Tensor, int]:
+                 block: int = 8, partners: int = 4, pair_swaps: int = 2) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Swap local search on slot layouts (never increases any row's max pack load).
 
-    w_slots, e_slots: [X, R]. Blocks of ``block`` steps (a paired step: every heavy pack
-    against its mirror light pack at once, 1-1 and 2-2; then the heaviest pack against
-    all packs, 1-1), each block followed by a 2-2 step of the heaviest pack;
-    stops when a block improved no row or after ``max_steps`` steps (one host sync per
-    block). Returns the improved layout and the number of steps run.
+    w_slots, e_slots: [X, R]. Blocks of up to ``block`` paired steps (every heavy pack
+    against its mirror light pack at once: 1-1 swaps, and 2-2 in the ``pair_swaps``
+    heaviest pairs), each block closed by the heaviest pack's best 1-1 swap against all
+    packs and its best 2-2 swap against the ``partners`` lightest packs. Stops when a
+    block improved no row or after ``max_steps`` paired steps (one host sync per block).
+    Returns the improved layout and the number of paired steps run.
     """
     X, R = w_slots.shape
     S = R // num_packs
@@ -273,15 +276,14 @@ def local_search(w_slots: torch.Tensor, e_slots: torch.Tensor, num_packs: int, n
     while steps < max_steps:
         any_ok = torch.zeros(X, dtype=torch.bool, device=w_slots.device)
         for _ in range(min(block, max_steps - steps)):
-            w_slots, e_slots, ok = sw.step_pairs(w_slots, e_slots)
-            any_ok |= ok
-            w_slots, e_slots, ok = sw.step11(w_slots, e_slots)
+            w_slots, e_slots, ok = sw.step_pairs(w_slots, e_slots, pair_swaps)
             any_ok |= ok
             steps += 1
+        w_slots, e_slots, ok = sw.step11(w_slots, e_slots)
+        any_ok |= ok
         if two_swaps:
             w_slots, e_slots, ok = sw.step22(w_slots, e_slots, partners)
             any_ok |= ok
-            steps += 1
         if not bool(any_ok.any()):
             break
     return w_slots, e_slots, steps
