@@ -84,6 +84,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per solve (median)")
     ap.add_argument("--relax", type=int, nargs="+", default=[8, 16],
                     help="off-node replica budgets per layer for the relaxed hierarchical mode")
+    ap.add_argument("--budget", type=float, default=2.0, help="time budget of the portfolio 'best' (s)")
     ap.add_argument("--quick", action="store_true", help="one seed, one repeat (smoke run)")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch intra-op threads (default: torch's; 1 is steadier on a shared machine)")
@@ -165,12 +166,14 @@ def main(argv=None) -> int:
                 ds, _ = timed(p, "deepseek", 1, policy="global")
                 kk, kk_t = timed(p, "kk_swap", 1, policy="global")
                 jt, jt_t = timed(p, "joint", 1, policy="global")
+                bs, bs_t = timed(p, "best", 1, policy="global", time_budget=args.budget)
                 ok3 &= jt.score.imbalance_mean < ds.score.imbalance_mean
                 rows3.append([gpus, dist, seed, f"{ds.score.imbalance_mean:.5f}", f"{kk.score.imbalance_mean:.5f}",
-                              f"{jt.score.imbalance_mean:.5f}", f"{jt.score.imbalance_worst:.5f}",
-                              f"{kk_t * 1e3:.0f}", f"{jt_t * 1e3:.0f}"])
-    ok_all &= table("decode-like: 256 experts, 320 slots, global (imbalance mean; joint = counts in the loop)",
-                    ["GPUs", "loads", "seed", "ds", "kk_swap", "joint", "joint worst", "kk_swap ms", "joint ms"],
+                              f"{jt.score.imbalance_mean:.5f}", f"{bs.score.imbalance_mean:.5f}",
+                              f"{kk_t * 1e3:.0f}", f"{jt_t * 1e3:.0f}", f"{bs_t * 1e3:.0f}"])
+    ok_all &= table("decode-like: 256 experts, 320 slots, global (imbalance mean; joint = counts in the loop, "
+                    f"best = portfolio with time_budget={args.budget} s)",
+                    ["GPUs", "loads", "seed", "ds", "kk_swap", "joint", "best", "kk_swap ms", "joint ms", "best ms"],
                     rows3, (ok3, "joint's mean imbalance below the greedy's on every seed"))
 
     # 4. the 8-expert example

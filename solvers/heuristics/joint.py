@@ -23,7 +23,7 @@ def quick_objective(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int, 
     """Max pack load after a fast packing (KK + a few 1-1 swaps). weight, logcnt: [Y, E] -> [Y]."""
     item_e, item_w = expand_items(weight, logcnt)
     ws, es = slots_from_packs(kk_pack(item_w, num_packs), item_w, item_e)
-    if steps > 0:
+    if steps > 0 and item_w.shape[1] > 2 * num_packs:    # two per pack: KK's pairing is optimal
         ws, es, _ = local_search(ws.float(), es, num_packs, weight.shape[1], max_steps=steps,
                                  two_swaps=False)
     per = weight.to(torch.float64) / logcnt.to(torch.float64)
