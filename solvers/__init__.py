@@ -13,7 +13,7 @@ from .problem import POLICIES, Problem
 from .registry import SolverOutput, SolverSpec, get_solver, register, solver_names
 from .result import SolveResult, Termination
 from .scoring import Score, score
-from .solve import BoundViolation, solve
+from .solve import BoundViolation, InvalidSolverPlan, SolverBug, solve
 
 # Importing these packages registers their solvers (optional backends load lazily).
 from . import exact, heuristics  # noqa: E402,F401  isort: skip
@@ -24,5 +24,5 @@ __all__ = [
     "Problem", "Plan", "Score", "score", "solve", "SolveResult", "Termination", "rebalance_experts",
     "lower_bound", "lower_bounds", "register", "get_solver", "solver_names", "SolverSpec",
     "SolverOutput", "EPLBError", "ProblemError", "PlanError", "OptionError", "LoadFileError",
-    "BoundViolation", "POLICIES", "__version__",
+    "BoundViolation", "InvalidSolverPlan", "SolverBug", "POLICIES", "__version__",
 ]

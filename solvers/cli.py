@@ -15,6 +15,7 @@ import sys
 from typing import Any, Sequence
 
 from .errors import EPLBError, OptionError
+from .solve import SolverBug
 
 EXIT_USAGE = 2
 
@@ -200,6 +201,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0) if not isinstance(exc.code, str) else _fail(exc.code)
     except EPLBError as exc:
         return _fail(str(exc))
+    except SolverBug as exc:  # not the user's fault: say so, exit 1
+        print(f"eplb: internal error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return _fail("interrupted")
     except OSError as exc:

@@ -9,10 +9,14 @@ Written from the published algorithm (DeepSeek's EPLB repository, MIT):
 3. hierarchical: pack groups onto nodes, replicate inside each node with ``R / N``
    slots, pack each node's replicas onto its GPUs. Global = one group, one node.
 
-Arithmetic on loads is float32, as in the public code, so outputs match it bit for bit
-on inputs without ties. Loops run only over packing/replication *steps*; each step is a
-few torch kernels over all layers (and nodes) at once, on the input's device, with no
-host synchronisation inside the algorithm. Sorts are stable so CPU and CUDA agree.
+Arithmetic on loads is float32, as in the public code, so on inputs without ties
+``phy2log`` and ``logcnt`` equal the public code's exactly. Sorts are stable so CPU and
+CUDA agree; the public code sorts unstably, and since the replicas of one expert always
+carry equal loads, it may list an expert's (interchangeable) replicas in ``log2phy`` in
+another rank order: the same slots, possibly permuted within the expert's row.
+Loops run only over packing/replication *steps*; each step is a few torch kernels over
+all layers (and nodes) at once, on the input's device, with no host synchronisation
+inside the algorithm (only building ``log2phy`` reads K = max count, as the public code does).
 """
 from __future__ import annotations
 
@@ -50,12 +54,13 @@ def balanced_packing(weight: torch.Tensor, num_packs: int) -> tuple[torch.Tensor
     # operand is preallocated and written with out= (no allocation, no scalar wrapping).
     items = sorted_w.t().contiguous().unsqueeze(-1).unbind(0)             # n x [X, 1]
     load = torch.zeros(X, num_packs, dtype=weight.dtype, device=dev)       # [X, packs]
-    count = torch.zeros(X, num_packs, dtype=weight.dtype, device=dev)
+    count = torch.zeros(X, num_packs, dtype=torch.int32, device=dev)
     key = torch.empty_like(load)                                           # load, +inf when full
     has_room = torch.empty(X, num_packs, dtype=torch.bool, device=dev)
-    cap = torch.tensor(per_pack, dtype=weight.dtype, device=dev)
-    inf = torch.tensor(float("inf"), dtype=weight.dtype, device=dev)
-    one = torch.ones(X, 1, dtype=weight.dtype, device=dev)
+    # 0-d operands made on the device (torch.full, not torch.tensor: no host copy, no sync)
+    cap = torch.full((), per_pack, dtype=torch.int32, device=dev)
+    inf = torch.full((), float("inf"), dtype=weight.dtype, device=dev)
+    one = torch.ones(X, 1, dtype=torch.int32, device=dev)
     chosen = torch.empty(n, X, 1, dtype=torch.int64, device=dev)
     for k, pack in enumerate(chosen.unbind(0)):
         torch.lt(count, cap, out=has_room)

@@ -18,7 +18,8 @@ from typing import Any
 
 from .errors import LoadFileError, PlanError
 from .plan import Plan
-from .problem import Problem
+from .errors import ProblemError
+from .problem import Problem, as_count, check_cluster
 
 FORMAT = "eplb-plan"
 VERSION = 1
@@ -85,6 +86,12 @@ def read_plan(path: str | Path) -> tuple[Plan, dict[str, Any]]:
     missing += [f"problem.{k}" for k in SHAPE_KEYS if k not in shape]
     if missing:
         raise LoadFileError("plan", f"{path}: missing {', '.join(missing)}")
+    try:
+        R, _, _, P = check_cluster(as_count(shape["num_experts"], "problem.num_experts"), shape["num_replicas"],
+                                   shape["num_groups"], shape["num_nodes"], shape["num_gpus"])
+        as_count(shape["num_layers"], "problem.num_layers")
+    except ProblemError as exc:
+        raise LoadFileError("plan", f"{path}: invalid problem shape ({exc})") from None
     try:
         plan = Plan.from_tensors(doc["phy2log"], doc["log2phy"], doc["logcnt"])
         plan.validate(shape["num_layers"], shape["num_experts"], shape["num_replicas"], shape["num_gpus"])

@@ -60,6 +60,11 @@ def as_weights(weights: Any, param: str = "weights") -> torch.Tensor:
         raise ProblemError(param, f"loads must be finite, found {bad} values")
     if bool((t < 0).any()):
         raise ProblemError(param, f"loads must be >= 0, found minimum {float(t.min())}")
+    # The heuristics sum loads in float32 (as DeepSeek's code does): a layer total that
+    # overflows float32 would make an open pack look full.
+    if not bool(torch.isfinite(t.float().sum(1)).all()):
+        raise ProblemError(param, f"loads too large: each layer's total must stay below "
+                           f"{torch.finfo(torch.float32).max:.3g} (float32)")
     return t
 
 

@@ -35,7 +35,9 @@ class Score:
         hold that expert (None without a previous plan); moves_bytes with an expert size
     off_node_share: [layers] inter-node traffic proxy: the share of tokens served by a
         replica outside its group's home node (the node serving most of that group's
-        tokens); 0 for a strict hierarchical plan. None when experts do not split into groups.
+        tokens); 0 for a strict hierarchical plan. None without groups (G = 1) or when
+        experts do not split into groups. It stands in for DESIGN's "distinct remote nodes
+        per token", which needs top-k routing statistics that load dumps do not carry.
     """
 
     gpu_load: torch.Tensor
@@ -133,7 +135,7 @@ def score(problem: Problem, plan: Plan, previous: Plan | None = None,
                 raise PlanError("expert_bytes", f"must be >= 0, got {expert_bytes}")
             moves_bytes = moves * int(expert_bytes)
     off = None
-    if problem.num_experts % problem.num_groups == 0:
+    if problem.num_groups > 1 and problem.num_experts % problem.num_groups == 0:
         off = off_node_share(problem.weights, plan, problem.num_groups, P, N)
     total_max = float(max_load.sum())
     summary = {

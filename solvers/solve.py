@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from .bounds import lower_bound
-from .errors import EPLBError, OptionError
+from .errors import EPLBError, OptionError, PlanError
 from .plan import Plan
 from .problem import Problem
 from .registry import get_solver
@@ -19,8 +19,16 @@ from .scoring import score
 BOUND_RTOL = 1e-6
 
 
-class BoundViolation(RuntimeError):
+class SolverBug(RuntimeError):
+    """A solver broke its contract: the user's input is not to blame, so this is not a ValueError."""
+
+
+class BoundViolation(SolverBug):
     """A plan scored below a proven lower bound: a solver (or a bound) is wrong."""
+
+
+class InvalidSolverPlan(SolverBug):
+    """A solver returned a malformed plan."""
 
 
 def solve(problem: Problem, solver: str = "deepseek", *, previous: Plan | None = None,
@@ -54,6 +62,10 @@ def solve(problem: Problem, solver: str = "deepseek", *, previous: Plan | None =
         status = out.status or Termination.ERROR
         return SolveResult(solver, status, None, None, bound, wall, out.policy, options,
                            out.message, out.info)
+    try:
+        out.plan.validate(problem.num_layers, problem.num_experts, problem.num_replicas, problem.num_gpus)
+    except PlanError as exc:
+        raise InvalidSolverPlan(f"solver {solver!r} returned an invalid plan: {exc}") from None
     sc = score(problem, out.plan, previous=previous, expert_bytes=expert_bytes)
     obj = sc.max_load.to(bound.device)
     if bool((obj < bound * (1 - BOUND_RTOL) - 1e-9).any()):

@@ -136,3 +136,16 @@ def test_plan_on_a_dataset_window_then_score_the_next(tmp_path, capsys):
     capsys.readouterr()
     assert main(["score", "--loads", "deepseek-v3-skewed@12:24", "--plan", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["imbalance_mean"] >= 1.0
+
+
+@pytest.mark.parametrize("key,value", [("num_gpus", 0), ("num_gpus", "2"), ("num_replicas", 15),
+                                       ("num_layers", -1)])
+def test_malformed_plan_file_shape_is_one_line(tmp_path, capsys, key, value):
+    loads = write(tmp_path / "w.json", W)
+    out = tmp_path / "p.json"
+    main(["plan", "--loads", str(loads), *SHAPE, "--out", str(out)])
+    doc = json.loads(out.read_text())
+    doc["problem"][key] = value
+    out.write_text(json.dumps(doc))
+    capsys.readouterr()
+    one_error_line(capsys, ["score", "--loads", str(loads), "--plan", str(out)], "invalid problem shape")

@@ -84,3 +84,11 @@ def test_drop_in_validates_the_same_way():
         rebalance_experts([[1.0, float("nan")]], 2, 1, 1, 1)
     with pytest.raises(ProblemError, match="policy"):
         rebalance_experts(W, 4, 1, 1, 1, policy="fastest")
+
+
+def test_loads_overflowing_float32_are_rejected():
+    with pytest.raises(ProblemError, match="too large") as err:
+        Problem(torch.full((1, 8), 2e38, dtype=torch.float64), 8, 2, 1, 2)
+    assert err.value.param == "weights"
+    with pytest.raises(ProblemError, match="too large"):
+        rebalance_experts(np.full((1, 4), 1e300), 4, 1, 1, 2)

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import solvers.registry as registry
-from solvers import (BoundViolation, OptionError, Plan, Problem, SolverOutput, Termination,
+from solvers import (BoundViolation, InvalidSolverPlan, OptionError, Plan, Problem, SolverOutput, Termination,
                      get_solver, lower_bound, rebalance_experts, register, solve, solver_names)
 
 W = [[90, 132, 40, 61, 104, 165, 39, 4, 73, 56, 183, 86],
@@ -94,3 +94,28 @@ def test_previous_plan_adds_moves():
     assert again.score.moves == 0 and again.score.moves_bytes == 0
     other = solve(problem, policy="global", previous=first.plan)
     assert other.score.moves > 0
+
+
+def test_invalid_plan_from_a_solver_is_a_solver_bug(temporary_solver, capsys):
+    def broken(problem):
+        p2l = torch.zeros(problem.num_layers, problem.num_replicas, dtype=torch.int64)  # only expert 0
+        return SolverOutput(Plan.from_phy2log(p2l, problem.num_experts), "global")
+
+    temporary_solver("test-broken", broken)
+    with pytest.raises(InvalidSolverPlan, match="invalid plan") as err:
+        solve(Problem(W, 16, 4, 2, 8), "test-broken")
+    assert not isinstance(err.value, ValueError)   # not blamed on the user's input
+
+
+def test_cli_reports_a_solver_bug_in_one_line_exit_1(temporary_solver, capsys, tmp_path):
+    from solvers.cli import main
+
+    def broken(problem):
+        p2l = torch.zeros(problem.num_layers, problem.num_replicas, dtype=torch.int64)
+        return SolverOutput(Plan.from_phy2log(p2l, problem.num_experts), "global")
+
+    temporary_solver("test-broken-cli", broken)
+    code = main(["plan", "--loads", "readme-example", "--replicas", "16", "--gpus", "8",
+                 "--solver", "test-broken-cli", "--out", str(tmp_path / "p.json")])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("eplb: internal error:") and err.count("\n") == 1
