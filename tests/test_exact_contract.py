@@ -135,3 +135,12 @@ def test_infeasible_forbidden_colocation_requests():
     q = Problem([[9, 1]], 6, 1, 1, 2)
     with pytest.raises(OptionError, match="colocation"):
         solve(q, "cpsat", model="joint", colocation="forbidden")
+
+
+def test_forbidden_colocation_packing_uses_counts_that_fit():
+    backend("cpsat")
+    # Greedy counts give expert 0 three replicas; with 2 GPUs and no colocation at most 2.
+    p = Problem([[100, 1, 1, 1, 1, 1]], 8, 1, 1, 2)
+    r = solve(p, "cpsat", model="packing", colocation="forbidden", time_limit=5)
+    assert r.termination is Termination.OPTIMAL
+    assert int(r.plan.logcnt.max()) <= 2 and r.score.duplicates == 0

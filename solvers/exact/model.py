@@ -131,10 +131,10 @@ def check_options(problem: Problem, *, model: str, counts: str | None, colocatio
             raise OptionError("replica_counts", f"must be >= 1 with every layer summing to {R}")
         rc = rc.contiguous()
     if colocation == "forbidden":
-        groups_per_gpu_pool = E // problem.num_nodes if model == "hierarchical" and node_budget == "fixed" else E
-        if groups_per_gpu_pool < S:
+        pool = E // problem.num_nodes if model == "hierarchical" and node_budget == "fixed" else E
+        if pool < S:
             raise OptionError("colocation", f"'forbidden' is infeasible: a GPU has {S} slots but only "
-                              f"{groups_per_gpu_pool} distinct experts can go there")
+                              f"{pool} distinct experts can go there")
         cap = P // problem.num_nodes if model == "hierarchical" else P
         if rc is not None and int(rc.max()) > cap:
             raise OptionError("colocation", f"'forbidden' is infeasible: an expert has {int(rc.max())} "
@@ -393,9 +393,11 @@ def fixed_counts_for(problem: Problem, opts: ExactOptions, warm_plan: Plan | Non
         return None
     if opts.replica_counts is not None:
         return opts.replica_counts
-    if warm_plan is not None:
-        return warm_plan.logcnt.cpu()
     cap = None
     if opts.forbid:
         cap = problem.num_gpus // (problem.num_nodes if opts.hierarchical else 1)
+    if warm_plan is not None:
+        counts = warm_plan.logcnt.cpu()
+        if cap is None or int(counts.max()) <= cap or isinstance(opts.warm_start, Plan):
+            return counts
     return optimal_counts(problem.weights.cpu(), problem.num_replicas, cap)
