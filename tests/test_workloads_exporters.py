@@ -31,7 +31,7 @@ def test_round_trip_keeps_plan_and_score(tmp_path, solved, fmt, suffix):
     problem, result, evaluation = solved
     path = export_plan(result.plan, tmp_path / f"plan{suffix}", fmt, problem=problem, policy=result.policy,
                        solver="deepseek", metrics=result.summary(), layer_offset=3)
-    back = read_exported_plan(path, num_experts=256)
+    back = read_exported_plan(path, num_experts=256, layer_offset=3)
     assert torch.equal(back.phy2log, result.plan.phy2log)
     assert torch.equal(back.logcnt, result.plan.logcnt)
     if fmt == "eplb":
@@ -139,3 +139,15 @@ def test_any_valid_plan_round_trips_through_every_engine_format(tmp_path_factory
     for fmt, name in (("sglang", "p.json"), ("trtllm", "p.yaml"), ("csv", "p.csv")):
         back = read_exported_plan(export_plan(plan, d / name, fmt, num_gpus=P), num_experts=E)
         assert torch.equal(back.phy2log, plan.phy2log) and torch.equal(back.log2phy, plan.log2phy)
+
+
+def test_sglang_export_covers_dense_layers(tmp_path, solved):
+    plan = solved[1].plan if isinstance(solved, tuple) else solved.plan
+    doc = plan_to_sglang(plan, layer_offset=3)
+    rows = doc["physical_to_logical_map"]
+    assert len(rows) == plan.num_layers + 3
+    assert rows[3:] == plan.phy2log.tolist()
+    for row in rows[:3]:                     # dense layers: every expert held, valid map
+        Plan.from_phy2log([row], plan.num_experts).validate(num_experts=plan.num_experts)
+    with pytest.raises(OptionError, match="layer_offset"):
+        plan_to_sglang(plan, layer_offset=-1)

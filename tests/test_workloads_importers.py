@@ -338,3 +338,28 @@ def test_loads_spec_step_ranges(tmp_path):
     at = tmp_path / "w@1:2.npz"                                     # a real file name with '@' wins
     np.savez(at, loads=np.ones((2, 3)))
     assert tuple(cli_read_weights(str(at)).shape) == (2, 3)
+
+
+def test_csv_matrix_headers_and_index_columns(tmp_path):
+    want = [[10, 20, 30, 40], [5, 6, 7, 8]]
+    for name, text in [("pandas.csv", ",0,1,2,3\n0,10,20,30,40\n1,5,6,7,8\n"),
+                       ("ids.csv", "0,1,2,3\n10,20,30,40\n5,6,7,8\n"),
+                       ("named.csv", "e0,e1,e2,e3\n10,20,30,40\n5,6,7,8\n"),
+                       ("bare.csv", "10,20,30,40\n5,6,7,8\n")]:
+        (tmp_path / name).write_text(text)
+        assert cli_read_weights(tmp_path / name).tolist() == want, name
+
+
+def test_long_csv_with_sparse_huge_ids_is_refused(tmp_path):
+    path = tmp_path / "long.csv"
+    path.write_text("layer,expert,load\n0,0,5\n0,1000000000,1\n")
+    with pytest.raises(LoadFileError, match="dense 0-based"):
+        cli_read_weights(path)
+
+
+def test_vllm_missing_key_error_is_not_wrapped_twice(tmp_path):
+    path = tmp_path / "h.json"
+    path.write_text(json.dumps({"load_history": [{"logical_expert_load": [[1, 2]]}, {"oops": 1}]}))
+    with pytest.raises(LoadFileError) as err:
+        cli_read_weights(path)
+    assert str(err.value).count("loads:") == 1 and "has no 'logical_expert_load'" in str(err.value)

@@ -61,7 +61,7 @@ def _convert_plan(args: argparse.Namespace) -> int:
 
     if args.to is not None and args.to not in PLAN_FORMATS:
         raise OptionError("to", f"a plan converts to one of {', '.join(PLAN_FORMATS)}, got {args.to!r}")
-    plan = read_exported_plan(args.input, num_experts=args.num_experts)
+    plan = read_exported_plan(args.input, num_experts=args.num_experts, layer_offset=args.layer_offset)
     problem = None
     fmt = args.to
     if fmt is None and Path(args.out).suffix.lower() == ".json":
@@ -148,7 +148,7 @@ def add_commands(sub) -> None:
     c.add_argument("--num-experts", type=int, default=None,
                    help="plans: logical experts (engine plan formats do not record it)")
     c.add_argument("--layer-offset", type=int, default=0,
-                   help="plans to trtllm: model index of the first MoE layer (e.g. 3 for DeepSeek-V3)")
+                   help="plans to sglang or trtllm: model index of the first MoE layer (e.g. 3 for DeepSeek-V3; sglang gets valid rows for the dense layers)")
     c.add_argument("--loads", default=None, help="plans to eplb: the loads the plan is for")
     c.add_argument("--gpus", type=int, default=None, help="plans to eplb or csv: GPUs P")
     c.add_argument("--groups", type=int, default=1, help="plans to eplb: expert groups G (default 1)")

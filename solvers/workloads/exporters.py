@@ -47,9 +47,16 @@ def _write_text(path: Path, text: str) -> None:
 # ---------------------------------------------------------------------------------------
 # Documents
 
-def plan_to_sglang(plan: Plan) -> dict[str, Any]:
-    """SGLang ``--init-expert-location`` document: ``physical_to_logical_map [layers, slots]``."""
-    return {"physical_to_logical_map": plan.phy2log.cpu().tolist()}
+def plan_to_sglang(plan: Plan, layer_offset: int = 0) -> dict[str, Any]:
+    """SGLang ``--init-expert-location`` document: ``physical_to_logical_map [layers, slots]``.
+
+    SGLang sizes the map by the model's hidden layers, dense ones included (61 for
+    DeepSeek-V3, whose first 3 layers are dense): ``layer_offset`` leading rows are written
+    for them with the valid round-robin map ``slot % experts``."""
+    if layer_offset < 0:
+        raise OptionError("layer_offset", f"must be >= 0, got {layer_offset}")
+    dense = [[slot % plan.num_experts for slot in range(plan.num_replicas)]] * layer_offset
+    return {"physical_to_logical_map": dense + plan.phy2log.cpu().tolist()}
 
 
 def plan_to_trtllm(plan: Plan, layer_offset: int = 0) -> dict[str, Any]:
@@ -101,7 +108,7 @@ def export_plan(plan: Plan, path: str | Path, format: str | None = None, *, prob
         write_plan(path, plan_document(plan, problem, policy=policy, solver=solver, options=options,
                                        metrics=metrics, provenance=provenance))
     elif format == "sglang":
-        _write_text(path, json.dumps(plan_to_sglang(plan), separators=(",", ":")) + "\n")
+        _write_text(path, json.dumps(plan_to_sglang(plan, layer_offset), separators=(",", ":")) + "\n")
     elif format == "trtllm":
         import yaml
 
@@ -147,9 +154,12 @@ def _p2l_plan(rows: Any, num_experts: int | None, path: Path) -> Plan:
     return plan
 
 
-def read_exported_plan(path: str | Path, format: str | None = None, num_experts: int | None = None) -> Plan:
+def read_exported_plan(path: str | Path, format: str | None = None, num_experts: int | None = None,
+                       layer_offset: int = 0) -> Plan:
     """The plan in a file of any :data:`PLAN_FORMATS` (``num_experts`` defaults to the largest
-    id + 1 in engine formats, which record no expert count)."""
+    id + 1 in engine formats, which record no expert count). ``layer_offset``: SGLang maps
+    start with that many dense-layer rows, which are dropped (TensorRT-LLM keys the MoE
+    layers by model index, so its layers are simply taken in order)."""
     path = Path(path)
     if not path.is_file():
         raise _fail(path, "no such file")
@@ -165,7 +175,10 @@ def read_exported_plan(path: str | Path, format: str | None = None, num_experts:
             raise _fail(path, f"not valid JSON ({exc})") from None
         if not isinstance(doc, dict) or "physical_to_logical_map" not in doc:
             raise _fail(path, "no 'physical_to_logical_map' (not an SGLang expert-location file)")
-        return _p2l_plan(doc["physical_to_logical_map"], num_experts, path)
+        rows = doc["physical_to_logical_map"]
+        if not isinstance(rows, list) or not 0 <= layer_offset < len(rows):
+            raise _fail(path, f"layer_offset {layer_offset} leaves no MoE layers in the map")
+        return _p2l_plan(rows[layer_offset:], num_experts, path)
     if fmt == "trtllm":
         import yaml
 

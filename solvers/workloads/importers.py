@@ -296,6 +296,8 @@ def iter_vllm_steps(path: str | Path) -> Iterator[np.ndarray]:
                 elif arr.shape != shape:
                     raise _fail(path, f"load_history[{step}] has shape {arr.shape}, step 0 has {shape}")
                 yield arr.astype(np.int64) if arr.dtype.kind in "iu" else arr.astype(np.float64)
+        except LoadFileError:
+            raise
         except errors as exc:
             raise _fail(path, f"malformed or truncated JSON after step {step + 1} ({exc})") from None
     if shape is None:
@@ -418,10 +420,17 @@ def read_csv(path: str | Path) -> torch.Tensor:
     head = [c.strip().lower() for c in rows[0]]
     if "layer" in head and "expert" in head:
         return _read_long_csv(path, head, rows[1:])
+    index_column = head[0] == ""   # pandas' to_csv: an empty corner cell, then an index column
     try:
-        [float(c) for c in rows[0]]
+        values = [float(c) for c in rows[0][1 if index_column else 0:]]
+        # a header of expert ids 0..E-1 (numeric, but not loads)
+        header = index_column or values == [float(i) for i in range(len(values))]
     except ValueError:
-        rows = rows[1:]  # a header row of a matrix
+        header = True
+    if header:
+        rows = rows[1:]
+    if index_column:
+        rows = [r[1:] for r in rows]
     if not rows:
         raise _fail(path, "the CSV file has a header but no rows")
     try:
@@ -431,6 +440,11 @@ def read_csv(path: str | Path) -> torch.Tensor:
         why = f"rows have different lengths {widths}" if len(widths) > 1 else f"non-numeric cell ({exc})"
         raise _fail(path, f"CSV matrix: {why}") from None
     return _check_values(_integral(torch.from_numpy(data)), path)
+
+
+# A long CSV lists (layer, expert[, step]) ids; missing pairs are zero, but ids far beyond
+# the rows given are a mistake (and would allocate a huge dense array).
+_LONG_CSV_MAX_CELLS = 50_000_000
 
 
 def _read_long_csv(path: Path, head: list[str], rows: list[list[str]]) -> torch.Tensor:
@@ -450,6 +464,9 @@ def _read_long_csv(path: Path, head: list[str], rows: list[list[str]]) -> torch.
     index = index.astype(np.int64)
     step = index[:, 2] if index.shape[1] == 3 else np.zeros(len(index), dtype=np.int64)
     T, L, E = int(step.max()) + 1, int(index[:, 0].max()) + 1, int(index[:, 1].max()) + 1
+    if T * L * E > max(_LONG_CSV_MAX_CELLS, 64 * len(rows)):
+        raise _fail(path, f"ids imply a [{T}, {L}, {E}] trace from only {len(rows)} rows: "
+                    f"layer, expert and step ids must be dense 0-based indices")
     flat = (step * L + index[:, 0]) * E + index[:, 1]
     if np.unique(flat).size != flat.size:
         raise _fail(path, "a (step, layer, expert) appears twice")
