@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -62,7 +63,8 @@ def main() -> None:
     devices = [d for d in devices if d == "cpu" or torch.cuda.is_available()]
     print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, "
           f"{torch.get_num_threads()} CPU threads, CUDA: "
-          f"{torch.cuda.get_device_name() if torch.cuda.is_available() else 'none'}")
+          f"{torch.cuda.get_device_name() if torch.cuda.is_available() else 'none'}, "
+          f"load average {os.getloadavg()[0]:.2f} (timings are only meaningful on a quiet machine)")
     header = f"| {'shape':<36} | device | median ms | min ms | target ms | imbalance (mean / worst) |"
     print(header)
     print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
