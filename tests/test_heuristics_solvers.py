@@ -193,3 +193,38 @@ def test_cuda_agrees_with_cpu(name):
         assert gpu.gap_mean == pytest.approx(cpu.gap_mean, abs=2e-3)
         assert bool((gpu.score.max_load.cpu() <= solve(problem, "deepseek", policy=policy)
                      .score.max_load * (1 + 1e-12)).all())
+
+
+def test_relaxed_move_evaluation_matches_rescoring():
+    """evaluate_moves predicts, for every (receiver, slot) move, exactly the max and the sum of
+    squares of GPU loads that the shared scorer gives the moved plan."""
+    from solvers.heuristics.common import presence_counts
+    from solvers.heuristics.relaxed import evaluate_moves
+    from solvers.plan import Plan
+    from solvers.scoring import gpu_loads
+
+    problem = Problem(_layered(5, L=2, E=8), 12, 1, 1, 4)
+    p2l = solve(problem, "deepseek").plan.phy2log                     # [2, 12]
+    L, R = p2l.shape
+    E, P = problem.num_experts, problem.num_gpus
+    w = problem.weights.to(torch.float64)
+    cnt = torch.zeros(L, E, dtype=torch.int64).scatter_add_(1, p2l, torch.ones_like(p2l)).to(torch.float64)
+    pres = presence_counts(p2l, E, P).to(torch.float64)
+    loads = (pres * (w / cnt).unsqueeze(1)).sum(-1)
+    r = (w / cnt).topk(3, dim=1).indices
+    gpu_of = torch.arange(R) // (R // P)
+    obj, sos, _ = evaluate_moves(w, cnt, pres, loads, p2l, r, gpu_of)
+    checked = 0
+    for layer in range(L):
+        for qi in range(3):
+            for q in range(R):
+                d, rr = int(p2l[layer, q]), int(r[layer, qi])
+                if d == rr or cnt[layer, d] <= 1:
+                    continue
+                moved = p2l[layer:layer + 1].clone()
+                moved[0, q] = rr
+                g = gpu_loads(w[layer:layer + 1], Plan.from_phy2log(moved, E), P)[0]
+                assert float(obj[layer, qi, q]) == pytest.approx(float(g.max()), rel=1e-12)
+                assert float(sos[layer, qi, q]) == pytest.approx(float(g.pow(2).sum()), rel=1e-9)
+                checked += 1
+    assert checked > 20

@@ -62,6 +62,42 @@ def repack_nodes(w: torch.Tensor, p2l: torch.Tensor, num_gpus: int, num_nodes: i
     return e.reshape(L, R)
 
 
+def evaluate_moves(w: torch.Tensor, c: torch.Tensor, pres: torch.Tensor, loads: torch.Tensor,
+                   p2l: torch.Tensor, r: torch.Tensor, gpu_of: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Exact effect on all GPU loads of every move "receiver r takes slot q from its donor
+    d = p2l[q]" (r's replicas shrink to w_r/(c_r+1), d's grow to w_d/(c_d-1)).
+
+    w: [L, E] loads, c: [L, E] counts (float64), pres: [L, P, E] replicas per GPU (float64),
+    loads: [L, P], p2l: [L, R], r: [L, Q] receivers, gpu_of: [R]. Returns obj: [L, Q, R]
+    new max GPU load, sos: [L, Q, R] new sum of squared GPU loads, n_r: [L, Q, P] replicas
+    of r per GPU. Moves with c_d = 1 or d = r are meaningless; the caller masks them.
+    """
+    L, Q = r.shape
+    P = pres.shape[1]
+    R = gpu_of.shape[0]
+    wr, cr = w.gather(1, r), c.gather(1, r)
+    n_r = pres.gather(2, r.unsqueeze(1).expand(L, P, Q)).transpose(1, 2)              # [L, Q, P]
+    delta_r = -(wr / cr - wr / (cr + 1)).unsqueeze(2) * n_r                          # [L, Q, P]
+    wd, cd = w.gather(1, p2l), c.gather(1, p2l)                                       # [L, R]
+    shrink = wd / (cd - 1).clamp_min(1)
+    n_d = pres.gather(2, p2l.unsqueeze(1).expand(L, P, R)).transpose(1, 2)            # [L, R, P]
+    V = (shrink - wd / cd).unsqueeze(2) * n_d                                         # [L, R, P]
+    # new[l, r, q, g] = U[r, g] + V[q, g], plus the swap of the replica at q's own GPU
+    U = loads.unsqueeze(1) + delta_r                                                  # [L, Q, P]
+    gain = (wr / (cr + 1)).unsqueeze(2) - shrink.unsqueeze(1)                         # [L, Q, R]
+    own = gpu_of.view(1, 1, R).expand(L, Q, R)
+    x_own = U.gather(2, own) + V.gather(2, gpu_of.view(1, R, 1).expand(L, R, 1)).view(L, 1, R)
+    new = U.unsqueeze(2) + V.unsqueeze(1)                                             # [L, Q, R, P]
+    new.scatter_(3, own.unsqueeze(3), (x_own + gain).unsqueeze(3))
+    obj = new.amax(3)
+    del new
+    # sum of squares expanded, so that no second [L, Q, R, P] pass is needed
+    sos = (U.pow(2).sum(2).unsqueeze(2) + V.pow(2).sum(2).unsqueeze(1)
+           + 2 * torch.bmm(U, V.transpose(1, 2)) + 2 * x_own * gain + gain.pow(2))
+    return obj, sos, n_r
+
+
 def relax_plan(problem: Problem, phy2log: torch.Tensor, budget: int, *, nodup: bool = False,
                steps: int = 64, receivers: int = 8) -> tuple[torch.Tensor, dict]:
     """Improve a strict hierarchical phy2log [L, R] with at most ``budget`` off-node replicas
@@ -93,21 +129,9 @@ def relax_plan(problem: Problem, phy2log: torch.Tensor, budget: int, *, nodup: b
         used = off.sum(1)                                                             # [L]
         # receivers: the largest items
         r = per.topk(Q, dim=1).indices                                                # [L, Q]
-        wr, cr = w.gather(1, r), c.gather(1, r)
-        n_r = pres.gather(2, r.unsqueeze(1).expand(L, P, Q)).transpose(1, 2)          # [L, Q, P]
-        delta_r = -(wr / cr - wr / (cr + 1)).unsqueeze(2) * n_r                      # [L, Q, P]
-        # donors: the replica in every slot q (expert d = p2l[q], needs c_d > 1)
+        obj, sos, n_r = evaluate_moves(w, c, pres, loads, p2l, r, gpu_of)
         d = p2l
-        wd, cd = w.gather(1, d), c.gather(1, d)                                       # [L, R]
-        shrink = wd / (cd - 1).clamp_min(1)
-        n_d = pres.gather(2, d.unsqueeze(1).expand(L, P, R)).transpose(1, 2)          # [L, R, P]
-        delta_d = (shrink - wd / cd).unsqueeze(2) * n_d                               # [L, R, P]
-        new = loads.view(L, 1, 1, P) + delta_r.unsqueeze(2) + delta_d.unsqueeze(1)    # [L, Q, R, P]
-        at_q = torch.nn.functional.one_hot(gpu_of, P).to(torch.float64)               # [R, P]
-        gain = (wr / (cr + 1)).view(L, Q, 1, 1) - shrink.view(L, 1, R, 1)
-        new = new + gain * at_q.view(1, 1, R, P)
-        obj = new.max(3).values                                                       # [L, Q, R]
-        sos = new.pow(2).sum(3)                                                       # plateau tie-break
+        cd = c.gather(1, d)
         # feasibility
         bad = (cd <= 1).unsqueeze(1) | (d.unsqueeze(1) == r.unsqueeze(2))
         new_off = node_of_slot.view(1, 1, R) != home.gather(1, r).unsqueeze(2)       # r's new replica off-node
