@@ -122,6 +122,9 @@ def test_global_gap_well_below_the_greedy():
     greedy = solve(problem, "deepseek", policy="global")
     res = solve(problem, "kk_swap", policy="global")
     assert res.gap_mean < greedy.gap_mean / 3
+    more = solve(problem, "kk_swap", policy="global", starts="kk,lpt,rr", steps=32)
+    assert bool((more.score.max_load <= greedy.score.max_load * (1 + 1e-12)).all())
+    assert more.gap_mean <= greedy.gap_mean
 
 
 def test_hierarchical_strict_and_relaxed():
@@ -166,6 +169,10 @@ def test_bad_options_name_the_parameter(name):
 
 def test_bad_effort_options():
     problem = Problem(EIGHT, 16, 1, 1, 8)
+    with pytest.raises(OptionError, match="starts"):
+        solve(problem, "kk_swap", starts="kk,greedy")
+    with pytest.raises(OptionError, match="starts"):
+        solve(problem, "joint", starts=[])
     with pytest.raises(OptionError, match="steps"):
         solve(problem, "kk_swap", steps=-3)
     with pytest.raises(OptionError, match="width"):
