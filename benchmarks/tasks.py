@@ -17,7 +17,7 @@ import torch
 from solvers.errors import EPLBError, OptionError, PlanError
 from solvers.registry import get_solver, solver_names
 from solvers.scoring import score
-from solvers.solve import BoundViolation, solve
+from solvers.solve import BoundViolation, InvalidSolverPlan, solve
 
 from .instances import load_instance
 from .suites import Suite
@@ -70,7 +70,7 @@ def run_task(task: Task, threads: int = 1) -> dict[str, Any]:
         result = solve(loaded.problem, task.solver, **task.options)
     except BoundViolation as exc:
         return {**row, "status": BOUND_VIOLATION, "message": str(exc)}
-    except PlanError as exc:
+    except (InvalidSolverPlan, PlanError) as exc:
         return {**row, "status": INVALID_PLAN, "message": str(exc)}
     except OptionError:
         raise  # a mistake in the suite or the command line: stop the run
