@@ -235,3 +235,21 @@ def test_relaxed_move_evaluation_matches_rescoring():
                 assert float(sos[layer, qi, q]) == pytest.approx(float(g.pow(2).sum()), rel=1e-9)
                 checked += 1
     assert checked > 20
+
+
+def test_portfolio_exact_rung_proves_the_eight_expert_optimum():
+    if "cpsat" not in solver_names(available_only=True):
+        pytest.skip("OR-Tools is not installed (pip install ortools)")
+    res = solve(Problem(EIGHT, 16, 1, 1, 8), "best", time_budget=20.0, exact="cpsat")
+    assert res.info["rungs_run"][-1] == "cpsat"
+    assert float(res.score.max_load[0]) == pytest.approx(590 / 3)
+    assert float(res.lower_bound[0]) == pytest.approx(590 / 3, rel=1e-6)   # proven, not 1450 / 8
+    assert res.termination is Termination.OPTIMAL
+
+
+def test_portfolio_exact_option_is_checked():
+    problem = Problem(EIGHT, 16, 1, 1, 8)
+    with pytest.raises(OptionError, match="exact"):
+        solve(problem, "best", exact="kk_swap")
+    with pytest.raises(OptionError, match="exact"):
+        solve(problem, "best", exact="cpsat", relax=1)

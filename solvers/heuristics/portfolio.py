@@ -1,12 +1,22 @@
 """The portfolio ``best``: run the ladder of heuristics within a time budget, keep the best
-plan per layer (never worse than DeepSeek's greedy, which is rung 0)."""
+plan per layer (never worse than DeepSeek's greedy, which is rung 0).
+
+With ``exact="cpsat"`` (or another registered exact solver) the time left after the
+ladder goes to that solver, warm-started from the best plan so far: its plan is kept
+where it is better and its proven bound is returned (so ``solve`` reports the gap to it).
+Its bound holds for plans of its model (the resolved policy; duplicate-free under
+``nodup``), which is the class the portfolio's own plans belong to.
+"""
 from __future__ import annotations
 
 import time
 
+import torch
+
+from ..errors import OptionError
 from ..plan import Plan
 from ..problem import Problem
-from ..registry import SolverOutput
+from ..registry import SolverOutput, get_solver
 from .common import positive_float
 from .pipeline import Effort, check_common, greedy_phy2log, heuristic_phy2log, keep_best
 
@@ -20,10 +30,28 @@ LADDER: tuple[tuple[str, Effort], ...] = (
 )
 
 
+# Below this many seconds left, the exact rung is not started (model building alone).
+EXACT_MIN_SECONDS = 0.5
+
+
+def check_exact(exact, relax: int):
+    if exact in (None, "none"):
+        return None
+    spec = get_solver(exact) if isinstance(exact, str) else None
+    if spec is None or spec.kind != "exact":
+        raise OptionError("exact", f"must be 'none' or the name of an exact solver, got {exact!r}")
+    if not spec.is_available():
+        raise OptionError("exact", f"{exact!r} is not available here: {spec.requires}")
+    if relax:
+        raise OptionError("exact", "the exact models have no relaxed hierarchical mode; use relax=0")
+    return spec
+
+
 def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
-                  time_budget: float) -> SolverOutput:
+                  time_budget: float, exact: str | None = None) -> SolverOutput:
     time_budget = positive_float(time_budget, "time_budget")
     resolved = check_common(problem, policy, nodup, relax)
+    exact_spec = check_exact(exact, relax)
     start = time.perf_counter()
     deadline = start + time_budget
     cands = [greedy_phy2log(problem, resolved)]
@@ -38,6 +66,24 @@ def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
         cands.append(p2l)
         names.append(name)
     p2l, chosen = keep_best(problem, cands, nodup)
+    bound = None
+    left = deadline - time.perf_counter()
+    if exact_spec is not None and left >= EXACT_MIN_SECONDS:
+        t0 = time.perf_counter()
+        opts = {"model": "hierarchical" if resolved == "hierarchical" else "joint",
+                "colocation": "forbidden" if nodup else "allowed", "time_limit": left, "threads": 1,
+                "warm_start": Plan.from_phy2log(p2l, problem.num_experts)}
+        if resolved == "hierarchical":
+            opts["counts"] = "free"
+        out = exact_spec.fn(problem, **opts)
+        rung_seconds[exact_spec.name] = time.perf_counter() - t0
+        names.append(exact_spec.name)
+        if out.plan is not None:
+            cands = [p2l, out.plan.phy2log.to(p2l.device)]
+            p2l, pick = keep_best(problem, cands, nodup)
+            chosen = torch.where(pick == 1, torch.full_like(chosen, len(names) - 1), chosen)
+        if out.bound is not None:
+            bound = out.bound.to(torch.float64)
     info = {"rungs_run": names[1:], "rung_seconds": rung_seconds,
             "layers_won": {n: int((chosen == i).sum()) for i, n in enumerate(names)}}
     if relax:
@@ -46,4 +92,4 @@ def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
         info.update(rinfo)
     info["heuristic_seconds"] = time.perf_counter() - start
     plan = Plan.from_phy2log(p2l, problem.num_experts)
-    return SolverOutput(plan, resolved + ("+relaxed" if relax else ""), info=info)
+    return SolverOutput(plan, resolved + ("+relaxed" if relax else ""), bound=bound, info=info)

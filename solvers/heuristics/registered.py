@@ -53,5 +53,8 @@ def solve_joint(problem: Problem, *, policy: str = "auto", nodup: bool = False, 
 @register("best", kind="heuristic",
           description="portfolio: the heuristic ladder within a time budget, best plan per layer")
 def solve_best(problem: Problem, *, policy: str = "auto", nodup: bool = False, relax: int = 0,
-               time_budget: float = 1.0) -> SolverOutput:
-    return run_portfolio(problem, policy=policy, nodup=nodup, relax=relax, time_budget=time_budget)
+               time_budget: float = 1.0, exact: str = "none") -> SolverOutput:
+    """``exact``: "none" or an exact solver ("cpsat", "highs", "cbc") that gets the time left
+    after the heuristic ladder, warm-started from the best plan (its proven bound is returned)."""
+    return run_portfolio(problem, policy=policy, nodup=nodup, relax=relax, time_budget=time_budget,
+                         exact=exact)
