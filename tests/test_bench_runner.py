@@ -23,16 +23,30 @@ from benchmarks.suites import SUITES, get_suite
 from benchmarks.tasks import Task, run_task, suite_tasks
 from solvers.errors import OptionError
 from solvers.plan import Plan
-from solvers.registry import SolverOutput, register, solver_names
+from solvers.registry import SolverOutput, register
 
 FAST = "deepseek,kk_swap"          # deterministic heuristics: rows are reproducible
 REPO = Path(__file__).resolve().parents[1]
 
 
-# --- deliberately wrong solvers (registered once) to prove that the gate catches them -----
+# --- deliberately wrong solvers, registered only while a test needs them, to prove that
+# the gate catches them (other tests that loop over the registry never see them) ----------
+WRONG = ("_bench_overclaim", "_bench_invalid", "_bench_false_bound")
+
+
+@pytest.fixture()
+def wrong_solvers():
+    from solvers.registry import _REGISTRY
+
+    _register_wrong_solvers()
+    try:
+        yield
+    finally:
+        for name in WRONG:
+            _REGISTRY.pop(name, None)
+
+
 def _register_wrong_solvers() -> None:
-    if "_bench_overclaim" in solver_names():
-        return
 
     @register("_bench_overclaim", kind="heuristic", description="test: claims a bound above its own plan")
     def _overclaim(problem, *, policy: str = "auto") -> SolverOutput:
@@ -56,8 +70,6 @@ def _register_wrong_solvers() -> None:
         plan = Plan.from_phy2log(p2l, E)
         return SolverOutput(plan, "global", bound=solvers.score(problem, plan).max_load)
 
-
-_register_wrong_solvers()
 
 
 def _run(*args: str) -> int:
@@ -201,7 +213,7 @@ def test_gate_fails_on_gap_threshold(tmp_path, capsys):
 
 @pytest.mark.parametrize("solver,status", [("_bench_overclaim", "bound_violation"),
                                            ("_bench_invalid", "invalid_plan")])
-def test_gate_fails_hard_on_wrong_solvers(tmp_path, capsys, solver, status):
+def test_gate_fails_hard_on_wrong_solvers(tmp_path, capsys, wrong_solvers, solver, status):
     out = tmp_path / "run"
     assert _run("--suite", "tiny", "--out", str(out), "--solvers", solver) == 1
     err = capsys.readouterr().err
@@ -210,7 +222,7 @@ def test_gate_fails_hard_on_wrong_solvers(tmp_path, capsys, solver, status):
     assert "HARD FAILURES" in (out / "summary.md").read_text()
 
 
-def test_gate_catches_objective_below_another_solvers_proven_bound(tmp_path, capsys):
+def test_gate_catches_objective_below_another_solvers_proven_bound(tmp_path, capsys, wrong_solvers):
     out = tmp_path / "run"
     assert _run("--suite", "tiny", "--out", str(out), "--solvers", "deepseek,_bench_false_bound") == 1
     err = capsys.readouterr().err
