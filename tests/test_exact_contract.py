@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from solvers import OptionError, Plan, Problem, ProblemError, Termination, get_solver, solve
-from solvers.exact import backends
 
 BACKENDS = ["cpsat", "highs", "cbc"]
 JOINT = [[600, 560, 120, 120, 20, 10, 10, 10]]          # 16 slots on 8 GPUs (issue 3)

@@ -4,9 +4,8 @@ Solving with every variable fixed to its hint must reproduce the warm start's va
 an incomplete or inconsistent hint would make that model infeasible.
 """
 import pytest
-import torch
 
-from solvers import Plan, Problem, get_solver
+from solvers import Problem, get_solver
 from solvers.exact import cpsat
 from solvers.exact.model import (build_layer, check_options, default_warm_plan, fixed_counts_for,
                                  layer_problem_bound)

@@ -25,14 +25,6 @@ _FLOAT_SCALE_TARGET = 1e9
 _EXACT_LIMIT = 2**40
 
 
-def available() -> bool:
-    try:
-        from ortools.sat.python import cp_model  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def choose_scale(lm: LayerModel) -> tuple[int, bool]:
     """(scale, exact): integer multiplier of loads, and whether coefficients are exact."""
     w = lm.w
@@ -81,7 +73,6 @@ def solve_layer(lm: LayerModel, *, time_limit: float, threads: int, seed: int, g
     m = cp_model.CpModel()
     y = [{c: (m.new_bool_var(f"y{e}_{c}") if len(lm.cand[e]) > 1 else 1) for c in lm.cand[e]}
          for e in range(E)]
-    hint: dict = {}
     warm_perm_xg = None
     if lm.replication_only:
         return _solve_replication(m, cp_model, lm, q, y, scale, exact, time_limit, threads, seed, gap)
