@@ -253,3 +253,21 @@ def test_portfolio_exact_option_is_checked():
         solve(problem, "best", exact="kk_swap")
     with pytest.raises(OptionError, match="exact"):
         solve(problem, "best", exact="cpsat", relax=1)
+
+
+@settings(max_examples=15, deadline=None)
+@given(problems(), st.integers(1, 4), st.booleans())
+def test_relaxed_respects_budget_and_home_replicas(problem, budget, nodup):
+    if problem.resolve_policy("auto") != "hierarchical" or problem.num_nodes == 1:
+        return
+    if nodup and problem.num_experts // problem.num_nodes < problem.slots_per_gpu:
+        return
+    strict = solve(problem, "kk_swap", policy="hierarchical", nodup=nodup)
+    relaxed = solve(problem, "kk_swap", policy="hierarchical", nodup=nodup, relax=budget)
+    assert bool((relaxed.score.max_load <= strict.score.max_load * (1 + 1e-9)).all())
+    R, N = problem.num_replicas, problem.num_nodes
+    home = home_nodes(strict.plan.phy2log, problem.num_experts, problem.num_gpus, N)
+    off = (torch.arange(R) // (R // N)).unsqueeze(0) != home.gather(1, relaxed.plan.phy2log)
+    assert int(off.sum(1).max()) <= budget
+    if nodup:
+        assert relaxed.score.duplicates == 0
