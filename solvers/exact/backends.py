@@ -6,7 +6,9 @@ is imported second with an undefined-symbol ImportError (highspy 1.15 + ortools 
 verified to fail both ways). ``highspy==1.12.0`` (the bundled version) works beside
 ortools 9.15 in one process, in either import order. To be safe with other versions we
 always import OR-Tools first, so a mismatched highspy only disables "highs" (with the
-reason in :func:`unavailable_reason`) and never breaks CP-SAT.
+reason in :func:`unavailable_reason`) and never breaks CP-SAT. (A program that imports a
+mismatched highspy itself *before* ortools loses CP-SAT instead; pin highspy to the
+bundled version: ``highspy>=1.12,<1.13`` for ``ortools>=9.15,<9.16``.)
 """
 from __future__ import annotations
 
