@@ -28,7 +28,7 @@ def check(r, problem, expected, what):
     assert float(lower_bound(problem)[0]) <= obj + 1e-9
 
 
-def tiny_instances(seed, count, max_experts=5):
+def tiny_instances(seed, count, max_experts=6):
     rng = random.Random(seed)
     out = []
     while len(out) < count:
