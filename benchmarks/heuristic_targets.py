@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from solvers import Problem, score, solve, solver_names
+from solvers import Problem, solve, solver_names
 
 TOKENS_PER_LAYER = 1_000_000
 

@@ -88,14 +88,4 @@ def node_experts(node_of_group: torch.Tensor, num_experts: int, num_nodes: int) 
     return order.view(L, K, num_nodes, num_experts // num_nodes)
 
 
-def node_load_max(weight: torch.Tensor, node_of_group: torch.Tensor) -> torch.Tensor:
-    """[L, K] max node load of each candidate. weight: [L, E]."""
-    L, K, G = node_of_group.shape
-    N = int(node_of_group.max()) + 1
-    gl = weight.to(torch.float64).view(L, G, -1).sum(-1)
-    loads = torch.zeros(L, K, N, dtype=torch.float64, device=weight.device)
-    loads.scatter_add_(2, node_of_group, gl.unsqueeze(1).expand(L, K, G))
-    return loads.max(-1).values
-
-
-__all__ = ["balanced_partitions", "group_node_candidates", "node_experts", "node_load_max"]
+__all__ = ["balanced_partitions", "group_node_candidates", "node_experts"]

@@ -113,7 +113,9 @@ def heuristic_phy2log(problem: Problem, resolved: str, nodup: bool, effort: Effo
     if effort.joint:
         S = Rn // Pn
         phases = [("bound", 2, 8)]
-        if effort.joint_pack or S <= PACK_LOOP_MAX_SLOTS:
+        if S <= PACK_LOOP_MAX_SLOTS:      # the packing decides: search it first (deadline)
+            phases.insert(0, ("pack", effort.joint_beam, effort.joint_width))
+        elif effort.joint_pack:
             phases.append(("pack", effort.joint_beam, effort.joint_width))
         changed = 0
         for evaluate, beam, width in phases:
