@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 import torch
 
+from solvers.bounds import structure_bound
 from solvers.errors import EPLBError, OptionError, PlanError
 from solvers.registry import get_solver, solver_names
 from solvers.scoring import score
@@ -86,7 +87,10 @@ def run_task(task: Task, threads: int = 1) -> dict[str, Any]:
                gap_own_mean=result.gap_mean, gap_own_max=result.gap_max,
                imbalance_mean=m["imbalance_mean"], imbalance_worst=m["imbalance_worst"],
                balancedness=m["balancedness"], node_imbalance_mean=m["node_imbalance_mean"],
-               duplicates=m["duplicates"])
+               duplicates=m["duplicates"], off_node_share_mean=m.get("off_node_share_mean"),
+               # bound for every plan of this plan's node structure (hierarchical: node bounds)
+               structure_bound_layers=_layers(torch.maximum(structure_bound(loaded.problem, result.plan),
+                                                            result.lower_bound)))
     if loaded.eval_problem is not None:  # out of sample: plan on window 0, score on window 1
         oos = score(loaded.eval_problem, result.plan)
         row.update(oos_imbalance_mean=oos.imbalance_mean, oos_imbalance_worst=oos.imbalance_worst)

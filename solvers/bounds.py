@@ -172,3 +172,34 @@ def lower_bound(problem: Problem, **kwargs: Any) -> torch.Tensor:
     """The best combinatorial bound per layer: ``[layers]`` float64 (same keywords as
     :func:`lower_bounds`; without them it holds for every plan of the problem)."""
     return torch.stack(list(lower_bounds(problem, **kwargs).values())).max(0).values
+
+
+def structure_bound(problem: Problem, plan: Any) -> torch.Tensor:
+    """[layers] bound for every plan with this plan's node structure, per layer.
+
+    Where a layer keeps each group's replicas on a single node (a strict hierarchical
+    plan), the node-level bound applies: with the "fixed" budget when every node holds
+    exactly G/N groups, else with the "free" one. Elsewhere it is the bound for any plan.
+    So ``objective / structure_bound - 1`` is the gap *within* the plan's policy, while
+    the gap to :func:`lower_bound` also counts what the policy itself costs.
+    """
+    base = lower_bound(problem)
+    G, N = problem.num_groups, problem.num_nodes
+    if G == 1 or N == 1 or problem.num_experts % G != 0:
+        return base
+    p2l = plan.phy2log.to(problem.device)
+    L, R = p2l.shape
+    node = (torch.arange(R, device=p2l.device) // (R // N)).expand(L, R)
+    group = p2l // (problem.num_experts // G)
+    on = torch.zeros(L, G, N, dtype=torch.bool, device=p2l.device)
+    on.view(L, G * N).scatter_(1, group * N + node, True)
+    strict = on.sum(-1).eq(1).all(-1)                                       # [L] each group on one node
+    fixed = strict & on.sum(1).eq(G // N).all(-1) if G % N == 0 else torch.zeros_like(strict)
+    out = base.clone()
+    if bool(fixed.any()):
+        out = torch.where(fixed, torch.maximum(base, lower_bound(problem, policy="hierarchical")), out)
+    free = strict & ~fixed
+    if bool(free.any()):
+        free_bound = torch.maximum(base, node_bound(problem, "free") * (1 - _ROUND_DOWN))
+        out = torch.where(free, free_bound, out)
+    return out

@@ -106,3 +106,20 @@ def test_bad_bound_arguments():
         lower_bounds(p, counts=[[1, 1]])
     with pytest.raises(OptionError, match="policy"):
         lower_bounds(p, policy="ring")
+
+
+def test_structure_bound_holds_and_tightens_for_strict_hierarchical_plans():
+    from solvers import solve
+    from solvers.bounds import structure_bound
+
+    g = torch.Generator().manual_seed(3)
+    w = torch.exp(1.5 * torch.randn(6, 64, generator=g, dtype=torch.float64)) * 100
+    problem = Problem(w, 80, 8, 8, 16)                  # one group per node: node bound bites
+    hier = solve(problem, "deepseek", policy="hierarchical")
+    glob = solve(problem, "deepseek", policy="global")
+    sb_h, sb_g = structure_bound(problem, hier.plan), structure_bound(problem, glob.plan)
+    base = lower_bound(problem)
+    assert bool((sb_h >= base).all()) and bool((sb_h > base * 1.01).any())
+    assert bool((hier.objective >= sb_h * (1 - 1e-9)).all())
+    assert torch.equal(sb_g, base)                      # a global plan gets the bound of any plan
+    assert bool((glob.objective >= sb_g * (1 - 1e-9)).all())
