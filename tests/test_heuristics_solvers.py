@@ -271,3 +271,25 @@ def test_relaxed_respects_budget_and_home_replicas(problem, budget, nodup):
     assert int(off.sum(1).max()) <= budget
     if nodup:
         assert relaxed.score.duplicates == 0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_agrees_with_cpsat_on_tiny_instances(seed):
+    """Three slots per GPU (beyond the S = 2 brute force): never below CP-SAT's proven
+    optimum, equal to it whenever the heuristic claims optimality."""
+    if "cpsat" not in solver_names(available_only=True):
+        pytest.skip("OR-Tools is not installed (pip install ortools)")
+    g = torch.Generator().manual_seed(seed)
+    w = (torch.exp(torch.randn(1, 6, generator=g, dtype=torch.float64)) * 50).round() + 1
+    problem = Problem(w, 9, 1, 1, 3)
+    exact = solve(problem, "cpsat", time_limit=30, threads=1)
+    assert exact.termination is Termination.OPTIMAL
+    opt = float(exact.score.max_load[0])
+    for name, opts in HEURISTICS.items():
+        res = solve(problem, name, **opts)
+        obj = float(res.score.max_load[0])
+        assert obj >= opt * (1 - 1e-6)
+        if res.termination is Termination.OPTIMAL:
+            assert obj == pytest.approx(opt, rel=1e-6)
+    best = solve(problem, "best", time_budget=10.0)
+    assert float(best.score.max_load[0]) <= opt * 1.02                 # within 2 % of optimal
