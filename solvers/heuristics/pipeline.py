@@ -77,6 +77,11 @@ def greedy_phy2log(problem: Problem, resolved: str) -> torch.Tensor:
                          problem.num_nodes, problem.num_gpus, resolved).phy2log
 
 
+# Under a deadline, a packing-evaluated joint phase starts only with at least this many
+# packings' worth of time left (its first round packs every candidate and cannot be cut).
+PACK_PHASE_MIN_PACKINGS = 4
+
+
 def heuristic_phy2log(problem: Problem, resolved: str, nodup: bool, effort: Effort,
                       deadline: float | None = None) -> tuple[torch.Tensor, dict]:
     """Steps 1-4 without keep-best: phy2log [L, R] and info."""
@@ -108,8 +113,10 @@ def heuristic_phy2log(problem: Problem, resolved: str, nodup: bool, effort: Effo
         sel = ((torch.arange(L, device=dev) * K + best_k).unsqueeze(1) * N
                + torch.arange(N, device=dev)).flatten()                           # [L*N] row ids
         rows, wr, cnt = rows[sel], wr[sel], cnt[sel]
+    began = time.perf_counter()
     e_loc, obj = pack_counts(wr, cnt, Pn, nodup=nodup, starts=starts, max_steps=effort.steps,
                              two_swaps=effort.two_swaps)
+    pack_seconds = time.perf_counter() - began   # every joint phase ends with such a packing
     if effort.joint:
         S = Rn // Pn
         phases = [("bound", 2, 8)]
@@ -118,12 +125,17 @@ def heuristic_phy2log(problem: Problem, resolved: str, nodup: bool, effort: Effo
         elif effort.joint_pack:
             phases.append(("pack", effort.joint_beam, effort.joint_width))
         changed = 0
+        # the search stops early enough to leave time for the phase's final packing
+        search_deadline = None if deadline is None else deadline - pack_seconds
         for evaluate, beam, width in phases:
-            if deadline is not None and time.perf_counter() > deadline:
-                break
+            left = None if search_deadline is None else search_deadline - time.perf_counter()
+            if left is not None and (left <= 0 or (evaluate == "pack" and left < PACK_PHASE_MIN_PACKINGS
+                                                   * pack_seconds)):
+                break   # a packing-evaluated round can cost several packings: do not start one
+
             cnt2, rounds = joint_counts(wr, cnt, Pn, cap=cap, rounds=effort.joint_rounds, donors=width,
                                         receivers=width, beam=beam, steps=effort.joint_steps,
-                                        deadline=deadline, evaluate=evaluate)
+                                        deadline=search_deadline, evaluate=evaluate)
             e2, obj2 = pack_counts(wr, cnt2, Pn, nodup=nodup, starts=starts, max_steps=effort.steps,
                                    two_swaps=effort.two_swaps)
             better = obj2 < obj
