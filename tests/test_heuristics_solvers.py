@@ -293,3 +293,13 @@ def test_agrees_with_cpsat_on_tiny_instances(seed):
             assert obj == pytest.approx(opt, rel=1e-6)
     best = solve(problem, "best", time_budget=10.0)
     assert float(best.score.max_load[0]) <= opt * 1.02                 # within 2 % of optimal
+
+
+def test_portfolio_keeps_its_time_budget():
+    # The budget contract (same slack as the exact solvers' time limits): a DeepSeek-V3-sized
+    # global problem, where the full ladder would take several seconds.
+    g = torch.Generator().manual_seed(0)
+    w = torch.exp(torch.randn(58, 256, generator=g, dtype=torch.float64)) * 1000
+    res = solve(Problem(w, 320, 1, 1, 64), "best", time_budget=1.0)
+    assert res.wall_time <= 1.0 + 2.0
+    assert "joint_deep" not in res.info["rungs_run"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from ..bounds import optimal_counts
 from ..errors import OptionError
 
 
@@ -24,14 +25,7 @@ def replicate_counts(weight: torch.Tensor, num_slots: int, cap: int | None = Non
     if cap is not None and cap * E < num_slots:
         raise OptionError("nodup", f"{num_slots} slots cannot hold {E} experts with at most "
                           f"{cap} replicas each")
-    cnt = torch.ones(X, E, dtype=torch.int64, device=weight.device)
-    ones = torch.ones(X, 1, dtype=torch.int64, device=weight.device)
-    for _ in range(num_slots - E):
-        per = weight / cnt
-        if cap is not None:
-            per = per.masked_fill(cnt >= cap, -1.0)
-        cnt.scatter_add_(1, per.argmax(-1, keepdim=True), ones)
-    return cnt
+    return optimal_counts(weight, num_slots, max_count=cap)
 
 
 def expand_items(weight: torch.Tensor, logcnt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
