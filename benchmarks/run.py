@@ -165,7 +165,6 @@ def run(argv: Sequence[str] | None = None) -> int:
     from tqdm import tqdm
 
     start = time.perf_counter()
-    hard_now: list[str] = []
     bar = tqdm(total=len(todo), unit="run", disable=True if args.no_progress else None, file=sys.stderr)
     try:
         for row in run_tasks(todo, args.executor, jobs=args.jobs, address=args.address, threads=args.threads):
@@ -174,7 +173,6 @@ def run(argv: Sequence[str] | None = None) -> int:
             bar.set_postfix_str(f"{row['solver']} {row.get('status')}", refresh=False)
             if row.get("status") in HARD_FAILURES:
                 msg = f"HARD FAILURE {row['status']}: {row['solver']} on {row['instance']} seed {row['seed']}: {row.get('message')}"
-                hard_now.append(msg)
                 tqdm.write(msg, file=sys.stderr)
     except KeyboardInterrupt:
         bar.close()
@@ -185,7 +183,10 @@ def run(argv: Sequence[str] | None = None) -> int:
 
     df, violations = derive(store.frame())
     store.write_final(df)
-    violations = hard_now + violations
+    # every stored hard failure, this invocation's and those of a run it resumed
+    stored = df[df["status"].isin(HARD_FAILURES)]
+    violations = [f"HARD FAILURE {r.status}: {r.solver} on {r.instance} seed {r.seed}: {r.message}"
+                  for r in stored.itertuples()] + violations
     figure = write_profile(df, out, args.figure)
     meta["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     meta["elapsed_s"] = round(time.perf_counter() - start, 3)

@@ -104,13 +104,16 @@ class ResultStore:
         if overwrite:  # only the files a run writes; anything else in the directory stays
             for name in OWN_FILES:
                 (self.dir / name).unlink(missing_ok=True)
-        existing = self.csv_path.is_file() and self.csv_path.stat().st_size > 0
+        has_csv = self.csv_path.is_file() and self.csv_path.stat().st_size > 0
+        existing = has_csv or self.parquet_path.is_file()   # a Parquet-only set is results too
         if existing and not resume:
             raise OptionError("out", f"{self.dir} already holds results; pass --resume to continue "
                               "that run, --overwrite to replace it, or choose another directory")
         self.rows: list[dict[str, Any]] = []
         if existing:
-            old = _read_csv(self.csv_path)
+            # the CSV is appended and synced per row, so it is the record; Parquet only without it
+            old = _read_csv(self.csv_path) if has_csv else read_results(self.dir)
+            old = old.drop(columns=[c for c in DERIVED if c in old.columns])
             self.rows = [{k: v for k, v in r.items() if k in COLUMNS} for r in old.to_dict("records")]
         self._rewrite_csv()    # drops any partial line and fixes the header
         if self.rows:

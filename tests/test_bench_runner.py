@@ -222,6 +222,25 @@ def test_gate_fails_hard_on_wrong_solvers(tmp_path, capsys, wrong_solvers, solve
     assert "HARD FAILURES" in (out / "summary.md").read_text()
 
 
+def test_resumed_run_keeps_failing_on_earlier_hard_failures(tmp_path, capsys, wrong_solvers):
+    out = tmp_path / "run"
+    assert _run("--suite", "tiny", "--out", str(out), "--solvers", "_bench_overclaim") == 1
+    assert _run("--suite", "tiny", "--out", str(out), "--solvers", "_bench_overclaim", "--resume") == 1
+    assert "bound_violation" in capsys.readouterr().err
+    assert "HARD FAILURES" in (out / "summary.md").read_text()
+
+
+def test_parquet_only_results_are_results(tmp_path, tiny_run):
+    d = tmp_path / "shipped"
+    d.mkdir()
+    (d / "results.parquet").write_bytes((tiny_run / "results.parquet").read_bytes())  # no CSV
+    n = len(read_results(d))
+    with pytest.raises(OptionError, match="already holds results"):
+        ResultStore(d)
+    store = ResultStore(d, resume=True)
+    assert len(store.done_keys()) == n and len(read_results(d)) == n
+
+
 def test_gate_catches_objective_below_another_solvers_proven_bound(tmp_path, capsys, wrong_solvers):
     out = tmp_path / "run"
     assert _run("--suite", "tiny", "--out", str(out), "--solvers", "deepseek,_bench_false_bound") == 1
