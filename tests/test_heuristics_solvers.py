@@ -303,3 +303,16 @@ def test_portfolio_keeps_its_time_budget():
     res = solve(Problem(w, 320, 1, 1, 64), "best", time_budget=1.0)
     assert res.wall_time <= 1.0 + 2.0
     assert "joint_deep" not in res.info["rungs_run"]
+
+
+def test_portfolio_exact_bound_carries_its_model_scope():
+    pytest.importorskip("ortools")
+    from benchmarks.analysis import universal
+
+    # two groups on two nodes, one hot: the hierarchical optimum is 200, the global one 101
+    p = Problem([[100.0, 100.0, 1.0, 1.0]], 4, 2, 2, 2)
+    res = solve(p, "best", policy="hierarchical", exact="cpsat", time_budget=3.0)
+    assert res.objective.tolist() == [200.0]
+    assert "hierarchical" in res.info["bound_scope"]
+    assert not universal(res.info["bound_scope"], res.policy)   # not a bound on global plans
+    assert solve(p, "deepseek", policy="global").objective.tolist() == [101.0]

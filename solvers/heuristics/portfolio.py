@@ -69,7 +69,7 @@ def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
         cands.append(p2l)
         names.append(name)
     p2l, chosen = keep_best(problem, cands, nodup)
-    bound = None
+    bound, bound_scope = None, ""
     left = deadline - time.perf_counter()
     if exact_spec is not None and left >= EXACT_MIN_SECONDS:
         t0 = time.perf_counter()
@@ -87,7 +87,10 @@ def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
             chosen = torch.where(pick == 1, torch.full_like(chosen, len(names) - 1), chosen)
         if out.bound is not None:
             bound = out.bound.to(torch.float64)
-    info = {"rungs_run": names[1:], "rung_seconds": rung_seconds,
+            # The exact model's bound holds only for plans of that model (hierarchical, or
+            # duplicate-free): say so, so that nobody applies it to other plans.
+            bound_scope = out.info.get("bound_scope", "")
+    info = {"rungs_run": names[1:], "rung_seconds": rung_seconds, "bound_scope": bound_scope,
             "layers_won": {n: int((chosen == i).sum()) for i, n in enumerate(names)}}
     if relax:        # the relaxed pass runs on the best strict plan, after the budget (about 1 s)
         from .relaxed import relax_plan
