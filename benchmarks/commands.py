@@ -13,7 +13,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     from .recommend import format_recommendation, recommend
 
     rec = recommend(args.results, experts=args.experts, replicas=args.replicas, gpus=args.gpus,
-                    nodes=args.nodes, groups=args.groups, time_budget=args.time_budget)
+                    nodes=args.nodes, groups=args.groups, time_budget=args.time_budget,
+                    layers=args.layers)
     if args.json:
         print(json.dumps(rec.as_dict(), indent=2, default=str))
     else:
@@ -28,6 +29,8 @@ def add_commands(subparsers) -> None:
     r.add_argument("--gpus", type=int, required=True, help="GPUs P")
     r.add_argument("--nodes", type=int, default=1, help="nodes N (default 1)")
     r.add_argument("--groups", type=int, default=None, help="expert groups G (default: any)")
+    r.add_argument("--layers", type=int, default=None, metavar="L",
+                   help="MoE layers planned at once: benchmark timings are scaled linearly to L")
     r.add_argument("--time-budget", type=float, default=None, metavar="S",
                    help="seconds a solve may take (default: no limit)")
     r.add_argument("--results", default=None, metavar="DIR",

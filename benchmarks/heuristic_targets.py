@@ -211,7 +211,7 @@ def main(argv=None) -> int:
                     (nodup_ok, "zero duplicates and imbalance within 0.1% of the unrestricted plan on every "
                                "instance"))
     print(f"\n# overall: {'PASS' if ok_all else 'FAIL'}")
-    return 0
+    return 0 if ok_all else 1
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ class Recommendation:
     table: pd.DataFrame
     evidence: pd.DataFrame
     source: str
+    layers: int | None = None      # timings scaled to this many layers (None: as measured)
 
     def as_dict(self) -> dict[str, Any]:
         def clean(records: list[dict]) -> list[dict]:
@@ -64,14 +65,23 @@ def _distance(df: pd.DataFrame, want: dict[str, int]) -> pd.Series:
 
 
 def recommend(results: pd.DataFrame | str | Path | None = None, *, experts: int, replicas: int, gpus: int,
-              nodes: int = 1, groups: int | None = None, time_budget: float | None = None) -> Recommendation:
-    """The recommendation for one cluster shape (see the module docstring)."""
+              nodes: int = 1, groups: int | None = None, time_budget: float | None = None,
+              layers: int | None = None) -> Recommendation:
+    """The recommendation for one cluster shape (see the module docstring).
+
+    layers: MoE layers the user will plan at once. Benchmark rows may time fewer layers
+    (the `full` suite uses 8-layer slices), so their wall times are scaled linearly to
+    ``layers`` before the budget is applied: exact for per-layer solvers, conservative for
+    the heuristics, which are batched over layers and grow slower than linearly."""
     from solvers.problem import check_cluster
 
     E = as_count(experts, "experts")
     R, G, N, P = check_cluster(E, replicas, 1 if groups is None else groups, nodes, gpus)
-    if time_budget is not None and not (isinstance(time_budget, (int, float)) and time_budget > 0):
+    if time_budget is not None and (isinstance(time_budget, bool) or not isinstance(time_budget, (int, float))
+                                    or not time_budget > 0):
         raise OptionError("time_budget", f"must be > 0 seconds, got {time_budget!r}")
+    if layers is not None:
+        layers = as_count(layers, "layers")
     source = str(SHIPPED_RESULTS if results is None else results) if not isinstance(results, pd.DataFrame) \
         else "(table)"
     df = results if isinstance(results, pd.DataFrame) else read_results(SHIPPED_RESULTS if results is None else results)
@@ -85,6 +95,8 @@ def recommend(results: pd.DataFrame | str | Path | None = None, *, experts: int,
     # One benchmarked shape: the most common among the nearest rows.
     shape_key = nearest.groupby(SHAPE_COLS).size().sort_values(ascending=False).index[0]
     rows = df[(df[SHAPE_COLS] == pd.Series(shape_key, index=SHAPE_COLS)).all(axis=1)]
+    if layers is not None:
+        rows = rows.assign(wall_time_s=rows["wall_time_s"] * layers / rows["num_layers"])
     shape = {c: int(v) for c, v in zip(SHAPE_COLS, shape_key)}
     table = candidates(rows, time_budget)
     fit = table[table["fits"]]
@@ -92,7 +104,7 @@ def recommend(results: pd.DataFrame | str | Path | None = None, *, experts: int,
     pick = solver or (str(table.sort_values("time_max_s").iloc[0]["solver"]) if len(table) else None)
     evidence = rows[rows["solver"] == pick].reindex(columns=EVIDENCE_COLS) if pick else rows.iloc[0:0]
     return Recommendation(solver, shape, bool(dist.min() == 0), time_budget, table,
-                          evidence.sort_values(["instance", "seed"]).reset_index(drop=True), source)
+                          evidence.sort_values(["instance", "seed"]).reset_index(drop=True), source, layers)
 
 
 def format_recommendation(rec: Recommendation) -> str:
@@ -110,10 +122,14 @@ def format_recommendation(rec: Recommendation) -> str:
     else:
         best = rec.table[rec.table["solver"] == rec.solver].iloc[0]
         layers = "/".join(str(int(x)) for x in sorted(rec.evidence["num_layers"].unique()))
+        if rec.layers is not None:
+            layers = f"{layers} layers, times scaled to {rec.layers}"
+        else:
+            layers += " layers"
         lines.append(f"use {rec.solver} ({best.kind}) for {shape} with {budget}: expected gap to the best "
                      f"lower bound {100 * best.gap_mean:.3f}% mean, {100 * best.gap_max:.3f}% worst layer; "
                      f"runtime {best.time_mean_s:.3g} s mean, {best.time_max_s:.3g} s max "
-                     f"over {int(best.rows)} runs of {layers} layers")
+                     f"over {int(best.rows)} runs of {layers}")
     lines += ["", "candidates (best first; gap = objective / best lower bound - 1, per layer):",
               f"{'solver':<12} {'kind':<9} {'runs':>4} {'fits':>5} {'gap mean':>9} {'gap max':>9} "
               f"{'time mean':>10} {'time max':>10}"]
@@ -124,6 +140,7 @@ def format_recommendation(rec: Recommendation) -> str:
         lines += ["", f"evidence ({rec.evidence['solver'].iloc[0]}, from {rec.source}):"]
         for r in rec.evidence.itertuples():
             opt = " (vs proven optimum)" if r.proven_optimum else ""
+            scaled = f" (scaled to {rec.layers} layers)" if rec.layers is not None else ""
             lines.append(f"  {r.instance} seed {r.seed}: {r.status}, gap {100 * r.gap_mean:.3f}%{opt}, "
-                         f"{r.wall_time_s:.3g} s on {r.num_layers} layers")
+                         f"{r.wall_time_s:.3g} s{scaled}, measured on {r.num_layers} layers")
     return "\n".join(lines)

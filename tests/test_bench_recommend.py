@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 
 from benchmarks.analysis import derive
-from benchmarks.recommend import SHIPPED_RESULTS, recommend
+from benchmarks.recommend import SHIPPED_RESULTS, format_recommendation, recommend
 from benchmarks.store import COLUMNS, ResultStore, normalise
 from solvers.cli import main as eplb
-from solvers.errors import EPLBError
+from solvers.errors import EPLBError, OptionError
 
 
 def _row(instance, solver, kind, obj, lb, t, *, status="feasible", E=256, R=288, P=32, N=4, G=8, seed=0):
@@ -99,3 +99,17 @@ def test_shipped_results_answer_out_of_the_box(capsys):
     assert out.startswith("use ") and "evidence" in out
     meta = json.loads((SHIPPED_RESULTS / "meta.json").read_text())
     assert meta["settings"]["suite"] == "full"
+
+
+def test_layers_scale_the_timings_before_the_budget(results_dir):
+    shape = dict(experts=256, replicas=288, gpus=32, nodes=4, groups=8)
+    measured = int(recommend(results_dir, **shape).evidence["num_layers"].iloc[0])
+    # 'search' took at most 1.5 s: within 2 s as measured, not once scaled to 4x the layers
+    assert recommend(results_dir, **shape, time_budget=2.0).solver == "search"
+    scaled = recommend(results_dir, **shape, time_budget=2.0, layers=4 * measured)
+    assert scaled.solver == "greedy" and scaled.layers == 4 * measured
+    assert "times scaled to" in format_recommendation(scaled)
+    with pytest.raises(OptionError, match="time_budget"):
+        recommend(results_dir, **shape, time_budget=True)
+    with pytest.raises(EPLBError, match="layers"):
+        recommend(results_dir, **shape, layers=0)
