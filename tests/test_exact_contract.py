@@ -143,3 +143,34 @@ def test_forbidden_colocation_packing_uses_counts_that_fit():
     r = solve(p, "cpsat", model="packing", colocation="forbidden", time_limit=5)
     assert r.termination is Termination.OPTIMAL
     assert int(r.plan.logcnt.max()) <= 2 and r.score.duplicates == 0
+
+
+def small_packing():
+    g = torch.Generator().manual_seed(0)
+    w = (torch.exp(torch.randn(1, 8, generator=g, dtype=torch.float64)) * 1000).round()
+    return Problem(w, 12, 1, 1, 4)
+
+
+def test_highs_thread_count_can_change_between_solves():
+    # HiGHS' global scheduler keeps the first solve's thread count; without a reset the
+    # next solve with another count "stops" at once (it was then reported as time_limit).
+    backend("highs")
+    p = small_packing()
+    for threads in (2, 1, 2):
+        r = solve(p, "highs", model="packing", time_limit=10, threads=threads, warm_start=None)
+        assert r.termination is Termination.OPTIMAL, (threads, r.message)
+        assert r.info["layers"][0]["solution"] == "solver"
+
+
+def test_highs_failure_is_an_error_not_a_time_limit(monkeypatch):
+    backend("highs")
+    from solvers.exact import milp
+    p = small_packing()
+    solve(p, "highs", model="packing", time_limit=10, threads=1)
+    monkeypatch.setattr(milp, "_prepare_scheduler", lambda threads: None)    # no reset: HiGHS refuses
+    r = solve(p, "highs", model="packing", time_limit=10, threads=2)
+    if r.termination is Termination.OPTIMAL:
+        pytest.skip("this HiGHS accepts a new thread count without a reset")
+    assert r.termination is Termination.ERROR, r.message
+    assert "HiGHS" in r.message and "Not Set" in r.message
+    assert r.wall_time < 5

@@ -151,7 +151,10 @@ def _solve(lm: LayerModel, backend: str, time_limit: float, threads: int, seed: 
         prob.solve(solver)
         bound = solver.dual_bound
         timed_out = solver.timed_out
-        backend_msg = solver.model_status
+        backend_msg = f"HiGHS: {solver.model_status}"
+        if solver.failed:
+            stats["solve_s"] = time.perf_counter() - start - stats["build_s"]
+            return LayerResult("error", stats=stats, message=backend_msg)
     else:
         for var in prob.variables():
             if warm is not None and var.name in warm:
@@ -173,12 +176,17 @@ def _solve(lm: LayerModel, backend: str, time_limit: float, threads: int, seed: 
                 return LayerResult(st, stats=stats, message=f"CBC: {str(exc).splitlines()[0][:200]}")
             text = open(log).read() if os.path.exists(log) else ""
         bound, timed_out, backend_msg = _cbc_log(text)
+        # PuLP reads CBC's "Stopped on time" without a solution as "Not Solved".
+        timed_out = timed_out or (prob.status == pulp.LpStatusNotSolved
+                                  and time.perf_counter() - start >= 0.8 * time_limit)
     stats["solve_s"] = time.perf_counter() - start - stats["build_s"]
     sol = prob.sol_status
     if prob.status == pulp.LpStatusInfeasible:
         return LayerResult("infeasible", stats=stats, message=backend_msg)
     if sol not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
-        st = "time_limit" if timed_out or prob.status == pulp.LpStatusNotSolved else "error"
+        # Only a real timeout is "time_limit": PuLP also maps HiGHS' kNotset / kSolveError /
+        # kModelError / kPresolveError to "Not Solved".
+        st = "time_limit" if timed_out else "error"
         return LayerResult(st, bound=_round_down(bound), stats=stats, message=backend_msg)
     if sol == pulp.LpSolutionOptimal:
         # Proven within the relative gap: obj - bound <= gap * obj. HiGHS leaves
@@ -234,6 +242,19 @@ def _cbc_log(text: str) -> tuple[float | None, bool, str]:
 
 
 _HIGHS_CLS = None
+_SCHEDULER_THREADS: int | None = None
+
+
+def _prepare_scheduler(threads: int) -> None:
+    """HiGHS runs every solve of a process on one global task scheduler, created with the
+    first solve's thread count; a later solve asking for another count is refused (model
+    status "Not Set" after 0.01 s). Reset the scheduler whenever the count changes."""
+    global _SCHEDULER_THREADS
+    import highspy
+
+    if _SCHEDULER_THREADS is not None and threads != _SCHEDULER_THREADS:
+        highspy.Highs.resetGlobalScheduler(True)
+    _SCHEDULER_THREADS = threads
 
 
 @contextlib.contextmanager
@@ -267,6 +288,8 @@ def _highs_class():
             self.warm = warm
             self.dual_bound = None
             self.timed_out = False
+            self.failed = False
+            self.run_time = 0.0
             self.model_status = ""
 
         def callSolver(self, lp):
@@ -276,11 +299,20 @@ def _highs_class():
                 sol.col_value = [float(self.warm.get(var.name, 0.0)) for var in lp.variables()]
                 sol.value_valid = True
                 h.setSolution(sol)
+            _prepare_scheduler(int(self.threads or 0))
             with _quiet_stdout():          # HiGHS 1.12 prints a debug line on warm solutions
-                h.run()
+                run_status = h.run()
             status = h.getModelStatus()
             self.model_status = h.modelStatusToString(status)
+            self.run_time = float(h.getRunTime())
             self.timed_out = status == highspy.HighsModelStatus.kTimeLimit
+            if status in (highspy.HighsModelStatus.kNotset, highspy.HighsModelStatus.kSolveError,
+                          highspy.HighsModelStatus.kModelError, highspy.HighsModelStatus.kPresolveError,
+                          highspy.HighsModelStatus.kPostsolveError, highspy.HighsModelStatus.kLoadError,
+                          highspy.HighsModelStatus.kMemoryLimit):
+                self.failed = True
+                ran = getattr(run_status, "name", run_status)
+                self.model_status += f" (run returned {ran} after {self.run_time:.2f} s)"
             b = h.getInfo().mip_dual_bound
             self.dual_bound = float(b) if b is not None and math.isfinite(b) else None
 
