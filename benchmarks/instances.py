@@ -83,6 +83,8 @@ class Instance:
             raise OptionError("model", f"unknown model preset {model!r}; choose one of {', '.join(PRESETS)}")
         if shape not in SHAPES:
             raise OptionError("shape", f"unknown cluster shape {shape!r}; choose one of {', '.join(SHAPES)}")
+        if layers is not None and (isinstance(layers, bool) or not isinstance(layers, int) or layers < 1):
+            raise OptionError("layers", f"must be a positive integer or None (all layers), got {layers!r}")
         preset, cluster = PRESETS[model], SHAPES[shape]
         return cls(model, layers or preset.num_layers, cluster.nodes, cluster.gpus,
                    cluster.replicas(preset.num_experts), scenario, steps, window)

@@ -149,7 +149,10 @@ def lower_bounds(problem: Problem, *, counts: Any = None, policy: str = "global"
     out = {"average": average_bound(problem), "hottest_expert": hottest_expert_bound(problem),
            "replication": replication_bound(problem)}
     if counts is not None:
-        c = torch.as_tensor(counts, dtype=torch.int64, device=problem.device)
+        c = torch.as_tensor(counts, device=problem.device)
+        if c.is_floating_point() and not bool((c == c.round()).all()):
+            raise OptionError("counts", "replica counts must be integers")
+        c = c.to(torch.int64)
         if c.dim() == 1:
             c = c.expand(problem.num_layers, -1)
         if c.shape != problem.weights.shape:
@@ -183,6 +186,7 @@ def structure_bound(problem: Problem, plan: Any) -> torch.Tensor:
     So ``objective / structure_bound - 1`` is the gap *within* the plan's policy, while
     the gap to :func:`lower_bound` also counts what the policy itself costs.
     """
+    plan.validate(problem.num_layers, problem.num_experts, problem.num_replicas, problem.num_gpus)
     base = lower_bound(problem)
     G, N = problem.num_groups, problem.num_nodes
     if G == 1 or N == 1 or problem.num_experts % G != 0:

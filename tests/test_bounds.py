@@ -123,3 +123,15 @@ def test_structure_bound_holds_and_tightens_for_strict_hierarchical_plans():
     assert bool((hier.objective >= sb_h * (1 - 1e-9)).all())
     assert torch.equal(sb_g, base)                      # a global plan gets the bound of any plan
     assert bool((glob.objective >= sb_g * (1 - 1e-9)).all())
+
+
+def test_bad_bound_inputs_name_the_parameter():
+    from solvers import Plan
+    from solvers.bounds import structure_bound
+
+    p = Problem([[1.0, 2.0, 3.0, 4.0]], 4, 1, 1, 2)
+    with pytest.raises(OptionError, match="integers") as err:
+        lower_bounds(p, counts=[1.5, 1, 1, 0.5])
+    assert err.value.param == "counts"
+    with pytest.raises(ValueError, match="num_replicas"):
+        structure_bound(p, Plan.from_phy2log([[0, 1, 2, 3, 0, 1]], 4))

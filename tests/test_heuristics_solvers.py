@@ -306,7 +306,6 @@ def test_portfolio_keeps_its_time_budget():
 
 
 def test_portfolio_exact_bound_carries_its_model_scope():
-    pytest.importorskip("ortools")
     from benchmarks.analysis import universal
 
     # two groups on two nodes, one hot: the hierarchical optimum is 200, the global one 101
@@ -316,3 +315,9 @@ def test_portfolio_exact_bound_carries_its_model_scope():
     assert "hierarchical" in res.info["bound_scope"]
     assert not universal(res.info["bound_scope"], res.policy)   # not a bound on global plans
     assert solve(p, "deepseek", policy="global").objective.tolist() == [101.0]
+
+
+def test_unknown_exact_rung_names_the_exact_option():
+    with pytest.raises(OptionError) as err:
+        solve(Problem([[1.0, 2.0, 3.0, 4.0]], 4, 1, 1, 2), "best", exact="CPSAT")
+    assert err.value.param == "exact"

@@ -37,7 +37,10 @@ EXACT_MIN_SECONDS = 0.5
 def check_exact(exact, relax: int):
     if exact in (None, "none"):
         return None
-    spec = get_solver(exact) if isinstance(exact, str) else None
+    try:
+        spec = get_solver(exact) if isinstance(exact, str) else None
+    except OptionError:  # an unknown name: the bad parameter is `exact`, not `solver`
+        spec = None
     if spec is None or spec.kind != "exact":
         raise OptionError("exact", f"must be 'none' or the name of an exact solver, got {exact!r}")
     if not spec.is_available():
