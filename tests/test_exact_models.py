@@ -80,15 +80,25 @@ def test_forbidden_colocation_matches_brute_force(name):
 
 
 @pytest.mark.parametrize("name", BACKENDS)
-def test_replication_matches_brute_force(name):
+@pytest.mark.parametrize("colocation", ["allowed", "forbidden"])
+def test_replication_matches_brute_force(name, colocation):
     backend(name)
-    for w, R, P in tiny_instances(4, 6):
+    instances = tiny_instances(4, 6)
+    if colocation == "forbidden":
+        # Counts that a duplicate-free plan cannot place with DeepSeek's packing (it put
+        # two replicas of expert 1 on one GPU here), then random feasible shapes.
+        instances = [([3, 92, 61, 17], 6, 3)] + [x for x in tiny_instances(9, 12) if len(x[0]) >= x[1] // x[2]][:6]
+    for w, R, P in instances:
         p = Problem([w], R, 1, 1, P)
-        r = solve(p, name, model="replication", time_limit=20)
+        r = solve(p, name, model="replication", colocation=colocation, time_limit=20)
         rep = r.info["replication_objective"][0]
-        assert rep == pytest.approx(brute_force(w, R, P, model="replication"), rel=1e-6, abs=1e-9)
+        expected = brute_force(w, R, P, model="replication", colocation=colocation)
+        assert rep == pytest.approx(expected, rel=1e-6, abs=1e-9), (w, R, P)
         # its optimum bounds the max GPU load of the plan it returns
         assert rep <= float(r.objective[0]) * (1 + 1e-9) + 1e-9
+        if colocation == "forbidden":
+            assert r.score.duplicates == 0, (w, R, P, r.plan.phy2log.tolist())
+            assert int(r.plan.logcnt.max()) <= P
 
 
 def hierarchical_instances(seed, count):

@@ -87,7 +87,7 @@ def _layer_plan(lm: LayerModel, res: LayerResult) -> tuple[np.ndarray | None, st
     if lm.replication_only:
         if res.counts is None:
             return None, None
-        return replication_plan(lm.w, res.counts, lm.num_gpus), "solver"
+        return replication_plan(lm.w, res.counts, lm.num_gpus, lm.forbid), "solver"
     if res.xg is None:
         if lm.warm is None:
             return None, None

@@ -33,7 +33,8 @@ def layer_solver(backend: str):
 def _round_down(b: float | None) -> float | None:
     if b is None or not math.isfinite(b):
         return None
-    return b - _BOUND_SLACK * max(1.0, abs(b))
+    # Loads are >= 0, so 0 is always a valid bound: never hand back a negative one.
+    return max(0.0, b - _BOUND_SLACK * max(1.0, abs(b)))
 
 
 def _variable_factory(prob):

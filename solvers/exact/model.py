@@ -362,8 +362,22 @@ def build_layer(problem: Problem, layer: int, opts: ExactOptions, warm_plan: Pla
     return lm
 
 
-def replication_plan(w: np.ndarray, counts: np.ndarray, num_gpus: int) -> np.ndarray:
-    """phy2log [R] placing the given counts with DeepSeek's balanced packing (float64)."""
+def replication_plan(w: np.ndarray, counts: np.ndarray, num_gpus: int, forbid: bool = False) -> np.ndarray:
+    """phy2log [R] placing the given counts with DeepSeek's balanced packing (float64).
+
+    With ``forbid`` (colocation="forbidden") no GPU gets two replicas of one expert: the
+    heuristics' duplicate-free packing (its round-robin start always exists when every
+    count is <= the GPUs, which the model's counts are).
+    """
+    if forbid:
+        from ..heuristics.packing import pack_counts
+
+        e_slots, obj = pack_counts(torch.from_numpy(np.ascontiguousarray(w, dtype=np.float64)).unsqueeze(0),
+                                   torch.from_numpy(np.asarray(counts, dtype=np.int64)).unsqueeze(0),
+                                   num_gpus, nodup=True, starts=("kk", "lpt", "rr"))
+        if not math.isfinite(float(obj[0])):
+            raise RuntimeError("no duplicate-free placement of the replication model's counts")
+        return e_slots[0].numpy().astype(np.int64)
     phy_e = np.repeat(np.arange(len(w)), counts)
     items = torch.from_numpy(w[phy_e] / counts[phy_e]).unsqueeze(0)
     pack, rank = balanced_packing(items, num_gpus)
