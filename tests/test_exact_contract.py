@@ -97,6 +97,15 @@ def test_warm_start_that_breaks_the_model_is_an_error():
         solve(p, "cpsat", warm_start="greedy")
 
 
+def test_warm_start_of_the_wrong_size_is_an_option_error():
+    p = Problem([[5., 3., 1.]], 4, 1, 1, 2)
+    for wrong in (Plan.from_phy2log([[0, 1, 2, 0, 1, 2]], 3),           # 6 slots, problem has 4
+                  Plan.from_phy2log([[0, 1, 2, 3]], 4),                 # 4 experts, problem has 3
+                  Plan.from_phy2log([[0, 1, 2, 0], [0, 1, 2, 0]], 3)):  # 2 layers, problem has 1
+        with pytest.raises(OptionError, match="^warm_start"):
+            solve(p, "cpsat", warm_start=wrong)
+
+
 def test_bad_options_give_clear_errors():
     p = Problem([[5, 3, 1]], 4, 1, 1, 2)
     with pytest.raises(OptionError, match="solver"):

@@ -30,7 +30,7 @@ import torch
 
 from ..bounds import lower_bound, optimal_counts
 from ..deepseek import balanced_packing, deepseek_plan
-from ..errors import OptionError
+from ..errors import OptionError, PlanError
 from ..plan import Plan
 from ..problem import Problem
 
@@ -110,7 +110,10 @@ def check_options(problem: Problem, *, model: str, counts: str | None, colocatio
         raise OptionError("warm_start", f"must be 'auto', None or a solvers.Plan, got {type(warm_start).__name__}")
     if isinstance(warm_start, Plan):
         warm_start = warm_start.to("cpu")
-        warm_start.validate(L, E, R, P)
+        try:
+            warm_start.validate(L, E, R, P)
+        except PlanError as exc:
+            raise OptionError("warm_start", f"does not fit the problem: {exc}") from None
     rc = None
     if replica_counts is not None:
         if counts != "fixed":
