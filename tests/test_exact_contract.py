@@ -98,6 +98,7 @@ def test_warm_start_that_breaks_the_model_is_an_error():
 
 
 def test_warm_start_of_the_wrong_size_is_an_option_error():
+    backend("cpsat")
     p = Problem([[5., 3., 1.]], 4, 1, 1, 2)
     for wrong in (Plan.from_phy2log([[0, 1, 2, 0, 1, 2]], 3),           # 6 slots, problem has 4
                   Plan.from_phy2log([[0, 1, 2, 3]], 4),                 # 4 experts, problem has 3
