@@ -272,8 +272,22 @@ def layer_problem_bound(problem: Problem, opts: ExactOptions, counts: torch.Tens
 
 
 def default_warm_plan(problem: Problem, opts: ExactOptions) -> Plan:
-    """DeepSeek's plan for the model's policy (the warm start of ``warm_start='auto'``)."""
+    """The warm start of ``warm_start='auto'``: DeepSeek's plan for the model's policy.
+
+    With colocation="forbidden" DeepSeek's plan usually puts two replicas of a hot expert
+    on one GPU (and would be dropped, leaving CP-SAT without a hint): take the heuristics'
+    duplicate-free plan (kk_swap with nodup) instead, DeepSeek's when that fails.
+    """
     policy = "hierarchical" if opts.hierarchical else "global"
+    if opts.forbid:
+        from ..heuristics.registered import solve_kk_swap
+
+        try:
+            out = solve_kk_swap(problem.to("cpu"), policy=policy, nodup=True)
+        except (ValueError, RuntimeError):
+            out = None
+        if out is not None and out.plan is not None:
+            return out.plan.to("cpu")
     return deepseek_plan(problem.weights.cpu(), problem.num_replicas, problem.num_groups,
                          problem.num_nodes, problem.num_gpus, policy)
 
