@@ -184,3 +184,44 @@ def test_highs_failure_is_an_error_not_a_time_limit(monkeypatch):
     assert r.termination is Termination.ERROR, r.message
     assert "HiGHS" in r.message and "Not Set" in r.message
     assert r.wall_time < 5
+
+
+def many_layers(layers=64):
+    g = torch.Generator().manual_seed(0)
+    w = (torch.exp(torch.randn(layers, 16, generator=g, dtype=torch.float64)) * 1000).round()
+    return Problem(w, 20, 1, 1, 4)
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_time_limit_holds_on_many_layers(name):
+    # Every layer used to get a 0.05 s floor (plus model building) even after the deadline:
+    # 128 layers with time_limit=1 took 7-8 s. Layers past the deadline keep the warm start.
+    backend(name)
+    p = many_layers()
+    solve(p.layer(0), name, model="packing", time_limit=1)            # imports and HiGHS start-up
+    start = time.perf_counter()
+    r = solve(p, name, model="packing", time_limit=0.5, threads=1)
+    wall = time.perf_counter() - start
+    assert wall <= 0.5 + 2.0, wall
+    assert r.termination is Termination.TIME_LIMIT, r.message
+    assert r.plan is not None and r.plan.phy2log.shape == (64, 20)
+    greedy = solve(p, "deepseek", policy="global")
+    assert bool((r.objective <= greedy.objective + 1e-9).all())
+    assert bool((r.lower_bound > 0).all()) and bool((r.lower_bound <= r.objective * (1 + 1e-9)).all())
+    used = [layer["solution"] for layer in r.info["layers"]]
+    assert used[-1] == "warm_start" and r.info["layers"][-1]["status"] == "time_limit"
+
+
+@pytest.mark.parametrize("model,colocation", [("replication", "allowed"), ("joint", "forbidden")])
+def test_time_limit_holds_on_many_layers_other_models(model, colocation):
+    backend("cpsat")
+    p = many_layers()
+    start = time.perf_counter()
+    r = solve(p, "cpsat", model=model, colocation=colocation, time_limit=0.5, threads=1)
+    assert time.perf_counter() - start <= 0.5 + 2.0
+    assert r.termination is Termination.TIME_LIMIT, r.message
+    assert r.plan is not None and r.plan.phy2log.shape == (64, 20)
+    if colocation == "forbidden":
+        assert r.score.duplicates == 0
+    assert bool((r.lower_bound <= r.objective * (1 + 1e-9)).all())
+    assert r.info["layers"][-1]["solution"] == "warm_start"
