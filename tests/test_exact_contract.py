@@ -212,12 +212,19 @@ def test_time_limit_holds_on_many_layers(name):
     assert used[-1] == "warm_start" and r.info["layers"][-1]["status"] == "time_limit"
 
 
-@pytest.mark.parametrize("model,colocation", [("replication", "allowed"), ("joint", "forbidden")])
-def test_time_limit_holds_on_many_layers_other_models(model, colocation):
+TWO_HOT = [2, 2, 2, 2] + [1] * 12                     # replica counts unlike DeepSeek's
+
+
+@pytest.mark.parametrize("model,colocation,counts", [("replication", "allowed", None), ("joint", "forbidden", None),
+                                                     ("packing", "allowed", TWO_HOT),
+                                                     ("packing", "forbidden", TWO_HOT)])
+def test_time_limit_holds_on_many_layers_other_models(model, colocation, counts):
+    # Unsolved layers need a warm start that fits the model: duplicate-free under forbidden
+    # colocation, with the given counts for a fixed-count model.
     backend("cpsat")
     p = many_layers()
     start = time.perf_counter()
-    r = solve(p, "cpsat", model=model, colocation=colocation, time_limit=0.5, threads=1)
+    r = solve(p, "cpsat", model=model, colocation=colocation, replica_counts=counts, time_limit=0.5, threads=1)
     assert time.perf_counter() - start <= 0.5 + 2.0
     assert r.termination is Termination.TIME_LIMIT, r.message
     assert r.plan is not None and r.plan.phy2log.shape == (64, 20)

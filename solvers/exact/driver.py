@@ -21,7 +21,7 @@ from ..problem import Problem
 from ..registry import SolverOutput
 from ..result import Termination
 from .model import (Deadline, ExactOptions, LayerModel, LayerResult, build_layer, check_options,
-                    default_warm_plan, fixed_counts_for, layer_problem_bound, phy2log_from_matrix,
+                    default_warm_plan, fit_warm_to_counts, fixed_counts_for, layer_problem_bound, phy2log_from_matrix,
                     replication_plan)
 
 LayerSolver = Callable[..., LayerResult]
@@ -45,6 +45,7 @@ def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, **option
     if opts.warm_start == "auto" and opts.model != "replication":
         warm_plan = default_warm_plan(problem, opts)
     fixed = fixed_counts_for(problem, opts, warm_plan)
+    warm_plan = fit_warm_to_counts(problem, opts, warm_plan, fixed)
     lbs = layer_problem_bound(problem, opts, fixed).cpu()
     L, R = problem.num_layers, problem.num_replicas
     phy2log = np.zeros((L, R), dtype=np.int64)

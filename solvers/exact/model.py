@@ -292,6 +292,34 @@ def default_warm_plan(problem: Problem, opts: ExactOptions) -> Plan:
                          problem.num_nodes, problem.num_gpus, policy)
 
 
+def fit_warm_to_counts(problem: Problem, opts: ExactOptions, warm_plan: Plan | None,
+                       fixed: torch.Tensor | None) -> Plan | None:
+    """The automatic warm start of a global fixed-count model, with the model's counts.
+
+    Where the given ``replica_counts`` differ from the automatic warm start's (DeepSeek's)
+    counts, that layer's warm start would be dropped; place the given counts with the
+    heuristics' packing instead (duplicate-free under colocation="forbidden"). Hierarchical
+    models keep the automatic plan (the packing knows no nodes).
+    """
+    if fixed is None or opts.hierarchical or opts.warm_start != "auto":
+        return warm_plan
+    differ = torch.ones(problem.num_layers, dtype=torch.bool) if warm_plan is None else \
+        (warm_plan.logcnt.cpu() != fixed).any(1)
+    if not bool(differ.any()):
+        return warm_plan
+    from ..heuristics.packing import pack_counts
+
+    rows = differ.nonzero().flatten()
+    e_slots, obj = pack_counts(problem.weights.cpu()[rows].to(torch.float64), fixed[rows], problem.num_gpus,
+                               nodup=opts.forbid, starts=("kk", "lpt", "rr") if opts.forbid else ("kk", "lpt"))
+    if warm_plan is None:
+        phy2log = torch.zeros(problem.num_layers, problem.num_replicas, dtype=torch.int64)
+    else:
+        phy2log = warm_plan.phy2log.cpu().clone()
+    phy2log[rows] = e_slots.to(torch.int64)
+    return Plan.from_phy2log(phy2log, problem.num_experts)
+
+
 def plan_counts_matrix(phy2log: np.ndarray, num_experts: int, num_gpus: int) -> np.ndarray:
     """phy2log: [R] -> [E, P] number of replicas of e on GPU g."""
     S = len(phy2log) // num_gpus
