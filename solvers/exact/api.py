@@ -11,11 +11,14 @@ replica_counts: [layers, experts] or [experts] counts for fixed-count models; de
 colocation: "allowed" or "forbidden" (no two replicas of one expert on one GPU).
 node_budget: hierarchical only: "fixed" (G/N groups per node, DeepSeek's rule) or "free"
     (any number of whole groups per node; each node still has its R/N physical slots).
-time_limit: seconds for the whole solve, shared over layers (see driver.py).
+time_limit: seconds for the whole solve, shared over layers; layers left when it is spent
+    keep their warm start with status "time_limit" (see driver.py).
 threads, seed: backend workers and random seed. gap: relative gap at which to stop (0 =
     prove optimality).
 warm_start: "auto" (DeepSeek's plan for the model's policy, used when it is feasible for
-    the model), None, or a :class:`solvers.Plan` (must be feasible for the model).
+    the model; with colocation="forbidden" the duplicate-free kk_swap plan instead, and for
+    given replica_counts those counts packed by the heuristics), None, or a
+    :class:`solvers.Plan` (must be feasible for the model and fit the problem's sizes).
 """
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ Every placement model (packing, joint, hierarchical) is one formulation per laye
   keeps replicas inside their node. Each node always has its R/N physical slots.
 
 The replication model only chooses counts (``min max_e w_e / c_e``); its optimum is a
-lower bound on the max GPU load, and its plan places the counts with DeepSeek's packing.
+lower bound on the max GPU load, and its plan places the counts with DeepSeek's packing
+(the heuristics' duplicate-free packing under colocation="forbidden").
 """
 from __future__ import annotations
 
