@@ -41,7 +41,7 @@ def test_process_pool_matches_inline(tasks, local_rows):
 
 def test_dask_local_cluster_matches_local_run(tasks, local_rows, tmp_path):
     import distributed  # the dask extra is part of the dev install: CI must run this, not skip it
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster:
         rows = list(run_tasks(tasks, "dask", address=cluster.scheduler_address))
         assert _canon(rows) == local_rows
