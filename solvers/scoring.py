@@ -75,13 +75,18 @@ def gpu_loads(weights: torch.Tensor, plan: Plan, num_gpus: int) -> torch.Tensor:
     return per_slot.view(L, num_gpus, R // num_gpus).sum(-1)
 
 
-def count_duplicates(phy2log: torch.Tensor, num_gpus: int) -> int:
-    """Number of (layer, GPU, expert) with >= 2 replicas on that GPU."""
+def duplicates_per_row(phy2log: torch.Tensor, num_gpus: int) -> torch.Tensor:
+    """[L] int64: (GPU, expert) pairs with >= 2 replicas on that GPU, per row of phy2log [L, R]."""
     L, R = phy2log.shape
     s = phy2log.view(L, num_gpus, R // num_gpus).sort(-1).values
     same = s[..., 1:] == s[..., :-1]                                      # [L, P, S-1]
     run_start = same & ~torch.nn.functional.pad(same, (1, 0))[..., :-1]
-    return int(run_start.sum())
+    return run_start.flatten(1).sum(1)
+
+
+def count_duplicates(phy2log: torch.Tensor, num_gpus: int) -> int:
+    """Number of (layer, GPU, expert) with >= 2 replicas on that GPU."""
+    return int(duplicates_per_row(phy2log, num_gpus).sum())
 
 
 def gpu_presence(phy2log: torch.Tensor, num_experts: int, num_gpus: int) -> torch.Tensor:

@@ -8,12 +8,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solvers.heuristics.common import (expand_items, pack_loads, replicate_counts, row_duplicates,
+from solvers.heuristics.common import (expand_items, pack_loads, replicate_counts,
                                        slots_from_packs)
 from solvers.heuristics.hierarchical import balanced_partitions, group_node_candidates
 from solvers.heuristics.joint import fixed_count_bound
 from solvers.heuristics.packing import (kk_pack, local_search, lpt_pack, pack_counts, repair_duplicates,
                                         round_robin_pack)
+from solvers.scoring import duplicates_per_row
 
 
 @st.composite
@@ -60,7 +61,7 @@ def test_local_search_keeps_items_and_never_raises_the_max(case, nodup):
         if E < ws.shape[1] // P or int(cnt.max()) > P:
             return
         ws, es = slots_from_packs(round_robin_pack(item_w, P), item_w, item_e)
-        assert int(row_duplicates(es, P).sum()) == 0
+        assert int(duplicates_per_row(es, P).sum()) == 0
     before = pack_loads(ws, P).max(1).values
     ws2, es2, _ = local_search(ws, es, P, E, nodup=nodup, max_steps=40)
     after = pack_loads(ws2, P).max(1).values
@@ -69,7 +70,7 @@ def test_local_search_keeps_items_and_never_raises_the_max(case, nodup):
     per = (w / cnt).gather(1, es2)
     assert torch.allclose(per, ws2)                                   # weights travel with experts
     if nodup:
-        assert int(row_duplicates(es2, P).sum()) == 0
+        assert int(duplicates_per_row(es2, P).sum()) == 0
 
 
 def test_kk_finds_the_optimum_on_a_small_example():
@@ -84,9 +85,9 @@ def test_repair_removes_duplicates_when_possible():
     # expert 0 has two replicas, both start on pack 0
     e = torch.tensor([[0, 0, 1, 2]])
     w = torch.tensor([[5.0, 5.0, 4.0, 1.0]])
-    assert int(row_duplicates(e, 2)[0]) == 1
+    assert int(duplicates_per_row(e, 2)[0]) == 1
     w2, e2 = repair_duplicates(w, e, 2, 3)
-    assert int(row_duplicates(e2, 2)[0]) == 0
+    assert int(duplicates_per_row(e2, 2)[0]) == 0
     assert float(pack_loads(w2, 2).max()) == 9.0                     # {5, 4} and {5, 1}
 
 

@@ -65,15 +65,6 @@ def presence_counts(e_slots: torch.Tensor, num_experts: int, num_packs: int) -> 
     return cnt.view(X, num_packs, num_experts)
 
 
-def row_duplicates(e_slots: torch.Tensor, num_packs: int) -> torch.Tensor:
-    """[X] int64: (pack, expert) pairs holding two or more replicas, per row."""
-    X, R = e_slots.shape
-    s = e_slots.view(X, num_packs, R // num_packs).sort(-1).values
-    same = s[..., 1:] == s[..., :-1]
-    start = same & ~torch.nn.functional.pad(same, (1, 0))[..., :-1]
-    return start.flatten(1).sum(1)
-
-
 def pick_best(objs: torch.Tensor, *cands: torch.Tensor) -> list[torch.Tensor]:
     """Per row, the candidate with the smallest objective (first on ties).
 

@@ -18,7 +18,8 @@ import itertools
 
 import torch
 
-from .common import expand_items, pack_loads, pick_best, presence_counts, row_duplicates, slots_from_packs
+from ..scoring import duplicates_per_row
+from .common import expand_items, pack_loads, pick_best, presence_counts, slots_from_packs
 
 # Relative improvement a swap must bring (guards against float noise loops).
 REL_TOL = 1e-12
@@ -358,7 +359,7 @@ def pack_counts(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int, *, n
     per = (weight.to(torch.float64) / logcnt.to(torch.float64)).repeat(C, 1)
     obj = pack_loads(per.gather(1, e_all), num_packs).max(1).values
     if nodup:
-        obj = obj.masked_fill(row_duplicates(e_all, num_packs) > 0, float("inf"))
+        obj = obj.masked_fill(duplicates_per_row(e_all, num_packs) > 0, float("inf"))
     R = e_all.shape[1]
     e_best, obj_best, _ = pick_best(obj.view(C, X), e_all.view(C, X, R), obj.view(C, X))
     return e_best, obj_best

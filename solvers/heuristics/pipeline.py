@@ -23,7 +23,8 @@ from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput
 from ..scoring import gpu_loads
-from .common import positive_int, replicate_counts, row_duplicates
+from ..scoring import duplicates_per_row
+from .common import positive_int, replicate_counts
 from .hierarchical import group_node_candidates, node_experts
 from .joint import joint_counts
 from .packing import pack_counts
@@ -155,7 +156,7 @@ def keep_best(problem: Problem, candidates: list[torch.Tensor], nodup: bool) -> 
     for p2l in candidates:
         o = layer_max(problem, p2l)
         if nodup:
-            o = o.masked_fill(row_duplicates(p2l, problem.num_gpus) > 0, float("inf"))
+            o = o.masked_fill(duplicates_per_row(p2l, problem.num_gpus) > 0, float("inf"))
         objs.append(o)
     objs_t = torch.stack(objs)                                                   # [C, L]
     best = objs_t.argmin(0)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LoadFileError, OptionError
+from ..planfile import file_sha256
 from .trace import Trace
 
 CATALOG_FILE = "catalog.json"
@@ -105,14 +106,6 @@ def load_dataset(name: str) -> Trace:
     trace = read_trace(dataset_path(name))
     trace.meta = {**trace.meta, "dataset": name}
     return trace
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def loads_sha256(loads) -> str:
