@@ -118,10 +118,19 @@ def off_node_share(weights: torch.Tensor, plan: Plan, num_groups: int, num_gpus:
 
 def score(problem: Problem, plan: Plan, previous: Plan | None = None,
           expert_bytes: int | None = None) -> Score:
-    """Score ``plan`` on ``problem``; ``previous`` adds migration moves (same layers and GPUs)."""
+    """Score ``plan`` on ``problem``; ``previous`` adds migration moves (same layers and GPUs).
+    Raises :class:`PlanError` unless ``plan`` is a valid plan of ``problem``."""
+    plan = plan.to(problem.device)
+    plan.validate(problem.num_layers, problem.num_experts, problem.num_replicas, problem.num_gpus)
+    return score_validated(problem, plan, previous, expert_bytes)
+
+
+def score_validated(problem: Problem, plan: Plan, previous: Plan | None = None,
+                    expert_bytes: int | None = None) -> Score:
+    """:func:`score` for a plan already validated against ``problem`` (``solve`` checks a
+    solver's plan itself, to tell a solver bug from bad user input)."""
     P, N = problem.num_gpus, problem.num_nodes
     plan = plan.to(problem.device)
-    plan.validate(problem.num_layers, problem.num_experts, problem.num_replicas, P)
     gpu = gpu_loads(problem.weights, plan, P)
     node = gpu.view(problem.num_layers, N, P // N).sum(-1)
     max_load, mean_load = gpu.max(1).values, gpu.mean(1)

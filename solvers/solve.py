@@ -12,7 +12,7 @@ from .plan import Plan
 from .problem import Problem
 from .registry import get_solver
 from .result import SolveResult, Termination
-from .scoring import score
+from .scoring import score_validated
 
 # Relative slack when comparing an objective with a bound: the solver bound may come
 # from a MIP with its own feasibility tolerance.
@@ -66,7 +66,7 @@ def solve(problem: Problem, solver: str = "deepseek", *, previous: Plan | None =
         out.plan.validate(problem.num_layers, problem.num_experts, problem.num_replicas, problem.num_gpus)
     except PlanError as exc:
         raise InvalidSolverPlan(f"solver {solver!r} returned an invalid plan: {exc}") from None
-    sc = score(problem, out.plan, previous=previous, expert_bytes=expert_bytes)
+    sc = score_validated(problem, out.plan, previous=previous, expert_bytes=expert_bytes)
     obj = sc.max_load.to(bound.device)
     if bool((obj < bound * (1 - BOUND_RTOL) - 1e-9).any()):
         layer = int(torch.argmax(bound - obj))
