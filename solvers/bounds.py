@@ -199,11 +199,9 @@ def structure_bound(problem: Problem, plan: Any) -> torch.Tensor:
     on.view(L, G * N).scatter_(1, group * N + node, True)
     strict = on.sum(-1).eq(1).all(-1)                                       # [L] each group on one node
     fixed = strict & on.sum(1).eq(G // N).all(-1) if G % N == 0 else torch.zeros_like(strict)
+    # lower_bound(policy="hierarchical") is max(base, node bound): add only the node bound
     out = base.clone()
-    if bool(fixed.any()):
-        out = torch.where(fixed, torch.maximum(base, lower_bound(problem, policy="hierarchical")), out)
-    free = strict & ~fixed
-    if bool(free.any()):
-        free_bound = torch.maximum(base, node_bound(problem, "free") * (1 - _ROUND_DOWN))
-        out = torch.where(free, free_bound, out)
+    for rows, budget in ((fixed, "fixed"), (strict & ~fixed, "free")):
+        if bool(rows.any()):
+            out = torch.where(rows, torch.maximum(base, node_bound(problem, budget) * (1 - _ROUND_DOWN)), out)
     return out
