@@ -26,6 +26,7 @@ import torch
 
 from .plan import Plan, build_log2phy, replica_ranks
 from .problem import Problem, as_weights, check_cluster, resolve_policy
+from .options import policy_option
 from .registry import SolverOutput, register
 
 
@@ -164,7 +165,7 @@ def rebalance_experts(weight: Any, num_replicas: int, num_groups: int, num_nodes
     return deepseek_plan(w, R, G, N, P, resolved).as_tuple()
 
 
-@register("deepseek", kind="heuristic",
+@register("deepseek", kind="heuristic", options=(policy_option(),),
           description="DeepSeek's greedy EPLB (replicate, balanced packing, hierarchical/global)")
 def _solve_deepseek(problem: Problem, *, policy: str = "auto") -> SolverOutput:
     resolved = problem.resolve_policy(policy)

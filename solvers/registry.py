@@ -1,20 +1,22 @@
 """One small registry of named solvers.
 
-A solver is a function ``fn(problem, **options) -> SolverOutput``. It returns a plan and,
-if it proves one, a lower bound; it never grades itself: :func:`solvers.solve` scores
-every plan with the shared scorer and combines bounds.
+A solver is a function ``fn(problem, **options) -> SolverOutput`` whose keyword-only
+options are declared as a schema (:class:`solvers.options.Option`) at :func:`register`.
+It returns a plan and, if it proves one, a lower bound; it never grades itself:
+:func:`solvers.solve` scores every plan with the shared scorer and combines bounds.
 """
 from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
 from .errors import OptionError
+from .options import Option, validate_options
 from .plan import Plan
-from .result import Termination
+from .result import ModelScope, Termination
 
 
 @dataclass
@@ -22,8 +24,11 @@ class SolverOutput:
     """What a solver hands back to :func:`solvers.solve`.
 
     plan: the plan found (None if none). status: why it stopped, when the solver knows
-    better than "feasible" (time limit, proven optimal, infeasible, error). bound:
-    [layers] lower bound the solver proved, if any. policy: the policy that ran.
+    better than "feasible" (time limit, infeasible, error). bound: [layers] a lower bound
+    the solver proved that holds for *every* plan of the problem. model_bound: [layers] a
+    bound proven only for the solver's restricted model, whose scope says which plans it
+    covers; ``model_optimal``: [layers] bool, the solver proved its plan optimal in that
+    model. policy: the policy that ran.
     """
 
     plan: Plan | None
@@ -32,6 +37,9 @@ class SolverOutput:
     bound: torch.Tensor | None = None
     message: str = ""
     info: dict[str, Any] = field(default_factory=dict)
+    model_bound: torch.Tensor | None = None
+    model_scope: ModelScope | None = None
+    model_optimal: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -42,32 +50,54 @@ class SolverSpec:
     description: str
     is_available: Callable[[], bool]
     requires: str                  # what to install when it is not available
+    schema: tuple[Option, ...] = ()
 
     @property
     def options(self) -> tuple[str, ...]:
-        params = list(inspect.signature(self.fn).parameters.values())[1:]
-        return tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
+        return tuple(o.name for o in self.schema)
 
-    def check_options(self, options: dict[str, Any]) -> None:
-        unknown = sorted(set(options) - set(self.options))
-        if unknown:
-            allowed = ", ".join(self.options) or "none"
-            raise OptionError(unknown[0], f"is not an option of solver {self.name!r} (options: {allowed})")
+    def option(self, name: str) -> Option:
+        for o in self.schema:
+            if o.name == name:
+                return o
+        raise OptionError(name, f"is not an option of solver {self.name!r}")
+
+    def defaults(self) -> dict[str, Any]:
+        return {o.name: o.default for o in self.schema}
+
+    def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Every option in effect (defaults included), validated against the schema."""
+        return validate_options(self.name, self.schema, options)
 
 
 _REGISTRY: dict[str, SolverSpec] = {}
 
 
-def register(name: str, *, kind: str, description: str,
+def register(name: str, *, kind: str, description: str, options: Sequence[Option] = (),
              is_available: Callable[[], bool] = lambda: True, requires: str = ""):
-    """Decorator adding ``fn`` to the registry under ``name``."""
+    """Decorator adding ``fn`` to the registry under ``name``.
+
+    ``options`` is the schema: one :class:`Option` per keyword-only parameter of ``fn``,
+    with the same defaults (checked here, so schema and signature never drift apart).
+    """
     if kind not in ("heuristic", "exact"):
         raise ValueError(f"kind must be 'heuristic' or 'exact', got {kind!r}")
+    schema = tuple(options)
 
     def deco(fn: Callable[..., SolverOutput]) -> Callable[..., SolverOutput]:
         if name in _REGISTRY:
             raise ValueError(f"solver {name!r} is registered twice")
-        _REGISTRY[name] = SolverSpec(name, fn, kind, description, is_available, requires)
+        params = {p.name: p for p in list(inspect.signature(fn).parameters.values())[1:]
+                  if p.kind is inspect.Parameter.KEYWORD_ONLY}
+        declared = [o.name for o in schema]
+        if sorted(declared) != sorted(params) or len(set(declared)) != len(declared):
+            raise ValueError(f"solver {name!r}: schema options {declared} differ from its keyword-only "
+                             f"parameters {list(params)}")
+        for o in schema:
+            if params[o.name].default is not o.default and params[o.name].default != o.default:
+                raise ValueError(f"solver {name!r}: option {o.name!r} defaults to {o.default!r} in the "
+                                 f"schema but {params[o.name].default!r} in the signature")
+        _REGISTRY[name] = SolverSpec(name, fn, kind, description, is_available, requires, schema)
         return fn
 
     return deco

@@ -1,7 +1,16 @@
-"""What a solve returns: why it stopped, kept apart from what it has."""
+"""What a solve returns: why it stopped, kept apart from what it has.
+
+Two kinds of bound, never mixed:
+
+- ``lower_bound``: holds for *every* plan of the problem (any policy, counts or
+  colocation rule). ``gap`` and ``proven_optimal`` are against it.
+- ``model_bound``: proven by an exact solver for its restricted model only (a policy,
+  fixed counts, forbidden colocation, a node budget), described by a typed
+  :class:`ModelScope`. ``gap_in_model`` and ``optimal_in_model`` are against it.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -14,14 +23,51 @@ from .scoring import Score
 class Termination(str, Enum):
     """Why a solver stopped."""
 
-    OPTIMAL = "optimal"        # plan proven optimal (objective meets the bound on every layer)
-    FEASIBLE = "feasible"      # a valid plan, optimality not proven
-    TIME_LIMIT = "time_limit"  # stopped by the time limit; plan (if any) is the incumbent
-    INFEASIBLE = "infeasible"  # proven that no plan satisfies the constraints
-    ERROR = "error"            # the backend failed; see ``message``
+    OPTIMAL = "optimal"                    # every layer's objective meets the universal bound
+    OPTIMAL_IN_MODEL = "optimal_in_model"  # proven optimal within the solver's restricted model only
+    FEASIBLE = "feasible"                  # a valid plan, optimality not proven
+    TIME_LIMIT = "time_limit"              # stopped by the time limit; plan (if any) is the incumbent
+    INFEASIBLE = "infeasible"              # proven that no plan of the model satisfies the constraints
+    ERROR = "error"                        # the backend failed; see ``message``
 
     def __str__(self) -> str:
         return self.value
+
+
+@dataclass(frozen=True)
+class ModelScope:
+    """The plans a model bound covers.
+
+    policy: "global" or "hierarchical" (whole groups on a node). counts: "free" or "fixed"
+    (the replica counts were given). colocation: "allowed" or "forbidden". node_budget:
+    hierarchical only: "fixed" (G/N groups per node) or "free".
+    """
+
+    policy: str = "global"
+    counts: str = "free"
+    colocation: str = "allowed"
+    node_budget: str | None = None
+
+    @property
+    def universal(self) -> bool:
+        """True when the scope is every plan of the problem (the bound is a lower bound)."""
+        return self.policy == "global" and self.counts == "free" and self.colocation == "allowed"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        parts = [f"policy={self.policy}", f"counts={self.counts}", f"colocation={self.colocation}"]
+        if self.node_budget is not None:
+            parts.append(f"node_budget={self.node_budget}")
+        return ", ".join(parts)
+
+
+def ratio_gap(obj: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
+    """[layers] obj / bound - 1 (0 where both are 0, inf where only the bound is 0)."""
+    lb = bound.to(obj.device, torch.float64)
+    obj = obj.to(torch.float64)
+    return torch.where(lb > 0, obj / lb.clamp_min(1e-300) - 1, torch.where(obj > 0, torch.inf, 0.0))
 
 
 @dataclass(frozen=True)
@@ -29,8 +75,10 @@ class SolveResult:
     """Outcome of :func:`solvers.solve`.
 
     termination: why it stopped. plan / score: what it has (None when nothing was found);
-    the score always comes from the shared scorer. lower_bound: [layers], the best bound
-    known (combinatorial bounds and the solver's proven bound, whichever is larger).
+    the score always comes from the shared scorer. lower_bound: [layers] the best bound
+    valid for every plan of the problem. model_bound / model_scope: the solver's bound for
+    its restricted model, if it proved one. proven_optimal / optimal_in_model: [layers] bool.
+    options: every option in effect, defaults included.
     """
 
     solver: str
@@ -43,6 +91,10 @@ class SolveResult:
     options: dict[str, Any] = field(default_factory=dict)
     message: str = ""
     info: dict[str, Any] = field(default_factory=dict)
+    model_bound: torch.Tensor | None = None
+    model_scope: ModelScope | None = None
+    proven_optimal: torch.Tensor | None = None     # [layers] bool
+    optimal_in_model: torch.Tensor | None = None   # [layers] bool
 
     @property
     def objective(self) -> torch.Tensor | None:
@@ -51,11 +103,15 @@ class SolveResult:
 
     @property
     def gap(self) -> torch.Tensor | None:
-        """[layers] objective / lower_bound - 1 (0 where both are 0)."""
-        if self.score is None:
+        """[layers] objective / lower_bound - 1: against the bound valid for every plan."""
+        return None if self.score is None else ratio_gap(self.score.max_load, self.lower_bound)
+
+    @property
+    def gap_in_model(self) -> torch.Tensor | None:
+        """[layers] objective / model_bound - 1 (None without a model bound)."""
+        if self.score is None or self.model_bound is None:
             return None
-        obj, lb = self.score.max_load, self.lower_bound.to(self.score.max_load.device)
-        return torch.where(lb > 0, obj / lb.clamp_min(1e-300) - 1, torch.where(obj > 0, torch.inf, 0.0))
+        return ratio_gap(self.score.max_load, self.model_bound)
 
     @property
     def gap_mean(self) -> float | None:
@@ -75,6 +131,16 @@ class SolveResult:
         if self.score is not None:
             out.update(self.score.metrics())
             out["gap_mean"], out["gap_max"] = self.gap_mean, self.gap_max
+            if self.proven_optimal is not None:
+                out["layers_proven_optimal"] = int(self.proven_optimal.sum())
+        if self.model_bound is not None:
+            out["model_bound_sum"] = float(self.model_bound.sum())
+            out["model_scope"] = str(self.model_scope)
+            gm = self.gap_in_model
+            if gm is not None:
+                out["gap_in_model_max"] = float(gm.max())
+            if self.optimal_in_model is not None:
+                out["layers_optimal_in_model"] = int(self.optimal_in_model.sum())
         if self.message:
             out["message"] = self.message
         return out

@@ -1,12 +1,15 @@
 """The registered exact solvers: "cpsat" (OR-Tools CP-SAT), "highs" and "cbc" (PuLP MILP).
 
-All three take the same keyword-only options and solve the same models:
+All three take the same keyword-only options (one schema, :data:`EXACT_OPTIONS`) and
+solve the same models:
 
+policy: "auto" | "hierarchical" | "global", as for every solver (auto = hierarchical when
+    G % N == 0). Hierarchical keeps whole groups on a node (groups to nodes, replicas
+    inside their node, then GPUs).
 model: "joint" (counts and placement together, even split; default), "packing" (fixed
-    counts), "replication" (counts only; its optimum bounds the max GPU load) or
-    "hierarchical" (groups to nodes, replicas inside their node, then GPUs).
-counts: "free" or "fixed" for the hierarchical model (the others fix it by definition).
-replica_counts: [layers, experts] or [experts] counts for fixed-count models; default the
+    counts) or "replication" (counts only; its optimum bounds the max GPU load of every
+    plan, whatever the policy).
+replica_counts: [layers, experts] or [experts] counts for the packing model; default the
     warm start's counts, else the optimal replication counts.
 colocation: "allowed" or "forbidden" (no two replicas of one expert on one GPU).
 node_budget: hierarchical only: "fixed" (G/N groups per node, DeepSeek's rule) or "free"
@@ -15,57 +18,90 @@ time_limit: seconds for the whole solve, shared over layers; layers left when it
     keep their warm start with status "time_limit" (see driver.py).
 threads, seed: backend workers and random seed. gap: relative gap at which to stop (0 =
     prove optimality).
-warm_start: "auto" (DeepSeek's plan for the model's policy, used when it is feasible for
-    the model; with colocation="forbidden" the duplicate-free kk_swap plan instead, and for
+warm_start: "auto" (DeepSeek's plan for the policy, used when it is feasible for the
+    model; with colocation="forbidden" the duplicate-free kk_swap plan instead, and for
     given replica_counts those counts packed by the heuristics), None, or a
     :class:`solvers.Plan` (must be feasible for the model and fit the problem's sizes).
+
+A bound proven for a restricted model (hierarchical, fixed counts, forbidden colocation)
+is returned as a *model bound* with its scope; only a model of every plan (global, free
+counts, duplicates allowed; or the replication model) gives a lower bound.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from ..options import Option, colocation_option, policy_option, seed_option, threads_option, time_limit_option
 from ..problem import Problem
 from ..registry import SolverOutput, register
 from . import backends
 from .driver import run_exact
 
-_DEFAULTS = dict(model="joint", counts=None, replica_counts=None, colocation="allowed",
-                 node_budget="fixed", time_limit=10.0, threads=2, seed=0, gap=0.0, warm_start="auto")
+EXACT_OPTIONS = (
+    policy_option(),
+    Option("model", str, "joint", "joint: counts and placement together; packing: fixed replica counts; "
+           "replication: counts only (its optimum bounds every plan)", choices=("joint", "packing", "replication")),
+    colocation_option(),
+    Option("node_budget", str, "fixed", "hierarchical only: fixed = G/N groups per node (DeepSeek's rule), "
+           "free = any number of whole groups per node", choices=("fixed", "free"), advanced=True),
+    Option("replica_counts", object, None, "packing model: [layers, experts] or [experts] replica counts "
+           "(default: the warm start's)", nullable=True, advanced=True),
+    time_limit_option(10.0),
+    threads_option(2),
+    seed_option(0),
+    Option("gap", float, 0.0, "relative gap at which to stop (0 = prove optimality)", minimum=0.0, maximum=1.0,
+           advanced=True),
+    Option("warm_start", object, "auto", "'auto' (DeepSeek's plan), None, or a solvers.Plan", nullable=True,
+           advanced=True),
+)
 
 
-@register("cpsat", kind="exact", is_available=backends.cpsat_available, requires="pip install ortools",
-          description="OR-Tools CP-SAT: joint/packing/replication/hierarchical models, proven bounds")
-def solve_cpsat(problem: Problem, *, model: str = "joint", counts: str | None = None,
-                replica_counts: Any = None, colocation: str = "allowed", node_budget: str = "fixed",
-                time_limit: float = 10.0, threads: int = 2, seed: int = 0, gap: float = 0.0,
-                warm_start: Any = "auto") -> SolverOutput:
+def _internal(problem: Problem, policy: str, model: str) -> tuple[str, str | None]:
+    """(internal model name, counts) for the public (policy, model) pair."""
+    resolved = problem.resolve_policy(policy)
+    if model == "replication" or resolved == "global":
+        return model, None
+    return "hierarchical", ("free" if model == "joint" else "fixed")
+
+
+def _run(problem: Problem, backend: str, layer_solver, options: dict[str, Any]) -> SolverOutput:
+    model, counts = _internal(problem, options.pop("policy"), options["model"])
+    options.update(model=model, counts=counts)
+    return run_exact(problem, backend, layer_solver, **options)
+
+
+@register("cpsat", kind="exact", options=EXACT_OPTIONS, is_available=backends.cpsat_available,
+          requires="pip install ortools",
+          description="OR-Tools CP-SAT: joint/packing/replication models, global or hierarchical, proven bounds")
+def solve_cpsat(problem: Problem, *, policy: str = "auto", model: str = "joint", colocation: str = "allowed",
+                node_budget: str = "fixed", replica_counts: Any = None, time_limit: float = 10.0,
+                threads: int = 2, seed: int = 0, gap: float = 0.0, warm_start: Any = "auto") -> SolverOutput:
     from . import cpsat
     backends.cpsat_available()        # import OR-Tools (about 1 s) before the clock starts
-    return run_exact(problem, "cpsat", cpsat.solve_layer, **_collect(locals()))
+    return _run(problem, "cpsat", cpsat.solve_layer, _collect(locals()))
 
 
-@register("highs", kind="exact", is_available=backends.highs_available,
+@register("highs", kind="exact", options=EXACT_OPTIONS, is_available=backends.highs_available,
           requires="pip install pulp 'highspy==<the HiGHS version your ortools bundles, 1.12.* for ortools 9.15>'",
           description="PuLP MILP solved by HiGHS (highspy): same models, mip_dual_bound as bound")
-def solve_highs(problem: Problem, *, model: str = "joint", counts: str | None = None,
-                replica_counts: Any = None, colocation: str = "allowed", node_budget: str = "fixed",
-                time_limit: float = 10.0, threads: int = 2, seed: int = 0, gap: float = 0.0,
-                warm_start: Any = "auto") -> SolverOutput:
+def solve_highs(problem: Problem, *, policy: str = "auto", model: str = "joint", colocation: str = "allowed",
+                node_budget: str = "fixed", replica_counts: Any = None, time_limit: float = 10.0,
+                threads: int = 2, seed: int = 0, gap: float = 0.0, warm_start: Any = "auto") -> SolverOutput:
     from . import milp
     backends.highs_available()        # import OR-Tools and highspy before the clock starts
-    return run_exact(problem, "highs", milp.layer_solver("highs"), **_collect(locals()))
+    return _run(problem, "highs", milp.layer_solver("highs"), _collect(locals()))
 
 
-@register("cbc", kind="exact", is_available=backends.cbc_available, requires="pip install pulp",
+@register("cbc", kind="exact", options=EXACT_OPTIONS, is_available=backends.cbc_available,
+          requires="pip install pulp",
           description="PuLP MILP solved by CBC (bundled with PuLP): same models, bound read from CBC's log")
-def solve_cbc(problem: Problem, *, model: str = "joint", counts: str | None = None,
-              replica_counts: Any = None, colocation: str = "allowed", node_budget: str = "fixed",
-              time_limit: float = 10.0, threads: int = 2, seed: int = 0, gap: float = 0.0,
-              warm_start: Any = "auto") -> SolverOutput:
+def solve_cbc(problem: Problem, *, policy: str = "auto", model: str = "joint", colocation: str = "allowed",
+              node_budget: str = "fixed", replica_counts: Any = None, time_limit: float = 10.0,
+              threads: int = 2, seed: int = 0, gap: float = 0.0, warm_start: Any = "auto") -> SolverOutput:
     from . import milp
     backends.cbc_available()
-    return run_exact(problem, "cbc", milp.layer_solver("cbc"), **_collect(locals()))
+    return _run(problem, "cbc", milp.layer_solver("cbc"), _collect(locals()))
 
 
 def _collect(local: dict) -> dict:
-    return {k: local[k] for k in _DEFAULTS}
+    return {o.name: local[o.name] for o in EXACT_OPTIONS}

@@ -19,7 +19,7 @@ from ..bounds import optimal_counts
 from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput
-from ..result import Termination
+from ..result import ModelScope, Termination
 from .model import (Deadline, ExactOptions, LayerModel, LayerResult, build_layer, check_options,
                     default_warm_plan, fit_warm_to_counts, fixed_counts_for, layer_problem_bound, phy2log_from_matrix,
                     replication_plan)
@@ -78,8 +78,12 @@ def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, **option
     policy = "hierarchical" if opts.hierarchical else "global"
     info = {"backend": backend, "model": opts.model, "counts": opts.counts, "colocation": opts.colocation,
             "node_budget": opts.node_budget if opts.hierarchical else None,
-            "time_limit_per": "solve (shared over layers)", "layers": layers_info,
-            "bound_scope": _scope(opts)}
+            "time_limit_per": "solve (shared over layers)", "layers": layers_info}
+    scope = model_scope(opts)
+    dev_bounds = bounds.to(problem.device)
+    # A bound of a restricted model goes to model_bound with its scope, never to bound.
+    bound_kw = ({"bound": dev_bounds} if scope.universal else
+                {"model_bound": dev_bounds, "model_scope": scope})
     if "infeasible" in statuses:
         bad = statuses.index("infeasible")
         return SolverOutput(None, policy, Termination.INFEASIBLE, None,
@@ -90,14 +94,16 @@ def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, **option
                             f"layer {bad}: backend error: {layers_info[bad]['backend_status']}", info)
     if "time_limit" in statuses and any(i["solution"] is None for i in layers_info):
         bad = next(i for i, x in enumerate(layers_info) if x["solution"] is None)
-        return SolverOutput(None, policy, Termination.TIME_LIMIT, bounds,
-                            f"layer {bad}: no plan found within the time limit", info)
+        return SolverOutput(None, policy, Termination.TIME_LIMIT, message=f"layer {bad}: no plan found "
+                            "within the time limit", info=info, **bound_kw)
     plan = Plan.from_phy2log(torch.from_numpy(phy2log).to(problem.device), problem.num_experts)
     term = Termination.TIME_LIMIT if "time_limit" in statuses else None   # None: solve() checks the bound
     if opts.model == "replication":
         info["replication_objective"] = [i["backend_bound"] if i["status"] == "optimal" else None
                                          for i in layers_info]
-    return SolverOutput(plan, policy, term, bounds.to(problem.device), _message(statuses), info)
+    optimal = torch.tensor([st == "optimal" for st in statuses], dtype=torch.bool, device=problem.device)
+    return SolverOutput(plan, policy, term, message=_message(statuses), info=info, model_optimal=optimal,
+                        **bound_kw)
 
 
 def _skipped(problem: Problem, layer: int, lm: LayerModel, opts: ExactOptions) -> LayerResult:
@@ -131,13 +137,13 @@ def _layer_plan(lm: LayerModel, res: LayerResult) -> tuple[np.ndarray | None, st
     return phy2log_from_matrix(res.xg, lm.slots_per_gpu), "solver"
 
 
-def _scope(opts: ExactOptions) -> str:
-    parts = [opts.model, f"counts={opts.counts}", f"colocation={opts.colocation}"]
-    if opts.hierarchical:
-        parts.append(f"node_budget={opts.node_budget}")
+def model_scope(opts: ExactOptions) -> ModelScope:
+    """The plans the model's bound covers (the replication model's optimum bounds every
+    plan with its colocation rule, whatever the policy)."""
     if opts.model == "replication":
-        return "max GPU load of every plan (the replication optimum bounds it)"
-    return "optimum of the model (" + ", ".join(parts) + ")"
+        return ModelScope("global", "free", opts.colocation)
+    return ModelScope("hierarchical" if opts.hierarchical else "global", opts.counts, opts.colocation,
+                      opts.node_budget if opts.hierarchical else None)
 
 
 def _message(statuses: list[str]) -> str:

@@ -23,7 +23,7 @@ def replicate_counts(weight: torch.Tensor, num_slots: int, cap: int | None = Non
     """
     X, E = weight.shape
     if cap is not None and cap * E < num_slots:
-        raise OptionError("nodup", f"{num_slots} slots cannot hold {E} experts with at most "
+        raise OptionError("colocation", f"forbidden: {num_slots} slots cannot hold {E} experts with at most "
                           f"{cap} replicas each")
     return optimal_counts(weight, num_slots, max_count=cap)
 

@@ -62,7 +62,7 @@ def check_common(problem: Problem, policy: str, nodup, relax) -> str:
     if nodup:
         N = problem.num_nodes if resolved == "hierarchical" else 1
         if problem.num_experts // N < problem.slots_per_gpu:
-            raise OptionError("nodup", f"a GPU has {problem.slots_per_gpu} slots but only "
+            raise OptionError("colocation", f"forbidden: a GPU has {problem.slots_per_gpu} slots but only "
                               f"{problem.num_experts // N} experts can go there: duplicates are unavoidable")
     return resolved
 

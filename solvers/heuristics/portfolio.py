@@ -4,8 +4,9 @@ plan per layer (never worse than DeepSeek's greedy, which is rung 0).
 With ``exact="cpsat"`` (or another registered exact solver) the time left after the
 ladder goes to that solver, warm-started from the best plan so far: its plan is kept
 where it is better and its proven bound is returned (so ``solve`` reports the gap to it).
-Its bound holds for plans of its model (the resolved policy; duplicate-free under
-``nodup``), which is the class the portfolio's own plans belong to.
+Its bound is a lower bound when its model covers every plan (global policy, duplicates
+allowed); otherwise it is a model bound with its scope (the resolved policy;
+duplicate-free under ``colocation="forbidden"``), the class the portfolio's plans belong to.
 """
 from __future__ import annotations
 
@@ -51,8 +52,8 @@ def check_exact(exact, relax: int):
 
 
 def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
-                  time_budget: float, exact: str | None = None) -> SolverOutput:
-    time_budget = positive_float(time_budget, "time_budget")
+                  time_limit: float, exact: str | None = None) -> SolverOutput:
+    time_budget = positive_float(time_limit, "time_limit")
     resolved = check_common(problem, policy, nodup, relax)
     exact_spec = check_exact(exact, relax)
     start = time.perf_counter()
@@ -72,28 +73,24 @@ def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
         cands.append(p2l)
         names.append(name)
     p2l, chosen = keep_best(problem, cands, nodup)
-    bound, bound_scope = None, ""
+    bound = model_bound = model_scope = None
     left = deadline - time.perf_counter()
     if exact_spec is not None and left >= EXACT_MIN_SECONDS:
         t0 = time.perf_counter()
-        opts = {"model": "hierarchical" if resolved == "hierarchical" else "joint",
-                "colocation": "forbidden" if nodup else "allowed", "time_limit": left, "threads": 1,
-                "warm_start": Plan.from_phy2log(p2l, problem.num_experts)}
-        if resolved == "hierarchical":
-            opts["counts"] = "free"
-        out = exact_spec.fn(problem, **opts)
+        opts = {"policy": resolved, "model": "joint", "colocation": "forbidden" if nodup else "allowed",
+                "time_limit": left, "threads": 1, "warm_start": Plan.from_phy2log(p2l, problem.num_experts)}
+        out = exact_spec.fn(problem, **exact_spec.check_options(opts))
         rung_seconds[exact_spec.name] = time.perf_counter() - t0
         names.append(exact_spec.name)
         if out.plan is not None:
             cands = [p2l, out.plan.phy2log.to(p2l.device)]
             p2l, pick = keep_best(problem, cands, nodup)
             chosen = torch.where(pick == 1, torch.full_like(chosen, len(names) - 1), chosen)
-        if out.bound is not None:
-            bound = out.bound.to(torch.float64)
-            # The exact model's bound holds only for plans of that model (hierarchical, or
-            # duplicate-free): say so, so that nobody applies it to other plans.
-            bound_scope = out.info.get("bound_scope", "")
-    info = {"rungs_run": names[1:], "rung_seconds": rung_seconds, "bound_scope": bound_scope,
+        # A universal bound (global, duplicates allowed) is a lower bound; a restricted
+        # model's bound (hierarchical, or duplicate-free) covers only that model's plans,
+        # which the portfolio's own plans are.
+        bound, model_bound, model_scope = out.bound, out.model_bound, out.model_scope
+    info = {"rungs_run": names[1:], "rung_seconds": rung_seconds,
             "layers_won": {n: int((chosen == i).sum()) for i, n in enumerate(names)}}
     if relax:        # the relaxed pass runs on the best strict plan, after the budget (about 1 s)
         from .relaxed import relax_plan
@@ -101,4 +98,5 @@ def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
         info.update(rinfo)
     info["heuristic_seconds"] = time.perf_counter() - start
     plan = Plan.from_phy2log(p2l, problem.num_experts)
-    return SolverOutput(plan, resolved + ("+relaxed" if relax else ""), bound=bound, info=info)
+    return SolverOutput(plan, resolved + ("+relaxed" if relax else ""), bound=bound, info=info,
+                        model_bound=model_bound, model_scope=model_scope)

@@ -1,7 +1,7 @@
 """Registration of this package's heuristics in the solver registry.
 
-Every one takes ``policy`` ("auto" | "hierarchical" | "global"), ``nodup`` (no two
-replicas of one expert on one GPU; "lpt" and "rr" starts are added) and ``relax``
+Every one takes ``policy`` ("auto" | "hierarchical" | "global"), ``colocation``
+("forbidden": no two replicas of one expert on one GPU; "lpt" and "rr" starts are added) and ``relax``
 (hierarchical only: how many redundant replicas per layer may live outside their group's
 node; 0 = strict), and is never worse than the greedy it starts from on any layer.
 ``starts`` (kk_swap, joint): the constructions the swap search starts from, best kept:
@@ -10,6 +10,7 @@ node; 0 = strict), and is never worse than the greedy it starts from on any laye
 from __future__ import annotations
 
 from ..problem import Problem
+from ..options import Option, colocation_option, policy_option, time_limit_option
 from ..registry import SolverOutput, register
 from ..errors import OptionError
 from .common import positive_int
@@ -33,28 +34,50 @@ def parse_starts(starts) -> tuple[str, ...]:
     return names
 
 
-@register("kk_swap", kind="heuristic",
+def _nodup(colocation: str) -> bool:
+    return colocation == "forbidden"
+
+
+_RELAX = Option("relax", int, 0, "hierarchical only: redundant replicas per layer allowed off their "
+                "group's node (0 = strict)", minimum=0, maximum=1_000_000, advanced=True)
+_STEPS = Option("steps", int, 8, "swap local-search rounds", minimum=0, maximum=100_000, advanced=True)
+_STARTS = Option("starts", str, "kk", "constructions the swap search starts from, comma-separated: "
+                 "kk (balanced differencing), lpt (largest first), rr (round robin)", advanced=True)
+_COMMON = (policy_option(), colocation_option(), _RELAX)
+
+
+@register("kk_swap", kind="heuristic", options=_COMMON + (_STEPS, _STARTS),
           description="greedy counts; balanced Karmarkar-Karp packing + 1-1/2-2 swap local search")
-def solve_kk_swap(problem: Problem, *, policy: str = "auto", nodup: bool = False, relax: int = 0,
+def solve_kk_swap(problem: Problem, *, policy: str = "auto", colocation: str = "allowed", relax: int = 0,
                   steps: int = 8, starts: str = "kk") -> SolverOutput:
     effort = Effort(steps=positive_int(steps, "steps"), starts=parse_starts(starts))
-    return run_pipeline(problem, policy=policy, nodup=nodup, relax=relax, effort=effort)
+    return run_pipeline(problem, policy=policy, nodup=_nodup(colocation), relax=relax, effort=effort)
 
 
 @register("joint", kind="heuristic",
+          options=_COMMON + (_STEPS,
+                             Option("rounds", int, 32, "count-search rounds", minimum=1, maximum=100_000,
+                                    advanced=True),
+                             Option("width", int, 4, "count-search beam width", minimum=1, maximum=1000,
+                                    advanced=True),
+                             _STARTS),
           description="replica counts searched with the packing in the loop, then KK + swaps")
-def solve_joint(problem: Problem, *, policy: str = "auto", nodup: bool = False, relax: int = 0,
+def solve_joint(problem: Problem, *, policy: str = "auto", colocation: str = "allowed", relax: int = 0,
                 steps: int = 8, rounds: int = 32, width: int = 4, starts: str = "kk") -> SolverOutput:
     effort = Effort(steps=positive_int(steps, "steps"), starts=parse_starts(starts), joint=True,
                     joint_rounds=positive_int(rounds, "rounds"), joint_width=positive_int(width, "width", 1))
-    return run_pipeline(problem, policy=policy, nodup=nodup, relax=relax, effort=effort)
+    return run_pipeline(problem, policy=policy, nodup=_nodup(colocation), relax=relax, effort=effort)
 
 
 @register("best", kind="heuristic",
-          description="portfolio: the heuristic ladder within a time budget, best plan per layer")
-def solve_best(problem: Problem, *, policy: str = "auto", nodup: bool = False, relax: int = 0,
-               time_budget: float = 1.0, exact: str = "none") -> SolverOutput:
+          options=_COMMON + (time_limit_option(1.0, "seconds for the whole portfolio (the exact rung "
+                                               "included)"),
+                             Option("exact", str, "none", "exact solver that gets the time left, "
+                                    "warm-started from the best plan", choices=("none", "cpsat", "highs", "cbc"))),
+          description="portfolio: the heuristic ladder within a time limit, best plan per layer")
+def solve_best(problem: Problem, *, policy: str = "auto", colocation: str = "allowed", relax: int = 0,
+               time_limit: float = 1.0, exact: str = "none") -> SolverOutput:
     """``exact``: "none" or an exact solver ("cpsat", "highs", "cbc") that gets the time left
     after the heuristic ladder, warm-started from the best plan (its proven bound is returned)."""
-    return run_portfolio(problem, policy=policy, nodup=nodup, relax=relax, time_budget=time_budget,
-                         exact=exact)
+    return run_portfolio(problem, policy=policy, nodup=_nodup(colocation), relax=relax,
+                         time_limit=time_limit, exact=exact)
