@@ -92,7 +92,7 @@ def test_warm_start_that_breaks_the_model_is_an_error():
     # Experts 0 and 2 (groups 0 and 1) on GPU 0 of node 0: not a hierarchical plan.
     mixed = Plan.from_phy2log([[0, 2, 1, 3]], 4)
     with pytest.raises(OptionError, match="warm_start"):
-        solve(p, "cpsat", model="hierarchical", warm_start=mixed)
+        solve(p, "cpsat", policy="hierarchical", warm_start=mixed)
     with pytest.raises(OptionError, match="warm_start"):
         solve(p, "cpsat", warm_start="greedy")
 
@@ -132,7 +132,7 @@ def test_bad_options_give_clear_errors():
     with pytest.raises(OptionError, match="replica_counts"):
         solve(p, "cpsat", model="joint", replica_counts=[2, 1, 1])     # counts are free here
     with pytest.raises(ProblemError, match="num_groups"):               # 1 group on 2 nodes
-        solve(Problem([[5, 3, 1, 1]], 4, 1, 2, 2), "cpsat", model="hierarchical")
+        solve(Problem([[5, 3, 1, 1]], 4, 1, 2, 2), "cpsat", policy="hierarchical")
 
 
 def test_infeasible_forbidden_colocation_requests():
@@ -168,7 +168,7 @@ def test_highs_thread_count_can_change_between_solves():
     p = small_packing()
     for threads in (2, 1, 2):
         r = solve(p, "highs", model="packing", time_limit=10, threads=threads, warm_start=None)
-        assert r.termination is Termination.OPTIMAL, (threads, r.message)
+        assert bool(r.optimal_in_model.all()), (threads, r.message)
         assert r.info["layers"][0]["solution"] == "solver"
 
 
@@ -192,17 +192,34 @@ def many_layers(layers=64):
     return Problem(w, 20, 1, 1, 4)
 
 
+class FakeClock:
+    """A deterministic clock for the exact driver: every reading advances ``step`` seconds,
+    so a time limit is spent after a fixed number of readings whatever the machine's speed."""
+
+    def __init__(self, step):
+        self.t, self.step = 1000.0, step
+
+    def __call__(self):
+        self.t += self.step
+        return self.t
+
+
+@pytest.fixture
+def fake_clock(monkeypatch):
+    from solvers.exact import model
+    clock = FakeClock(0.1)
+    monkeypatch.setattr(model, "now", clock)
+    return clock
+
+
 @pytest.mark.parametrize("name", BACKENDS)
-def test_time_limit_holds_on_many_layers(name):
-    # Every layer used to get a 0.05 s floor (plus model building) even after the deadline:
-    # 128 layers with time_limit=1 took 7-8 s. Layers past the deadline keep the warm start.
+def test_time_limit_holds_on_many_layers(name, fake_clock):
+    # Layers past the deadline keep the warm start, with status time_limit. The injected
+    # clock spends the 0.5 s limit after a few readings, so the outcome does not depend on
+    # how fast this machine solves the first layers.
     backend(name)
     p = many_layers()
-    solve(p.layer(0), name, model="packing", time_limit=1)            # imports and HiGHS start-up
-    start = time.perf_counter()
     r = solve(p, name, model="packing", time_limit=0.5, threads=1)
-    wall = time.perf_counter() - start
-    assert wall <= 0.5 + 2.0, wall
     assert r.termination is Termination.TIME_LIMIT, r.message
     assert r.plan is not None and r.plan.phy2log.shape == (64, 20)
     greedy = solve(p, "deepseek", policy="global")
@@ -210,6 +227,21 @@ def test_time_limit_holds_on_many_layers(name):
     assert bool((r.lower_bound > 0).all()) and bool((r.lower_bound <= r.objective * (1 + 1e-9)).all())
     used = [layer["solution"] for layer in r.info["layers"]]
     assert used[-1] == "warm_start" and r.info["layers"][-1]["status"] == "time_limit"
+    assert sum(layer.get("skipped", False) for layer in r.info["layers"]) >= 60
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", BACKENDS)
+def test_time_limit_holds_in_real_time(name):
+    # 128 layers with time_limit=1 once took 7-8 s; the real clock must stay near the limit.
+    # Slow-marked: a real-time bound that a very loaded machine could miss.
+    backend(name)
+    p = many_layers()
+    solve(p.layer(0), name, model="packing", time_limit=1)            # imports and HiGHS start-up
+    start = time.perf_counter()
+    r = solve(p, name, model="packing", time_limit=0.5, threads=1)
+    assert time.perf_counter() - start <= 0.5 + 2.0
+    assert r.plan is not None
 
 
 TWO_HOT = [2, 2, 2, 2] + [1] * 12                     # replica counts unlike DeepSeek's
@@ -218,14 +250,12 @@ TWO_HOT = [2, 2, 2, 2] + [1] * 12                     # replica counts unlike De
 @pytest.mark.parametrize("model,colocation,counts", [("replication", "allowed", None), ("joint", "forbidden", None),
                                                      ("packing", "allowed", TWO_HOT),
                                                      ("packing", "forbidden", TWO_HOT)])
-def test_time_limit_holds_on_many_layers_other_models(model, colocation, counts):
+def test_time_limit_holds_on_many_layers_other_models(model, colocation, counts, fake_clock):
     # Unsolved layers need a warm start that fits the model: duplicate-free under forbidden
     # colocation, with the given counts for a fixed-count model.
     backend("cpsat")
     p = many_layers()
-    start = time.perf_counter()
     r = solve(p, "cpsat", model=model, colocation=colocation, replica_counts=counts, time_limit=0.5, threads=1)
-    assert time.perf_counter() - start <= 0.5 + 2.0
     assert r.termination is Termination.TIME_LIMIT, r.message
     assert r.plan is not None and r.plan.phy2log.shape == (64, 20)
     if colocation == "forbidden":

@@ -19,13 +19,24 @@ def backend(name):
     return name
 
 
-def check(r, problem, expected, what):
-    """Optimal, equal to the brute-force value, and never below any proven bound."""
-    assert r.termination is Termination.OPTIMAL, (what, r.termination, r.message)
+def check(r, problem, expected, what, universal=True):
+    """Optimal (in the solver's model when it is restricted), equal to the brute-force value,
+    and never below any proven bound. A restricted model's bound never leaks into lower_bound."""
     obj = float(r.objective[0])
+    if universal:
+        assert r.termination is Termination.OPTIMAL, (what, r.termination, r.message)
+        assert r.model_bound is None
+    else:
+        assert r.termination in (Termination.OPTIMAL, Termination.OPTIMAL_IN_MODEL), (what, r.termination)
+        assert bool(r.optimal_in_model.all())
+        assert r.model_scope is not None and not r.model_scope.universal
+        assert float(r.model_bound[0]) <= obj * (1 + 1e-9)
     assert obj == pytest.approx(expected, rel=1e-6, abs=1e-9), what
     assert float(r.lower_bound[0]) <= obj * (1 + 1e-9) + 1e-9
     assert float(lower_bound(problem)[0]) <= obj + 1e-9
+    # the universal bound is never above the unrestricted optimum
+    unrestricted = brute_force(problem.weights[0].tolist(), problem.num_replicas, problem.num_gpus, model="joint")
+    assert float(r.lower_bound[0]) <= unrestricted * (1 + 1e-9) + 1e-12, what
 
 
 def tiny_instances(seed, count, max_experts=6):
@@ -64,7 +75,7 @@ def test_packing_matches_brute_force(name):
         counts = optimal_counts(torch.tensor([w], dtype=torch.float64), R)[0].tolist()
         r = solve(p, name, model="packing", replica_counts=counts, time_limit=20)
         assert r.plan.logcnt[0].tolist() == counts
-        check(r, p, brute_force(w, R, P, model="packing", counts=counts), (w, R, P, counts))
+        check(r, p, brute_force(w, R, P, model="packing", counts=counts), (w, R, P, counts), universal=False)
 
 
 @pytest.mark.parametrize("name", BACKENDS)
@@ -75,7 +86,7 @@ def test_forbidden_colocation_matches_brute_force(name):
             continue                       # infeasible shape: tested in test_exact_contract
         p = Problem([w], R, 1, 1, P)
         r = solve(p, name, model="joint", colocation="forbidden", time_limit=20)
-        check(r, p, brute_force(w, R, P, model="joint", colocation="forbidden"), (w, R, P))
+        check(r, p, brute_force(w, R, P, model="joint", colocation="forbidden"), (w, R, P), universal=False)
         assert r.score.duplicates == 0
 
 
@@ -125,12 +136,12 @@ def test_hierarchical_matches_brute_force(name, budget):
     for w, R, G, N, P in hierarchical_instances(5 if budget == "fixed" else 6, 4):
         p = Problem([w], R, G, N, P)
         expected = brute_force(w, R, P, model="hierarchical", num_groups=G, num_nodes=N, node_budget=budget)
-        r = solve(p, name, model="hierarchical", node_budget=budget, time_limit=20)
+        r = solve(p, name, policy="hierarchical", node_budget=budget, time_limit=20)
         if math.isinf(expected):
             assert r.termination is Termination.INFEASIBLE
             continue
         assert r.policy == "hierarchical"
-        check(r, p, expected, (w, R, G, N, P, budget))
+        check(r, p, expected, (w, R, G, N, P, budget), universal=False)
 
 
 @pytest.mark.parametrize("name", BACKENDS)
@@ -141,8 +152,8 @@ def test_hierarchical_fixed_counts_matches_brute_force(name):
         greedy = solve(p, "deepseek", policy="hierarchical")
         counts = greedy.plan.logcnt[0].tolist()
         expected = brute_force(w, R, P, model="hierarchical", counts=counts, num_groups=G, num_nodes=N)
-        r = solve(p, name, model="hierarchical", counts="fixed", time_limit=20)
-        check(r, p, expected, (w, R, G, N, P, counts))
+        r = solve(p, name, policy="hierarchical", model="packing", time_limit=20)
+        check(r, p, expected, (w, R, G, N, P, counts), universal=False)
         assert float(r.objective[0]) <= float(greedy.objective[0]) + 1e-9
 
 

@@ -59,7 +59,8 @@ EXACT_OPTIONS = (
 def _internal(problem: Problem, policy: str, model: str) -> tuple[str, str | None]:
     """(internal model name, counts) for the public (policy, model) pair."""
     resolved = problem.resolve_policy(policy)
-    if model == "replication" or resolved == "global":
+    # on one node the hierarchical model restricts nothing: solve the simpler global one
+    if model == "replication" or resolved == "global" or problem.num_nodes == 1:
         return model, None
     return "hierarchical", ("free" if model == "joint" else "fixed")
 

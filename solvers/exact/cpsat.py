@@ -9,7 +9,10 @@ use ``q[e, c] = floor(w_e * scale / c)``:
   <= scale * true load, so the proven bound divided by scale (rounded down) is still a
   valid bound on the true optimum, and a model optimum is within S / 1e9 (relative) of it.
 
-The returned plan is re-scored by the shared scorer in float64; nothing here grades it.
+Float loads are first brought to well-conditioned units (:mod:`.scaling`: a power of two
+per layer, exact), so ``scale`` never overflows on tiny or subnormal loads and the result
+is the same at every scale. The returned plan is re-scored by the shared scorer in
+float64; nothing here grades it, and "optimal" is re-checked against the unscaled loads.
 """
 from __future__ import annotations
 
@@ -18,11 +21,9 @@ import time
 
 import numpy as np
 
+from ..tolerances import CPSAT_EXACT_LIMIT, CPSAT_LOAD_UNITS
 from .model import LayerModel, LayerResult, canonical_gpu_order
-
-# Scaled GPU loads of this size keep flooring errors ~1e-9 relative and fit int64 easily.
-_FLOAT_SCALE_TARGET = 1e9
-_EXACT_LIMIT = 2**40
+from .scaling import certified, solve_scaled
 
 
 def choose_scale(lm: LayerModel) -> tuple[int, bool]:
@@ -32,12 +33,16 @@ def choose_scale(lm: LayerModel) -> tuple[int, bool]:
         mult = 1
         for c in sorted({c for cs in lm.cand for c in cs}):
             mult = math.lcm(mult, c)
-            if mult * float(w.sum()) > _EXACT_LIMIT:
+            if mult * float(w.sum()) > CPSAT_EXACT_LIMIT:
                 break
         else:
             return mult, True
-    ref = max(float(w.sum()) / lm.num_gpus, float(w.max()), 1e-300)
-    exp = math.floor(math.log2(_FLOAT_SCALE_TARGET / ref))
+    ref = max(float(w.sum()) / lm.num_gpus, float(w.max()))
+    if not ref > 0:
+        return 1, True                                   # unreachable: all-zero loads are integers
+    # Loads reach here already scaled (reference load near SCALED_LOAD_TARGET), so the
+    # exponent is small; clamp it anyway so 2**exp stays a finite float.
+    exp = max(-1000, min(1000, math.floor(math.log2(CPSAT_LOAD_UNITS / ref))))
     return 2 ** exp if exp >= 0 else 2.0 ** exp, False
 
 
@@ -59,7 +64,18 @@ SECONDS_PER_VARIABLE = 4e-5
 
 def solve_layer(lm: LayerModel, *, time_limit: float, threads: int, seed: int, gap: float,
                 params: dict | None = None) -> LayerResult:
-    """Solve one layer; ``params`` sets extra CP-SAT parameters (tests use it to check hints)."""
+    """Solve one layer; ``params`` sets extra CP-SAT parameters (tests use it to check hints).
+
+    Integer loads with exact coefficients are solved as given; any other layer in scaled
+    units (:func:`.scaling.solve_scaled`)."""
+    kwargs = dict(time_limit=time_limit, threads=threads, seed=seed, gap=gap, params=params)
+    if choose_scale(lm)[1]:
+        return certified(lm, _solve_units(lm, **kwargs))
+    return solve_scaled(_solve_units, lm, **kwargs)
+
+
+def _solve_units(lm: LayerModel, *, time_limit: float, threads: int, seed: int, gap: float,
+                 params: dict | None = None) -> LayerResult:
     from ortools.sat.python import cp_model
 
     start = time.perf_counter()

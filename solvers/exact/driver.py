@@ -79,7 +79,7 @@ def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, **option
     info = {"backend": backend, "model": opts.model, "counts": opts.counts, "colocation": opts.colocation,
             "node_budget": opts.node_budget if opts.hierarchical else None,
             "time_limit_per": "solve (shared over layers)", "layers": layers_info}
-    scope = model_scope(opts)
+    scope = model_scope(opts, problem.num_nodes)
     dev_bounds = bounds.to(problem.device)
     # A bound of a restricted model goes to model_bound with its scope, never to bound.
     bound_kw = ({"bound": dev_bounds} if scope.universal else
@@ -137,11 +137,12 @@ def _layer_plan(lm: LayerModel, res: LayerResult) -> tuple[np.ndarray | None, st
     return phy2log_from_matrix(res.xg, lm.slots_per_gpu), "solver"
 
 
-def model_scope(opts: ExactOptions) -> ModelScope:
+def model_scope(opts: ExactOptions, num_nodes: int) -> ModelScope:
     """The plans the model's bound covers (the replication model's optimum bounds every
-    plan with its colocation rule, whatever the policy)."""
-    if opts.model == "replication":
-        return ModelScope("global", "free", opts.colocation)
+    plan with its colocation rule, whatever the policy; on one node the hierarchical
+    model restricts nothing)."""
+    if opts.model == "replication" or (opts.hierarchical and num_nodes == 1):
+        return ModelScope("global", opts.counts, opts.colocation)
     return ModelScope("hierarchical" if opts.hierarchical else "global", opts.counts, opts.colocation,
                       opts.node_budget if opts.hierarchical else None)
 

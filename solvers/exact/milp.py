@@ -1,10 +1,22 @@
 """PuLP MILP formulation of the exact models, solved by HiGHS (highspy) or CBC.
 
 Same variables and constraints as :mod:`solvers.exact.cpsat` (see :mod:`.model`), with
-the float coefficients ``w_e / c`` directly. PuLP's own status is not trusted for
+the float coefficients ``w_e / c`` directly, in scaled units (:mod:`.scaling`: each
+layer's reference load near ``SCALED_LOAD_TARGET``, so the backends' absolute tolerances
+mean the same at every scale of the caller's loads). PuLP's own status is not trusted for
 optimality: on a time limit it reports ``status == 1`` ("Optimal") even when nothing is
 proven, so we read ``sol_status`` (1 = proven optimal, 2 = feasible) and the backend's
-own bound: HiGHS' ``mip_dual_bound``, CBC's "Lower bound" line of its log.
+own bound:
+
+- HiGHS: ``mip_dual_bound`` from its API (full precision);
+- CBC: its log prints the bound rounded (``Lower bound: 180.281``); we take the most
+  precise figure it prints (``best possible 180.28088``) and discount one unit of its
+  last printed digit, so the rounding can never lift it above the true bound;
+- when the backend proves optimality with relative gap ``gap``, ``objective * (1 - gap)``.
+
+Every bound is then taken down by the backend's feasibility tolerance
+(``MIP_BOUND_ABS_DISCOUNT``, ``MIP_BOUND_REL_DISCOUNT`` in :mod:`solvers.tolerances`).
+CBC runs as a child process tied to ours (:mod:`solvers.childproc`): it dies with us.
 """
 from __future__ import annotations
 
@@ -17,24 +29,25 @@ import time
 
 import numpy as np
 
+from ..tolerances import MIP_BOUND_ABS_DISCOUNT, MIP_BOUND_REL_DISCOUNT
 from .model import LayerModel, LayerResult, canonical_gpu_order
-
-# MIP feasibility tolerances are ~1e-6 absolute on rows; take bounds that far down.
-_BOUND_SLACK = 1e-7
+from .scaling import solve_scaled
 
 
 def layer_solver(backend: str):
     """solve_layer for ``backend`` ("highs" or "cbc")."""
     def solve_layer(lm: LayerModel, *, time_limit: float, threads: int, seed: int, gap: float) -> LayerResult:
-        return _solve(lm, backend, time_limit, threads, seed, gap)
+        return solve_scaled(_solve, lm, backend=backend, time_limit=time_limit, threads=threads, seed=seed,
+                            gap=gap)
     return solve_layer
 
 
 def _round_down(b: float | None) -> float | None:
+    """A backend's bound (scaled units) less its feasibility tolerance; never negative."""
     if b is None or not math.isfinite(b):
         return None
     # Loads are >= 0, so 0 is always a valid bound: never hand back a negative one.
-    return max(0.0, b - _BOUND_SLACK * max(1.0, abs(b)))
+    return max(0.0, b - MIP_BOUND_ABS_DISCOUNT - MIP_BOUND_REL_DISCOUNT * abs(b))
 
 
 def _variable_factory(prob):
@@ -135,7 +148,7 @@ CBC_MARGIN_SHARE, CBC_MARGIN_MAX = 0.2, 2.5
 SECONDS_PER_VARIABLE = 2e-4
 
 
-def _solve(lm: LayerModel, backend: str, time_limit: float, threads: int, seed: int, gap: float) -> LayerResult:
+def _solve(lm: LayerModel, *, backend: str, time_limit: float, threads: int, seed: int, gap: float) -> LayerResult:
     import pulp
 
     start = time.perf_counter()
@@ -192,9 +205,12 @@ def _solve(lm: LayerModel, backend: str, time_limit: float, threads: int, seed: 
     if sol == pulp.LpSolutionOptimal:
         # Proven within the relative gap: obj - bound <= gap * obj. HiGHS leaves
         # mip_dual_bound at 0 when presolve alone solves the model, so take the better.
+        # CBC's solution file prints the objective to ~8 significant digits.
         st = "optimal"
         obj = pulp.value(prob.objective)
         proven = obj - gap * abs(obj)
+        if backend == "cbc":
+            proven -= CBC_PRINT_RTOL * abs(obj)
         bound = proven if bound is None else max(bound, proven)
     else:
         st = "time_limit" if timed_out else "feasible"
@@ -212,33 +228,61 @@ def _solve(lm: LayerModel, backend: str, time_limit: float, threads: int, seed: 
 
 
 def cbc_command(**kwargs):
-    """PuLP's bundled CBC. PuLP 3.3 deprecates PULP_CBC_CMD (4.0 drops the bundled binary,
-    hence the pulp<4 pin); the warning would repeat on every layer, so it is silenced here."""
+    """PuLP's bundled CBC, run as a child that dies with this process.
+
+    PuLP 3.3 deprecates PULP_CBC_CMD (4.0 drops the bundled binary, hence the pulp<4 pin);
+    the warning would repeat on every layer, so it is silenced here."""
     import warnings
 
     import pulp
+    from pulp.apis import coin_api
 
+    from ..childproc import tied_subprocess_module
+
+    if not getattr(coin_api.subprocess, "_eplb_tied", False):
+        tied = tied_subprocess_module()
+        tied._eplb_tied = True
+        coin_api.subprocess = tied
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         return pulp.PULP_CBC_CMD(**kwargs)
 
 
 _CBC_BOUND = re.compile(r"^Lower bound:\s*([-+0-9.eE]+)", re.M)
+_CBC_BEST_POSSIBLE = re.compile(r"best possible ([-+0-9.eE]+)")
 _CBC_OBJ = re.compile(r"^Objective value:\s*([-+0-9.eE]+)", re.M)
 _CBC_RESULT = re.compile(r"^Result - (.*)$", re.M)
 
+# Relative precision of figures CBC prints with 8 significant digits (solution file).
+CBC_PRINT_RTOL = 1e-7
+
+
+def printed_floor(text: str) -> float:
+    """A number CBC printed rounded, taken down by one unit of its last printed digit.
+
+    "180.281" -> 180.280; "1.2e-05" -> 1.1e-05: the true value is within half a unit.
+    """
+    mantissa, _, exponent = text.lower().partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    unit = 10.0 ** (-decimals + (int(exponent) if exponent else 0))
+    return float(text) - unit
+
 
 def _cbc_log(text: str) -> tuple[float | None, bool, str]:
-    """(proven bound, stopped on time, result line) from CBC's log."""
+    """(proven bound, stopped on time, result line) from CBC's log.
+
+    CBC prints its final bound with 3 decimals and progress lines ("best possible") with
+    more; both are rounded, so each is floored by one printed unit and the larger kept.
+    On "Optimal" the caller derives the bound from the objective instead.
+    """
     result = _CBC_RESULT.search(text)
     line = result.group(1).strip() if result else "no result line in CBC log"
-    bound = None
-    m = _CBC_BOUND.search(text)
-    if m:
-        bound = float(m.group(1))
-    elif result and line.startswith("Optimal solution found"):
-        o = _CBC_OBJ.search(text)
-        bound = float(o.group(1)) if o else None
+    figures = [printed_floor(m.group(1)) for m in _CBC_BOUND.finditer(text)]
+    progress = _CBC_BEST_POSSIBLE.findall(text)
+    if progress:                                  # the last progress line is the final bound
+        figures.append(printed_floor(progress[-1]))
+    figures = [f for f in figures if math.isfinite(f) and abs(f) < 1e30]   # 1e50: no bound yet
+    bound = max(figures) if figures else None
     return bound, "time" in line.lower(), line
 
 

@@ -284,7 +284,7 @@ def default_warm_plan(problem: Problem, opts: ExactOptions) -> Plan:
         from ..heuristics.registered import solve_kk_swap
 
         try:
-            out = solve_kk_swap(problem.to("cpu"), policy=policy, nodup=True)
+            out = solve_kk_swap(problem.to("cpu"), policy=policy, colocation="forbidden")
         except (ValueError, RuntimeError):
             out = None
         if out is not None and out.plan is not None:
@@ -434,14 +434,19 @@ def replication_plan(w: np.ndarray, counts: np.ndarray, num_gpus: int, forbid: b
     return p2l
 
 
+def now() -> float:
+    """The driver's clock (a module function so that tests can inject a deterministic one)."""
+    return time.perf_counter()
+
+
 class Deadline:
     """The time left for the whole solve, shared out over the layers still to solve."""
 
     def __init__(self, seconds: float):
-        self.end = time.perf_counter() + seconds
+        self.end = now() + seconds
 
     def left(self) -> float:
-        return self.end - time.perf_counter()
+        return self.end - now()
 
     def share(self, layers_left: int, reserve: float = 0.0) -> float:
         return max(0.05, (self.left() - reserve) / max(1, layers_left))

@@ -1,0 +1,192 @@
+"""Fewest moves under a balance budget: a fast repair heuristic, batched over layers.
+
+Start from the placement in force and repair it on the new loads until every layer's max
+GPU load is at most its target (``(1 + slack)`` x a fresh plan's). Each round, in every
+layer still above target, the heaviest GPU ``g`` sheds load by one of:
+
+- a *swap* of one of its replicas with a lighter replica on another GPU (counts kept):
+  among the swaps that bring both GPUs within target the one adding the fewest moves
+  (then the most balanced); when none does, the swap that lowers the pair's max most;
+- a *count change* when no swap helps (a replica heavier than any swap can absorb): one
+  slot of an expert with spare replicas (the one whose replicas stay lightest, on the
+  lightest GPU) is given to g's heaviest expert, so all of that expert's replicas get lighter.
+
+Moves are counted as the shared scorer counts them, per (GPU, expert) the old plan did not
+hold; a swap's cost is its change of that count (undoing an earlier move is a gain).
+Under the hierarchical policy replicas never leave their node (``num_zones`` = nodes),
+so whole groups stay together. Layers the repair cannot bring within target are reported
+(the caller falls back to the relabelled fresh plan there).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+# A load within this relative margin of its target meets it (float64 sums of a few
+# hundred terms are exact to far better; the shared scorer does the same arithmetic).
+TARGET_RTOL = 1e-12
+
+
+@dataclass
+class RepairOutcome:
+    """phy2log: [L, R] repaired placement; met: [L] bool, within target; rounds: loop rounds;
+    swaps / count_changes: [L] operations applied per layer."""
+
+    phy2log: torch.Tensor
+    met: torch.Tensor
+    rounds: int
+    swaps: torch.Tensor
+    count_changes: torch.Tensor
+    info: dict = field(default_factory=dict)
+
+
+def _copies(p2l: torch.Tensor, num_experts: int, num_gpus: int) -> torch.Tensor:
+    """[X, P, E] int64 replicas of each expert on each GPU. p2l: [X, R]."""
+    X, R = p2l.shape
+    S = R // num_gpus
+    k = torch.zeros(X, num_gpus * num_experts, dtype=torch.int64, device=p2l.device)
+    gpu = torch.arange(R, device=p2l.device) // S
+    k.scatter_add_(1, gpu * num_experts + p2l, torch.ones_like(p2l))
+    return k.view(X, num_gpus, num_experts)
+
+
+def _counts(p2l: torch.Tensor, num_experts: int) -> torch.Tensor:
+    cnt = torch.zeros(p2l.shape[0], num_experts, dtype=torch.int64, device=p2l.device)
+    return cnt.scatter_add_(1, p2l, torch.ones_like(p2l))
+
+
+def _best_swaps(w: torch.Tensor, p2l: torch.Tensor, cnt: torch.Tensor, copies: torch.Tensor,
+                old: torch.Tensor, target: torch.Tensor, num_gpus: int, num_zones: int):
+    """For each row, the best swap out of its heaviest GPU.
+
+    w: [X, E], p2l: [X, R], cnt: [X, E], copies: [X, P, E], old: [X, P, E] bool, target: [X].
+    Returns (found [X] bool, slot on g [X], other slot [X], heaviest GPU g [X], max load [X]).
+    """
+    X, R = p2l.shape
+    P, E = num_gpus, w.shape[1]
+    S = R // P
+    dev = p2l.device
+    per = w.gather(1, p2l) / cnt.gather(1, p2l).to(w.dtype)                      # [X, R]
+    load = per.view(X, P, S).sum(-1)                                              # [X, P]
+    mx, g = load.max(1)
+    mine = g.unsqueeze(1) * S + torch.arange(S, device=dev)                       # [X, S] slots on g
+    a, ea = per.gather(1, mine), p2l.gather(1, mine)
+    h = torch.arange(R, device=dev) // S                                          # GPU of every slot
+    d = a.unsqueeze(2) - per.unsqueeze(1)                                         # [X, S, R]
+    new_g = mx.view(X, 1, 1) - d
+    new_h = load.gather(1, h.expand(X, R)).unsqueeze(1) + d
+    pair_max = torch.maximum(new_g, new_h)
+    ok = (h.view(1, 1, R) != g.view(X, 1, 1)) & (d > 0) & (pair_max < mx.view(X, 1, 1) * (1 - TARGET_RTOL))
+    if num_zones > 1:
+        zone = h // (P // num_zones)
+        ok &= zone.view(1, 1, R) == (g // (P // num_zones)).view(X, 1, 1)
+    # Moves added: the scorer counts (GPU, expert) pairs absent from the old plan.
+    eb = p2l.unsqueeze(1).expand(X, S, R)
+    eav = ea.unsqueeze(2).expand(X, S, R)
+    cf, of = copies.view(X, P * E), old.view(X, P * E)
+    g_e = (g.view(X, 1, 1) * E + eb).view(X, -1)                                  # (g, eb)
+    h_e = (h.view(1, 1, R) * E + eav).view(X, -1)                                 # (h, ea)
+    g_a = (g.view(X, 1) * E + ea).view(X, -1)                                     # (g, ea)
+    h_b = (h.view(1, R) * E + p2l)                                                # (h, eb)
+    gain_b = ((cf.gather(1, g_e) == 0) & ~of.gather(1, g_e)).view(X, S, R)
+    gain_a = ((cf.gather(1, h_e) == 0) & ~of.gather(1, h_e)).view(X, S, R)
+    lose_a = ((cf.gather(1, g_a) == 1) & ~of.gather(1, g_a)).view(X, S, 1)
+    lose_b = ((cf.gather(1, h_b) == 1) & ~of.gather(1, h_b)).view(X, 1, R)
+    cost = (gain_a.to(torch.int64) + gain_b.to(torch.int64) - lose_a.to(torch.int64)
+            - lose_b.to(torch.int64)).to(w.dtype)
+    t = target.view(X, 1, 1)
+    within = pair_max <= t * (1 + TARGET_RTOL)
+    rel = pair_max / t
+    key = torch.where(within, cost + 0.5 * rel, 10.0 + rel)
+    key = key.masked_fill(~ok, float("inf")).view(X, -1)
+    best = key.argmin(1)
+    found = torch.isfinite(key.gather(1, best.unsqueeze(1))).squeeze(1)
+    slot_g = mine.gather(1, (best // R).unsqueeze(1)).squeeze(1)
+    return found, slot_g, best % R, g, mx, load, per
+
+
+def _count_change(w: torch.Tensor, p2l: torch.Tensor, cnt: torch.Tensor, load: torch.Tensor,
+                  per: torch.Tensor, g: torch.Tensor, num_gpus: int, num_zones: int):
+    """One slot given to the heaviest expert of GPU g by an expert with spare replicas.
+
+    Returns (ok [X], donor slot [X], receiver expert [X]); ok only when the new max load
+    of the layer is below the old one.
+    """
+    X, R = p2l.shape
+    P, E = num_gpus, w.shape[1]
+    S = R // P
+    dev = p2l.device
+    mine = g.unsqueeze(1) * S + torch.arange(S, device=dev)
+    x = p2l.gather(1, mine).gather(1, per.gather(1, mine).argmax(1, keepdim=True)).squeeze(1)   # [X]
+    h = torch.arange(R, device=dev) // S
+    c_slot = cnt.gather(1, p2l)
+    new_d = w.gather(1, p2l) / (c_slot - 1).clamp_min(1).to(w.dtype)                  # donor's replicas after
+    allowed = (c_slot >= 2) & (p2l != x.unsqueeze(1)) & (h.view(1, R) != g.view(X, 1))
+    if num_zones > 1:
+        zone = h // (P // num_zones)
+        allowed &= zone.view(1, R) == (g // (P // num_zones)).view(X, 1)
+    key = new_d.masked_fill(~allowed, float("inf"))
+    lowest = key.min(1, keepdim=True).values
+    tie = allowed & (key <= lowest * (1 + TARGET_RTOL))
+    j = load.gather(1, h.expand(X, R)).masked_fill(~tie, float("inf")).argmin(1)       # lightest GPU
+    have = torch.isfinite(lowest.squeeze(1))
+    # Exact new max load of the layer after the change.
+    trial = p2l.clone()
+    trial.scatter_(1, j.unsqueeze(1), x.unsqueeze(1))
+    tcnt = _counts(trial, E)
+    new_load = (w.gather(1, trial) / tcnt.gather(1, trial).to(w.dtype)).view(X, P, S).sum(-1)
+    ok = have & (new_load.max(1).values < load.max(1).values * (1 - TARGET_RTOL))
+    return ok, j, x
+
+
+def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, num_gpus: int,
+           num_zones: int = 1, max_rounds: int | None = None) -> RepairOutcome:
+    """Repair ``previous`` (phy2log [L, R]) on ``weights`` [L, E] until every layer's max GPU
+    load is <= ``target`` [L], with few moves. ``num_zones``: replicas never leave their
+    zone of ``P / num_zones`` consecutive GPUs (nodes, under the hierarchical policy)."""
+    w = weights.to(torch.float64)
+    L, E = w.shape
+    P = num_gpus
+    p2l = previous.clone()
+    old = _copies(previous, E, P) > 0                                             # [L, P, E]
+    target = target.to(w.device, torch.float64)
+    swaps = torch.zeros(L, dtype=torch.int64, device=w.device)
+    changes = torch.zeros_like(swaps)
+    stuck = torch.zeros(L, dtype=torch.bool, device=w.device)
+    rounds = 0
+    limit = max_rounds if max_rounds is not None else 4 * previous.shape[1]
+    while rounds < limit:
+        cnt = _counts(p2l, E)
+        load = (w.gather(1, p2l) / cnt.gather(1, p2l).to(w.dtype)).view(L, P, -1).sum(-1)
+        over = (load.max(1).values > target * (1 + TARGET_RTOL)) & ~stuck
+        rows = over.nonzero().squeeze(1)
+        if rows.numel() == 0:
+            break
+        rounds += 1
+        sp, sw, sc = p2l[rows], w[rows], cnt[rows]
+        found, slot_g, slot_h, g, _, sload, sper = _best_swaps(sw, sp, sc, _copies(sp, E, P), old[rows],
+                                                               target[rows], P, num_zones)
+        # Swaps where one exists.
+        a = sp.gather(1, slot_g.unsqueeze(1))
+        b = sp.gather(1, slot_h.unsqueeze(1))
+        swapped = sp.clone()
+        swapped.scatter_(1, slot_g.unsqueeze(1), b)
+        swapped.scatter_(1, slot_h.unsqueeze(1), a)
+        new = torch.where(found.unsqueeze(1), swapped, sp)
+        # A count change where no swap helps.
+        need = ~found
+        if bool(need.any()):
+            ok, j, x = _count_change(sw, sp, sc, sload, sper, g, P, num_zones)
+            ok &= need
+            changed = sp.clone()
+            changed.scatter_(1, j.unsqueeze(1), x.unsqueeze(1))
+            new = torch.where(ok.unsqueeze(1), changed, new)
+            changes[rows] += ok.to(torch.int64)
+            stuck[rows[need & ~ok]] = True
+        swaps[rows] += found.to(torch.int64)
+        p2l[rows] = new
+    cnt = _counts(p2l, E)
+    load = (w.gather(1, p2l) / cnt.gather(1, p2l).to(w.dtype)).view(L, P, -1).sum(-1)
+    met = load.max(1).values <= target * (1 + TARGET_RTOL)
+    return RepairOutcome(p2l, met, rounds, swaps, changes)

@@ -1,0 +1,119 @@
+"""Relabelling: permute a fresh plan's nodes, GPUs and slots to keep replicas where they are.
+
+GPU loads only depend on which replicas share a GPU, so renaming GPUs (and the slots
+inside a GPU) leaves every load unchanged while the moves against the placement in force
+drop. Moves are counted per (layer, GPU, expert) as the shared scorer does, so the best
+renaming maximises, over a permutation of GPUs, the experts that a new GPU shares with
+the old GPU it takes the place of: an assignment problem per layer
+(``scipy.optimize.linear_sum_assignment``).
+
+With ``num_nodes > 1`` GPUs only move inside a node and whole nodes are renamed (a
+two-level assignment: a GPU matching for every pair of nodes, then a node matching on
+those values), so a hierarchical plan keeps its groups together and node loads keep
+their values. Inside each GPU, a replica that the old GPU also held takes that old slot
+(engines then leave the slot untouched).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from scipy.optimize import linear_sum_assignment
+
+from ..errors import OptionError
+from ..plan import Plan
+from ..scoring import gpu_presence
+
+
+def shared_experts(new_p2l: torch.Tensor, old_p2l: torch.Tensor, num_experts: int,
+                   num_gpus: int) -> torch.Tensor:
+    """overlap: [L, P, P] experts held both by new GPU a and old GPU b (float32 counts)."""
+    new = gpu_presence(new_p2l, num_experts, num_gpus).to(torch.float32)   # [L, P, E]
+    old = gpu_presence(old_p2l, num_experts, num_gpus).to(torch.float32)
+    return torch.bmm(new, old.transpose(1, 2))
+
+
+def gpu_assignment(overlap: torch.Tensor, num_nodes: int = 1) -> torch.Tensor:
+    """target: [L, P] old GPU position that each new GPU takes, maximising the shared experts.
+
+    overlap: [L, P, P]. With ``num_nodes > 1`` a new GPU stays with the other GPUs of its
+    node (nodes are matched as a whole, GPUs inside each matched pair of nodes).
+    """
+    ov = overlap.cpu().numpy().astype(np.float64)
+    L, P, _ = ov.shape
+    N = num_nodes
+    Q = P // N
+    target = np.empty((L, P), dtype=np.int64)
+    for layer in range(L):
+        if N == 1:
+            rows, cols = linear_sum_assignment(ov[layer], maximize=True)
+            target[layer, rows] = cols
+            continue
+        blocks = ov[layer].reshape(N, Q, N, Q)
+        value = np.empty((N, N))
+        inner = np.empty((N, N, Q), dtype=np.int64)
+        for a in range(N):
+            for b in range(N):
+                r, c = linear_sum_assignment(blocks[a, :, b, :], maximize=True)
+                value[a, b] = blocks[a, r, b, c].sum()
+                inner[a, b, r] = c
+        na, nb = linear_sum_assignment(value, maximize=True)
+        for a, b in zip(na, nb):
+            target[layer, a * Q:(a + 1) * Q] = b * Q + inner[a, b]
+    return torch.from_numpy(target).to(overlap.device)
+
+
+def _rank_in_row(x: torch.Tensor) -> torch.Tensor:
+    """[X, S]: how many earlier entries of the same row equal each entry (replica rank on a GPU)."""
+    S = x.shape[1]
+    earlier = torch.ones(S, S, dtype=torch.bool, device=x.device).tril(-1)     # [i, j]: j < i
+    return ((x.unsqueeze(2) == x.unsqueeze(1)) & earlier).sum(2)
+
+
+def align_slots(new_slots: torch.Tensor, old_slots: torch.Tensor) -> torch.Tensor:
+    """Reorder each row of new_slots [X, S] so that an expert the old row [X, S] held keeps
+    its old slot (the k-th replica of e takes the old k-th slot of e); the rest fill the
+    free slots in order."""
+    X, S = new_slots.shape
+    key_new = new_slots * S + _rank_in_row(new_slots)
+    key_old = old_slots * S + _rank_in_row(old_slots)
+    match = key_new.unsqueeze(2) == key_old.unsqueeze(1)                        # [X, S(new), S(old)]
+    matched = match.any(2)
+    pos = match.to(torch.int8).argmax(2)
+    free = ~match.any(1)                                                        # old slots nobody took
+    idx = torch.arange(S, device=new_slots.device).expand(X, S)
+    free_pos = torch.sort(torch.where(free, idx, idx + S), dim=1).values % S     # free slots first, in order
+    k = (torch.cumsum((~matched).to(torch.int64), 1) - 1).clamp_min(0)
+    pos = torch.where(matched, pos, free_pos.gather(1, k))
+    return torch.empty_like(new_slots).scatter_(1, pos, new_slots)
+
+
+def relabel_phy2log(new_p2l: torch.Tensor, old_p2l: torch.Tensor, num_experts: int, num_gpus: int,
+                    num_nodes: int = 1) -> torch.Tensor:
+    """phy2log [L, R] of ``new_p2l`` with GPUs (and nodes) renamed and slots aligned to ``old_p2l``."""
+    L, R = new_p2l.shape
+    P, S = num_gpus, R // num_gpus
+    target = gpu_assignment(shared_experts(new_p2l, old_p2l, num_experts, P), num_nodes)   # [L, P]
+    placed = torch.empty_like(new_p2l).view(L, P, S)
+    placed.scatter_(1, target.unsqueeze(2).expand(L, P, S), new_p2l.view(L, P, S))
+    aligned = align_slots(placed.view(L * P, S), old_p2l.reshape(L * P, S))
+    return aligned.view(L, R)
+
+
+def relabel(plan: Plan, previous: Plan, num_gpus: int, num_nodes: int = 1) -> Plan:
+    """``plan`` renamed to keep the most replicas of ``previous`` in place; loads unchanged.
+
+    plan, previous: plans of the same layers, experts and slots. num_nodes: 1 lets GPUs move
+    anywhere (global plans); N keeps every GPU inside its node and renames whole nodes
+    (hierarchical plans keep their groups together).
+    """
+    if not isinstance(plan, Plan) or not isinstance(previous, Plan):
+        raise OptionError("previous", "relabelling needs two solvers.Plan objects")
+    if tuple(previous.phy2log.shape) != tuple(plan.phy2log.shape) or previous.num_experts != plan.num_experts:
+        raise OptionError("previous", f"has shape {tuple(previous.phy2log.shape)} with {previous.num_experts} "
+                          f"experts, the plan {tuple(plan.phy2log.shape)} with {plan.num_experts}")
+    if plan.num_replicas % num_gpus or num_gpus % num_nodes:
+        raise OptionError("num_gpus", f"{plan.num_replicas} slots, {num_gpus} GPUs and {num_nodes} nodes "
+                          "do not divide evenly")
+    old = previous.phy2log.to(plan.device)
+    return Plan.from_phy2log(relabel_phy2log(plan.phy2log, old, plan.num_experts, num_gpus, num_nodes),
+                             plan.num_experts)
