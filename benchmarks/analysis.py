@@ -5,13 +5,15 @@ Gap definitions (stated in every report):
 - per layer l: ``gap_l = objective_l / best_bound_l - 1`` where objective_l is the plan's max
   GPU load (shared scorer, even split) and best_bound_l the largest lower bound known for
   that layer of that instance and seed: the combinatorial bounds and every bound a solver
-  proved, over all runs whose bound applies to this plan (see ``universal``). ``gap_mean`` / ``gap_max``
-  are the mean / max over layers.
+  proved for every plan (``lower_bound_layers``; a restricted model's bound is kept apart in
+  ``model_bound_layers``). ``gap_mean`` / ``gap_max`` are the mean / max over layers.
+- ``gap_in_model_mean``: against the model bounds that cover this plan (its own solver's,
+  and free-count models of its policy and colocation rule).
 - ``gap_best_known``: mean over layers of ``objective_l / best objective_l - 1``, the best
   objective among all solvers' plans on that instance and seed.
 - ``gap_in_policy_mean``: the same gap against the larger of the best bound and the bound for
   every plan of the plan's own node structure (``solvers.bounds.structure_bound``: node-level
-  bounds where each group stays on one node). For a strict hierarchical plan it measures the
+  bounds where each group stays on one node) and the model bounds that cover the plan. For a strict hierarchical plan it measures the
   heuristic within the hierarchical policy; ``gap_mean`` adds what the policy itself costs.
 - ``proven_optimum``: the best bound meets the best objective on every layer, so the gap of
   that row is measured against a proven optimum.
@@ -25,8 +27,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-# Same tolerance as solvers.solve: a MIP bound carries the solver's feasibility tolerance.
-RTOL, ATOL = 1e-6, 1e-9
+from solvers.tolerances import BOUND_RTOL
+
+# Same relative tolerance as solvers.solve (no absolute slack: loads may be normalised).
+RTOL = BOUND_RTOL
 TIME_SHIFT_S = 0.01        # shift of the shifted geometric mean of wall times (seconds)
 DEFAULT_BUDGETS_S = (0.1, 1.0, 10.0, 60.0)
 SHAPE_COLS = ["num_experts", "num_replicas", "num_gpus", "num_nodes", "num_groups"]
@@ -38,64 +42,71 @@ def _vec(text: Any) -> np.ndarray | None:
     return np.asarray(json.loads(text), dtype=np.float64)
 
 
-def universal(bound_scope: str, policy: str) -> bool:
-    """Whether a row's lower bound holds for every plan of its instance.
-
-    It does for the combinatorial bounds (rows without a solver bound: empty scope), for a
-    replication bound, and for the optimum of the unrestricted model (joint counts and
-    placement, global policy, colocation allowed). A bound proved for a restricted model
-    (fixed counts, no colocation, hierarchical) only bounds plans of that same model.
-    """
-    if not bound_scope or bound_scope.startswith("max GPU load of every plan"):
+def _model_applies(bound: Any, row: Any) -> bool:
+    """The model bound of row ``bound`` holds for the plan of row ``row``: the same scope, or a
+    free-count model of the row's policy whose colocation rule the row's plan keeps."""
+    if not bound.model_policy:
+        return False
+    if bound.name == row.name:
         return True
-    return policy == "global" and bound_scope.startswith("optimum of the model (joint,") \
-        and "colocation=allowed" in bound_scope
-
-
-def _applies(bound: Any, row: Any) -> bool:
-    """The lower bound of row ``bound`` holds for the plan of row ``row``."""
-    return universal(bound.bound_scope, bound.policy) or (
-        bound.bound_scope == row.bound_scope and bound.policy == row.policy)
+    if bound.model_counts != "free" or bound.model_policy != row.policy:
+        return False
+    if bound.model_policy == "hierarchical" and bound.model_node_budget != "fixed":
+        return False
+    return bound.model_colocation == "allowed" or row.duplicates == 0
 
 
 def derive(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """The table with DERIVED columns, and the hard violations found across rows
     (an objective below a bound that applies to it)."""
     df = df.copy()
-    for c in ("best_bound", "gap_mean", "gap_max", "gap_in_policy_mean", "gap_best_known"):
+    for c in ("best_bound", "gap_mean", "gap_max", "gap_in_policy_mean", "gap_in_model_mean", "gap_best_known"):
         df[c] = np.nan
     df["proven_optimum"] = False
     violations: list[str] = []
     for _, idx in df.groupby(["instance", "seed"], sort=False).groups.items():
         rows = df.loc[idx]
         objs = {i: _vec(r.objective_layers) for i, r in rows.iterrows()}
-        lbs = {i: _vec(r.lower_bound_layers) for i, r in rows.iterrows()}
+        lbs = [v for v in (_vec(r.lower_bound_layers) for _, r in rows.iterrows()) if v is not None]
+        mbs = {i: _vec(r.get("model_bound_layers")) for i, r in rows.iterrows()}
         plans = [v for v in objs.values() if v is not None]
         best_obj = np.min(plans, axis=0) if plans else None
+        if not lbs:
+            continue
+        bound = np.max(lbs, axis=0)              # every lower bound holds for every plan
         for i, r in rows.iterrows():
-            applicable = [lbs[j] for j, q in rows.iterrows() if lbs[j] is not None and _applies(q, r)]
-            if not applicable:
-                continue
-            bound = np.max(applicable, axis=0)
+            model = [mbs[j] for j, q in rows.iterrows() if mbs[j] is not None and _model_applies(q, r)]
             df.at[i, "best_bound"] = float(bound.sum())
             obj = objs[i]
             if obj is None:
                 continue
-            below = obj < bound * (1 - RTOL) - ATOL
-            if below.any():
-                layer = int(np.argmax(bound - obj))
-                violations.append(f"{r.solver} on {r.instance} seed {r.seed}: layer {layer} objective "
-                                  f"{obj[layer]!r} is below the proven lower bound {bound[layer]!r}")
+            for what, b in [("lower bound", bound)] + [("model bound", m) for m in model]:
+                if (obj < b * (1 - RTOL)).any():
+                    layer = int(np.argmax(b - obj))
+                    violations.append(f"{r.solver} on {r.instance} seed {r.seed}: layer {layer} objective "
+                                      f"{obj[layer]!r} is below the proven {what} {b[layer]!r}")
             gap = np.where(bound > 0, obj / np.maximum(bound, 1e-300) - 1, np.where(obj > 0, np.inf, 0.0))
             known = np.where(best_obj > 0, obj / np.maximum(best_obj, 1e-300) - 1, 0.0)
             df.at[i, "gap_mean"], df.at[i, "gap_max"] = float(gap.mean()), float(gap.max())
             sb = _vec(r.get("structure_bound_layers"))
             within = np.maximum(bound, sb) if sb is not None else bound
+            if model:
+                in_model = np.maximum(bound, np.max(model, axis=0))
+                df.at[i, "gap_in_model_mean"] = float(_gap(obj, in_model).mean())
+            # bounds of the row's whole policy (free counts, duplicates allowed) sharpen the gap within it
+            of_policy = [mbs[j] for j, q in rows.iterrows() if mbs[j] is not None and q.model_counts == "free"
+                         and q.model_colocation == "allowed" and _model_applies(q, r)]
+            if of_policy:
+                within = np.maximum(within, np.max(of_policy, axis=0))
             df.at[i, "gap_in_policy_mean"] = float(np.where(within > 0, obj / np.maximum(within, 1e-300) - 1,
                                                             np.where(obj > 0, np.inf, 0.0)).mean())
             df.at[i, "gap_best_known"] = float(known.mean())
-            df.at[i, "proven_optimum"] = bool((bound >= best_obj * (1 - RTOL) - ATOL).all())
+            df.at[i, "proven_optimum"] = bool((bound >= best_obj * (1 - RTOL)).all())
     return df, violations
+
+
+def _gap(obj: np.ndarray, bound: np.ndarray) -> np.ndarray:
+    return np.where(bound > 0, obj / np.maximum(bound, 1e-300) - 1, np.where(obj > 0, np.inf, 0.0))
 
 
 def shifted_geomean(times: pd.Series, shift: float = TIME_SHIFT_S) -> float:
@@ -117,6 +128,7 @@ def solver_table(df: pd.DataFrame) -> pd.DataFrame:
         out.append({
             "solver": name, "kind": g["kind"].iloc[0], "runs": len(g), "plans": len(ok),
             "optimal": int((g["status"] == "optimal").sum()),
+            "optimal_in_model": int((g["status"] == "optimal_in_model").sum()),
             "failed": int((~has_plan(g)).sum()),
             "time_sgm_s": shifted_geomean(g["wall_time_s"]),
             "time_max_s": float(g["wall_time_s"].max()),

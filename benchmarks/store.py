@@ -23,24 +23,29 @@ COLUMNS = [
     "instance", "model", "num_layers", "num_experts", "num_groups", "num_replicas", "num_nodes",
     "num_gpus", "slots_per_gpu", "shape", "scenario", "steps", "window", "seed",
     # solver
-    "solver", "kind", "options", "policy", "status", "message", "bound_scope",
-    # objective and bounds: sums over layers; per-layer values as JSON lists
+    "solver", "kind", "options", "policy", "status", "message",
+    # objective and bounds: sums over layers; per-layer values as JSON lists. lower_bound holds
+    # for every plan; model_bound only for the solver's restricted model (model_* = its scope)
     "objective", "lower_bound", "gap_own_mean", "gap_own_max",
+    "model_bound", "model_policy", "model_counts", "model_colocation", "model_node_budget",
     # quality (shared scorer) and time
     "imbalance_mean", "imbalance_worst", "balancedness", "node_imbalance_mean", "duplicates",
     "off_node_share_mean", "oos_imbalance_mean", "oos_imbalance_worst", "wall_time_s", "threads", "host",
-    "objective_layers", "lower_bound_layers", "structure_bound_layers",
+    "objective_layers", "lower_bound_layers", "structure_bound_layers", "model_bound_layers",
 ]
 # Filled in when a run finishes, from all rows of the same instance and seed (analysis.derive).
-DERIVED = ["best_bound", "gap_mean", "gap_max", "gap_in_policy_mean", "gap_best_known", "proven_optimum"]
+DERIVED = ["best_bound", "gap_mean", "gap_max", "gap_in_policy_mean", "gap_in_model_mean", "gap_best_known",
+           "proven_optimum"]
 KEY = ["instance", "solver", "options", "seed"]
 NUMERIC = ["num_layers", "num_experts", "num_groups", "num_replicas", "num_nodes", "num_gpus",
            "slots_per_gpu", "steps", "window", "seed", "objective", "lower_bound", "gap_own_mean",
            "gap_own_max", "imbalance_mean", "imbalance_worst", "balancedness", "node_imbalance_mean",
            "duplicates", "off_node_share_mean", "oos_imbalance_mean", "oos_imbalance_worst", "wall_time_s",
-           "threads", "best_bound", "gap_mean", "gap_max", "gap_in_policy_mean", "gap_best_known"]
+           "threads", "best_bound", "gap_mean", "gap_max", "gap_in_policy_mean", "gap_in_model_mean",
+           "gap_best_known", "model_bound"]
 TEXT = ["instance", "model", "shape", "scenario", "solver", "kind", "options", "policy", "status",
-        "message", "bound_scope", "host", "objective_layers", "lower_bound_layers", "structure_bound_layers"]
+        "message", "host", "objective_layers", "lower_bound_layers", "structure_bound_layers",
+        "model_policy", "model_counts", "model_colocation", "model_node_budget", "model_bound_layers"]
 
 CSV_NAME, PARQUET_NAME, META_NAME, SUMMARY_NAME = "results.csv", "results.parquet", "meta.json", "summary.md"
 OWN_FILES = (CSV_NAME, PARQUET_NAME, META_NAME, SUMMARY_NAME, "profile.png", "profile.html")

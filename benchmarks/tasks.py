@@ -16,6 +16,7 @@ import torch
 
 from solvers.bounds import structure_bound
 from solvers.errors import EPLBError, OptionError, PlanError
+from solvers.options import option_by_role
 from solvers.registry import get_solver, solver_names
 from solvers.scoring import score
 from solvers.solve import BoundViolation, InvalidSolverPlan, solve
@@ -29,8 +30,6 @@ BOUND_VIOLATION = "bound_violation"    # objective below a proven lower bound (a
 BAD_INPUT = "bad_input"                # the solver rejected the instance or options
 HARD_FAILURES = (INVALID_PLAN, BOUND_VIOLATION)
 
-# Options the harness fills in when a solver accepts them (and the suite did not set them).
-THREAD_OPTIONS = ("threads", "num_threads", "num_workers", "workers")
 
 
 @dataclass(frozen=True)
@@ -78,8 +77,13 @@ def run_task(task: Task, threads: int = 1) -> dict[str, Any]:
     except EPLBError as exc:
         return {**row, "status": BAD_INPUT, "message": str(exc)}
     row.update(status=str(result.termination), message=result.message, policy=result.policy,
-               bound_scope=str(result.info.get("bound_scope", "")), wall_time_s=result.wall_time,
+               wall_time_s=result.wall_time,
                lower_bound=float(result.lower_bound.sum()), lower_bound_layers=_layers(result.lower_bound))
+    if result.model_bound is not None:           # a restricted model's bound, with its typed scope
+        scope = result.model_scope
+        row.update(model_bound=float(result.model_bound.sum()), model_bound_layers=_layers(result.model_bound),
+                   model_policy=scope.policy, model_counts=scope.counts, model_colocation=scope.colocation,
+                   model_node_budget=scope.node_budget or "")
     if result.score is None:
         return row
     m = result.score.metrics()
@@ -132,19 +136,19 @@ def suite_tasks(suite: Suite, *, solvers: list[str] | None = None, time_limit: f
         limit = group.time_limit if time_limit is None else time_limit
         for name in resolve_solvers(group.kinds, solvers):
             used.add(name)
-            accepted = set(get_solver(name).options)
+            # the solver's schema says which options set its time, threads and seed
+            schema = get_solver(name).schema
+            time_opt, thread_opt, seed_opt = (option_by_role(schema, r) for r in ("time_limit", "threads", "seed"))
             opts = dict(group.options.get(name, {}))
-            if limit is not None and "time_limit" in accepted:
-                opts.setdefault("time_limit", float(limit))
-            for t in THREAD_OPTIONS:
-                if t in accepted:
-                    opts.setdefault(t, threads)
-                    break
+            if limit is not None and time_opt is not None:
+                opts.setdefault(time_opt.name, float(limit))
+            if thread_opt is not None:
+                opts.setdefault(thread_opt.name, threads)
             for inst in group.instances:
                 for seed in seeds:
                     o = dict(opts)
-                    if "seed" in accepted:
-                        o.setdefault("seed", int(seed))
+                    if seed_opt is not None:
+                        o.setdefault(seed_opt.name, int(seed))
                     tasks.append(Task(inst.id, name, o, int(seed)))
     if solvers is not None:
         unused = [n for n in solvers if n not in used]
