@@ -1,0 +1,95 @@
+"""Cached library calls: changing a chart setting never re-reads a file or re-solves.
+
+Each function is keyed by content: a dataset name, an upload's SHA-256, or the SHA-256 of
+the weights being solved (the tensors themselves ride along as unhashed ``_`` arguments).
+Exceptions are not cached, so a bad input raises again and the page shows it.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+import torch
+
+from . import loads as loads_mod
+from .compute import Cluster, HeldOut, Outcome, held_out, run_solver
+
+
+@st.cache_data(show_spinner="Reading the dataset...", max_entries=16)
+def dataset(name: str) -> loads_mod.Loads:
+    return loads_mod.from_dataset(name)
+
+
+@st.cache_data(show_spinner="Generating the trace...", max_entries=16)
+def generated(model: str, scenario: str, steps: int, seed: int, tokens_per_step: int) -> loads_mod.Loads:
+    return loads_mod.from_generator(model, scenario, steps, seed, tokens_per_step)
+
+
+def upload(filename: str, data: bytes, format: str | None) -> loads_mod.Loads:
+    """An uploaded loads file, parsed once per content."""
+    return _upload(hashlib.sha256(data).hexdigest(), filename, format, data)
+
+
+@st.cache_data(show_spinner="Reading the upload...", max_entries=8)
+def _upload(sha: str, filename: str, format: str | None, _data: bytes) -> loads_mod.Loads:
+    return loads_mod.from_upload(filename, _data, format)
+
+
+def options_key(options: dict[str, Any]) -> tuple:
+    return tuple(sorted(options.items()))
+
+
+@st.cache_data(show_spinner=False, max_entries=128)
+def _solve(weights_sha: str, cluster: tuple, solver: str, options: tuple, _weights: torch.Tensor) -> Outcome:
+    return run_solver(Cluster(*cluster).problem(_weights), solver, dict(options))
+
+
+def solve(weights: torch.Tensor, cluster: Cluster, solver: str, options: dict[str, Any]) -> Outcome:
+    """:func:`app.compute.run_solver`, cached by the weights' content, cluster, solver and options."""
+    return _solve(loads_mod.content_hash(weights), _cluster_key(cluster), solver, options_key(options), weights)
+
+
+def is_solved(weights: torch.Tensor, cluster: Cluster, solver: str, options: dict[str, Any]) -> bool:
+    """Whether :func:`solve` would answer from the cache (no solver run)."""
+    key = (loads_mod.content_hash(weights), _cluster_key(cluster), solver, options_key(options))
+    return key in st.session_state.setdefault("_solved", set())
+
+
+def mark_solved(weights: torch.Tensor, cluster: Cluster, solver: str, options: dict[str, Any]) -> None:
+    key = (loads_mod.content_hash(weights), _cluster_key(cluster), solver, options_key(options))
+    st.session_state.setdefault("_solved", set()).add(key)
+
+
+@st.cache_data(show_spinner=False, max_entries=128)
+def _held_out(weights_sha: str, plan_sha: str, cluster: tuple, _weights: torch.Tensor, _plan) -> HeldOut:
+    return held_out(Cluster(*cluster).problem(_weights), _plan)
+
+
+def held_out_score(weights: torch.Tensor, cluster: Cluster, plan) -> HeldOut:
+    return _held_out(loads_mod.content_hash(weights), loads_mod.content_hash(plan.phy2log), _cluster_key(cluster),
+                     weights, plan)
+
+
+def _cluster_key(cluster: Cluster) -> tuple:
+    return (cluster.num_replicas, cluster.num_groups, cluster.num_nodes, cluster.num_gpus)
+
+
+@st.cache_data(show_spinner="Reading benchmark results...", max_entries=4)
+def results(directory: str, stamp: float) -> pd.DataFrame:
+    """The benchmark results table of ``directory`` (``stamp``: its files' latest mtime, so a
+    rerun of the benchmark is picked up)."""
+    from benchmarks.analysis import derive
+    from benchmarks.store import read_results
+
+    df = read_results(directory)
+    if "gap_mean" not in df.columns or "proven_optimum" not in df.columns:
+        df = derive(df)[0]
+    return df
+
+
+def results_stamp(directory: str) -> float:
+    d = Path(directory)
+    return max((p.stat().st_mtime for p in d.glob("results.*")), default=0.0) if d.is_dir() else 0.0

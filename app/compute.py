@@ -1,0 +1,161 @@
+"""What the pages compute, as plain functions of tensors (no Streamlit; the pages cache them).
+
+A :class:`Cluster` plus loads make a :class:`solvers.Problem`; :func:`run_solver` is
+:func:`solvers.solve` plus the gap within the plan's own policy; :func:`held_out` scores a
+plan on loads it was not planned on. Tables for the pages come from :func:`metric_cards`,
+:func:`plan_table` and :func:`compare_row`.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import torch
+
+from solvers import Problem, SolveResult, lower_bound, score, solve
+from solvers.bounds import structure_bound
+from solvers.plan import Plan
+from solvers.result import ratio_gap
+from solvers.scoring import Score
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The cluster shape: R slots in all, G expert groups, N nodes, P GPUs."""
+
+    num_replicas: int
+    num_groups: int
+    num_nodes: int
+    num_gpus: int
+
+    def problem(self, weights: torch.Tensor) -> Problem:
+        """weights: [layers, experts]; raises ProblemError for an impossible shape."""
+        return Problem(weights, self.num_replicas, self.num_groups, self.num_nodes, self.num_gpus)
+
+    def describe(self) -> str:
+        return (f"{self.num_nodes} node(s) x {self.num_gpus // max(self.num_nodes, 1)} GPUs = {self.num_gpus} GPUs, "
+                f"{self.num_replicas} slots ({self.num_replicas // max(self.num_gpus, 1)} per GPU), "
+                f"{self.num_groups} expert group(s)")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A solve with what the pages show beside it.
+
+    result: the SolveResult (plan graded by the shared scorer). gap_in_policy: [L] gap
+    against the bound for every plan of the plan's own node structure (None without a
+    plan).
+    """
+
+    result: SolveResult
+    gap_in_policy: torch.Tensor | None
+
+
+def run_solver(problem: Problem, solver: str, options: dict[str, Any]) -> Outcome:
+    """:func:`solvers.solve` plus the gap within the plan's policy (the structure bound)."""
+    result = solve(problem, solver, **options)
+    gip = None
+    if result.plan is not None:
+        gip = ratio_gap(result.score.max_load, torch.maximum(structure_bound(problem, result.plan),
+                                                             result.lower_bound))
+    return Outcome(result, gip)
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """A plan scored on held-out loads: score, the bound valid there, and the gap [L]."""
+
+    score: Score
+    lower_bound: torch.Tensor
+    gap: torch.Tensor
+
+
+def held_out(problem: Problem, plan: Plan) -> HeldOut:
+    """Score ``plan`` on ``problem`` (loads it was not planned on) and its gap to the bound
+    that holds for every plan on those loads."""
+    sc = score(problem, plan)
+    lb = lower_bound(problem)
+    return HeldOut(sc, lb, ratio_gap(sc.max_load, lb))
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.2f}%"
+
+
+def metric_cards(outcome: Outcome, moves: Score | None = None) -> list[tuple[str, str, str]]:
+    """(label, value, help) of the Explore page's metric cards."""
+    r = outcome.result
+    m = r.score.metrics()
+    gap, gip = r.gap, outcome.gap_in_policy
+    cards = [
+        ("Imbalance, mean", f"{m['imbalance_mean']:.4f}", "max GPU load / mean GPU load, averaged over layers (1 is perfect)"),
+        ("Imbalance, worst layer", f"{m['imbalance_worst']:.4f}", "the largest max / mean over layers"),
+        ("Balancedness", f"{m['balancedness']:.4f}", "mean / max GPU load averaged over layers (what vLLM and SGLang log); "
+                                                      f"sum form {m['balancedness_sum']:.4f}"),
+        ("Node imbalance", f"{m['node_imbalance_mean']:.4f}", f"max / mean node load, mean over layers (worst "
+                                                                f"{m['node_imbalance_worst']:.4f})"),
+        ("Gap to bound", _pct(float(gap.mean())), f"objective / lower bound - 1, mean over layers (worst layer "
+                                                   f"{_pct(float(gap.max()))}); the bound holds for every plan"),
+        ("Gap within policy", _pct(None if gip is None else float(gip.mean())),
+         "the same against the bound for every plan keeping this plan's node structure (for a hierarchical "
+         "plan: whole groups per node); gap to bound minus this is what the policy costs"),
+        ("Duplicates", f"{m['duplicates']}", "(layer, GPU, expert) with two or more replicas on one GPU"),
+        ("Off-node share", _pct(m.get("off_node_share_mean")),
+         "share of tokens served outside their group's home node (inter-node traffic proxy; - without groups)"),
+        ("Time", f"{r.wall_time:.3g} s", "the solver's wall time"),
+        ("Termination", str(r.termination), f"policy {r.policy}" + (f"; {r.message}" if r.message else "")),
+    ]
+    if moves is not None and moves.moves is not None:
+        size = "-" if moves.moves_bytes is None else f"{moves.moves_bytes / 1e9:,.2f} GB"
+        cards.append(("Moves", f"{moves.moves:,}", "replicas a GPU must load because the current placement's GPU "
+                                                   "did not hold that expert"))
+        cards.append(("Bytes moved", size, "moves x expert size"))
+    return cards
+
+
+def plan_table(weights: torch.Tensor, plan: Plan, layer: int, num_gpus: int, num_nodes: int) -> pd.DataFrame:
+    """One layer of the plan, GPU by GPU: node, experts held (``e×k`` = k replicas), load,
+    load / mean. weights: [L, E]."""
+    p2l = plan.phy2log[layer].cpu()
+    cnt = plan.logcnt[layer].cpu().to(torch.float64)
+    w = weights[layer].cpu().to(torch.float64)
+    R = p2l.shape[0]
+    S = R // num_gpus
+    per_slot = (w[p2l] / cnt[p2l]).view(num_gpus, S)
+    load = per_slot.sum(1)
+    mean = float(load.mean()) or 1.0
+    rows = []
+    for g, experts in enumerate(p2l.view(num_gpus, S).tolist()):
+        held: dict[int, int] = {}
+        for e in experts:
+            held[e] = held.get(e, 0) + 1
+        text = ", ".join(f"{e}" if k == 1 else f"{e}×{k}" for e, k in sorted(held.items()))
+        rows.append({"GPU": g, "node": g // (num_gpus // num_nodes), "experts": text,
+                     "tokens": float(load[g]), "load / mean": float(load[g]) / mean})
+    return pd.DataFrame(rows)
+
+
+def options_text(options: dict[str, Any]) -> str:
+    return json.dumps({k: v for k, v in sorted(options.items())}, separators=(", ", "="))[1:-1].replace('"', "")
+
+
+def compare_row(name: str, outcome: Outcome, heldout: HeldOut | None) -> dict[str, Any]:
+    """One row of the Compare table (fractions for gaps)."""
+    r = outcome.result
+    row: dict[str, Any] = {"solver": name, "termination": str(r.termination), "policy": r.policy,
+                           "time_s": r.wall_time}
+    if r.score is None:
+        return {**row, "message": r.message}
+    m = r.score.metrics()
+    row.update({"imbalance_mean": m["imbalance_mean"], "imbalance_worst": m["imbalance_worst"],
+                "gap_mean": r.gap_mean, "gap_max": r.gap_max,
+                "gap_in_policy_mean": None if outcome.gap_in_policy is None else float(outcome.gap_in_policy.mean()),
+                "duplicates": m["duplicates"], "off_node_share": m.get("off_node_share_mean")})
+    if heldout is not None:
+        hm = heldout.score.metrics()
+        row.update({"heldout_imbalance_mean": hm["imbalance_mean"], "heldout_imbalance_worst": hm["imbalance_worst"],
+                    "heldout_gap_mean": float(heldout.gap.mean()), "heldout_gap_max": float(heldout.gap.max())})
+    return row

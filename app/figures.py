@@ -1,0 +1,251 @@
+"""Plotly figures of the app, built by pure functions from scores, plans and tables.
+
+No Streamlit here: tests build every figure directly and compare its data with the
+shared scorer. Shapes: L layers, E experts, R slots, P GPUs, N nodes, S = R / P.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import torch
+
+from solvers.plan import replica_ranks
+
+TEMPLATE = "plotly_white"
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#17becf")
+EXPERT_SCALE = "Turbo"
+
+
+def _np(x: torch.Tensor | np.ndarray | Sequence[float]) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def _node_boundaries(fig: go.Figure, num_gpus: int, num_nodes: int, *, labels: bool = True,
+                     row: int | None = None, col: int | None = None) -> None:
+    """Dotted lines between nodes (x axis = GPU index) and a label per node on top."""
+    per_node = num_gpus // num_nodes
+    kw = {} if row is None else {"row": row, "col": col}
+    for n in range(1, num_nodes):
+        fig.add_vline(x=n * per_node - 0.5, line={"color": "#444", "width": 1, "dash": "dot"}, **kw)
+    if labels and 1 < num_nodes <= 24:
+        for n in range(num_nodes):
+            fig.add_annotation(x=n * per_node + (per_node - 1) / 2, y=1.0, yref="paper", yanchor="bottom",
+                               text=f"node {n}", showarrow=False, font={"size": 10, "color": "#444"})
+
+
+def color_for(index: int) -> str:
+    return PALETTE[index % len(PALETTE)]
+
+
+# ---------------------------------------------------------------------------------------
+# Explore: one plan
+
+def replica_loads(weights: torch.Tensor, phy2log: torch.Tensor, logcnt: torch.Tensor,
+                  num_gpus: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One layer's replicas, GPU by GPU: (tokens [P, S], expert [P, S], replica rank [P, S]).
+
+    weights: [E] loads; phy2log: [R] expert of each slot; logcnt: [E] replica counts. Each
+    replica carries w_e / c_e (the even split of the shared scorer)."""
+    p2l = phy2log.detach().cpu().to(torch.int64)
+    w = weights.detach().cpu().to(torch.float64)
+    cnt = logcnt.detach().cpu().to(torch.float64)
+    per_slot = w[p2l] / cnt[p2l]                                          # [R]
+    rank = replica_ranks(p2l.unsqueeze(0), w.shape[0])[0][0]              # [R]
+    shape = (num_gpus, p2l.shape[0] // num_gpus)
+    return per_slot.view(shape).numpy(), p2l.view(shape).numpy(), rank.view(shape).numpy()
+
+
+def gpu_load_figure(weights: torch.Tensor, phy2log: torch.Tensor, logcnt: torch.Tensor, num_gpus: int,
+                    num_nodes: int, title: str = "") -> go.Figure:
+    """Stacked bar of one layer's per-GPU load: one segment per replica, coloured by expert
+    (hover: expert, replica, tokens), the mean GPU load as a line, node boundaries dotted.
+
+    weights: [E]; phy2log: [R]; logcnt: [E]. Trace s holds slot s of every GPU, so the bars'
+    totals are the scorer's ``gpu_load`` for this layer."""
+    tokens, expert, rank = replica_loads(weights, phy2log, logcnt, num_gpus)
+    P, S = tokens.shape
+    E = int(weights.shape[0])
+    cnt = _np(logcnt).astype(np.int64)
+    fig = go.Figure()
+    gpus = np.arange(P)
+    for s in range(S):
+        custom = np.stack([expert[:, s], rank[:, s] + 1, cnt[expert[:, s]], tokens[:, s]], axis=1)
+        fig.add_trace(go.Bar(
+            x=gpus, y=tokens[:, s], name=f"slot {s}", customdata=custom, showlegend=False,
+            marker={"color": expert[:, s], "colorscale": EXPERT_SCALE, "cmin": 0, "cmax": max(E - 1, 1),
+                    "line": {"color": "white", "width": 0.6},
+                    "showscale": s == 0, "colorbar": {"title": {"text": "expert"}, "thickness": 12}},
+            hovertemplate="GPU %{x}<br>expert %{customdata[0]:.0f} · replica %{customdata[1]:.0f}"
+                          " of %{customdata[2]:.0f}<br>%{customdata[3]:,.1f} tokens<extra>slot " + str(s) + "</extra>"))
+    mean = float(tokens.sum() / P)
+    fig.add_hline(y=mean, line={"color": "black", "dash": "dash", "width": 1.5},
+                  annotation_text=f"mean {mean:,.0f}", annotation_position="top left")
+    _node_boundaries(fig, P, num_nodes)
+    fig.update_layout(barmode="stack", bargap=0.12, template=TEMPLATE, title=title or None,
+                      xaxis={"title": "GPU", "tickmode": "linear" if P <= 48 else "auto", "range": [-0.6, P - 0.4]},
+                      yaxis={"title": "tokens"}, margin={"t": 60 if title else 40, "b": 40}, height=430)
+    return fig
+
+
+def bar_totals(fig: go.Figure) -> np.ndarray:
+    """[P] the stacked bars' totals (sum over the bar traces): what a reader sees per GPU."""
+    bars = [np.asarray(t.y, dtype=np.float64) for t in fig.data if t.type == "bar"]
+    return np.sum(bars, axis=0)
+
+
+def load_heatmap(gpu_load: torch.Tensor, num_nodes: int) -> go.Figure:
+    """Layers x GPUs heatmap of load / the layer's mean GPU load (1 = even), each layer's
+    hottest GPU marked. gpu_load: [L, P]."""
+    load = _np(gpu_load).astype(np.float64)
+    L, P = load.shape
+    mean = load.mean(1, keepdims=True)
+    ratio = np.divide(load, mean, out=np.ones_like(load), where=mean > 0)
+    hottest = ratio.argmax(1)
+    top = float(max(ratio.max(), 1.0 + 1e-6))
+    fig = go.Figure(go.Heatmap(
+        z=ratio, x=np.arange(P), y=np.arange(L), colorscale="RdBu_r", zmid=1.0, zmin=min(float(ratio.min()), 2 - top),
+        zmax=top, colorbar={"title": {"text": "load / mean"}, "thickness": 12},
+        hovertemplate="layer %{y} · GPU %{x}<br>load / mean %{z:.3f}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=hottest, y=np.arange(L), mode="markers", name="hottest GPU",
+                             marker={"symbol": "x-thin", "size": 7, "line": {"width": 1.5, "color": "black"}},
+                             customdata=ratio[np.arange(L), hottest],
+                             hovertemplate="layer %{y}: hottest GPU %{x} (%{customdata:.3f} x mean)<extra></extra>"))
+    _node_boundaries(fig, P, num_nodes)
+    fig.update_layout(template=TEMPLATE, xaxis={"title": "GPU"}, yaxis={"title": "layer", "autorange": "reversed"},
+                      height=max(320, min(900, 40 + 11 * L)), margin={"t": 40, "b": 40},
+                      legend={"orientation": "h", "y": -0.12})
+    return fig
+
+
+def node_load_figure(node_load: torch.Tensor) -> go.Figure:
+    """One layer's load per node with the mean as a line. node_load: [N]."""
+    load = _np(node_load).astype(np.float64)
+    mean = float(load.mean())
+    fig = go.Figure(go.Bar(x=[f"node {n}" for n in range(len(load))], y=load,
+                           marker={"color": [color_for(n) for n in range(len(load))]},
+                           hovertemplate="%{x}: %{y:,.0f} tokens<extra></extra>"))
+    fig.add_hline(y=mean, line={"color": "black", "dash": "dash", "width": 1.5},
+                  annotation_text=f"mean {mean:,.0f}", annotation_position="top left")
+    fig.update_layout(template=TEMPLATE, yaxis={"title": "tokens"}, height=330, margin={"t": 30, "b": 40})
+    return fig
+
+
+def layer_imbalance_figure(series: Mapping[str, torch.Tensor | np.ndarray], title: str = "",
+                           floor: torch.Tensor | np.ndarray | None = None) -> go.Figure:
+    """Per-layer imbalance (max / mean), one line per named series ([L] each); ``floor``: [L]
+    the lower bound / mean, the best any plan can do on that layer."""
+    fig = go.Figure()
+    for k, (name, values) in enumerate(series.items()):
+        v = _np(values).astype(np.float64)
+        fig.add_trace(go.Scatter(x=np.arange(len(v)), y=v, mode="lines+markers", name=name,
+                                 line={"color": color_for(k)}, marker={"size": 4},
+                                 hovertemplate="layer %{x}: %{y:.4f}<extra>" + name + "</extra>"))
+    if floor is not None:
+        f = _np(floor).astype(np.float64)
+        fig.add_trace(go.Scatter(x=np.arange(len(f)), y=f, mode="lines", name="lower bound (any plan)",
+                                 line={"color": "#888", "dash": "dot"},
+                                 hovertemplate="layer %{x}: bound %{y:.4f}<extra></extra>"))
+    fig.update_layout(template=TEMPLATE, title=title or None, xaxis={"title": "layer"},
+                      yaxis={"title": "max / mean"}, height=360, margin={"t": 50 if title else 30, "b": 40},
+                      legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0})
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# Compare: several solvers on the same loads
+
+def gap_figure(table: pd.DataFrame) -> go.Figure:
+    """Mean and worst-layer gap to the lower bound per solver, in sample and held out.
+    table: one row per solver with ``solver``, ``gap_mean``, ``gap_max`` and optionally
+    ``heldout_gap_mean``, ``heldout_gap_max`` (fractions)."""
+    fig = go.Figure()
+    cols = [("gap_mean", "in sample, mean"), ("gap_max", "in sample, worst layer"),
+            ("heldout_gap_mean", "held out, mean"), ("heldout_gap_max", "held out, worst layer")]
+    for k, (col, label) in enumerate(cols):
+        if col in table and table[col].notna().any():
+            fig.add_trace(go.Bar(x=table["solver"], y=100 * table[col].astype(float), name=label,
+                                 marker={"color": PALETTE[k], "opacity": 1.0 if "mean" in col else 0.55},
+                                 hovertemplate="%{x}: %{y:.3f}%<extra>" + label + "</extra>"))
+    fig.update_layout(template=TEMPLATE, barmode="group", yaxis={"title": "gap to lower bound (%)"},
+                      height=360, margin={"t": 30, "b": 40}, legend={"orientation": "h", "y": 1.02,
+                                                                     "yanchor": "bottom", "x": 0})
+    return fig
+
+
+def runtime_figure(table: pd.DataFrame) -> go.Figure:
+    """Wall time per solver on a log axis. table: ``solver``, ``time_s``."""
+    t = table["time_s"].astype(float).clip(lower=1e-4)
+    fig = go.Figure(go.Bar(x=table["solver"], y=t, marker={"color": [color_for(k) for k in range(len(table))]},
+                           text=[f"{v:.3g} s" for v in t], textposition="outside",
+                           hovertemplate="%{x}: %{y:.4g} s<extra></extra>"))
+    fig.update_layout(template=TEMPLATE, yaxis={"title": "wall time (s, log)", "type": "log"}, height=360,
+                      margin={"t": 30, "b": 40})
+    return fig
+
+
+def gpu_loads_side_by_side(loads: Mapping[str, torch.Tensor | np.ndarray], num_nodes: int,
+                           title: str = "") -> go.Figure:
+    """One layer's per-GPU loads of several plans side by side. loads: name -> [P]."""
+    fig = go.Figure()
+    P = 0
+    for k, (name, values) in enumerate(loads.items()):
+        v = _np(values).astype(np.float64)
+        P = len(v)
+        fig.add_trace(go.Bar(x=np.arange(P), y=v, name=name, marker={"color": color_for(k)},
+                             hovertemplate="GPU %{x}: %{y:,.1f} tokens<extra>" + name + "</extra>"))
+    if P:
+        mean = float(np.mean(_np(next(iter(loads.values())))))
+        fig.add_hline(y=mean, line={"color": "black", "dash": "dash", "width": 1.5},
+                      annotation_text=f"mean {mean:,.0f}", annotation_position="top left")
+        _node_boundaries(fig, P, num_nodes)
+    fig.update_layout(template=TEMPLATE, barmode="group", title=title or None, xaxis={"title": "GPU"},
+                      yaxis={"title": "tokens"}, height=400, margin={"t": 60 if title else 40, "b": 40},
+                      legend={"orientation": "h", "y": 1.08, "yanchor": "bottom", "x": 0})
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# Benchmark results
+
+def profile_figure(profile: Mapping[str, tuple[np.ndarray, np.ndarray]], metric_label: str,
+                   log_x: bool = False) -> go.Figure:
+    """A Dolan-More performance profile: solver -> (sorted ratios [n], fraction [n])
+    (from :func:`benchmarks.analysis.performance_profile`); a step line per solver."""
+    fig = go.Figure()
+    finite = [r[np.isfinite(r)] for r, _ in profile.values()]
+    top = max([float(f.max()) for f in finite if f.size] + [1.0 + 1e-3]) * 1.05
+    for k, (solver, (ratios, frac)) in enumerate(sorted(profile.items())):
+        x = np.concatenate([[1.0], np.minimum(ratios, top), [top]])
+        y = np.concatenate([[0.0], np.where(np.isfinite(ratios), frac, np.nan), [np.nan]])
+        y = pd.Series(y).ffill().fillna(0.0).to_numpy()
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line_shape="hv", name=solver,
+                                 line={"color": color_for(k), "width": 2},
+                                 hovertemplate="tau %{x:.4g}: %{y:.0%}<extra>" + solver + "</extra>"))
+    fig.update_layout(template=TEMPLATE, xaxis={"title": f"tau ({metric_label} / best)",
+                                                "type": "log" if log_x else "linear"},
+                      yaxis={"title": "share of problems within tau of the best", "range": [0, 1.02]},
+                      height=380, margin={"t": 30, "b": 40})
+    return fig
+
+
+def gap_time_scatter(rows: pd.DataFrame, title: str = "") -> go.Figure:
+    """Gap to bound against wall time, one point per run, coloured by solver.
+    rows: ``solver``, ``wall_time_s``, ``gap_mean`` (fraction), ``instance``, ``seed``."""
+    fig = go.Figure()
+    for k, (solver, g) in enumerate(sorted(rows.groupby("solver"), key=lambda kv: kv[0])):
+        fig.add_trace(go.Scatter(
+            x=g["wall_time_s"].astype(float).clip(lower=1e-4), y=100 * g["gap_mean"].astype(float),
+            mode="markers", name=solver, marker={"color": color_for(k), "size": 9, "opacity": 0.8},
+            customdata=np.stack([g["instance"].astype(str), g["seed"].astype(str)], axis=1),
+            hovertemplate="%{customdata[0]} seed %{customdata[1]}<br>%{x:.3g} s · gap %{y:.3f}%<extra>"
+                          + solver + "</extra>"))
+    fig.update_layout(template=TEMPLATE, title=title or None, xaxis={"title": "wall time (s, log)", "type": "log"},
+                      yaxis={"title": "gap to bound, mean over layers (%)"}, height=400,
+                      margin={"t": 50 if title else 30, "b": 40})
+    return fig

@@ -1,0 +1,26 @@
+"""The EPLB workbench app: ``streamlit run app/main.py``.
+
+Three pages (``st.navigation``): explore a placement GPU by GPU, compare solvers on the
+same loads, browse benchmark results.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# `streamlit run app/main.py` puts app/ on sys.path, not the repository root.
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import streamlit as st  # noqa: E402
+
+VIEWS = Path(__file__).resolve().parent / "views"
+
+st.set_page_config(page_title="EPLB workbench", page_icon="⚖️", layout="wide")
+pages = [
+    st.Page(VIEWS / "explore.py", title="Explore a placement", icon="🔍", default=True),
+    st.Page(VIEWS / "compare.py", title="Compare solvers", icon="📊"),
+    st.Page(VIEWS / "results.py", title="Benchmark results", icon="🏁"),
+]
+st.navigation(pages).run()

@@ -1,0 +1,1 @@
+"""The app's pages (scripts run by ``st.navigation``)."""

@@ -1,0 +1,155 @@
+"""Explore a placement: plan one set of loads with one solver and look at it GPU by GPU."""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import streamlit as st
+import torch
+
+from solvers import get_solver, score
+from solvers.errors import EPLBError
+
+from app import cache, figures
+from app.cluster import DENSE_LAYERS, expert_bytes
+from app.compute import metric_cards, plan_table
+from app.exports import plan_downloads
+from app.widgets import (cluster_picker, describe_loads, loads_picker, show_error, solver_options, solver_select,
+                         window_picker)
+
+PAGE = "explore"
+PLAN_SUFFIXES = ("json", "yaml", "yml", "csv")
+
+
+def _current_placement(problem, model):
+    """The optional placement in force (any plan export format) and the expert size."""
+    with st.expander("Current placement (optional)"):
+        up = st.file_uploader("Plan in force", type=list(PLAN_SUFFIXES), key=f"{PAGE}:previous",
+                              help="our plan JSON, SGLang expert-location JSON, TensorRT-LLM YAML or plan CSV; "
+                                   "adds the moves and bytes needed to switch to the new plan")
+        size = st.number_input("Bytes per expert", 0, 10**12, expert_bytes(model) or 0, step=1_000_000,
+                               key=f"{PAGE}:expert_bytes:{model}", help="one expert's weights (default: the model "
+                                                                         "preset's size in its usual dtype)")
+        offset = st.number_input("Dense layers in the file", 0, 1000, 0, key=f"{PAGE}:previous_offset",
+                                 help="SGLang maps start with rows for dense layers; they are skipped")
+    if up is None:
+        return None, int(size)
+    from solvers.workloads.exporters import read_exported_plan
+
+    with tempfile.TemporaryDirectory(prefix="eplb-plan-") as tmp:
+        path = Path(tmp) / ("plan" + Path(up.name).suffix.lower())
+        path.write_bytes(up.getvalue())
+        try:
+            plan = read_exported_plan(path, num_experts=problem.num_experts, layer_offset=int(offset))
+        except EPLBError as exc:
+            raise type(exc)(exc.param, str(exc).split(": ", 1)[1].replace(str(path), up.name)) from None
+    return plan, int(size)
+
+
+def main() -> None:
+    st.title("Explore a placement")
+    with st.sidebar:
+        loads = loads_picker(PAGE)
+        if loads is None:
+            return
+        window = window_picker(PAGE, loads)
+        cluster, model = cluster_picker(PAGE, loads)
+        st.subheader("Solver")
+        solver = solver_select(PAGE)
+        try:
+            options = solver_options(PAGE, solver)
+        except EPLBError as exc:
+            show_error(exc)
+            return
+        exact = get_solver(solver).kind == "exact"
+        run = st.button("Run solver", type="primary", key=f"{PAGE}:run", width="stretch",
+                        help="heuristics re-run on every change; exact solvers run when you press this")
+
+    st.caption(describe_loads(loads) + f" · planning on steps {window[0]}..{window[1] - 1} · " + cluster.describe())
+    try:
+        weights = loads.window(*window)                                        # [L, E]
+        problem = cluster.problem(weights)
+        previous, size = _current_placement(problem, model)
+    except EPLBError as exc:
+        show_error(exc)
+        return
+    if exact and not run and not cache.is_solved(weights, cluster, solver, options):
+        st.info(f"{solver} is an exact solver (time limit {options.get('time_limit', get_solver(solver).defaults().get('time_limit'))} s): "
+                "press **Run solver** to start it.")
+        return
+    try:
+        with st.spinner(f"Running {solver}..."):
+            outcome = cache.solve(weights, cluster, solver, options)
+        cache.mark_solved(weights, cluster, solver, options)
+    except EPLBError as exc:
+        show_error(exc)
+        return
+    result = outcome.result
+    if result.plan is None:
+        st.error(f"{solver}: no plan ({result.termination}). {result.message}")
+        return
+    moves = None
+    if previous is not None:
+        try:
+            moves = score(problem, result.plan, previous=previous, expert_bytes=size)
+        except EPLBError as exc:
+            show_error(exc)
+    _cards(metric_cards(outcome, moves))
+    _charts(problem, outcome, loads, model, solver, window)
+
+
+def _cards(cards) -> None:
+    for start in range(0, len(cards), 6):
+        cols = st.columns(6)
+        for col, (label, value, help_text) in zip(cols, cards[start:start + 6]):
+            col.metric(label, value, help=help_text, border=True)
+
+
+def _charts(problem, outcome, loads, model, solver, window) -> None:
+    result = outcome.result
+    sc = result.score
+    L = problem.num_layers
+    worst = int(torch.argmax(sc.imbalance))
+    tabs = st.tabs(["Per-GPU load", "Heatmap", "Per layer", "Plan", "Download"])
+    with tabs[0]:
+        layer = st.slider("Layer", 0, L - 1, worst, key=f"{PAGE}:layer:{L}",
+                          help=f"MoE layer to draw (starts at the worst layer, {worst})")
+        c1, c2 = st.columns([3, 1])
+        fig = figures.gpu_load_figure(problem.weights[layer], result.plan.phy2log[layer], result.plan.logcnt[layer],
+                                      problem.num_gpus, problem.num_nodes,
+                                      title=f"Layer {layer}: imbalance {float(sc.imbalance[layer]):.4f}")
+        c1.plotly_chart(fig, width="stretch", key=f"{PAGE}:chart:bars")
+        c2.plotly_chart(figures.node_load_figure(sc.node_load[layer]), width="stretch", key=f"{PAGE}:chart:nodes")
+        c2.caption("Load per node for this layer; dotted lines on the left mark node boundaries.")
+    with tabs[1]:
+        st.plotly_chart(figures.load_heatmap(sc.gpu_load, problem.num_nodes), width="stretch",
+                        key=f"{PAGE}:chart:heatmap")
+        st.caption("Load / mean per GPU and layer (red: above the mean); x marks each layer's hottest GPU.")
+    with tabs[2]:
+        floor = result.lower_bound / sc.mean_load.clamp_min(1e-300)
+        series = {"GPU imbalance": sc.imbalance, "node imbalance": sc.node_imbalance}
+        st.plotly_chart(figures.layer_imbalance_figure(series, floor=floor), width="stretch",
+                        key=f"{PAGE}:chart:layers")
+        st.caption("The dotted line is the lower bound / mean: no plan of any policy can go below it.")
+    with tabs[3]:
+        layer_t = st.number_input("Layer", 0, L - 1, worst, key=f"{PAGE}:table_layer:{L}")
+        st.dataframe(plan_table(problem.weights, result.plan, int(layer_t), problem.num_gpus, problem.num_nodes),
+                     hide_index=True, width="stretch",
+                     column_config={"tokens": st.column_config.NumberColumn(format="%.0f"),
+                                    "load / mean": st.column_config.NumberColumn(format="%.4f")})
+    with tabs[4]:
+        dense = loads.dense_layers or DENSE_LAYERS.get(model or "", 0)
+        offset = st.number_input("Dense layers before the first MoE layer", 0, 1000, dense,
+                                 key=f"{PAGE}:offset:{model}", help="engines index layers in the whole model "
+                                                                    "(DeepSeek-V3: 3 dense layers)")
+        name = f"{loads.name}@{window[0]}:{window[1]}"
+        for k, d in enumerate(plan_downloads(result.plan, problem, policy=result.policy, solver=solver,
+                                             options=result.options, metrics=sc.metrics(), layer_offset=int(offset),
+                                             loads_name=name)):
+            c1, c2 = st.columns([1, 3])
+            c1.download_button(d.label, d.data, file_name=d.filename, mime=d.mime, key=f"{PAGE}:dl:{k}",
+                               width="stretch")
+            c2.markdown(d.usage)
+
+
+main()

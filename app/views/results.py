@@ -1,0 +1,101 @@
+"""Benchmark results: the shipped results (or another results directory), per-solver
+tables, the best solver per shape and budget, performance profiles, gap against time, and
+the recommender."""
+from __future__ import annotations
+
+import streamlit as st
+
+from solvers.errors import EPLBError
+
+from app import cache, figures
+from app.widgets import show_error
+
+PAGE = "results"
+
+
+def main() -> None:
+    from benchmarks.analysis import best_per_shape, performance_profile, shape_label, solver_table
+    from benchmarks.recommend import SHIPPED_RESULTS
+    from benchmarks.report import profile_sets
+
+    st.title("Benchmark results")
+    directory = st.text_input("Results directory", str(SHIPPED_RESULTS), key=f"{PAGE}:dir",
+                              help="a directory written by `python -m benchmarks.run --out DIR` "
+                                   "(results.parquet or results.csv)")
+    try:
+        df = cache.results(directory, cache.results_stamp(directory))
+    except EPLBError as exc:
+        show_error(exc)
+        return
+    if df.empty:
+        st.warning("The results table is empty.")
+        return
+    st.caption(f"{len(df)} runs on {df['instance'].nunique()} instances, {df['solver'].nunique()} solvers. "
+               "Gap = objective / best lower bound - 1 per layer (the bound holds for the plan); "
+               "times are wall times of whole solves.")
+
+    tabs = st.tabs(["Per solver", "Best per shape", "Profiles", "Gap vs time", "Recommend"])
+    with tabs[0]:
+        table = solver_table(df)
+        st.dataframe(table, hide_index=True, width="stretch", column_config={
+            c: st.column_config.NumberColumn(format="percent") for c in table.columns if c.startswith("gap")})
+    with tabs[1]:
+        st.dataframe(best_per_shape(df), hide_index=True, width="stretch")
+        st.caption("Per cluster shape and time budget: the solver with the lowest mean gap among those that "
+                   "returned a plan on every run within the budget (its mean gap in brackets).")
+    with tabs[2]:
+        sets = profile_sets(df)
+        if not sets:
+            st.info("No problem set that several solvers ran.")
+        else:
+            c1, c2 = st.columns(2)
+            label = c1.selectbox("Problems", [name for name, _ in sets], key=f"{PAGE}:set")
+            metric = c2.radio("Measure", ["quality (objective)", "speed (wall time)"], horizontal=True,
+                              key=f"{PAGE}:metric")
+            part = dict(sets)[label]
+            col = "objective" if metric.startswith("quality") else "wall_time_s"
+            st.plotly_chart(figures.profile_figure(performance_profile(part, col), metric.split(" ")[0],
+                                                   log_x=col == "wall_time_s"), width="stretch",
+                            key=f"{PAGE}:chart:profile")
+            st.caption("Dolan-More profile: the share of problems on which a solver is within a factor tau of the "
+                       "best solver (higher and further left is better).")
+    with tabs[3]:
+        labels = df.apply(shape_label, axis=1)
+        shapes = sorted(labels.unique())
+        shape = st.selectbox("Cluster shape", shapes, key=f"{PAGE}:shape")
+        rows = df[(labels == shape) & df["gap_mean"].notna()]
+        st.plotly_chart(figures.gap_time_scatter(rows, title=shape), width="stretch", key=f"{PAGE}:chart:scatter")
+    with tabs[4]:
+        _recommender(df)
+
+
+def _recommender(df) -> None:
+    from benchmarks.recommend import format_recommendation, recommend
+
+    with st.form(f"{PAGE}:recommend"):
+        c = st.columns(6)
+        experts = c[0].number_input("Experts", 1, 100_000, 256)
+        replicas = c[1].number_input("Slots (all GPUs)", 1, 1_000_000, 288)
+        gpus = c[2].number_input("GPUs", 1, 100_000, 32)
+        nodes = c[3].number_input("Nodes", 1, 100_000, 4)
+        groups = c[4].number_input("Expert groups", 1, 100_000, 8)
+        budget = c[5].number_input("Time budget (s)", 0.001, 86_400.0, 1.0, format="%g")
+        policy = st.radio("Policy of the plans", ["any", "hierarchical", "global"], horizontal=True)
+        submitted = st.form_submit_button("Recommend", type="primary")
+    if not submitted:
+        return
+    rows = df if policy == "any" else df[df["policy"] == policy]
+    if rows.empty:
+        st.error(f"policy: no benchmark runs with policy {policy}")
+        return
+    try:
+        rec = recommend(rows, experts=int(experts), replicas=int(replicas), gpus=int(gpus), nodes=int(nodes),
+                        groups=int(groups), time_budget=float(budget))
+    except EPLBError as exc:
+        show_error(exc)
+        return
+    (st.success if rec.solver else st.warning)(format_recommendation(rec))
+    st.dataframe(rec.table, hide_index=True, width="stretch")
+
+
+main()

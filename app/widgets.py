@@ -1,0 +1,207 @@
+"""Sidebar widgets shared by the pages: loads, planning window, cluster, solver options.
+
+Every widget has a key prefixed by its page, so pages keep their own settings. Invalid
+input is shown with ``st.error`` (the library's one-line message) and the picker returns
+None; the caller stops drawing what depends on it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from solvers import get_solver, solver_names
+from solvers.errors import EPLBError
+from solvers.options import Option
+from solvers.workloads.presets import PRESETS
+
+from . import cache
+from .cluster import CLUSTER_PRESETS, CUSTOM, DEFAULT_CLUSTER, matching_models, model_label
+from .compute import Cluster
+from .loads import DEFAULT_DATASET, UPLOAD_SUFFIXES, Loads
+
+SOURCES = ("Dataset", "Generate", "Upload")
+UPLOAD_FORMATS = ("auto", "sglang", "vllm", "megatron", "csv", "npz", "pt", "json")
+
+
+def show_error(exc: BaseException) -> None:
+    """One line for the user: the library's message (it starts with the parameter's name)."""
+    st.error(str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}", icon="⚠️")
+
+
+# ---------------------------------------------------------------------------------------
+# Loads
+
+def loads_picker(page: str) -> Loads | None:
+    """Loads from a shipped dataset, a generated trace or an upload (sidebar)."""
+    from solvers.workloads.catalog import dataset_names
+    from solvers.workloads.generators import SCENARIOS
+
+    st.subheader("Loads")
+    source = st.radio("Source", SOURCES, horizontal=True, key=f"{page}:source")
+    try:
+        if source == "Dataset":
+            names = [n for n in dataset_names()]
+            if not names:
+                st.error("dataset: no shipped datasets found (datasets/catalog.json)")
+                return None
+            index = names.index(DEFAULT_DATASET) if DEFAULT_DATASET in names else 0
+            name = st.selectbox("Dataset", names, index=index, key=f"{page}:dataset",
+                                help="the shipped catalog (`eplb datasets`)")
+            return cache.dataset(name)
+        if source == "Generate":
+            models = list(PRESETS)
+            model = st.selectbox("Model", models, format_func=model_label, key=f"{page}:gen_model")
+            scenario = st.selectbox("Scenario", list(SCENARIOS), index=list(SCENARIOS).index("skewed"),
+                                    key=f"{page}:gen_scenario", help=SCENARIOS["skewed"].description)
+            c1, c2 = st.columns(2)
+            steps = c1.number_input("Steps", 1, 5000, 32, key=f"{page}:gen_steps")
+            seed = c2.number_input("Seed", 0, 2**31 - 1, 0, key=f"{page}:gen_seed")
+            tokens = st.number_input("Tokens per step", 1, 10_000_000, 16384, step=1024, key=f"{page}:gen_tokens")
+            return cache.generated(model, scenario, int(steps), int(seed), int(tokens))
+        upload = st.file_uploader("Loads file", type=list(UPLOAD_SUFFIXES), key=f"{page}:upload",
+                                  help="SGLang .pt dump, vLLM JSON history, Megatron .npz, CSV, .npz, .pt or "
+                                       "JSON; [layers, experts] or [steps, layers, experts]")
+        fmt = st.selectbox("Format", UPLOAD_FORMATS, key=f"{page}:upload_format",
+                           help="auto: from the suffix and content")
+        if upload is None:
+            st.info("Upload a loads file to plan on it.")
+            return None
+        loads = cache.upload(upload.name, upload.getvalue(), None if fmt == "auto" else fmt)
+        if loads.dense_layers:
+            st.caption(f"{loads.dense_layers} leading all-zero (dense) layer(s) dropped.")
+        return loads
+    except EPLBError as exc:
+        show_error(exc)
+        return None
+
+
+def describe_loads(loads: Loads) -> str:
+    model = f"{model_label(loads.model)}, " if loads.model else ""
+    return (f"{loads.name}: {model}{loads.num_steps} step(s) x {loads.num_layers} MoE layers x "
+            f"{loads.num_experts} experts")
+
+
+def window_picker(page: str, loads: Loads, label: str = "Steps to plan on",
+                  default: tuple[int, int] | None = None) -> tuple[int, int]:
+    """(start, stop) of the planning window; the whole trace when it has one step."""
+    T = loads.num_steps
+    if T == 1:
+        st.caption("One step of loads: the plan uses all of it.")
+        return 0, 1
+    lo, hi = default or (0, T)
+    start, stop = st.slider(label, 0, T, (lo, hi), key=f"{page}:window:{loads.name}:{T}",
+                            help="steps start..stop-1 are summed into the loads the solver sees")
+    if stop <= start:
+        stop = start + 1 if start < T else T
+        start = min(start, stop - 1)
+    return int(start), int(stop)
+
+
+# ---------------------------------------------------------------------------------------
+# Cluster
+
+def _fill_cluster(page: str, num_experts: int) -> None:
+    """Callback: a cluster preset fills nodes, GPUs and slots per GPU."""
+    preset = CLUSTER_PRESETS.get(st.session_state[f"{page}:cluster"])
+    if preset is None:
+        return
+    st.session_state[f"{page}:nodes"] = preset.nodes
+    st.session_state[f"{page}:gpus"] = preset.gpus
+    st.session_state[f"{page}:slots"] = preset.slots_per_gpu(num_experts)
+
+
+def _fill_groups(page: str) -> None:
+    """Callback: a model preset fills the expert groups."""
+    preset = PRESETS.get(st.session_state[f"{page}:model"])
+    if preset is not None:
+        st.session_state[f"{page}:groups"] = preset.num_groups
+
+
+def cluster_picker(page: str, loads: Loads) -> tuple[Cluster, str | None]:
+    """(cluster, model preset key or None) from the sidebar. Sizes are validated by the
+    library when the problem is built (an impossible cluster shows its error there)."""
+    E = loads.num_experts
+    st.subheader("Cluster")
+    models = matching_models(E)
+    options = models + ["(none)"]
+    default_model = loads.model if loads.model in models else (models[0] if models else "(none)")
+    model = st.selectbox("Model preset", options, index=options.index(default_model), key=f"{page}:model",
+                         format_func=lambda k: "(none)" if k == "(none)" else model_label(k),
+                         on_change=_fill_groups, args=(page,),
+                         help=f"presets with {E} experts; fills the expert groups and the dense layers of exports")
+    labels = list(CLUSTER_PRESETS) + [CUSTOM]
+    preset_key = f"{page}:cluster"
+    st.selectbox("Cluster preset", labels, index=labels.index(DEFAULT_CLUSTER), key=preset_key,
+                 on_change=_fill_cluster, args=(page, E))
+    # First render (or new expert count): fill from the presets.
+    if st.session_state.get(f"{page}:_experts") != E:
+        st.session_state[f"{page}:_experts"] = E
+        _fill_cluster(page, E) if st.session_state[preset_key] != CUSTOM else None
+        groups = loads.num_groups or (PRESETS[model].num_groups if model in PRESETS else 1)
+        st.session_state[f"{page}:groups"] = int(groups)
+    c1, c2 = st.columns(2)
+    nodes = c1.number_input("Nodes", 1, 4096, key=f"{page}:nodes")
+    gpus = c2.number_input("GPUs (all nodes)", 1, 65536, key=f"{page}:gpus")
+    slots = c1.number_input("Slots per GPU", 1, 4096, key=f"{page}:slots",
+                            help=f"physical expert slots per GPU; all slots = GPUs x this (>= {E} experts)")
+    groups = c2.number_input("Expert groups", 1, E, key=f"{page}:groups",
+                             help="groups of consecutive experts (group-limited routing); the hierarchical "
+                                  "policy keeps whole groups on one node")
+    st.caption(f"{int(gpus) * int(slots)} slots for {E} experts "
+               f"({int(gpus) * int(slots) - E} redundant)")
+    return Cluster(int(gpus) * int(slots), int(groups), int(nodes), int(gpus)), (model if model in PRESETS else None)
+
+
+# ---------------------------------------------------------------------------------------
+# Solvers
+
+def solver_select(page: str, default: str = "deepseek") -> str:
+    names = solver_names(available_only=True)
+    return st.selectbox("Solver", names, index=names.index(default) if default in names else 0,
+                        key=f"{page}:solver", format_func=lambda n: f"{n} ({get_solver(n).kind})",
+                        help="registered solvers available here (`eplb solvers`)")
+
+
+def _option_widget(opt: Option, key: str) -> Any:
+    """One widget for one schema option; the library validates the value."""
+    label = opt.name.replace("_", " ")
+    if opt.type is bool:
+        return st.checkbox(label, value=bool(opt.default), key=key, help=opt.help)
+    if opt.type is str:
+        if opt.choices:
+            choices = list(opt.choices)
+            return st.selectbox(label, choices, index=choices.index(opt.default) if opt.default in choices else 0,
+                                key=key, help=opt.help)
+        return st.text_input(label, value=opt.default or "", key=key, help=opt.help)
+    integer = opt.type is int
+    lo = None if opt.minimum is None else (int(opt.minimum) if integer else float(opt.minimum))
+    hi = None if opt.maximum is None else (int(opt.maximum) if integer else float(opt.maximum))
+    if opt.choices:
+        return st.selectbox(label, list(opt.choices), key=key, help=opt.help)
+    if opt.nullable:
+        use = st.checkbox(f"set {label}", value=opt.default is not None, key=key + ":set", help=opt.help)
+        if not use:
+            return None
+    default = opt.default if opt.default is not None else (lo if lo is not None else 0)
+    value = st.number_input(label, min_value=lo, max_value=hi, value=int(default) if integer else float(default),
+                            step=1 if integer else (0.5 if opt.role == "time_limit" else None),
+                            format=None if integer else "%g", key=key, help=opt.help)
+    return int(value) if integer else float(value)
+
+
+def solver_options(page: str, solver: str) -> dict[str, Any]:
+    """Widgets built from the solver's option schema; returns the options that differ from
+    their defaults (free-form ``object`` options are not widgets). Advanced ones sit in an
+    expander."""
+    spec = get_solver(solver)
+    shown = [o for o in spec.schema if o.type is not object]
+    values: dict[str, Any] = {}
+    for opt in (o for o in shown if not o.advanced):
+        values[opt.name] = _option_widget(opt, f"{page}:{solver}:{opt.name}")
+    advanced = [o for o in shown if o.advanced]
+    if advanced:
+        with st.expander("More options"):
+            for opt in advanced:
+                values[opt.name] = _option_widget(opt, f"{page}:{solver}:{opt.name}")
+    return {k: v for k, v in values.items() if v != spec.option(k).default}
