@@ -11,9 +11,11 @@ $(STAMP): pyproject.toml constraints.txt scripts/setup.sh
 	bash scripts/setup.sh
 	touch $(STAMP)
 
+# The app on the shipped default dataset, headless: open the printed URL (PORT=8501 by default).
+PORT    ?= 8501
 run: $(STAMP)
-	.venv/bin/eplb plan --loads datasets/examples/readme.json --replicas 16 --groups 4 --nodes 2 --gpus 8 --out plan.json
-	.venv/bin/eplb score --loads datasets/examples/readme.json --plan plan.json
+	.venv/bin/streamlit run app/main.py --server.headless true --server.port $(PORT) \
+		--browser.gatherUsageStats false
 
 # The default run leaves out tests marked slow (make test-all runs them too).
 test: $(STAMP)

@@ -7,8 +7,10 @@ PYTHON=${PYTHON:-python3}
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -c constraints.txt -e ".[all]"
 
-# Debian's chromium renders the benchmark report's PNG figures (kaleido drives it); without
-# it the report falls back to HTML. Installed when we may (root or passwordless sudo).
+# Debian's chromium renders the benchmark report's PNG figures (kaleido drives it; without
+# it the report falls back to HTML) and runs the app's browser tests (Playwright drives
+# /usr/bin/chromium; `playwright install` is never needed). Installed when we may (root or
+# passwordless sudo).
 if ! command -v chromium >/dev/null 2>&1; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo -n"
