@@ -16,17 +16,28 @@ from .errors import ProblemError
 
 POLICIES = ("auto", "hierarchical", "global")
 
+# Largest cluster the algorithms serve: every solver loops over replication steps (R - E
+# of them) and packs R slots; 65536 slots take seconds in DeepSeek's greedy, ten times
+# more would take minutes, and 10**7 never returned. Experts, GPUs, nodes and groups are
+# at most the slots (R >= E, R >= P >= N), so one cap bounds them all.
+MAX_REPLICAS = 1 << 16
+# Layers of one problem: every solver is batched over layers (memory grows with L * R).
+MAX_LAYERS = 1 << 14
 
-def as_count(value: Any, param: str, minimum: int = 1) -> int:
-    """An integer parameter >= ``minimum``; anything else raises :class:`ProblemError`."""
+
+def as_count(value: Any, param: str, minimum: int = 1, maximum: int | None = None) -> int:
+    """An integer parameter in ``[minimum, maximum]``; anything else raises :class:`ProblemError`."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+        if (isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point()
+                and value.dtype != torch.bool and value.device.type != "meta"):
             value = int(value.item())
         else:
             raise ProblemError(param, f"must be an integer, got {value!r}")
     value = int(value)
     if value < minimum:
         raise ProblemError(param, f"must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ProblemError(param, f"must be <= {maximum} (the largest size the solvers serve), got {value}")
     return value
 
 
@@ -38,6 +49,8 @@ def as_weights(weights: Any, param: str = "weights") -> torch.Tensor:
     """
     if isinstance(weights, torch.Tensor):
         t = weights.detach()
+        if t.device.type == "meta":
+            raise ProblemError(param, "must hold data: a meta-device tensor has no values")
     else:
         try:
             arr = np.asarray(weights)
@@ -52,6 +65,11 @@ def as_weights(weights: Any, param: str = "weights") -> torch.Tensor:
         raise ProblemError(param, f"must be 2-D [layers, experts], got shape {tuple(t.shape)}")
     if t.shape[0] == 0 or t.shape[1] == 0:
         raise ProblemError(param, f"must not be empty, got shape {tuple(t.shape)}")
+    if t.shape[0] > MAX_LAYERS:
+        raise ProblemError(param, f"at most {MAX_LAYERS} layers per problem, got {t.shape[0]}")
+    if t.shape[1] > MAX_REPLICAS:
+        raise ProblemError(param, f"at most {MAX_REPLICAS} experts (the largest size the solvers serve), "
+                           f"got {t.shape[1]}")
     if not t.is_floating_point():
         t = t.to(torch.float64)
     # One reduction each, on the tensor's own device; a single .item() per check.
@@ -100,10 +118,10 @@ def check_cluster(num_experts: int, num_replicas: Any, num_groups: Any, num_node
     ``nodes_must_divide_gpus``: a :class:`Problem` always needs whole GPUs per node (its
     node metrics map slots to nodes); the drop-in global policy does not.
     """
-    R = as_count(num_replicas, "num_replicas")
-    G = as_count(num_groups, "num_groups")
-    N = as_count(num_nodes, "num_nodes")
-    P = as_count(num_gpus, "num_gpus")
+    R = as_count(num_replicas, "num_replicas", maximum=MAX_REPLICAS)
+    G = as_count(num_groups, "num_groups", maximum=MAX_REPLICAS)
+    N = as_count(num_nodes, "num_nodes", maximum=MAX_REPLICAS)
+    P = as_count(num_gpus, "num_gpus", maximum=MAX_REPLICAS)
     if R < num_experts:
         raise ProblemError("num_replicas", f"must be >= the number of experts ({num_experts}), got {R}")
     if R % P != 0:
@@ -170,6 +188,9 @@ class Problem:
 
     def layer(self, index: int) -> "Problem":
         """The single-layer problem of layer ``index`` (exact models work per layer)."""
+        if isinstance(index, bool) or not isinstance(index, numbers.Integral):
+            raise ProblemError("layer", f"must be an integer layer index, got {index!r}")
+        index = int(index)
         if not -self.num_layers <= index < self.num_layers:
             raise ProblemError("layer", f"must be in [0, {self.num_layers}), got {index}")
         return Problem(self.weights[index:index + 1], self.num_replicas, self.num_groups,
