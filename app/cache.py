@@ -81,8 +81,8 @@ def _cluster_key(cluster: Cluster) -> tuple:
 def results(directory: str, stamp: float) -> pd.DataFrame:
     """The benchmark results table of ``directory`` (``stamp``: its files' latest mtime, so a
     rerun of the benchmark is picked up)."""
-    from benchmarks.analysis import derive
-    from benchmarks.store import read_results
+    from solvers.bench.analysis import derive
+    from solvers.bench.store import read_results
 
     df = read_results(directory)
     if "gap_mean" not in df.columns or "proven_optimum" not in df.columns:

@@ -216,7 +216,7 @@ def gpu_loads_side_by_side(loads: Mapping[str, torch.Tensor | np.ndarray], num_n
 def profile_figure(profile: Mapping[str, tuple[np.ndarray, np.ndarray]], metric_label: str,
                    log_x: bool = False) -> go.Figure:
     """A Dolan-More performance profile: solver -> (sorted ratios [n], fraction [n])
-    (from :func:`benchmarks.analysis.performance_profile`); a step line per solver."""
+    (from :func:`solvers.bench.analysis.performance_profile`); a step line per solver."""
     fig = go.Figure()
     finite = [r[np.isfinite(r)] for r, _ in profile.values()]
     top = max([float(f.max()) for f in finite if f.size] + [1.0 + 1e-3]) * 1.05

@@ -1,6 +1,5 @@
-"""Benchmark scripts and the benchmark harness.
-
-- ``python -m benchmarks.run --suite ci|full|tiny --out DIR``: run a suite (see run.py, suites.py);
-- ``python -m benchmarks.report DIR``: re-render a stored run's summary.md and profile figure;
-- ``eplb recommend ...``: which solver for a cluster shape, from ``benchmarks/results`` (recommend.py).
+"""Measurement scripts, run from a checkout (not installed with the package):
+``python -m benchmarks.speed``, ``python -m benchmarks.heuristic_targets``,
+``python -m benchmarks.exact_targets``, ... The harness they share lives in
+:mod:`solvers.bench`; ``python -m benchmarks.run`` is a shortcut to its runner.
 """

@@ -144,7 +144,7 @@ def cmd_solvers(args: argparse.Namespace) -> int:
 
 
 # Packages that add their own sub-commands (workloads: generate, convert; benchmarks: recommend).
-PLUGIN_MODULES = ("solvers.workloads.commands", "benchmarks.commands")
+PLUGIN_MODULES = ("solvers.workloads.commands", "solvers.bench.commands")
 
 
 def build_parser() -> argparse.ArgumentParser:

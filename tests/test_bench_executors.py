@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import run as bench_run
-from benchmarks.executors import run_tasks
-from benchmarks.store import read_results
-from benchmarks.suites import get_suite
-from benchmarks.tasks import suite_tasks
+from solvers.bench import run as bench_run
+from solvers.bench.executors import run_tasks
+from solvers.bench.store import read_results
+from solvers.bench.suites import get_suite
+from solvers.bench.tasks import suite_tasks
 
 # Deterministic solvers, so rows can be compared exactly; only timing and host may differ.
 SOLVERS = ["deepseek", "kk_swap"]
@@ -70,7 +70,7 @@ def test_ray_local_cluster_matches_local_run(tasks, local_rows):
 
 def _as_read(rows, tmp_path):
     """Rows as they read back from disk (same dtypes as a stored run)."""
-    from benchmarks.store import ResultStore
+    from solvers.bench.store import ResultStore
 
     store = ResultStore(tmp_path / "ref")
     for r in rows:

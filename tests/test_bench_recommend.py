@@ -6,9 +6,9 @@ import json
 import pandas as pd
 import pytest
 
-from benchmarks.analysis import derive
-from benchmarks.recommend import SHIPPED_RESULTS, format_recommendation, recommend
-from benchmarks.store import COLUMNS, ResultStore, normalise
+from solvers.bench.analysis import derive
+from solvers.bench.recommend import SHIPPED_RESULTS, format_recommendation, recommend
+from solvers.bench.store import COLUMNS, ResultStore, normalise
 from solvers.cli import main as eplb
 from solvers.errors import EPLBError, OptionError
 

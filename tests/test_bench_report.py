@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmarks.analysis import (TIME_SHIFT_S, best_per_shape, derive, performance_profile, shifted_geomean,
+from solvers.bench.analysis import (TIME_SHIFT_S, best_per_shape, derive, performance_profile, shifted_geomean,
                                  solver_table)
-from benchmarks.report import GAP_DEFINITION, browser_path, render_summary, write_profile
-from benchmarks.store import COLUMNS, normalise
+from solvers.bench.report import GAP_DEFINITION, browser_path, render_summary, write_profile
+from solvers.bench.store import COLUMNS, normalise
 
 
 def _row(instance, solver, kind, obj, lb, t, *, seed=0, status="feasible", E=8, R=16, P=8, N=1, G=1,
@@ -123,8 +123,8 @@ def test_profile_png_with_the_system_browser(table, tmp_path):
 
 
 def test_rerender_rewrites_summary_from_stored_rows(table, tmp_path):
-    from benchmarks.report import rerender
-    from benchmarks.store import ResultStore
+    from solvers.bench.report import rerender
+    from solvers.bench.store import ResultStore
 
     ResultStore(tmp_path).write_final(table)
     (tmp_path / "meta.json").write_text(json.dumps({"settings": {"suite": "stored"},

@@ -14,13 +14,13 @@ import pytest
 import torch
 
 import solvers
-from benchmarks import run as bench_run
-from benchmarks.analysis import derive
-from benchmarks.executors import run_tasks
-from benchmarks.instances import Instance, load_instance
-from benchmarks.store import COLUMNS, ResultStore, read_results
-from benchmarks.suites import SUITES, get_suite
-from benchmarks.tasks import Task, run_task, suite_tasks
+from solvers.bench import run as bench_run
+from solvers.bench.analysis import derive
+from solvers.bench.executors import run_tasks
+from solvers.bench.instances import Instance, load_instance
+from solvers.bench.store import COLUMNS, ResultStore, read_results
+from solvers.bench.suites import SUITES, get_suite
+from solvers.bench.tasks import Task, run_task, suite_tasks
 from solvers.errors import OptionError
 from solvers.plan import Plan
 from solvers.registry import SolverOutput, register
@@ -292,7 +292,7 @@ def test_bad_input_is_one_clear_line(tmp_path, capsys, args, param):
 def test_exact_solver_outside_the_suites_groups_is_rejected(tmp_path, capsys):
     """ci's heuristic-only group cannot take an exact solver, and naming one that no group runs
     is an error rather than an empty run."""
-    from benchmarks.suites import Group, Suite
+    from solvers.bench.suites import Group, Suite
 
     suite = Suite("h", "heuristics only", groups=(Group(get_suite("tiny").groups[0].instances),))
     with pytest.raises(OptionError, match="solvers"):

@@ -14,9 +14,9 @@ PAGE = "results"
 
 
 def main() -> None:
-    from benchmarks.analysis import best_per_shape, performance_profile, shape_label, solver_table
-    from benchmarks.recommend import SHIPPED_RESULTS
-    from benchmarks.report import profile_sets
+    from solvers.bench.analysis import best_per_shape, performance_profile, shape_label, solver_table
+    from solvers.bench.recommend import SHIPPED_RESULTS
+    from solvers.bench.report import profile_sets
 
     st.title("Benchmark results")
     directory = st.text_input("Results directory", str(SHIPPED_RESULTS), key=f"{PAGE}:dir",
@@ -70,7 +70,7 @@ def main() -> None:
 
 
 def _recommender(df) -> None:
-    from benchmarks.recommend import format_recommendation, recommend
+    from solvers.bench.recommend import format_recommendation, recommend
 
     with st.form(f"{PAGE}:recommend"):
         c = st.columns(6)

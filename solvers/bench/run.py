@@ -1,0 +1,239 @@
+"""Run a benchmark suite: ``python -m benchmarks.run --suite NAME --out DIR [...]``.
+
+    --solvers a,b        only these registered solvers (default: every available one the suite runs)
+    --time-limit S       time limit passed to solvers with a ``time_limit`` option
+    --seeds 0,1,2        workload seeds (default: the suite's); ranges like 0-4 work too
+    --jobs K             parallel jobs (one per core when timings matter; default 1)
+    --threads T          torch threads per job (default 1)
+    --executor local|dask|ray  [--address ADDR]
+    --resume             keep the rows already in DIR and run only the missing ones
+    --overwrite          replace the results already in DIR (default: refuse)
+    --fail-if-gap-above X  exit 1 if any run's mean gap to the best bound exceeds X (0.05 = 5%)
+    --figure auto|png|html|none  the performance-profile figure (auto: PNG via chromium, else HTML)
+
+Writes DIR/results.csv and DIR/results.parquet as rows arrive, DIR/meta.json, DIR/summary.md
+and DIR/profile.png (or profile.html). Exits 1 when the gate fails: a plan is invalid, an
+objective is below a proven lower bound, a solver crashed, or a gap exceeds the threshold;
+2 on bad input (one line on stderr).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Sequence
+
+from solvers.errors import EPLBError, OptionError
+
+EXIT_GATE, EXIT_USAGE = 1, 2
+VERSIONED = ("torch", "numpy", "pandas", "pyarrow", "ortools", "pulp", "highspy", "plotly", "kaleido",
+             "dask", "distributed", "ray", "eplb-workbench")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise OptionError("arguments", message)
+
+
+def parse_seeds(text: str) -> list[int]:
+    seeds: list[int] = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        try:
+            if "-" in part:
+                lo, hi = part.split("-", 1)
+                seeds.extend(range(int(lo), int(hi) + 1))
+            else:
+                seeds.append(int(part))
+        except ValueError:
+            raise OptionError("seeds", f"expected integers like 0,1,2 or 0-4, got {text!r}") from None
+    if not seeds or any(s < 0 for s in seeds):
+        raise OptionError("seeds", f"expected non-negative integers like 0,1,2 or 0-4, got {text!r}")
+    return sorted(set(seeds))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m benchmarks.run", description="Run an EPLB benchmark suite.")
+    p.add_argument("--suite", required=True, help="suite name (tiny, ci, full)")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--solvers", help="comma-separated solver names (default: every available one)")
+    p.add_argument("--time-limit", type=float, help="seconds, for solvers with a time_limit option")
+    p.add_argument("--seeds", help="workload seeds, e.g. 0,1,2 or 0-4 (default: the suite's)")
+    p.add_argument("--jobs", type=int, default=1, help="parallel jobs (default 1)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per job (default 1)")
+    p.add_argument("--executor", default="local", help="local (default), dask or ray")
+    p.add_argument("--address", help="scheduler address for dask (tcp://host:8786) or ray (host:6379, auto)")
+    p.add_argument("--resume", action="store_true", help="continue the run already in --out")
+    p.add_argument("--overwrite", action="store_true", help="replace the results already in --out")
+    p.add_argument("--fail-if-gap-above", type=float, metavar="X",
+                   help="exit 1 if any run's mean gap to the best bound exceeds X (fraction)")
+    p.add_argument("--figure", default="auto", choices=("auto", "png", "html", "none"),
+                   help="performance profile: PNG via chromium, HTML, or none (default auto: PNG, else HTML)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def _git() -> dict[str, Any]:
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": "unknown"}
+    return {"commit": commit or "unknown", "dirty": bool(dirty)}
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in VERSIONED:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _machine() -> dict[str, Any]:
+    cpus = os.cpu_count()
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    cpu_model = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"host": platform.node(), "platform": platform.platform(), "cpu": cpu_model, "cpus": cpus,
+            "load_average_at_start": load,
+            "summary": f"{cpu_model or platform.machine()}, {cpus} CPUs, {platform.system()}"}
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    from .analysis import derive
+    from .executors import check_executor, run_tasks
+    from .report import render_summary, write_profile
+    from .store import META_NAME, SUMMARY_NAME, ResultStore, write_json
+    from .suites import get_suite
+    from .tasks import HARD_FAILURES, suite_tasks
+
+    args = build_parser().parse_args(argv)
+    suite = get_suite(args.suite)
+    solvers = [s.strip() for s in args.solvers.split(",") if s.strip()] if args.solvers else None
+    if solvers is not None and not solvers:
+        raise OptionError("solvers", "expected comma-separated solver names")
+    if args.time_limit is not None and not (args.time_limit > 0):
+        raise OptionError("time_limit", f"must be > 0 seconds, got {args.time_limit}")
+    if args.threads < 1:
+        raise OptionError("threads", f"must be >= 1, got {args.threads}")
+    if args.fail_if_gap_above is not None and not (args.fail_if_gap_above >= 0):
+        raise OptionError("fail_if_gap_above", f"must be >= 0, got {args.fail_if_gap_above}")
+    check_executor(args.executor, args.address, args.jobs)
+    seeds = parse_seeds(args.seeds) if args.seeds else None
+    tasks = suite_tasks(suite, solvers=solvers, time_limit=args.time_limit, seeds=seeds, threads=args.threads)
+
+    store = ResultStore(args.out, resume=args.resume, overwrite=args.overwrite)
+    done = store.done_keys()
+    todo = [t for t in tasks if t.key not in done]
+    out = store.dir
+    meta: dict[str, Any] = {
+        "settings": {"suite": suite.name, "description": suite.description, "solvers": solvers,
+                     "time_limit": args.time_limit, "seeds": seeds or list(suite.seeds), "jobs": args.jobs,
+                     "threads": args.threads, "executor": args.executor, "address": args.address,
+                     "resume": args.resume, "fail_if_gap_above": args.fail_if_gap_above,
+                     "tasks": len(tasks), "skipped_done": len(tasks) - len(todo),
+                     "command": " ".join(["python -m benchmarks.run", *(argv if argv is not None else sys.argv[1:])])},
+        "versions": _versions(), "git": _git(), "machine": _machine(),
+        "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "finished": None,
+    }
+    write_json(out / META_NAME, meta)
+    if args.executor == "local" and args.jobs * args.threads > (os.cpu_count() or 1):
+        print(f"note: {args.jobs} jobs x {args.threads} threads exceed the {os.cpu_count()} CPUs here: "
+              "wall times will be inflated", file=sys.stderr)
+    print(f"suite {suite.name}: {len(tasks)} tasks, {len(tasks) - len(todo)} already done, "
+          f"running {len(todo)} on {args.executor} with {args.jobs} job(s) -> {out}", file=sys.stderr)
+
+    from tqdm import tqdm
+
+    start = time.perf_counter()
+    bar = tqdm(total=len(todo), unit="run", disable=True if args.no_progress else None, file=sys.stderr)
+    try:
+        for row in run_tasks(todo, args.executor, jobs=args.jobs, address=args.address, threads=args.threads):
+            store.append(row)
+            bar.update(1)
+            bar.set_postfix_str(f"{row['solver']} {row.get('status')}", refresh=False)
+            if row.get("status") in HARD_FAILURES:
+                msg = f"HARD FAILURE {row['status']}: {row['solver']} on {row['instance']} seed {row['seed']}: {row.get('message')}"
+                tqdm.write(msg, file=sys.stderr)
+    except KeyboardInterrupt:
+        bar.close()
+        print(f"interrupted: {len(store.rows)} rows kept in {out}; continue with --resume", file=sys.stderr)
+        return 130
+    finally:
+        bar.close()
+
+    df, violations = derive(store.frame())
+    store.write_final(df)
+    # every stored hard failure, this invocation's and those of a run it resumed
+    stored = df[df["status"].isin(HARD_FAILURES)]
+    violations = [f"HARD FAILURE {r.status}: {r.solver} on {r.instance} seed {r.seed}: {r.message}"
+                  for r in stored.itertuples()] + violations
+    figure = write_profile(df, out, args.figure)
+    meta["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    meta["elapsed_s"] = round(time.perf_counter() - start, 3)
+    meta["rows"] = len(df)
+    meta["figure"] = figure.name if figure else None
+    write_json(out / META_NAME, meta)
+    (out / SUMMARY_NAME).write_text(render_summary(df, meta, violations, figure))
+
+    failures = list(violations)
+    crashed = df[df["status"].isin(["error", "bad_input"])]
+    failures += [f"{r.solver} on {r.instance} seed {r.seed}: {r.status}: {r.message}" for r in crashed.itertuples()]
+    if args.fail_if_gap_above is not None:
+        over = df[df["gap_mean"] > args.fail_if_gap_above]
+        failures += [f"{r.solver} on {r.instance} seed {r.seed}: gap {100 * r.gap_mean:.3f}% > "
+                     f"{100 * args.fail_if_gap_above:.3f}%" for r in over.itertuples()]
+    print(f"wrote {out / SUMMARY_NAME} ({len(df)} rows, {meta['elapsed_s']:.1f} s)", file=sys.stderr)
+    if failures:
+        print(f"benchmark gate FAILED ({len(failures)}):", file=sys.stderr)
+        for f in failures[:50]:
+            print(f"  {f}", file=sys.stderr)
+        return EXIT_GATE
+    return 0
+
+
+def _terminate(signum, frame):  # noqa: ARG001  SIGTERM ends a run like Ctrl-C: rows kept, workers stopped
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import signal
+    import threading
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return run(argv)
+    except EPLBError as exc:
+        print(f"benchmarks.run: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        print(f"benchmarks.run: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
