@@ -142,10 +142,30 @@ def get_scenario(scenario: str) -> Scenario:
     return SCENARIOS[scenario]
 
 
-def _count(value: Any, name: str, minimum: int) -> int:
+def _count(value: Any, name: str, minimum: int, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise OptionError(name, f"must be an integer >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise OptionError(name, f"must be <= {maximum}, got {value!r}")
     return int(value)
+
+
+# Size caps, checked before any work: a trace is held in memory as int64
+# [steps, layers, experts] (2**28 cells = 2 GiB), and counts must stay exact in int64.
+MAX_TRACE_CELLS = 1 << 28
+MAX_TOKENS_PER_STEP = 1 << 40
+MAX_STEPS = 1 << 24
+MAX_EXPERTS = 1 << 16
+
+
+def _check_size(steps: int, L: int, E: int, tokens: int, k: int) -> None:
+    """Refuse a trace too large to hold, or whose counts could overflow int64."""
+    cells = steps * L * E
+    if cells > MAX_TRACE_CELLS:
+        raise OptionError("steps", f"{steps} steps x {L} layers x {E} experts = {cells} counts; at most "
+                          f"{MAX_TRACE_CELLS} ({MAX_TRACE_CELLS * 8 >> 30} GiB) per trace: use fewer steps or layers")
+    if steps * tokens * k >= 1 << 62:
+        raise OptionError("tokens_per_step", f"{steps} steps x {tokens} tokens x top-{k} overflows int64 counts")
 
 
 # ---------------------------------------------------------------------------------------
@@ -251,7 +271,10 @@ def _step_probabilities(base_p: np.ndarray, mix: np.ndarray, walk: np.ndarray | 
 
 def _resolve_shape(preset: ModelPreset, num_layers: Any, overrides: dict[str, Any]) -> tuple[int, int, int, int]:
     L = preset.num_layers if num_layers is None else _count(num_layers, "num_layers", 1)
-    E = _count(overrides.pop("num_experts", preset.num_experts), "num_experts", 1)
+    if L > preset.num_layers:
+        raise OptionError("num_layers", f"{preset.name} has {preset.num_layers} MoE layers; "
+                          f"num_layers keeps the first ones, got {L}")
+    E = _count(overrides.pop("num_experts", preset.num_experts), "num_experts", 1, MAX_EXPERTS)
     G = _count(overrides.pop("num_groups", preset.num_groups if E == preset.num_experts else 1), "num_groups", 1)
     k = _count(overrides.pop("top_k", preset.top_k), "top_k", 1)
     if E % G != 0:
@@ -274,11 +297,12 @@ def generate(model: str, scenario: str = "mild", *, steps: int = 100, seed: int 
     """
     preset = get_preset(model)
     sc = get_scenario(scenario)
-    steps = _count(steps, "steps", 1)
-    seed = _count(seed, "seed", 0)
-    tokens = _count(tokens_per_step, "tokens_per_step", 1)
+    steps = _count(steps, "steps", 1, MAX_STEPS)
+    seed = _count(seed, "seed", 0, 2**63 - 1)
+    tokens = _count(tokens_per_step, "tokens_per_step", 1, MAX_TOKENS_PER_STEP)
     overrides = dict(overrides)
     L, E, G, k = _resolve_shape(preset, num_layers, overrides)
+    _check_size(steps, L, E, tokens, k)
     sc = sc.replace(**overrides) if overrides else sc.validated()
 
     rng = np.random.default_rng(seed)
