@@ -1,12 +1,21 @@
-"""The project's plan file: JSON with the plan tensors, the problem shape, metrics and provenance.
+"""The project's plan file: JSON with the plan tensors, the problem shape, bounds, metrics
+and provenance. One API for every front end (CLI and app): :func:`plan_document` builds
+a document, :func:`dumps_plan` / :func:`write_plan` serialise it, :func:`read_plan` reads
+one back from a path or bytes.
 
 ::
 
     {"format": "eplb-plan", "version": 1,
      "problem": {"num_layers", "num_experts", "num_replicas", "num_groups", "num_nodes", "num_gpus"},
-     "policy": "hierarchical", "solver": "deepseek", "options": {...},
+     "engine": {"dense_layers": 3, "engine_layers": 61},       # rows engines count (dense + MoE)
+     "policy": "hierarchical", "solver": "deepseek", "options": {... every option in effect},
      "phy2log": [[...]], "log2phy": [[[...]]], "logcnt": [[...]],
-     "metrics": {...}, "provenance": {"created", "version", "loads", "loads_sha256", ...}}
+     "bounds": {"termination", "lower_bound": [...], "proven_optimal": [...],
+                "model_bound": [...] | null, "model_scope": {...} | null, "optimal_in_model": [...]},
+     "metrics": {...}, "provenance": {"created", "version", "loads", "loads_sha256", "command", ...}}
+
+``lower_bound`` holds for every plan of the problem; ``model_bound`` only for the plans of
+the solver's restricted model described by ``model_scope``.
 """
 from __future__ import annotations
 
@@ -36,15 +45,35 @@ def file_sha256(path: str | Path) -> str:
 
 def plan_document(plan: Plan, problem: Problem, *, policy: str, solver: str,
                   options: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None,
-                  provenance: dict[str, Any] | None = None) -> dict[str, Any]:
+                  provenance: dict[str, Any] | None = None, result: Any = None,
+                  dense_layers: int = 0) -> dict[str, Any]:
+    """The plan document. ``result``: the :class:`solvers.SolveResult` the plan came from
+    (its bounds and termination are recorded). ``dense_layers``: leading dense layers of
+    the model that engines count in their per-layer maps (exports write them back)."""
     from . import __version__
 
     prov = {"created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "version": __version__}
     prov.update(provenance or {})
-    return {"format": FORMAT, "version": VERSION, "problem": problem.shape_dict(), "policy": policy,
-            "solver": solver, "options": {k: _jsonable(v) for k, v in (options or {}).items()},
-            **plan.to("cpu").to_dict(), "metrics": metrics or {}, "provenance": prov}
+    doc = {"format": FORMAT, "version": VERSION, "problem": problem.shape_dict(),
+           "engine": {"dense_layers": int(dense_layers), "engine_layers": int(dense_layers) + problem.num_layers},
+           "policy": policy, "solver": solver, "options": {k: _jsonable(v) for k, v in (options or {}).items()},
+           **plan.to("cpu").to_dict()}
+    if result is not None:
+        doc["bounds"] = result_bounds(result)
+    doc.update(metrics=metrics or {}, provenance=prov)
+    return doc
+
+
+def result_bounds(result: Any) -> dict[str, Any]:
+    """The bounds and termination of a SolveResult as plain JSON values."""
+    def vec(t):
+        return None if t is None else [float(x) if t.is_floating_point() else bool(x) for x in t.cpu().tolist()]
+    scope = result.model_scope
+    return {"termination": str(result.termination), "lower_bound": vec(result.lower_bound),
+            "proven_optimal": vec(result.proven_optimal), "model_bound": vec(result.model_bound),
+            "model_scope": None if scope is None else scope.as_dict(),
+            "optimal_in_model": vec(result.optimal_in_model)}
 
 
 def _jsonable(v: Any) -> Any:
@@ -57,26 +86,57 @@ def _jsonable(v: Any) -> Any:
     return repr(v)
 
 
-def write_plan(path: str | Path, document: dict[str, Any]) -> None:
-    """Write atomically (a temporary file renamed), so a crash never leaves half a plan."""
+def dumps_plan(document: dict[str, Any]) -> str:
+    """The document as compact JSON text (what :func:`write_plan` writes)."""
+    return json.dumps(document, separators=(",", ":")) + "\n"
+
+
+def write_text_atomic(path: str | Path, text: str, param: str = "out") -> Path:
+    """Write through a temporary file renamed into place: a crash never leaves half a file,
+    and a failed write leaves no temporary file behind; errors name the file."""
     path = Path(path)
+    if not str(path) or path.name == "":
+        raise LoadFileError(param, "an output file name is needed, got an empty path")
+    if path.is_dir():
+        raise LoadFileError(param, f"{path}: is a directory, not a file name")
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w") as fh:
-        json.dump(document, fh, separators=(",", ":"))
-        fh.write("\n")
-    tmp.replace(path)
+    try:
+        with tmp.open("w") as fh:
+            fh.write(text)
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise LoadFileError(param, f"{path}: cannot write ({exc.strerror or exc})") from None
+    return path
 
 
-def read_plan(path: str | Path) -> tuple[Plan, dict[str, Any]]:
-    """(plan, document) from a plan file; the plan is validated against its recorded shape."""
-    path = Path(path)
+def write_plan(path: str | Path, document: dict[str, Any]) -> Path:
+    """Write atomically (a temporary file renamed), so a crash never leaves half a plan."""
+    return write_text_atomic(path, dumps_plan(document))
+
+
+def read_plan(source: str | Path | bytes) -> tuple[Plan, dict[str, Any]]:
+    """(plan, document) from a plan file's path or its bytes; the plan is validated against
+    its recorded shape."""
+    if isinstance(source, (bytes, bytearray)):
+        path = Path("upload")
+        try:
+            doc = json.loads(bytes(source).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise LoadFileError("plan", f"not a readable JSON plan ({type(exc).__name__}: {exc})") from None
+        return _from_document(doc, path)
+    path = Path(source)
     if not path.is_file():
         raise LoadFileError("plan", f"{path}: no such file")
     try:
         with path.open() as fh:
             doc = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise LoadFileError("plan", f"{path}: not a readable JSON file ({exc})") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise LoadFileError("plan", f"{path}: not a readable JSON file ({type(exc).__name__})") from None
+    return _from_document(doc, path)
+
+
+def _from_document(doc: Any, path: Path) -> tuple[Plan, dict[str, Any]]:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise LoadFileError("plan", f"{path}: not an {FORMAT} file (missing \"format\": \"{FORMAT}\")")
     if doc.get("version") != VERSION:
