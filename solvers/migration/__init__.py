@@ -1,0 +1,16 @@
+"""Migration-aware plans: keep replicas where they are when loads change.
+
+- :func:`relabel`: rename a fresh plan's nodes, GPUs and slots to keep the most replicas
+  in place (an assignment problem per layer; loads unchanged);
+- :func:`plan_with_migration`: the fewest moves such that every layer's max GPU load is at
+  most ``(1 + slack)`` x that of a fresh plan (batched repair heuristic, or an exact CP-SAT
+  model per layer); registered as the solver ``migration``;
+- :func:`pareto`: moves against max load over a sweep of slack values.
+
+Moves are always counted by the shared scorer: (layer, GPU, expert) pairs the GPU did not
+hold before, one weight transfer each.
+"""
+from .api import METHODS, migrate, moves_per_layer, plan_with_migration
+from .relabel import relabel
+
+__all__ = ["relabel", "plan_with_migration", "migrate", "moves_per_layer", "METHODS"]

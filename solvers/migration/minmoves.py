@@ -56,54 +56,73 @@ def _counts(p2l: torch.Tensor, num_experts: int) -> torch.Tensor:
     return cnt.scatter_add_(1, p2l, torch.ones_like(p2l))
 
 
-def _best_swaps(w: torch.Tensor, p2l: torch.Tensor, cnt: torch.Tensor, copies: torch.Tensor,
-                old: torch.Tensor, target: torch.Tensor, num_gpus: int, num_zones: int):
-    """For each row, the best swap out of its heaviest GPU.
+def _holds(p2l: torch.Tensor, experts: torch.Tensor, gpus: torch.Tensor, num_gpus: int) -> torch.Tensor:
+    """[X, A, B] bool: GPU gpus[x, b] holds a replica of experts[x, a] now. p2l: [X, R]."""
+    X, R = p2l.shape
+    S = R // num_gpus
+    B = gpus.shape[1]
+    on = p2l.view(X, num_gpus, S).gather(1, gpus.unsqueeze(2).expand(X, B, S))      # [X, B, S]
+    return (on.unsqueeze(1) == experts.view(X, -1, 1, 1)).any(-1)
 
-    w: [X, E], p2l: [X, R], cnt: [X, E], copies: [X, P, E], old: [X, P, E] bool, target: [X].
-    Returns (found [X] bool, slot on g [X], other slot [X], heaviest GPU g [X], max load [X]).
+
+def _held_before(old: torch.Tensor, experts: torch.Tensor, gpus: torch.Tensor) -> torch.Tensor:
+    """[X, A, B] bool: the old plan had experts[x, a] on GPU gpus[x, b]. old: [X, P, E] bool."""
+    X, P, E = old.shape
+    idx = gpus.unsqueeze(1) * E + experts.unsqueeze(2)                              # [X, A, B]
+    return old.view(X, P * E).gather(1, idx.view(X, -1)).view(idx.shape)
+
+
+def _best_swaps(w_slot: torch.Tensor, p2l: torch.Tensor, load: torch.Tensor, old: torch.Tensor,
+                target: torch.Tensor, num_gpus: int, num_zones: int, width: int):
+    """For each row, the best swap between its heaviest GPU and one of the ``width`` lightest
+    GPUs of its zone.
+
+    w_slot: [X, R] load of every replica, p2l: [X, R], load: [X, P], old: [X, P, E] bool,
+    target: [X]. Returns (found [X] bool, slot on g [X], other slot [X], heaviest GPU g [X]).
     """
     X, R = p2l.shape
-    P, E = num_gpus, w.shape[1]
+    P = num_gpus
     S = R // P
     dev = p2l.device
-    per = w.gather(1, p2l) / cnt.gather(1, p2l).to(w.dtype)                      # [X, R]
-    load = per.view(X, P, S).sum(-1)                                              # [X, P]
     mx, g = load.max(1)
-    mine = g.unsqueeze(1) * S + torch.arange(S, device=dev)                       # [X, S] slots on g
-    a, ea = per.gather(1, mine), p2l.gather(1, mine)
-    h = torch.arange(R, device=dev) // S                                          # GPU of every slot
-    d = a.unsqueeze(2) - per.unsqueeze(1)                                         # [X, S, R]
-    new_g = mx.view(X, 1, 1) - d
-    new_h = load.gather(1, h.expand(X, R)).unsqueeze(1) + d
-    pair_max = torch.maximum(new_g, new_h)
-    ok = (h.view(1, 1, R) != g.view(X, 1, 1)) & (d > 0) & (pair_max < mx.view(X, 1, 1) * (1 - TARGET_RTOL))
-    if num_zones > 1:
-        zone = h // (P // num_zones)
-        ok &= zone.view(1, 1, R) == (g // (P // num_zones)).view(X, 1, 1)
-    # Moves added: the scorer counts (GPU, expert) pairs absent from the old plan.
-    eb = p2l.unsqueeze(1).expand(X, S, R)
-    eav = ea.unsqueeze(2).expand(X, S, R)
-    cf, of = copies.view(X, P * E), old.view(X, P * E)
-    g_e = (g.view(X, 1, 1) * E + eb).view(X, -1)                                  # (g, eb)
-    h_e = (h.view(1, 1, R) * E + eav).view(X, -1)                                 # (h, ea)
-    g_a = (g.view(X, 1) * E + ea).view(X, -1)                                     # (g, ea)
-    h_b = (h.view(1, R) * E + p2l)                                                # (h, eb)
-    gain_b = ((cf.gather(1, g_e) == 0) & ~of.gather(1, g_e)).view(X, S, R)
-    gain_a = ((cf.gather(1, h_e) == 0) & ~of.gather(1, h_e)).view(X, S, R)
-    lose_a = ((cf.gather(1, g_a) == 1) & ~of.gather(1, g_a)).view(X, S, 1)
-    lose_b = ((cf.gather(1, h_b) == 1) & ~of.gather(1, h_b)).view(X, 1, R)
-    cost = (gain_a.to(torch.int64) + gain_b.to(torch.int64) - lose_a.to(torch.int64)
-            - lose_b.to(torch.int64)).to(w.dtype)
+    zone_size = P // num_zones
+    gpu_ids = torch.arange(P, device=dev)
+    other_zone = (gpu_ids // zone_size).view(1, P) != (g // zone_size).view(X, 1)
+    free = load.masked_fill(other_zone | (gpu_ids.view(1, P) == g.view(X, 1)), float("inf"))
+    K = min(width, zone_size - 1)
+    hs = free.topk(K, dim=1, largest=False).indices                                  # [X, K]
+    slot_range = torch.arange(S, device=dev)
+    mine = g.unsqueeze(1) * S + slot_range                                           # [X, S] slots on g
+    theirs = (hs.unsqueeze(2) * S + slot_range).view(X, K * S)                       # [X, C] candidate slots
+    a, ea = w_slot.gather(1, mine), p2l.gather(1, mine)                              # [X, S]
+    b, eb = w_slot.gather(1, theirs), p2l.gather(1, theirs)                          # [X, C]
+    hload = load.gather(1, hs).repeat_interleave(S, dim=1)                           # [X, C]
+    d = a.unsqueeze(2) - b.unsqueeze(1)                                              # [X, S, C]
+    pair_max = torch.maximum(mx.view(X, 1, 1) - d, hload.unsqueeze(1) + d)
+    ok = (d > 0) & (pair_max < mx.view(X, 1, 1) * (1 - TARGET_RTOL))
+    ok &= torch.isfinite(hload).unsqueeze(1)
+    # Moves added, counted as the scorer does: (GPU, expert) pairs absent from the old plan.
+    gset = g.unsqueeze(1)
+    gain_b = ~(_holds(p2l, eb, gset, P).squeeze(2) | _held_before(old, eb, gset).squeeze(2))   # [X, C]
+    gain_a = ~(_holds(p2l, ea, hs, P) | _held_before(old, ea, hs))                  # [X, S, K]
+    gain_a = gain_a.repeat_interleave(S, dim=2)                                      # [X, S, C]
+    same_a = (ea.unsqueeze(2) == ea.unsqueeze(1)).sum(2) == 1                        # last copy of ea on g
+    lose_a = same_a & ~_held_before(old, ea, gset).squeeze(2)                        # [X, S]
+    on_h = p2l.view(X, P, S).gather(1, hs.unsqueeze(2).expand(X, K, S))              # [X, K, S]
+    same_b = (on_h.unsqueeze(3) == on_h.unsqueeze(2)).sum(3) == 1                   # last copy of eb on h
+    old_b = old.view(X, -1).gather(1, hs.repeat_interleave(S, dim=1) * old.shape[2] + eb)    # [X, C]
+    lose_b = same_b.view(X, K * S) & ~old_b
+    cost = (gain_a.to(d.dtype) + gain_b.unsqueeze(1).to(d.dtype) - lose_a.unsqueeze(2).to(d.dtype)
+            - lose_b.unsqueeze(1).to(d.dtype))
     t = target.view(X, 1, 1)
-    within = pair_max <= t * (1 + TARGET_RTOL)
     rel = pair_max / t
-    key = torch.where(within, cost + 0.5 * rel, 10.0 + rel)
+    key = torch.where(pair_max <= t * (1 + TARGET_RTOL), cost + 0.5 * rel, 10.0 + rel)
     key = key.masked_fill(~ok, float("inf")).view(X, -1)
-    best = key.argmin(1)
-    found = torch.isfinite(key.gather(1, best.unsqueeze(1))).squeeze(1)
-    slot_g = mine.gather(1, (best // R).unsqueeze(1)).squeeze(1)
-    return found, slot_g, best % R, g, mx, load, per
+    best = key.argmin(1, keepdim=True)
+    found = torch.isfinite(key.gather(1, best)).squeeze(1)
+    slot_g = mine.gather(1, best // (K * S)).squeeze(1)
+    slot_h = theirs.gather(1, best % (K * S)).squeeze(1)
+    return found, slot_g, slot_h, g
 
 
 def _count_change(w: torch.Tensor, p2l: torch.Tensor, cnt: torch.Tensor, load: torch.Tensor,
@@ -141,10 +160,11 @@ def _count_change(w: torch.Tensor, p2l: torch.Tensor, cnt: torch.Tensor, load: t
 
 
 def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, num_gpus: int,
-           num_zones: int = 1, max_rounds: int | None = None) -> RepairOutcome:
+           num_zones: int = 1, max_rounds: int | None = None, width: int = 8) -> RepairOutcome:
     """Repair ``previous`` (phy2log [L, R]) on ``weights`` [L, E] until every layer's max GPU
     load is <= ``target`` [L], with few moves. ``num_zones``: replicas never leave their
-    zone of ``P / num_zones`` consecutive GPUs (nodes, under the hierarchical policy)."""
+    zone of ``P / num_zones`` consecutive GPUs (nodes, under the hierarchical policy).
+    ``width``: swap partners are searched on this many of the lightest GPUs."""
     w = weights.to(torch.float64)
     L, E = w.shape
     P = num_gpus
@@ -158,26 +178,24 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
     limit = max_rounds if max_rounds is not None else 4 * previous.shape[1]
     while rounds < limit:
         cnt = _counts(p2l, E)
-        load = (w.gather(1, p2l) / cnt.gather(1, p2l).to(w.dtype)).view(L, P, -1).sum(-1)
+        per = w.gather(1, p2l) / cnt.gather(1, p2l).to(w.dtype)                  # [L, R]
+        load = per.view(L, P, -1).sum(-1)
         over = (load.max(1).values > target * (1 + TARGET_RTOL)) & ~stuck
         rows = over.nonzero().squeeze(1)
         if rows.numel() == 0:
             break
         rounds += 1
-        sp, sw, sc = p2l[rows], w[rows], cnt[rows]
-        found, slot_g, slot_h, g, _, sload, sper = _best_swaps(sw, sp, sc, _copies(sp, E, P), old[rows],
-                                                               target[rows], P, num_zones)
-        # Swaps where one exists.
+        sp, sper, sload = p2l[rows], per[rows], load[rows]
+        found, slot_g, slot_h, g = _best_swaps(sper, sp, sload, old[rows], target[rows], P, num_zones, width)
         a = sp.gather(1, slot_g.unsqueeze(1))
         b = sp.gather(1, slot_h.unsqueeze(1))
         swapped = sp.clone()
         swapped.scatter_(1, slot_g.unsqueeze(1), b)
         swapped.scatter_(1, slot_h.unsqueeze(1), a)
         new = torch.where(found.unsqueeze(1), swapped, sp)
-        # A count change where no swap helps.
-        need = ~found
+        need = ~found                      # no swap helps: give g's heaviest expert a replica
         if bool(need.any()):
-            ok, j, x = _count_change(sw, sp, sc, sload, sper, g, P, num_zones)
+            ok, j, x = _count_change(w[rows], sp, cnt[rows], sload, sper, g, P, num_zones)
             ok &= need
             changed = sp.clone()
             changed.scatter_(1, j.unsqueeze(1), x.unsqueeze(1))

@@ -1,0 +1,231 @@
+"""Migration-aware planning: the fewest moves within ``(1 + slack)`` of a fresh plan's balance.
+
+:func:`plan_with_migration` is the library entry point; the registered solver
+``migration`` does the work, so the plan is graded (max loads, moves, bytes) by the
+shared scorer through :func:`solvers.solve` like any other plan.
+
+Per layer, with ``T = (1 + slack) x`` the max GPU load of a fresh plan by ``solver``:
+
+1. the fresh plan, relabelled to keep the most replicas in place (:mod:`.relabel`): it
+   always meets T, and is the fallback;
+2. ``method="heuristic"``: the placement in force repaired until it meets T
+   (:mod:`.minmoves`), kept where it moves fewer replicas than (1);
+3. ``method="exact"``: a CP-SAT model per layer (:mod:`.exact`), warm-started from the
+   best of (1) and (2), within ``time_limit`` for all layers; proven optimum or gap per layer.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import OptionError, PlanError
+from ..options import Option, threads_option, seed_option, time_limit_option
+from ..plan import Plan
+from ..problem import Problem
+from ..registry import SolverOutput, register
+from ..result import SolveResult
+from ..scoring import gpu_loads, gpu_presence
+from .exact import count_window, solve_layer
+from .minmoves import TARGET_RTOL, repair
+from .relabel import relabel
+
+METHODS = ("heuristic", "exact")
+
+
+def check_previous(problem: Problem, previous: Any) -> Plan:
+    """The plan in force, validated against ``problem`` (OptionError naming ``previous``)."""
+    if not isinstance(previous, Plan):
+        raise OptionError("previous", f"must be a solvers.Plan (the placement in force), got "
+                          f"{type(previous).__name__}")
+    want = (problem.num_layers, problem.num_replicas)
+    if tuple(previous.phy2log.shape) != want or previous.num_experts != problem.num_experts:
+        raise OptionError("previous", f"has {previous.num_layers} layers x {previous.num_replicas} slots for "
+                          f"{previous.num_experts} experts; the problem has {want[0]} layers x {want[1]} "
+                          f"slots for {problem.num_experts} experts")
+    try:
+        previous.to(problem.device).validate(problem.num_layers, problem.num_experts, problem.num_replicas,
+                                             problem.num_gpus)
+    except PlanError as exc:
+        raise OptionError("previous", f"is not a valid plan: {exc}") from None
+    return previous.to(problem.device)
+
+
+def check_slack(slack: Any) -> float:
+    if isinstance(slack, bool) or not isinstance(slack, numbers.Real) or not math.isfinite(float(slack)) \
+            or slack < 0:
+        raise OptionError("slack", f"must be a finite number >= 0, got {slack!r}")
+    return float(slack)
+
+
+def moves_per_layer(plan_p2l: torch.Tensor, previous_p2l: torch.Tensor, num_experts: int,
+                    num_gpus: int) -> torch.Tensor:
+    """[L] int64 (GPU, expert) pairs held now and not before: the shared scorer's count, per layer."""
+    new = gpu_presence(plan_p2l, num_experts, num_gpus)
+    old = gpu_presence(previous_p2l, num_experts, num_gpus)
+    return (new & ~old).flatten(1).sum(1)
+
+
+def _zones(policy: str, problem: Problem) -> int:
+    """Node zones replicas must stay in: the nodes under a strict hierarchical plan, else 1."""
+    return problem.num_nodes if policy == "hierarchical" else 1
+
+
+def _allowed_gpus(previous: np.ndarray, hint: np.ndarray, E: int, P: int, N: int) -> np.ndarray:
+    """[E, P] bool: under the hierarchical policy an expert stays on the nodes its old and
+    warm-start replicas were on."""
+    S, Q = len(previous) // P, P // N
+    node = np.zeros((E, N), dtype=bool)
+    for p2l in (previous, hint):
+        node[p2l, np.arange(len(p2l)) // S // Q] = True
+    return np.repeat(node, Q, axis=1)
+
+
+def _exact_pass(problem: Problem, previous: Plan, start: torch.Tensor, fresh: Plan, target: torch.Tensor,
+                zones: int, time_limit: float, threads: int, seed: int) -> tuple[torch.Tensor, list[dict]]:
+    """Each layer's CP-SAT model, warm-started from ``start`` [L, R]; returns the improved
+    phy2log and per-layer reports."""
+    w = problem.weights.to(torch.float64).cpu().numpy()
+    old = previous.phy2log.cpu().numpy()
+    hints = start.cpu().numpy()
+    fcnt = fresh.logcnt.cpu().numpy()
+    L, E = w.shape
+    P = problem.num_gpus
+    out = start.clone().cpu()
+    reports = []
+    deadline = time.perf_counter() + time_limit
+    for layer in range(L):
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            reports.append({"layer": layer, "status": "NOT_RUN", "moves": None, "bound": 0})
+            continue
+        per_layer = left / (L - layer)
+        ocnt = np.bincount(old[layer], minlength=E)
+        hcnt = np.bincount(hints[layer], minlength=E)
+        lo, hi, full = count_window(problem.num_replicas, E, ocnt, hcnt, fcnt[layer])
+        allowed = _allowed_gpus(old[layer], hints[layer], E, P, zones) if zones > 1 else None
+        res = solve_layer(w[layer], old[layer], float(target[layer]), P, allowed=allowed, lo=lo, hi=hi,
+                          full_window=full, hint=hints[layer], time_limit=per_layer, threads=threads,
+                          seed=seed)
+        rep = {"layer": layer, "status": res.status, "moves": res.moves, "bound": res.bound,
+               "proven": res.proven, "full_window": full}
+        if res.phy2log is not None:
+            cand = torch.from_numpy(res.phy2log).view(1, -1)
+            plan = Plan.from_phy2log(cand, E)
+            load = gpu_loads(problem.weights[layer:layer + 1].cpu(), plan, P).max(1).values
+            hint_moves = int(moves_per_layer(start[layer:layer + 1].cpu(), previous.phy2log[layer:layer + 1].cpu(),
+                                             E, P)[0])
+            if float(load[0]) <= float(target[layer]) * (1 + TARGET_RTOL) and res.moves < hint_moves:
+                out[layer] = cand[0]
+        reports.append(rep)
+    return out.to(start.device), reports
+
+
+def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: float = 0.01,
+            method: str = "heuristic", time_limit: float = 10.0, threads: int = 2, seed: int = 0,
+            base_options: dict | None = None) -> SolverOutput:
+    """The migration-aware plan and its report (see the module docstring)."""
+    from ..solve import solve
+
+    previous = check_previous(problem, previous)
+    slack = check_slack(slack)
+    if method not in METHODS:
+        raise OptionError("method", f"must be one of {', '.join(METHODS)}, got {method!r}")
+    began = time.perf_counter()
+    fresh = solve(problem, base, **(base_options or {}))
+    if fresh.plan is None:
+        raise OptionError("solver", f"{base!r} found no fresh plan ({fresh.termination}): {fresh.message}")
+    fresh_seconds = time.perf_counter() - began
+    policy = fresh.policy
+    zones = _zones(policy, problem)
+    E, P = problem.num_experts, problem.num_gpus
+    target = fresh.score.max_load.to(torch.float64) * (1 + slack)                   # [L]
+    old = previous.phy2log
+    t0 = time.perf_counter()
+    relabelled = relabel(fresh.plan, previous, P, problem.num_nodes if zones > 1 else 1).phy2log
+    relabel_seconds = time.perf_counter() - t0
+    fresh_moves = moves_per_layer(fresh.plan.phy2log, old, E, P)
+    relabel_moves = moves_per_layer(relabelled, old, E, P)
+    t0 = time.perf_counter()
+    fixed = repair(problem.weights, old, target, P, zones)
+    repair_seconds = time.perf_counter() - t0
+    repaired_moves = moves_per_layer(fixed.phy2log, old, E, P)
+    use = fixed.met & (repaired_moves <= relabel_moves)                              # [L]
+    p2l = torch.where(use.unsqueeze(1), fixed.phy2log, relabelled)
+    info: dict[str, Any] = {
+        "base": base, "slack": slack, "method": method, "policy": policy,
+        "fresh_max_load": fresh.score.max_load.tolist(), "target_max_load": target.tolist(),
+        "fresh_moves": int(fresh_moves.sum()), "relabelled_moves": int(relabel_moves.sum()),
+        "heuristic_moves": int(moves_per_layer(p2l, old, E, P).sum()),
+        "repair_rounds": fixed.rounds, "repair_swaps": int(fixed.swaps.sum()),
+        "repair_count_changes": int(fixed.count_changes.sum()),
+        "fallback_layers": (~use).nonzero().squeeze(1).tolist(),
+        "seconds": {"fresh": fresh_seconds, "relabel": relabel_seconds, "heuristic": repair_seconds},
+    }
+    if method == "exact":
+        t0 = time.perf_counter()
+        p2l, reports = _exact_pass(problem, previous, p2l, fresh.plan, target, zones, time_limit, threads, seed)
+        info["seconds"]["exact"] = time.perf_counter() - t0
+        info["exact_layers"] = reports
+        info["exact_proven_layers"] = sum(1 for r in reports if r.get("proven"))
+    moves = moves_per_layer(p2l, old, E, P)
+    info["moves_per_layer"] = moves.tolist()
+    return SolverOutput(Plan.from_phy2log(p2l, E), policy, info=info)
+
+
+_SCHEMA = (
+    Option("base", str, "deepseek", "solver whose fresh plan sets the balance target"),
+    Option("current", object, None, "the placement in force (a solvers.Plan)", nullable=True),
+    Option("slack", float, 0.01, "each layer's max GPU load may exceed the fresh plan's by this fraction",
+           minimum=0.0, maximum=10.0),
+    Option("method", str, "heuristic", "heuristic (batched repair) or exact (CP-SAT per layer)",
+           choices=METHODS),
+    time_limit_option(10.0, "seconds for the exact models (all layers)"),
+    threads_option(), seed_option(),
+    Option("base_options", object, None, "options of the base solver (a dict)", nullable=True,
+           advanced=True),
+)
+
+
+@register("migration", kind="heuristic", options=_SCHEMA,
+          description="fewest moves from the placement in force within (1 + slack) x a fresh plan's max load")
+def solve_migration(problem: Problem, *, base: str = "deepseek", current: Any = None, slack: float = 0.01,
+                    method: str = "heuristic", time_limit: float = 10.0, threads: int = 2, seed: int = 0,
+                    base_options: Any = None) -> SolverOutput:
+    if current is None:
+        raise OptionError("current", "the migration solver needs the placement in force (a solvers.Plan)")
+    if base == "migration":
+        raise OptionError("base", "must be another solver than 'migration'")
+    if base_options is not None and not isinstance(base_options, dict):
+        raise OptionError("base_options", f"must be a dict of the base solver's options, got {base_options!r}")
+    return migrate(problem, current, base=base, slack=slack, method=method, time_limit=time_limit,
+                   threads=threads, seed=seed, base_options=base_options)
+
+
+def plan_with_migration(problem: Problem, solver: str, previous: Plan, *, slack: float = 0.01,
+                        method: str = "heuristic", time_limit: float = 10.0,
+                        expert_bytes: int | None = None, **solver_options: Any) -> SolveResult:
+    """A plan of ``problem`` with the fewest moves from ``previous`` such that every layer's
+    max GPU load is at most ``(1 + slack)`` x that of a fresh plan by ``solver``.
+
+    Returns the :class:`solvers.SolveResult` of the shared scorer (``score.moves`` and, with
+    ``expert_bytes``, ``score.moves_bytes`` against ``previous``); ``info`` holds the fresh
+    plan's max loads, the targets, the moves of the fresh and relabelled plans, the layers
+    that fell back to the relabelled plan and, for ``method="exact"``, each layer's CP-SAT
+    status, moves and proven bound. ``solver_options`` go to ``solver``.
+    """
+    from ..solve import solve
+
+    if not isinstance(problem, Problem):
+        raise OptionError("problem", f"must be a solvers.Problem, got {type(problem).__name__}")
+    previous = check_previous(problem, previous)
+    slack = check_slack(slack)
+    if not isinstance(solver, str) or solver == "migration":
+        raise OptionError("solver", f"must name a registered solver other than 'migration', got {solver!r}")
+    return solve(problem, "migration", previous=previous, expert_bytes=expert_bytes, base=solver,
+                 current=previous, slack=slack, method=method, time_limit=time_limit,
+                 base_options=solver_options or None)

@@ -1,0 +1,187 @@
+"""Fewest moves under a balance budget, exactly: one CP-SAT model per layer.
+
+For one layer with loads ``w [E]``, the placement in force ``old [R]`` and a load cap
+``T``, choose integer replicas ``x[e, g]`` of expert e on GPU g:
+
+- exactly S replicas per GPU; expert e has ``c_e = sum_g x[e, g]`` replicas, one value of
+  a candidate window chosen by booleans ``y[e, c]``; ``z[e, c, g]`` carries x under count
+  c so that the GPU load ``sum w_e / c * z[e, c, g] <= T`` stays linear;
+- ``p[e, g]`` is 1 when g holds e and the old plan did not (a move, as the shared scorer
+  counts it); minimise ``sum p``;
+- hierarchical: an expert stays on the node its replicas were on (groups stay whole).
+
+Loads are scaled to integers with coefficients rounded *down*, so the model is a
+relaxation (its bound on the moves is valid, and a plan exactly at the cap, such as the
+fresh plan itself at slack 0, stays feasible); a solution is re-checked in float64 and
+dropped in the rare case rounding let it past the cap. The candidate count
+window (old, warm start and fresh counts, +-1; every count when few are possible) is part
+of the model: ``optimal`` means optimal within that window, which ``info`` states. CP-SAT
+is warm-started (hinted) from the best feasible plan the caller has; its objective bound
+is a proven lower bound on the moves of any plan in the model.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+# Scaled GPU capacity: coefficients are about this / S; large enough that rounding costs
+# a relative 1e-11 of a GPU's load, small enough that sums stay far inside int64.
+LOAD_UNITS = 10 ** 12
+# A load within this relative margin of the cap meets it (the repair heuristic's rule).
+CAP_RTOL = 1e-12
+# Every count 1..R-E+1 is a candidate when there are at most this many.
+FULL_WINDOW = 6
+
+
+@dataclass
+class ExactLayer:
+    """One layer's result. phy2log: [R] placement (None if none found); moves: its moves;
+    bound: proven lower bound on the moves within the model; status: CP-SAT's status name;
+    full_window: every replica count was a candidate (optimal = optimal for the problem)."""
+
+    phy2log: np.ndarray | None
+    moves: int | None
+    bound: int
+    status: str
+    full_window: bool
+
+    @property
+    def proven(self) -> bool:
+        return self.moves is not None and self.moves <= self.bound
+
+
+def count_window(num_replicas: int, num_experts: int, *counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(lo [E], hi [E], full): candidate replica counts spanning ``counts`` +- 1, or every
+    count when R - E + 1 <= FULL_WINDOW."""
+    top = num_replicas - num_experts + 1
+    if top <= FULL_WINDOW:
+        return np.ones(num_experts, dtype=np.int64), np.full(num_experts, top, dtype=np.int64), True
+    stack = np.stack(counts)
+    lo = np.clip(stack.min(0) - 1, 1, top)
+    hi = np.clip(stack.max(0) + 1, 1, top)
+    return lo, hi, False
+
+
+def _presence(p2l: np.ndarray, num_experts: int, num_gpus: int) -> np.ndarray:
+    """[E, P] int replicas of e on GPU g."""
+    S = len(p2l) // num_gpus
+    x = np.zeros((num_experts, num_gpus), dtype=np.int64)
+    np.add.at(x, (p2l, np.arange(len(p2l)) // S), 1)
+    return x
+
+
+def moves_of(p2l: np.ndarray, old: np.ndarray, num_experts: int, num_gpus: int) -> int:
+    """(GPU, expert) pairs p2l holds that old did not (the shared scorer's count)."""
+    return int(((_presence(p2l, num_experts, num_gpus) > 0) & (_presence(old, num_experts, num_gpus) == 0)).sum())
+
+
+def solve_layer(w: np.ndarray, old: np.ndarray, cap: float, num_gpus: int, *, allowed: np.ndarray | None = None,
+                lo: np.ndarray, hi: np.ndarray, full_window: bool = False, hint: np.ndarray | None = None,
+                time_limit: float = 10.0, threads: int = 2, seed: int = 0) -> ExactLayer:
+    """Fewest moves from ``old`` [R] such that every GPU's load under ``w`` [E] is <= ``cap``.
+
+    allowed: [E, P] bool, GPUs an expert may use (None = all). lo, hi: [E] candidate counts.
+    hint: [R] a placement to warm-start from (used when it fits the model).
+    """
+    from ortools.sat.python import cp_model
+
+    E, R, P = len(w), len(old), num_gpus
+    S = R // P
+    if allowed is None:
+        allowed = np.ones((E, P), dtype=bool)
+    had = _presence(old, E, P) > 0
+    scale = LOAD_UNITS / max(cap, 1e-300) if cap > 0 else 1.0
+    cap_units = math.floor(cap * (1 + CAP_RTOL) * scale)
+    m = cp_model.CpModel()
+    load_terms: list[list[tuple]] = [[] for _ in range(P)]
+    slot_terms: list[list] = [[] for _ in range(P)]
+    cost = []
+    xvars: list[tuple[int, int, object]] = []
+    hint_x = _presence(hint, E, P) if hint is not None else None
+    hint_c = hint_x.sum(1) if hint_x is not None else None
+    for e in range(E):
+        gpus = np.flatnonzero(allowed[e])
+        cands = list(range(int(lo[e]), int(hi[e]) + 1))
+        ys = {c: m.NewBoolVar(f"y{e}_{c}") for c in cands}
+        m.AddExactlyOne(ys.values())
+        total = []
+        for g in gpus:
+            xs = m.NewIntVar(0, S, f"x{e}_{g}")
+            total.append(xs)
+            xvars.append((e, int(g), xs))
+            parts = []
+            for c in cands:
+                coef = math.floor(float(w[e]) / c * scale)
+                if len(cands) == 1:
+                    z = xs
+                else:
+                    z = m.NewIntVar(0, min(c, S), f"z{e}_{c}_{g}")
+                    m.Add(z <= min(c, S) * ys[c])
+                    parts.append(z)
+                load_terms[g].append((coef, z))
+                if hint_x is not None and len(cands) > 1:
+                    m.AddHint(z, int(hint_x[e, g]) if hint_c[e] == c else 0)
+            if parts:
+                m.Add(sum(parts) == xs)
+            slot_terms[g].append(xs)
+            if not had[e, g]:
+                p = m.NewBoolVar(f"p{e}_{g}")
+                m.Add(xs <= S * p)
+                cost.append(p)
+                if hint_x is not None:
+                    m.AddHint(p, bool(hint_x[e, g] > 0))
+            if hint_x is not None:
+                m.AddHint(xs, int(hint_x[e, g]))
+        m.Add(sum(total) == sum(c * y for c, y in ys.items()))
+        if hint_x is not None:
+            for c, y in ys.items():
+                m.AddHint(y, bool(hint_c[e] == c))
+    for g in range(P):
+        m.Add(sum(slot_terms[g]) == S)
+        m.Add(sum(coef * z for coef, z in load_terms[g]) <= cap_units)
+    objective = sum(cost) if cost else 0
+    m.Minimize(objective)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = float(time_limit)
+    solver.parameters.num_workers = int(threads)
+    solver.parameters.random_seed = int(seed)
+    status = solver.Solve(m)
+    name = solver.StatusName(status)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        bound = 0 if status != cp_model.INFEASIBLE else R + 1
+        return ExactLayer(None, None, bound, name, full_window)
+    x = np.zeros((E, P), dtype=np.int64)
+    for e, g, var in xvars:
+        x[e, g] = solver.Value(var)
+    p2l = place(x, old, S)
+    cnt = np.bincount(p2l, minlength=E)
+    if (w[p2l] / cnt[p2l]).reshape(P, S).sum(1).max() > cap * (1 + CAP_RTOL):
+        return ExactLayer(None, None, int(math.ceil(solver.BestObjectiveBound() - 1e-9)), "CAP_ROUNDING",
+                          full_window)
+    bound = int(math.ceil(solver.BestObjectiveBound() - 1e-9)) if cost else 0
+    return ExactLayer(p2l, moves_of(p2l, old, E, P), bound, name, full_window)
+
+
+def place(x: np.ndarray, old: np.ndarray, slots_per_gpu: int) -> np.ndarray:
+    """phy2log [R] from replicas x [E, P]: on every GPU, an expert the old plan had there
+    keeps its old slot; the others fill the free slots."""
+    E, P = x.shape
+    S = slots_per_gpu
+    out = np.empty(P * S, dtype=np.int64)
+    for g in range(P):
+        left = x[:, g].copy()
+        free = []
+        for j in range(S):
+            e = old[g * S + j]
+            if left[e] > 0:
+                out[g * S + j] = e
+                left[e] -= 1
+            else:
+                free.append(g * S + j)
+        rest = np.repeat(np.arange(E), left)
+        if len(rest) != len(free):
+            raise RuntimeError(f"GPU {g} gets {int(x[:, g].sum())} replicas for {S} slots")
+        out[free] = rest
+    return out

@@ -1,0 +1,170 @@
+"""Migration-aware plans: moves counted by the shared scorer, relabelling keeps loads,
+the exact model equals brute force, the repair meets its target, bad input names its parameter."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from solvers import OptionError, Plan, Problem, score, solve
+from solvers.migration import plan_with_migration, relabel
+from solvers.migration.exact import moves_of, solve_layer
+from solvers.migration.minmoves import repair
+from solvers.migration.relabel import align_slots
+
+
+def _plan(rows, E):
+    return Plan.from_phy2log(torch.tensor(rows), E)
+
+
+def _drifted(L, E, seed, sigma=0.2):
+    g = torch.Generator().manual_seed(seed)
+    old = torch.exp(torch.randn(L, E, generator=g, dtype=torch.float64)) * 100
+    new = old * torch.exp(sigma * torch.randn(L, E, generator=g, dtype=torch.float64))
+    return old, new
+
+
+def test_moves_count_new_gpu_expert_pairs_on_hand_made_plans():
+    p = Problem(torch.ones(1, 3), 4, 1, 1, 2)
+    old = _plan([[0, 1, 2, 2]], 3)                 # GPU0 {0, 1}, GPU1 {2, 2}
+    assert score(p, old, previous=old).moves == 0
+    swapped = _plan([[2, 2, 0, 1]], 3)            # every expert changes GPU: 3 new pairs
+    assert score(p, swapped, previous=old).moves == 3
+    dup = _plan([[0, 0, 2, 1]], 3)                # GPU1 gains expert 1 (GPU0's 2nd copy of 0 is free)
+    assert score(p, dup, previous=old, expert_bytes=10).moves_bytes == 10
+
+
+def test_relabel_keeps_loads_and_never_adds_moves():
+    L, E = 6, 32
+    old_w, new_w = _drifted(L, E, 0)
+    for policy, nodes in (("global", 1), ("hierarchical", 2)):
+        po, pn = Problem(old_w, 48, 4, 2, 8), Problem(new_w, 48, 4, 2, 8)
+        prev = solve(po, "deepseek", policy=policy).plan
+        fresh = solve(pn, "deepseek", policy=policy).plan
+        rel = relabel(fresh, prev, 8, nodes)
+        a, b = score(pn, fresh), score(pn, rel)
+        # the same loads up to float summation order (slots are reordered inside a GPU)
+        assert torch.allclose(a.gpu_load.sort(1).values, b.gpu_load.sort(1).values, rtol=1e-12, atol=0)
+        if nodes > 1:                              # whole nodes renamed: node loads kept too
+            assert torch.allclose(a.node_load.sort(1).values, b.node_load.sort(1).values, rtol=1e-12, atol=0)
+        assert score(pn, rel, previous=prev).moves <= score(pn, fresh, previous=prev).moves
+        assert torch.equal(rel.logcnt, fresh.logcnt)
+
+
+def test_relabel_is_the_best_gpu_permutation():
+    E, P, S = 6, 4, 3
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        old = torch.tensor(rng.permutation(np.r_[np.arange(E), rng.integers(0, E, P * S - E)]))[None]
+        new = torch.tensor(rng.permutation(np.r_[np.arange(E), rng.integers(0, E, P * S - E)]))[None]
+        p = Problem(torch.ones(1, E), P * S, 1, 1, P)
+        prev, fresh = Plan.from_phy2log(old, E), Plan.from_phy2log(new, E)
+        best = min(score(p, Plan.from_phy2log(new.view(1, P, S)[:, list(perm)].reshape(1, -1), E),
+                         previous=prev).moves for perm in itertools.permutations(range(P)))
+        assert score(p, relabel(fresh, prev, P), previous=prev).moves == best
+
+
+def test_align_slots_keeps_old_slots_of_kept_experts():
+    new = torch.tensor([[4, 1, 1, 2]])
+    old = torch.tensor([[1, 2, 3, 1]])
+    out = align_slots(new, old)
+    assert out.tolist() == [[1, 2, 4, 1]]
+
+
+def _brute_min_moves(w, old, cap, P):
+    E, R = len(w), len(old)
+    S = R // P
+    best = None
+    for gpus in itertools.product(itertools.combinations_with_replacement(range(E), S), repeat=P):
+        p2l = np.array([e for gpu in gpus for e in gpu])
+        cnt = np.bincount(p2l, minlength=E)
+        if (cnt == 0).any():
+            continue
+        load = (w[p2l] / cnt[p2l]).reshape(P, S).sum(1)
+        if load.max() <= cap * (1 + 1e-12):
+            m = moves_of(p2l, old, E, P)
+            best = m if best is None else min(best, m)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_exact_equals_brute_force_on_tiny_instances(seed):
+    rng = np.random.default_rng(seed)
+    E, P, S = 4, 3, 2
+    w = rng.integers(1, 20, E).astype(float)
+    old = rng.permutation(np.r_[np.arange(E), rng.integers(0, E, P * S - E)])
+    loads = []
+    for gpus in itertools.product(itertools.combinations_with_replacement(range(E), S), repeat=P):
+        p2l = np.array([e for gpu in gpus for e in gpu])
+        cnt = np.bincount(p2l, minlength=E)
+        if (cnt > 0).all():
+            loads.append((w[p2l] / cnt[p2l]).reshape(P, S).sum(1).max())
+    cap = float(np.quantile(loads, 0.1))           # a budget few placements meet
+    want = _brute_min_moves(w, old, cap, P)
+    res = solve_layer(w, old, cap, P, lo=np.ones(E, int), hi=np.full(E, P * S - E + 1), full_window=True,
+                      time_limit=20, threads=1)
+    assert res.proven and res.moves == want
+    cnt = np.bincount(res.phy2log, minlength=E)
+    assert (w[res.phy2log] / cnt[res.phy2log]).reshape(P, S).sum(1).max() <= cap * (1 + 1e-12)
+
+
+def test_repair_meets_target_with_fewer_moves_than_relabelled_fresh():
+    L, E = 8, 64
+    old_w, new_w = _drifted(L, E, 1)
+    po, pn = Problem(old_w, 80, 1, 1, 16), Problem(new_w, 80, 1, 1, 16)
+    prev = solve(po, "deepseek").plan
+    fresh = solve(pn, "deepseek")
+    target = fresh.score.max_load * 1.01
+    out = repair(pn.weights, prev.phy2log, target, 16)
+    plan = Plan.from_phy2log(out.phy2log, E)
+    sc = score(pn, plan, previous=prev)
+    assert bool(out.met.all())
+    assert bool((sc.max_load <= target * (1 + 1e-12)).all())
+    assert sc.moves < score(pn, relabel(fresh.plan, prev, 16), previous=prev).moves
+
+
+@pytest.mark.parametrize("policy", ["global", "hierarchical"])
+def test_plan_with_migration_keeps_the_balance_budget(policy):
+    L, E = 6, 32
+    old_w, new_w = _drifted(L, E, 2)
+    po, pn = Problem(old_w, 48, 4, 2, 8), Problem(new_w, 48, 4, 2, 8)
+    prev = solve(po, "deepseek", policy=policy).plan
+    res = plan_with_migration(pn, "deepseek", prev, slack=0.02, expert_bytes=7, policy=policy)
+    fresh_max = torch.tensor(res.info["fresh_max_load"], dtype=torch.float64)
+    assert bool((res.score.max_load <= fresh_max * 1.02 * (1 + 1e-12)).all())
+    assert res.score.moves == sum(res.info["moves_per_layer"])
+    assert res.score.moves_bytes == 7 * res.score.moves
+    assert res.score.moves <= res.info["relabelled_moves"] <= res.info["fresh_moves"]
+    if policy == "hierarchical":                    # groups stay whole on one node
+        assert res.score.off_node_share.max() == 0
+
+
+def test_exact_method_never_worse_than_heuristic():
+    L, E = 2, 12
+    old_w, new_w = _drifted(L, E, 4)
+    po, pn = Problem(old_w, 16, 1, 1, 4), Problem(new_w, 16, 1, 1, 4)
+    prev = solve(po, "deepseek").plan
+    h = plan_with_migration(pn, "deepseek", prev, slack=0.0)
+    x = plan_with_migration(pn, "deepseek", prev, slack=0.0, method="exact", time_limit=20)
+    assert x.score.moves <= h.score.moves
+    for rep in x.info["exact_layers"]:
+        assert rep["status"] in ("OPTIMAL", "FEASIBLE")
+        assert rep["bound"] <= rep["moves"]
+
+
+def test_bad_input_names_the_parameter():
+    p = Problem(torch.ones(2, 8), 8, 1, 1, 4)
+    other = solve(Problem(torch.ones(3, 8), 8, 1, 1, 4), "deepseek").plan
+    with pytest.raises(OptionError, match="^previous:"):
+        plan_with_migration(p, "deepseek", other)
+    prev = solve(p, "deepseek").plan
+    with pytest.raises(OptionError, match="^slack:"):
+        plan_with_migration(p, "deepseek", prev, slack=-0.1)
+    with pytest.raises(OptionError, match="^method:"):
+        plan_with_migration(p, "deepseek", prev, method="magic")
+    with pytest.raises(OptionError, match="^previous:"):
+        plan_with_migration(p, "deepseek", "plan.json")
+    with pytest.raises(OptionError, match="^current:"):
+        solve(p, "migration")
