@@ -32,21 +32,6 @@ CLUSTER_PRESETS: dict[str, ClusterPreset] = {p.label: p for p in (
 DEFAULT_CLUSTER = "DeepSeek-V3 prefill: 4 nodes x 8 GPUs"
 CUSTOM = "Custom"
 
-# Dense (non-MoE) layers before the first MoE layer: engines index layers in the full
-# model, so exports offset the MoE layers by this much (DeepSeek-V3: first_k_dense_replace=3).
-DENSE_LAYERS = {"deepseek-v3": 3, "kimi-k2": 1, "qwen3-235b": 0, "mixtral-8x7b": 0, "olmoe-1b-7b": 0}
-
-# Bytes of one expert's weights (three hidden x intermediate matrices) in the dtype the
-# model is usually served in: FP8 for DeepSeek-V3 and Kimi-K2, BF16 otherwise.
-EXPERT_BYTES = {
-    "deepseek-v3": 3 * 7168 * 2048,
-    "kimi-k2": 3 * 7168 * 2048,
-    "qwen3-235b": 3 * 4096 * 1536 * 2,
-    "mixtral-8x7b": 3 * 4096 * 14336 * 2,
-    "olmoe-1b-7b": 3 * 2048 * 1024 * 2,
-}
-
-
 def model_label(key: str) -> str:
     return PRESETS[key].name if key in PRESETS else key
 
@@ -57,6 +42,12 @@ def matching_models(num_experts: int) -> list[str]:
 
 
 def expert_bytes(model: str | None) -> int | None:
+    """Weight bytes of one routed expert of a model preset (None when unknown)."""
     preset = PRESETS.get(model or "")
-    size = getattr(preset, "expert_bytes", None)     # a preset may carry its own size
-    return int(size) if size else EXPERT_BYTES.get(model or "")
+    return int(preset.expert_bytes) if preset is not None and preset.expert_bytes else None
+
+
+def dense_layers(model: str | None) -> int:
+    """Dense layers before the first MoE layer (engines count them in per-layer maps)."""
+    preset = PRESETS.get(model or "")
+    return int(preset.dense_layers) if preset is not None else 0

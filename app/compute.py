@@ -91,8 +91,8 @@ def metric_cards(outcome: Outcome, moves: Score | None = None) -> list[tuple[str
     m = r.score.metrics()
     gap, gip = r.gap, outcome.gap_in_policy
     cards = [
-        ("Imbalance, mean", f"{m['imbalance_mean']:.4f}", "max GPU load / mean GPU load, averaged over layers (1 is perfect)"),
-        ("Imbalance, worst layer", f"{m['imbalance_worst']:.4f}", "the largest max / mean over layers"),
+        ("Imbalance (mean)", f"{m['imbalance_mean']:.4f}", "max GPU load / mean GPU load, averaged over layers (1 is perfect)"),
+        ("Worst layer", f"{m['imbalance_worst']:.4f}", "the largest max / mean over layers"),
         ("Balancedness", f"{m['balancedness']:.4f}", "mean / max GPU load averaged over layers (what vLLM and SGLang log); "
                                                       f"sum form {m['balancedness_sum']:.4f}"),
         ("Node imbalance", f"{m['node_imbalance_mean']:.4f}", f"max / mean node load, mean over layers (worst "
@@ -142,20 +142,23 @@ def options_text(options: dict[str, Any]) -> str:
     return json.dumps({k: v for k, v in sorted(options.items())}, separators=(", ", "="))[1:-1].replace('"', "")
 
 
-def compare_row(name: str, outcome: Outcome, heldout: HeldOut | None) -> dict[str, Any]:
-    """One row of the Compare table (fractions for gaps)."""
+def compare_row(name: str, outcome: Outcome, holdout: HeldOut | None) -> dict[str, Any]:
+    """One row of the Compare table, in the columns of :mod:`solvers.compare` (fractions for
+    gaps) plus the held-out gaps."""
     r = outcome.result
-    row: dict[str, Any] = {"solver": name, "termination": str(r.termination), "policy": r.policy,
-                           "time_s": r.wall_time}
+    row: dict[str, Any] = {"solver": name, "policy": r.policy, "termination": str(r.termination),
+                           "wall_time_s": r.wall_time}
     if r.score is None:
         return {**row, "message": r.message}
     m = r.score.metrics()
-    row.update({"imbalance_mean": m["imbalance_mean"], "imbalance_worst": m["imbalance_worst"],
-                "gap_mean": r.gap_mean, "gap_max": r.gap_max,
-                "gap_in_policy_mean": None if outcome.gap_in_policy is None else float(outcome.gap_in_policy.mean()),
-                "duplicates": m["duplicates"], "off_node_share": m.get("off_node_share_mean")})
-    if heldout is not None:
-        hm = heldout.score.metrics()
-        row.update({"heldout_imbalance_mean": hm["imbalance_mean"], "heldout_imbalance_worst": hm["imbalance_worst"],
-                    "heldout_gap_mean": float(heldout.gap.mean()), "heldout_gap_max": float(heldout.gap.max())})
+    row.update({"imbalance_mean": m["imbalance_mean"], "imbalance_worst": m["imbalance_worst"]})
+    if holdout is not None:
+        hm = holdout.score.metrics()
+        row.update({"holdout_imbalance_mean": hm["imbalance_mean"], "holdout_imbalance_worst": hm["imbalance_worst"]})
+    row.update({"gap_mean": r.gap_mean, "gap_max": r.gap_max,
+                "gap_in_policy_mean": None if outcome.gap_in_policy is None else float(outcome.gap_in_policy.mean())})
+    if holdout is not None:
+        row.update({"holdout_gap_mean": float(holdout.gap.mean()), "holdout_gap_max": float(holdout.gap.max())})
+    row.update({"off_node_share_mean": m.get("off_node_share_mean"), "duplicates": m["duplicates"],
+                "message": r.message})
     return row

@@ -85,7 +85,8 @@ def gpu_load_figure(weights: torch.Tensor, phy2log: torch.Tensor, logcnt: torch.
                           " of %{customdata[2]:.0f}<br>%{customdata[3]:,.1f} tokens<extra>slot " + str(s) + "</extra>"))
     mean = float(tokens.sum() / P)
     fig.add_hline(y=mean, line={"color": "black", "dash": "dash", "width": 1.5},
-                  annotation_text=f"mean {mean:,.0f}", annotation_position="top left")
+                  annotation_text=f"mean {mean:,.0f}", annotation_position="top left",
+                  annotation={"bgcolor": "rgba(255,255,255,0.85)"})
     _node_boundaries(fig, P, num_nodes)
     fig.update_layout(barmode="stack", bargap=0.12, template=TEMPLATE, title=title or None,
                       xaxis={"title": "GPU", "tickmode": "linear" if P <= 48 else "auto", "range": [-0.6, P - 0.4]},
@@ -131,7 +132,8 @@ def node_load_figure(node_load: torch.Tensor) -> go.Figure:
                            marker={"color": [color_for(n) for n in range(len(load))]},
                            hovertemplate="%{x}: %{y:,.0f} tokens<extra></extra>"))
     fig.add_hline(y=mean, line={"color": "black", "dash": "dash", "width": 1.5},
-                  annotation_text=f"mean {mean:,.0f}", annotation_position="top left")
+                  annotation_text=f"mean {mean:,.0f}", annotation_position="top left",
+                  annotation={"bgcolor": "rgba(255,255,255,0.85)"})
     fig.update_layout(template=TEMPLATE, yaxis={"title": "tokens"}, height=330, margin={"t": 30, "b": 40})
     return fig
 
@@ -152,8 +154,8 @@ def layer_imbalance_figure(series: Mapping[str, torch.Tensor | np.ndarray], titl
                                  line={"color": "#888", "dash": "dot"},
                                  hovertemplate="layer %{x}: bound %{y:.4f}<extra></extra>"))
     fig.update_layout(template=TEMPLATE, title=title or None, xaxis={"title": "layer"},
-                      yaxis={"title": "max / mean"}, height=360, margin={"t": 50 if title else 30, "b": 40},
-                      legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0})
+                      yaxis={"title": "max / mean"}, height=380, margin={"t": 50 if title else 30, "b": 40},
+                      legend={"orientation": "h", "y": -0.2, "yanchor": "top", "x": 0})
     return fig
 
 
@@ -163,10 +165,10 @@ def layer_imbalance_figure(series: Mapping[str, torch.Tensor | np.ndarray], titl
 def gap_figure(table: pd.DataFrame) -> go.Figure:
     """Mean and worst-layer gap to the lower bound per solver, in sample and held out.
     table: one row per solver with ``solver``, ``gap_mean``, ``gap_max`` and optionally
-    ``heldout_gap_mean``, ``heldout_gap_max`` (fractions)."""
+    ``holdout_gap_mean``, ``holdout_gap_max`` (fractions)."""
     fig = go.Figure()
     cols = [("gap_mean", "in sample, mean"), ("gap_max", "in sample, worst layer"),
-            ("heldout_gap_mean", "held out, mean"), ("heldout_gap_max", "held out, worst layer")]
+            ("holdout_gap_mean", "held out, mean"), ("holdout_gap_max", "held out, worst layer")]
     for k, (col, label) in enumerate(cols):
         if col in table and table[col].notna().any():
             fig.add_trace(go.Bar(x=table["solver"], y=100 * table[col].astype(float), name=label,
@@ -179,8 +181,8 @@ def gap_figure(table: pd.DataFrame) -> go.Figure:
 
 
 def runtime_figure(table: pd.DataFrame) -> go.Figure:
-    """Wall time per solver on a log axis. table: ``solver``, ``time_s``."""
-    t = table["time_s"].astype(float).clip(lower=1e-4)
+    """Wall time per solver on a log axis. table: ``solver``, ``wall_time_s``."""
+    t = table["wall_time_s"].astype(float).clip(lower=1e-4)
     fig = go.Figure(go.Bar(x=table["solver"], y=t, marker={"color": [color_for(k) for k in range(len(table))]},
                            text=[f"{v:.3g} s" for v in t], textposition="outside",
                            hovertemplate="%{x}: %{y:.4g} s<extra></extra>"))
@@ -202,11 +204,12 @@ def gpu_loads_side_by_side(loads: Mapping[str, torch.Tensor | np.ndarray], num_n
     if P:
         mean = float(np.mean(_np(next(iter(loads.values())))))
         fig.add_hline(y=mean, line={"color": "black", "dash": "dash", "width": 1.5},
-                      annotation_text=f"mean {mean:,.0f}", annotation_position="top left")
+                      annotation_text=f"mean {mean:,.0f}", annotation_position="top left",
+                  annotation={"bgcolor": "rgba(255,255,255,0.85)"})
         _node_boundaries(fig, P, num_nodes)
     fig.update_layout(template=TEMPLATE, barmode="group", title=title or None, xaxis={"title": "GPU"},
-                      yaxis={"title": "tokens"}, height=400, margin={"t": 60 if title else 40, "b": 40},
-                      legend={"orientation": "h", "y": 1.08, "yanchor": "bottom", "x": 0})
+                      yaxis={"title": "tokens"}, height=420, margin={"t": 60 if title else 40, "b": 40},
+                      legend={"orientation": "h", "y": -0.18, "yanchor": "top", "x": 0})
     return fig
 
 

@@ -7,7 +7,7 @@ becomes a :class:`Loads`: a trace ``[steps, layers, experts]`` plus what is know
 from __future__ import annotations
 
 import hashlib
-import tempfile
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from solvers.errors import LoadFileError, OptionError
 
 DEFAULT_DATASET = "deepseek-v3-skewed"
 UPLOAD_SUFFIXES = ("npz", "pt", "pth", "json", "csv")
+_TEMP_PATH = re.compile(r"\S*eplb-loads-[^/\s]+/upload\.\w+")
 
 
 @dataclass(frozen=True)
@@ -65,19 +66,6 @@ def content_hash(*tensors: torch.Tensor) -> str:
     return h.hexdigest()
 
 
-def _drop_dense(trace: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """(trace without its leading all-zero layers, how many were dropped). trace: [T, L, E]."""
-    active = trace.abs().sum(dim=(0, 2)) > 0                     # [L]
-    if not bool(active.any()):
-        raise LoadFileError("loads", "every layer is all zeros: nothing to balance")
-    first = int(torch.nonzero(active)[0])
-    return trace[:, first:], first
-
-
-def _as_trace(arr: torch.Tensor) -> torch.Tensor:
-    return arr.unsqueeze(0) if arr.dim() == 2 else arr
-
-
 def from_dataset(name: str) -> Loads:
     """A shipped dataset by name (``eplb datasets`` lists them)."""
     from solvers.workloads.catalog import list_datasets, load_dataset
@@ -102,36 +90,20 @@ def from_generator(model: str, scenario: str, steps: int, seed: int, tokens_per_
 
 def from_upload(filename: str, data: bytes, format: str | None = None) -> Loads:
     """An uploaded loads file in any importer format (SGLang ``.pt``, vLLM JSON, Megatron
-    ``.npz``, CSV, ``.npz``, ``.pt``, JSON). Leading all-zero (dense) layers are dropped."""
+    ``.npz``, CSV, ``.npz``, ``.pt``, JSON), read by :func:`solvers.io.read_loads`; leading
+    all-zero (dense) layers are dropped and counted."""
+    from solvers.io import read_loads
+
     suffix = Path(filename).suffix.lower()
     if suffix.lstrip(".") not in UPLOAD_SUFFIXES:
         raise LoadFileError("loads", f"{filename}: unsupported file type {suffix or '(none)'}; "
                             f"use one of {', '.join('.' + s for s in UPLOAD_SUFFIXES)}")
-    if not data:
-        raise LoadFileError("loads", f"{filename}: the file is empty")
-    arr, meta = _read_bytes(filename, data, format)
-    trace = _as_trace(arr)
-    if trace.dim() != 3:
-        raise LoadFileError("loads", f"{filename}: expected [layers, experts] or [steps, layers, experts], "
-                            f"got shape {tuple(arr.shape)}")
-    trace, dense = _drop_dense(trace)
+    try:
+        info = read_loads(data, format, name=filename)
+    except LoadFileError as exc:          # name the user's file, not the reader's temporary copy
+        raise LoadFileError(exc.param, _TEMP_PATH.sub(filename, str(exc).split(": ", 1)[1])) from None
+    trace = info.trace if info.trace is not None else info.weights.unsqueeze(0)     # [T, L, E]
+    meta = dict(info.meta)
     model = meta.get("model") if isinstance(meta.get("model"), str) else None
     groups = meta.get("num_groups") if isinstance(meta.get("num_groups"), int) else None
-    return Loads(trace, filename, model, groups, dense, meta.get("format"), meta)
-
-
-def _read_bytes(filename: str, data: bytes, format: str | None) -> tuple[torch.Tensor, dict[str, Any]]:
-    """The importers read files: the upload goes through a private temporary file of the
-    same suffix (suffixes drive format detection)."""
-    from solvers.workloads.importers import read_loads
-
-    with tempfile.TemporaryDirectory(prefix="eplb-upload-") as tmp:
-        path = Path(tmp) / ("upload" + Path(filename).suffix.lower())
-        path.write_bytes(data)
-        try:
-            arr, meta = read_loads(path, format)
-        except LoadFileError as exc:      # name the user's file, not the temporary one
-            message = str(exc).split(": ", 1)[1].replace(str(path), filename)
-            raise LoadFileError(exc.param, message) from None
-    meta["source"] = filename
-    return arr, meta
+    return Loads(trace, filename, model, groups, info.dense_layers, info.format, meta)

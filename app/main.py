@@ -17,10 +17,10 @@ import streamlit as st  # noqa: E402
 
 VIEWS = Path(__file__).resolve().parent / "views"
 
-st.set_page_config(page_title="EPLB workbench", page_icon="⚖️", layout="wide")
+st.set_page_config(page_title="EPLB workbench", page_icon=":material/balance:", layout="wide")
 pages = [
-    st.Page(VIEWS / "explore.py", title="Explore a placement", icon="🔍", default=True),
-    st.Page(VIEWS / "compare.py", title="Compare solvers", icon="📊"),
-    st.Page(VIEWS / "results.py", title="Benchmark results", icon="🏁"),
+    st.Page(VIEWS / "explore.py", title="Explore a placement", icon=":material/search:", default=True),
+    st.Page(VIEWS / "compare.py", title="Compare solvers", icon=":material/compare_arrows:"),
+    st.Page(VIEWS / "results.py", title="Benchmark results", icon=":material/leaderboard:"),
 ]
 st.navigation(pages).run()

@@ -26,7 +26,7 @@ UPLOAD_FORMATS = ("auto", "sglang", "vllm", "megatron", "csv", "npz", "pt", "jso
 
 def show_error(exc: BaseException) -> None:
     """One line for the user: the library's message (it starts with the parameter's name)."""
-    st.error(str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}", icon="⚠️")
+    st.error(str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}", icon=":material/error:")
 
 
 # ---------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
+import torch
 
 from solvers import get_solver, solver_names
 from solvers.errors import EPLBError
@@ -106,9 +107,9 @@ def _show(done: dict, problem, has_held: bool) -> None:
     table: pd.DataFrame = done["table"]
     outcomes, held = done["outcomes"], done["held"]
     st.subheader("Results")
-    pct = {c: st.column_config.NumberColumn(format="percent") for c in table.columns if "gap" in c or c == "off_node_share"}
+    pct = {c: st.column_config.NumberColumn(format="percent") for c in table.columns if "gap" in c or "share" in c}
     st.dataframe(table, hide_index=True, width="stretch",
-                 column_config={**pct, "time_s": st.column_config.NumberColumn("time (s)", format="%.4g")})
+                 column_config={**pct, "wall_time_s": st.column_config.NumberColumn("time (s)", format="%.4g")})
     st.download_button("Download table (CSV)", table.to_csv(index=False).encode(), "compare.csv", "text/csv",
                        key=f"{PAGE}:csv")
     ok = table[table["solver"].isin(list(outcomes))]
@@ -126,7 +127,10 @@ def _show(done: dict, problem, has_held: bool) -> None:
     st.plotly_chart(figures.layer_imbalance_figure(series, title=f"Per-layer imbalance ({which})"),
                     width="stretch", key=f"{PAGE}:chart:layers")
     L = problem.num_layers
-    layer = st.slider("Layer for the per-GPU loads", 0, L - 1, 0, key=f"{PAGE}:layer:{L}")
+    first = next(iter(outcomes.values())).result.score
+    worst = int(torch.argmax(first.imbalance)) if first is not None else 0
+    layer = st.slider("Layer for the per-GPU loads", 0, L - 1, worst, key=f"{PAGE}:layer:{L}",
+                      help=f"starts at the worst layer of the first solver ({worst})")
     loads = {n: o.result.score.gpu_load[layer] for n, o in outcomes.items() if o.result.score is not None}
     st.plotly_chart(figures.gpu_loads_side_by_side(loads, problem.num_nodes, title=f"Layer {layer}, in sample"),
                     width="stretch", key=f"{PAGE}:chart:gpus")

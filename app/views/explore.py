@@ -11,7 +11,7 @@ from solvers import get_solver, score
 from solvers.errors import EPLBError
 
 from app import cache, figures
-from app.cluster import DENSE_LAYERS, expert_bytes
+from app.cluster import dense_layers, expert_bytes
 from app.compute import metric_cards, plan_table
 from app.exports import plan_downloads
 from app.widgets import (cluster_picker, describe_loads, loads_picker, show_error, solver_options, solver_select,
@@ -69,7 +69,8 @@ def main() -> None:
     try:
         weights = loads.window(*window)                                        # [L, E]
         problem = cluster.problem(weights)
-        previous, size = _current_placement(problem, model)
+        with st.sidebar:
+            previous, size = _current_placement(problem, model)
     except EPLBError as exc:
         show_error(exc)
         return
@@ -138,7 +139,7 @@ def _charts(problem, outcome, loads, model, solver, window) -> None:
                      column_config={"tokens": st.column_config.NumberColumn(format="%.0f"),
                                     "load / mean": st.column_config.NumberColumn(format="%.4f")})
     with tabs[4]:
-        dense = loads.dense_layers or DENSE_LAYERS.get(model or "", 0)
+        dense = loads.dense_layers or dense_layers(model)
         offset = st.number_input("Dense layers before the first MoE layer", 0, 1000, dense,
                                  key=f"{PAGE}:offset:{model}", help="engines index layers in the whole model "
                                                                     "(DeepSeek-V3: 3 dense layers)")

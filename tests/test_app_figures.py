@@ -1,0 +1,203 @@
+"""The app's pure parts (figures, tables, exports, uploads), tested without Streamlit."""
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+pytest.importorskip("plotly")
+
+from app import figures  # noqa: E402
+from app.compute import Cluster, compare_row, held_out, metric_cards, plan_table, run_solver  # noqa: E402
+from app.exports import plan_downloads  # noqa: E402
+from app.loads import content_hash, from_upload  # noqa: E402
+from solvers import Problem, score, solve  # noqa: E402
+from solvers.errors import LoadFileError  # noqa: E402
+
+
+def _problem(layers: int = 3, experts: int = 16, replicas: int = 24, groups: int = 4, nodes: int = 2,
+             gpus: int = 8, seed: int = 0) -> Problem:
+    g = torch.Generator().manual_seed(seed)
+    w = torch.exp(1.2 * torch.randn(layers, experts, generator=g, dtype=torch.float64)) * 100
+    return Problem(w.round(), replicas, groups, nodes, gpus)
+
+
+@pytest.fixture(scope="module")
+def solved():
+    problem = _problem()
+    return problem, solve(problem, "kk_swap")
+
+
+def test_gpu_load_bars_sum_to_the_scorers_gpu_load(solved):
+    problem, res = solved
+    expected = score(problem, res.plan).gpu_load
+    for layer in range(problem.num_layers):
+        fig = figures.gpu_load_figure(problem.weights[layer], res.plan.phy2log[layer], res.plan.logcnt[layer],
+                                      problem.num_gpus, problem.num_nodes)
+        np.testing.assert_allclose(figures.bar_totals(fig), expected[layer].numpy(), rtol=1e-12)
+        bars = [t for t in fig.data if t.type == "bar"]
+        assert len(bars) == problem.slots_per_gpu          # one segment per replica slot of each GPU
+
+
+def test_gpu_load_segments_name_their_expert_and_replica(solved):
+    problem, res = solved
+    layer = 1
+    fig = figures.gpu_load_figure(problem.weights[layer], res.plan.phy2log[layer], res.plan.logcnt[layer],
+                                  problem.num_gpus, problem.num_nodes)
+    S = problem.slots_per_gpu
+    p2l = res.plan.phy2log[layer].view(problem.num_gpus, S)
+    cnt = res.plan.logcnt[layer]
+    for s, trace in enumerate(t for t in fig.data if t.type == "bar"):
+        custom = np.asarray(trace.customdata)
+        experts = custom[:, 0].astype(int)
+        assert (experts == p2l[:, s].numpy()).all()
+        assert (np.asarray(trace.marker.color) == experts).all()             # coloured by expert
+        w = problem.weights[layer][experts].numpy() / cnt[experts].numpy()
+        np.testing.assert_allclose(np.asarray(trace.y), w)                   # tokens = w_e / c_e
+        assert ((custom[:, 1] >= 1) & (custom[:, 1] <= custom[:, 2])).all()   # replica k of c_e
+    # mean line and node boundaries
+    mean = float(score(problem, res.plan).mean_load[layer])
+    hlines = [s for s in fig.layout.shapes if s.y0 == s.y1]
+    vlines = [s for s in fig.layout.shapes if s.x0 == s.x1]
+    assert any(abs(h.y0 - mean) < 1e-9 * mean for h in hlines)
+    assert [v.x0 for v in vlines] == [problem.gpus_per_node - 0.5]
+
+
+def test_heatmap_is_load_over_mean_with_the_hottest_gpu_marked(solved):
+    problem, res = solved
+    sc = score(problem, res.plan)
+    fig = figures.load_heatmap(sc.gpu_load, problem.num_nodes)
+    heat, marks = fig.data[0], fig.data[1]
+    z = np.asarray(heat.z)
+    np.testing.assert_allclose(z, (sc.gpu_load / sc.mean_load[:, None]).numpy())
+    assert list(marks.x) == sc.gpu_load.argmax(1).tolist()
+    np.testing.assert_allclose(z.max(1), sc.imbalance.numpy())
+
+
+def test_node_and_layer_figures_plot_the_scores(solved):
+    problem, res = solved
+    sc = score(problem, res.plan)
+    node = figures.node_load_figure(sc.node_load[2])
+    np.testing.assert_allclose(np.asarray(node.data[0].y), sc.node_load[2].numpy())
+    lines = figures.layer_imbalance_figure({"gpu": sc.imbalance}, floor=res.lower_bound / sc.mean_load)
+    np.testing.assert_allclose(np.asarray(lines.data[0].y), sc.imbalance.numpy())
+    assert (np.asarray(lines.data[1].y) <= np.asarray(lines.data[0].y) + 1e-12).all()   # bound below plan
+
+
+def test_compare_figures_use_the_table():
+    table = pd.DataFrame({"solver": ["a", "b"], "gap_mean": [0.01, 0.002], "gap_max": [0.1, 0.02],
+                          "wall_time_s": [0.003, 2.0]})
+    gap = figures.gap_figure(table)
+    assert [t.name for t in gap.data] == ["in sample, mean", "in sample, worst layer"]
+    np.testing.assert_allclose(np.asarray(gap.data[0].y), [1.0, 0.2])
+    rt = figures.runtime_figure(table)
+    assert rt.layout.yaxis.type == "log"
+    side = figures.gpu_loads_side_by_side({"a": torch.tensor([1.0, 3.0]), "b": torch.tensor([2.0, 2.0])}, 1)
+    assert [list(t.y) for t in side.data] == [[1.0, 3.0], [2.0, 2.0]]
+
+
+def test_profile_and_scatter_figures():
+    prof = {"x": (np.array([1.0, 1.5]), np.array([0.5, 1.0])), "y": (np.array([1.0, np.inf]), np.array([0.5, 1.0]))}
+    fig = figures.profile_figure(prof, "objective")
+    assert [t.name for t in fig.data] == ["x", "y"]
+    assert fig.data[1].y[-1] == 0.5          # an unsolved problem never counts
+    rows = pd.DataFrame({"solver": ["a", "b"], "wall_time_s": [0.1, 1.0], "gap_mean": [0.02, 0.0],
+                         "instance": ["i", "i"], "seed": [0, 0]})
+    sc = figures.gap_time_scatter(rows)
+    assert sc.layout.xaxis.type == "log" and list(sc.data[0].y) == [2.0]
+
+
+def test_plan_table_lists_each_gpus_experts_and_load(solved):
+    problem, res = solved
+    sc = score(problem, res.plan)
+    table = plan_table(problem.weights, res.plan, 0, problem.num_gpus, problem.num_nodes)
+    np.testing.assert_allclose(table["tokens"].to_numpy(), sc.gpu_load[0].numpy())
+    assert table["node"].tolist() == [g // problem.gpus_per_node for g in range(problem.num_gpus)]
+    held = [sum(int(x.split("×")[1]) if "×" in x else 1 for x in row.split(", ")) for row in table["experts"]]
+    assert held == [problem.slots_per_gpu] * problem.num_gpus
+
+
+def test_outcome_cards_and_gap_within_policy():
+    problem = _problem()
+    out = run_solver(problem, "deepseek", {})
+    assert (out.gap_in_policy <= out.result.gap + 1e-12).all() and (out.gap_in_policy >= -1e-12).all()
+    labels = [c[0] for c in metric_cards(out)]
+    for want in ("Imbalance (mean)", "Worst layer", "Balancedness", "Node imbalance", "Gap to bound",
+                 "Gap within policy", "Duplicates", "Off-node share", "Time", "Termination"):
+        assert want in labels
+    moved = score(problem, out.result.plan, previous=solve(problem, "kk_swap").plan, expert_bytes=10)
+    cards = dict((c[0], c[1]) for c in metric_cards(out, moved))
+    assert cards["Moves"] == f"{moved.moves:,}"
+
+
+def test_held_out_scores_the_plan_on_other_loads():
+    problem, later = _problem(seed=0), _problem(seed=1)
+    out = run_solver(problem, "deepseek", {})
+    h = held_out(later, out.result.plan)
+    assert torch.equal(h.score.gpu_load, score(later, out.result.plan).gpu_load)
+    row = compare_row("deepseek", out, h)
+    assert row["holdout_imbalance_mean"] == pytest.approx(h.score.imbalance_mean)
+    assert row["gap_mean"] == pytest.approx(out.result.gap_mean)
+
+
+def test_downloads_read_back_as_the_same_plan(tmp_path, solved):
+    from solvers.workloads.exporters import read_exported_plan
+
+    problem, res = solved
+    downloads = plan_downloads(res.plan, problem, policy=res.policy, solver="kk_swap", options=res.options,
+                               metrics=res.score.metrics(), layer_offset=3, loads_name="x")
+    assert [d.filename for d in downloads] == ["plan.json", "expert_location_sglang.json", "moe_load_balancer.yaml",
+                                               "plan.csv"]
+    for d in downloads:
+        path = tmp_path / d.filename
+        path.write_bytes(d.data)
+        offset = 3 if d.filename.startswith("expert_location") else 0
+        back = read_exported_plan(path, num_experts=problem.num_experts, layer_offset=offset)
+        assert torch.equal(back.phy2log, res.plan.phy2log), d.filename
+        assert d.usage
+    assert "--init-expert-location" in downloads[1].usage
+
+
+def test_upload_reads_any_format_and_drops_dense_layers():
+    trace = torch.randint(1, 50, (4, 3, 8))
+    trace[:, 0] = 0                                                   # a dense layer in the dump
+    buf = io.BytesIO()
+    np.savez(buf, loads=trace.numpy())
+    loads = from_upload("dump.npz", buf.getvalue())
+    assert loads.dense_layers == 1 and loads.trace.shape == (4, 2, 8)
+    assert torch.equal(loads.window(1, 3), trace[1:3, 1:].sum(0).double())
+    vllm = json.dumps({"load_history": [{"logical_expert_load": step} for step in trace[:, 1:].tolist()]})
+    assert torch.equal(from_upload("hist.json", vllm.encode()).trace, trace[:, 1:])
+
+
+@pytest.mark.parametrize("name, data, words", [
+    ("bad.npz", b"not a zip file", "bad.npz"),
+    ("empty.csv", b"", "empty"),
+    ("loads.txt", b"1,2", "unsupported file type"),
+])
+def test_bad_uploads_raise_a_one_line_error_naming_the_file(name, data, words):
+    with pytest.raises(LoadFileError) as err:
+        from_upload(name, data)
+    text = str(err.value)
+    assert words in text and "\n" not in text and "eplb-loads-" not in text
+
+
+def test_content_hash_depends_on_values_shape_and_dtype():
+    a = torch.arange(6, dtype=torch.float64).view(2, 3)
+    assert content_hash(a) == content_hash(a.clone())
+    assert content_hash(a) != content_hash(a.view(3, 2))
+    assert content_hash(a) != content_hash(a.to(torch.float32))
+    b = a.clone()
+    b[1, 2] += 1
+    assert content_hash(a) != content_hash(b)
+
+
+def test_cluster_builds_the_problem_or_names_the_bad_size():
+    w = torch.ones(2, 16)
+    assert Cluster(24, 4, 2, 8).problem(w).slots_per_gpu == 3
+    with pytest.raises(ValueError, match="^num_gpus"):
+        Cluster(24, 4, 3, 8).problem(w)
