@@ -9,7 +9,9 @@ Per layer, with ``T = (1 + slack) x`` the max GPU load of a fresh plan by ``solv
 1. the fresh plan, relabelled to keep the most replicas in place (:mod:`.relabel`): it
    always meets T, and is the fallback;
 2. ``method="heuristic"``: the placement in force repaired until it meets T
-   (:mod:`.minmoves`), kept where it moves fewer replicas than (1);
+   (:mod:`.minmoves`; under the hierarchical policy, layers whose nodes drifted apart
+   first move the fewest whole groups, :mod:`.regroup`), kept where it moves fewer
+   replicas than (1);
 3. ``method="exact"``: a CP-SAT model per layer (:mod:`.exact`), warm-started from the
    best of (1) and (2), within ``time_limit`` for all layers; proven optimum or gap per layer.
 """
@@ -32,6 +34,7 @@ from ..result import SolveResult
 from ..scoring import gpu_loads, gpu_presence
 from .exact import count_window, solve_layer
 from .minmoves import TARGET_RTOL, repair
+from .regroup import regroup
 from .relabel import relabel
 
 METHODS = ("heuristic", "exact")
@@ -152,10 +155,18 @@ def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: 
     relabel_moves = moves_per_layer(relabelled, old, E, P)
     t0 = time.perf_counter()
     fixed = repair(problem.weights, old, target, P, zones)
+    repaired = fixed.phy2log.clone()
+    met = fixed.met.clone()
+    regrouped: list[int] = []
+    if zones > 1 and not bool(met.all()):     # nodes drifted apart: move whole groups
+        for layer, row in regroup(problem.weights, old, target, (~met).nonzero().squeeze(1).tolist(),
+                                  problem.num_groups, problem.num_nodes, P).items():
+            repaired[layer], met[layer] = row, True
+            regrouped.append(layer)
     repair_seconds = time.perf_counter() - t0
-    repaired_moves = moves_per_layer(fixed.phy2log, old, E, P)
-    use = fixed.met & (repaired_moves <= relabel_moves)                              # [L]
-    p2l = torch.where(use.unsqueeze(1), fixed.phy2log, relabelled)
+    repaired_moves = moves_per_layer(repaired, old, E, P)
+    use = met & (repaired_moves <= relabel_moves)                                    # [L]
+    p2l = torch.where(use.unsqueeze(1), repaired, relabelled)
     info: dict[str, Any] = {
         "base": base, "slack": slack, "method": method, "policy": policy,
         "fresh_max_load": fresh.score.max_load.tolist(), "target_max_load": target.tolist(),
@@ -163,7 +174,7 @@ def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: 
         "heuristic_moves": int(moves_per_layer(p2l, old, E, P).sum()),
         "repair_rounds": fixed.rounds, "repair_swaps": int(fixed.swaps.sum()),
         "repair_count_changes": int(fixed.count_changes.sum()),
-        "fallback_layers": (~use).nonzero().squeeze(1).tolist(),
+        "regrouped_layers": regrouped, "fallback_layers": (~use).nonzero().squeeze(1).tolist(),
         "seconds": {"fresh": fresh_seconds, "relabel": relabel_seconds, "heuristic": repair_seconds},
     }
     if method == "exact":

@@ -1,0 +1,143 @@
+"""Hierarchical plans whose nodes drifted apart: move as few whole groups as possible.
+
+When a node's share of the new loads exceeds what its GPUs may carry (node load / GPUs
+per node > target), no repair inside the nodes can meet the target: some groups must
+change node. Every balanced group-to-node assignment (G/N groups per node; 2,520 for 8
+groups on 4 nodes) is scored for all such layers at once; the few with the fewest groups
+moved (then the lowest node load) that leave every node within target become starts:
+
+- replicas of staying groups keep their slots; slots of departing groups are freed;
+- arriving experts get replica counts for the free slots (greedy, optimal for the max
+  replica load); when there are fewer free slots than arriving experts, staying experts
+  with spare replicas give slots (those whose replicas stay lightest);
+- arriving replicas go heaviest first to the lightest GPU with a free slot.
+
+The caller repairs every start inside its nodes (:func:`.minmoves.repair`) and keeps,
+per layer, the start that meets the target with the fewest moves.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from ..bounds import optimal_counts
+from ..heuristics.hierarchical import balanced_partitions
+
+
+@lru_cache(maxsize=16)
+def labelled_assignments(num_groups: int, num_nodes: int) -> np.ndarray | None:
+    """[M, G] node of every group, G/N groups per node, every labelling (None when too many)."""
+    parts = balanced_partitions(num_groups, num_nodes)
+    if parts is None or len(parts) * math.factorial(num_nodes) > 200_000:
+        return None
+    table = np.asarray(parts, dtype=np.int64)                                     # [M0, G]
+    perms = np.asarray(list(itertools.permutations(range(num_nodes))), dtype=np.int64)  # [N!, N]
+    return perms[:, table].reshape(-1, num_groups)
+
+
+def home_nodes(p2l: np.ndarray, num_groups: int, num_experts: int, num_nodes: int) -> np.ndarray:
+    """[G] node holding most replicas of each group. p2l: [R]."""
+    R = len(p2l)
+    node = np.arange(R) // (R // num_nodes)
+    votes = np.zeros((num_groups, num_nodes), dtype=np.int64)
+    np.add.at(votes, (p2l // (num_experts // num_groups), node), 1)
+    return votes.argmax(1)
+
+
+def candidate_assignments(w: np.ndarray, home: np.ndarray, replicas: np.ndarray, cap: float, num_groups: int,
+                          num_nodes: int, num_gpus: int, top: int) -> list[np.ndarray]:
+    """Up to ``top`` group-to-node assignments [G] meeting ``cap`` per GPU on average,
+    fewest replicas moved first (``replicas``: [G] of each group in the old plan), then
+    lowest node load. w: [E] new loads; home: [G]."""
+    table = labelled_assignments(num_groups, num_nodes)
+    if table is None:
+        return []
+    gl = w.reshape(num_groups, -1).sum(1)                                          # [G]
+    node_load = np.zeros((table.shape[0], num_nodes))
+    np.add.at(node_load, (np.arange(table.shape[0])[:, None].repeat(num_groups, 1), table), gl[None, :])
+    worst = node_load.max(1) / (num_gpus // num_nodes)
+    moved = ((table != home[None, :]) * replicas[None, :]).sum(1)
+    ok = np.flatnonzero(worst <= cap)
+    order = ok[np.lexsort((worst[ok], moved[ok]))]
+    return [table[i] for i in order[:top]]
+
+
+def start_from_assignment(w: np.ndarray, p2l: np.ndarray, assign: np.ndarray, num_groups: int,
+                          num_nodes: int, num_gpus: int) -> np.ndarray:
+    """phy2log [R] keeping staying groups' replicas, placing arriving groups in freed slots."""
+    R, E = len(p2l), len(w)
+    S = R // num_gpus
+    per_node = R // num_nodes
+    gsize = E // num_groups
+    out = p2l.copy()
+    for n in range(num_nodes):
+        slots = np.arange(n * per_node, (n + 1) * per_node)
+        mine = out[slots]
+        stays = assign[mine // gsize] == n
+        experts = np.flatnonzero(assign[np.arange(E) // gsize] == n)
+        present = np.zeros(E, dtype=bool)
+        present[mine[stays]] = True
+        arriving = experts[~present[experts]]
+        free = list(slots[~stays])
+        cnt = np.bincount(mine[stays], minlength=E)
+        gpu_load = np.zeros(num_gpus)
+        np.add.at(gpu_load, slots[stays] // S, (w[mine[stays]] / np.maximum(cnt[mine[stays]], 1)))
+        while len(free) < len(arriving):            # staying experts give spare replicas
+            spare = np.flatnonzero(cnt >= 2)
+            d = spare[np.argmin(w[spare] / (cnt[spare] - 1))]
+            held = slots[stays & (mine == d) & ~np.isin(slots, free)]
+            free.append(int(held[np.argmax(gpu_load[held // S])]))
+            cnt[d] -= 1
+        if len(arriving) == 0:
+            continue
+        acnt = optimal_counts(torch.as_tensor(w[arriving]).view(1, -1), len(free))[0].numpy()
+        reps = np.repeat(arriving, acnt)
+        reps = reps[np.argsort(-np.repeat(w[arriving] / acnt, acnt), kind="stable")]   # heaviest first
+        free = np.asarray(sorted(free))
+        kept = np.setdiff1d(slots, free)
+        gpu_load[:] = 0
+        np.add.at(gpu_load, kept // S, w[out[kept]] / cnt[out[kept]])
+        # Free slots in order of their GPU's load plus what earlier free slots there add:
+        # the heaviest replicas land on the lightest GPUs (the repair then balances).
+        gpu = free // S
+        rank = np.arange(len(free)) - np.searchsorted(gpu, gpu)
+        key = gpu_load[gpu] + rank * (w[arriving].sum() / len(free))
+        out[free[np.argsort(key, kind="stable")]] = reps
+    return out
+
+
+def regroup(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, layers: list[int],
+            num_groups: int, num_nodes: int, num_gpus: int, top: int = 4) -> dict[int, torch.Tensor]:
+    """{layer: phy2log [R]} for the ``layers`` whose best start (moved groups, then repaired
+    inside the nodes) meets ``target``; weights: [L, E], previous: [L, R], target: [L]."""
+    from .api import moves_per_layer
+    from .minmoves import repair
+
+    if not layers:
+        return {}
+    w = weights.to(torch.float64).cpu().numpy()
+    old = previous.cpu().numpy()
+    E = w.shape[1]
+    rows, owner = [], []
+    for layer in layers:
+        home = home_nodes(old[layer], num_groups, E, num_nodes)
+        reps = np.bincount(old[layer] // (E // num_groups), minlength=num_groups)
+        for assign in candidate_assignments(w[layer], home, reps, float(target[layer]), num_groups, num_nodes,
+                                            num_gpus, top):
+            rows.append(start_from_assignment(w[layer], old[layer], assign, num_groups, num_nodes, num_gpus))
+            owner.append(layer)
+    if not rows:
+        return {}
+    idx = torch.tensor(owner, device=previous.device)
+    starts = torch.as_tensor(np.stack(rows), device=previous.device)
+    fixed = repair(weights[idx], starts, target[idx], num_gpus, num_nodes)
+    moves = moves_per_layer(fixed.phy2log, previous[idx], E, num_gpus)
+    best: dict[int, tuple[int, torch.Tensor]] = {}
+    for k, layer in enumerate(owner):
+        if bool(fixed.met[k]) and (layer not in best or int(moves[k]) < best[layer][0]):
+            best[layer] = (int(moves[k]), fixed.phy2log[k])
+    return {layer: p2l for layer, (_, p2l) in best.items()}
