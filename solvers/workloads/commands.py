@@ -55,28 +55,78 @@ def _plan_input(spec: str) -> bool:
     return False
 
 
+# The suffix each plan format is written with (an --out that says otherwise is refused).
+PLAN_SUFFIXES = {"eplb": (".json",), "sglang": (".json",), "trtllm": (".yaml", ".yml"), "csv": (".csv",)}
+
+
+def engine_flags(fmt: str, path: Path, num_replicas: int, num_experts: int) -> str:
+    """How the engine reads an exported map (printed after every export)."""
+    where = str(Path(path).resolve())
+    if fmt == "sglang":
+        return (f"SGLang: python -m sglang.launch_server ... --init-expert-location {where} "
+                f"--ep-num-redundant-experts {num_replicas - num_experts}")
+    if fmt == "trtllm":
+        return f"TensorRT-LLM: in the --config (extra LLM API options) YAML: moe_config: {{load_balancer: {where}}}"
+    if fmt == "csv":
+        return "CSV: layer,slot,gpu,expert,replica rows (for your own tooling)"
+    return f"eplb: eplb score --loads LOADS --plan {where}"
+
+
 def _convert_plan(args: argparse.Namespace) -> int:
+    from ..planfile import read_plan
     from ..problem import Problem
-    from .exporters import PLAN_FORMATS, export_plan, read_exported_plan
+    from .exporters import PLAN_FORMATS, detect_plan_format, export_plan, read_exported_plan
 
     if args.to is not None and args.to not in PLAN_FORMATS:
         raise OptionError("to", f"a plan converts to one of {', '.join(PLAN_FORMATS)}, got {args.to!r}")
-    plan = read_exported_plan(args.input, num_experts=args.num_experts, layer_offset=args.layer_offset)
-    problem = None
+    out = Path(args.out)
     fmt = args.to
-    if fmt is None and Path(args.out).suffix.lower() == ".json":
-        fmt = "eplb" if args.loads else "sglang"
+    suffix = out.suffix.lower()
+    if fmt is None:
+        fmt = {".yaml": "trtllm", ".yml": "trtllm", ".csv": "csv"}.get(suffix)
+        if fmt is None and suffix == ".json":
+            fmt = "eplb" if args.loads else "sglang"
+        if fmt is None:
+            raise OptionError("out", f"{out.name}: cannot tell the format from the suffix; pass --to "
+                              f"({', '.join(PLAN_FORMATS)})")
+    if suffix not in PLAN_SUFFIXES[fmt]:
+        raise OptionError("out", f"{out.name}: a {fmt} plan is written as {' or '.join(PLAN_SUFFIXES[fmt])}, "
+                          f"not {suffix or '(no suffix)'}")
+    doc = None
+    if detect_plan_format(args.input) == "eplb":
+        plan, doc = read_plan(args.input)          # records its shape and dense layers
+    else:
+        plan = read_exported_plan(args.input, num_experts=args.num_experts, layer_offset=args.layer_offset or 0)
+    shape = doc["problem"] if doc else {}
+    recorded = int(((doc or {}).get("engine") or {}).get("dense_layers", 0) or 0)
+    offset = args.layer_offset
+    if offset is None:
+        offset = recorded
+    elif doc is not None and recorded and offset != recorded:
+        raise OptionError("layer_offset", f"{offset} contradicts {args.input}, planned for a model with "
+                          f"{recorded} dense layers first; leave --layer-offset out")
+    gpus = args.gpus if args.gpus is not None else shape.get("num_gpus")
+    problem = None
     if fmt == "eplb":
-        if not args.loads or args.gpus is None:
-            raise OptionError("loads", "converting to the eplb plan format records the problem: "
-                              "pass --loads and --gpus (and --groups, --nodes)")
-        from ..loadfiles import read_weights
+        if doc is not None and not args.loads:
+            problem = None
+        else:
+            if not args.loads or gpus is None:
+                raise OptionError("loads", "converting an engine map to the eplb plan format records the problem: "
+                                  "pass --loads and --gpus (and --groups, --nodes)")
+            from ..io import read_loads
 
-        problem = Problem(read_weights(args.loads), plan.num_replicas, args.groups, args.nodes, args.gpus)
-    export_plan(plan, args.out, fmt, problem=problem, num_gpus=args.gpus, layer_offset=args.layer_offset,
-                solver="import", provenance={"converted_from": str(args.input)})
-    print(f"wrote {args.out}: plan of {plan.num_layers} layers, {plan.num_replicas} slots, "
+            problem = Problem(read_loads(args.loads).weights, plan.num_replicas, args.groups, args.nodes, gpus)
+    if fmt == "eplb" and problem is None:
+        from ..planfile import write_plan
+        write_plan(out, doc)
+    else:
+        export_plan(plan, out, fmt, problem=problem, num_gpus=gpus, layer_offset=offset,
+                    solver="import", provenance={"converted_from": str(args.input)})
+    rows = plan.num_layers + (offset if fmt in ("sglang",) else 0)
+    print(f"wrote {out}: plan of {plan.num_layers} MoE layers ({rows} rows), {plan.num_replicas} slots, "
           f"{plan.num_experts} experts")
+    print(engine_flags(fmt, out, plan.num_replicas, plan.num_experts))
     return 0
 
 
@@ -147,10 +197,11 @@ def add_commands(sub) -> None:
     c.add_argument("--format", choices=FORMATS, default=None, help="input loads format (default: detected)")
     c.add_argument("--num-experts", type=int, default=None,
                    help="plans: logical experts (engine plan formats do not record it)")
-    c.add_argument("--layer-offset", type=int, default=0,
-                   help="plans to sglang or trtllm: model index of the first MoE layer (e.g. 3 for DeepSeek-V3; sglang gets valid rows for the dense layers)")
+    c.add_argument("--layer-offset", type=int, default=None,
+                   help="plans to sglang or trtllm: model index of the first MoE layer (default: the dense layers "
+                        "the plan file records, e.g. 3 for DeepSeek-V3; sglang gets valid rows for them)")
     c.add_argument("--loads", default=None, help="plans to eplb: the loads the plan is for")
-    c.add_argument("--gpus", type=int, default=None, help="plans to eplb or csv: GPUs P")
+    c.add_argument("--gpus", type=int, default=None, help="engine maps to eplb or csv: GPUs P (eplb plan files record it)")
     c.add_argument("--groups", type=int, default=1, help="plans to eplb: expert groups G (default 1)")
     c.add_argument("--nodes", type=int, default=1, help="plans to eplb: nodes N (default 1)")
     c.set_defaults(func=cmd_convert)
