@@ -143,16 +143,21 @@ def solver_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def candidates(rows: pd.DataFrame, budget_s: float | None) -> pd.DataFrame:
-    """Per solver on ``rows`` (one cluster shape): expected gap and time, and whether it
-    found a plan on every row within ``budget_s`` (max wall time <= budget). Best first:
+    """Per (solver, policy) on ``rows`` (one cluster shape): expected gap and time, and whether
+    it found a plan on every row within ``budget_s`` (max wall time <= budget). Best first:
     fits the budget, then lowest mean gap, then fastest."""
     out = []
-    for name, g in rows.groupby("solver", sort=True):
+    policy = rows["policy"].where(rows["policy"].astype(str) != "", "-")
+    for (name, pol), g in rows.assign(policy=policy).groupby(["solver", "policy"], sort=True):
         all_plans = bool(has_plan(g).all())
         t_max = float(g["wall_time_s"].max())
-        out.append({"solver": name, "kind": g["kind"].iloc[0], "rows": len(g), "all_plans": all_plans,
-                    "fits": all_plans and (budget_s is None or t_max <= budget_s),
+        off = g["off_node_share_mean"] if "off_node_share_mean" in g else pd.Series(dtype=float)
+        within = g["gap_in_policy_mean"] if "gap_in_policy_mean" in g else pd.Series(dtype=float)
+        out.append({"solver": name, "policy": pol, "kind": g["kind"].iloc[0], "rows": len(g),
+                    "all_plans": all_plans, "fits": all_plans and (budget_s is None or t_max <= budget_s),
                     "gap_mean": float(g["gap_mean"].mean()), "gap_max": float(g["gap_max"].max()),
+                    "gap_in_policy": float(within.mean()) if len(within) else math.nan,
+                    "off_node_share": float(off.mean()) if len(off) else math.nan,
                     "time_mean_s": float(g["wall_time_s"].mean()), "time_max_s": t_max,
                     "proven": bool(g["proven_optimum"].all())})
     c = pd.DataFrame(out)
@@ -179,7 +184,7 @@ def best_per_shape(df: pd.DataFrame, budgets: tuple[float, ...] = DEFAULT_BUDGET
         for b in budgets:
             c = candidates(g, b)
             best = c[c["fits"]].head(1)
-            rec[f"<= {b:g} s"] = (f"{best.solver.iloc[0]} ({100 * best.gap_mean.iloc[0]:.2f}%)"
+            rec[f"<= {b:g} s"] = (f"{best.solver.iloc[0]}/{best.policy.iloc[0]} ({100 * best.gap_mean.iloc[0]:.2f}%)"
                                  if len(best) else "none")
         out.append(rec)
     return pd.DataFrame(out)

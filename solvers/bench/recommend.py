@@ -3,7 +3,7 @@
     recommend(results, experts=256, replicas=288, gpus=32, nodes=4, groups=8, time_budget=1.0)
 
 Looks up the runs of that shape (E, R, P, N and G when given) in a results table (the
-shipped ``benchmarks/results`` by default), keeps the solvers that returned a plan on every
+shipped ``solvers/bench/results`` by default), keeps the solvers that returned a plan on every
 run with every run's wall time within the budget, and picks the lowest mean gap to the best
 lower bound (ties: the faster). With no run of exactly that shape it answers from the
 nearest benchmarked shape and says so.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,10 @@ from solvers.problem import as_count
 from .analysis import SHAPE_COLS, candidates
 from .store import read_results
 
-SHIPPED_RESULTS = Path(__file__).resolve().parent / "results"
-EVIDENCE_COLS = ["instance", "seed", "solver", "status", "gap_mean", "gap_max", "wall_time_s", "num_layers",
-                 "proven_optimum"]
+# Package data: the same directory in a checkout, an editable install and an installed wheel.
+SHIPPED_RESULTS = Path(str(resources.files(__package__).joinpath("results")))
+EVIDENCE_COLS = ["instance", "seed", "solver", "policy", "status", "gap_mean", "gap_max", "gap_in_policy_mean",
+                 "off_node_share_mean", "wall_time_s", "num_layers", "proven_optimum"]
 
 
 @dataclass
@@ -43,12 +45,13 @@ class Recommendation:
     evidence: pd.DataFrame
     source: str
     layers: int | None = None      # timings scaled to this many layers (None: as measured)
+    policy: str | None = None      # the pick's placement policy
 
     def as_dict(self) -> dict[str, Any]:
         def clean(records: list[dict]) -> list[dict]:
             return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
                     for r in records]
-        return {"solver": self.solver, "shape": self.shape, "exact_match": self.exact_match,
+        return {"solver": self.solver, "policy": self.policy, "shape": self.shape, "exact_match": self.exact_match,
                 "time_budget_s": self.time_budget, "source": self.source,
                 "candidates": clean(self.table.to_dict("records")),
                 "evidence": clean(self.evidence.to_dict("records"))}
@@ -66,7 +69,7 @@ def _distance(df: pd.DataFrame, want: dict[str, int]) -> pd.Series:
 
 def recommend(results: pd.DataFrame | str | Path | None = None, *, experts: int, replicas: int, gpus: int,
               nodes: int = 1, groups: int | None = None, time_budget: float | None = None,
-              layers: int | None = None) -> Recommendation:
+              layers: int | None = None, policy: str | None = None) -> Recommendation:
     """The recommendation for one cluster shape (see the module docstring).
 
     layers: MoE layers the user will plan at once. Benchmark rows may time fewer layers
@@ -87,6 +90,12 @@ def recommend(results: pd.DataFrame | str | Path | None = None, *, experts: int,
     df = results if isinstance(results, pd.DataFrame) else read_results(SHIPPED_RESULTS if results is None else results)
     if "gap_mean" not in df.columns or df["gap_mean"].isna().all():
         raise OptionError("results", f"{source}: no finished runs with gaps (was the run completed?)")
+    if policy not in (None, "auto", "hierarchical", "global"):
+        raise OptionError("policy", f"must be hierarchical, global or auto (any), got {policy!r}")
+    if policy in ("hierarchical", "global"):
+        df = df[df["policy"].astype(str).str.split("+").str[0] == policy]
+        if df.empty:
+            raise OptionError("policy", f"{source}: no runs with the {policy} policy")
     want = {"num_experts": E, "num_replicas": R, "num_gpus": P, "num_nodes": N}
     if groups is not None:
         want["num_groups"] = G
@@ -100,11 +109,17 @@ def recommend(results: pd.DataFrame | str | Path | None = None, *, experts: int,
     shape = {c: int(v) for c, v in zip(SHAPE_COLS, shape_key)}
     table = candidates(rows, time_budget)
     fit = table[table["fits"]]
+    top = fit.iloc[0] if len(fit) else (table.sort_values("time_max_s").iloc[0] if len(table) else None)
     solver = None if fit.empty else str(fit.iloc[0]["solver"])
-    pick = solver or (str(table.sort_values("time_max_s").iloc[0]["solver"]) if len(table) else None)
-    evidence = rows[rows["solver"] == pick].reindex(columns=EVIDENCE_COLS) if pick else rows.iloc[0:0]
+    chosen_policy = None if top is None else str(top["policy"])
+    if top is not None:
+        mine = (rows["solver"] == top["solver"]) & (rows["policy"].astype(str).replace("", "-") == chosen_policy)
+        evidence = rows[mine].reindex(columns=EVIDENCE_COLS)
+    else:
+        evidence = rows.iloc[0:0].reindex(columns=EVIDENCE_COLS)
     return Recommendation(solver, shape, bool(dist.min() == 0), time_budget, table,
-                          evidence.sort_values(["instance", "seed"]).reset_index(drop=True), source, layers)
+                          evidence.sort_values(["instance", "seed"]).reset_index(drop=True), source, layers,
+                          None if solver is None else chosen_policy)
 
 
 def format_recommendation(rec: Recommendation) -> str:
@@ -120,22 +135,25 @@ def format_recommendation(rec: Recommendation) -> str:
         lines.append(f"no solver returned a plan on every run of {shape} within the {budget}"
                      + (f"; the fastest is {fastest.solver} (max {fastest.time_max_s:.3g} s)" if fastest is not None else ""))
     else:
-        best = rec.table[rec.table["solver"] == rec.solver].iloc[0]
+        best = rec.table[(rec.table["solver"] == rec.solver) & (rec.table["policy"] == rec.policy)].iloc[0]
         layers = "/".join(str(int(x)) for x in sorted(rec.evidence["num_layers"].unique()))
         if rec.layers is not None:
             layers = f"{layers} layers, times scaled to {rec.layers}"
         else:
             layers += " layers"
-        lines.append(f"use {rec.solver} ({best.kind}) for {shape} with {budget}: expected gap to the best "
-                     f"lower bound {100 * best.gap_mean:.3f}% mean, {100 * best.gap_max:.3f}% worst layer; "
+        lines.append(f"use {rec.solver} ({best.kind}) with the {rec.policy} policy for {shape} with {budget}: "
+                     f"expected gap to the best lower bound {100 * best.gap_mean:.3f}% mean, "
+                     f"{100 * best.gap_max:.3f}% worst layer; gap within the {rec.policy} policy "
+                     f"{100 * best.gap_in_policy:.3f}%; off-node share {100 * best.off_node_share:.1f}%; "
                      f"runtime {best.time_mean_s:.3g} s mean, {best.time_max_s:.3g} s max "
                      f"over {int(best.rows)} runs of {layers}")
     lines += ["", "candidates (best first; gap = objective / best lower bound - 1, per layer):",
-              f"{'solver':<12} {'kind':<9} {'runs':>4} {'fits':>5} {'gap mean':>9} {'gap max':>9} "
-              f"{'time mean':>10} {'time max':>10}"]
+              f"{'solver':<12} {'policy':<13} {'kind':<9} {'runs':>4} {'fits':>5} {'gap mean':>9} {'gap max':>9} "
+              f"{'in policy':>9} {'off-node':>8} {'time mean':>10} {'time max':>10}"]
     for r in rec.table.itertuples():
-        lines.append(f"{r.solver:<12} {r.kind:<9} {r.rows:>4} {'yes' if r.fits else 'no':>5} "
-                     f"{100 * r.gap_mean:>8.3f}% {100 * r.gap_max:>8.3f}% {r.time_mean_s:>9.3g}s {r.time_max_s:>9.3g}s")
+        lines.append(f"{r.solver:<12} {r.policy:<13} {r.kind:<9} {r.rows:>4} {'yes' if r.fits else 'no':>5} "
+                     f"{100 * r.gap_mean:>8.3f}% {100 * r.gap_max:>8.3f}% {100 * r.gap_in_policy:>8.3f}% "
+                     f"{100 * r.off_node_share:>7.1f}% {r.time_mean_s:>9.3g}s {r.time_max_s:>9.3g}s")
     if len(rec.evidence):
         lines += ["", f"evidence ({rec.evidence['solver'].iloc[0]}, from {rec.source}):"]
         for r in rec.evidence.itertuples():

@@ -10,7 +10,7 @@ Suites:
 - ``ci``:   <= 5 minutes on 2 cores: exact solvers on Mixtral/OLMoE-sized layers (proven
             optima to measure heuristics against), heuristics on DeepSeek-V3/Kimi-K2 sizes.
 - ``full``: every preset on every cluster shape (8-layer slices, three scenarios); exact
-            solvers on small EP groups with longer limits. Its results ship in benchmarks/results/.
+            solvers on small EP groups with longer limits. Its results ship in solvers/bench/results/.
 """
 from __future__ import annotations
 
@@ -31,12 +31,16 @@ class Group:
 
     time_limit: seconds passed as ``time_limit`` to solvers that take that option.
     options: extra options per solver name (only passed to solvers that accept them).
+    policies: besides each solver's default ("auto"), these explicit policies also run on
+    instances where auto resolves to another one (e.g. "global" on grouped multi-node
+    shapes, so results show what the hierarchical policy costs).
     """
 
     instances: tuple[Instance, ...]
     kinds: tuple[str, ...] = (HEURISTIC,)
     time_limit: float | None = None
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    policies: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,7 @@ def _suites() -> dict[str, Suite]:
         Group(grid(["deepseek-v3"], ["prefill-4x8"], ["skewed", "drifting"])
               + grid(["deepseek-v3"], ["decode-ep64"], ["skewed"])
               + grid(["kimi-k2"], ["decode-ep144"], ["skewed"]),
-              kinds=(HEURISTIC,)),
+              kinds=(HEURISTIC,), policies=("global",)),
     ))
     # Heuristics on 8-layer slices of every model: layers are independent problems, so the
     # gaps carry over and solve time grows about linearly with the layer count; it keeps the
@@ -80,7 +84,7 @@ def _suites() -> dict[str, Suite]:
                  "solvers on small EP groups (4 layers, 10 s)", seeds=(0, 1), groups=(
         Group(grid(ALL_MODELS, ["node-8", "prefill-4x8", "decode-ep64", "decode-ep144"],
                    ["mild", "skewed", "drifting"], layers=8),
-              kinds=(HEURISTIC,)),
+              kinds=(HEURISTIC,), policies=("global",)),
         Group(grid(SMALL_MODELS[:1], ["node-2", "nodes-2x2-nospare", "node-8"], ["mild", "skewed", "drifting"],
                    layers=4)
               + grid(SMALL_MODELS[1:], ["node-8", "nodes-2x4"], ["mild", "skewed"], layers=4),

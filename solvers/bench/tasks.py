@@ -101,6 +101,12 @@ def run_task(task: Task, threads: int = 1) -> dict[str, Any]:
     return row
 
 
+def _auto_policy(inst) -> str:
+    """The policy "auto" resolves to on an instance (DeepSeek's rule: hierarchical iff G % N == 0)."""
+    p = inst.params()
+    return "hierarchical" if p["num_groups"] % p["num_nodes"] == 0 else "global"
+
+
 def resolve_solvers(kinds: Iterable[str], only: list[str] | None) -> list[str]:
     """Available registered solvers of ``kinds``, restricted to ``only`` when given."""
     names = [n for n in solver_names(available_only=True) if get_solver(n).kind in kinds]
@@ -144,12 +150,18 @@ def suite_tasks(suite: Suite, *, solvers: list[str] | None = None, time_limit: f
                 opts.setdefault(time_opt.name, float(limit))
             if thread_opt is not None:
                 opts.setdefault(thread_opt.name, threads)
+            takes_policy = "policy" in get_solver(name).options
             for inst in group.instances:
-                for seed in seeds:
-                    o = dict(opts)
-                    if seed_opt is not None:
-                        o.setdefault(seed_opt.name, int(seed))
-                    tasks.append(Task(inst.id, name, o, int(seed)))
+                variants = [opts]
+                if takes_policy and "policy" not in opts:
+                    auto = _auto_policy(inst)
+                    variants += [{**opts, "policy": p} for p in group.policies if p != auto]
+                for variant in variants:
+                    for seed in seeds:
+                        o = dict(variant)
+                        if seed_opt is not None:
+                            o.setdefault(seed_opt.name, int(seed))
+                        tasks.append(Task(inst.id, name, o, int(seed)))
     if solvers is not None:
         unused = [n for n in solvers if n not in used]
         if unused:
