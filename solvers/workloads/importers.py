@@ -32,7 +32,9 @@ from __future__ import annotations
 import csv
 import glob
 import json
+import math
 import pickle
+import warnings
 import re
 import zipfile
 from pathlib import Path
@@ -41,6 +43,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import torch
 
+from .. import safejson
 from ..errors import LoadFileError
 from .trace import Trace
 
@@ -92,15 +95,22 @@ def _torch_load(path: Path, mmap: bool = False) -> Any:
     """A ``torch.save`` file (tensors, numbers, lists, dicts only); ``mmap`` maps tensor data
     lazily instead of reading it (cheap format detection)."""
     try:
-        if mmap:
-            try:
-                return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-            except RuntimeError:
-                pass  # a legacy (non-zip) file cannot be mapped: read it
-        return torch.load(path, map_location="cpu", weights_only=True)
+        # torch warns (on stderr) before refusing some files, e.g. a raw pickle: the error
+        # below is the one line the user gets.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if mmap:
+                try:
+                    return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+                except RuntimeError:
+                    pass  # a legacy (non-zip) file cannot be mapped: read it
+            return torch.load(path, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, EOFError, ValueError, zipfile.BadZipFile, KeyError,
             pickle.UnpicklingError) as exc:
         # weights_only refuses pickled classes: a dump is tensors, numbers, lists and dicts.
+        if isinstance(exc, pickle.UnpicklingError):
+            raise _fail(path, "cannot read .pt file: it holds pickled Python objects beyond tensors, numbers, "
+                        "lists and dicts (refused: loading them could run code)") from None
         raise _fail(path, f"cannot read .pt file ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
 
 
@@ -265,6 +275,10 @@ def iter_vllm_steps(path: str | Path) -> Iterator[np.ndarray]:
         raise _fail(path, "no such file")
     ijson = _ijson()
     shape = None
+    try:
+        safejson.check_depth(path)            # a deep document would blow up the parser
+    except safejson.JSONDepthError as exc:
+        raise _fail(path, f"cannot read .json file ({exc})") from None
     with path.open("rb") as fh:
         if ijson is not None:
             items = ijson.items(fh, "load_history.item", use_float=True)
@@ -340,7 +354,41 @@ def sum_vllm(path: str | Path) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------
 # Megatron-core per-rank .npz
 
+# Largest array a loads file may declare (a [10000, 61, 256] int64 trace is 1.2 GiB).
+MAX_ARRAY_BYTES = 4 << 30
+
+
+def _check_npz_sizes(path: Path) -> None:
+    """Refuse an ``.npz`` whose arrays declare more bytes than the archive holds (or than
+    :data:`MAX_ARRAY_BYTES`), from the ``.npy`` headers, before anything is allocated."""
+    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                if not info.filename.endswith(".npy"):
+                    continue
+                with zf.open(info) as fh:
+                    version = np.lib.format.read_magic(fh)
+                    if version not in readers:
+                        raise _fail(path, f"{info.filename}: unsupported .npy format version {version}")
+                    shape, _, dtype = readers[version](fh)
+                    header = fh.tell()
+                count = math.prod(int(d) for d in shape)
+                nbytes = count * dtype.itemsize
+                if dtype.hasobject:
+                    raise _fail(path, f"{info.filename}: holds Python objects (refused: loads are numbers)")
+                if nbytes > info.file_size - header or nbytes > MAX_ARRAY_BYTES:
+                    raise _fail(path, f"{info.filename}: the header declares a {tuple(shape)} {dtype} array "
+                                f"({nbytes} bytes) but the archive holds {max(0, info.file_size - header)} bytes "
+                                f"for it (limit {MAX_ARRAY_BYTES})")
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        if isinstance(exc, LoadFileError):
+            raise
+        raise _fail(path, f"cannot read .npz file ({type(exc).__name__}: {exc})") from None
+
+
 def _npz_arrays(path: Path) -> dict[str, np.ndarray]:
+    _check_npz_sizes(path)
     try:
         with np.load(path, allow_pickle=False) as npz:
             return {k: npz[k] for k in npz.files}
@@ -406,39 +454,90 @@ def read_megatron(spec: str | Path | Sequence[str | Path]) -> tuple[torch.Tensor
 # ---------------------------------------------------------------------------------------
 # CSV, npz, pt, json
 
+# CSV files are parsed in blocks of about this many characters by numpy's C reader:
+# memory holds the parsed numbers (8 bytes each) and one block of text, never a Python
+# object per cell.
+_CSV_BLOCK_CHARS = 1 << 22
+
+
+def _csv_chunks(fh, first: list[str] | None = None) -> Iterator[list[str]]:
+    """Non-empty lines of ``fh`` in lists of about ``_CSV_BLOCK_CHARS`` characters (``first`` leads)."""
+    carry = "".join(first or [])
+    while True:
+        block = fh.read(_CSV_BLOCK_CHARS)
+        if not block:
+            break
+        block = carry + block
+        cut = block.rfind("\n") + 1
+        carry = block[cut:]
+        lines = [ln for ln in block[:cut].splitlines() if ln]
+        if lines:
+            yield lines
+    lines = [ln for ln in carry.splitlines() if ln]
+    if lines:
+        yield lines
+
+
+def _parse_chunk(lines: list[str], usecols: Sequence[int] | None, path: Path, what: str) -> np.ndarray:
+    """[rows, columns] float64 of one chunk of CSV lines (blank lines and rows of empty cells skipped)."""
+    def parse(rows):
+        return np.loadtxt(rows, delimiter=",", usecols=usecols, dtype=np.float64, ndmin=2, quotechar='"',
+                          comments=None)
+    try:
+        return parse(lines)
+    except (ValueError, IndexError):
+        lines = [ln for ln in lines if ln.strip(", \t\r")]
+    try:
+        return parse(lines) if lines else np.zeros((0, len(usecols) if usecols else 0))
+    except (ValueError, IndexError) as exc:
+        widths = sorted({len(next(csv.reader([ln]))) for ln in lines})
+        if what == "matrix" and len(widths) > 1:
+            raise _fail(path, f"CSV matrix: rows have different lengths {widths[:8]}") from None
+        detail = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        if what == "matrix":
+            raise _fail(path, f"CSV matrix: non-numeric cell ({detail})") from None
+        raise _fail(path, f"long-form CSV: short row or non-numeric cell ({detail})") from None
+
+
 def read_csv(path: str | Path) -> torch.Tensor:
     """[layers, experts] (matrix form) or [steps, layers, experts] (long form with a header
-    ``layer,expert,load[,step]``); absent (layer, expert) pairs of the long form are 0."""
+    ``layer,expert,load[,step]``); absent (layer, expert) pairs of the long form are 0.
+
+    Read in blocks (:data:`_CSV_BLOCK_CHARS` characters) by numpy's C parser: the peak memory
+    is the parsed numbers plus one chunk, whatever the file's size."""
     path = Path(path)
     try:
-        with path.open(newline="") as fh:
-            rows = [r for r in csv.reader(fh) if r and any(c.strip() for c in r)]
+        with path.open(newline=None, encoding="utf-8") as fh:
+            first = next((ln for ln in fh if ln.strip() and ln.strip(", \t\r\n")), None)
+            if first is None:
+                raise _fail(path, "the CSV file is empty")
+            head_cells = next(csv.reader([first]))
+            head = [c.strip().lower() for c in head_cells]
+            if "layer" in head and "expert" in head:
+                return _read_long_csv(path, head, fh)
+            return _read_matrix_csv(path, first, head_cells, fh)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise _fail(path, f"cannot read CSV ({exc})") from None
-    if not rows:
-        raise _fail(path, "the CSV file is empty")
-    head = [c.strip().lower() for c in rows[0]]
-    if "layer" in head and "expert" in head:
-        return _read_long_csv(path, head, rows[1:])
-    index_column = head[0] == ""   # pandas' to_csv: an empty corner cell, then an index column
+
+
+def _read_matrix_csv(path: Path, first: str, head: list[str], fh) -> torch.Tensor:
+    index_column = head[0].strip() == ""   # pandas' to_csv: an empty corner cell, then an index column
     try:
-        values = [float(c) for c in rows[0][1 if index_column else 0:]]
+        values = [float(c) for c in head[1 if index_column else 0:]]
         # a header of expert ids 0..E-1 (numeric, but not loads)
         header = index_column or values == [float(i) for i in range(len(values))]
     except ValueError:
         header = True
-    if header:
-        rows = rows[1:]
-    if index_column:
-        rows = [r[1:] for r in rows]
-    if not rows:
+    width = len(head)
+    usecols = list(range(1, width)) if index_column else None
+    parts = [_parse_chunk(chunk, usecols, path, "matrix") for chunk in _csv_chunks(fh, None if header else [first])]
+    parts = [p for p in parts if len(p)]
+    if not parts:
         raise _fail(path, "the CSV file has a header but no rows")
-    try:
-        data = np.array([[float(c) for c in r] for r in rows])
-    except ValueError as exc:
-        widths = sorted({len(r) for r in rows})
-        why = f"rows have different lengths {widths}" if len(widths) > 1 else f"non-numeric cell ({exc})"
-        raise _fail(path, f"CSV matrix: {why}") from None
+    widths = sorted({p.shape[1] for p in parts} | ({width - int(index_column)} if header else set()))
+    if len(widths) > 1:
+        raise _fail(path, f"CSV matrix: rows have different lengths {widths[:8]}")
+    data = np.concatenate(parts) if len(parts) > 1 else parts[0]
     return _check_values(_integral(torch.from_numpy(data)), path)
 
 
@@ -447,33 +546,40 @@ def read_csv(path: str | Path) -> torch.Tensor:
 _LONG_CSV_MAX_CELLS = 50_000_000
 
 
-def _read_long_csv(path: Path, head: list[str], rows: list[list[str]]) -> torch.Tensor:
+def _read_long_csv(path: Path, head: list[str], fh) -> torch.Tensor:
     load_col = next((c for c in _LONG_LOAD_COLUMNS if c in head), None)
     if load_col is None:
         raise _fail(path, f"long-form CSV needs a load column named one of {', '.join(_LONG_LOAD_COLUMNS)}")
     cols = [head.index(c) for c in ("layer", "expert", load_col)] + ([head.index("step")] if "step" in head else [])
-    if not rows:
+    parts = [p for p in (_parse_chunk(chunk, cols, path, "long") for chunk in _csv_chunks(fh)) if len(p)]
+    if not parts:
         raise _fail(path, "the CSV file has a header but no rows")
-    try:
-        data = np.array([[float(r[c]) for c in cols] for r in rows])
-    except (ValueError, IndexError) as exc:
-        raise _fail(path, f"long-form CSV: short row or non-numeric cell ({exc})") from None
+    data = np.concatenate(parts) if len(parts) > 1 else parts[0]
+    del parts
     index = data[:, [0, 1] + ([3] if len(cols) == 4 else [])]
-    if (index < 0).any() or (index != np.round(index)).any():
+    if (index < 0).any() or (index != np.round(index)).any() or not np.isfinite(index).all():
         raise _fail(path, "layer, expert and step must be integers >= 0")
+    if (index >= 2**40).any():
+        raise _fail(path, "ids imply a trace far larger than the rows given: layer, expert and step ids "
+                    "must be dense 0-based indices")
     index = index.astype(np.int64)
-    step = index[:, 2] if index.shape[1] == 3 else np.zeros(len(index), dtype=np.int64)
+    rows = len(index)
+    step = index[:, 2] if index.shape[1] == 3 else np.zeros(rows, dtype=np.int64)
     T, L, E = int(step.max()) + 1, int(index[:, 0].max()) + 1, int(index[:, 1].max()) + 1
-    if T * L * E > max(_LONG_CSV_MAX_CELLS, 64 * len(rows)):
-        raise _fail(path, f"ids imply a [{T}, {L}, {E}] trace from only {len(rows)} rows: "
+    if T * L * E > max(_LONG_CSV_MAX_CELLS, 64 * rows):
+        raise _fail(path, f"ids imply a [{T}, {L}, {E}] trace from only {rows} rows: "
                     f"layer, expert and step ids must be dense 0-based indices")
     flat = (step * L + index[:, 0]) * E + index[:, 1]
-    if np.unique(flat).size != flat.size:
+    del index, step
+    seen = np.zeros(T * L * E, dtype=bool)
+    seen[flat] = True
+    if int(seen.sum()) != rows:
         raise _fail(path, "a (step, layer, expert) appears twice")
+    del seen
     out = torch.zeros(T * L * E, dtype=torch.float64)
-    out[torch.from_numpy(flat)] = torch.from_numpy(data[:, 2])
+    out[torch.from_numpy(flat)] = torch.from_numpy(np.ascontiguousarray(data[:, 2]))
     out = _check_values(_integral(out.view(T, L, E)), path)
-    return out if index.shape[1] == 3 else out[0]
+    return out if len(cols) == 4 else out[0]
 
 
 def _integral(t: torch.Tensor) -> torch.Tensor:
@@ -516,8 +622,10 @@ def read_json(path: str | Path) -> torch.Tensor:
     """Nested lists, or an object holding ``loads``/``weights``/``logical_count``."""
     path = Path(path)
     try:
-        with path.open() as fh:
-            obj = json.load(fh)
+        with path.open("rb") as fh:
+            obj = safejson.load(fh)
+    except safejson.JSONDepthError as exc:
+        raise _fail(path, f"cannot read .json file ({exc})") from None
     except (OSError, ValueError) as exc:
         raise _fail(path, f"cannot read .json file (not valid JSON: {exc})") from None
     if isinstance(obj, dict):
