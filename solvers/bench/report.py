@@ -220,5 +220,5 @@ if __name__ == "__main__":
     import sys
 
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m benchmarks.report RESULTS_DIR")
+        sys.exit("usage: python -m solvers.bench.report RESULTS_DIR")
     print(rerender(sys.argv[1]))

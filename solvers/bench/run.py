@@ -1,4 +1,5 @@
-"""Run a benchmark suite: ``python -m benchmarks.run --suite NAME --out DIR [...]``.
+"""Run a benchmark suite: ``eplb bench run --suite NAME --out DIR [...]`` (from a checkout also
+``python -m benchmarks.run ...``).
 
     --solvers a,b        only these registered solvers (default: every available one the suite runs)
     --time-limit S       time limit passed to solvers with a ``time_limit`` option
@@ -59,8 +60,8 @@ def parse_seeds(text: str) -> list[int]:
     return sorted(set(seeds))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m benchmarks.run", description="Run an EPLB benchmark suite.")
+def build_parser(prog: str = "python -m benchmarks.run") -> argparse.ArgumentParser:
+    p = _Parser(prog=prog, description="Run an EPLB benchmark suite.")
     p.add_argument("--suite", required=True, help="suite name (tiny, ci, full)")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--solvers", help="comma-separated solver names (default: every available one)")
@@ -118,7 +119,7 @@ def _machine() -> dict[str, Any]:
             "summary": f"{cpu_model or platform.machine()}, {cpus} CPUs, {platform.system()}"}
 
 
-def run(argv: Sequence[str] | None = None) -> int:
+def run(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks.run") -> int:
     from .analysis import derive
     from .executors import check_executor, run_tasks
     from .report import render_summary, write_profile
@@ -126,7 +127,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     from .suites import get_suite
     from .tasks import HARD_FAILURES, suite_tasks
 
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     suite = get_suite(args.suite)
     solvers = [s.strip() for s in args.solvers.split(",") if s.strip()] if args.solvers else None
     if solvers is not None and not solvers:
@@ -151,7 +152,7 @@ def run(argv: Sequence[str] | None = None) -> int:
                      "threads": args.threads, "executor": args.executor, "address": args.address,
                      "resume": args.resume, "fail_if_gap_above": args.fail_if_gap_above,
                      "tasks": len(tasks), "skipped_done": len(tasks) - len(todo),
-                     "command": " ".join(["python -m benchmarks.run", *(argv if argv is not None else sys.argv[1:])])},
+                     "command": " ".join([prog, *(argv if argv is not None else sys.argv[1:])])},
         "versions": _versions(), "git": _git(), "machine": _machine(),
         "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "finished": None,
     }
@@ -215,7 +216,7 @@ def _terminate(signum, frame):  # noqa: ARG001  SIGTERM ends a run like Ctrl-C: 
     raise KeyboardInterrupt
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks.run") -> int:
     import signal
     import threading
 
@@ -223,12 +224,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        return run(argv)
+        return run(argv, prog)
     except EPLBError as exc:
-        print(f"benchmarks.run: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:
-        print(f"benchmarks.run: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     finally:
         if previous is not None:

@@ -1,5 +1,9 @@
 """The shipped datasets (``datasets/`` at the repository root), loaded by name.
 
+They are package data of ``solvers.workloads`` (``solvers/workloads/data`` links to ``datasets/``),
+found through :mod:`importlib.resources`, so they work from a checkout, an editable install and
+an installed wheel alike.
+
 ``datasets/catalog.json`` lists every dataset with its file, shape, checksum and the
 exact command that regenerates it. Rebuild all generated ones with
 ``eplb datasets --rebuild`` (``loads_sha256`` checks the regenerated counts are identical).
@@ -11,6 +15,7 @@ import hashlib
 import json
 import os
 import shlex
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +24,7 @@ from ..planfile import file_sha256
 from .trace import Trace
 
 CATALOG_FILE = "catalog.json"
+PACKAGE_DATA = "data"   # solvers/workloads/data -> ../../datasets in the repository
 
 # name -> generate() arguments. Small enough to ship (a few MB in all), large enough to
 # plan on: full model shapes with few, large steps, or small models with many steps.
@@ -47,9 +53,13 @@ EXAMPLES: dict[str, dict[str, Any]] = {
 
 
 def datasets_dir() -> Path:
-    """The datasets directory: ``$EPLB_DATASETS`` or ``datasets/`` next to the package."""
+    """The datasets directory: ``$EPLB_DATASETS``, else the package's shipped data."""
     env = os.environ.get("EPLB_DATASETS")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "datasets"
+    if env:
+        return Path(env)
+    # A package installed on disk (checkout, editable or wheel) yields a real path; only a
+    # zipped install would not, and it cannot be read by path.
+    return Path(str(resources.files(__package__).joinpath(PACKAGE_DATA)))
 
 
 def generate_command(name: str) -> str:
