@@ -134,10 +134,14 @@ def cluster_picker(page: str, loads: Loads) -> tuple[Cluster, str | None]:
     preset_key = f"{page}:cluster"
     st.selectbox("Cluster preset", labels, index=labels.index(DEFAULT_CLUSTER), key=preset_key,
                  on_change=_fill_cluster, args=(page, E))
-    # First render (or new expert count): fill from the presets.
-    if st.session_state.get(f"{page}:_experts") != E:
+    # First render, new expert count, or widgets dropped by a run that did not draw them
+    # (Streamlit forgets a widget's state then): fill from the presets.
+    keys = [f"{page}:{k}" for k in ("nodes", "gpus", "slots", "groups")]
+    if st.session_state.get(f"{page}:_experts") != E or any(k not in st.session_state for k in keys):
         st.session_state[f"{page}:_experts"] = E
-        _fill_cluster(page, E) if st.session_state[preset_key] != CUSTOM else None
+        if st.session_state[preset_key] == CUSTOM:
+            st.session_state[preset_key] = DEFAULT_CLUSTER
+        _fill_cluster(page, E)
         groups = loads.num_groups or (PRESETS[model].num_groups if model in PRESETS else 1)
         st.session_state[f"{page}:groups"] = int(groups)
     c1, c2 = st.columns(2)

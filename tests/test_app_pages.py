@@ -1,0 +1,216 @@
+"""Every page of the app under Streamlit's AppTest: default render, running solvers, the bar
+chart's data against the shared scorer, and bad input shown as st.error (never a traceback)."""
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from app.loads import DEFAULT_DATASET  # noqa: E402
+from solvers import Problem, score, solve  # noqa: E402
+from solvers.workloads.catalog import load_dataset  # noqa: E402
+
+MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
+TIMEOUT = 120
+
+
+def _app() -> AppTest:
+    return AppTest.from_file(MAIN, default_timeout=TIMEOUT)
+
+
+def _clean(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def _charts(at: AppTest) -> dict[str, dict]:
+    """Plotly figures on the page by widget key suffix -> plotly JSON."""
+    out = {}
+    for el in at.get("plotly_chart"):
+        out[el.proto.id.rsplit("-", 1)[-1] if el.key is None else el.key] = json.loads(el.proto.spec)
+    return out
+
+
+def _array(v) -> np.ndarray:
+    """A plotly JSON array (plain list or base64 typed array)."""
+    if isinstance(v, dict) and "bdata" in v:
+        return np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"]))
+    return np.asarray(v, dtype=np.float64)
+
+
+def _bar_totals(fig: dict) -> np.ndarray:
+    return np.sum([_array(t["y"]) for t in fig["data"] if t["type"] == "bar"], axis=0)
+
+
+def _metric(at: AppTest, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+@pytest.fixture(scope="module")
+def default_problem() -> Problem:
+    trace = load_dataset(DEFAULT_DATASET)
+    return Problem(trace.loads.sum(0).double(), 288, 8, 4, 32)
+
+
+# ---------------------------------------------------------------------------------------
+# Explore
+
+def test_explore_default_render_shows_deepseeks_plan(default_problem):
+    at = _app().run()
+    _clean(at)
+    assert not at.error
+    assert at.title[0].value == "Explore a placement"
+    res = solve(default_problem, "deepseek")
+    assert _metric(at, "Imbalance (mean)") == f"{res.score.imbalance_mean:.4f}"
+    assert _metric(at, "Termination") == str(res.termination)
+    charts = _charts(at)
+    assert {"explore:chart:bars", "explore:chart:nodes", "explore:chart:heatmap", "explore:chart:layers"} <= set(charts)
+
+
+def test_explore_bar_chart_equals_the_scorers_gpu_load(default_problem):
+    at = _app().run()
+    expected = score(default_problem, solve(default_problem, "deepseek").plan).gpu_load
+    worst = int(torch.argmax(expected.max(1).values / expected.mean(1)))
+    np.testing.assert_allclose(_bar_totals(_charts(at)["explore:chart:bars"]), expected[worst].numpy(), rtol=1e-12)
+    at.slider(key="explore:layer:58").set_value(7).run()                    # a chart setting
+    _clean(at)
+    np.testing.assert_allclose(_bar_totals(_charts(at)["explore:chart:bars"]), expected[7].numpy(), rtol=1e-12)
+
+
+def test_explore_runs_another_solver(default_problem):
+    at = _app().run()
+    at.selectbox(key="explore:solver").set_value("kk_swap").run()
+    at.button(key="explore:run").click().run()
+    _clean(at)
+    assert not at.error
+    res = solve(default_problem, "kk_swap")
+    assert _metric(at, "Imbalance (mean)") == f"{res.score.imbalance_mean:.4f}"
+    layer = int(at.slider(key="explore:layer:58").value)
+    np.testing.assert_allclose(_bar_totals(_charts(at)["explore:chart:bars"]), res.score.gpu_load[layer].numpy(),
+                               rtol=1e-12)
+
+
+def test_explore_exact_solver_waits_for_the_run_button():
+    at = _app().run()
+    at.selectbox(key="explore:solver").set_value("cpsat").run()
+    _clean(at)
+    assert any("press **Run solver**" in i.value for i in at.info)
+    assert "explore:chart:bars" not in _charts(at)
+
+
+def test_explore_bad_upload_shows_an_error_and_the_page_stays_usable():
+    at = _app().run()
+    at.radio(key="explore:source").set_value("Upload").run()
+    at.file_uploader(key="explore:upload").set_value(("broken.npz", b"this is not a zip", "application/octet-stream"))
+    at.run()
+    _clean(at)
+    assert len(at.error) == 1 and "broken.npz" in at.error[0].value
+    at.radio(key="explore:source").set_value("Dataset").run()               # back to a dataset: charts again
+    _clean(at)
+    assert not at.error and "explore:chart:bars" in _charts(at)
+
+
+def test_explore_impossible_cluster_shows_the_librarys_error():
+    at = _app().run()
+    at.number_input(key="explore:nodes").set_value(3).run()                 # 32 GPUs on 3 nodes
+    _clean(at)
+    assert len(at.error) == 1 and at.error[0].value.startswith("num_gpus")
+    at.number_input(key="explore:nodes").set_value(4).run()
+    assert not at.error and "explore:chart:bars" in _charts(at)
+
+
+def test_explore_upload_of_a_trace_and_current_placement(tmp_path):
+    trace = load_dataset("olmoe-1b-7b-drifting").loads[:20]
+    path = tmp_path / "t.npz"
+    np.savez(path, loads=trace.numpy())
+    at = _app().run()
+    at.radio(key="explore:source").set_value("Upload").run()
+    at.file_uploader(key="explore:upload").set_value(("trace.npz", path.read_bytes(), "application/octet-stream"))
+    at.run()
+    _clean(at)
+    assert not at.error
+    assert _metric(at, "Termination")
+    problem = Problem(trace.sum(0).double(), 96, 1, 4, 32)   # 64 experts + 1 spare slot per GPU: 3 x 32 slots
+    previous = solve(problem, "kk_swap").plan
+    doc = {"physical_to_logical_map": previous.phy2log.tolist()}
+    at.file_uploader(key="explore:previous").set_value(("old.json", json.dumps(doc).encode(), "application/json"))
+    at.run()
+    _clean(at)
+    expected = score(problem, solve(problem, "deepseek").plan, previous=previous)
+    assert _metric(at, "Moves") == f"{expected.moves:,}"
+
+
+# ---------------------------------------------------------------------------------------
+# Compare
+
+def test_compare_default_render_waits_for_run():
+    at = _app().run()
+    at.switch_page("views/compare.py").run()
+    _clean(at)
+    assert at.title[0].value == "Compare solvers"
+    assert at.multiselect(key="compare:solvers").value == ["deepseek", "kk_swap", "joint", "best"]
+    assert any("Run comparison" in i.value for i in at.info)
+
+
+def test_compare_runs_solvers_in_sample_and_held_out(default_problem):
+    at = _app().run()
+    at.switch_page("views/compare.py").run()
+    at.multiselect(key="compare:solvers").set_value(["deepseek", "kk_swap"]).run()
+    at.button(key="compare:run").click().run()
+    _clean(at)
+    assert not at.error
+    table = at.dataframe[0].value
+    assert table["solver"].tolist() == ["deepseek", "kk_swap"]
+    trace = load_dataset(DEFAULT_DATASET).loads
+    plan_on = Problem(trace[:12].sum(0).double(), 288, 8, 4, 32)
+    held = Problem(trace[12:24].sum(0).double(), 288, 8, 4, 32)
+    res = solve(plan_on, "deepseek")
+    row = table.iloc[0]
+    assert row["imbalance_mean"] == pytest.approx(res.score.imbalance_mean)
+    assert row["holdout_imbalance_mean"] == pytest.approx(score(held, res.plan).imbalance_mean)
+    charts = _charts(at)
+    assert {"compare:chart:gap", "compare:chart:time", "compare:chart:layers", "compare:chart:gpus"} <= set(charts)
+    side = charts["compare:chart:gpus"]
+    layer = int(at.slider(key="compare:layer:58").value)
+    np.testing.assert_allclose(_array(side["data"][0]["y"]), res.score.gpu_load[layer].numpy(), rtol=1e-12)
+    at.toggle(key="compare:held_toggle").set_value(True).run()              # a chart setting: no re-solve
+    _clean(at)
+    assert at.dataframe[0].value["solver"].tolist() == ["deepseek", "kk_swap"]
+
+
+def test_compare_bad_option_and_impossible_cluster_show_errors():
+    at = _app().run()
+    at.switch_page("views/compare.py").run()
+    at.number_input(key="compare:slots").set_value(7).run()                 # 7 x 32 = 224 < 256 experts
+    _clean(at)
+    assert len(at.error) == 1 and at.error[0].value.startswith("num_replicas")
+
+
+# ---------------------------------------------------------------------------------------
+# Benchmark results
+
+def test_results_default_render_and_recommender():
+    at = _app().run()
+    at.switch_page("views/results.py").run()
+    _clean(at)
+    assert not at.error
+    assert at.title[0].value == "Benchmark results"
+    assert len(at.dataframe) >= 2
+    assert {"results:chart:profile", "results:chart:scatter"} <= set(_charts(at))
+    at.button[0].click().run()                  # the recommender form's submit button
+    _clean(at)
+    assert at.success and at.success[0].value.startswith("use ")
+
+
+def test_results_missing_directory_shows_an_error(tmp_path):
+    at = _app().run()
+    at.switch_page("views/results.py").run()
+    at.text_input(key="results:dir").set_value(str(tmp_path / "nowhere")).run()
+    _clean(at)
+    assert len(at.error) == 1 and at.error[0].value.startswith("results")
