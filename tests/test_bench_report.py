@@ -15,13 +15,17 @@ from solvers.bench.store import COLUMNS, normalise
 
 
 def _row(instance, solver, kind, obj, lb, t, *, seed=0, status="feasible", E=8, R=16, P=8, N=1, G=1,
-         scope=""):
+         model_bound=None, policy="global"):
     r = {c: "" for c in COLUMNS}
     r.update(instance=instance, model="m", num_layers=len(lb), num_experts=E, num_groups=G, num_replicas=R,
              num_nodes=N, num_gpus=P, slots_per_gpu=R // P, shape="s", scenario="mild", steps=4, window=2,
-             seed=seed, solver=solver, kind=kind, options="{}", policy="global", status=status,
-             bound_scope=scope, wall_time_s=t, threads=1,
+             seed=seed, solver=solver, kind=kind, options="{}", policy=policy, status=status,
+             wall_time_s=t, threads=1,
              lower_bound=float(sum(lb)), lower_bound_layers=json.dumps(lb))
+    if model_bound is not None:        # a hierarchical model's bound, kept apart from lower_bound
+        r.update(model_bound=float(sum(model_bound)), model_bound_layers=json.dumps(model_bound),
+                 model_policy="hierarchical", model_counts="free", model_colocation="allowed",
+                 model_node_budget="fixed")
     if obj is not None:
         r.update(objective=float(sum(obj)), objective_layers=json.dumps(obj), imbalance_mean=1.1,
                  imbalance_worst=1.2, balancedness=0.9, node_imbalance_mean=1.0, duplicates=0,
@@ -32,14 +36,13 @@ def _row(instance, solver, kind, obj, lb, t, *, seed=0, status="feasible", E=8, 
 @pytest.fixture()
 def table():
     """Two instances; the exact solver proves the optimum (10, 20) on the first."""
-    ex = "optimum of the model (joint, counts=free, colocation=allowed)"
     rows = [
         _row("a", "fast", "heuristic", [11.0, 20.0], [9.0, 18.0], 0.001),
         _row("a", "good", "heuristic", [10.0, 21.0], [9.0, 18.0], 0.2),
-        _row("a", "exact", "exact", [10.0, 20.0], [10.0, 20.0], 3.0, status="optimal", scope=ex),
+        _row("a", "exact", "exact", [10.0, 20.0], [10.0, 20.0], 3.0, status="optimal"),
         _row("b", "fast", "heuristic", [30.0], [25.0], 0.002, R=32, P=16, N=2),
         _row("b", "good", "heuristic", [27.5], [25.0], 0.5, R=32, P=16, N=2),
-        _row("b", "exact", "exact", None, [26.0], 10.0, status="time_limit", R=32, P=16, N=2, scope=ex),
+        _row("b", "exact", "exact", None, [26.0], 10.0, status="time_limit", R=32, P=16, N=2),
     ]
     df, violations = derive(normalise(pd.DataFrame(rows)))
     assert violations == []
@@ -59,6 +62,25 @@ def test_derived_gaps_use_the_best_bound_and_best_known(table):
     assert not bool(b_good["proven_optimum"])
 
 
+def test_a_model_bound_only_covers_plans_of_its_model():
+    rows = [
+        _row("h", "glob", "heuristic", [10.0], [9.0], 0.01),
+        _row("h", "hier", "heuristic", [14.0], [9.0], 0.01, policy="hierarchical"),
+        _row("h", "exact", "exact", [13.0], [9.0], 1.0, policy="hierarchical", model_bound=[13.0],
+             status="optimal_in_model"),
+    ]
+    df, violations = derive(normalise(pd.DataFrame(rows)))
+    assert violations == []                            # 10 < 13 is fine: the global plan is outside the model
+    by = df.set_index("solver")
+    assert by.loc["glob", "best_bound"] == 9.0         # the model bound never raises the lower bound
+    assert by.loc["hier", "gap_in_model_mean"] == pytest.approx(14 / 13 - 1)
+    assert by.loc["hier", "gap_in_policy_mean"] == pytest.approx(14 / 13 - 1)
+    assert by.loc["hier", "gap_mean"] == pytest.approx(14 / 9 - 1)
+    assert math.isnan(by.loc["glob", "gap_in_model_mean"])
+    bad = rows + [_row("h", "wrong", "heuristic", [12.0], [9.0], 0.01, policy="hierarchical")]
+    assert any("below the proven model bound" in v for v in derive(normalise(pd.DataFrame(bad)))[1])
+
+
 def test_solver_table_counts_and_shifted_geomean(table):
     st = solver_table(table).set_index("solver")
     assert st.loc["exact", "runs"] == 2 and st.loc["exact", "plans"] == 1 and st.loc["exact", "optimal"] == 1
@@ -71,10 +93,10 @@ def test_solver_table_counts_and_shifted_geomean(table):
 
 def test_best_per_shape_respects_the_budget(table):
     best = best_per_shape(table, budgets=(0.01, 1.0, 5.0)).set_index("num_replicas")
-    assert best.loc[16, "<= 0.01 s"].startswith("fast ")
-    assert best.loc[16, "<= 1 s"].startswith("good ")       # 2.5% beats fast's 5%
-    assert best.loc[16, "<= 5 s"].startswith("exact ")      # 0% gap
-    assert best.loc[32, "<= 5 s"].startswith("good ")       # exact found no plan there
+    assert best.loc[16, "<= 0.01 s"].startswith("fast/global ")
+    assert best.loc[16, "<= 1 s"].startswith("good/global ")       # 2.5% beats fast's 5%
+    assert best.loc[16, "<= 5 s"].startswith("exact/global ")      # 0% gap
+    assert best.loc[32, "<= 5 s"].startswith("good/global ")       # exact found no plan there
 
 
 def test_performance_profile_is_dolan_more(table):
@@ -101,7 +123,7 @@ def test_summary_has_definitions_tables_and_failures(table, tmp_path):
     # the proven-optima table lists instance a with the heuristics' gaps to the optimum
     line = next(l for l in text.splitlines() if l.startswith("| a |"))
     assert "5.00%" in line and "2.50%" in line
-    assert "| exact | exact | 2 | 1 | 1 | 1 |" in text
+    assert "| exact | exact | 2 | 1 | 1 | 0 | 1 |" in text
     assert "## Runs without a plan" in text and "time_limit" in text
     assert "profile.html" in text and (tmp_path / "profile.html").is_file()
 
@@ -132,4 +154,4 @@ def test_rerender_rewrites_summary_from_stored_rows(table, tmp_path):
     out = rerender(tmp_path, "html")
     text = out.read_text()
     assert "suite `stored`" in text and "load average 1.50 at start" in text
-    assert "| exact | exact | 2 | 1 | 1 | 1 |" in text
+    assert "| exact | exact | 2 | 1 | 1 | 0 | 1 |" in text

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import solvers
+from solvers.options import policy_option
 from solvers.bench import run as bench_run
 from solvers.bench.analysis import derive
 from solvers.bench.executors import run_tasks
@@ -48,13 +49,15 @@ def wrong_solvers():
 
 def _register_wrong_solvers() -> None:
 
-    @register("_bench_overclaim", kind="heuristic", description="test: claims a bound above its own plan")
+    @register("_bench_overclaim", kind="heuristic", description="test: claims a bound above its own plan",
+              options=(policy_option(),))
     def _overclaim(problem, *, policy: str = "auto") -> SolverOutput:
         plan = solvers.solve(problem, "deepseek").plan
         obj = solvers.score(problem, plan).max_load
         return SolverOutput(plan, "global", bound=obj * 1.5)
 
-    @register("_bench_invalid", kind="heuristic", description="test: returns a malformed plan")
+    @register("_bench_invalid", kind="heuristic", description="test: returns a malformed plan",
+              options=(policy_option(),))
     def _invalid(problem, *, policy: str = "auto") -> SolverOutput:
         plan = solvers.solve(problem, "deepseek").plan
         bad = plan.logcnt.clone()
@@ -62,7 +65,7 @@ def _register_wrong_solvers() -> None:
         bad[:, 1] -= 1
         return SolverOutput(Plan.from_tensors(plan.phy2log, plan.log2phy, bad), "global")
 
-    @register("_bench_false_bound", kind="heuristic",
+    @register("_bench_false_bound", kind="heuristic", options=(policy_option(),),
               description="test: a poor plan with a 'proven' bound equal to its own objective")
     def _false_bound(problem, *, policy: str = "auto") -> SolverOutput:
         L, R, E = problem.num_layers, problem.num_replicas, problem.num_experts
@@ -252,24 +255,24 @@ def test_bounds_of_restricted_models_do_not_bound_other_plans():
     """A bound proved for a restricted model (e.g. no colocation) must not flag a plan outside it."""
     base = {c: "" for c in COLUMNS}
     common = dict(base, instance="i", seed=0, status="feasible", kind="exact")
+    forbidden = dict(model_policy="global", model_counts="free", model_colocation="forbidden")
     rows = pd.DataFrame([
-        dict(common, solver="x", policy="global", objective_layers="[10.0]", lower_bound_layers="[12.0]",
-             bound_scope="optimum of the model (joint, counts=free, colocation=forbidden)"),
+        dict(common, solver="x", policy="global", objective_layers="[10.0]", lower_bound_layers="[9.0]",
+             duplicates=0, model_bound_layers="[10.0]", **forbidden),
         dict(common, solver="h", kind="heuristic", policy="global", objective_layers="[11.0]",
-             lower_bound_layers="[9.0]"),
-        dict(common, solver="y", policy="global", objective_layers="[12.0]", lower_bound_layers="[12.0]",
-             bound_scope="optimum of the model (joint, counts=free, colocation=forbidden)"),
+             lower_bound_layers="[9.0]", duplicates=3),
+        dict(common, solver="y", policy="global", objective_layers="[12.0]", lower_bound_layers="[9.0]",
+             duplicates=0, model_bound_layers="[12.0]", **forbidden),
     ])
     df, violations = derive(rows)
-    # x's objective is below y's bound of the same restricted model: that is a violation
+    # x's duplicate-free plan is below y's bound of the duplicate-free model: a violation
     assert len(violations) == 1 and violations[0].startswith("x ")
-    h = df[df["solver"] == "h"].iloc[0]
+    h = df[df["solver"] == "h"].iloc[0]           # h has duplicates: outside that model
     assert h["best_bound"] == 9.0 and h["gap_mean"] == pytest.approx(11 / 9 - 1)
-    # an unrestricted (joint, colocation allowed) proven bound does apply to every plan
-    rows.loc[2, "bound_scope"] = "optimum of the model (joint, counts=free, colocation=allowed)"
+    # a bound for every plan (the lower bound column) does apply to every plan
     rows.loc[2, "lower_bound_layers"] = "[10.5]"
     df, violations = derive(rows)
-    assert [v.split()[0] for v in violations] == ["x"]
+    assert sorted(v.split()[0] for v in violations) == ["x", "x"]
     assert df[df["solver"] == "h"].iloc[0]["best_bound"] == 10.5
 
 
