@@ -73,12 +73,14 @@ def _held_before(old: torch.Tensor, experts: torch.Tensor, gpus: torch.Tensor) -
 
 
 def _best_swaps(w_slot: torch.Tensor, p2l: torch.Tensor, load: torch.Tensor, old: torch.Tensor,
-                target: torch.Tensor, num_gpus: int, num_zones: int, width: int):
+                target: torch.Tensor, num_gpus: int, num_zones: int, width: int,
+                max_cost: float | None = None):
     """For each row, the best swap between its heaviest GPU and one of the ``width`` lightest
     GPUs of its zone.
 
     w_slot: [X, R] load of every replica, p2l: [X, R], load: [X, P], old: [X, P, E] bool,
-    target: [X]. Returns (found [X] bool, slot on g [X], other slot [X], heaviest GPU g [X]).
+    target: [X]. max_cost: only swaps adding at most this many moves. Returns (found [X]
+    bool, slot on g [X], other slot [X], heaviest GPU g [X]).
     """
     X, R = p2l.shape
     P = num_gpus
@@ -114,6 +116,8 @@ def _best_swaps(w_slot: torch.Tensor, p2l: torch.Tensor, load: torch.Tensor, old
     lose_b = same_b.view(X, K * S) & ~old_b
     cost = (gain_a.to(d.dtype) + gain_b.unsqueeze(1).to(d.dtype) - lose_a.unsqueeze(2).to(d.dtype)
             - lose_b.unsqueeze(1).to(d.dtype))
+    if max_cost is not None:
+        ok &= cost <= max_cost
     t = target.view(X, 1, 1)
     rel = pair_max / t
     key = torch.where(pair_max <= t * (1 + TARGET_RTOL), cost + 0.5 * rel, 10.0 + rel)
@@ -159,12 +163,49 @@ def _count_change(w: torch.Tensor, p2l: torch.Tensor, cnt: torch.Tensor, load: t
     return ok, j, x
 
 
+def _spread_hot_experts(w: torch.Tensor, p2l: torch.Tensor, item_cap: torch.Tensor, num_gpus: int,
+                        num_zones: int, limit: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Give the heaviest replica's expert one more slot (from the expert whose replicas stay
+    lightest, on the lightest GPU, in the same zone) until no replica exceeds ``item_cap``
+    [L]. Returns (phy2log, count changes per layer [L])."""
+    L, E = w.shape
+    R = p2l.shape[1]
+    P, S = num_gpus, R // num_gpus
+    p2l = p2l.clone()
+    n = torch.zeros(L, dtype=torch.int64, device=p2l.device)
+    slot_gpu = torch.arange(R, device=p2l.device) // S
+    zone = slot_gpu // (P // num_zones)
+    for _ in range(limit):
+        cnt = _counts(p2l, E)
+        per = w.gather(1, p2l) / cnt.gather(1, p2l).to(w.dtype)                   # [L, R]
+        top, heavy = per.max(1)
+        x = p2l.gather(1, heavy.unsqueeze(1)).squeeze(1)
+        c_slot = cnt.gather(1, p2l)
+        after = w.gather(1, p2l) / (c_slot - 1).clamp_min(1).to(w.dtype)
+        allowed = (c_slot >= 2) & (p2l != x.unsqueeze(1)) & (zone.view(1, R) == zone[heavy].view(L, 1))
+        key = after.masked_fill(~allowed, float("inf"))
+        lowest = key.min(1, keepdim=True).values
+        load = per.view(L, P, S).sum(-1).gather(1, slot_gpu.expand(L, R))
+        j = load.masked_fill(~(allowed & (key <= lowest * (1 + TARGET_RTOL))), float("inf")).argmin(1)
+        go = (top > item_cap * (1 + TARGET_RTOL)) & (lowest.squeeze(1) < top)
+        if not bool(go.any()):
+            break
+        rows = go.nonzero().squeeze(1)
+        p2l[rows, j[rows]] = x[rows]
+        n[rows] += 1
+    return p2l, n
+
+
 def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, num_gpus: int,
-           num_zones: int = 1, max_rounds: int | None = None, width: int = 8) -> RepairOutcome:
+           num_zones: int = 1, max_rounds: int | None = None, width: int = 8,
+           polish_rounds: int = 64, item_cap: torch.Tensor | None = None) -> RepairOutcome:
     """Repair ``previous`` (phy2log [L, R]) on ``weights`` [L, E] until every layer's max GPU
     load is <= ``target`` [L], with few moves. ``num_zones``: replicas never leave their
     zone of ``P / num_zones`` consecutive GPUs (nodes, under the hierarchical policy).
-    ``width``: swap partners are searched on this many of the lightest GPUs."""
+    ``width``: swap partners are searched on this many of the lightest GPUs.
+    ``polish_rounds``: afterwards, rounds of swaps that add no move and lower the max.
+    ``item_cap``: [L] first, count changes until no replica carries more than this (the
+    fresh plan's heaviest replica: counts follow the new loads where it matters)."""
     w = weights.to(torch.float64)
     L, E = w.shape
     P = num_gpus
@@ -176,6 +217,9 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
     stuck = torch.zeros(L, dtype=torch.bool, device=w.device)
     rounds = 0
     limit = max_rounds if max_rounds is not None else 4 * previous.shape[1]
+    if item_cap is not None:
+        p2l, n = _spread_hot_experts(w, p2l, item_cap.to(w.device, torch.float64), P, num_zones, limit)
+        changes += n
     while rounds < limit:
         cnt = _counts(p2l, E)
         per = w.gather(1, p2l) / cnt.gather(1, p2l).to(w.dtype)                  # [L, R]
@@ -207,4 +251,25 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
     cnt = _counts(p2l, E)
     load = (w.gather(1, p2l) / cnt.gather(1, p2l).to(w.dtype)).view(L, P, -1).sum(-1)
     met = load.max(1).values <= target * (1 + TARGET_RTOL)
-    return RepairOutcome(p2l, met, rounds, swaps, changes)
+    # Polish: swaps that add no move and still lower the max (a plan whose top GPUs all sit
+    # at the target is fragile on the next steps' loads).
+    done = ~met
+    polish = 0
+    while polish < polish_rounds:
+        rows = (~done).nonzero().squeeze(1)
+        if rows.numel() == 0:
+            break
+        polish += 1
+        sp = p2l[rows]
+        per = w[rows].gather(1, sp) / _counts(sp, E).gather(1, sp).to(w.dtype)
+        sload = per.view(len(rows), P, -1).sum(-1)
+        found, slot_g, slot_h, _ = _best_swaps(per, sp, sload, old[rows], sload.max(1).values, P, num_zones,
+                                               width, max_cost=0)
+        a, b = sp.gather(1, slot_g.unsqueeze(1)), sp.gather(1, slot_h.unsqueeze(1))
+        swapped = sp.clone()
+        swapped.scatter_(1, slot_g.unsqueeze(1), b)
+        swapped.scatter_(1, slot_h.unsqueeze(1), a)
+        p2l[rows] = torch.where(found.unsqueeze(1), swapped, sp)
+        swaps[rows] += found.to(torch.int64)
+        done[rows[~found]] = True
+    return RepairOutcome(p2l, met, rounds, swaps, changes, {"polish_rounds": polish})

@@ -1,0 +1,13 @@
+"""Loads change: a rebalancing simulator, sweeps over rebalancing settings and time-robust planners.
+
+- :func:`simulate`: replay a trace ``[T, L, E]`` under the plan in force, re-plan every N
+  steps or past an imbalance threshold (optionally migration-aware); realised imbalance
+  per step, moves and bytes per rebalance, totals;
+- :func:`sweep`: many settings, the frontier of bytes moved against realised imbalance and
+  a suggested setting for a byte budget;
+- time-robust planners registered as solvers (``robust_sum``, ``robust_max``, ``ewma``,
+  ``forecast``) that plan on a window's steps rather than its sum.
+"""
+from .simulate import SimulationResult, simulate, step_scores
+
+__all__ = ["simulate", "SimulationResult", "step_scores"]
