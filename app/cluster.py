@@ -1,4 +1,4 @@
-"""Cluster and model presets the app offers (DESIGN's public shapes), as plain data.
+"""Cluster and model presets the app offers (public model and cluster shapes), as plain data.
 
 A cluster preset fixes nodes and GPUs; its slot count follows the benchmark's rule (the
 smallest multiple of the GPU count holding every expert plus one spare slot per GPU:

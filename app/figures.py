@@ -186,7 +186,7 @@ def runtime_figure(table: pd.DataFrame) -> go.Figure:
     fig = go.Figure(go.Bar(x=table["solver"], y=t, marker={"color": [color_for(k) for k in range(len(table))]},
                            text=[f"{v:.3g} s" for v in t], textposition="outside",
                            hovertemplate="%{x}: %{y:.4g} s<extra></extra>"))
-    fig.update_layout(template=TEMPLATE, yaxis={"title": "wall time (s, log)", "type": "log"}, height=360,
+    fig.update_layout(template=TEMPLATE, yaxis={"title": "wall time (s, log)", "type": "log", "dtick": 1}, height=360,
                       margin={"t": 30, "b": 40})
     return fig
 

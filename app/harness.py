@@ -93,10 +93,25 @@ def browser(executable: str | None = None):
             b.close()
 
 
-def wait_idle(page, timeout_ms: float = 120_000) -> None:
-    """Wait until the script run ends (Streamlit's status widget says 'running' meanwhile)."""
-    page.wait_for_timeout(300)
-    page.wait_for_function(
-        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
-        " || !document.querySelector('[data-testid=\"stStatusWidget\"]').innerText.match(/Running|Stop/)",
-        timeout=timeout_ms)
+_BUSY_JS = """() => !!(document.querySelector('[data-testid="stStatusWidgetRunningIcon"]')
+    || document.querySelector('[data-testid="stStatusWidgetRunningManIcon"]')
+    || document.querySelector('[data-testid="stElementContainer"][data-stale="true"]')
+    || document.querySelector('[data-testid="stAppSkeleton"]'))"""
+
+
+def wait_idle(page, timeout_s: float = 120.0, settle_s: float = 0.6) -> None:
+    """Wait until the script run has ended: no running indicator and no stale element (the
+    old run's elements stay, marked stale, until the new run replaces or drops them) for
+    ``settle_s`` in a row."""
+    deadline = time.monotonic() + timeout_s
+    quiet_since = None
+    page.wait_for_timeout(200)
+    while time.monotonic() < deadline:
+        if page.evaluate(_BUSY_JS):
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= settle_s:
+            return
+        page.wait_for_timeout(100)
+    raise TimeoutError(f"the app was still running after {timeout_s:.0f} s")

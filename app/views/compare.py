@@ -7,6 +7,7 @@ import streamlit as st
 import torch
 
 from solvers import get_solver, solver_names
+from solvers.compare import pick
 from solvers.errors import EPLBError
 
 from app import cache, figures
@@ -115,6 +116,9 @@ def _show(done: dict, problem, has_held: bool) -> None:
     ok = table[table["solver"].isin(list(outcomes))]
     if ok.empty:
         return
+    best, reason = pick(ok.to_dict("records"))
+    if best is not None:
+        st.success(f"**{best['solver']}**: {reason}")
     c1, c2 = st.columns(2)
     c1.markdown("**Gap to the lower bound**")
     c1.plotly_chart(figures.gap_figure(ok), width="stretch", key=f"{PAGE}:chart:gap")

@@ -94,8 +94,12 @@ def _recommender(df) -> None:
     except EPLBError as exc:
         show_error(exc)
         return
-    (st.success if rec.solver else st.warning)(format_recommendation(rec))
+    head = format_recommendation(rec).split("\ncandidates", 1)[0].strip()      # the tables follow as tables
+    (st.success if rec.solver else st.warning)("\n\n".join(ln for ln in head.splitlines() if ln.strip()))
+    st.markdown("**Candidates** (best first; gaps as fractions of the bound)")
     st.dataframe(rec.table, hide_index=True, width="stretch")
+    with st.expander(f"Evidence: the runs of {rec.solver or 'the fastest solver'}"):
+        st.dataframe(rec.evidence, hide_index=True, width="stretch")
 
 
 main()
