@@ -1,10 +1,10 @@
-"""Targets of issue 6 (heuristics beyond DeepSeek's greedy), measured against ``deepseek``
+"""Targets of the heuristics beyond DeepSeek's greedy, measured against ``deepseek``
 in the same run on generated lognormal and Zipf loads.
 
     .venv/bin/python -m benchmarks.heuristic_targets [--device cuda] [--seeds 0 1 2] [--threads 1] [--quick]
 
 Prints one table per target with every (distribution, seed) row and a PASS/FAIL verdict.
-Metrics (DESIGN section 2): gap = max GPU load / best lower bound - 1 (bounds from
+Metrics (docs/problem.md): gap = max GPU load / best lower bound - 1 (bounds from
 solvers.bounds plus any bound a solver proves), imbalance = max / mean GPU load, excess =
 imbalance - 1, off-node share = the shared scorer's inter-node traffic proxy. Times are the
 solver's wall time as measured by solvers.solve (median of ``--repeats`` runs; the first
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
         args.seeds, args.repeats = args.seeds[:1], 1
     dev = torch.device(args.device)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"# issue 6 heuristic targets  device={dev}  torch={torch.__version__}  "
+    print(f"# heuristic targets  device={dev}  torch={torch.__version__}  "
           f"threads={torch.get_num_threads()}  load(1min)={load:.2f}  seeds={args.seeds}")
     ok_all = True
     L, E = 58, 256

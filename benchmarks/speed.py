@@ -1,4 +1,4 @@
-"""Speed of the batched DeepSeek EPLB (issue 2 targets): median wall time per call.
+"""Speed of the batched DeepSeek EPLB (targets of the greedy): median wall time per call.
 
     python -m benchmarks.speed [--repeats 15] [--device cpu|cuda|all] [--threads N] [--json FILE]
 

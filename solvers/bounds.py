@@ -1,4 +1,4 @@
-"""Certified lower bounds on the optimal max GPU load (even split; DESIGN section 3).
+"""Certified lower bounds on the optimal max GPU load (even split; docs/bounds.md).
 
 Each bound is a tensor ``[layers]`` in float64, computed for all layers at once.
 

@@ -40,18 +40,13 @@ def _fail(message: str) -> int:
 
 
 def _option(text: str) -> tuple[str, Any]:
-    """``key=value`` with value parsed as JSON when it is JSON (numbers, true, lists), else a string."""
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    key, raw = text.split("=", 1)
-    key = key.strip().replace("-", "_")
-    if not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE with a non-empty KEY, got {text!r}")
+    """``key=value`` for -O (see :func:`solvers.options.parse_key_value`)."""
+    from .options import parse_key_value
+
     try:
-        value = json.loads(raw)
-    except ValueError:
-        value = raw
-    return key, value
+        return parse_key_value(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def read_loads_arg(spec: str):
@@ -387,9 +382,32 @@ def _write_compare(out: Path, rows: list[dict]) -> None:
 
 # solvers ---------------------------------------------------------------------------------
 
+def solver_catalogue_markdown() -> str:
+    """The registered solvers and their option schemas as Markdown (docs/solvers.md embeds it)."""
+    from .registry import get_solver, solver_names
+
+    out = []
+    for name in solver_names():
+        spec = get_solver(name)
+        need = "" if not spec.requires else f" Needs: `{spec.requires}`."
+        out += [f"### `{name}` ({spec.kind})", "", spec.description + "." + need, ""]
+        if not spec.schema:
+            out += ["No options.", ""]
+            continue
+        out += ["| option | values | default | help |", "|---|---|---|---|"]
+        for o in spec.schema:
+            default = repr(o.default) if o.type is object else json.dumps(o.default)
+            out.append(f"| `{o.name}` | {o.describe().replace('|', '&#124;')} | `{default}` | {o.help} |")
+        out.append("")
+    return "\n".join(out)
+
+
 def cmd_solvers(args: argparse.Namespace) -> int:
     from .registry import get_solver, solver_names
 
+    if args.markdown:
+        print(solver_catalogue_markdown(), end="")
+        return 0
     specs = [get_solver(n) for n in solver_names()]
     if args.json:
         print(json.dumps([{"name": s.name, "kind": s.kind, "available": s.is_available(), "requires": s.requires,
@@ -473,6 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("solvers", help="list the registered solvers and their option schemas")
     ls.add_argument("--json", action="store_true", help="print the schemas as JSON")
+    ls.add_argument("--markdown", action="store_true", help="print the catalogue as Markdown (docs/solvers.md)")
     ls.set_defaults(func=cmd_solvers)
 
     for name in PLUGIN_MODULES:

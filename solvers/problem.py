@@ -1,6 +1,6 @@
 """The placement problem: measured loads plus a cluster shape.
 
-Vocabulary (``shared/DESIGN.md`` section 1): E logical experts in G groups, N nodes,
+Vocabulary (docs/problem.md): E logical experts in G groups, N nodes,
 P GPUs (P/N per node), R physical slots (S = R/P per GPU).
 """
 from __future__ import annotations

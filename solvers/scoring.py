@@ -1,4 +1,4 @@
-"""The one shared scorer: every plan from every solver is graded here (DESIGN section 2).
+"""The one shared scorer: every plan from every solver is graded here (docs/problem.md).
 
 Loads are split evenly over an expert's replicas (each replica of e carries
 ``w_e / c_e``); all arithmetic is float64 so that scores of different solvers compare
@@ -22,7 +22,7 @@ def _ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Score:
-    """Per-GPU loads and the metrics of DESIGN section 2 for one plan.
+    """Per-GPU loads and the metrics of docs/problem.md for one plan.
 
     gpu_load:  [layers, gpus]  tokens each GPU serves (even split)
     node_load: [layers, nodes]
@@ -36,7 +36,7 @@ class Score:
     off_node_share: [layers] inter-node traffic proxy: the share of tokens served by a
         replica outside its group's home node (the node serving most of that group's
         tokens); 0 for a strict hierarchical plan. None without groups (G = 1) or when
-        experts do not split into groups. It stands in for DESIGN's "distinct remote nodes
+        experts do not split into groups. It stands in for the "distinct remote nodes
         per token", which needs top-k routing statistics that load dumps do not carry.
     """
 

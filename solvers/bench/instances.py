@@ -39,7 +39,7 @@ class ClusterShape:
         return self.gpus * math.ceil((num_experts + self.spare_per_gpu * self.gpus) / self.gpus)
 
 
-# Shapes of DESIGN section 5: single node, DeepSeek prefill (4 nodes x 8 GPUs), decode-like EP;
+# Public cluster shapes: single node, DeepSeek prefill (4 nodes x 8 GPUs), decode-like EP;
 # and two small expert-parallel groups (Mixtral-sized models on 2-4 GPUs) that the exact
 # solvers still prove optimal within seconds, so heuristics can be measured against optima.
 SHAPES: dict[str, ClusterShape] = {s.name: s for s in (

@@ -11,7 +11,7 @@ group in the strict plan); every expert keeps at least one replica at home and a
 never exceeds ``budget`` off-node replicas. Batched over layers: one step evaluates
 [layers, receivers, slots, GPUs] in a few kernels.
 
-Inter-node traffic proxy (DESIGN section 2; no routing statistics are needed): the
+Inter-node traffic proxy (docs/problem.md; no routing statistics are needed): the
 share of tokens served by off-node replicas, and their count.
 """
 from __future__ import annotations

@@ -168,7 +168,13 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 
 def add_commands(sub) -> None:
     """Register generate, convert and datasets on the CLI's sub-parsers object."""
-    from ..cli import _option
+    from ..options import parse_key_value
+
+    def _option(text: str):
+        try:
+            return parse_key_value(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
     from .exporters import PLAN_FORMATS, TRACE_FORMATS
     from .generators import SCENARIOS
     from .importers import FORMATS

@@ -1,4 +1,4 @@
-"""Synthetic load traces that behave like real MoE routing (DESIGN section 4).
+"""Synthetic load traces that behave like real MoE routing.
 
 Every step routes ``tokens_per_step * top_k`` token-to-expert assignments per layer with
 one multinomial draw, so counts are integers and every ``[step, layer]`` row sums to

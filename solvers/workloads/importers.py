@@ -1,4 +1,4 @@
-"""Importers of load dumps written by serving and training engines (DESIGN section 4).
+"""Importers of load dumps written by serving and training engines (docs/formats.md).
 
 Every reader returns loads as a torch tensor, ``[steps, layers, experts]`` (or
 ``[layers, experts]`` for a plain matrix), and raises :class:`LoadFileError` naming the

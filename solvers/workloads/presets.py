@@ -1,4 +1,4 @@
-"""Model shapes of public MoE models (DESIGN section 5): what a generated trace looks like.
+"""Model shapes of public MoE models : what a generated trace looks like.
 
 A preset fixes the routing shape only (MoE layers, routed experts, expert groups, top-k);
 the cluster (replicas, GPUs, nodes) is chosen separately when a trace is planned.

@@ -1,7 +1,7 @@
 """Planning windows of a trace and the out-of-sample pairs the benchmark scores.
 
 A planner sees the loads of one window (the sum of ``size`` consecutive steps); what a
-user cares about is how that plan does on the *next* window (DESIGN section 4).
+user cares about is how that plan does on the *next* window (docs/problem.md, out of sample).
 """
 from __future__ import annotations
 

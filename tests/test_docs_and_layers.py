@@ -1,0 +1,152 @@
+"""Docs that stand alone and stay true, and module layers that point one way."""
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from solvers.cli import build_parser, solver_catalogue_markdown
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def test_docs_never_point_outside_the_repository():
+    for path in DOC_FILES:
+        text = path.read_text()
+        assert "../shared" not in text and "DESIGN.md" not in text, path
+        for target in re.findall(r"\]\(([^)#]+)", text):
+            if "://" in target:
+                continue
+            assert (path.parent / target).exists(), f"{path.name} links {target}, which does not exist"
+
+
+def test_code_cites_docs_not_issues_or_the_shared_design():
+    for path in list((ROOT / "solvers").rglob("*.py")) + list((ROOT / "benchmarks").rglob("*.py")) \
+            + list((ROOT / "app").rglob("*.py")):
+        text = path.read_text()
+        assert not re.search(r"DESIGN section|shared/DESIGN|\bissue \d+", text), path
+
+
+def test_solver_catalogue_in_docs_matches_the_registry():
+    text = (ROOT / "docs" / "solvers.md").read_text()
+    block = text.split("<!-- catalogue:start -->\n", 1)[1].split("<!-- catalogue:end -->", 1)[0]
+    assert block == solver_catalogue_markdown(), "run: python scripts/update_solver_docs.py"
+
+
+def _subparsers():
+    parser = build_parser()
+    action = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    return action.choices
+
+
+def test_every_cli_option_the_readme_shows_exists():
+    commands = _subparsers()
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+    seen = 0
+    for block in blocks:
+        for line in block.replace("\\\n", " ").splitlines():
+            m = re.search(r"\beplb (\w+)\b(.*)", line)
+            if not m or m.group(1) not in commands:
+                continue
+            sub = commands[m.group(1)]
+            if m.group(1) == "bench":
+                continue              # its own sub-commands, tested by the harness tests
+            known = {s for a in sub._actions for s in a.option_strings}
+            for flag in re.findall(r"(?<![\w-])(--[a-z][a-z-]*|-O)\b", m.group(2)):
+                assert flag in known, f"README shows `eplb {m.group(1)} {flag}`, which --help does not list"
+                seen += 1
+    assert seen > 20
+
+
+def test_readme_says_what_ci_runs():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "make test" in ci and ci.strip().splitlines()[-1].strip() == "make test"
+    assert "runs [`.ci/run`](.ci/run)" in (ROOT / "README.md").read_text().replace("\n", " ") or \
+        ".ci/run" in (ROOT / "README.md").read_text()
+
+
+# Layers ------------------------------------------------------------------------------------
+
+CORE = ("solvers.problem", "solvers.plan", "solvers.scoring", "solvers.bounds", "solvers.registry",
+        "solvers.solve", "solvers.result", "solvers.options", "solvers.errors", "solvers.tolerances")
+
+
+def _import_graph():
+    mods = {}
+    for f in (ROOT / "solvers").rglob("*.py"):
+        parts = list(f.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = f
+    graph = {m: set() for m in mods}
+    for m, f in mods.items():
+        pkg = m.split(".") if f.name == "__init__.py" else m.split(".")[:-1]
+        for node in ast.walk(ast.parse(f.read_text())):    # module level and inside functions alike
+            targets = []
+            if isinstance(node, ast.ImportFrom):
+                base = ".".join(pkg[:len(pkg) - node.level + 1] + ([node.module] if node.module else [])) \
+                    if node.level else (node.module or "")
+                targets = [base + "." + a.name if base + "." + a.name in mods else base for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            graph[m] |= {t for t in targets if t in mods and t != m}
+    return graph
+
+
+def _reach(graph, start):
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph[todo.pop()]:
+            if nxt not in seen and nxt != "solvers":       # the package root re-exports, it is not a layer
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_core_modules_import_neither_workloads_nor_the_cli():
+    graph = _import_graph()
+    for core in CORE:
+        bad = {m for m in _reach(graph, core) if m.startswith(("solvers.workloads", "solvers.cli", "solvers.bench"))}
+        assert not bad, (core, bad)
+
+
+def test_workloads_do_not_import_cli_internals():
+    graph = _import_graph()
+    for m in graph:
+        if m.startswith("solvers.workloads"):
+            assert "solvers.cli" not in graph[m], m
+
+
+def test_no_import_cycles():
+    graph = _import_graph()
+    graph = {m: {t for t in ts if t != "solvers"} for m, ts in graph.items()}
+    index, low, stack, on, cycles, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert cycles == [], cycles
