@@ -11,3 +11,5 @@
 from .simulate import SimulationResult, simulate, step_scores
 
 __all__ = ["simulate", "SimulationResult", "step_scores"]
+
+from . import robust  # noqa: E402,F401  registers the time-robust planners
