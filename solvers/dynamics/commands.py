@@ -1,0 +1,244 @@
+"""``eplb simulate`` and ``eplb sweep`` (added to the CLI through its plugin list).
+
+    eplb simulate --loads TRACE (--model NAME | --replicas R --groups G --nodes N --gpus P)
+                  [--solver S] (--every N | --threshold X) [--window W] [--migration-slack EPS]
+                  [--migration heuristic|exact] [--expert-bytes B] [-O KEY=VALUE] [--json] [--out DIR]
+    eplb sweep    --loads TRACE (--model NAME | ...) [--periods 10,25,50] [--thresholds 1.2,1.3]
+                  [--slacks plain,0,0.01,0.03] [--budget-gb X] [--json] [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from ..errors import OptionError
+
+# A cluster for each model preset when only --model is given: DeepSeek's prefill shape for
+# the 256/384-expert models, one spare slot per GPU (the benchmark's rule).
+MODEL_CLUSTERS = {"deepseek-v3": (4, 32), "kimi-k2": (4, 32), "qwen3-235b": (2, 16),
+                  "mixtral-8x7b": (1, 8), "olmoe-1b-7b": (1, 8)}
+
+
+def read_trace_arg(spec: str):
+    """loads [T, L, E] for a --loads spec (file, dataset name, SPEC@A:B)."""
+    from ..loadfiles import read_array
+
+    arr = read_array(spec)
+    if arr.dim() != 3:
+        raise OptionError("loads", f"{spec}: the simulator replays steps: need [steps, layers, experts], "
+                          f"got shape {tuple(arr.shape)}")
+    return arr
+
+
+def cluster_from_args(args: argparse.Namespace, num_experts: int) -> tuple[dict[str, int], int | None]:
+    """(num_replicas, num_groups, num_nodes, num_gpus) and the model's expert bytes."""
+    from ..workloads.presets import get_preset
+
+    groups, nodes, gpus, replicas, nbytes = args.groups, args.nodes, args.gpus, args.replicas, None
+    if args.model is not None:
+        preset = get_preset(args.model)
+        if preset.num_experts != num_experts:
+            raise OptionError("model", f"{args.model} has {preset.num_experts} routed experts, the loads have "
+                              f"{num_experts}")
+        if groups is not None and groups != preset.num_groups:
+            raise OptionError("groups", f"{groups} contradicts --model {args.model} ({preset.num_groups} groups)")
+        groups = preset.num_groups
+        dn, dg = MODEL_CLUSTERS.get(args.model, (1, 8))
+        nodes = dn if nodes is None else nodes
+        gpus = dg if gpus is None else gpus
+        nbytes = preset.expert_bytes or None
+    if gpus is None:
+        raise OptionError("gpus", "give --gpus (and --replicas, --nodes, --groups) or --model NAME")
+    if replicas is None:
+        if args.model is None:
+            raise OptionError("replicas", "give --replicas (or --model NAME for a default cluster)")
+        replicas = gpus * math.ceil((num_experts + gpus) / gpus)      # one spare slot per GPU
+    shape = {"num_replicas": replicas, "num_groups": groups or 1, "num_nodes": nodes or 1, "num_gpus": gpus}
+    return shape, nbytes
+
+
+def _solver_options(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in args.option or []:
+        if key in out:
+            raise OptionError(key, "is given twice")
+        out[key] = value
+    return out
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    with path.open("w", newline="") as fh:
+        if not rows:
+            return
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def simulation_figure(result):
+    """plotly figure: realised imbalance per step with rebalance points, cumulative GB moved."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    rows = result.step_rows()
+    steps = [r["step"] for r in rows]
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=("realised imbalance (mean over layers)", "cumulative moved"))
+    fig.add_trace(go.Scatter(x=steps, y=[r["imbalance"] for r in rows], mode="lines", name="imbalance"), 1, 1)
+    reb = [r for r in rows if r["rebalanced"]]
+    fig.add_trace(go.Scatter(x=[r["step"] for r in reb], y=[r["imbalance"] for r in reb], mode="markers",
+                             marker={"symbol": "triangle-up", "size": 9}, name="rebalance"), 1, 1)
+    has_bytes = result.settings.get("expert_bytes") is not None
+    cum = [r["cumulative_bytes"] / 1e9 if has_bytes else r["cumulative_moves"] for r in rows]
+    fig.add_trace(go.Scatter(x=steps, y=cum, mode="lines", line={"shape": "hv"},
+                             name="GB moved" if has_bytes else "replicas moved"), 2, 1)
+    fig.update_yaxes(title_text="max / mean", row=1, col=1)
+    fig.update_yaxes(title_text="GB" if has_bytes else "replicas", row=2, col=1)
+    fig.update_xaxes(title_text="step", row=2, col=1)
+    fig.update_layout(template="plotly_white", height=600)
+    return fig
+
+
+def write_outputs(out: Path, result) -> list[Path]:
+    """steps.csv, rebalances.csv, totals.json and simulation.html (the figure) in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "steps.csv", out / "rebalances.csv", out / "totals.json"]
+    _write_csv(written[0], result.step_rows())
+    _write_csv(written[1], result.rebalances)
+    written[2].write_text(json.dumps({"settings": result.settings, "totals": result.totals()}, indent=2))
+    try:
+        fig = simulation_figure(result)
+    except ImportError:                      # plotly is an optional extra (bench)
+        return written
+    fig.write_html(out / "simulation.html", include_plotlyjs="cdn")
+    return written + [out / "simulation.html"]
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from .simulate import simulate
+
+    if args.every is None and args.threshold is None:
+        raise OptionError("every", "give --every N (rebalance period) or --threshold X (or both)")
+    loads = read_trace_arg(args.loads)
+    shape, model_bytes = cluster_from_args(args, loads.shape[2])
+    nbytes = args.expert_bytes if args.expert_bytes is not None else model_bytes
+    res = simulate(loads, solver=args.solver, every=args.every, threshold=args.threshold, window=args.window,
+                   migration_slack=args.migration_slack, migration=args.migration, expert_bytes=nbytes,
+                   solver_options=_solver_options(args), progress=not args.json, **shape)
+    totals = res.totals()
+    if args.out:
+        for path in write_outputs(Path(args.out), res):
+            if not args.json:
+                print(f"wrote {path}")
+    if args.json:
+        keys = ("mean_imbalance", "p99_imbalance", "total_moves", "total_bytes", "rebalances")
+        print(json.dumps({**{k: totals[k] for k in keys}, **{k: v for k, v in totals.items() if k not in keys}},
+                         indent=2))
+        return 0
+    gb = "-" if totals["total_bytes"] is None else f"{totals['total_bytes'] / 1e9:.1f} GB"
+    print(f"{loads.shape[0]} steps x {loads.shape[1]} layers, solver {args.solver}, "
+          f"{'every ' + str(args.every) if args.every else ''}"
+          f"{' threshold ' + str(args.threshold) if args.threshold else ''}, window {res.settings['window']}, "
+          f"{'plain re-planning' if args.migration_slack is None else 'migration slack ' + str(args.migration_slack)}")
+    print(f"realised imbalance: mean {totals['mean_imbalance']:.4f}, p99 {totals['p99_imbalance']:.4f}; "
+          f"{totals['rebalances']} rebalances, {totals['total_moves']} replicas moved ({gb}); "
+          f"tokens lost to imbalance {totals['tokens_lost']:.4g}; {totals['wall_seconds']:.2f} s")
+    return 0
+
+
+def _floats(text: str | None, name: str, allow_plain: bool = False) -> list[Any]:
+    if not text:
+        return []
+    out: list[Any] = []
+    for part in text.split(","):
+        part = part.strip()
+        if allow_plain and part.lower() in ("plain", "none"):
+            out.append(None)
+            continue
+        try:
+            out.append(float(part))
+        except ValueError:
+            raise OptionError(name, f"must be comma-separated numbers, got {part!r}") from None
+    return out
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from .sweep import frontier, frontier_table, suggest, sweep
+
+    loads = read_trace_arg(args.loads)
+    shape, model_bytes = cluster_from_args(args, loads.shape[2])
+    nbytes = args.expert_bytes if args.expert_bytes is not None else model_bytes
+    periods = [int(p) for p in _floats(args.periods, "periods")]
+    if any(p < 1 for p in periods):
+        raise OptionError("periods", f"must be integers >= 1, got {args.periods!r}")
+    rows = sweep(loads, periods=periods, thresholds=_floats(args.thresholds, "thresholds"),
+                 slacks=_floats(args.slacks, "slacks", allow_plain=True) or [None], window=args.window,
+                 solver=args.solver, expert_bytes=nbytes, solver_options=_solver_options(args), **shape)
+    pick = None
+    if args.budget_gb is not None:
+        budget = args.budget_gb * 1e9 if nbytes is not None else args.budget_gb
+        pick = suggest(rows, budget)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        _write_csv(out / "sweep.csv", rows)
+    if args.json:
+        print(json.dumps({"rows": rows, "frontier": frontier(rows), "suggested": pick}, indent=2))
+        return 0
+    print(frontier_table(rows))
+    if args.budget_gb is not None:
+        if pick is None:
+            print(f"no setting moves at most {args.budget_gb:g} {'GB' if nbytes else 'replicas'}")
+        else:
+            slack = "plain re-planning" if pick["migration_slack"] is None else f"--migration-slack {pick['migration_slack']:g}"
+            print(f"suggested within {args.budget_gb:g} {'GB' if nbytes else 'replicas'}: {pick['trigger']}, {slack} "
+                  f"(mean imbalance {pick['mean_imbalance']:.4f})")
+    return 0
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    from ..cli import LOADS_HELP, _option
+    from ..workloads.presets import PRESETS
+
+    p.add_argument("--loads", required=True, help=LOADS_HELP + " (a trace: [steps, layers, experts])")
+    p.add_argument("--model", default=None, choices=sorted(PRESETS), metavar="NAME",
+                   help="model preset: its groups, expert size and a default cluster")
+    p.add_argument("--replicas", type=int, default=None, help="physical expert slots R")
+    p.add_argument("--groups", type=int, default=None, help="expert groups G")
+    p.add_argument("--nodes", type=int, default=None, help="nodes N")
+    p.add_argument("--gpus", type=int, default=None, help="GPUs P")
+    p.add_argument("--solver", default="deepseek", help="planner (see `eplb solvers`; robust_sum, ewma, ... "
+                                                        "get the window's steps)")
+    p.add_argument("--window", type=int, default=None, help="steps each plan is made on (default: the period)")
+    p.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert (default: the model's)")
+    p.add_argument("--option", "-O", action="append", type=_option, metavar="KEY=VALUE",
+                   help="planner option, repeatable")
+    p.add_argument("--json", action="store_true", help="print the totals as JSON")
+    p.add_argument("--out", default=None, metavar="DIR", help="write tables (and a figure) there")
+
+
+def add_commands(sub) -> None:
+    """Register simulate and sweep on the CLI's sub-parsers object."""
+    s = sub.add_parser("simulate", help="replay a load trace with periodic or threshold rebalancing")
+    _add_common(s)
+    s.add_argument("--every", type=int, default=None, help="rebalance every N steps")
+    s.add_argument("--threshold", type=float, default=None,
+                   help="rebalance after a step whose realised imbalance exceeds X")
+    s.add_argument("--migration-slack", type=float, default=None,
+                   help="migration-aware re-planning: fewest moves within this slack of a fresh plan")
+    s.add_argument("--migration", choices=("heuristic", "exact"), default="heuristic",
+                   help="migration method (default heuristic)")
+    s.set_defaults(func=cmd_simulate)
+
+    w = sub.add_parser("sweep", help="simulate many rebalancing settings: bytes moved against imbalance")
+    _add_common(w)
+    w.add_argument("--periods", default="10,25,50", help="comma-separated periods (default 10,25,50)")
+    w.add_argument("--thresholds", default=None, help="comma-separated imbalance thresholds")
+    w.add_argument("--slacks", default="plain,0,0.01,0.03",
+                   help="comma-separated migration slacks, 'plain' = plain re-planning (default plain,0,0.01,0.03)")
+    w.add_argument("--budget-gb", type=float, default=None, help="suggest the best setting within this many GB")
+    w.set_defaults(func=cmd_sweep)

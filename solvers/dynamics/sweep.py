@@ -1,0 +1,73 @@
+"""Sweep rebalancing settings: the frontier of bytes moved against realised imbalance.
+
+Every combination of a trigger (a period, or an imbalance threshold) and a migration
+slack (None = plain re-planning) is simulated on the same trace; a setting is on the
+frontier when no other setting moves fewer bytes at a lower-or-equal realised mean
+imbalance. :func:`suggest` picks, within a byte budget, the setting with the lowest mean
+imbalance (fewest bytes on ties).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ..errors import OptionError
+from .simulate import simulate
+
+
+def sweep(loads: Any, *, periods: Sequence[int] = (), thresholds: Sequence[float] = (),
+          slacks: Sequence[float | None] = (None,), window: int | None = None, solver: str = "deepseek",
+          expert_bytes: int | None = None, solver_options: dict[str, Any] | None = None,
+          progress: bool = False, **shape: int) -> list[dict[str, Any]]:
+    """One row per setting: trigger ("every N" or "threshold X"), every, threshold,
+    migration_slack, then the totals of :meth:`SimulationResult.totals`. ``shape``:
+    num_replicas, num_groups, num_nodes, num_gpus."""
+    triggers = [("every", int(p)) for p in periods] + [("threshold", float(x)) for x in thresholds]
+    if not triggers:
+        raise OptionError("periods", "give at least one period or threshold to sweep")
+    rows = []
+    for kind, value in triggers:
+        for slack in slacks:
+            kw = {"every": value} if kind == "every" else {"threshold": value, "window": window or 16}
+            if kind == "every" and window is not None:
+                kw["window"] = window
+            res = simulate(loads, solver=solver, migration_slack=slack, expert_bytes=expert_bytes,
+                           solver_options=solver_options, progress=progress, **kw, **shape)
+            rows.append({"trigger": f"{kind} {value:g}", "every": kw.get("every"), "threshold": kw.get("threshold"),
+                         "window": res.settings["window"], "migration_slack": slack, **res.totals()})
+    return rows
+
+
+def _cost(row: dict[str, Any]) -> float:
+    return row["total_bytes"] if row["total_bytes"] is not None else row["total_moves"]
+
+
+def frontier(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows no other row beats on both bytes (moves without a size) and mean imbalance,
+    sorted by bytes."""
+    ordered = sorted(rows, key=lambda r: (_cost(r), r["mean_imbalance"]))
+    out, best = [], float("inf")
+    for r in ordered:
+        if r["mean_imbalance"] < best:
+            out.append(r)
+            best = r["mean_imbalance"]
+    return out
+
+
+def suggest(rows: list[dict[str, Any]], byte_budget: float) -> dict[str, Any] | None:
+    """The setting with the lowest realised mean imbalance moving at most ``byte_budget``
+    bytes (moves when rows have no bytes); None when none fits."""
+    fits = [r for r in rows if _cost(r) <= byte_budget]
+    return min(fits, key=lambda r: (r["mean_imbalance"], _cost(r))) if fits else None
+
+
+def frontier_table(rows: list[dict[str, Any]]) -> str:
+    """Markdown table of sweep rows (frontier rows marked)."""
+    front = {id(r) for r in frontier(rows)}
+    out = ["| trigger | slack | rebalances | moves | GB moved | mean imbalance | p99 | frontier |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=_cost):
+        gb = "-" if r["total_bytes"] is None else f"{r['total_bytes'] / 1e9:.1f}"
+        slack = "plain" if r["migration_slack"] is None else f"{r['migration_slack']:g}"
+        out.append(f"| {r['trigger']} | {slack} | {r['rebalances']} | {r['total_moves']} | {gb} | "
+                   f"{r['mean_imbalance']:.4f} | {r['p99_imbalance']:.4f} | {'*' if id(r) in front else ''} |")
+    return "\n".join(out)
