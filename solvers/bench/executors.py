@@ -68,7 +68,12 @@ def _run_inline(tasks: Sequence[Task], threads: int) -> Iterator[dict[str, Any]]
         torch.set_num_threads(before)
 
 
-def _init_worker(threads: int) -> None:
+def _init_worker(threads: int, parent: int | None = None) -> None:
+    # A worker (and, through it, any CBC child) dies with the run: kill -9 of the runner
+    # leaves no process behind.
+    from solvers.childproc import die_with_parent
+
+    die_with_parent(parent)
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     torch.set_num_threads(threads)
 
@@ -76,7 +81,8 @@ def _init_worker(threads: int) -> None:
 def _run_pool(tasks: Sequence[Task], jobs: int, threads: int) -> Iterator[dict[str, Any]]:
     # spawn, not fork: forking a process that already runs torch's thread pools can deadlock.
     ctx = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker, initargs=(threads,))
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
+                               initargs=(threads, os.getpid()))
     finished = False
     try:
         pending = {pool.submit(run_task, t, threads) for t in tasks}

@@ -15,6 +15,7 @@ other pack, cardinality preserving, optionally duplicate-free) and
 from __future__ import annotations
 
 import itertools
+import time
 
 import torch
 
@@ -109,40 +110,94 @@ def _swap(t: torch.Tensor, qa: torch.Tensor, qb: torch.Tensor, ok: torch.Tensor)
     return t.scatter(1, qb, torch.where(m, va, vb))
 
 
+# Swap moves look at no more than this many slots of a pack (1-1 moves) and this many for
+# 2-2 moves (pairs of them): a pack of S slots would otherwise cost S**2 (1-1) and S**4
+# (2-2) candidates, gigabytes at S = 125. Packs with more slots offer their distinct
+# replicas (identical replicas of one expert are interchangeable), spread over the
+# weights when there are more than that. Packs within the limit are searched in full.
+SWAP_SLOTS = 48
+SWAP_PAIR_SLOTS = 12
+
+
+def swap_candidates(w: torch.Tensor, e: torch.Tensor, num_packs: int, limit: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(offsets [X, P, C], valid [X, P, C]): the slots (offsets inside their pack) a swap
+    move considers, C = min(S, limit). w, e: [X, R] slot weights and experts.
+
+    S <= limit: every slot. Otherwise the distinct (weight, expert) slots of each pack,
+    every one when there are at most ``limit``, else ``limit`` of them evenly spread over
+    the pack's weight order; ``valid`` is False for padding.
+    """
+    X, R = w.shape
+    S = R // num_packs
+    dev = w.device
+    if S <= limit:
+        offs = torch.arange(S, device=dev).expand(X, num_packs, S)
+        return offs, torch.ones(X, num_packs, S, dtype=torch.bool, device=dev)
+    wp, ep = w.view(X, num_packs, S), e.view(X, num_packs, S)
+    # Sort by expert then weight: copies of one expert become adjacent; keep the first of each run.
+    order = torch.sort(ep, dim=2, stable=True).indices
+    es, ws = ep.gather(2, order), wp.gather(2, order)
+    first = torch.ones_like(es, dtype=torch.bool)
+    first[..., 1:] = (es[..., 1:] != es[..., :-1]) | (ws[..., 1:] != ws[..., :-1])
+    distinct = first.sum(2, keepdim=True)                                            # [X, P, 1]
+    # Distinct slots in weight order: non-distinct ones sort last (weight -inf).
+    key = torch.where(first, ws, torch.full_like(ws, -float("inf")))
+    by_w = key.sort(dim=2, descending=True, stable=True).indices                      # [X, P, S]
+    j = torch.arange(limit, device=dev)
+    pick = torch.where(distinct > limit, (j * distinct) // limit, j.expand_as(distinct.expand(X, num_packs, limit)))
+    pick = pick.clamp_max(S - 1)
+    offs = order.gather(2, by_w.gather(2, pick))
+    valid = j.view(1, 1, -1) < distinct
+    return offs, valid
+
+
 class _Swapper:
-    """Swap moves between the heaviest pack and all others for a slot layout [X, R]."""
+    """Swap moves between the heaviest pack and others for a slot layout [X, R].
+
+    Each pack offers at most :data:`SWAP_SLOTS` candidate slots (1-1) and
+    :data:`SWAP_PAIR_SLOTS` (2-2) (:func:`swap_candidates`), so memory and time per move
+    grow linearly in the slots.
+    """
 
     def __init__(self, num_packs: int, slots_per_pack: int, num_experts: int, nodup: bool, device):
         self.P, self.S, self.E, self.nodup = num_packs, slots_per_pack, num_experts, nodup
         R = num_packs * slots_per_pack
         self.gpu_of = torch.arange(R, device=device) // slots_per_pack               # [R]
-        pa, pb = zip(*itertools.combinations(range(slots_per_pack), 2)) if slots_per_pack > 1 else ((), ())
+        self.C1 = min(slots_per_pack, SWAP_SLOTS)
+        self.C2 = min(slots_per_pack, SWAP_PAIR_SLOTS)
+        pa, pb = zip(*itertools.combinations(range(self.C2), 2)) if self.C2 > 1 else ((), ())
         self.pa = torch.tensor(pa, dtype=torch.int64, device=device)
         self.pb = torch.tensor(pb, dtype=torch.int64, device=device)
-        base = (torch.arange(num_packs, device=device) * slots_per_pack).unsqueeze(1)
-        self.q1 = (base + self.pa).flatten()                                       # [P*np]
-        self.q2 = (base + self.pb).flatten()
 
     def _heaviest(self, w):
         loads = pack_loads(w, self.P)
         lh, h = loads.max(1)
         return loads, lh, h
 
+    def _slots(self, w, e, packs, limit):
+        """(slots [X, K, C] global slot ids, valid [X, K, C]) of the candidates of ``packs`` [X, K]."""
+        offs, valid = swap_candidates(w, e, self.P, limit)
+        C = offs.shape[2]
+        idx = packs.unsqueeze(2).expand(-1, -1, C)
+        return packs.unsqueeze(2) * self.S + offs.gather(1, idx), valid.gather(1, idx)
+
     def step11(self, w, e):
         """One best 1-1 swap per row; returns (w, e, improved [X])."""
         X, R = w.shape
         loads, lh, h = self._heaviest(w)
-        qh = h.unsqueeze(1) * self.S + torch.arange(self.S, device=w.device)         # [X, S]
+        qh, vh = self._slots(w, e, h.unsqueeze(1), SWAP_SLOTS)
+        qh, vh = qh.squeeze(1), vh.squeeze(1)                                        # [X, C]
+        C = qh.shape[1]
         wi = w.gather(1, qh)
-        d = wi.unsqueeze(2) - w.unsqueeze(1)                                         # [X, S, R]
+        d = wi.unsqueeze(2) - w.unsqueeze(1)                                         # [X, C, R]
         lg = loads.repeat_interleave(self.S, dim=1)                                  # [X, R]
         cost = torch.maximum(lh.view(X, 1, 1) - d, lg.unsqueeze(1) + d)
-        bad = (d <= 0) | (self.gpu_of.unsqueeze(0) == h.unsqueeze(1)).unsqueeze(1)
+        bad = (d <= 0) | (self.gpu_of.unsqueeze(0) == h.unsqueeze(1)).unsqueeze(1) | ~vh.unsqueeze(2)
         if self.nodup:
             cnt = presence_counts(e, self.E, self.P).view(X, -1)                     # [X, P*E]
-            ei = e.gather(1, qh)                                                     # [X, S]
+            ei = e.gather(1, qh)                                                     # [X, C]
             idx = (self.gpu_of.view(1, 1, R) * self.E + ei.unsqueeze(2)).view(X, -1)
-            bad |= cnt.gather(1, idx).view(X, self.S, R) > 0
+            bad |= cnt.gather(1, idx).view(X, C, R) > 0
             cnt_h = cnt.view(X, self.P, self.E)[torch.arange(X, device=w.device), h]  # [X, E]
             bad |= (cnt_h.gather(1, e) > 0).unsqueeze(1)
         cost = cost.masked_fill(bad, float("inf")).view(X, -1)
@@ -157,59 +212,65 @@ class _Swapper:
         every pair at once, its best 1-1 swap (or 2-2, in the ``pair_swaps`` heaviest
         pairs) if it lowers the pair's max."""
         X, R = w.shape
-        S, P, dev = self.S, self.P, w.device
+        P = self.P
         k = P // 2
         loads = pack_loads(w, P)
         order = loads.argsort(dim=1, descending=True, stable=True)
         hi, lo = order[:, :k], order[:, P - k:].flip(1)                             # [X, k]
-        ar = torch.arange(S, device=dev)
-        qh = (hi.unsqueeze(2) * S + ar).view(X, -1)                                  # [X, k*S]
-        ql = (lo.unsqueeze(2) * S + ar).view(X, -1)
-        wh, wl = w.gather(1, qh).view(X, k, S), w.gather(1, ql).view(X, k, S)
+        sh, vh = self._slots(w, e, hi, SWAP_SLOTS)                                   # [X, k, C]
+        sl, vl = self._slots(w, e, lo, SWAP_SLOTS)
+        C = sh.shape[2]
+        qh, ql = sh.reshape(X, -1), sl.reshape(X, -1)
+        wh, wl = w.gather(1, qh).view(X, k, C), w.gather(1, ql).view(X, k, C)
         lh, ll = loads.gather(1, hi).unsqueeze(-1), loads.gather(1, lo).unsqueeze(-1)  # [X, k, 1]
         if self.nodup:
             cnt = presence_counts(e, self.E, P).view(X, -1)
-            eh, el = e.gather(1, qh).view(X, k, S), e.gather(1, ql).view(X, k, S)
-            h_on_l = cnt.gather(1, (lo.unsqueeze(2) * self.E + eh).view(X, -1)).view(X, k, S) > 0
-            l_on_h = cnt.gather(1, (hi.unsqueeze(2) * self.E + el).view(X, -1)).view(X, k, S) > 0
+            eh, el = e.gather(1, qh).view(X, k, C), e.gather(1, ql).view(X, k, C)
+            h_on_l = cnt.gather(1, (lo.unsqueeze(2) * self.E + eh).view(X, -1)).view(X, k, C) > 0
+            l_on_h = cnt.gather(1, (hi.unsqueeze(2) * self.E + el).view(X, -1)).view(X, k, C) > 0
         # max(lh - d, ll + d) = (lh + ll)/2 + |t - d| with t = (lh - ll)/2: minimise |t - d|
         t = (lh - ll) / 2                                                             # [X, k, 1]
-        d1 = wh.unsqueeze(3) - wl.unsqueeze(2)                                       # [X, k, S, S]
-        bad1 = d1 <= 0
+        d1 = wh.unsqueeze(3) - wl.unsqueeze(2)                                       # [X, k, C, C]
+        bad1 = (d1 <= 0) | ~vh.unsqueeze(3) | ~vl.unsqueeze(2)
         if self.nodup:
             bad1 = bad1 | h_on_l.unsqueeze(3) | l_on_h.unsqueeze(2)
-        c1 = (t.unsqueeze(-1) - d1).abs_().masked_fill_(bad1, float("inf")).view(X, k, S * S)
+        c1 = (t.unsqueeze(-1) - d1).abs_().masked_fill_(bad1, float("inf")).view(X, k, C * C)
         npair = self.pa.numel()
         k2 = min(k, pair_swaps)
+        best_cost, best = c1.min(2)                                                  # [X, k]
+        a1 = a2 = sh.gather(2, (best // C).unsqueeze(2)).squeeze(2)                 # 1-1: slot a on hi,
+        b1 = b2 = sl.gather(2, (best % C).unsqueeze(2)).squeeze(2)                  # slot b on lo (repeated)
         if npair and k2:
             # 2-2 only for the heaviest k2 pairs: they decide the max, and it keeps the step cheap
-            ph = wh[:, :k2, self.pa] + wh[:, :k2, self.pb]                           # [X, k2, np]
-            pl = wl[:, :k2, self.pa] + wl[:, :k2, self.pb]
+            ph_s, ph_v = self._slots(w, e, hi[:, :k2], SWAP_PAIR_SLOTS)              # [X, k2, C2]
+            pl_s, pl_v = self._slots(w, e, lo[:, :k2], SWAP_PAIR_SLOTS)
+            wh2, wl2 = w.gather(1, ph_s.reshape(X, -1)).view_as(ph_s), w.gather(1, pl_s.reshape(X, -1)).view_as(pl_s)
+            ph = wh2[:, :, self.pa] + wh2[:, :, self.pb]                             # [X, k2, np]
+            pl = wl2[:, :, self.pa] + wl2[:, :, self.pb]
             d2 = ph.unsqueeze(3) - pl.unsqueeze(2)                                   # [X, k2, np, np]
-            bad2 = d2 <= 0
+            okh = ph_v[:, :, self.pa] & ph_v[:, :, self.pb]
+            okl = pl_v[:, :, self.pa] & pl_v[:, :, self.pb]
+            bad2 = (d2 <= 0) | ~okh.unsqueeze(3) | ~okl.unsqueeze(2)
             if self.nodup:
-                fh = h_on_l[:, :k2, self.pa] | h_on_l[:, :k2, self.pb]
-                fl = l_on_h[:, :k2, self.pa] | l_on_h[:, :k2, self.pb]
+                eh2, el2 = e.gather(1, ph_s.reshape(X, -1)).view_as(ph_s), e.gather(1, pl_s.reshape(X, -1)).view_as(pl_s)
+                h2_on_l = cnt.gather(1, (lo[:, :k2].unsqueeze(2) * self.E + eh2).view(X, -1)).view_as(eh2) > 0
+                l2_on_h = cnt.gather(1, (hi[:, :k2].unsqueeze(2) * self.E + el2).view(X, -1)).view_as(el2) > 0
+                fh = h2_on_l[:, :, self.pa] | h2_on_l[:, :, self.pb]
+                fl = l2_on_h[:, :, self.pa] | l2_on_h[:, :, self.pb]
                 bad2 = bad2 | fh.unsqueeze(3) | fl.unsqueeze(2)
             c2 = (t[:, :k2].unsqueeze(-1) - d2).abs_().masked_fill_(bad2, float("inf"))
-            best_cost, best = c1.min(2)                                              # [X, k]
             cost2, best2 = c2.view(X, k2, npair * npair).min(2)                      # [X, k2]
             use2 = cost2 < best_cost[:, :k2]
-            best_cost = torch.cat([torch.where(use2, cost2, best_cost[:, :k2]), best_cost[:, k2:]], 1)
-            best = torch.cat([torch.where(use2, best2 + S * S, best[:, :k2]), best[:, k2:]], 1)
-        else:
-            best_cost, best = c1.min(2)
+            i, j = best2 // npair, best2 % npair
+            slot = lambda s_, q: s_.gather(2, q[i if s_ is ph_s else j].unsqueeze(2)).squeeze(2)  # noqa: E731
+            h_a, h_b = slot(ph_s, self.pa), slot(ph_s, self.pb)
+            l_a, l_b = slot(pl_s, self.pa), slot(pl_s, self.pb)
+            pad = lambda new, old: torch.cat([torch.where(use2, new, old[:, :k2]), old[:, k2:]], 1)  # noqa: E731
+            a1, a2, b1, b2 = pad(h_a, a1), pad(h_b, a2), pad(l_a, b1), pad(l_b, b2)
+            best_cost = pad(cost2, best_cost)
         ok = best_cost < t.squeeze(-1) - lh.squeeze(-1) * REL_TOL
-        is2 = best >= S * S
-        a1 = a2 = best // S                          # 1-1: slot a on hi, slot b on lo (repeated)
-        b1 = b2 = best % S
-        if npair:                                     # 2-2: pairs (pa, pb)[i] on hi, [j] on lo
-            flat = (best - S * S).clamp_min(0)
-            i, j = flat // npair, flat % npair
-            a1, a2 = torch.where(is2, self.pa[i], a1), torch.where(is2, self.pb[i], a2)
-            b1, b2 = torch.where(is2, self.pa[j], b1), torch.where(is2, self.pb[j], b2)
-        qa = torch.cat([hi * S + a1, hi * S + a2], 1)                                # [X, 2k]
-        qb = torch.cat([lo * S + b1, lo * S + b2], 1)
+        qa = torch.cat([a1, a2], 1)                                                  # [X, 2k]
+        qb = torch.cat([b1, b2], 1)
         okk = ok.repeat(1, 2)
         va, vb = w.gather(1, qa), w.gather(1, qb)
         ea, eb = e.gather(1, qa), e.gather(1, qb)
@@ -224,48 +285,51 @@ class _Swapper:
         npair = self.pa.numel()
         if npair == 0:
             return w, e, torch.zeros(X, dtype=torch.bool, device=w.device)
-        dev = w.device
         loads, lh, h = self._heaviest(w)
         k = min(partners, self.P)
         light = loads.topk(k, dim=1, largest=False).indices                          # [X, k]
-        ar = torch.arange(npair, device=dev)
-        pw = w[:, self.q1] + w[:, self.q2]                                           # [X, P*np]
-        ph = h.unsqueeze(1) * npair + ar                                             # [X, np]
-        pc = (light.unsqueeze(2) * npair + ar).view(X, -1)                           # [X, k*np]
+        sh, vh = self._slots(w, e, h.unsqueeze(1), SWAP_PAIR_SLOTS)                  # [X, 1, C2]
+        sg, vg = self._slots(w, e, light, SWAP_PAIR_SLOTS)                           # [X, k, C2]
+        qh1, qh2 = sh[:, 0, self.pa], sh[:, 0, self.pb]                              # [X, np] slot ids
+        qg1, qg2 = sg[:, :, self.pa].reshape(X, -1), sg[:, :, self.pb].reshape(X, -1)  # [X, k*np]
+        okh = vh[:, 0, self.pa] & vh[:, 0, self.pb]
+        okg = (vg[:, :, self.pa] & vg[:, :, self.pb]).reshape(X, -1)
         gc = light.repeat_interleave(npair, dim=1)                                   # [X, k*np]
-        d = pw.gather(1, ph).unsqueeze(2) - pw.gather(1, pc).unsqueeze(1)            # [X, np, k*np]
+        d = (w.gather(1, qh1) + w.gather(1, qh2)).unsqueeze(2) - (w.gather(1, qg1) + w.gather(1, qg2)).unsqueeze(1)
         lg = loads.gather(1, gc)
         cost = torch.maximum(lh.view(X, 1, 1) - d, lg.unsqueeze(1) + d)
-        bad = (d <= 0) | (gc == h.unsqueeze(1)).unsqueeze(1)
+        bad = (d <= 0) | (gc == h.unsqueeze(1)).unsqueeze(1) | ~okh.unsqueeze(2) | ~okg.unsqueeze(1)
         if self.nodup:
             cnt = presence_counts(e, self.E, self.P).view(X, -1)
             gE = (gc * self.E).unsqueeze(1)                                          # [X, 1, k*np]
-            for q in (self.q1, self.q2):                      # pair from h must be new on g
-                ei = e.gather(1, q[ph])                                              # [X, np]
+            for q in (qh1, qh2):                              # pair from h must be new on g
+                ei = e.gather(1, q)                                                  # [X, np]
                 bad |= cnt.gather(1, (gE + ei.unsqueeze(2)).view(X, -1)).view_as(d) > 0
-            cnt_h = cnt.view(X, self.P, self.E)[torch.arange(X, device=dev), h]
-            for q in (self.q1, self.q2):                      # pair from g must be new on h
-                bad |= (cnt_h.gather(1, e.gather(1, q[pc])) > 0).unsqueeze(1)
+            cnt_h = cnt.view(X, self.P, self.E)[torch.arange(X, device=w.device), h]
+            for q in (qg1, qg2):                              # pair from g must be new on h
+                bad |= (cnt_h.gather(1, e.gather(1, q)) > 0).unsqueeze(1)
         cost = cost.masked_fill(bad, float("inf")).view(X, -1)
         best_cost, best = cost.min(1)
         ok = best_cost < lh * (1 - REL_TOL)
-        i = ph.gather(1, (best // (k * npair)).unsqueeze(1)).squeeze(1)
-        j = pc.gather(1, (best % (k * npair)).unsqueeze(1)).squeeze(1)
-        qa = torch.stack([self.q1[i], self.q2[i]], 1)
-        qb = torch.stack([self.q1[j], self.q2[j]], 1)
+        i = (best // (k * npair)).unsqueeze(1)
+        j = (best % (k * npair)).unsqueeze(1)
+        qa = torch.cat([qh1.gather(1, i), qh2.gather(1, i)], 1)
+        qb = torch.cat([qg1.gather(1, j), qg2.gather(1, j)], 1)
         return _swap(w, qa, qb, ok), _swap(e, qa, qb, ok), ok
 
 
 def local_search(w_slots: torch.Tensor, e_slots: torch.Tensor, num_packs: int, num_experts: int, *,
                  nodup: bool = False, max_steps: int = 200, two_swaps: bool = True,
-                 block: int = 8, partners: int = 4, pair_swaps: int = 2) -> tuple[torch.Tensor, torch.Tensor, int]:
+                 block: int = 8, partners: int = 4, pair_swaps: int = 2,
+                 deadline: float | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Swap local search on slot layouts (never increases any row's max pack load).
 
     w_slots, e_slots: [X, R]. Blocks of up to ``block`` paired steps (every heavy pack
     against its mirror light pack at once: 1-1 swaps, and 2-2 in the ``pair_swaps``
     heaviest pairs), each block closed by the heaviest pack's best 1-1 swap against all
     packs and its best 2-2 swap against the ``partners`` lightest packs. Stops when a
-    block improved no row or after ``max_steps`` paired steps (one host sync per block).
+    block improved no row or after ``max_steps`` paired steps (one host sync per block), or
+    once ``deadline`` (a ``time.perf_counter()`` value) has passed, checked every block.
     Returns the improved layout and the number of paired steps run.
     """
     X, R = w_slots.shape
@@ -274,7 +338,7 @@ def local_search(w_slots: torch.Tensor, e_slots: torch.Tensor, num_packs: int, n
         return w_slots, e_slots, 0
     sw = _Swapper(num_packs, S, num_experts, nodup, w_slots.device)
     steps = 0
-    while steps < max_steps:
+    while steps < max_steps and (deadline is None or time.perf_counter() < deadline):
         any_ok = torch.zeros(X, dtype=torch.bool, device=w_slots.device)
         for _ in range(min(block, max_steps - steps)):
             w_slots, e_slots, ok = sw.step_pairs(w_slots, e_slots, pair_swaps)
@@ -327,11 +391,13 @@ def repair_duplicates(w_slots: torch.Tensor, e_slots: torch.Tensor, num_packs: i
 
 def pack_counts(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int, *, nodup: bool = False,
                 starts: tuple[str, ...] = ("kk", "lpt"), max_steps: int = 200, two_swaps: bool = True,
-                search_dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+                search_dtype: torch.dtype = torch.float32,
+                deadline: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Best packing found for fixed counts: every start, local search, best kept per row.
 
     weight: [X, E], logcnt: [X, E]. The search runs in ``search_dtype`` (float32: half the
     memory traffic); the objective that picks the best start is recomputed in float64.
+    ``deadline`` cuts the local search short (the constructions always complete).
     Returns e_slots: [X, R] (local expert per slot) and max_load: [X] float64 (inf for a
     row left with duplicates under ``nodup``; the "rr" start never leaves one).
     """
@@ -355,7 +421,7 @@ def pack_counts(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int, *, n
     if nodup:
         w_all, e_all = repair_duplicates(w_all, e_all, num_packs, E)
     w_all, e_all, _ = local_search(w_all, e_all, num_packs, E, nodup=nodup, max_steps=max_steps,
-                                   two_swaps=two_swaps)
+                                   two_swaps=two_swaps, deadline=deadline)
     per = (weight.to(torch.float64) / logcnt.to(torch.float64)).repeat(C, 1)
     obj = pack_loads(per.gather(1, e_all), num_packs).max(1).values
     if nodup:

@@ -116,7 +116,7 @@ def heuristic_phy2log(problem: Problem, resolved: str, nodup: bool, effort: Effo
         rows, wr, cnt = rows[sel], wr[sel], cnt[sel]
     began = time.perf_counter()
     e_loc, obj = pack_counts(wr, cnt, Pn, nodup=nodup, starts=starts, max_steps=effort.steps,
-                             two_swaps=effort.two_swaps)
+                             two_swaps=effort.two_swaps, deadline=deadline)
     pack_seconds = time.perf_counter() - began   # every joint phase ends with such a packing
     if effort.joint:
         S = Rn // Pn
@@ -137,8 +137,10 @@ def heuristic_phy2log(problem: Problem, resolved: str, nodup: bool, effort: Effo
             cnt2, rounds = joint_counts(wr, cnt, Pn, cap=cap, rounds=effort.joint_rounds, donors=width,
                                         receivers=width, beam=beam, steps=effort.joint_steps,
                                         deadline=search_deadline, evaluate=evaluate)
+            if deadline is not None and time.perf_counter() + pack_seconds > deadline and rounds == 0:
+                break   # nothing new to pack, and no time to pack it
             e2, obj2 = pack_counts(wr, cnt2, Pn, nodup=nodup, starts=starts, max_steps=effort.steps,
-                                   two_swaps=effort.two_swaps)
+                                   two_swaps=effort.two_swaps, deadline=deadline)
             better = obj2 < obj
             e_loc = torch.where(better.unsqueeze(1), e2, e_loc)
             obj = torch.where(better, obj2, obj)
