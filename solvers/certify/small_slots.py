@@ -1,26 +1,22 @@
-"""Exact optimum for two slots per GPU (S = 2): bisection on the max load T with an
-exact feasibility model over replica counts.
+"""Two slots per GPU (S = 2): plans by a search over replica counts with the optimal
+pairing, and a lower bound from a count-choice LP.
 
-With two replicas per GPU a target T splits replicas into *big* (load > T/2) and
-*small* (<= T/2) ones. Two bigs never share a GPU and two smalls always fit, so a plan
-with max load <= T exists iff every big replica u can be paired with its own small
-replica s <= T - u. The partner sets are nested (a smaller requirement T - u admits
-fewer smalls), so by Hall's theorem this is the *level* condition: for every
-requirement level r,
+With two replicas per GPU and fixed counts, pairing the largest replica with the
+smallest is optimal, so a plan is fully described by its counts and a count vector can
+be evaluated exactly in one sort (:func:`pair_values`, batched over many count vectors).
+
+A target T splits replicas into *big* (load > T/2) and *small* (<= T/2). Two bigs never
+share a GPU and two smalls always fit, so a plan with max load <= T exists iff every big
+replica u gets its own small partner s <= T - u. The partner sets are nested, so by
+Hall's theorem this is a *level* condition: for every requirement level r,
 
     #small replicas of load <= r  >=  #big replicas with requirement T - u <= r.
 
-Replica counts are free: each expert chooses one count c (its c replicas weigh w/c),
-which makes it big or small and places it on the levels. Feasibility of T is a small
-integer program with one choice per expert and one cumulative constraint per level
-(CP-SAT, exact integer arithmetic: only counts enter the constraints; loads only decide
-which level each choice counts at). Extra replicas of a small expert never break the
-condition, so slots left over go to small experts.
-
-Bisection between a lower bound (infeasible T) and the incumbent (a plan's value)
-gives the optimum: a T proven infeasible is a lower bound for *every* plan (global
-policy, free counts, duplicates allowed), and the plan for a feasible T is built by
-pairing the largest replica with the smallest, which is optimal for fixed counts.
+Each expert chooses one count c (its c replicas weigh w/c), which makes it big or small
+and places it on the levels. The choice model (:func:`count_options`) is exact; its LP
+relaxation (:func:`lp_feasible`, HiGHS) is fast, and a T at which the LP is infeasible
+is a lower bound valid for *every* plan (global policy, free counts, duplicates
+allowed), found by bisection (:func:`lp_bound`).
 """
 from __future__ import annotations
 
@@ -29,31 +25,109 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
-# A load test "a <= b" in float64 for sums of two replicas is exact to ~1e-16; a T
-# proven infeasible is reported rounded down by this much, so rounding never lifts it.
+from ..bounds import replica_items
+
+# A T proven infeasible in float64 is reported rounded down by this much (load tests
+# "w/c + w'/c' <= T" are exact to ~1e-16), so rounding never lifts a bound.
 ROUND_DOWN = 1e-12
 
 
-def pair_items(weights: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, float]:
-    """(phy2log [R], max GPU load): replicas of counts [E] (w_e / c_e each) paired
-    largest with smallest, GPU g holding slots 2g and 2g+1 (optimal for fixed counts)."""
-    experts = np.repeat(np.arange(len(weights)), counts)                # [R]
-    items = weights[experts] / counts[experts]                            # [R]
-    order = np.argsort(-items, kind="stable")
-    R = len(order)
-    big, small = order[: R // 2], order[R // 2:][::-1]                    # [P] each
-    phy2log = np.stack([experts[big], experts[small]], 1).reshape(-1)    # [R]
-    load = items[big] + items[small]                                      # [P]
-    return phy2log, float(load.max())
+# Plans from counts ---------------------------------------------------------------------
 
+def pair_values(weights: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """weights: [E], counts: [X, E] (rows summing to R) -> [X, R/2] GPU loads of the
+    optimal pairing (largest with smallest), sorted descending."""
+    X, E = counts.shape
+    items = replica_items(weights.expand(X, E), counts).sort(1, descending=True).values   # [X, R]
+    half = items.shape[1] // 2
+    return (items[:, :half] + items[:, half:].flip(1)).sort(1, descending=True).values
+
+
+def pair_phy2log(weights: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """phy2log [R] of the optimal pairing for counts [E]: GPU g holds slots 2g, 2g+1."""
+    E = weights.shape[0]
+    experts = torch.repeat_interleave(torch.arange(E, device=counts.device), counts)      # [R]
+    order = (weights.to(torch.float64)[experts] / counts[experts]).argsort(descending=True, stable=True)
+    half = order.shape[0] // 2
+    return torch.stack([experts[order[:half]], experts[order[half:].flip(0)]], 1).reshape(-1)
+
+
+def count_search(weights: torch.Tensor, counts: torch.Tensor, *, deadline: float,
+                 top: int = 4) -> torch.Tensor:
+    """Local search over counts [E] (steepest descent on single-replica moves).
+
+    Every move takes one replica from a donor (count > 1) and gives it to another expert;
+    a receiver need not sit on the busiest GPU, since a smaller replica anywhere can
+    become the heaviest replica's new partner. Moves are scored by the exact optimal
+    pairing: the max GPU load, ties broken by the sum of the ``top`` heaviest GPUs.
+    Returns the best counts [E] found before ``deadline``.
+    """
+    w = weights.to(torch.float64)
+    c = counts.clone()
+    E = w.shape[0]
+    recv_all, donor_all = torch.meshgrid(torch.arange(E), torch.arange(E), indexing="ij")
+    distinct = recv_all != donor_all
+    recv_all, donor_all = recv_all[distinct], donor_all[distinct]          # [E(E-1)]
+    cur = pair_values(w, c[None])[0, :top]
+    while time.perf_counter() < deadline:
+        ok = c[donor_all] > 1
+        recv, donor = recv_all[ok], donor_all[ok]                           # [M]
+        if recv.numel() == 0:
+            break
+        cand = c.expand(recv.shape[0], E).clone()                           # [M, E]
+        rows = torch.arange(recv.shape[0])
+        cand[rows, donor] -= 1
+        cand[rows, recv] += 1
+        v = pair_values(w, cand)[:, :top]                                   # [M, top]
+        best = v[:, 0].min()
+        tied = torch.nonzero(v[:, 0] <= best).flatten()
+        i = int(tied[v[tied].sum(1).argmin()])                             # max first, then the rest
+        better = float(v[i, 0]) < float(cur[0]) * (1 - 1e-12) or (
+            float(v[i, 0]) <= float(cur[0]) and float(v[i].sum()) < float(cur.sum()) * (1 - 1e-12))
+        if not better:
+            break
+        c, cur = cand[i].clone(), v[i]
+    return c
+
+
+def iterated_count_search(weights: torch.Tensor, counts: torch.Tensor, *, deadline: float,
+                          seed: int = 0, kick: int = 3) -> torch.Tensor:
+    """:func:`count_search`, then random kicks (``kick`` random single-replica moves)
+    followed by descent again until ``deadline``; the best counts [E] seen."""
+    gen = torch.Generator().manual_seed(seed)
+    w = weights.to(torch.float64)
+    best = cur = count_search(w, counts, deadline=deadline)
+    best_v = float(pair_values(w, best[None])[0, 0])
+    E = w.shape[0]
+    while time.perf_counter() < deadline:
+        c = cur.clone()
+        for _ in range(kick):
+            donors = torch.nonzero(c > 1).flatten()
+            d = int(donors[torch.randint(len(donors), (1,), generator=gen)])
+            r = int(torch.randint(E, (1,), generator=gen))
+            c[d] -= 1
+            c[r] += 1
+        c = count_search(w, c, deadline=deadline)
+        v = float(pair_values(w, c[None])[0, 0])
+        if v <= best_v:                       # accept equal: drift along plateaus
+            cur = c
+            if v < best_v:
+                best, best_v = c, v
+        else:
+            cur = best
+    return best
+
+
+# The count-choice model and its LP bound -------------------------------------------------
 
 def _smallest_count(w: float, cap: float) -> int:
     """Smallest c >= 1 with w / c <= cap (float64 division, as the scorer computes it)."""
     if w <= cap:
         return 1
     if cap <= 0:
-        return 10**18
+        return 1 << 60
     c = max(1, math.ceil(w / cap))
     while w / c > cap:
         c += 1
@@ -63,152 +137,130 @@ def _smallest_count(w: float, cap: float) -> int:
 
 
 @dataclass
-class Options:
-    """The count choices of one feasibility test at target T (one layer)."""
+class CountOptions:
+    """The count choices of one feasibility test at target T (one layer); K choices."""
 
     expert: np.ndarray   # [K] expert of each choice
     count: np.ndarray    # [K] replica count
-    sign: np.ndarray     # [K] +1 small (supplies partners), -1 big (needs one each)
-    level: np.ndarray    # [K] index of the first level the choice counts at
+    sign: np.ndarray     # [K] +1 small (supplies partners), -1 big (needs one partner each)
+    level: np.ndarray    # [K] index of the first level at which the choice counts
     full: np.ndarray     # [K] bool: small and counted at every level
     num_levels: int
 
 
-def count_options(weights: np.ndarray, num_replicas: int, target: float) -> Options | None:
-    """Every count choice of every expert that could appear in a plan of max load <= target,
-    with its level; None if some expert cannot fit at all.
+def count_options(weights: np.ndarray, num_replicas: int, target: float) -> CountOptions | None:
+    """Every count choice that a plan of max load <= target could make, with its level;
+    None when some expert fits in no choice (T is then below the optimum).
 
-    weights: [E]. Small choices stop at the count where a replica fits every level
-    ("full"); more replicas than that only add partners everywhere, which a spare
-    variable of the model stands for.
+    weights: [E] float64. Small choices stop at the count whose replica counts at every
+    level ("full"); more replicas than that only add partners at every level, which the
+    model's spare variable stands for, so nothing is lost.
     """
     E = len(weights)
     cmax = num_replicas - E + 1
     half = target / 2
-    rows = []                                   # (expert, count, sign, load-or-requirement)
+    big, small = [], []                  # (expert, count, requirement) / (expert, count, load)
     for e, w in enumerate(weights.tolist()):
         lo = _smallest_count(w, target)
         if lo > cmax:
             return None
-        m = _smallest_count(w, half)
-        for c in range(lo, min(m, cmax + 1)):
-            rows.append((e, c, -1, target - w / c))
-    reqs = np.array([r[3] for r in rows], dtype=np.float64)
-    levels = np.unique(np.concatenate([reqs, [half]]))                   # [K] ascending
+        for c in range(lo, min(_smallest_count(w, half), cmax + 1)):
+            big.append((e, c, target - w / c))
+    levels = np.unique(np.array([b[2] for b in big] + [half], dtype=np.float64))   # [L] ascending
     r_min = float(levels[0])
-    full_rows = []
+    full = []
     for e, w in enumerate(weights.tolist()):
         m = _smallest_count(w, half)
         if m > cmax:
             continue
         hi = min(cmax, max(m, _smallest_count(w, r_min)))
         for c in range(m, hi + 1):
-            rows.append((e, c, 1, w / c))
-            full_rows.append(c == hi and w / c <= r_min)
-    n_big = len(rows) - len(full_rows)
-    arr = np.array([(r[0], r[1], r[2]) for r in rows], dtype=np.int64).reshape(-1, 3)
-    value = np.array([r[3] for r in rows], dtype=np.float64)
-    # Big: counted from the level equal to its requirement; small: from the first level >= its load.
+            small.append((e, c, w / c))
+            full.append(c == hi and w / c <= r_min)
+    rows = big + small
+    arr = np.array([(r[0], r[1]) for r in rows], dtype=np.int64).reshape(-1, 2)
+    value = np.array([r[2] for r in rows], dtype=np.float64)
+    sign = np.concatenate([-np.ones(len(big), np.int64), np.ones(len(small), np.int64)])
+    # a big counts from the level equal to its requirement, a small from the first level >= its load
     level = np.searchsorted(levels, value, side="left")
-    full = np.zeros(len(rows), dtype=bool)
-    full[n_big:] = np.array(full_rows, dtype=bool)
-    return Options(arr[:, 0], arr[:, 1], arr[:, 2], level, full, len(levels))
+    return CountOptions(arr[:, 0], arr[:, 1], sign, level, np.array([False] * len(big) + full),
+                        len(levels))
 
 
-def decide(weights: np.ndarray, num_replicas: int, target: float, *, time_limit: float,
-           threads: int = 1, hint: np.ndarray | None = None) -> tuple[str, np.ndarray | None]:
-    """Is there a plan (S = 2) with max GPU load <= target? ("feasible", counts [E]) |
-    ("infeasible", None) | ("unknown", None) when the time limit stops CP-SAT first."""
-    from ortools.sat.python import cp_model
+def lp_feasible(weights: np.ndarray, num_replicas: int, target: float, *, time_limit: float,
+                threads: int = 1) -> bool | None:
+    """LP relaxation of the count-choice model at ``target``: False = proven infeasible
+    (so every plan has max load > target), True = LP feasible, None = not decided.
 
-    E = len(weights)
-    opts = count_options(weights, num_replicas, target)
-    if opts is None:
-        return "infeasible", None
-    m = cp_model.CpModel()
-    x = [m.NewBoolVar("") for _ in range(len(opts.count))]
+    Columns: one [0, 1] variable per choice, the spare replicas y, the running balance
+    D_l per level. Rows: one choice per expert; slots <= R; y only beside a full choice;
+    D_l = D_{l-1} + supply - demand at level l; D_l + y >= 0.
+    """
+    from ..exact import backends
+    backends.highs_available()           # OR-Tools' HiGHS symbols first (see solvers.exact.backends)
+    import highspy
+
+    o = count_options(weights, num_replicas, target)
+    if o is None:
+        return False
+    E, K, L, R = len(weights), len(o.count), o.num_levels, num_replicas
+    inf = highspy.kHighsInf
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(max(time_limit, 0.01)))
+    h.setOptionValue("threads", int(threads))
+    n = K + 1 + L
+    lower = np.concatenate([np.zeros(K + 1), np.full(L, -inf)])
+    upper = np.concatenate([np.ones(K), [R], np.full(L, inf)])
+    h.addCols(n, np.zeros(n), lower, upper, 0, np.array([], np.int32), np.array([], np.int32), np.array([]))
+    lo_, hi_, starts, idx, val = [], [], [], [], []
+
+    def row(lo: float, hi: float, cols, coefs) -> None:
+        starts.append(len(idx))
+        idx.extend(cols)
+        val.extend(coefs)
+        lo_.append(lo)
+        hi_.append(hi)
+
     for e in range(E):
-        mine = np.flatnonzero(opts.expert == e)
-        if len(mine) == 0:
-            return "infeasible", None
-        m.AddExactlyOne([x[k] for k in mine])
-    spare = m.NewIntVar(0, num_replicas, "spare")
-    full = [x[k] for k in np.flatnonzero(opts.full)]
-    if full:
-        m.Add(spare <= num_replicas * sum(full))
-    else:
-        m.Add(spare == 0)
-    m.Add(sum(int(c) * x[k] for k, c in enumerate(opts.count)) + spare <= num_replicas)
-    # Cumulative supply minus demand over levels, one constraint per level.
-    by_level: list[list[int]] = [[] for _ in range(opts.num_levels)]
-    for k, lv in enumerate(opts.level.tolist()):
-        by_level[lv].append(k)
-    prev = None
-    for lv in range(opts.num_levels):
-        terms = sum(int(opts.sign[k] * opts.count[k]) * x[k] for k in by_level[lv])
-        d = m.NewIntVar(-num_replicas, num_replicas, "")
-        m.Add(d == (prev if prev is not None else 0) + terms)
-        m.Add(d + spare >= 0)
-        prev = d
-    if hint is not None:
-        for k, (e, c) in enumerate(zip(opts.expert.tolist(), opts.count.tolist())):
-            m.AddHint(x[k], int(hint[e]) == c)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(time_limit, 0.01)
-    solver.parameters.num_workers = threads
-    status = solver.Solve(m)
-    if status == cp_model.INFEASIBLE:
-        return "infeasible", None
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return "unknown", None
-    counts = np.zeros(E, dtype=np.int64)
-    for k in range(len(x)):
-        if solver.Value(x[k]):
-            counts[opts.expert[k]] = opts.count[k]
-    return "feasible", fill_spare(weights, counts, num_replicas, target)
+        mine = np.flatnonzero(o.expert == e).tolist()
+        if not mine:
+            return False
+        row(1, 1, mine, [1.0] * len(mine))
+    row(-inf, R, list(range(K)) + [K], o.count.astype(float).tolist() + [1.0])
+    fulls = np.flatnonzero(o.full).tolist()
+    row(-inf, 0, [K] + fulls, [1.0] + [-float(R)] * len(fulls))
+    order = np.argsort(o.level, kind="stable")
+    cuts = np.searchsorted(o.level[order], np.arange(L + 1))
+    for lv in range(L):
+        ks = order[cuts[lv]:cuts[lv + 1]]
+        prev = [K + lv] if lv else []
+        row(0, 0, [K + 1 + lv] + prev + ks.tolist(),
+            [1.0] + [-1.0] * len(prev) + (-(o.sign[ks] * o.count[ks])).astype(float).tolist())
+        row(0, inf, [K + 1 + lv, K], [1.0, 1.0])
+    h.addRows(len(lo_), np.array(lo_, float), np.array(hi_, float), len(idx), np.array(starts, np.int32),
+              np.array(idx, np.int32), np.array(val, float))
+    h.run()
+    status = h.getModelStatus()
+    if status == highspy.HighsModelStatus.kInfeasible:
+        return False
+    if status == highspy.HighsModelStatus.kOptimal:
+        return True
+    return None
 
 
-def fill_spare(weights: np.ndarray, counts: np.ndarray, num_replicas: int, target: float) -> np.ndarray:
-    """Counts [E] summing to R: spare slots go to the small expert with the heaviest replica
-    (more replicas of a small expert keep every level condition)."""
-    counts = counts.copy()
-    for _ in range(num_replicas - int(counts.sum())):
-        per = np.where(weights / counts <= target / 2, weights / counts, -1.0)
-        counts[int(per.argmax())] += 1
-    return counts
-
-
-@dataclass
-class S2Result:
-    """Per-layer outcome of :func:`optimum`."""
-
-    phy2log: np.ndarray   # [R] the best plan found
-    value: float          # its max GPU load
-    bound: float          # a lower bound valid for every plan
-    steps: int            # feasibility tests run
-
-
-def optimum(weights: np.ndarray, num_replicas: int, lower: float, incumbent_counts: np.ndarray,
-            *, deadline: float, threads: int = 1, rtol: float = 1e-9) -> S2Result:
-    """Bisection on T in [lower, incumbent] until the plan is within ``rtol`` of the
-    bound (or the deadline). weights: [E]; incumbent_counts: [E] counts of a plan."""
-    phy2log, hi = pair_items(weights, incumbent_counts)
-    counts = incumbent_counts
-    lo, steps = float(lower), 0
-    target = lo                                  # first try the bound itself
+def lp_bound(weights: np.ndarray, num_replicas: int, lower: float, upper: float, *, deadline: float,
+             threads: int = 1, rtol: float = 1e-6) -> float:
+    """Bisection on T in [lower, upper] with :func:`lp_feasible`: the largest T proven
+    infeasible (rounded down), a lower bound for every plan; ``lower`` if none."""
+    lo, hi = float(lower), float(upper)
     while hi > lo * (1 + rtol) and time.perf_counter() < deadline:
-        steps += 1
-        status, found = decide(weights, num_replicas, target, threads=threads, hint=counts,
-                               time_limit=deadline - time.perf_counter())
-        if status == "unknown":
+        t = (lo + hi) / 2
+        ok = lp_feasible(weights, num_replicas, t, time_limit=deadline - time.perf_counter(), threads=threads)
+        if ok is None:
             break
-        if status == "infeasible":
-            lo = max(lo, target * (1 - ROUND_DOWN))
+        if ok:
+            hi = t
         else:
-            cand, value = pair_items(weights, found)
-            if value < hi:
-                phy2log, hi, counts = cand, value, found
-            if value > target * (1 + 1e-9):   # never: the model is exact; stay safe
-                break
-        target = math.sqrt(lo * hi) if lo > 0 else hi / 2
-    return S2Result(phy2log, hi, lo, steps)
+            lo = max(lo, t * (1 - ROUND_DOWN))
+    return lo
