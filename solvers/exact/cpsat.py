@@ -26,23 +26,32 @@ from .model import LayerModel, LayerResult, canonical_gpu_order
 from .scaling import certified, solve_scaled
 
 
+def exact_multiplier(lm: LayerModel) -> int | None:
+    """The lcm of the candidate counts when loads are integers it keeps exact, else None."""
+    w = lm.w
+    if not np.all(w == np.round(w)):
+        return None
+    mult = 1
+    for c in sorted({c for cs in lm.cand for c in cs}):
+        mult = math.lcm(mult, c)
+        if mult * float(w.sum()) > CPSAT_EXACT_LIMIT:
+            return None
+    return mult
+
+
 def choose_scale(lm: LayerModel) -> tuple[int, bool]:
     """(scale, exact): integer multiplier of loads, and whether coefficients are exact."""
+    mult = exact_multiplier(lm)
+    if mult is not None:
+        return mult, True
     w = lm.w
-    if np.all(w == np.round(w)):
-        mult = 1
-        for c in sorted({c for cs in lm.cand for c in cs}):
-            mult = math.lcm(mult, c)
-            if mult * float(w.sum()) > CPSAT_EXACT_LIMIT:
-                break
-        else:
-            return mult, True
     ref = max(float(w.sum()) / lm.num_gpus, float(w.max()))
     if not ref > 0:
         return 1, True                                   # unreachable: all-zero loads are integers
-    # Loads reach here already scaled (reference load near SCALED_LOAD_TARGET), so the
-    # exponent is small; clamp it anyway so 2**exp stays a finite float.
-    exp = max(-1000, min(1000, math.floor(math.log2(CPSAT_LOAD_UNITS / ref))))
+    # ref * 2**exp is about CPSAT_LOAD_UNITS. Loads reach here already scaled (reference
+    # load near SCALED_LOAD_TARGET), so exp is small; the clamp keeps 2**exp a finite float.
+    _, e_ref = math.frexp(ref)
+    exp = max(-1000, min(1000, math.floor(math.log2(CPSAT_LOAD_UNITS)) - e_ref + 1))
     return 2 ** exp if exp >= 0 else 2.0 ** exp, False
 
 
@@ -69,7 +78,7 @@ def solve_layer(lm: LayerModel, *, time_limit: float, threads: int, seed: int, g
     Integer loads with exact coefficients are solved as given; any other layer in scaled
     units (:func:`.scaling.solve_scaled`)."""
     kwargs = dict(time_limit=time_limit, threads=threads, seed=seed, gap=gap, params=params)
-    if choose_scale(lm)[1]:
+    if exact_multiplier(lm) is not None:
         return certified(lm, _solve_units(lm, **kwargs))
     return solve_scaled(_solve_units, lm, **kwargs)
 

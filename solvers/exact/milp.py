@@ -277,11 +277,19 @@ def _cbc_log(text: str) -> tuple[float | None, bool, str]:
     """
     result = _CBC_RESULT.search(text)
     line = result.group(1).strip() if result else "no result line in CBC log"
-    figures = [printed_floor(m.group(1)) for m in _CBC_BOUND.finditer(text)]
+    printed = [m.group(1) for m in _CBC_BOUND.finditer(text)]
     progress = _CBC_BEST_POSSIBLE.findall(text)
     if progress:                                  # the last progress line is the final bound
-        figures.append(printed_floor(progress[-1]))
-    figures = [f for f in figures if math.isfinite(f) and abs(f) < 1e30]   # 1e50: no bound yet
+        printed.append(progress[-1])
+    # CBC prints 1e+50 (or more) for "no bound yet"
+    figures = []
+    for t in printed:
+        try:
+            value = float(t)
+        except ValueError:
+            continue
+        if math.isfinite(value) and abs(value) < 1e30:
+            figures.append(printed_floor(t))
     bound = max(figures) if figures else None
     return bound, "time" in line.lower(), line
 
