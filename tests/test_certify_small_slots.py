@@ -1,0 +1,103 @@
+"""Two slots per GPU: the optimal pairing, the count-choice model (exact, checked by
+enumeration against brute force) and its LP bound (never above a proven optimum)."""
+import itertools
+import math
+import time
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from solvers.exact.backends import highs_available
+from solvers.exact.brute import brute_force, packing_optimum
+from solvers.certify.small_slots import (count_options, count_search, lp_bound, lp_feasible, pair_phy2log,
+                                         pair_values)
+
+needs_highs = pytest.mark.skipif(not highs_available(), reason="needs highspy")
+
+
+@st.composite
+def tiny_s2(draw, scale=None):
+    """(weights [E], R) with 2 slots per GPU, 2-3 GPUs, 2-5 experts; loads either token
+    counts or normalised (about 1e-3), since tolerances must be relative."""
+    P = draw(st.integers(2, 3))
+    E = draw(st.integers(2, 2 * P))
+    w = draw(st.lists(st.integers(0, 60), min_size=E, max_size=E))
+    if sum(w) == 0:
+        w[0] = 1
+    normalised = draw(st.booleans()) if scale is None else scale
+    arr = np.array(w, dtype=np.float64)
+    if normalised:
+        arr = arr / arr.sum() * 1e-3
+    return arr, 2 * P
+
+
+def integer_model_feasible(weights: np.ndarray, R: int, target: float) -> bool:
+    """The count-choice model solved by enumeration (one choice per expert, spare y)."""
+    o = count_options(weights, R, target)
+    if o is None:
+        return False
+    per_expert = [np.flatnonzero(o.expert == e) for e in range(len(weights))]
+    for pick in itertools.product(*per_expert):
+        pick = np.array(pick, dtype=np.int64)
+        used = int(o.count[pick].sum())
+        if used > R:
+            continue
+        spare_max = R - used if o.full[pick].any() else 0
+        balance = np.zeros(o.num_levels, dtype=np.int64)
+        np.add.at(balance, o.level[pick], o.sign[pick] * o.count[pick])
+        if (np.cumsum(balance) + spare_max >= 0).all():
+            return True
+    return False
+
+
+def test_pairing_is_optimal_for_fixed_counts():
+    w = torch.tensor([90.0, 40.0, 61.0, 104.0, 7.0])
+    counts = torch.tensor([2, 1, 2, 2, 1])
+    loads = pair_values(w, counts[None])[0]
+    items = (w / counts).tolist()
+    assert float(loads[0]) == pytest.approx(packing_optimum(items, counts.tolist(), 4, False))
+    p2l = pair_phy2log(w, counts)
+    assert torch.bincount(p2l, minlength=5).tolist() == counts.tolist()
+    gpu = (w / counts)[p2l].view(4, 2).sum(1)
+    assert float(gpu.max()) == pytest.approx(float(loads[0]))
+
+
+@settings(max_examples=40)
+@given(tiny_s2())
+def test_count_model_is_exact_against_brute_force(inst):
+    weights, R = inst
+    opt = brute_force(weights.tolist(), R, R // 2, model="joint")
+    assert integer_model_feasible(weights, R, opt * (1 + 1e-9))
+    assert not integer_model_feasible(weights, R, opt * (1 - 1e-6))
+
+
+@needs_highs
+@settings(max_examples=40)
+@given(tiny_s2())
+def test_lp_bound_never_exceeds_the_brute_force_optimum(inst):
+    weights, R = inst
+    opt = brute_force(weights.tolist(), R, R // 2, model="joint")
+    assert lp_feasible(weights, R, opt * (1 + 1e-9), time_limit=10) is True
+    bound = lp_bound(weights, R, weights.sum() / (R // 2) * 0.5, opt * 2, deadline=time.perf_counter() + 10)
+    assert bound <= opt * (1 + 1e-9)
+
+
+@needs_highs
+def test_lp_bound_beats_the_average_on_a_lumpy_instance():
+    # 90+20 and 60+30 is the only pairing shape: W/P = 100 is out of reach (optimum 110).
+    weights = np.array([90.0, 60.0, 30.0, 20.0])
+    opt = brute_force(weights.tolist(), 4, 2, model="joint")
+    bound = lp_bound(weights, 4, 100.0, opt, deadline=time.perf_counter() + 10)
+    assert 100.0 < bound <= opt * (1 + 1e-9)
+
+
+def test_count_search_improves_and_keeps_the_slot_total():
+    g = torch.Generator().manual_seed(3)
+    w = torch.exp(torch.randn(12, generator=g, dtype=torch.float64)) * 100
+    start = torch.ones(12, dtype=torch.int64)
+    start[0] += 12                                       # 24 slots, a poor start
+    c = count_search(w, start, deadline=time.perf_counter() + 30)
+    assert int(c.sum()) == 24 and bool((c >= 1).all())
+    assert float(pair_values(w, c[None])[0, 0]) < float(pair_values(w, start[None])[0, 0])
