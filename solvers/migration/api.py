@@ -31,9 +31,10 @@ from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput, register
 from ..result import SolveResult
-from ..scoring import gpu_loads, gpu_presence
+from ..scoring import gpu_loads
 from .exact import count_window, solve_layer
 from .minmoves import TARGET_RTOL, repair
+from .moves import moves_per_layer
 from .regroup import regroup
 from .relabel import relabel
 
@@ -68,14 +69,6 @@ def check_slack(slack: Any) -> float:
             or slack < 0:
         raise OptionError("slack", f"must be a finite number >= 0, got {slack!r}")
     return float(slack)
-
-
-def moves_per_layer(plan_p2l: torch.Tensor, previous_p2l: torch.Tensor, num_experts: int,
-                    num_gpus: int) -> torch.Tensor:
-    """[L] int64 (GPU, expert) pairs held now and not before: the shared scorer's count, per layer."""
-    new = gpu_presence(plan_p2l, num_experts, num_gpus)
-    old = gpu_presence(previous_p2l, num_experts, num_gpus)
-    return (new & ~old).flatten(1).sum(1)
 
 
 def _zones(policy: str, problem: Problem) -> int:

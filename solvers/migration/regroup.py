@@ -26,6 +26,8 @@ import torch
 
 from ..bounds import optimal_counts
 from ..heuristics.hierarchical import balanced_partitions
+from .minmoves import repair
+from .moves import moves_per_layer
 
 
 @lru_cache(maxsize=16)
@@ -114,8 +116,6 @@ def regroup(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor,
             num_groups: int, num_nodes: int, num_gpus: int, top: int = 4) -> dict[int, torch.Tensor]:
     """{layer: phy2log [R]} for the ``layers`` whose best start (moved groups, then repaired
     inside the nodes) meets ``target``; weights: [L, E], previous: [L, R], target: [L]."""
-    from .api import moves_per_layer
-    from .minmoves import repair
 
     if not layers:
         return {}
