@@ -1,0 +1,81 @@
+"""`eplb simulate` and `eplb sweep`: JSON totals, written tables and figure, one-line errors."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from solvers.cli import main
+from solvers.workloads import Trace, save_trace
+
+
+@pytest.fixture
+def trace_file(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    base = torch.rand(2, 8, generator=g) * 100 + 5
+    steps = [(base * torch.exp(0.3 * torch.randn(2, 8, generator=g))).round() for _ in range(16)]
+    path = tmp_path / "trace.npz"
+    save_trace(Trace(torch.stack(steps).to(torch.int64)), path)
+    return str(path)
+
+
+CLUSTER = ["--replicas", "12", "--gpus", "4"]
+
+
+def test_simulate_json_has_the_totals(trace_file, capsys):
+    assert main(["simulate", "--loads", trace_file, *CLUSTER, "--every", "4", "--expert-bytes", "10",
+                 "--migration-slack", "0.01", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("mean_imbalance", "p99_imbalance", "total_moves", "total_bytes", "rebalances"):
+        assert key in out
+    assert out["total_bytes"] == 10 * out["total_moves"]
+    assert out["rebalances"] == 2                                  # plan at 4, rebalances at 8 and 12
+
+
+def test_simulate_out_writes_tables_and_figure(trace_file, tmp_path, capsys):
+    out = tmp_path / "sim"
+    assert main(["simulate", "--loads", trace_file, *CLUSTER, "--threshold", "1.05", "--window", "3",
+                 "--out", str(out)]) == 0
+    for name in ("steps.csv", "rebalances.csv", "totals.json", "simulation.html"):
+        assert (out / name).exists(), name
+    rows = (out / "steps.csv").read_text().splitlines()
+    assert len(rows) == 1 + 16 - 3                                 # header + scored steps
+    assert "realised imbalance" in capsys.readouterr().out
+
+
+def test_simulate_with_model_preset_cluster(tmp_path, capsys):
+    g = torch.Generator().manual_seed(1)
+    loads = (torch.rand(6, 2, 8, generator=g) * 50).round().to(torch.int64)
+    path = tmp_path / "mix.npz"
+    save_trace(Trace(loads), path)
+    assert main(["simulate", "--loads", str(path), "--model", "mixtral-8x7b", "--every", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["total_bytes"] == out["total_moves"] * 2 * 3 * 4096 * 14336
+
+
+def test_sweep_prints_frontier_and_suggestion(trace_file, capsys):
+    assert main(["sweep", "--loads", trace_file, *CLUSTER, "--periods", "2,4", "--slacks", "plain,0.05",
+                 "--expert-bytes", "1000000000", "--budget-gb", "1000"]) == 0
+    text = capsys.readouterr().out
+    assert "| trigger |" in text and "suggested within 1000 GB" in text
+
+
+@pytest.mark.parametrize("argv, param", [
+    (["--every", "0"], "every"),
+    ([], "every"),
+    (["--every", "2", "--migration-slack", "-1"], "migration_slack"),
+    (["--every", "2", "--window", "40"], "window"),
+])
+def test_bad_input_is_one_line_and_exit_2(trace_file, capsys, argv, param):
+    assert main(["simulate", "--loads", trace_file, *CLUSTER, *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"eplb: error: {param}:")
+
+
+def test_two_dimensional_loads_are_refused(tmp_path, capsys):
+    path = tmp_path / "w.npz"
+    import numpy as np
+    np.savez(path, loads=np.ones((2, 8), dtype=np.int64))
+    assert main(["simulate", "--loads", str(path), *CLUSTER, "--every", "2"]) == 2
+    assert "loads:" in capsys.readouterr().err
