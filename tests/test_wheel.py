@@ -101,3 +101,14 @@ def test_installed_wheel_runs_the_cli_from_another_directory(wheel, tmp_path):
     rec = eplb("recommend", "--experts", "256", "--replicas", "288", "--gpus", "32", "--nodes", "4", "--groups", "8")
     assert rec.returncode == 0, rec.stderr
     assert rec.stdout.startswith("use ")
+
+
+def test_checkout_reads_the_top_level_datasets_folder_through_the_package(monkeypatch):
+    from solvers.workloads.catalog import datasets_dir
+
+    monkeypatch.delenv("EPLB_DATASETS", raising=False)
+    if not (ROOT / "datasets").is_dir() or not Path(solvers.__file__).resolve().is_relative_to(ROOT):
+        pytest.skip("not running from a checkout")
+    # solvers/workloads/data is a link: the repository keeps one copy, in datasets/.
+    assert (ROOT / "solvers" / "workloads" / "data").is_symlink()
+    assert datasets_dir().resolve() == (ROOT / "datasets").resolve()
