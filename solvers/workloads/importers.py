@@ -108,7 +108,7 @@ def _torch_load(path: Path, mmap: bool = False) -> Any:
     except (OSError, RuntimeError, EOFError, ValueError, zipfile.BadZipFile, KeyError,
             pickle.UnpicklingError) as exc:
         # weights_only refuses pickled classes: a dump is tensors, numbers, lists and dicts.
-        if isinstance(exc, pickle.UnpicklingError):
+        if isinstance(exc, pickle.UnpicklingError) and "weights only" in str(exc).lower():
             raise _fail(path, "cannot read .pt file: it holds pickled Python objects beyond tensors, numbers, "
                         "lists and dicts (refused: loading them could run code)") from None
         raise _fail(path, f"cannot read .pt file ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None

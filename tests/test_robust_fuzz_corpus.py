@@ -1,0 +1,73 @@
+"""The fuzz corpus: hostile and malformed CLI inputs, one JSON file per case.
+
+Each case in ``tests/fuzz_corpus/cases/`` gives the ``eplb`` arguments (``{tmp}`` is a
+fresh directory, ``{file}`` the case's input file), how to build the input (literal
+text, hex bytes, or a generator: deeply nested JSON, an ``.npz`` whose header declares an
+array, a raw pickle) and the expected exit status. Every case must end with that status,
+and a failing one with exactly one stderr line containing the expected fragment, no
+traceback, and no ``*.tmp`` file left behind. See ``tests/fuzz_corpus/README.md``.
+"""
+import io
+import json
+import pickle
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from solvers.cli import main
+
+CASES = sorted((Path(__file__).parent / "fuzz_corpus" / "cases").glob("*.json"))
+
+
+def _make(spec: dict, tmp: Path) -> Path:
+    path = tmp / spec["name"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    make = spec.get("make")
+    if make == "nested":
+        depth = spec["depth"]
+        body = spec.get("open", "[") * depth + spec.get("inner", "") + spec.get("close", "]") * depth
+        path.write_text(spec.get("prefix", "") + body + spec.get("suffix", ""))
+    elif make == "npz_header":
+        header = io.BytesIO()
+        np.lib.format.write_array_header_1_0(header, {"descr": spec["descr"], "fortran_order": False,
+                                                      "shape": tuple(spec["shape"])})
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("loads.npy", header.getvalue() + b"\0" * 64)
+    elif make == "pickle":
+        path.write_bytes(pickle.dumps({"loads": [[1, 2, 3, 4]]}))
+    elif "hex" in spec:
+        path.write_bytes(bytes.fromhex(spec["hex"]))
+    else:
+        path.write_text(spec["text"])
+    return path
+
+
+def _case_param(path: Path):
+    case = json.loads(path.read_text())
+    marks = [pytest.mark.xfail(reason=case["xfail"], strict=True)] if "xfail" in case else []
+    return pytest.param(case, id=case["id"], marks=marks)
+
+
+@pytest.mark.parametrize("case", [_case_param(p) for p in CASES])
+def test_fuzz_case(case, tmp_path, capsys):
+    file = None
+    for extra in case.get("extra_files", []):
+        _make(extra, tmp_path)
+    if "file" in case:
+        file = _make(case["file"], tmp_path)
+    argv = [a.replace("{tmp}", str(tmp_path)).replace("{file}", str(file)) for a in case["argv"]]
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == case["rc"], f"exit {rc}, expected {case['rc']}; stderr: {err[-2000:]}"
+    assert "Traceback" not in err
+    if case["rc"] != 0:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, f"{len(lines)} stderr lines: {err[-2000:]}"
+        assert case["stderr"].lower() in lines[0].lower(), lines[0]
+    assert not list(tmp_path.rglob("*.tmp*")), "a partial file was left behind"
+
+
+def test_the_corpus_is_not_empty():
+    assert len(CASES) >= 50
