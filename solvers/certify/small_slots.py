@@ -101,7 +101,7 @@ def iterated_count_search(weights: torch.Tensor, counts: torch.Tensor, *, deadli
     best = cur = count_search(w, counts, deadline=deadline)
     best_v = float(pair_values(w, best[None])[0, 0])
     E = w.shape[0]
-    while time.perf_counter() < deadline:
+    while time.perf_counter() < deadline and bool((cur > 1).any()):
         c = cur.clone()
         for _ in range(kick):
             donors = torch.nonzero(c > 1).flatten()
