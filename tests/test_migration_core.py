@@ -172,3 +172,25 @@ def test_bad_input_names_the_parameter():
         plan_with_migration(p, "deepseek", "plan.json")
     with pytest.raises(OptionError, match="^current:"):
         solve(p, "migration")
+
+
+def test_drifted_apart_nodes_move_whole_groups():
+    # 4 groups of 8 experts on 2 nodes; the two groups of one node heat up 60 %: no repair
+    # inside the nodes can meet the budget, so a group must change node.
+    g = torch.Generator().manual_seed(7)
+    old_w = torch.exp(torch.randn(3, 32, generator=g, dtype=torch.float64)) * 100
+    prev = solve(Problem(old_w, 48, 4, 2, 8), "deepseek", policy="hierarchical").plan
+    node_of_slot = torch.arange(48) // 24
+    hot = torch.zeros(3, 32, dtype=torch.bool)
+    for layer in range(3):                                  # experts living on node 0
+        hot[layer, prev.phy2log[layer][node_of_slot == 0].unique()] = True
+    new_w = torch.where(hot, old_w * 1.6, old_w)
+    pn = Problem(new_w, 48, 4, 2, 8)
+    res = plan_with_migration(pn, "deepseek", prev, slack=0.01, policy="hierarchical")
+    assert res.info["regrouped_layers"], res.info
+    fresh_max = torch.tensor(res.info["fresh_max_load"], dtype=torch.float64)
+    assert bool((res.score.max_load <= fresh_max * 1.01 * (1 + 1e-12)).all())
+    for layer in range(3):
+        for k in range(4):
+            assert node_of_slot[res.plan.phy2log[layer] // 8 == k].unique().numel() == 1
+    assert res.score.moves <= res.info["relabelled_moves"]

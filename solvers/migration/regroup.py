@@ -41,6 +41,12 @@ def labelled_assignments(num_groups: int, num_nodes: int) -> np.ndarray | None:
     return perms[:, table].reshape(-1, num_groups)
 
 
+@lru_cache(maxsize=16)
+def _one_hot(num_groups: int, num_nodes: int) -> np.ndarray:
+    """[M, G, N] one-hot of :func:`labelled_assignments` (node loads by one product)."""
+    return np.eye(num_nodes)[labelled_assignments(num_groups, num_nodes)]
+
+
 def home_nodes(p2l: np.ndarray, num_groups: int, num_experts: int, num_nodes: int) -> np.ndarray:
     """[G] node holding most replicas of each group. p2l: [R]."""
     R = len(p2l)
@@ -59,8 +65,7 @@ def candidate_assignments(w: np.ndarray, home: np.ndarray, replicas: np.ndarray,
     if table is None:
         return []
     gl = w.reshape(num_groups, -1).sum(1)                                          # [G]
-    node_load = np.zeros((table.shape[0], num_nodes))
-    np.add.at(node_load, (np.arange(table.shape[0])[:, None].repeat(num_groups, 1), table), gl[None, :])
+    node_load = gl @ _one_hot(num_groups, num_nodes)                               # [M, N]
     worst = node_load.max(1) / (num_gpus // num_nodes)
     moved = ((table != home[None, :]) * replicas[None, :]).sum(1)
     ok = np.flatnonzero(worst <= cap)
