@@ -90,3 +90,17 @@ def test_hierarchical_plan_keeps_groups_on_their_node():
     assert res.model_scope is not None and res.model_scope.policy == "hierarchical"
     assert bool((structure_bound(p, res.plan) >= lower_bound(p, policy="hierarchical") * (1 - 1e-12)).all())
     assert bool((res.objective <= torch.tensor(res.info["baseline_objective"], dtype=torch.float64) * (1 + 1e-12)).all())
+
+
+@settings(max_examples=10)
+@given(st.lists(st.integers(0, 40), min_size=4, max_size=4), st.sampled_from([1.0, 1e-4]))
+def test_hierarchical_bound_never_exceeds_the_hierarchical_optimum(loads, scale):
+    from solvers.certify.hierarchical import hierarchical_bound
+    if sum(loads) == 0:
+        loads[0] = 1
+    w = [x * scale for x in loads]
+    # 4 experts in 4 groups, 2 nodes x 1 GPU, 6 slots: every hierarchical plan enumerated
+    opt = brute_force(w, 6, 2, model="hierarchical", num_groups=4, num_nodes=2, node_budget="fixed")
+    bound = float(hierarchical_bound(Problem([w], 6, 4, 2, 2))[0])
+    assert bound <= opt * (1 + 1e-9)
+    assert bound >= float(lower_bound(Problem([w], 6, 4, 2, 2))[0]) * (1 - 1e-12)

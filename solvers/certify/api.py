@@ -9,8 +9,9 @@ together as the time limit allows.
    node under the hierarchical policy so the plan keeps its structure.
 
 The bound of step 2 holds for every plan (global, free counts, duplicates allowed) and
-goes to ``SolverOutput.bound``. Under the hierarchical policy, the node bound for plans
-with G/N whole groups per node goes to ``model_bound`` with its scope.
+goes to ``SolverOutput.bound``. Under the hierarchical policy, the bound for plans with
+G/N whole groups per node (node bounds, and the best group-to-node assignment of
+:mod:`.hierarchical`) goes to ``model_bound`` with its scope.
 :func:`gap_closure` says per layer how much of the portfolio's gap the plan and the
 bound each closed.
 """
@@ -28,6 +29,7 @@ from ..problem import Problem
 from ..registry import SolverOutput, register
 from ..result import ModelScope, SolveResult, ratio_gap
 from ..tolerances import BOUND_RTOL
+from .hierarchical import hierarchical_bound
 from .repartition import polish
 from .small_slots import iterated_count_search, lp_bound, pair_phy2log
 
@@ -93,6 +95,9 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
     model_bound = model_scope = None
     if resolved == "hierarchical":
         model_bound = lower_bound(problem, policy="hierarchical")
+        enumerated = hierarchical_bound(problem)
+        if enumerated is not None:
+            model_bound = torch.maximum(model_bound, enumerated * (1 - 1e-12))
         model_scope = ModelScope(policy="hierarchical", counts="free", colocation="allowed", node_budget="fixed")
     return SolverOutput(plan, resolved, bound=bound.to(problem.device), info=info,
                         model_bound=model_bound, model_scope=model_scope)

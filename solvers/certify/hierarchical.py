@@ -1,0 +1,68 @@
+"""A bound for hierarchical plans by enumerating group-to-node assignments.
+
+A hierarchical plan (DeepSeek's policy, fixed budget) puts G/N whole groups on each
+node, and each node's replicas in its R/N slots on its P/N GPUs. Its max GPU load is at
+least, for the assignment it uses, the largest over nodes of a bound for the node's own
+sub-problem (its experts, R/N slots, P/N GPUs). The minimum of that over every balanced
+assignment is therefore a bound for every hierarchical plan. Node bounds depend only on
+the set of groups on the node, so they are computed once per set, batched as rows of
+one problem.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import torch
+
+from ..bounds import lower_bound
+from ..problem import Problem
+
+# Balanced assignments enumerated at most (G = 8, N = 4: 105; G = 16, N = 4: 2.6 million).
+MAX_ASSIGNMENTS = 200_000
+
+
+def balanced_assignments(num_groups: int, num_nodes: int) -> list[tuple[tuple[int, ...], ...]]:
+    """Every split of groups 0..G-1 into N unlabelled sets of G/N (the first free group
+    always opens the next set, so each split appears once)."""
+    size = num_groups // num_nodes
+    out: list[tuple[tuple[int, ...], ...]] = []
+
+    def rec(free: tuple[int, ...], acc: tuple[tuple[int, ...], ...]) -> None:
+        if not free:
+            out.append(acc)
+            return
+        first, rest = free[0], free[1:]
+        for others in itertools.combinations(rest, size - 1):
+            chosen = (first,) + others
+            rec(tuple(g for g in rest if g not in others), acc + (chosen,))
+
+    rec(tuple(range(num_groups)), ())
+    return out
+
+
+def assignment_count(num_groups: int, num_nodes: int) -> int:
+    size = num_groups // num_nodes
+    return math.factorial(num_groups) // (math.factorial(size) ** num_nodes * math.factorial(num_nodes))
+
+
+def hierarchical_bound(problem: Problem) -> torch.Tensor | None:
+    """[layers] bound for every hierarchical plan with G/N groups per node (None when
+    the shape has too many assignments or no hierarchical structure)."""
+    G, N, E = problem.num_groups, problem.num_nodes, problem.num_experts
+    if G % N or E % G or problem.num_gpus % N or N == 1:
+        return None
+    if assignment_count(G, N) > MAX_ASSIGNMENTS:
+        return None
+    splits = balanced_assignments(G, N)
+    sets = sorted({s for split in splits for s in split})
+    index = {s: i for i, s in enumerate(sets)}
+    L, per = problem.num_layers, E // G
+    w = problem.weights.to(torch.float64).view(L, G, per)                          # [L, G, E/G]
+    members = torch.tensor(sets, device=w.device)                                  # [U, G/N]
+    sub = w[:, members].reshape(L * len(sets), -1)                                  # [L*U, E/N]
+    node = Problem(sub, problem.num_replicas // N, 1, 1, problem.num_gpus // N)
+    set_bound = lower_bound(node).view(L, len(sets))                                # [L, U]
+    table = torch.tensor([[index[s] for s in split] for split in splits], device=w.device)   # [A, N]
+    per_split = set_bound[:, table].max(-1).values                                 # [L, A]
+    return per_split.min(-1).values
