@@ -221,8 +221,8 @@ def cmd_score(args: argparse.Namespace) -> int:
     plan, shape, doc = read_any_plan(args.plan, info, args)
     if shape is not None and "num_replicas" in shape:
         if (shape["num_layers"], shape["num_experts"]) != (info.num_layers, info.num_experts):
-            raise OptionError("loads", f"{args.loads} has {info.num_layers} MoE layers x {info.num_experts} experts "
-                              f"but the plan is for [{shape['num_layers']}, {shape['num_experts']}]")
+            raise OptionError("loads", f"{args.loads} has shape ({info.num_layers}, {info.num_experts}) (MoE layers, "
+                              f"experts) but the plan is for [{shape['num_layers']}, {shape['num_experts']}]")
         problem = Problem(info.weights, shape["num_replicas"], shape["num_groups"], shape["num_nodes"],
                           shape["num_gpus"])
     else:
