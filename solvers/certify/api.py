@@ -29,7 +29,7 @@ from ..problem import Problem
 from ..registry import SolverOutput, register
 from ..result import ModelScope, SolveResult, ratio_gap
 from ..tolerances import BOUND_RTOL
-from .hierarchical import hierarchical_bound
+from .hierarchical import best_assignment, hierarchical_bound, plan_on_assignment
 from .repartition import polish
 from .small_slots import iterated_count_search, lp_bound, pair_phy2log
 
@@ -67,7 +67,10 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
     universal = lower_bound(problem).cpu()                                        # [L]
     bound = universal.clone()
     baseline = _max_load(w, p2l, counts, P)                                       # [L]
-    node = torch.arange(P) // (P // problem.num_nodes) if resolved == "hierarchical" else None
+    node = None
+    if resolved == "hierarchical":
+        node = torch.arange(P) // (P // problem.num_nodes)
+        p2l = _best_assignment_plan(problem, p2l, time_limit * heuristic_share)
     for layer in range(L):
         now = time.perf_counter()
         layer_end = now + (deadline - now) / (L - layer)
@@ -101,6 +104,25 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
         model_scope = ModelScope(policy="hierarchical", counts="free", colocation="allowed", node_budget="fixed")
     return SolverOutput(plan, resolved, bound=bound.to(problem.device), info=info,
                         model_bound=model_bound, model_scope=model_scope)
+
+
+def _best_assignment_plan(problem: Problem, p2l: torch.Tensor, seconds: float) -> torch.Tensor:
+    """Per layer, the better of ``p2l`` [L, R] and a plan on the group-to-node assignment
+    of the hierarchical bound (each node planned by the portfolio as a global problem)."""
+    from ..heuristics.portfolio import run_portfolio
+    from ..scoring import score
+    found = best_assignment(problem)
+    if found is None:
+        return p2l
+
+    def solve_nodes(sub: Problem) -> torch.Tensor:
+        return run_portfolio(sub, policy="global", nodup=False, relax=0, time_limit=seconds).plan.phy2log
+
+    other = plan_on_assignment(problem, found[1], solve_nodes).cpu()
+    E = problem.num_experts
+    old = score(problem, Plan.from_phy2log(p2l.to(problem.device), E)).max_load.cpu()
+    new = score(problem, Plan.from_phy2log(other.to(problem.device), E)).max_load.cpu()
+    return torch.where((new < old)[:, None], other, p2l)
 
 
 def _counts(p2l: torch.Tensor, num_experts: int) -> torch.Tensor:

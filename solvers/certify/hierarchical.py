@@ -49,6 +49,13 @@ def assignment_count(num_groups: int, num_nodes: int) -> int:
 def hierarchical_bound(problem: Problem) -> torch.Tensor | None:
     """[layers] bound for every hierarchical plan with G/N groups per node (None when
     the shape has too many assignments or no hierarchical structure)."""
+    found = best_assignment(problem)
+    return None if found is None else found[0]
+
+
+def best_assignment(problem: Problem) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(bound [layers], groups [layers, N, G/N]): the bound of :func:`hierarchical_bound`
+    and, per layer, the assignment attaining it (the groups of each node)."""
     G, N, E = problem.num_groups, problem.num_nodes, problem.num_experts
     if G % N or E % G or problem.num_gpus % N or N == 1:
         return None
@@ -65,4 +72,20 @@ def hierarchical_bound(problem: Problem) -> torch.Tensor | None:
     set_bound = lower_bound(node).view(L, len(sets))                                # [L, U]
     table = torch.tensor([[index[s] for s in split] for split in splits], device=w.device)   # [A, N]
     per_split = set_bound[:, table].max(-1).values                                 # [L, A]
-    return per_split.min(-1).values
+    value, pick = per_split.min(-1)
+    return value, members[table[pick]]                                             # [L], [L, N, G/N]
+
+
+def plan_on_assignment(problem: Problem, groups: torch.Tensor, solve_nodes) -> torch.Tensor:
+    """phy2log [layers, R] of a hierarchical plan: node n of layer l holds the groups
+    ``groups[l, n]`` (shape [L, N, G/N]); ``solve_nodes(sub)`` plans the node sub-problems
+    (one row per (layer, node), E/N experts, R/N slots, P/N GPUs) and returns their
+    phy2log [L*N, R/N] in the sub-problem's expert ids."""
+    L, N, _ = groups.shape
+    per = problem.num_experts // problem.num_groups
+    experts = (groups[..., None] * per + torch.arange(per, device=groups.device)).reshape(L, N, -1)   # [L, N, E/N]
+    w = problem.weights.to(torch.float64)
+    sub_w = w.gather(1, experts.reshape(L, -1)).reshape(L * N, -1)                 # [L*N, E/N]
+    sub = Problem(sub_w, problem.num_replicas // N, 1, 1, problem.num_gpus // N)
+    sub_p2l = solve_nodes(sub)                                                     # [L*N, R/N]
+    return experts.reshape(L * N, -1).gather(1, sub_p2l.to(experts.device)).reshape(L, -1)
