@@ -3,49 +3,64 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from solvers import Problem
 from solvers.plan import Plan
-from solvers.planfile import plan_document
+from solvers.planfile import dumps_plan, plan_document
 from solvers.workloads.exporters import plan_to_csv, plan_to_sglang, plan_to_trtllm
 
 
 @dataclass(frozen=True)
 class Download:
+    """One file: ``build()`` makes its bytes when asked (a download button calls it on click,
+    so drawing the page never serialises every format)."""
+
     label: str
     filename: str
     mime: str
-    data: bytes
+    build: Callable[[], bytes]
     usage: str          # how an engine or the CLI reads the file (markdown)
+
+    @property
+    def data(self) -> bytes:
+        return self.build()
 
 
 def plan_downloads(plan: Plan, problem: Problem, *, policy: str, solver: str, options: dict[str, Any],
-                   metrics: dict[str, Any], layer_offset: int = 0, loads_name: str = "") -> list[Download]:
+                   metrics: dict[str, Any], layer_offset: int = 0, loads_name: str = "",
+                   result: Any = None) -> list[Download]:
     """The plan in our JSON, SGLang's expert-location JSON, TensorRT-LLM's load-balancer YAML
-    and CSV. ``layer_offset``: dense layers before the first MoE layer (engines count them)."""
+    and CSV. ``layer_offset``: dense layers before the first MoE layer (engines count them);
+    ``result``: the SolveResult, whose bounds and termination our JSON records."""
     import yaml
 
-    doc = plan_document(plan, problem, policy=policy, solver=solver, options=options, metrics=metrics,
-                        provenance={"loads": loads_name, "tool": "eplb app"})
+    plan = plan.to("cpu")
+
+    def eplb_json() -> bytes:
+        doc = plan_document(plan, problem, policy=policy, solver=solver, options=options, metrics=metrics,
+                            provenance={"loads": loads_name, "tool": "eplb app"}, result=result,
+                            dense_layers=layer_offset)
+        return dumps_plan(doc).encode()
+
     redundant = problem.num_replicas - problem.num_experts
     return [
         Download("EPLB plan (JSON)", "plan.json", "application/json",
-                 (json.dumps(doc, separators=(",", ":")) + "\n").encode(),
+                 eplb_json,
                  "`eplb score --loads LOADS --plan plan.json` re-scores it; `eplb convert plan.json --to sglang` "
                  "converts it. Holds `phy2log`, `log2phy`, `logcnt`, the problem shape, metrics and provenance."),
         Download("SGLang expert location (JSON)", "expert_location_sglang.json", "application/json",
-                 (json.dumps(plan_to_sglang(plan, layer_offset), separators=(",", ":")) + "\n").encode(),
+                 lambda: (json.dumps(plan_to_sglang(plan, layer_offset), separators=(",", ":")) + "\n").encode(),
                  f"`python -m sglang.launch_server ... --ep-num-redundant-experts {redundant} "
                  f"--init-expert-location expert_location_sglang.json` (the map starts with {layer_offset} "
                  "dense-layer row(s))."),
         Download("TensorRT-LLM load balancer (YAML)", "moe_load_balancer.yaml", "application/x-yaml",
-                 yaml.safe_dump(plan_to_trtllm(plan, layer_offset), default_flow_style=None, sort_keys=False,
-                                width=1 << 20).encode(),
+                 lambda: yaml.safe_dump(plan_to_trtllm(plan, layer_offset), default_flow_style=None,
+                                        sort_keys=False, width=1 << 20).encode(),
                  f"`trtllm-serve MODEL --extra_llm_api_options extra.yaml` with `moe_config: {{load_balancer: "
                  f"moe_load_balancer.yaml}}` in extra.yaml ({problem.num_replicas} slots; MoE layers keyed from "
                  f"{layer_offset})."),
-        Download("Slot table (CSV)", "plan.csv", "text/csv", plan_to_csv(plan, problem.num_gpus).encode(),
+        Download("Slot table (CSV)", "plan.csv", "text/csv", lambda: plan_to_csv(plan, problem.num_gpus).encode(),
                  "`layer,slot,gpu,expert,replica`, one row per slot: for review, spreadsheets and custom "
                  "loaders (vLLM computes its own placement: `--enable-eplb --num-redundant-experts "
                  f"{redundant}`)."),

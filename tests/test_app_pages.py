@@ -52,6 +52,14 @@ def _metric(at: AppTest, label: str) -> str:
     return next(m.value for m in at.metric if m.label == label)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _keep_torch_threads():
+    """The app sets torch's intra-op threads for its process; leave other tests as they were."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def default_problem() -> Problem:
     trace = load_dataset(DEFAULT_DATASET)
@@ -69,8 +77,26 @@ def test_explore_default_render_shows_deepseeks_plan(default_problem):
     res = solve(default_problem, "deepseek")
     assert _metric(at, "Imbalance (mean)") == f"{res.score.imbalance_mean:.4f}"
     assert _metric(at, "Termination") == str(res.termination)
-    charts = _charts(at)
-    assert {"explore:chart:bars", "explore:chart:nodes", "explore:chart:heatmap", "explore:chart:layers"} <= set(charts)
+    assert {"explore:chart:bars", "explore:chart:nodes"} <= set(_charts(at))
+
+
+def test_explore_views_show_heatmap_layers_plan_and_downloads(default_problem):
+    at = _app().run()
+    sc = score(default_problem, solve(default_problem, "deepseek").plan)
+    view = at.segmented_control(key="explore:view")
+    view.set_value("Heatmap").run()
+    _clean(at)
+    heat = _charts(at)["explore:chart:heatmap"]["data"][0]
+    z = np.asarray([_array(row) for row in heat["z"]]) if isinstance(heat["z"], list) else _array(heat["z"])
+    np.testing.assert_allclose(z.reshape(sc.gpu_load.shape), (sc.gpu_load / sc.mean_load[:, None]).numpy())
+    at.segmented_control(key="explore:view").set_value("Per layer").run()
+    np.testing.assert_allclose(_array(_charts(at)["explore:chart:layers"]["data"][0]["y"]), sc.imbalance.numpy())
+    at.segmented_control(key="explore:view").set_value("Plan").run()
+    table = at.dataframe[0].value
+    np.testing.assert_allclose(table["tokens"].to_numpy(), sc.gpu_load[int(torch.argmax(sc.imbalance))].numpy())
+    at.segmented_control(key="explore:view").set_value("Download").run()
+    _clean(at)
+    assert len(at.get("download_button")) == 4
 
 
 def test_explore_bar_chart_equals_the_scorers_gpu_load(default_problem):

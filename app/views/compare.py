@@ -112,7 +112,7 @@ def _show(done: dict, problem, has_held: bool) -> None:
     st.dataframe(table, hide_index=True, width="stretch",
                  column_config={**pct, "wall_time_s": st.column_config.NumberColumn("time (s)", format="%.4g")})
     st.download_button("Download table (CSV)", table.to_csv(index=False).encode(), "compare.csv", "text/csv",
-                       key=f"{PAGE}:csv")
+                       key=f"{PAGE}:csv", on_click="ignore")
     ok = table[table["solver"].isin(list(outcomes))]
     if ok.empty:
         return
@@ -124,20 +124,26 @@ def _show(done: dict, problem, has_held: bool) -> None:
     c1.plotly_chart(figures.gap_figure(ok), width="stretch", key=f"{PAGE}:chart:gap")
     c2.markdown("**Runtime**")
     c2.plotly_chart(figures.runtime_figure(ok), width="stretch", key=f"{PAGE}:chart:time")
+    _per_layer(outcomes, held, problem, has_held)
+
+
+@st.fragment
+def _per_layer(outcomes, held, problem, has_held: bool) -> None:
+    """Per-layer and per-GPU charts; their settings rerun only this fragment."""
     which = "held out" if has_held and st.toggle("Per-layer imbalance on the held-out steps", key=f"{PAGE}:held_toggle") \
         else "in sample"
     series = {n: (held[n].score.imbalance if which == "held out" else o.result.score.imbalance)
               for n, o in outcomes.items() if o.result.score is not None}
-    st.plotly_chart(figures.layer_imbalance_figure(series, title=f"Per-layer imbalance ({which})"),
-                    width="stretch", key=f"{PAGE}:chart:layers")
+    st.markdown(f"**Per-layer imbalance ({which})**")
+    st.plotly_chart(figures.layer_imbalance_figure(series), width="stretch", key=f"{PAGE}:chart:layers")
     L = problem.num_layers
     first = next(iter(outcomes.values())).result.score
     worst = int(torch.argmax(first.imbalance)) if first is not None else 0
     layer = st.slider("Layer for the per-GPU loads", 0, L - 1, worst, key=f"{PAGE}:layer:{L}",
                       help=f"starts at the worst layer of the first solver ({worst})")
     loads = {n: o.result.score.gpu_load[layer] for n, o in outcomes.items() if o.result.score is not None}
-    st.plotly_chart(figures.gpu_loads_side_by_side(loads, problem.num_nodes, title=f"Layer {layer}, in sample"),
-                    width="stretch", key=f"{PAGE}:chart:gpus")
-
+    st.markdown(f"**Per-GPU load, layer {layer} (in sample)**")
+    st.plotly_chart(figures.gpu_loads_side_by_side(loads, problem.num_nodes), width="stretch",
+                    key=f"{PAGE}:chart:gpus")
 
 main()

@@ -19,6 +19,7 @@ from app.widgets import (cluster_picker, describe_loads, loads_picker, show_erro
 
 PAGE = "explore"
 PLAN_SUFFIXES = ("json", "yaml", "yml", "csv")
+VIEWS = ("Per-GPU load", "Heatmap", "Per layer", "Plan", "Download")
 
 
 def _current_placement(problem, model):
@@ -109,48 +110,70 @@ def _cards(cards) -> None:
 def _charts(problem, outcome, loads, model, solver, window) -> None:
     result = outcome.result
     sc = result.score
-    L = problem.num_layers
-    worst = int(torch.argmax(sc.imbalance))
-    tabs = st.tabs(["Per-GPU load", "Heatmap", "Per layer", "Plan", "Download"])
-    with tabs[0]:
-        layer = st.slider("Layer", 0, L - 1, worst, key=f"{PAGE}:layer:{L}",
-                          help=f"MoE layer to draw (starts at the worst layer, {worst})")
-        c1, c2 = st.columns([3, 1])
-        fig = figures.gpu_load_figure(problem.weights[layer], result.plan.phy2log[layer], result.plan.logcnt[layer],
-                                      problem.num_gpus, problem.num_nodes,
-                                      title=f"Layer {layer}: imbalance {float(sc.imbalance[layer]):.4f}")
-        c1.plotly_chart(fig, width="stretch", key=f"{PAGE}:chart:bars")
-        c2.plotly_chart(figures.node_load_figure(sc.node_load[layer]), width="stretch", key=f"{PAGE}:chart:nodes")
-        c2.caption("Load per node for this layer; dotted lines on the left mark node boundaries.")
-    with tabs[1]:
+    # One view at a time: the browser draws only the charts in sight (tabs would draw all).
+    view = st.segmented_control("View", VIEWS, default=VIEWS[0], key=f"{PAGE}:view",
+                                label_visibility="collapsed") or VIEWS[0]
+    if view == "Per-GPU load":
+        _per_gpu(problem, result)
+    elif view == "Heatmap":
         st.plotly_chart(figures.load_heatmap(sc.gpu_load, problem.num_nodes), width="stretch",
                         key=f"{PAGE}:chart:heatmap")
         st.caption("Load / mean per GPU and layer (red: above the mean); x marks each layer's hottest GPU.")
-    with tabs[2]:
+    elif view == "Per layer":
         floor = result.lower_bound / sc.mean_load.clamp_min(1e-300)
         series = {"GPU imbalance": sc.imbalance, "node imbalance": sc.node_imbalance}
         st.plotly_chart(figures.layer_imbalance_figure(series, floor=floor), width="stretch",
                         key=f"{PAGE}:chart:layers")
         st.caption("The dotted line is the lower bound / mean: no plan of any policy can go below it.")
-    with tabs[3]:
-        layer_t = st.number_input("Layer", 0, L - 1, worst, key=f"{PAGE}:table_layer:{L}")
-        st.dataframe(plan_table(problem.weights, result.plan, int(layer_t), problem.num_gpus, problem.num_nodes),
-                     hide_index=True, width="stretch",
-                     column_config={"tokens": st.column_config.NumberColumn(format="%.0f"),
-                                    "load / mean": st.column_config.NumberColumn(format="%.4f")})
-    with tabs[4]:
-        dense = loads.dense_layers or dense_layers(model)
-        offset = st.number_input("Dense layers before the first MoE layer", 0, 1000, dense,
-                                 key=f"{PAGE}:offset:{model}", help="engines index layers in the whole model "
-                                                                    "(DeepSeek-V3: 3 dense layers)")
-        name = f"{loads.name}@{window[0]}:{window[1]}"
-        for k, d in enumerate(plan_downloads(result.plan, problem, policy=result.policy, solver=solver,
-                                             options=result.options, metrics=sc.metrics(), layer_offset=int(offset),
-                                             loads_name=name)):
-            c1, c2 = st.columns([1, 3])
-            c1.download_button(d.label, d.data, file_name=d.filename, mime=d.mime, key=f"{PAGE}:dl:{k}",
-                               width="stretch")
-            c2.markdown(d.usage)
+    elif view == "Plan":
+        _plan_table(problem, result)
+    else:
+        _downloads(problem, result, loads, model, solver, window)
 
+
+def _worst_layer(result) -> int:
+    return int(torch.argmax(result.score.imbalance))
+
+
+# Fragments: a chart setting reruns only its fragment, never the solve or the other charts.
+
+@st.fragment
+def _per_gpu(problem, result) -> None:
+    sc = result.score
+    L, worst = problem.num_layers, _worst_layer(result)
+    layer = st.slider("Layer", 0, L - 1, worst, key=f"{PAGE}:layer:{L}",
+                      help=f"MoE layer to draw (starts at the worst layer, {worst})")
+    c1, c2 = st.columns([3, 1])
+    fig = figures.gpu_load_figure(problem.weights[layer], result.plan.phy2log[layer], result.plan.logcnt[layer],
+                                  problem.num_gpus, problem.num_nodes,
+                                  title=f"Layer {layer}: imbalance {float(sc.imbalance[layer]):.4f}")
+    c1.plotly_chart(fig, width="stretch", key=f"{PAGE}:chart:bars")
+    c2.plotly_chart(figures.node_load_figure(sc.node_load[layer]), width="stretch", key=f"{PAGE}:chart:nodes")
+    c2.caption("Load per node for this layer; dotted lines on the left mark node boundaries.")
+
+
+@st.fragment
+def _plan_table(problem, result) -> None:
+    L = problem.num_layers
+    layer = st.number_input("Layer", 0, L - 1, _worst_layer(result), key=f"{PAGE}:table_layer:{L}")
+    st.dataframe(plan_table(problem.weights, result.plan, int(layer), problem.num_gpus, problem.num_nodes),
+                 hide_index=True, width="stretch",
+                 column_config={"tokens": st.column_config.NumberColumn(format="%.0f"),
+                                "load / mean": st.column_config.NumberColumn(format="%.4f")})
+
+
+@st.fragment
+def _downloads(problem, result, loads, model, solver, window) -> None:
+    dense = loads.dense_layers or dense_layers(model)
+    offset = st.number_input("Dense layers before the first MoE layer", 0, 1000, dense, key=f"{PAGE}:offset:{model}",
+                             help="engines index layers in the whole model (DeepSeek-V3: 3 dense layers)")
+    name = f"{loads.name}@{window[0]}:{window[1]}"
+    for k, d in enumerate(plan_downloads(result.plan, problem, policy=result.policy, solver=solver,
+                                         options=result.options, metrics=result.score.metrics(),
+                                         layer_offset=int(offset), loads_name=name, result=result)):
+        c1, c2 = st.columns([1, 3])
+        c1.download_button(d.label, d.build, file_name=d.filename, mime=d.mime, key=f"{PAGE}:dl:{k}",
+                           width="stretch", on_click="ignore")
+        c2.markdown(d.usage)
 
 main()
