@@ -102,7 +102,8 @@ def _exact_pass(problem: Problem, previous: Plan, start: torch.Tensor, fresh: Pl
     for layer in range(L):
         left = deadline - time.perf_counter()
         if left <= 0:
-            reports.append({"layer": layer, "status": "NOT_RUN", "moves": None, "bound": 0})
+            reports.append({"layer": layer, "status": "NOT_RUN", "moves": None, "bound": 0, "proven": False,
+                            "full_window": False})
             continue
         per_layer = left / (L - layer)
         ocnt = np.bincount(old[layer], minlength=E)

@@ -22,6 +22,7 @@ is a proven lower bound on the moves of any plan in the model.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,10 +84,12 @@ def solve_layer(w: np.ndarray, old: np.ndarray, cap: float, num_gpus: int, *, al
     """Fewest moves from ``old`` [R] such that every GPU's load under ``w`` [E] is <= ``cap``.
 
     allowed: [E, P] bool, GPUs an expert may use (None = all). lo, hi: [E] candidate counts.
-    hint: [R] a placement to warm-start from (used when it fits the model).
+    hint: [R] a placement to warm-start from (used when it fits the model). time_limit:
+    seconds for building and solving.
     """
     from ortools.sat.python import cp_model
 
+    began = time.perf_counter()
     E, R, P = len(w), len(old), num_gpus
     S = R // P
     if allowed is None:
@@ -144,7 +147,8 @@ def solve_layer(w: np.ndarray, old: np.ndarray, cap: float, num_gpus: int, *, al
     objective = sum(cost) if cost else 0
     m.Minimize(objective)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = float(time_limit)
+    # the time limit covers building the model too (Python, seconds on a big layer)
+    solver.parameters.max_time_in_seconds = max(0.05, float(time_limit) - (time.perf_counter() - began))
     solver.parameters.num_workers = int(threads)
     solver.parameters.random_seed = int(seed)
     status = solver.Solve(m)
