@@ -170,8 +170,14 @@ def test_bad_input_names_the_parameter():
         plan_with_migration(p, "deepseek", prev, method="magic")
     with pytest.raises(OptionError, match="^previous:"):
         plan_with_migration(p, "deepseek", "plan.json")
-    with pytest.raises(OptionError, match="^current:"):
-        solve(p, "migration")
+    with pytest.raises(OptionError, match="^base:"):
+        solve(p, "migration", current=prev, base="migration")
+
+
+def test_migration_solver_without_a_placement_in_force_returns_the_fresh_plan():
+    p = Problem(torch.rand(2, 8) * 10, 8, 1, 1, 4)
+    res = solve(p, "migration", base="kk_swap")
+    assert torch.equal(res.plan.phy2log, solve(p, "kk_swap").plan.phy2log)
 
 
 def test_drifted_apart_nodes_move_whole_groups():

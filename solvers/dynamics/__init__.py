@@ -13,3 +13,4 @@ from .simulate import SimulationResult, simulate, step_scores
 __all__ = ["simulate", "SimulationResult", "step_scores"]
 
 from . import robust  # noqa: E402,F401  registers the time-robust planners
+from .. import migration  # noqa: E402,F401  registers 'migration' (the simulator's migration-aware re-plans)

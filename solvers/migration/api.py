@@ -191,7 +191,8 @@ def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: 
 
 _SCHEMA = (
     Option("base", str, "deepseek", "solver whose fresh plan sets the balance target"),
-    Option("current", object, None, "the placement in force (a solvers.Plan)", nullable=True),
+    Option("current", object, None, "the placement in force (a solvers.Plan; none: the fresh plan)",
+           nullable=True),
     Option("slack", float, 0.01, "each layer's max GPU load may exceed the fresh plan's by this fraction",
            minimum=0.0, maximum=10.0),
     Option("method", str, "heuristic", "heuristic (batched repair) or exact (CP-SAT per layer)",
@@ -208,12 +209,20 @@ _SCHEMA = (
 def solve_migration(problem: Problem, *, base: str = "deepseek", current: Any = None, slack: float = 0.01,
                     method: str = "heuristic", time_limit: float = 10.0, threads: int = 2, seed: int = 0,
                     base_options: Any = None) -> SolverOutput:
-    if current is None:
-        raise OptionError("current", "the migration solver needs the placement in force (a solvers.Plan)")
+    """Without a placement in force (``current=None``, e.g. in a benchmark sweep of every
+    solver) nothing can be kept: the fresh plan of ``base`` is returned as is."""
+    from ..solve import solve
+
     if base == "migration":
         raise OptionError("base", "must be another solver than 'migration'")
     if base_options is not None and not isinstance(base_options, dict):
         raise OptionError("base_options", f"must be a dict of the base solver's options, got {base_options!r}")
+    if current is None:
+        fresh = solve(problem, base, **(base_options or {}))
+        if fresh.plan is None:
+            raise OptionError("base", f"{base!r} found no plan ({fresh.termination}): {fresh.message}")
+        return SolverOutput(fresh.plan, fresh.policy, info={"base": base, "note": "no placement in force: "
+                                                            "the fresh plan"})
     return migrate(problem, current, base=base, slack=slack, method=method, time_limit=time_limit,
                    threads=threads, seed=seed, base_options=base_options)
 
