@@ -31,6 +31,9 @@ LADDER: tuple[tuple[str, Effort], ...] = (
 )
 
 
+# Share of the budget kept back from the heuristic rungs (see run_portfolio).
+BUDGET_RESERVE = 0.05
+
 # Below this many seconds left, the exact rung is not started (model building alone).
 EXACT_MIN_SECONDS = 0.5
 
@@ -57,7 +60,10 @@ def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
     resolved = check_common(problem, policy, nodup, relax)
     exact_spec = check_exact(exact, relax)
     start = time.perf_counter()
-    deadline = start + time_budget
+    end = start + time_budget
+    # The rungs stop a little early: choosing the best plan per layer and building the
+    # result come after them, and a loaded machine stretches a rung's uninterruptible steps.
+    deadline = start + time_budget * (1 - BUDGET_RESERVE)
     cands = [greedy_phy2log(problem, resolved)]
     names = ["deepseek"]
     rung_seconds = {}
@@ -74,7 +80,7 @@ def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
         names.append(name)
     p2l, chosen = keep_best(problem, cands, nodup)
     bound = model_bound = model_scope = None
-    left = deadline - time.perf_counter()
+    left = end - time.perf_counter()
     if exact_spec is not None and left >= EXACT_MIN_SECONDS:
         t0 = time.perf_counter()
         opts = {"policy": resolved, "model": "joint", "colocation": "forbidden" if nodup else "allowed",
