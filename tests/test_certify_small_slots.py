@@ -101,3 +101,14 @@ def test_count_search_improves_and_keeps_the_slot_total():
     c = count_search(w, start, deadline=time.perf_counter() + 30)
     assert int(c.sum()) == 24 and bool((c >= 1).all())
     assert float(pair_values(w, c[None])[0, 0]) < float(pair_values(w, start[None])[0, 0])
+
+
+@needs_highs
+def test_lns_reaches_the_brute_force_optimum_on_a_small_instance():
+    from solvers.certify.small_slots import lns_counts
+    w = torch.tensor([50.0, 31.0, 17.0, 9.0, 4.0])
+    opt = brute_force(w.tolist(), 8, 4, model="joint")
+    start = torch.tensor([4, 1, 1, 1, 1])
+    c = lns_counts(w, start, deadline=time.perf_counter() + 20, free_size=5)
+    assert int(c.sum()) == 8
+    assert float(pair_values(w, c[None])[0, 0]) == pytest.approx(opt, rel=1e-6)

@@ -3,7 +3,8 @@ together as the time limit allows.
 
 1. The heuristic portfolio (``best``) gives a plan per layer (a share of the time).
 2. Two slots per GPU, global policy: a local search over replica counts, every count
-   vector scored by its optimal pairing (:mod:`.small_slots`); the count-choice LP,
+   vector scored by its optimal pairing, then a large-neighbourhood search with the exact
+   count-choice model as a MIP (:mod:`.small_slots`); the model's LP relaxation,
    bisected between the combinatorial bound and the plan, raises the bound.
 3. Any S: exact two-GPU re-splits of the busiest GPU (:mod:`.repartition`), within its
    node under the hierarchical policy so the plan keeps its structure.
@@ -31,7 +32,7 @@ from ..result import ModelScope, SolveResult, ratio_gap
 from ..tolerances import BOUND_RTOL
 from .hierarchical import best_assignment, hierarchical_bound, plan_on_assignment
 from .repartition import polish
-from .small_slots import iterated_count_search, lp_bound, pair_phy2log
+from .small_slots import iterated_count_search, lns_counts, lp_bound, pair_phy2log
 
 CERTIFY_OPTIONS = (
     policy_option(),
@@ -75,8 +76,9 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
         now = time.perf_counter()
         layer_end = now + (deadline - now) / (L - layer)
         if resolved == "global" and S == 2:
-            search_end = now + (layer_end - now) * 0.7
-            c = iterated_count_search(w[layer], counts[layer], deadline=search_end, seed=seed + layer)
+            span = layer_end - now
+            c = iterated_count_search(w[layer], counts[layer], deadline=now + 0.35 * span, seed=seed + layer)
+            c = lns_counts(w[layer], c, deadline=now + 0.8 * span, seed=seed + layer, threads=threads)
             row = pair_phy2log(w[layer], c)
             if _max_load(w[layer:layer + 1], row[None], c[None], P)[0] < _max_load(
                     w[layer:layer + 1], p2l[layer:layer + 1], counts[layer:layer + 1], P)[0]:

@@ -187,23 +187,20 @@ def count_options(weights: np.ndarray, num_replicas: int, target: float) -> Coun
                         len(levels))
 
 
-def lp_feasible(weights: np.ndarray, num_replicas: int, target: float, *, time_limit: float,
-                threads: int = 1) -> bool | None:
-    """LP relaxation of the count-choice model at ``target``: False = proven infeasible
-    (so every plan has max load > target), True = LP feasible, None = not decided.
+def _solve_model(o: CountOptions, num_experts: int, num_replicas: int, *, time_limit: float, threads: int,
+                 integral: bool, allowed: np.ndarray | None = None):
+    """Build and run the count-choice model with HiGHS: (status, choice values [K]).
 
     Columns: one [0, 1] variable per choice, the spare replicas y, the running balance
     D_l per level. Rows: one choice per expert; slots <= R; y only beside a full choice;
-    D_l = D_{l-1} + supply - demand at level l; D_l + y >= 0.
+    D_l = D_{l-1} + supply - demand at level l; D_l + y >= 0. ``allowed``: [K] bool,
+    choices left open (the others are fixed to 0).
     """
     from ..exact import backends
     backends.highs_available()           # OR-Tools' HiGHS symbols first (see solvers.exact.backends)
     import highspy
 
-    o = count_options(weights, num_replicas, target)
-    if o is None:
-        return False
-    E, K, L, R = len(weights), len(o.count), o.num_levels, num_replicas
+    E, K, L, R = num_experts, len(o.count), o.num_levels, num_replicas
     inf = highspy.kHighsInf
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
@@ -211,7 +208,7 @@ def lp_feasible(weights: np.ndarray, num_replicas: int, target: float, *, time_l
     h.setOptionValue("threads", int(threads))
     n = K + 1 + L
     lower = np.concatenate([np.zeros(K + 1), np.full(L, -inf)])
-    upper = np.concatenate([np.ones(K), [R], np.full(L, inf)])
+    upper = np.concatenate([np.ones(K) if allowed is None else allowed.astype(float), [R], np.full(L, inf)])
     h.addCols(n, np.zeros(n), lower, upper, 0, np.array([], np.int32), np.array([], np.int32), np.array([]))
     lo_, hi_, starts, idx, val = [], [], [], [], []
 
@@ -224,8 +221,6 @@ def lp_feasible(weights: np.ndarray, num_replicas: int, target: float, *, time_l
 
     for e in range(E):
         mine = np.flatnonzero(o.expert == e).tolist()
-        if not mine:
-            return False
         row(1, 1, mine, [1.0] * len(mine))
     row(-inf, R, list(range(K)) + [K], o.count.astype(float).tolist() + [1.0])
     fulls = np.flatnonzero(o.full).tolist()
@@ -240,13 +235,91 @@ def lp_feasible(weights: np.ndarray, num_replicas: int, target: float, *, time_l
         row(0, inf, [K + 1 + lv, K], [1.0, 1.0])
     h.addRows(len(lo_), np.array(lo_, float), np.array(hi_, float), len(idx), np.array(starts, np.int32),
               np.array(idx, np.int32), np.array(val, float))
+    if integral:
+        h.changeColsIntegrality(K + 1, np.arange(K + 1, dtype=np.int32),
+                                np.array([highspy.HighsVarType.kInteger] * (K + 1)))
     h.run()
     status = h.getModelStatus()
     if status == highspy.HighsModelStatus.kInfeasible:
-        return False
+        return "infeasible", None
     if status == highspy.HighsModelStatus.kOptimal:
-        return True
-    return None
+        return "feasible", np.array(h.getSolution().col_value[:K + 1])
+    return "unknown", None
+
+
+def lp_feasible(weights: np.ndarray, num_replicas: int, target: float, *, time_limit: float,
+                threads: int = 1) -> bool | None:
+    """LP relaxation of the count-choice model at ``target``: False = proven infeasible
+    (so every plan has max load > target), True = LP feasible, None = not decided."""
+    o = count_options(weights, num_replicas, target)
+    if o is None or any(not (o.expert == e).any() for e in range(len(weights))):
+        return False
+    status, _ = _solve_model(o, len(weights), num_replicas, time_limit=time_limit, threads=threads,
+                             integral=False)
+    return {"infeasible": False, "feasible": True}.get(status)
+
+
+def neighbourhood_counts(weights: np.ndarray, num_replicas: int, counts: np.ndarray, target: float,
+                         free: np.ndarray, *, time_limit: float, threads: int = 1) -> np.ndarray | None:
+    """Counts [E] of a plan with max load <= target in which only the experts ``free``
+    ([E] bool) may change count (the exact model as a MIP, the rest fixed); None if
+    HiGHS finds none in time. Fixed experts whose count is no choice at ``target`` are freed."""
+    o = count_options(weights, num_replicas, target)
+    if o is None:
+        return None
+    free = free.copy()
+    match = o.count == counts[o.expert]
+    has = np.zeros(len(weights), dtype=bool)
+    has[o.expert[match]] = True
+    free |= ~has
+    allowed = free[o.expert] | match
+    status, x = _solve_model(o, len(weights), num_replicas, time_limit=time_limit, threads=threads,
+                             integral=True, allowed=allowed)
+    if status != "feasible":
+        return None
+    out = np.zeros(len(weights), dtype=np.int64)
+    pick = x[:-1] > 0.5
+    out[o.expert[pick]] = o.count[pick]
+    return fill_spare(weights, out, num_replicas, target)
+
+
+def fill_spare(weights: np.ndarray, counts: np.ndarray, num_replicas: int, target: float) -> np.ndarray:
+    """Counts [E] summing to R: spare slots go to the small expert with the heaviest
+    replica (more replicas of a small expert keep every level condition)."""
+    counts = counts.copy()
+    for _ in range(num_replicas - int(counts.sum())):
+        per = np.where(weights / counts <= target / 2, weights / counts, -1.0)
+        counts[int(per.argmax())] += 1
+    return counts
+
+
+def lns_counts(weights: torch.Tensor, counts: torch.Tensor, *, deadline: float, free_size: int = 12,
+               step: float = 1e-3, seed: int = 0, threads: int = 1) -> torch.Tensor:
+    """Large-neighbourhood search with the exact model: free the experts of the heaviest
+    GPUs plus random others (``free_size`` in all), ask the MIP for a plan ``step``
+    (relative) below the incumbent, keep it when found; halve the step after a miss."""
+    gen = np.random.default_rng(seed)
+    w = weights.to(torch.float64)
+    wn = w.numpy()
+    best = counts.clone()
+    value = float(pair_values(w, best[None])[0, 0])
+    E, R = len(wn), int(counts.sum())
+    while time.perf_counter() < deadline and step > 1e-7:
+        heavy = pair_phy2log(w, best)[: max(2, free_size // 2)].unique().numpy()
+        free = np.zeros(E, dtype=bool)
+        free[heavy] = True
+        rest = np.flatnonzero(~free)
+        free[gen.choice(rest, size=min(len(rest), max(0, free_size - int(free.sum()))), replace=False)] = True
+        found = neighbourhood_counts(wn, R, best.numpy(), value * (1 - step), free,
+                                     time_limit=min(10.0, deadline - time.perf_counter()), threads=threads)
+        if found is None:
+            step /= 2
+            continue
+        cand = torch.as_tensor(found)
+        v = float(pair_values(w, cand[None])[0, 0])
+        if v < value:
+            best, value = cand, v
+    return best
 
 
 def lp_bound(weights: np.ndarray, num_replicas: int, lower: float, upper: float, *, deadline: float,
