@@ -93,3 +93,18 @@ def results(directory: str, stamp: float) -> pd.DataFrame:
 def results_stamp(directory: str) -> float:
     d = Path(directory)
     return max((p.stat().st_mtime for p in d.glob("results.*")), default=0.0) if d.is_dir() else 0.0
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _simulate(trace_sha: str, cluster: tuple, solver: str, setting: tuple, expert_bytes: int | None,
+              _trace: torch.Tensor):
+    from solvers.dynamics import simulate as run
+
+    return run(_trace, solver=solver, expert_bytes=expert_bytes, **dict(setting),
+               **dict(zip(("num_replicas", "num_groups", "num_nodes", "num_gpus"), cluster)))
+
+
+def simulate(trace: torch.Tensor, cluster: Cluster, solver: str, setting: dict[str, Any], expert_bytes: int | None):
+    """:func:`solvers.dynamics.simulate` of ``trace [T, L, E]``, cached by content and settings."""
+    return _simulate(loads_mod.content_hash(trace), _cluster_key(cluster), solver, options_key(setting), expert_bytes,
+                     trace)

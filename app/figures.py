@@ -252,3 +252,61 @@ def gap_time_scatter(rows: pd.DataFrame, title: str = "") -> go.Figure:
                       yaxis={"title": "gap to bound, mean over layers (%)"}, height=400,
                       margin={"t": 50 if title else 30, "b": 40})
     return fig
+
+
+# ---------------------------------------------------------------------------------------
+# Over time: rebalancing replays
+
+def realised_imbalance_figure(runs: Mapping[str, tuple[np.ndarray, np.ndarray, Sequence[int]]]) -> go.Figure:
+    """Realised imbalance per step for several settings: name -> (steps [n], imbalance [n],
+    steps where a new plan took effect); rebalances are marked on each line."""
+    fig = go.Figure()
+    for k, (name, (steps, imb, rebal)) in enumerate(runs.items()):
+        steps, imb = _np(steps), _np(imb).astype(np.float64)
+        fig.add_trace(go.Scatter(x=steps, y=imb, mode="lines", name=name, line={"color": color_for(k), "width": 1.5},
+                                 legendgroup=name, hovertemplate="step %{x}: %{y:.4f}<extra>" + name + "</extra>"))
+        at = np.asarray([s for s in rebal if steps.size and steps[0] <= s <= steps[-1]], dtype=np.int64)
+        if at.size:
+            fig.add_trace(go.Scatter(x=at, y=imb[at - int(steps[0])], mode="markers", name=f"{name}: rebalance",
+                                     legendgroup=name, showlegend=False,
+                                     marker={"color": color_for(k), "symbol": "triangle-up", "size": 8},
+                                     hovertemplate="rebalance at step %{x}<extra>" + name + "</extra>"))
+    fig.update_layout(template=TEMPLATE, xaxis={"title": "step"}, yaxis={"title": "realised imbalance (max / mean)"},
+                      height=380, margin={"t": 30, "b": 40},
+                      legend={"orientation": "h", "y": -0.2, "yanchor": "top", "x": 0})
+    return fig
+
+
+def cumulative_bytes_figure(runs: Mapping[str, tuple[np.ndarray, np.ndarray]], unit: str = "GB") -> go.Figure:
+    """Cumulative weight transfers per setting: name -> (steps [n], cumulative bytes or
+    moves [n]); ``unit`` "GB" divides bytes by 1e9, "moves" plots counts."""
+    fig = go.Figure()
+    scale = 1e9 if unit == "GB" else 1.0
+    for k, (name, (steps, cum)) in enumerate(runs.items()):
+        fig.add_trace(go.Scatter(x=_np(steps), y=_np(cum).astype(np.float64) / scale, mode="lines", name=name,
+                                 line={"color": color_for(k), "shape": "hv"},
+                                 hovertemplate="step %{x}: %{y:,.2f} " + unit + "<extra>" + name + "</extra>"))
+    fig.update_layout(template=TEMPLATE, xaxis={"title": "step"}, yaxis={"title": f"cumulative {unit} moved"},
+                      height=340, margin={"t": 30, "b": 40},
+                      legend={"orientation": "h", "y": -0.2, "yanchor": "top", "x": 0})
+    return fig
+
+
+def frontier_figure(rows: pd.DataFrame, frontier_names: Sequence[str], unit: str = "GB") -> go.Figure:
+    """Bytes moved against realised mean imbalance, one point per setting; the settings no
+    other beats on both (``frontier_names``) are joined by a line. rows: ``setting``,
+    ``mean_imbalance``, ``total_bytes`` (or ``total_moves`` when unit is "moves")."""
+    x = rows["total_bytes"].astype(float) / 1e9 if unit == "GB" else rows["total_moves"].astype(float)
+    on = rows["setting"].isin(list(frontier_names))
+    fig = go.Figure(go.Scatter(x=x, y=rows["mean_imbalance"], mode="markers+text", text=rows["setting"],
+                               textposition=["top center" if k % 2 == 0 else "bottom center" for k in range(len(rows))],
+                               name="settings",
+                               marker={"size": 11, "color": [PALETTE[1] if f else PALETTE[0] for f in on]},
+                               hovertemplate="%{text}<br>%{x:,.2f} " + unit + " · imbalance %{y:.4f}<extra></extra>"))
+    front = rows[on].assign(_x=x[on]).sort_values("_x")
+    fig.add_trace(go.Scatter(x=front["_x"], y=front["mean_imbalance"], mode="lines", name="frontier",
+                             line={"color": PALETTE[1], "dash": "dot"}, hoverinfo="skip"))
+    fig.update_layout(template=TEMPLATE, xaxis={"title": f"{unit} moved in all"},
+                      yaxis={"title": "realised mean imbalance"}, height=380, margin={"t": 30, "b": 40},
+                      showlegend=False)
+    return fig

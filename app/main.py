@@ -1,7 +1,7 @@
 """The EPLB workbench app: ``streamlit run app/main.py``.
 
-Three pages (``st.navigation``): explore a placement GPU by GPU, compare solvers on the
-same loads, browse benchmark results.
+Four pages (``st.navigation``): explore a placement GPU by GPU, compare solvers on the
+same loads, replay a trace under rebalancing settings (over time), browse benchmark results.
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ st.set_page_config(page_title="EPLB workbench", page_icon=":material/balance:", 
 pages = [
     st.Page(VIEWS / "explore.py", title="Explore a placement", icon=":material/search:", default=True),
     st.Page(VIEWS / "compare.py", title="Compare solvers", icon=":material/compare_arrows:"),
+    st.Page(VIEWS / "over_time.py", title="Over time", icon=":material/timeline:"),
     st.Page(VIEWS / "results.py", title="Benchmark results", icon=":material/leaderboard:"),
 ]
 st.navigation(pages).run()

@@ -32,7 +32,7 @@ def show_error(exc: BaseException) -> None:
 # ---------------------------------------------------------------------------------------
 # Loads
 
-def loads_picker(page: str) -> Loads | None:
+def loads_picker(page: str, default_dataset: str = DEFAULT_DATASET) -> Loads | None:
     """Loads from a shipped dataset, a generated trace or an upload (sidebar)."""
     from solvers.workloads.catalog import dataset_names
     from solvers.workloads.generators import SCENARIOS
@@ -45,7 +45,7 @@ def loads_picker(page: str) -> Loads | None:
             if not names:
                 st.error("dataset: no shipped datasets found (datasets/catalog.json)")
                 return None
-            index = names.index(DEFAULT_DATASET) if DEFAULT_DATASET in names else 0
+            index = names.index(default_dataset) if default_dataset in names else 0
             name = st.selectbox("Dataset", names, index=index, key=f"{page}:dataset",
                                 help="the shipped catalog (`eplb datasets`)")
             return cache.dataset(name)
@@ -118,7 +118,7 @@ def _fill_groups(page: str) -> None:
         st.session_state[f"{page}:groups"] = preset.num_groups
 
 
-def cluster_picker(page: str, loads: Loads) -> tuple[Cluster, str | None]:
+def cluster_picker(page: str, loads: Loads, default_cluster: str = DEFAULT_CLUSTER) -> tuple[Cluster, str | None]:
     """(cluster, model preset key or None) from the sidebar. Sizes are validated by the
     library when the problem is built (an impossible cluster shows its error there)."""
     E = loads.num_experts
@@ -132,7 +132,7 @@ def cluster_picker(page: str, loads: Loads) -> tuple[Cluster, str | None]:
                          help=f"presets with {E} experts; fills the expert groups and the dense layers of exports")
     labels = list(CLUSTER_PRESETS) + [CUSTOM]
     preset_key = f"{page}:cluster"
-    st.selectbox("Cluster preset", labels, index=labels.index(DEFAULT_CLUSTER), key=preset_key,
+    st.selectbox("Cluster preset", labels, index=labels.index(default_cluster), key=preset_key,
                  on_change=_fill_cluster, args=(page, E))
     # First render, new expert count, or widgets dropped by a run that did not draw them
     # (Streamlit forgets a widget's state then): fill from the presets.
@@ -140,7 +140,7 @@ def cluster_picker(page: str, loads: Loads) -> tuple[Cluster, str | None]:
     if st.session_state.get(f"{page}:_experts") != E or any(k not in st.session_state for k in keys):
         st.session_state[f"{page}:_experts"] = E
         if st.session_state[preset_key] == CUSTOM:
-            st.session_state[preset_key] = DEFAULT_CLUSTER
+            st.session_state[preset_key] = default_cluster
         _fill_cluster(page, E)
         groups = loads.num_groups or (PRESETS[model].num_groups if model in PRESETS else 1)
         st.session_state[f"{page}:groups"] = int(groups)

@@ -123,6 +123,19 @@ def test_compare_page_in_the_browser(app_url, page, tmp_path):
     _shot(page, tmp_path, "compare")
 
 
+def test_over_time_page_in_the_browser(app_url, page, tmp_path):
+    page.goto(f"{app_url}/over_time")
+    page.get_by_role("button", name="Run replay").wait_for()
+    wait_idle(page)
+    _select(page, "Cluster preset", "Decode EP64: 8 nodes x 8 GPUs")   # a setting change
+    page.get_by_role("button", name="Run replay").click()
+    page.wait_for_selector(CHART)
+    wait_idle(page)
+    _no_exception(page)
+    assert page.locator(CHART).count() == 3
+    _shot(page, tmp_path, "over-time")
+
+
 def test_results_page_in_the_browser(app_url, page, tmp_path):
     page.goto(f"{app_url}/results")
     page.wait_for_selector('[data-testid="stDataFrame"]')

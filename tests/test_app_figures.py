@@ -201,3 +201,18 @@ def test_cluster_builds_the_problem_or_names_the_bad_size():
     assert Cluster(24, 4, 2, 8).problem(w).slots_per_gpu == 3
     with pytest.raises(ValueError, match="^num_gpus"):
         Cluster(24, 4, 3, 8).problem(w)
+
+
+def test_over_time_figures_plot_the_replay():
+    steps = np.arange(10, 20)
+    imb = np.linspace(1.1, 1.3, 10)
+    fig = figures.realised_imbalance_figure({"a": (steps, imb, [10, 15])})
+    np.testing.assert_allclose(np.asarray(fig.data[0].y), imb)
+    assert list(fig.data[1].x) == [10, 15] and list(fig.data[1].y) == [imb[0], imb[5]]
+    cum = figures.cumulative_bytes_figure({"a": (steps, np.arange(10) * 2e9)})
+    np.testing.assert_allclose(np.asarray(cum.data[0].y), np.arange(10) * 2.0)
+    rows = pd.DataFrame({"setting": ["x", "y", "z"], "mean_imbalance": [1.2, 1.1, 1.3],
+                         "total_bytes": [1e9, 5e9, 6e9], "total_moves": [1, 5, 6]})
+    front = figures.frontier_figure(rows, ["x", "y"])
+    assert list(front.data[1].x) == [1.0, 5.0]                      # the frontier line, by bytes
+    assert front.data[0].marker.color[2] != front.data[0].marker.color[0]

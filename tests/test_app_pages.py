@@ -240,3 +240,41 @@ def test_results_missing_directory_shows_an_error(tmp_path):
     at.text_input(key="results:dir").set_value(str(tmp_path / "nowhere")).run()
     _clean(at)
     assert len(at.error) == 1 and at.error[0].value.startswith("results")
+
+
+# ---------------------------------------------------------------------------------------
+# Over time
+
+def test_over_time_replays_every_setting_with_the_simulator():
+    from solvers.dynamics import simulate
+
+    at = _app().run()
+    at.switch_page("views/over_time.py").run()
+    _clean(at)
+    assert at.title[0].value == "Over time" and any("Run replay" in i.value for i in at.info)
+    at.button(key="over_time:run").click().run()
+    _clean(at)
+    assert not at.error
+    totals = at.dataframe[1].value
+    assert totals["setting"].tolist() == ["every 50", "every 50, migration 1%", "every 10", "threshold 1.25"]
+    trace = load_dataset("olmoe-1b-7b-drifting").loads
+    expected = simulate(trace, num_replicas=72, num_groups=1, num_nodes=1, num_gpus=8, every=50,
+                        expert_bytes=2 * 3 * 2048 * 1024).totals()
+    assert totals.iloc[0]["mean_imbalance"] == pytest.approx(expected["mean_imbalance"])
+    assert totals.iloc[0]["total_moves"] == expected["total_moves"]
+    charts = _charts(at)
+    assert {"over_time:chart:imbalance", "over_time:chart:bytes", "over_time:chart:frontier"} <= set(charts)
+    first = charts["over_time:chart:imbalance"]["data"][0]
+    assert _array(first["y"]).shape[0] == trace.shape[0] - 50
+
+
+def test_over_time_single_step_loads_and_bad_settings_show_errors():
+    at = _app().run()
+    at.switch_page("views/over_time.py").run()
+    at.selectbox(key="over_time:dataset").set_value("readme-example").run()
+    _clean(at)
+    assert len(at.error) == 1 and at.error[0].value.startswith("loads")
+    at.selectbox(key="over_time:dataset").set_value("olmoe-1b-7b-drifting").run()
+    at.number_input(key="over_time:nodes").set_value(3).run()           # 8 GPUs on 3 nodes
+    _clean(at)
+    assert at.error and at.error[0].value.startswith("num_gpus")
