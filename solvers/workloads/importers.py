@@ -499,6 +499,19 @@ def _parse_chunk(lines: list[str], usecols: Sequence[int] | None, path: Path, wh
         raise _fail(path, f"long-form CSV: short row or non-numeric cell ({detail})") from None
 
 
+def _stack_freeing(parts: list[np.ndarray]) -> np.ndarray:
+    """np.concatenate of ``parts`` (emptied on the way): each block is freed once copied,
+    so the peak stays about one table, not two."""
+    out = np.empty((sum(len(p) for p in parts), parts[0].shape[1]), dtype=parts[0].dtype)
+    row = 0
+    parts.reverse()
+    while parts:
+        block = parts.pop()
+        out[row:row + len(block)] = block
+        row += len(block)
+    return out
+
+
 def read_csv(path: str | Path) -> torch.Tensor:
     """[layers, experts] (matrix form) or [steps, layers, experts] (long form with a header
     ``layer,expert,load[,step]``); absent (layer, expert) pairs of the long form are 0.
@@ -534,11 +547,10 @@ def _read_matrix_csv(path: Path, first: str, head: list[str], fh) -> torch.Tenso
     parts = [p for p in parts if len(p)]
     if not parts:
         raise _fail(path, "the CSV file has a header but no rows")
-    widths = sorted({p.shape[1] for p in parts} | ({width - int(index_column)} if header else set()))
+    widths = sorted({p.shape[1] for p in parts})
     if len(widths) > 1:
         raise _fail(path, f"CSV matrix: rows have different lengths {widths[:8]}")
-    data = np.concatenate(parts) if len(parts) > 1 else parts[0]
-    return _check_values(_integral(torch.from_numpy(data)), path)
+    return _check_values(_integral(torch.from_numpy(_stack_freeing(parts))), path)
 
 
 # A long CSV lists (layer, expert[, step]) ids; missing pairs are zero, but ids far beyond
@@ -554,23 +566,21 @@ def _read_long_csv(path: Path, head: list[str], fh) -> torch.Tensor:
     parts = [p for p in (_parse_chunk(chunk, cols, path, "long") for chunk in _csv_chunks(fh)) if len(p)]
     if not parts:
         raise _fail(path, "the CSV file has a header but no rows")
-    data = np.concatenate(parts) if len(parts) > 1 else parts[0]
-    del parts
-    index = data[:, [0, 1] + ([3] if len(cols) == 4 else [])]
-    if (index < 0).any() or (index != np.round(index)).any() or not np.isfinite(index).all():
-        raise _fail(path, "layer, expert and step must be integers >= 0")
-    if (index >= 2**40).any():
-        raise _fail(path, "ids imply a trace far larger than the rows given: layer, expert and step ids "
-                    "must be dense 0-based indices")
-    index = index.astype(np.int64)
-    rows = len(index)
-    step = index[:, 2] if index.shape[1] == 3 else np.zeros(rows, dtype=np.int64)
-    T, L, E = int(step.max()) + 1, int(index[:, 0].max()) + 1, int(index[:, 1].max()) + 1
+    data = _stack_freeing(parts)
+    # Column views, no copies: memory stays the parsed table plus one id per row.
+    ids = [data[:, 0], data[:, 1]] + ([data[:, 3]] if len(cols) == 4 else [])
+    for col in ids:
+        if not np.isfinite(col).all() or (col < 0).any() or (col != np.floor(col)).any():
+            raise _fail(path, "layer, expert and step must be integers >= 0")
+    rows = len(data)
+    T = int(ids[2].max()) + 1 if len(ids) == 3 else 1
+    L, E = int(ids[0].max()) + 1, int(ids[1].max()) + 1
     if T * L * E > max(_LONG_CSV_MAX_CELLS, 64 * rows):
         raise _fail(path, f"ids imply a [{T}, {L}, {E}] trace from only {rows} rows: "
                     f"layer, expert and step ids must be dense 0-based indices")
-    flat = (step * L + index[:, 0]) * E + index[:, 1]
-    del index, step
+    # exact in float64: the cell count is bounded above, far below 2**53
+    flat = (ids[0] * E + ids[1]) if len(ids) == 2 else ((ids[2] * L + ids[0]) * E + ids[1])
+    flat = flat.astype(np.int64)
     seen = np.zeros(T * L * E, dtype=bool)
     seen[flat] = True
     if int(seen.sum()) != rows:
@@ -578,6 +588,7 @@ def _read_long_csv(path: Path, head: list[str], fh) -> torch.Tensor:
     del seen
     out = torch.zeros(T * L * E, dtype=torch.float64)
     out[torch.from_numpy(flat)] = torch.from_numpy(np.ascontiguousarray(data[:, 2]))
+    del data, flat
     out = _check_values(_integral(out.view(T, L, E)), path)
     return out if len(cols) == 4 else out[0]
 
