@@ -43,17 +43,30 @@ def options_key(options: dict[str, Any]) -> tuple:
 
 
 @st.cache_data(show_spinner=False, max_entries=128)
-def _solve(weights_sha: str, cluster: tuple, solver: str, options: tuple, _weights: torch.Tensor) -> Outcome:
-    return run_solver(Cluster(*cluster).problem(_weights), solver, dict(options))
+def _solve(weights_sha: str, cluster: tuple, solver: str, options: tuple, extra_key: tuple, _weights: torch.Tensor,
+           _extra: dict[str, Any]) -> Outcome:
+    return run_solver(Cluster(*cluster).problem(_weights), solver, {**dict(options), **_extra})
 
 
-def solve(weights: torch.Tensor, cluster: Cluster, solver: str, options: dict[str, Any]) -> Outcome:
-    """:func:`app.compute.run_solver`, cached by the weights' content, cluster, solver and options."""
-    return _solve(loads_mod.content_hash(weights), _cluster_key(cluster), solver, options_key(options), weights)
+def _extra_key(extra: dict[str, Any]) -> tuple:
+    """Free-form options (a history trace, a plan in force) keyed by their content."""
+    def sha(v: Any) -> str:
+        return loads_mod.content_hash(v if isinstance(v, torch.Tensor) else v.phy2log)
+    return tuple(sorted((k, sha(v)) for k, v in extra.items()))
+
+
+def solve(weights: torch.Tensor, cluster: Cluster, solver: str, options: dict[str, Any],
+          extra: dict[str, Any] | None = None) -> Outcome:
+    """:func:`app.compute.run_solver`, cached by the weights' content, cluster, solver and
+    options. ``extra``: free-form options (tensors or plans), keyed by their content."""
+    extra = extra or {}
+    return _solve(loads_mod.content_hash(weights), _cluster_key(cluster), solver, options_key(options),
+                  _extra_key(extra), weights, extra)
 
 
 def is_solved(weights: torch.Tensor, cluster: Cluster, solver: str, options: dict[str, Any]) -> bool:
-    """Whether :func:`solve` would answer from the cache (no solver run)."""
+    """Whether this session already solved it (an exact solver then shows its cached plan
+    without waiting for the Run button)."""
     key = (loads_mod.content_hash(weights), _cluster_key(cluster), solver, options_key(options))
     return key in st.session_state.setdefault("_solved", set())
 

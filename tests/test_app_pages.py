@@ -278,3 +278,17 @@ def test_over_time_single_step_loads_and_bad_settings_show_errors():
     at.number_input(key="over_time:nodes").set_value(3).run()           # 8 GPUs on 3 nodes
     _clean(at)
     assert at.error and at.error[0].value.startswith("num_gpus")
+
+
+def test_explore_time_robust_planner_gets_the_windows_steps():
+    import solvers.dynamics  # noqa: F401  registers the time-robust planners
+
+    at = _app().run()
+    at.selectbox(key="explore:solver").set_value("robust_max").run()
+    at.button(key="explore:run").click().run()
+    _clean(at)
+    assert not at.error
+    trace = load_dataset(DEFAULT_DATASET).loads
+    problem = Problem(trace.sum(0).double(), 288, 8, 4, 32)
+    res = solve(problem, "robust_max", history=trace)
+    assert _metric(at, "Imbalance (mean)") == f"{res.score.imbalance_mean:.4f}"

@@ -88,9 +88,10 @@ def _solve_all(runs, weights, held, cluster) -> dict:
         with st.status(f"{label}: solving" + (f" (time limit {limit:g} s)" if limit else ""), expanded=False) as box:
             try:
                 outcome = cache.solve(weights, cluster, name, options)
-            except EPLBError as exc:
+            except Exception as exc:  # noqa: BLE001  shown in its status box, the others still run
                 box.update(label=f"{label}: {exc}", state="error")
                 rows.append({"solver": label, "termination": "error", "message": str(exc)})
+                show_error(exc)
                 continue
             r = outcome.result
             h = cache.held_out_score(held, cluster, r.plan) if held is not None and r.plan is not None else None

@@ -47,6 +47,18 @@ def _current_placement(problem, model):
     return plan, int(size)
 
 
+def _free_options(solver: str, loads, window, previous) -> dict:
+    """Free-form options the page can fill: a time-robust planner's ``history`` (the window's
+    steps) and the migration solver's ``current`` (the uploaded placement in force)."""
+    names = get_solver(solver).options
+    extra = {}
+    if "history" in names and loads.num_steps > 1:
+        extra["history"] = loads.trace[window[0]:window[1]]
+    if "current" in names and previous is not None:
+        extra["current"] = previous
+    return extra
+
+
 def main() -> None:
     st.title("Explore a placement")
     with st.sidebar:
@@ -81,9 +93,9 @@ def main() -> None:
         return
     try:
         with st.spinner(f"Running {solver}..."):
-            outcome = cache.solve(weights, cluster, solver, options)
+            outcome = cache.solve(weights, cluster, solver, options, _free_options(solver, loads, window, previous))
         cache.mark_solved(weights, cluster, solver, options)
-    except EPLBError as exc:
+    except Exception as exc:  # noqa: BLE001  the library's message, never a traceback
         show_error(exc)
         return
     result = outcome.result
