@@ -104,3 +104,18 @@ def test_hierarchical_bound_never_exceeds_the_hierarchical_optimum(loads, scale)
     bound = float(hierarchical_bound(Problem([w], 6, 4, 2, 2))[0])
     assert bound <= opt * (1 + 1e-9)
     assert bound >= float(lower_bound(Problem([w], 6, 4, 2, 2))[0]) * (1 - 1e-12)
+
+
+def test_gap_closure_in_the_hierarchical_model():
+    g = torch.Generator().manual_seed(5)
+    w = (torch.exp(torch.randn(1, 32, generator=g, dtype=torch.float64)) * 100).round()
+    p = Problem(w, 48, 4, 2, 8)
+    res = solve(p, "certify", policy="hierarchical", time_limit=2.0)
+    row = gap_closure(res, scope="model")[0]
+    assert row["gap"] == pytest.approx(float(res.gap_in_model[0]))
+    assert row["closed_by_plan"] + row["closed_by_bound"] == pytest.approx(row["baseline_gap"] - row["gap"])
+    with pytest.raises(OptionError, match="^scope"):
+        gap_closure(res, scope="nodes")
+    flat = solve(Problem(w, 48, 1, 1, 8), "certify", policy="global", time_limit=1.0)
+    with pytest.raises(OptionError, match="^scope"):
+        gap_closure(flat, scope="model")

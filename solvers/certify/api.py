@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from ..bounds import lower_bound
+from ..errors import OptionError
 from ..options import Option, policy_option, seed_option, threads_option, time_limit_option
 from ..plan import Plan
 from ..problem import Problem
@@ -100,6 +101,7 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
     model_bound = model_scope = None
     if resolved == "hierarchical":
         model_bound = lower_bound(problem, policy="hierarchical")
+        info["baseline_model_bound"] = model_bound.cpu().tolist()
         enumerated = hierarchical_bound(problem)
         if enumerated is not None:
             model_bound = torch.maximum(model_bound, enumerated * (1 - 1e-12))
@@ -139,24 +141,33 @@ def _max_load(w: torch.Tensor, p2l: torch.Tensor, counts: torch.Tensor, num_gpus
     return per.view(p2l.shape[0], num_gpus, -1).sum(-1).max(1).values
 
 
-def gap_closure(result: SolveResult, target: float = 0.01) -> list[dict[str, Any]]:
+def gap_closure(result: SolveResult, target: float = 0.01, scope: str = "universal") -> list[dict[str, Any]]:
     """Per layer: how the ``certify`` run closed the portfolio's gap.
 
-    baseline_gap: the portfolio's plan against the combinatorial bound; gap: the final
-    plan against the final bound (both universal). closed_by_plan + closed_by_bound =
-    baseline_gap - gap, measured in units of the combinatorial bound (the plan's part)
-    and of the final plan (the bound's part). closed_by: "already" (the baseline was
-    within ``target``), "plan" or "bound" (whichever closed more, when the final gap is
-    within ``target``), or "open".
+    scope: "universal" (bounds valid for every plan) or "model" (the hierarchical model's
+    bound, for a hierarchical run). baseline_gap: the portfolio's plan against the
+    combinatorial bound; gap: the final plan against the final bound. closed_by_plan +
+    closed_by_bound = baseline_gap - gap, measured in units of the combinatorial bound
+    (the plan's part) and of the final plan (the bound's part). closed_by: "already"
+    (the baseline was within ``target``), "plan" or "bound" (whichever closed more, when
+    the final gap is within ``target``), or "open".
     """
     if result.score is None or "baseline_objective" not in result.info:
-        raise ValueError("result: needs a solve(problem, 'certify') result with a plan")
+        raise OptionError("result", "needs a solve(problem, 'certify') result with a plan")
+    if scope not in ("universal", "model"):
+        raise OptionError("scope", f"must be 'universal' or 'model', got {scope!r}")
     obj = result.score.max_load.cpu().to(torch.float64)
     base_obj = torch.tensor(result.info["baseline_objective"], dtype=torch.float64)
-    base_lb = torch.tensor(result.info["baseline_bound"], dtype=torch.float64)
-    lb = result.lower_bound.cpu()
+    if scope == "model":
+        if result.model_bound is None or "baseline_model_bound" not in result.info:
+            raise OptionError("scope", "'model' needs a hierarchical certify result (it has no model bound)")
+        base_lb = torch.tensor(result.info["baseline_model_bound"], dtype=torch.float64)
+        lb = result.model_bound.cpu().to(torch.float64)
+    else:
+        base_lb = torch.tensor(result.info["baseline_bound"], dtype=torch.float64)
+        lb = result.lower_bound.cpu().to(torch.float64)
     base_gap, gap = ratio_gap(base_obj, base_lb), ratio_gap(obj, lb)
-    by_plan = ratio_gap(base_obj, base_lb) - ratio_gap(obj, base_lb)
+    by_plan = base_gap - ratio_gap(obj, base_lb)
     by_bound = ratio_gap(obj, base_lb) - gap
     rows = []
     for i in range(obj.shape[0]):
