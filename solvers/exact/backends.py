@@ -47,10 +47,30 @@ def highs_available() -> bool:
 def cbc_available() -> bool:
     if not _try("pulp"):
         return False
-    from .milp import cbc_command
     return bool(cbc_command(msg=False).available())
 
 
 def unavailable_reason(module: str) -> str | None:
     """The ImportError met when probing ``module`` (None if it imported or was not tried)."""
     return _reasons.get(module)
+
+
+def cbc_command(**kwargs):
+    """PuLP's bundled CBC, run as a child that dies with this process.
+
+    PuLP 3.3 deprecates PULP_CBC_CMD (4.0 drops the bundled binary, hence the pulp<4 pin);
+    the warning would repeat on every layer, so it is silenced here."""
+    import warnings
+
+    import pulp
+    from pulp.apis import coin_api
+
+    from ..childproc import tied_subprocess_module
+
+    if not getattr(coin_api.subprocess, "_eplb_tied", False):
+        tied = tied_subprocess_module()
+        tied._eplb_tied = True
+        coin_api.subprocess = tied
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return pulp.PULP_CBC_CMD(**kwargs)

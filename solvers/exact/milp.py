@@ -30,6 +30,7 @@ import time
 import numpy as np
 
 from ..tolerances import MIP_BOUND_ABS_DISCOUNT, MIP_BOUND_REL_DISCOUNT
+from .backends import cbc_command
 from .model import LayerModel, LayerResult, canonical_gpu_order
 from .scaling import solve_scaled
 
@@ -225,27 +226,6 @@ def _solve(lm: LayerModel, *, backend: str, time_limit: float, threads: int, see
     if (xg.sum(0) != lm.slots_per_gpu).any():
         return LayerResult("error", stats=stats, message=f"{backend}: solution with fractional replica counts")
     return LayerResult(st, xg=xg, bound=_round_down(bound), objective=T, stats=stats, message=backend_msg)
-
-
-def cbc_command(**kwargs):
-    """PuLP's bundled CBC, run as a child that dies with this process.
-
-    PuLP 3.3 deprecates PULP_CBC_CMD (4.0 drops the bundled binary, hence the pulp<4 pin);
-    the warning would repeat on every layer, so it is silenced here."""
-    import warnings
-
-    import pulp
-    from pulp.apis import coin_api
-
-    from ..childproc import tied_subprocess_module
-
-    if not getattr(coin_api.subprocess, "_eplb_tied", False):
-        tied = tied_subprocess_module()
-        tied._eplb_tied = True
-        coin_api.subprocess = tied
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return pulp.PULP_CBC_CMD(**kwargs)
 
 
 _CBC_BOUND = re.compile(r"^Lower bound:\s*([-+0-9.eE]+)", re.M)
