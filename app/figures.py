@@ -300,7 +300,7 @@ def frontier_figure(rows: pd.DataFrame, frontier_names: Sequence[str], unit: str
     on = rows["setting"].isin(list(frontier_names))
     fig = go.Figure(go.Scatter(x=x, y=rows["mean_imbalance"], mode="markers+text", text=rows["setting"],
                                textposition=["top center" if k % 2 == 0 else "bottom center" for k in range(len(rows))],
-                               name="settings",
+                               name="settings", cliponaxis=False,
                                marker={"size": 11, "color": [PALETTE[1] if f else PALETTE[0] for f in on]},
                                hovertemplate="%{text}<br>%{x:,.2f} " + unit + " · imbalance %{y:.4f}<extra></extra>"))
     front = rows[on].assign(_x=x[on]).sort_values("_x")
