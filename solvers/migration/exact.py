@@ -14,7 +14,7 @@ Loads are scaled to integers with coefficients rounded *down*, so the model is a
 relaxation (its bound on the moves is valid, and a plan exactly at the cap, such as the
 fresh plan itself at slack 0, stays feasible); a solution is re-checked in float64 and
 dropped in the rare case rounding let it past the cap. The candidate count
-window (old, warm start and fresh counts, +-1; every count when few are possible) is part
+window (from the old, warm-start and fresh counts; every count when few are possible) is part
 of the model: ``optimal`` means optimal within that window, which ``info`` states. CP-SAT
 is warm-started (hinted) from the best feasible plan the caller has; its objective bound
 is a proven lower bound on the moves of any plan in the model.
@@ -54,14 +54,15 @@ class ExactLayer:
 
 
 def count_window(num_replicas: int, num_experts: int, *counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
-    """(lo [E], hi [E], full): candidate replica counts spanning ``counts`` +- 1, or every
-    count when R - E + 1 <= FULL_WINDOW."""
+    """(lo [E], hi [E], full): candidate replica counts spanning ``counts`` (an expert whose
+    counts agree keeps that count: a model small enough to solve on 256 x 32 layers), or
+    every count when R - E + 1 <= FULL_WINDOW."""
     top = num_replicas - num_experts + 1
     if top <= FULL_WINDOW:
         return np.ones(num_experts, dtype=np.int64), np.full(num_experts, top, dtype=np.int64), True
     stack = np.stack(counts)
-    lo = np.clip(stack.min(0) - 1, 1, top)
-    hi = np.clip(stack.max(0) + 1, 1, top)
+    lo = np.clip(stack.min(0), 1, top)
+    hi = np.clip(stack.max(0), 1, top)
     return lo, hi, False
 
 
