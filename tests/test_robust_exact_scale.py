@@ -140,3 +140,13 @@ def test_cbc_bound_is_the_most_precise_printed_figure_floored():
     bound, _, _ = _cbc_log("Result - Stopped on time limit\nLower bound: 0.002\n")
     assert bound <= 0.0016
     assert _cbc_log("Result - Stopped on time limit\nLower bound: 1e+50\n")[0] is None
+
+
+def test_a_replication_layer_stopped_before_any_solution_keeps_greedy_counts():
+    from solvers.exact.scaling import with_counts
+
+    lm = LayerModel(np.array([5.0, 3.0, 1.0]), 2, 3, 1, 1, False, "fixed", False, True, [[1, 2, 3, 4]] * 3, lb=1.0)
+    counts = with_counts(lm, LayerResult("time_limit")).counts
+    assert counts.sum() == 6 and (counts >= 1).all()
+    assert (5.0 / counts).max() <= 5.0 / 3 + 1e-12          # the optimal replication value
+    assert with_counts(lm, LayerResult("error")).counts is None

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..tolerances import CPSAT_EXACT_LIMIT, CPSAT_LOAD_UNITS
 from .model import LayerModel, LayerResult, canonical_gpu_order
-from .scaling import certified, solve_scaled
+from .scaling import certified, solve_scaled, with_counts
 
 
 def exact_multiplier(lm: LayerModel) -> int | None:
@@ -79,7 +79,7 @@ def solve_layer(lm: LayerModel, *, time_limit: float, threads: int, seed: int, g
     units (:func:`.scaling.solve_scaled`)."""
     kwargs = dict(time_limit=time_limit, threads=threads, seed=seed, gap=gap, params=params)
     if exact_multiplier(lm) is not None:
-        return certified(lm, _solve_units(lm, **kwargs))
+        return with_counts(lm, certified(lm, _solve_units(lm, **kwargs)))
     return solve_scaled(_solve_units, lm, **kwargs)
 
 

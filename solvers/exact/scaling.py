@@ -80,8 +80,24 @@ def certified(lm: LayerModel, res: LayerResult) -> LayerResult:
     return dataclasses.replace(res, status="feasible", message=f"{res.message}; not proven: {why}")
 
 
+def with_counts(lm: LayerModel, res: LayerResult) -> LayerResult:
+    """A replication layer stopped on time before any solution keeps the greedy counts
+    (optimal replication counts, found in closed form), so the solve still has a plan."""
+    if not lm.replication_only or res.counts is not None or res.status != "time_limit":
+        return res
+    import torch
+
+    from ..bounds import optimal_counts
+
+    counts = lm.warm_counts
+    if counts is None:
+        w = torch.from_numpy(np.ascontiguousarray(lm.w, dtype=np.float64)).unsqueeze(0)
+        counts = optimal_counts(w, lm.num_replicas, lm.num_gpus if lm.forbid else None)[0].numpy()
+    return dataclasses.replace(res, counts=np.asarray(counts, dtype=np.int64))
+
+
 def solve_scaled(solve_layer: Callable[..., LayerResult], lm: LayerModel, **kwargs) -> LayerResult:
     """Run ``solve_layer`` on ``lm`` in scaled units and map its result back."""
     k = scale_exponent(lm)
     res = unscaled_result(solve_layer(scaled_layer(lm, k), **kwargs), k)
-    return certified(lm, res)
+    return with_counts(lm, certified(lm, res))
