@@ -121,3 +121,16 @@ def simulate(trace: torch.Tensor, cluster: Cluster, solver: str, setting: dict[s
     """:func:`solvers.dynamics.simulate` of ``trace [T, L, E]``, cached by content and settings."""
     return _simulate(loads_mod.content_hash(trace), _cluster_key(cluster), solver, options_key(setting), expert_bytes,
                      trace)
+
+
+@st.cache_data(show_spinner="Dispatching the micro-batches...", max_entries=32)
+def _microbatch(plan_sha: str, tokens_sha: str, num_gpus: int, model: str, _plan, _tokens: torch.Tensor) -> torch.Tensor:
+    from .compute import microbatch_imbalance
+
+    return microbatch_imbalance(_plan, _tokens, num_gpus, model)
+
+
+def microbatch_imbalance(plan, tokens: torch.Tensor, num_gpus: int, model: str) -> torch.Tensor:
+    """[B, L] per micro-batch and layer imbalance under a dispatch model, cached by content."""
+    return _microbatch(loads_mod.content_hash(plan.phy2log), loads_mod.content_hash(tokens), num_gpus, model,
+                       plan, tokens)

@@ -310,3 +310,19 @@ def frontier_figure(rows: pd.DataFrame, frontier_names: Sequence[str], unit: str
                       yaxis={"title": "realised mean imbalance"}, height=380, margin={"t": 30, "b": 40},
                       showlegend=False)
     return fig
+
+
+def microbatch_histogram(series: Mapping[str, torch.Tensor | np.ndarray]) -> go.Figure:
+    """Overlaid histograms of per-(micro-batch, layer) imbalance, one per dispatch model.
+    series: name -> [B, L] (or any shape) max / mean values."""
+    fig = go.Figure()
+    for k, (name, values) in enumerate(series.items()):
+        v = _np(values).astype(np.float64).ravel()
+        fig.add_trace(go.Histogram(x=v, name=name, opacity=0.6, marker={"color": color_for(k)}, nbinsx=60,
+                                   hovertemplate="%{x}: %{y} (micro-batch, layer) pairs<extra>" + name + "</extra>"))
+        fig.add_vline(x=float(v.mean()), line={"color": color_for(k), "dash": "dash"},
+                      annotation_text=f"mean {v.mean():.3f}", annotation_position="top right")
+    fig.update_layout(template=TEMPLATE, barmode="overlay", xaxis={"title": "micro-batch imbalance (max / mean)"},
+                      yaxis={"title": "(micro-batch, layer) pairs"}, height=380, margin={"t": 30, "b": 40},
+                      legend={"orientation": "h", "y": -0.2, "yanchor": "top", "x": 0})
+    return fig

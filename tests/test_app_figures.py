@@ -216,3 +216,32 @@ def test_over_time_figures_plot_the_replay():
     front = figures.frontier_figure(rows, ["x", "y"])
     assert list(front.data[1].x) == [1.0, 5.0]                      # the frontier line, by bytes
     assert front.data[0].marker.color[2] != front.data[0].marker.color[0]
+
+
+def test_even_split_microbatch_imbalance_is_the_scorers_per_step():
+    from app.compute import microbatch_imbalance
+
+    problem = _problem()
+    plan = solve(problem, "deepseek").plan
+    g = torch.Generator().manual_seed(3)
+    tokens = torch.randint(0, 50, (4, problem.num_layers, problem.num_experts), generator=g)
+    got = microbatch_imbalance(plan, tokens, problem.num_gpus)
+    for b in range(4):
+        sc = score(Problem(tokens[b].double(), problem.num_replicas, problem.num_groups, problem.num_nodes,
+                           problem.num_gpus), plan)
+        torch.testing.assert_close(got[b], sc.imbalance)
+    hist = figures.microbatch_histogram({"even split": got})
+    np.testing.assert_allclose(np.sort(np.asarray(hist.data[0].x)), np.sort(got.numpy().ravel()))
+
+
+def test_scheduled_split_is_never_worse_than_the_even_split():
+    from app.compute import dispatch_models, microbatch_imbalance
+
+    if "scheduled split" not in dispatch_models():
+        pytest.skip("solvers.dispatch (token scheduling) is not installed")
+    problem = _problem(replicas=32)
+    plan = solve(problem, "deepseek").plan
+    tokens = torch.randint(0, 50, (5, problem.num_layers, problem.num_experts), generator=torch.Generator().manual_seed(4))
+    even = microbatch_imbalance(plan, tokens, problem.num_gpus, "even split")
+    sched = microbatch_imbalance(plan, tokens, problem.num_gpus, "scheduled split")
+    assert (sched <= even + 1e-9).all() and (sched < even - 1e-9).any()

@@ -292,3 +292,18 @@ def test_explore_time_robust_planner_gets_the_windows_steps():
     problem = Problem(trace.sum(0).double(), 288, 8, 4, 32)
     res = solve(problem, "robust_max", history=trace)
     assert _metric(at, "Imbalance (mean)") == f"{res.score.imbalance_mean:.4f}"
+
+
+def test_explore_micro_batch_view_replays_the_windows_steps(default_problem):
+    from app.compute import dispatch_models, microbatch_imbalance
+
+    at = _app().run()
+    at.segmented_control(key="explore:view").set_value("Micro-batches").run()
+    _clean(at)
+    assert not at.error
+    hist = _charts(at)["explore:chart:microbatches"]
+    trace = load_dataset(DEFAULT_DATASET).loads
+    plan = solve(default_problem, "deepseek").plan
+    even = microbatch_imbalance(plan, trace, 32, "even split")
+    assert [t["name"] for t in hist["data"]] == list(dispatch_models())
+    np.testing.assert_allclose(np.sort(_array(hist["data"][0]["x"])), np.sort(even.numpy().ravel()))

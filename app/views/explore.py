@@ -4,6 +4,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pandas as pd
 import streamlit as st
 import torch
 
@@ -12,14 +13,14 @@ from solvers.errors import EPLBError
 
 from app import cache, figures
 from app.cluster import dense_layers, expert_bytes
-from app.compute import metric_cards, plan_table
+from app.compute import dispatch_models, metric_cards, plan_table
 from app.exports import plan_downloads
 from app.widgets import (cluster_picker, describe_loads, loads_picker, show_error, solver_options, solver_select,
                          window_picker)
 
 PAGE = "explore"
 PLAN_SUFFIXES = ("json", "yaml", "yml", "csv")
-VIEWS = ("Per-GPU load", "Heatmap", "Per layer", "Plan", "Download")
+VIEWS = ("Per-GPU load", "Heatmap", "Per layer", "Micro-batches", "Plan", "Download")
 
 
 def _current_placement(problem, model):
@@ -137,6 +138,8 @@ def _charts(problem, outcome, loads, model, solver, window) -> None:
         st.plotly_chart(figures.layer_imbalance_figure(series, floor=floor), width="stretch",
                         key=f"{PAGE}:chart:layers")
         st.caption("The dotted line is the lower bound / mean: no plan of any policy can go below it.")
+    elif view == "Micro-batches":
+        _micro_batches(problem, result, loads, window)
     elif view == "Plan":
         _plan_table(problem, result)
     else:
@@ -162,6 +165,29 @@ def _per_gpu(problem, result) -> None:
     c1.plotly_chart(fig, width="stretch", key=f"{PAGE}:chart:bars")
     c2.plotly_chart(figures.node_load_figure(sc.node_load[layer]), width="stretch", key=f"{PAGE}:chart:nodes")
     c2.caption("Load per node for this layer; dotted lines on the left mark node boundaries.")
+
+
+@st.fragment
+def _micro_batches(problem, result, loads, window) -> None:
+    """Each step of the window as a micro-batch, dispatched by the chosen model(s)."""
+    if loads.num_steps == 1:
+        st.info("The loads have one step: there are no micro-batches to replay.")
+        return
+    models = dispatch_models()
+    chosen = st.pills("Dispatch model", models, selection_mode="multi", default=list(models), key=f"{PAGE}:dispatch",
+                      help="even split: each replica serves w_e / c_e (vLLM, SGLang, TensorRT-LLM); scheduled "
+                           "split: per micro-batch, the split over replicas with the smallest max GPU load")
+    if len(models) == 1:
+        st.caption("The scheduled split needs `solvers.dispatch` (token scheduling), not installed here.")
+    tokens = loads.trace[window[0]:window[1]]                                   # [B, L, E]
+    series = {m: cache.microbatch_imbalance(result.plan, tokens, problem.num_gpus, m) for m in chosen or []}
+    if not series:
+        return
+    st.plotly_chart(figures.microbatch_histogram(series), width="stretch", key=f"{PAGE}:chart:microbatches")
+    st.dataframe(pd.DataFrame([{"dispatch model": m, "mean": float(v.mean()), "p99": float(torch.quantile(v.flatten(), 0.99)),
+                                "worst": float(v.max())} for m, v in series.items()]), hide_index=True)
+    st.caption(f"{tokens.shape[0]} steps x {problem.num_layers} layers, each step taken as one micro-batch; the "
+               "plan was made on the window's sum.")
 
 
 @st.fragment
