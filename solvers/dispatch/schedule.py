@@ -7,23 +7,24 @@ let ``I(U)`` be the experts whose replicas all sit on U; every split puts ``t(I(
 tokens on U, so ``ceil(t(I(U)) / |U|)`` is a lower bound, and by max-flow / min-cut
 duality the best of these bounds *is* the integer optimum (``ceil`` of the LP's ``T*``).
 
-:func:`schedule_tokens` solves every (micro-batch, layer) at once in torch with a
-push-relabel on the GPU graph (arc g -> h when a replica on g holds tokens of an expert
-that also has a replica on h):
+:func:`schedule_tokens` solves every (micro-batch, layer) at once in torch. Experts whose
+replicas all sit on one GPU are fixed load; the others ("flexible") give the edges
+(expert, GPU) of a small graph, and a push-relabel runs on it:
 
-- start from the even split rounded to integers, and a target ``T`` = the best cheap lower
-  bound (average, and each expert over its distinct GPUs);
-- each round, label every GPU with its exact distance to a GPU below ``T`` (a bit-mask
-  breadth-first search, P - 1 fixed steps), and let every GPU above ``T`` push its excess
-  one step down its distance labels, through the replicas it holds;
+- start from the even split over each expert's GPUs and a target ``T`` = the best cheap
+  lower bound (average, single-GPU loads, each expert over its GPUs);
+- each round labels every GPU with its distance to a GPU below ``T`` (Bellman-Ford on the
+  residual arcs g -> h: a GPU g serving tokens of an expert that also lives on h), then
+  a few pulses let every GPU above ``T`` push its excess one step down the labels;
 - GPUs above ``T`` that reach no GPU below ``T`` are stuck: the set C they reach holds
-  exactly ``t(I(C))`` tokens (an expert with tokens on C has all its replicas in C), so
+  exactly ``t(I(C))`` tokens (an expert with tokens on C has all its GPUs in C), so
   ``ceil(load(C) / |C|) > T`` is a proven lower bound and becomes the new target.
 
 ``T`` only ever takes proven lower bounds, so once no GPU exceeds it the split is optimal:
 exactness never depends on an iteration count. Rounds run in chunks of fixed length with
 no host synchronisation inside a chunk; one check between chunks decides whether another
-is needed (one chunk suffices on the shapes we measured).
+is needed. The first chunk searches labels to a small depth (cheap, enough on real
+placements); later chunks search the whole graph, which guarantees progress.
 """
 from __future__ import annotations
 
@@ -34,48 +35,103 @@ import torch
 
 from ..errors import PlanError, ProblemError
 from ..plan import Plan, replica_ranks
-from . import bitsets
 
-ROUNDS_PER_CHECK = 12
+ROUNDS_PER_CHECK = 2
+PULSES_PER_ROUND = 3
+FIRST_DEPTH = 4
 MAX_ROUNDS = 100_000          # a safety net against a bug, never reached by a correct solver
 
 
 @dataclass(frozen=True)
 class Layout:
-    """The placement's graph, per layer, on the device of the tokens.
+    """The placement as a graph, per layer, on the tokens' device.
 
-    phy2log: [L, R]; log2phy: [L, E, K] with padding clamped to 0 and ``valid`` [L, E, K];
-    gpu_of_slot: [R]; slot_bit: [R, W] the slot's GPU as a bit mask; expert_gpus: [L, E, W]
-    the GPUs holding a replica of each expert; distinct: [L, E] how many GPUs that is;
-    rank: [L, R] replica rank of each slot; logcnt: [L, E].
+    Flexible experts (replicas on two or more GPUs) are numbered f < F per layer; their
+    (expert, GPU) edges, M per layer at most, are sorted by GPU.
+
+    fixed_gpu: [L, E] the GPU of an expert on one GPU (0 for flexible ones, masked by
+    ``flexible`` [L, E] bool); flex_expert: [L, F] expert of each flexible index (0 padded),
+    flex_valid: [L, F]; edge_flex: [L, M] flexible index of each edge; edge_gpu: [L, M];
+    edge_valid: [L, M]; edge_first: [L, P] first edge of each GPU (M when it has none);
+    flex_edges: [L, F, D] the edges of each flexible expert (0 padded), flex_edges_valid;
+    slot_edge: [L, R] the edge of each slot (M for fixed experts); slot_share_rank /
+    slot_share_count: [L, R] rank and count of the slots of one expert on one GPU;
+    rank / logcnt: replica rank [L, R] and replica count [L, E]; distinct: [L, E] GPUs per expert.
     """
 
     num_gpus: int
     phy2log: torch.Tensor
-    log2phy: torch.Tensor
-    valid: torch.Tensor
-    gpu_of_slot: torch.Tensor
-    slot_bit: torch.Tensor
-    expert_gpus: torch.Tensor
-    distinct: torch.Tensor
     rank: torch.Tensor
     logcnt: torch.Tensor
+    distinct: torch.Tensor
+    flexible: torch.Tensor
+    fixed_gpu: torch.Tensor
+    flex_expert: torch.Tensor
+    flex_valid: torch.Tensor
+    edge_flex: torch.Tensor
+    edge_gpu: torch.Tensor
+    edge_valid: torch.Tensor
+    edge_first: torch.Tensor
+    flex_edges: torch.Tensor
+    flex_edges_valid: torch.Tensor
+    slot_edge: torch.Tensor
+    slot_share_rank: torch.Tensor
+    slot_share_count: torch.Tensor
 
     @classmethod
     def of(cls, plan: Plan, num_gpus: int, device: torch.device) -> "Layout":
+        P = num_gpus
         p2l = plan.phy2log.to(device)
         L, R = p2l.shape
         E = plan.logcnt.shape[1]
-        S = R // num_gpus
+        ar_l = torch.arange(L, device=device)[:, None]
+        gpu_of_slot = torch.arange(R, device=device) // (R // P)
         rank, logcnt = replica_ranks(p2l, E)
-        l2p = plan.log2phy.to(device)
-        valid = l2p >= 0
-        gpu_of_slot = torch.arange(R, device=device) // S
-        slot_bit = bitsets.pack(torch.nn.functional.one_hot(gpu_of_slot, num_gpus).bool())   # [R, W]
-        presence = torch.zeros(L, E, num_gpus, dtype=torch.bool, device=device)
-        presence[torch.arange(L, device=device)[:, None], p2l, gpu_of_slot[None, :]] = True
-        return cls(num_gpus, p2l, l2p.clamp_min(0), valid, gpu_of_slot, slot_bit,
-                   bitsets.pack(presence), presence.sum(-1), rank, logcnt)
+        presence = torch.zeros(L, E, P, dtype=torch.bool, device=device)
+        presence[ar_l, p2l, gpu_of_slot[None, :]] = True
+        distinct = presence.sum(-1)                                               # [L, E]
+        flexible = distinct >= 2
+        fixed_gpu = presence.to(torch.int8).argmax(-1)                            # [L, E]
+        # Flexible experts first, in expert order.
+        F = max(int(flexible.sum(1).max()), 1)
+        flex_expert = torch.sort((~flexible).to(torch.int8), dim=1, stable=True).indices[:, :F]
+        flex_valid = flexible.gather(1, flex_expert)
+        flex_of = torch.full((L, E), -1, dtype=torch.int64, device=device)
+        flex_of.scatter_(1, flex_expert, torch.where(flex_valid, torch.arange(F, device=device).expand(L, F), -1))
+        flex_of = torch.where(flexible, flex_of, -1)
+        # Edges (flexible expert, GPU), sorted by GPU then expert.
+        cell = presence & flexible.unsqueeze(-1)                                  # [L, E, P]
+        key = cell.transpose(1, 2).reshape(L, P * E)                              # GPU-major
+        M = max(int(key.sum(1).max()), 1)
+        order = torch.sort((~key).to(torch.int8), dim=1, stable=True).indices[:, :M]
+        edge_valid = key.gather(1, order)
+        edge_gpu = torch.where(edge_valid, order // E, P - 1)
+        edge_expert = order % E
+        edge_flex = torch.where(edge_valid, flex_of.gather(1, edge_expert), 0).clamp_min(0)
+        idx_m = torch.arange(M, device=device).expand(L, M)
+        edge_first = torch.full((L, P), M, dtype=torch.int64, device=device)
+        edge_first.scatter_reduce_(1, edge_gpu, torch.where(edge_valid, idx_m, M), "amin")
+        # Edges of each flexible expert: sort edges by flexible index.
+        fkey = torch.where(edge_valid, edge_flex, F)
+        by_flex = torch.sort(fkey, dim=1, stable=True).indices                    # [L, M]
+        D = max(int(distinct.max()), 1)
+        count = torch.zeros(L, F + 1, dtype=torch.int64, device=device).scatter_add_(
+            1, fkey, torch.ones_like(fkey))[:, :F]
+        start = count.cumsum(1) - count
+        d_idx = torch.arange(D, device=device)
+        pos = (start.unsqueeze(-1) + d_idx).clamp_max(M - 1)                      # [L, F, D]
+        flex_edges_valid = d_idx < count.unsqueeze(-1)
+        flex_edges = torch.where(flex_edges_valid, by_flex.gather(1, pos.view(L, -1)).view(L, F, D), 0)
+        # Slots: their edge, and their share among the slots of one expert on one GPU.
+        slot_cell = p2l * P + gpu_of_slot
+        share_rank, share_count = replica_ranks(slot_cell, E * P)
+        edge_of_cell = torch.full((L, E * P + 1), M, dtype=torch.int64, device=device)   # last: padding
+        edge_of_cell.scatter_(1, torch.where(edge_valid, edge_expert * P + edge_gpu, E * P), idx_m)
+        edge_of_cell = edge_of_cell[:, :E * P]
+        slot_edge = torch.where(flexible.gather(1, p2l), edge_of_cell.gather(1, slot_cell), M)
+        return cls(P, p2l, rank, logcnt, distinct, flexible, fixed_gpu, flex_expert, flex_valid,
+                   edge_flex, edge_gpu, edge_valid, edge_first, flex_edges, flex_edges_valid,
+                   slot_edge, share_rank, share_count.gather(1, slot_cell))
 
 
 def check_tokens(tokens, plan: Plan, param: str = "tokens") -> torch.Tensor:
@@ -88,9 +144,9 @@ def check_tokens(tokens, plan: Plan, param: str = "tokens") -> torch.Tensor:
         try:
             arr = np.asarray(tokens)
         except (TypeError, ValueError) as exc:
-            raise ProblemError(param, f"must be a rectangular [micro-batches, layers, experts] array ({exc})") \
-                from None
-        if arr.dtype == object or not np.issubdtype(arr.dtype, np.number):
+            raise ProblemError(param, f"must be a rectangular [micro-batches, layers, experts] array "
+                               f"({exc})") from None
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
             raise ProblemError(param, f"must hold token counts (numbers), got dtype {arr.dtype}")
         tokens = torch.from_numpy(np.ascontiguousarray(arr))
     t = tokens.detach()
@@ -100,8 +156,8 @@ def check_tokens(tokens, plan: Plan, param: str = "tokens") -> torch.Tensor:
         t = t.unsqueeze(0)
     L, E = plan.phy2log.shape[0], plan.logcnt.shape[1]
     if t.dim() != 3 or tuple(t.shape[1:]) != (L, E):
-        raise ProblemError(param, f"must have shape [micro-batches, {L}, {E}] (layers and experts of the "
-                           f"plan), got {tuple(tokens.shape)}")
+        raise ProblemError(param, f"must have shape [micro-batches, {L}, {E}] (the plan's layers and "
+                           f"experts), got {tuple(tokens.shape)}")
     if t.is_floating_point():
         if not bool(torch.isfinite(t).all()):
             raise ProblemError(param, "token counts must be finite")
@@ -115,148 +171,194 @@ def check_tokens(tokens, plan: Plan, param: str = "tokens") -> torch.Tensor:
     return t
 
 
-def check_plan(plan: Plan, num_gpus: int, param: str = "plan") -> Plan:
+def check_plan(plan: Plan, num_gpus, param: str = "plan") -> int:
+    """The validated number of GPUs; :class:`PlanError` when ``plan`` does not fit them."""
     if not isinstance(plan, Plan):
         raise PlanError(param, f"must be a solvers.Plan, got {type(plan).__name__}")
     if isinstance(num_gpus, bool) or not isinstance(num_gpus, (int, np.integer)) or num_gpus < 1:
         raise PlanError("num_gpus", f"must be a positive integer, got {num_gpus!r}")
-    if plan.phy2log.dim() == 2 and plan.phy2log.shape[1] % int(num_gpus) != 0:
-        raise PlanError(param, f"has {plan.phy2log.shape[1]} slots, not a multiple of num_gpus ({num_gpus}): "
+    R = plan.phy2log.shape[-1]
+    if R % int(num_gpus) != 0:
+        raise PlanError(param, f"has {R} slots per layer, not a multiple of num_gpus ({num_gpus}): "
                         f"a plan for another number of GPUs")
-    return plan.validate(num_gpus=int(num_gpus))
-
-
-def even_split(layout: Layout, tokens: torch.Tensor) -> torch.Tensor:
-    """[B, L, R] int64: each expert's tokens spread as evenly as integers allow (replica rank
-    r gets one of the ``t_e mod c_e`` leftover tokens when r < t_e mod c_e)."""
-    B = tokens.shape[0]
-    idx = layout.phy2log.expand(B, -1, -1)
-    t = tokens.gather(2, idx)
-    c = layout.logcnt.gather(1, layout.phy2log).expand(B, -1, -1)
-    return t // c + (layout.rank < t % c).to(torch.int64)
+    plan.validate(num_gpus=int(num_gpus))
+    return int(num_gpus)
 
 
 def cheap_lower_bound(layout: Layout, tokens: torch.Tensor) -> torch.Tensor:
-    """[B, L] int64: max of ceil(total / P) and, per expert, ceil(t_e / its distinct GPUs)."""
+    """[B, L] int64: max of ceil(total / P), each GPU's single-GPU experts, and ceil(t_e / GPUs of e)."""
     P = layout.num_gpus
+    B = tokens.shape[0]
     total = tokens.sum(-1)
     per_expert = (tokens + layout.distinct - 1) // layout.distinct
-    return torch.maximum((total + P - 1) // P, per_expert.max(-1).values)
+    fixed = torch.zeros(B, tokens.shape[1], P, dtype=torch.int64, device=tokens.device).scatter_add_(
+        2, layout.fixed_gpu.expand(B, -1, -1), tokens * ~layout.flexible)
+    return torch.maximum(torch.maximum((total + P - 1) // P, per_expert.max(-1).values), fixed.max(-1).values)
 
 
-def _slot_gpu_view(t: torch.Tensor, P: int) -> torch.Tensor:
-    """[B, L, R, ...] -> [B, L, P, S, ...] (slots of one GPU are consecutive)."""
-    B, L, R = t.shape[:3]
-    return t.view(B, L, P, R // P, *t.shape[3:])
+class _Instances:
+    """A set of n (micro-batch, layer) instances, flattened, with their layer's graph.
+
+    base: [n, P] load of fixed experts; flex_tokens: [n, F]; edge_gpu / edge_flex /
+    edge_valid: [n, M]; edge_first: [n, P]; flex_edges / flex_edges_valid: [n, F, D].
+    """
+
+    def __init__(self, layout: Layout, base: torch.Tensor, flex_tokens: torch.Tensor, layer: torch.Tensor):
+        self.P = layout.num_gpus
+        self.base, self.flex_tokens = base, flex_tokens
+        self.edge_gpu = layout.edge_gpu[layer]
+        self.edge_flex = layout.edge_flex[layer]
+        self.edge_valid = layout.edge_valid[layer]
+        self.edge_first = layout.edge_first[layer].clamp_max(self.edge_gpu.shape[1] - 1)
+        self.flex_edges_valid = layout.flex_edges_valid[layer]
+        self.flex_edges = layout.flex_edges[layer]
+
+    def initial_split(self) -> torch.Tensor:
+        """y: [n, M] tokens per edge: each flexible expert's tokens even over its GPUs."""
+        k = self.flex_edges_valid.sum(-1).clamp_min(1).unsqueeze(-1)              # [n, F, 1]
+        t = self.flex_tokens.unsqueeze(-1)
+        rank = torch.arange(self.flex_edges.shape[2], device=t.device)
+        share = (t // k + (rank < t % k).to(torch.int64)) * self.flex_edges_valid
+        y = torch.zeros_like(self.edge_gpu)
+        return y.scatter_add_(1, self.flex_edges.flatten(1), share.flatten(1))
+
+    def gpu_load(self, y: torch.Tensor) -> torch.Tensor:
+        return self.base.scatter_add(1, self.edge_gpu, y * self.edge_valid)
+
+    def per_flex_min(self, value_at_gpu: torch.Tensor, fill: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """For each flexible expert, the min over its GPUs of ``value_at_gpu`` [n, P] and that edge."""
+        at_edge = value_at_gpu.gather(1, self.edge_gpu)                            # [n, M]
+        v = at_edge.gather(1, self.flex_edges.flatten(1)).view(self.flex_edges.shape)
+        v = v.masked_fill(~self.flex_edges_valid, fill)
+        best, which = v.min(-1)                                                    # [n, F]
+        return best, self.flex_edges.gather(2, which.unsqueeze(-1)).squeeze(-1)
 
 
-def _round(layout: Layout, x: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One push-relabel round on every instance. x: [B, L, R] int64; target: [B, L] int64."""
-    P = layout.num_gpus
-    B, L, R = x.shape
-    E, K = layout.log2phy.shape[1:]
-    load = _slot_gpu_view(x, P).sum(-1)                                   # [B, L, P]
+def _round(st: _Instances, y: torch.Tensor, target: torch.Tensor, depth: int,
+           pulses: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Relabel, raise the target where stuck, then push. y: [n, M]; target: [n]."""
+    INF = st.P
+    load = st.gpu_load(y)
     T = target.unsqueeze(-1)
-    active, sink = load > T, load < T
-    holds = x > 0                                                         # [B, L, R]
-
-    # Residual arcs g -> h: a slot on g holding tokens of an expert with a replica on h.
-    zero = torch.zeros((), dtype=torch.int64, device=x.device)
-    out_bits = torch.where(holds.unsqueeze(-1), layout.expert_gpus.gather(
-        1, layout.phy2log.unsqueeze(-1).expand(-1, -1, layout.expert_gpus.shape[-1])), zero)
-    adj = bitsets.or_reduce(_slot_gpu_view(out_bits, P), dim=3)          # [B, L, P, W]
-    # The reverse arcs: h has bit g when some expert on h holds tokens on g.
-    on_gpu = torch.where(holds.unsqueeze(-1), layout.slot_bit, zero)     # [B, L, R, W]
-    W = on_gpu.shape[-1]
-    flat = layout.log2phy.view(1, L, E * K, 1).expand(B, -1, -1, W)
-    per_replica = on_gpu.gather(2, flat).view(B, L, E, K, W)
-    per_replica = torch.where(layout.valid.view(1, L, E, K, 1), per_replica, zero)
-    holding_gpus = bitsets.or_reduce(per_replica, dim=3)                 # [B, L, E, W]
-    radj = bitsets.or_reduce(_slot_gpu_view(holding_gpus.gather(
-        2, layout.phy2log.view(1, L, R, 1).expand(B, -1, -1, W)), P), dim=3)   # [B, L, P, W]
-
-    # Exact distance of every GPU to a GPU below the target (P means none reachable).
-    dist = torch.where(sink, 0, P)
-    reached, frontier = sink, bitsets.pack(sink)
-    for step in range(1, P):
-        new = bitsets.intersects(adj, frontier) & ~reached
-        dist = dist.masked_fill(new, step)
-        reached = reached | new
-        frontier = bitsets.pack(new)
-
-    # Stuck GPUs: the set they reach proves a larger lower bound.
-    closed = active & ~reached
-    for _ in range(1, P):
-        closed = closed | bitsets.intersects(radj, bitsets.pack(closed))
+    holds = (y > 0) & st.edge_valid                                                # [n, M]
+    # Distance labels (Bellman-Ford over residual arcs; INF beyond ``depth`` steps).
+    dist = torch.where(load < T, 0, INF)
+    for _ in range(depth):
+        best, _ = st.per_flex_min(dist, INF)                                       # [n, F]
+        cand = torch.where(holds, best.gather(1, st.edge_flex) + 1, INF)
+        dist = dist.scatter_reduce(1, st.edge_gpu, cand, "amin")
+    # Stuck GPUs and the closed set they reach (complete only if one more step adds nothing).
+    closed = (load > T) & (dist >= INF)
+    grown = closed
+    for _ in range(depth + 1):
+        closed = grown
+        touched = (holds & closed.gather(1, st.edge_gpu)).to(torch.int64)
+        per_flex = torch.zeros_like(st.flex_tokens).scatter_reduce(1, st.edge_flex, touched, "amax")
+        reach = (per_flex.gather(1, st.edge_flex) > 0) & st.edge_valid
+        grown = closed | torch.zeros_like(closed).scatter_reduce(1, st.edge_gpu, reach, "amax")
+    complete = (grown == closed).all(-1)
     size = closed.sum(-1)
-    held = (load * closed).sum(-1)
-    raised = (held + size - 1) // size.clamp_min(1)
-    target = torch.where(size > 0, torch.maximum(target, raised), target)
-
-    # Push: every slot on an active GPU sends tokens to its expert's replica on the GPU
-    # with the smallest distance label, when that label is one less than its own.
-    dist_slot = dist.gather(2, layout.gpu_of_slot.expand(B, L, R))       # [B, L, R]
-    rep_dist = dist_slot.gather(2, layout.log2phy.view(1, L, E * K).expand(B, -1, -1)).view(B, L, E, K)
-    rep_dist = rep_dist.masked_fill(~layout.valid, P + 1)
-    best_dist, best_rank = rep_dist.min(-1)                               # [B, L, E]
-    best_slot = layout.log2phy.expand(B, -1, -1, -1).gather(3, best_rank.unsqueeze(-1)).squeeze(-1)
-    to_dist = best_dist.gather(2, layout.phy2log.expand(B, -1, -1))      # [B, L, R]
-    to_slot = best_slot.gather(2, layout.phy2log.expand(B, -1, -1))
-    admissible = holds & (to_dist == dist_slot - 1) & (dist_slot < P) \
-        & active.gather(2, layout.gpu_of_slot.expand(B, L, R))
-    movable = _slot_gpu_view(x * admissible, P)                           # [B, L, P, S]
-    excess = (load - T).clamp_min(0).unsqueeze(-1)
-    before = movable.cumsum(-1) - movable
-    take = (excess - before).clamp_min(0).minimum(movable).view(B, L, R)
-    x = (x - take).scatter_add(2, to_slot, take)
-    return x, target
+    raised = ((load * closed).sum(-1) + size - 1) // size.clamp_min(1)
+    target = torch.where(complete & (size > 0), torch.maximum(target, raised), target)
+    # Push: each edge of an active GPU sends tokens to its expert's GPU of least label,
+    # when that label is one below its own (admissible arcs; labels stay valid meanwhile).
+    best, to_edge = st.per_flex_min(dist, INF + 1)
+    to_dist = best.gather(1, st.edge_flex)
+    to_edge = to_edge.gather(1, st.edge_flex)                                      # [n, M]
+    dist_edge = dist.gather(1, st.edge_gpu)
+    downhill = (to_dist == dist_edge - 1) & (dist_edge < INF) & st.edge_valid
+    T = target.unsqueeze(-1)
+    for _ in range(pulses):
+        excess = (load - T).clamp_min(0).gather(1, st.edge_gpu)                    # [n, M]
+        movable = y * (downhill & (excess > 0))
+        before = movable.cumsum(1) - movable                                       # edges are sorted by GPU
+        before = before - before.gather(1, st.edge_first).gather(1, st.edge_gpu)
+        take = (excess - before).clamp_min(0).minimum(movable)
+        y = (y - take).scatter_add(1, to_edge, take)
+        load = st.gpu_load(y)
+    return y, target
 
 
-def _solve(layout: Layout, tokens: torch.Tensor, rounds_per_check: int) -> tuple[torch.Tensor, torch.Tensor, int]:
-    x = even_split(layout, tokens)
-    target = cheap_lower_bound(layout, tokens)
+def _solve(layout: Layout, tokens: torch.Tensor, rounds_per_check: int = ROUNDS_PER_CHECK,
+           pulses: int = PULSES_PER_ROUND, first_depth: int = FIRST_DEPTH
+           ) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """y: [B, L, M] optimal tokens per edge, the proven bound [B, L] it meets, rounds run.
+
+    Chunks of ``rounds_per_check`` rounds run on the instances not yet proven optimal; the
+    check between chunks (one host synchronisation) drops the finished ones, so the long
+    tail of hard instances costs little. The label depth doubles each chunk up to P - 1.
+    """
+    B, L, _ = tokens.shape
     P = layout.num_gpus
+    base = torch.zeros(B, L, P, dtype=torch.int64, device=tokens.device).scatter_add_(
+        2, layout.fixed_gpu.expand(B, -1, -1), tokens * ~layout.flexible)
+    flex_tokens = tokens.gather(2, layout.flex_expert.expand(B, -1, -1)) * layout.flex_valid
+    layer = torch.arange(L, device=tokens.device).repeat(B)                        # [B * L]
+    st = _Instances(layout, base.view(B * L, P), flex_tokens.view(B * L, -1), layer)
+    y_all = st.initial_split()
+    bound_all = cheap_lower_bound(layout, tokens).view(B * L)
+    todo = torch.arange(B * L, device=tokens.device)
+    y, target = y_all, bound_all
+    depth = max(1, min(first_depth, P - 1))
     rounds = 0
     while True:
-        for _ in range(rounds_per_check):
-            x, target = _round(layout, x, target)
-        rounds += rounds_per_check
-        load = _slot_gpu_view(x, P).sum(-1)
-        if bool((load <= target.unsqueeze(-1)).all()):      # the one host synchronisation per chunk
-            return x, target, rounds
+        open_ = (st.gpu_load(y) > target.unsqueeze(-1)).any(-1)
+        keep = open_.nonzero().squeeze(-1)                               # the one synchronisation per chunk
+        if keep.numel() < todo.numel():
+            done = todo[~open_]
+            y_all[done], bound_all[done] = y[~open_], target[~open_]
+            if keep.numel() == 0:
+                return y_all.view(B, L, -1), bound_all.view(B, L), rounds
+            todo, y, target = todo[keep], y[keep], target[keep]
+            st = _Instances(layout, st.base[keep], st.flex_tokens[keep], layer[todo])
         if rounds >= MAX_ROUNDS:
             raise RuntimeError("schedule_tokens did not converge (a bug: please report the instance)")
+        for _ in range(rounds_per_check):
+            y, target = _round(st, y, target, depth, pulses)
+        rounds += rounds_per_check
+        depth = min(2 * depth, P - 1)
 
 
-def schedule_tokens(plan: Plan, tokens, num_gpus: int, *, rounds_per_check: int = ROUNDS_PER_CHECK
-                    ) -> torch.Tensor:
-    """The optimal split of every micro-batch's tokens over the plan's replicas.
-
-    plan: a :class:`~solvers.Plan` of L layers, E experts and R slots on ``num_gpus`` GPUs.
-    tokens: [B, L, E] integer token counts per micro-batch, layer and expert (a [L, E] array
-    is one micro-batch). Returns [B, L, R] int64 on the tokens' device: tokens served by
-    each slot, non-negative, summing to each expert's count over its replicas, with the
-    smallest possible max GPU load for every (micro-batch, layer). Bad input raises
-    :class:`~solvers.ProblemError` (``tokens``) or :class:`~solvers.PlanError` (``plan``).
-    """
-    x, _ = schedule_with_bound(plan, tokens, num_gpus, rounds_per_check=rounds_per_check)
-    return x
+def slot_split(layout: Layout, tokens: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """[B, L, R] tokens per slot: an edge's tokens over that expert's slots on that GPU, a
+    fixed expert's tokens over its slots, both as evenly as integers allow."""
+    B = tokens.shape[0]
+    p2l = layout.phy2log.expand(B, -1, -1)
+    M = y.shape[2]
+    y_pad = torch.cat([y, torch.zeros_like(y[..., :1])], 2)
+    on_edge = y_pad.gather(2, layout.slot_edge.expand(B, -1, -1))
+    t = tokens.gather(2, p2l)
+    c = layout.logcnt.gather(1, layout.phy2log)
+    fixed = t // c + (layout.rank < t % c).to(torch.int64)
+    m = layout.slot_share_count
+    shared = on_edge // m + (layout.slot_share_rank < on_edge % m).to(torch.int64)
+    return torch.where(layout.slot_edge < M, shared, fixed)
 
 
 def schedule_with_bound(plan: Plan, tokens, num_gpus: int, *, rounds_per_check: int = ROUNDS_PER_CHECK
                         ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`schedule_tokens` plus its certificate: [B, L] int64, the proven lower bound that
-    the returned split's max GPU load meets (so it is the integer optimum)."""
-    check_plan(plan, num_gpus)
+    """:func:`schedule_tokens` and its certificate: [B, L] int64, a proven lower bound on
+    every split's max GPU load that the returned split meets (so both are the optimum)."""
+    P = check_plan(plan, num_gpus)
+    one = (tokens.dim() if isinstance(tokens, torch.Tensor) else np.ndim(tokens)) == 2
     t = check_tokens(tokens, plan)
-    layout = Layout.of(plan, int(num_gpus), t.device)
-    x, bound, _ = _solve(layout, t, max(1, int(rounds_per_check)))
-    if not isinstance(tokens, torch.Tensor) or tokens.dim() == 2:
-        pass
-    if isinstance(tokens, torch.Tensor) and tokens.dim() == 2 or \
-            (not isinstance(tokens, torch.Tensor) and np.ndim(tokens) == 2):
-        return x[0], bound[0]
-    return x, bound
+    layout = Layout.of(plan, P, t.device)
+    y, bound, _ = _solve(layout, t, max(1, int(rounds_per_check)))
+    x = slot_split(layout, t, y)
+    return (x[0], bound[0]) if one else (x, bound)
+
+
+def schedule_tokens(plan: Plan, tokens, num_gpus: int) -> torch.Tensor:
+    """The optimal split of every micro-batch's tokens over the plan's replicas.
+
+    plan: a :class:`~solvers.Plan` of L layers, E experts and R slots on ``num_gpus`` GPUs.
+    tokens: [B, L, E] integer token counts per micro-batch, layer and expert (a [L, E]
+    array is one micro-batch and gives [L, R]). Returns [B, L, R] int64 on the tokens'
+    device: tokens served by each slot, non-negative, summing over an expert's slots to its
+    count, with the smallest possible max GPU load in every (micro-batch, layer). Bad input
+    raises :class:`~solvers.ProblemError` (``tokens``) or :class:`~solvers.PlanError`.
+    """
+    return schedule_with_bound(plan, tokens, num_gpus)[0]
 
 
 def gpu_loads_of(split: torch.Tensor, num_gpus: int) -> torch.Tensor:
