@@ -187,7 +187,12 @@ def read_any_plan(path: str, info: Any, args: argparse.Namespace, param: str = "
 
         plan, doc = read_plan(path)
         return plan, doc["problem"], doc
-    plan = read_exported_plan(path, fmt, num_experts=info.num_experts)
+    try:
+        plan = read_exported_plan(path, fmt, num_experts=info.num_experts)
+    except LoadFileError as exc:
+        if fmt != "sglang":
+            raise
+        raise LoadFileError(param, f"{path}: not an eplb-plan file nor an SGLang map ({exc})") from None
     extra = plan.num_layers - info.num_layers
     if extra > 0:
         # engines' maps include dense layers first (SGLang), or the whole model
