@@ -148,5 +148,5 @@ def test_a_replication_layer_stopped_before_any_solution_keeps_greedy_counts():
     lm = LayerModel(np.array([5.0, 3.0, 1.0]), 2, 3, 1, 1, False, "fixed", False, True, [[1, 2, 3, 4]] * 3, lb=1.0)
     counts = with_counts(lm, LayerResult("time_limit")).counts
     assert counts.sum() == 6 and (counts >= 1).all()
-    assert (5.0 / counts).max() <= 5.0 / 3 + 1e-12          # the optimal replication value
+    assert (lm.w / counts).max() <= 5.0 / 3 + 1e-12         # the optimal replication value
     assert with_counts(lm, LayerResult("error")).counts is None
