@@ -78,8 +78,8 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
         layer_end = now + (deadline - now) / (L - layer)
         if resolved == "global" and S == 2:
             span = layer_end - now
-            c = iterated_count_search(w[layer], counts[layer], deadline=now + 0.35 * span, seed=seed + layer)
-            c = lns_counts(w[layer], c, deadline=now + 0.8 * span, seed=seed + layer, threads=threads)
+            c = iterated_count_search(w[layer], counts[layer], deadline=now + 0.2 * span, seed=seed + layer)
+            c = lns_counts(w[layer], c, deadline=now + 0.85 * span, seed=seed + layer, threads=threads)
             row = pair_phy2log(w[layer], c)
             if _max_load(w[layer:layer + 1], row[None], c[None], P)[0] < _max_load(
                     w[layer:layer + 1], p2l[layer:layer + 1], counts[layer:layer + 1], P)[0]:
@@ -92,8 +92,9 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
             cnt = _counts(p2l[layer:layer + 1], E)[0]
             experts = p2l[layer].view(P, S)
             loads = (w[layer] / cnt)[experts]                                      # [P, S]
-            _, experts = polish(loads, experts, deadline=layer_end, group=node)
+            _, experts = polish(loads, experts, deadline=now + (layer_end - now) * 0.3, group=node)
             p2l[layer] = experts.reshape(-1)
+            p2l[layer] = _exact_busiest_node(problem, layer, p2l[layer], w[layer], node, layer_end, threads)
     plan = Plan.from_phy2log(p2l.to(problem.device), E)
     info = dict(base.info)
     info.update(baseline_objective=baseline.tolist(), baseline_bound=universal.tolist(),
@@ -108,6 +109,38 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
         model_scope = ModelScope(policy="hierarchical", counts="free", colocation="allowed", node_budget="fixed")
     return SolverOutput(plan, resolved, bound=bound.to(problem.device), info=info,
                         model_bound=model_bound, model_scope=model_scope)
+
+
+def _exact_busiest_node(problem: Problem, layer: int, row: torch.Tensor, weights: torch.Tensor,
+                        node: torch.Tensor | None, deadline: float, threads: int) -> torch.Tensor:
+    """phy2log [R] of one layer with the GPUs of the busiest node (all GPUs when ``node``
+    is None) repacked by CP-SAT's packing model for the plan's counts, warm-started from
+    the plan; kept only where it lowers that node's max load."""
+    from ..registry import get_solver
+    from ..solve import solve
+    left = deadline - time.perf_counter()
+    spec = get_solver("cpsat")
+    if left < 1.0 or not spec.is_available():
+        return row
+    E, P = problem.num_experts, problem.num_gpus
+    S = problem.num_replicas // P
+    counts = _counts(row[None], E)[0]
+    gpu = ((weights / counts)[row]).view(P, S).sum(1)                                # [P]
+    gpus = torch.arange(P) if node is None else torch.nonzero(node == node[int(gpu.argmax())]).flatten()
+    slots = (gpus[:, None] * S + torch.arange(S)).reshape(-1)                         # [n*S]
+    ids = row[slots].unique()                                                         # experts on those GPUs
+    if bool((counts[ids] != torch.bincount(row[slots], minlength=E)[ids]).any()):
+        return row                                  # an expert also lives elsewhere: not a closed sub-problem
+    local = torch.searchsorted(ids, row[slots])
+    sub = Problem(weights[ids][None], len(slots), 1, 1, len(gpus))
+    warm = Plan.from_phy2log(local[None], len(ids))
+    res = solve(sub, "cpsat", policy="global", model="packing", replica_counts=counts[ids][None],
+                warm_start=warm, time_limit=left, threads=threads)
+    if res.plan is None or float(res.objective[0]) >= float(gpu[gpus].max()) * (1 - 1e-12):
+        return row
+    out = row.clone()
+    out[slots] = ids[res.plan.phy2log[0].cpu()]
+    return out
 
 
 def _best_assignment_plan(problem: Problem, p2l: torch.Tensor, seconds: float) -> torch.Tensor:
