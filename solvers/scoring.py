@@ -1,7 +1,9 @@
 """The one shared scorer: every plan from every solver is graded here (docs/problem.md).
 
-Loads are split evenly over an expert's replicas (each replica of e carries
-``w_e / c_e``); all arithmetic is float64 so that scores of different solvers compare
+Two dispatch models (docs/dispatch.md): the **even split** (each replica of e carries
+``w_e / c_e``, what vLLM, SGLang and TensorRT-LLM do; the default) and the **scheduled
+split** (per micro-batch, each expert's tokens divided over its replicas to minimise the
+max GPU load, as MicroMoE and LPLB do; :func:`solvers.dispatch.schedule_tokens`). All arithmetic is float64 so that scores of different solvers compare
 exactly, whatever precision a solver used internally.
 """
 from __future__ import annotations
@@ -10,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .errors import PlanError
+from .errors import OptionError, PlanError, ProblemError
 from .plan import Plan
 from .problem import Problem
 
@@ -33,6 +35,11 @@ class Score:
     duplicates: (layer, GPU, expert) triples with two or more replicas on one GPU
     moves: (layer, GPU, expert) replicas to load because the previous plan's GPU did not
         hold that expert (None without a previous plan); moves_bytes with an expert size
+    split: the dispatch model, "even" or "scheduled".
+    microbatch_imbalance: [micro-batches, layers] max / mean GPU load of every micro-batch
+        when the plan was scored on ``tokens`` (None otherwise). Then gpu_load sums the
+        micro-batches and max_load / mean_load sum each micro-batch's max / mean (the time
+        a layer takes is the sum of its micro-batches' slowest GPUs).
     off_node_share: [layers] inter-node traffic proxy: the share of tokens served by a
         replica outside its group's home node (the node serving most of that group's
         tokens); 0 for a strict hierarchical plan. None without groups (G = 1) or when
@@ -51,6 +58,8 @@ class Score:
     moves_bytes: int | None = None
     off_node_share: torch.Tensor | None = None
     summary: dict = field(default_factory=dict)
+    split: str = "even"
+    microbatch_imbalance: torch.Tensor | None = None
 
     @property
     def imbalance_mean(self) -> float:
@@ -104,38 +113,93 @@ def off_node_share(weights: torch.Tensor, plan: Plan, num_groups: int, num_gpus:
     replicas stay home). weights: [L, E]."""
     w = weights.to(torch.float64)
     p2l, cnt = plan.phy2log.to(w.device), plan.logcnt.to(w.device)
-    L, R = p2l.shape
-    E = w.shape[1]
     per_slot = w.gather(1, p2l) / cnt.gather(1, p2l).to(torch.float64)      # [L, R]
-    node = torch.arange(R, device=w.device) // (R // num_nodes)
-    cell = (p2l // (E // num_groups)) * num_nodes + node                    # (group, node) of each slot
-    group_node = torch.zeros(L, num_groups * num_nodes, dtype=torch.float64, device=w.device)
+    return off_node_share_of_slots(per_slot, p2l, w.shape[1], num_groups, num_nodes)
+
+
+def off_node_share_of_slots(per_slot: torch.Tensor, phy2log: torch.Tensor, num_experts: int,
+                            num_groups: int, num_nodes: int) -> torch.Tensor:
+    """:func:`off_node_share` from the tokens each slot serves, per_slot: [L, R] float64
+    (any dispatch model)."""
+    L, R = phy2log.shape
+    E = num_experts
+    node = torch.arange(R, device=per_slot.device) // (R // num_nodes)
+    cell = (phy2log // (E // num_groups)) * num_nodes + node                # (group, node) of each slot
+    group_node = torch.zeros(L, num_groups * num_nodes, dtype=torch.float64, device=per_slot.device)
     group_node.scatter_add_(1, cell, per_slot)
     home = group_node.view(L, num_groups, num_nodes).max(-1).values.sum(-1)
-    total = w.sum(1)
+    total = per_slot.sum(1)
     return torch.where(total > 0, 1 - home / total.clamp_min(1e-300), torch.zeros_like(total)).clamp_min(0)
 
 
+SPLITS = ("even", "scheduled")
+
+
+def slot_loads(problem: Problem, plan: Plan, split: str, tokens) -> torch.Tensor:
+    """[B, L, R] float64 tokens each slot serves in each micro-batch under ``split``.
+
+    tokens: [B, L, E] token counts per micro-batch (or [L, E]); None grades the problem's
+    weights as one micro-batch. The scheduled split needs whole token counts.
+    """
+    from .dispatch.schedule import check_tokens, schedule_tokens
+
+    if tokens is None:
+        t = problem.weights.unsqueeze(0)
+        if split == "scheduled":
+            if not bool((t == t.round()).all()):
+                raise ProblemError("weights", "the scheduled split needs whole token counts, the problem's "
+                                   "loads are fractional (pass tokens=[micro-batches, layers, experts])")
+            t = t.to(torch.int64)
+    else:
+        t = check_tokens(tokens, plan).to(problem.device)
+    if split == "scheduled":
+        return schedule_tokens(plan, t, problem.num_gpus).to(torch.float64)
+    t = t.to(torch.float64)
+    p2l = plan.phy2log.unsqueeze(0).expand(t.shape[0], -1, -1)
+    return t.gather(2, p2l) / plan.logcnt.to(torch.float64).unsqueeze(0).expand(t.shape[0], -1, -1).gather(2, p2l)
+
+
 def score(problem: Problem, plan: Plan, previous: Plan | None = None,
-          expert_bytes: int | None = None) -> Score:
+          expert_bytes: int | None = None, *, split: str = "even", tokens=None) -> Score:
     """Score ``plan`` on ``problem``; ``previous`` adds migration moves (same layers and GPUs).
-    Raises :class:`PlanError` unless ``plan`` is a valid plan of ``problem``."""
+
+    split: the dispatch model, "even" (default) or "scheduled" (the optimal split of every
+    micro-batch, :func:`solvers.dispatch.schedule_tokens`). tokens: [B, L, E] token counts
+    of B micro-batches to grade on instead of the problem's weights (the loads the plan was
+    made for); without it the weights are one micro-batch. Raises :class:`PlanError` unless
+    ``plan`` is a valid plan of ``problem``."""
     plan = plan.to(problem.device)
     plan.validate(problem.num_layers, problem.num_experts, problem.num_replicas, problem.num_gpus)
-    return score_validated(problem, plan, previous, expert_bytes)
+    return score_validated(problem, plan, previous, expert_bytes, split=split, tokens=tokens)
 
 
 def score_validated(problem: Problem, plan: Plan, previous: Plan | None = None,
-                    expert_bytes: int | None = None) -> Score:
+                    expert_bytes: int | None = None, *, split: str = "even", tokens=None) -> Score:
     """:func:`score` for a plan already validated against ``problem`` (``solve`` checks a
     solver's plan itself, to tell a solver bug from bad user input)."""
+    if split not in SPLITS:
+        raise OptionError("split", f"must be one of {', '.join(SPLITS)}, got {split!r}")
     P, N = problem.num_gpus, problem.num_nodes
     plan = plan.to(problem.device)
-    gpu = gpu_loads(problem.weights, plan, P)
-    node = gpu.view(problem.num_layers, N, P // N).sum(-1)
-    max_load, mean_load = gpu.max(1).values, gpu.mean(1)
+    per_slot = None
+    mb_imb = None
+    if split == "even" and tokens is None:
+        gpu = gpu_loads(problem.weights, plan, P)
+        node = gpu.view(problem.num_layers, N, P // N).sum(-1)
+        max_load, mean_load = gpu.max(1).values, gpu.mean(1)
+        node_max, node_mean = node.max(1).values, node.mean(1)
+    else:
+        per_slot = slot_loads(problem, plan, split, tokens)                     # [B, L, R]
+        B = per_slot.shape[0]
+        gpu_mb = per_slot.view(B, problem.num_layers, P, -1).sum(-1)            # [B, L, P]
+        node_mb = gpu_mb.view(B, problem.num_layers, N, P // N).sum(-1)
+        mb_imb = _ratio(gpu_mb.max(-1).values, gpu_mb.mean(-1))               # [B, L]
+        gpu, node = gpu_mb.sum(0), node_mb.sum(0)
+        max_load, mean_load = gpu_mb.max(-1).values.sum(0), gpu_mb.mean(-1).sum(0)
+        node_max, node_mean = node_mb.max(-1).values.sum(0), node_mb.mean(-1).sum(0)
+        per_slot = per_slot.sum(0)
     imb = _ratio(max_load, mean_load)
-    node_imb = _ratio(node.max(1).values, node.mean(1))
+    node_imb = _ratio(node_max, node_mean)
     dups = count_duplicates(plan.phy2log, P)
     moves = moves_bytes = None
     if previous is not None:
@@ -150,7 +214,10 @@ def score_validated(problem: Problem, plan: Plan, previous: Plan | None = None,
             moves_bytes = moves * int(expert_bytes)
     off = None
     if problem.num_groups > 1 and problem.num_experts % problem.num_groups == 0:
-        off = off_node_share(problem.weights, plan, problem.num_groups, P, N)
+        if per_slot is None:
+            off = off_node_share(problem.weights, plan, problem.num_groups, P, N)
+        else:
+            off = off_node_share_of_slots(per_slot, plan.phy2log, problem.num_experts, problem.num_groups, N)
     total_max = float(max_load.sum())
     summary = {
         "max_load_sum": total_max,
@@ -170,4 +237,15 @@ def score_validated(problem: Problem, plan: Plan, previous: Plan | None = None,
         summary["moves"] = moves
     if moves_bytes is not None:
         summary["moves_bytes"] = moves_bytes
-    return Score(gpu, node, max_load, mean_load, imb, node_imb, dups, moves, moves_bytes, off, summary)
+    if mb_imb is not None:
+        summary.update(microbatch_summary(mb_imb))
+    return Score(gpu, node, max_load, mean_load, imb, node_imb, dups, moves, moves_bytes, off, summary,
+                 split, mb_imb)
+
+
+def microbatch_summary(imbalance: torch.Tensor, prefix: str = "microbatch_imbalance") -> dict:
+    """mean, p50, p99 and worst of per-(micro-batch, layer) imbalances [B, L]."""
+    flat = imbalance.flatten().to(torch.float64)
+    q = torch.quantile(flat, torch.tensor([0.5, 0.99], dtype=torch.float64, device=flat.device))
+    return {f"{prefix}_mean": float(flat.mean()), f"{prefix}_p50": float(q[0]),
+            f"{prefix}_p99": float(q[1]), f"{prefix}_worst": float(flat.max())}
