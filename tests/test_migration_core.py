@@ -200,3 +200,23 @@ def test_drifted_apart_nodes_move_whole_groups():
         for k in range(4):
             assert node_of_slot[res.plan.phy2log[layer] // 8 == k].unique().numel() == 1
     assert res.score.moves <= res.info["relabelled_moves"]
+
+
+def test_exact_hierarchical_keeps_groups_whole():
+    g = torch.Generator().manual_seed(11)
+    old_w = torch.exp(torch.randn(2, 16, generator=g, dtype=torch.float64)) * 100
+    prev = solve(Problem(old_w, 24, 4, 2, 4), "deepseek", policy="hierarchical").plan
+    node_of_slot = torch.arange(24) // 12
+    hot = torch.zeros(2, 16, dtype=torch.bool)
+    for layer in range(2):
+        hot[layer, prev.phy2log[layer][node_of_slot == 0].unique()] = True
+    pn = Problem(torch.where(hot, old_w * 1.5, old_w), 24, 4, 2, 4)
+    h = plan_with_migration(pn, "deepseek", prev, slack=0.01, policy="hierarchical")
+    x = plan_with_migration(pn, "deepseek", prev, slack=0.01, policy="hierarchical", method="exact",
+                            time_limit=20)
+    assert x.score.moves <= h.score.moves
+    fresh_max = torch.tensor(x.info["fresh_max_load"], dtype=torch.float64)
+    assert bool((x.score.max_load <= fresh_max * 1.01 * (1 + 1e-12)).all())
+    for layer in range(2):
+        for k in range(4):
+            assert node_of_slot[x.plan.phy2log[layer] // 4 == k].unique().numel() == 1

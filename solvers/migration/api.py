@@ -76,14 +76,13 @@ def _zones(policy: str, problem: Problem) -> int:
     return problem.num_nodes if policy == "hierarchical" else 1
 
 
-def _allowed_gpus(previous: np.ndarray, hint: np.ndarray, E: int, P: int, N: int) -> np.ndarray:
-    """[E, P] bool: under the hierarchical policy an expert stays on the nodes its old and
-    warm-start replicas were on."""
+def _group_nodes(previous: np.ndarray, hint: np.ndarray, E: int, G: int, P: int, N: int) -> np.ndarray:
+    """[G, N] bool: the nodes each group had in the old plan or the warm start (hierarchical)."""
     S, Q = len(previous) // P, P // N
-    node = np.zeros((E, N), dtype=bool)
+    out = np.zeros((G, N), dtype=bool)
     for p2l in (previous, hint):
-        node[p2l, np.arange(len(p2l)) // S // Q] = True
-    return np.repeat(node, Q, axis=1)
+        out[p2l // (E // G), np.arange(len(p2l)) // S // Q] = True
+    return out
 
 
 def _exact_pass(problem: Problem, previous: Plan, start: torch.Tensor, fresh: Plan, target: torch.Tensor,
@@ -109,8 +108,8 @@ def _exact_pass(problem: Problem, previous: Plan, start: torch.Tensor, fresh: Pl
         ocnt = np.bincount(old[layer], minlength=E)
         hcnt = np.bincount(hints[layer], minlength=E)
         lo, hi, full = count_window(problem.num_replicas, E, ocnt, hcnt, fcnt[layer])
-        allowed = _allowed_gpus(old[layer], hints[layer], E, P, zones) if zones > 1 else None
-        res = solve_layer(w[layer], old[layer], float(target[layer]), P, allowed=allowed, lo=lo, hi=hi,
+        groups = _group_nodes(old[layer], hints[layer], E, problem.num_groups, P, zones) if zones > 1 else None
+        res = solve_layer(w[layer], old[layer], float(target[layer]), P, group_nodes=groups, lo=lo, hi=hi,
                           full_window=full, hint=hints[layer], time_limit=per_layer, threads=threads,
                           seed=seed)
         rep = {"layer": layer, "status": res.status, "moves": res.moves, "bound": res.bound,

@@ -8,7 +8,8 @@ For one layer with loads ``w [E]``, the placement in force ``old [R]`` and a loa
   c so that the GPU load ``sum w_e / c * z[e, c, g] <= T`` stays linear;
 - ``p[e, g]`` is 1 when g holds e and the old plan did not (a move, as the shared scorer
   counts it); minimise ``sum p``;
-- hierarchical: an expert stays on the node its replicas were on (groups stay whole).
+- hierarchical: booleans ``a[k, n]`` put each group on one node (G/N per node, among the
+  nodes the group had in the old plan or the warm start); replicas stay on their group's node.
 
 Loads are scaled to integers with coefficients rounded *down*, so the model is a
 relaxation (its bound on the moves is valid, and a plan exactly at the cap, such as the
@@ -79,22 +80,21 @@ def moves_of(p2l: np.ndarray, old: np.ndarray, num_experts: int, num_gpus: int) 
     return int(((_presence(p2l, num_experts, num_gpus) > 0) & (_presence(old, num_experts, num_gpus) == 0)).sum())
 
 
-def solve_layer(w: np.ndarray, old: np.ndarray, cap: float, num_gpus: int, *, allowed: np.ndarray | None = None,
+def solve_layer(w: np.ndarray, old: np.ndarray, cap: float, num_gpus: int, *, group_nodes: np.ndarray | None = None,
                 lo: np.ndarray, hi: np.ndarray, full_window: bool = False, hint: np.ndarray | None = None,
                 time_limit: float = 10.0, threads: int = 2, seed: int = 0) -> ExactLayer:
     """Fewest moves from ``old`` [R] such that every GPU's load under ``w`` [E] is <= ``cap``.
 
-    allowed: [E, P] bool, GPUs an expert may use (None = all). lo, hi: [E] candidate counts.
-    hint: [R] a placement to warm-start from (used when it fits the model). time_limit:
-    seconds for building and solving.
+    group_nodes: [G, N] bool, hierarchical only: the nodes each group of E/G consecutive
+    experts may live on (whole groups, G/N per node); None = global. lo, hi: [E] candidate
+    counts. hint: [R] a placement to warm-start from (used when it fits the model).
+    time_limit: seconds for building and solving.
     """
     from ortools.sat.python import cp_model
 
     began = time.perf_counter()
     E, R, P = len(w), len(old), num_gpus
     S = R // P
-    if allowed is None:
-        allowed = np.ones((E, P), dtype=bool)
     had = _presence(old, E, P) > 0
     scale = LOAD_UNITS / max(cap, 1e-300) if cap > 0 else 1.0
     cap_units = math.floor(cap * (1 + CAP_RTOL) * scale)
@@ -105,8 +105,25 @@ def solve_layer(w: np.ndarray, old: np.ndarray, cap: float, num_gpus: int, *, al
     xvars: list[tuple[int, int, object]] = []
     hint_x = _presence(hint, E, P) if hint is not None else None
     hint_c = hint_x.sum(1) if hint_x is not None else None
+    home = None
+    if group_nodes is not None:                     # hierarchical: a[k, n] puts group k on node n
+        G, N = group_nodes.shape
+        Q, size = P // N, E // G
+        home = {(k, n): m.NewBoolVar(f"a{k}_{n}") for k in range(G) for n in range(N) if group_nodes[k, n]}
+        for k in range(G):
+            m.AddExactlyOne(v for (kk, _), v in home.items() if kk == k)
+        for n in range(N):
+            m.Add(sum(v for (_, nn), v in home.items() if nn == n) == G // N)
+        if hint is not None:
+            hint_node = (np.arange(R) // S // Q)
+            for (k, n), v in home.items():
+                m.AddHint(v, bool(np.any(hint_node[(hint // size) == k] == n)))
     for e in range(E):
-        gpus = np.flatnonzero(allowed[e])
+        if home is None:
+            gpus = np.arange(P)
+        else:
+            k = e // size
+            gpus = np.flatnonzero(np.repeat(group_nodes[k], Q))
         cands = list(range(int(lo[e]), int(hi[e]) + 1))
         ys = {c: m.NewBoolVar(f"y{e}_{c}") for c in cands}
         m.AddExactlyOne(ys.values())
@@ -115,6 +132,8 @@ def solve_layer(w: np.ndarray, old: np.ndarray, cap: float, num_gpus: int, *, al
             xs = m.NewIntVar(0, S, f"x{e}_{g}")
             total.append(xs)
             xvars.append((e, int(g), xs))
+            if home is not None:
+                m.Add(xs <= S * home[(k, int(g) // Q)])
             parts = []
             for c in cands:
                 coef = math.floor(float(w[e]) / c * scale)
