@@ -436,7 +436,8 @@ def cmd_solvers(args: argparse.Namespace) -> int:
 
 
 # Packages that add their own sub-commands (each module has add_commands(subparsers)).
-PLUGIN_MODULES = ("solvers.workloads.commands", "solvers.bench.commands", "solvers.dynamics.commands")
+PLUGIN_MODULES = ("solvers.workloads.commands", "solvers.bench.commands", "solvers.dynamics.commands",
+                  "solvers.dispatch.commands")
 
 SOLVER_OPTIONS_HELP = ("solver options: every solver declares its options (type, default, allowed values); "
                        "`eplb solvers` prints them as a table. Pass them with -O KEY=VALUE.")
