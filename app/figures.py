@@ -316,12 +316,16 @@ def microbatch_histogram(series: Mapping[str, torch.Tensor | np.ndarray]) -> go.
     """Overlaid histograms of per-(micro-batch, layer) imbalance, one per dispatch model.
     series: name -> [B, L] (or any shape) max / mean values."""
     fig = go.Figure()
-    for k, (name, values) in enumerate(series.items()):
-        v = _np(values).astype(np.float64).ravel()
-        fig.add_trace(go.Histogram(x=v, name=name, opacity=0.6, marker={"color": color_for(k)}, nbinsx=60,
+    arrays = {name: _np(values).astype(np.float64).ravel() for name, values in series.items()}
+    lo = min((float(v.min()) for v in arrays.values() if v.size), default=1.0)
+    hi = max((float(v.max()) for v in arrays.values() if v.size), default=2.0)
+    bins = {"start": lo, "end": hi + 1e-9, "size": max((hi - lo) / 60, 1e-6)}    # the same bins for every model
+    for k, (name, v) in enumerate(arrays.items()):
+        fig.add_trace(go.Histogram(x=v, name=name, opacity=0.6, marker={"color": color_for(k)}, xbins=bins,
                                    hovertemplate="%{x}: %{y} (micro-batch, layer) pairs<extra>" + name + "</extra>"))
         fig.add_vline(x=float(v.mean()), line={"color": color_for(k), "dash": "dash"},
-                      annotation_text=f"mean {v.mean():.3f}", annotation_position="top right")
+                      annotation_text=f"{name}: mean {v.mean():.4f}", annotation_yshift=-16 * k,
+                      annotation_position="top right", annotation={"bgcolor": "rgba(255,255,255,0.85)"})
     fig.update_layout(template=TEMPLATE, barmode="overlay", xaxis={"title": "micro-batch imbalance (max / mean)"},
                       yaxis={"title": "(micro-batch, layer) pairs"}, height=380, margin={"t": 30, "b": 40},
                       legend={"orientation": "h", "y": -0.2, "yanchor": "top", "x": 0})

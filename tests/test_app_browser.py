@@ -84,6 +84,12 @@ def test_explore_page_in_the_browser(app_url, page, tmp_path):
     assert page.locator('[data-testid="stMetric"]').filter(has_text="Termination").count() == 1
     assert "Layer" in page.locator('[data-testid="stPlotlyChart"]').first.inner_text()
     assert _shot(page, tmp_path, "explore").stat().st_size > 10_000
+    for view in ("Heatmap", "Micro-batches"):
+        page.locator('[data-testid="stButtonGroup"] button').filter(has_text=view).first.click()
+        wait_idle(page)
+        page.wait_for_selector(CHART)
+        _no_exception(page)
+        _shot(page, tmp_path, f"explore-{view.lower()}")
     # an impossible cluster: the library's message, and nothing stale left from the last plan
     nodes = page.get_by_label("Nodes", exact=True)
     nodes.fill("3")
