@@ -1,0 +1,92 @@
+"""Speed of token scheduling (solvers.dispatch.schedule_tokens) on the DeepSeek-V3 shape.
+
+58 layers x 256 experts, 288 slots on 32 GPUs (4 nodes), 64 micro-batches of 4096 tokens x
+top-8 sampled from the shipped ``deepseek-v3-skewed`` dataset, plan = DeepSeek's greedy on
+the first steps. Prints the median time of repeated runs after a warm-up on CPU and, where
+present, CUDA, and the HiGHS LP's time per instance for comparison (with the check that the
+batched solver's max loads equal the LP's integer optima there). Targets: <= 1 s on CPU
+(2 cores), <= 20 ms on CUDA.
+
+    python -m benchmarks.schedule_speed [--replicas 288] [--microbatches 64] [--repeats 3] [--lp 24]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+
+from solvers import Problem, solve
+from solvers.dispatch import schedule_tokens
+from solvers.dispatch.microbatches import sample_microbatches
+from solvers.dispatch.schedule import Layout, _solve
+from solvers.loadfiles import read_array
+
+
+def _median_time(fn, repeats: int, sync=lambda: None) -> float:
+    fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--replicas", type=int, default=288)
+    ap.add_argument("--microbatches", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lp", type=int, default=24, help="instances solved by the LP for comparison")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    trace = read_array("deepseek-v3-skewed")
+    problem = Problem(trace[:4].sum(0).to(torch.float64), args.replicas, 8, 4, 32)
+    plan = solve(problem, "deepseek").plan
+    tokens = sample_microbatches(trace[4:], args.microbatches, 4096, 8, seed=0)
+    B, L, E = tokens.shape
+    print(f"shape: {B} micro-batches x {L} layers x {E} experts, {args.replicas} slots on 32 GPUs; "
+          f"torch threads {torch.get_num_threads()}")
+    layout = Layout.of(plan, 32, tokens.device)
+    _, _, rounds = _solve(layout, tokens)
+    print(f"push-relabel rounds until every instance is proven optimal: {rounds}")
+    load = os.getloadavg()
+    t_cpu = _median_time(lambda: schedule_tokens(plan, tokens, 32), args.repeats)
+    verdict = "PASS" if t_cpu <= 1.0 else "FAIL"
+    print(f"CPU : {t_cpu * 1e3:9.1f} ms  (target <= 1000 ms: {verdict})  load average before/after "
+          f"{load[0]:.2f}/{os.getloadavg()[0]:.2f}")
+    if torch.cuda.is_available():
+        p_cuda, t_dev = plan.to("cuda"), tokens.cuda()
+        t_cuda = _median_time(lambda: schedule_tokens(p_cuda, t_dev, 32), args.repeats, torch.cuda.synchronize)
+        print(f"CUDA: {t_cuda * 1e3:9.1f} ms  (target <= 20 ms: {'PASS' if t_cuda <= 0.02 else 'FAIL'}) "
+              f"on {torch.cuda.get_device_name()}")
+    else:
+        print("CUDA: no device here")
+    if args.lp > 0:
+        from solvers.dispatch.lp import solve_lp
+
+        split = schedule_tokens(plan, tokens, 32)
+        top = split.view(B, L, 32, -1).sum(-1).max(-1).values
+        g = torch.Generator().manual_seed(1)
+        picks = torch.randperm(B * L, generator=g)[:args.lp].tolist()
+        start = time.perf_counter()
+        agree = 0
+        for i in picks:
+            b, layer = divmod(i, L)
+            agree += solve_lp(plan.phy2log[layer], tokens[b, layer], 32).integer == int(top[b, layer])
+        per = (time.perf_counter() - start) / len(picks)
+        print(f"LP  : {per * 1e3:9.1f} ms per instance (HiGHS), ~{per * B * L:.1f} s for all {B * L}; "
+              f"batched max load == LP integer optimum on {agree}/{len(picks)} sampled instances")
+        if agree != len(picks):
+            return 1
+    return 0 if verdict == "PASS" else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,92 @@
+"""Placements built for the scheduled split (registered as solvers).
+
+Under scheduling, a GPU's load is not fixed by the plan: tokens of an expert with replicas
+on several GPUs flow to whichever is lighter in each micro-batch. What limits balance is
+(a) experts with one replica (their tokens cannot move), (b) hot experts with too few
+replicas (``t_e / c_e`` above the mean), and (c) small GPU sets that hold every replica
+of many experts (``t(I(U)) / |U|``). So these planners
+
+- choose counts for per-micro-batch peaks: every expert gets ``min_replicas`` replicas,
+  and the slots left go one by one to the expert with the highest load per replica;
+- spread replicas over all GPUs with no two replicas of one expert on one GPU (so every
+  extra replica is a real edge between two GPUs), packed so that the even-split loads
+  are balanced too (Karmarkar-Karp + swap search, the ``kk_swap`` machinery). The
+  packing pairs GPUs by load, not by a fixed pattern, so the expert-GPU graph is close
+  to a random one and expands well.
+
+``uniform_replicas`` is MicroMoE's baseline (every expert ``R // E`` times); ``sched_spread``
+defaults to ``min_replicas = 2`` where the slots allow it (else 1).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..errors import OptionError
+from ..heuristics.packing import pack_counts
+from ..options import Option
+from ..plan import Plan
+from ..problem import Problem
+from ..registry import SolverOutput, register
+
+
+def counts_with_minimum(weight: torch.Tensor, num_slots: int, minimum: int, cap: int) -> torch.Tensor:
+    """[L, E] int64 replica counts: every expert ``minimum`` (at most ``cap``), the slots left
+    one by one to the expert with the highest load per replica below ``cap``. weight: [L, E]."""
+    L, E = weight.shape
+    w = weight.to(torch.float64)
+    counts = torch.full((L, E), minimum, dtype=torch.int64, device=w.device)
+    one = torch.ones(L, 1, dtype=torch.int64, device=w.device)
+    for _ in range(num_slots - minimum * E):
+        per = (w / counts).masked_fill(counts >= cap, -1.0)
+        counts.scatter_add_(1, per.argmax(1, keepdim=True), one)
+    return counts
+
+
+def _check(problem: Problem, minimum: int) -> int:
+    E, R, P = problem.num_experts, problem.num_replicas, problem.num_gpus
+    if minimum * E > R:
+        raise OptionError("min_replicas", f"{minimum} replicas of {E} experts need {minimum * E} slots, "
+                          f"the problem has {R}")
+    if minimum > P:
+        raise OptionError("min_replicas", f"must be <= num_gpus ({P}) with no two replicas of an expert "
+                          f"on one GPU, got {minimum}")
+    if R > E * P:
+        raise OptionError("num_replicas", f"{R} slots cannot hold {E} experts with at most one replica "
+                          f"per GPU ({E * P} at most)")
+    return minimum
+
+
+def spread_plan(problem: Problem, counts: torch.Tensor, steps: int) -> Plan:
+    """Replicas with ``counts`` [L, E] packed over all GPUs, no expert twice on one GPU."""
+    e_slots, _ = pack_counts(problem.weights, counts, problem.num_gpus, nodup=True, max_steps=steps)
+    return Plan.from_phy2log(e_slots, problem.num_experts)
+
+
+_STEPS = Option("steps", int, 64, "swap local-search steps of the packing", minimum=0, maximum=100_000,
+                advanced=True)
+
+
+@register("sched_spread", kind="heuristic",
+          description="for the scheduled split: every expert min_replicas replicas, the rest to the highest "
+                      "load per replica, spread over all GPUs with no expert twice on a GPU",
+          options=(Option("min_replicas", int, 0, "replicas every expert gets (0: 2 where the slots allow, "
+                                                  "else 1)", minimum=0, maximum=1024),
+                   _STEPS))
+def solve_sched_spread(problem: Problem, *, min_replicas: int = 0, steps: int = 64) -> SolverOutput:
+    E, R, P = problem.num_experts, problem.num_replicas, problem.num_gpus
+    minimum = min_replicas or (2 if R >= 2 * E and P >= 2 else 1)
+    _check(problem, minimum)
+    counts = counts_with_minimum(problem.weights, R, minimum, P)
+    return SolverOutput(spread_plan(problem, counts, steps), "global",
+                        info={"min_replicas": minimum})
+
+
+@register("uniform_replicas", kind="heuristic",
+          description="MicroMoE-style baseline for the scheduled split: every expert R // E replicas (the "
+                      "R mod E left to the hottest), spread over all GPUs with no expert twice on a GPU",
+          options=(_STEPS,))
+def solve_uniform_replicas(problem: Problem, *, steps: int = 64) -> SolverOutput:
+    E, R, P = problem.num_experts, problem.num_replicas, problem.num_gpus
+    minimum = _check(problem, min(R // E, P))
+    counts = counts_with_minimum(problem.weights, R, minimum, minimum + 1)
+    return SolverOutput(spread_plan(problem, counts, steps), "global", info={"replicas_each": minimum})
