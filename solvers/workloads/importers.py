@@ -321,22 +321,23 @@ def iter_vllm_steps(path: str | Path) -> Iterator[np.ndarray]:
 def read_vllm(path: str | Path) -> torch.Tensor:
     """loads: [steps, layers, experts] from a vLLM-style JSON history, streamed.
 
-    Every number takes at least 2 bytes of JSON (a digit and a separator), so
-    ``file size / (2 x layers x experts)`` bounds the step count: the result is allocated
-    once at that bound and only the pages of the steps actually read are ever touched, so
-    the resident peak is about the result plus one parsed step.
+    Steps go into a buffer that doubles when full (at most the file's step count: every
+    number takes at least 2 bytes of JSON), so the resident peak is about twice the result
+    plus one parsed step, whatever the file claims.
     """
     path = Path(path)
     out: torch.Tensor | None = None
     n = 0
     for arr in iter_vllm_steps(path):
         if out is None:
-            bound = max(1, path.stat().st_size // (2 * arr.size))
-            out = torch.empty((bound, *arr.shape), dtype=torch.int64)
+            most = max(1, path.stat().st_size // (2 * arr.size))
+            out = torch.empty((min(most, 64), *arr.shape), dtype=torch.int64)
+        if n == out.shape[0]:
+            grown = torch.empty((min(most, 2 * n), *arr.shape), dtype=out.dtype)
+            grown[:n] = out
+            out = grown
         if arr.dtype.kind == "f" and not out.is_floating_point():
-            as_float = torch.empty(out.shape, dtype=torch.float64)   # fractional loads: keep them
-            as_float[:n] = out[:n]
-            out = as_float
+            out = out.to(torch.float64)             # fractional loads: keep them
         out[n] = torch.from_numpy(arr)
         n += 1
     assert out is not None  # iter_vllm_steps raises on an empty history
