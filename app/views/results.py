@@ -96,8 +96,9 @@ def _recommender(df) -> None:
         return
     head = format_recommendation(rec).split("\ncandidates", 1)[0].strip()      # the tables follow as tables
     (st.success if rec.solver else st.warning)("\n\n".join(ln for ln in head.splitlines() if ln.strip()))
-    st.markdown("**Candidates** (best first; gaps as fractions of the bound)")
-    st.dataframe(rec.table, hide_index=True, width="stretch")
+    st.markdown("**Candidates** (best first)")
+    st.dataframe(rec.table, hide_index=True, width="stretch", column_config={
+        c: st.column_config.NumberColumn(format="percent") for c in rec.table.columns if c.startswith("gap")})
     with st.expander(f"Evidence: the runs of {rec.solver or 'the fastest solver'}"):
         st.dataframe(rec.evidence, hide_index=True, width="stretch")
 
