@@ -76,12 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, default=1)
     ap.add_argument("--time-limit", type=float, default=60.0, help="seconds per layer")
     ap.add_argument("--laws", nargs="*", choices=tuple(LAWS), default=tuple(LAWS))
+    ap.add_argument("--experts", nargs="*", type=int, default=[s[0] for s in DECODE],
+                    help="decode shapes to run, by expert count (64, 128, 256)")
     args = ap.parse_args(argv)
     print(f"load average at start: {os.getloadavg()}, time limit {args.time_limit:g} s per layer")
     failed = 0
     if "decode" in args.only:
         rows = []
-        for E, R, P in DECODE:
+        for E, R, P in (s for s in DECODE if s[0] in args.experts):
             for law in args.laws:
                 for seed in args.seeds:
                     p = Problem(loads(E, law, seed, args.layers), R, 1, 1, P)

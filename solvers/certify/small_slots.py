@@ -297,14 +297,21 @@ def lns_counts(weights: torch.Tensor, counts: torch.Tensor, *, deadline: float, 
                step: float = 1e-3, seed: int = 0, threads: int = 1) -> torch.Tensor:
     """Large-neighbourhood search with the exact model: free the experts of the heaviest
     GPUs plus random others (``free_size`` in all), ask the MIP for a plan ``step``
-    (relative) below the incumbent, keep it when found; halve the step after a miss."""
+    (relative) below the incumbent, keep it when found; halve the step after a miss, and
+    when it gets below 1e-7 start again from ``step`` with a neighbourhood half as large
+    again (at most 3 x ``free_size``), until ``deadline``."""
     gen = np.random.default_rng(seed)
     w = weights.to(torch.float64)
     wn = w.numpy()
     best = counts.clone()
     value = float(pair_values(w, best[None])[0, 0])
     E, R = len(wn), int(counts.sum())
-    while time.perf_counter() < deadline and step > 1e-7:
+    first_step, first_size = step, free_size
+    while time.perf_counter() < deadline:
+        if step < 1e-7:
+            if free_size >= min(E, 3 * first_size):
+                break
+            step, free_size = first_step, min(E, 3 * first_size, free_size + (free_size + 1) // 2)
         heavy = pair_phy2log(w, best)[: max(2, free_size // 2)].unique().numpy()
         free = np.zeros(E, dtype=bool)
         free[heavy] = True
