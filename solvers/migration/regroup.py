@@ -24,7 +24,6 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from ..bounds import optimal_counts
 from ..heuristics.hierarchical import balanced_partitions
 from .minmoves import repair
 from .moves import moves_per_layer
@@ -73,6 +72,15 @@ def candidate_assignments(w: np.ndarray, home: np.ndarray, replicas: np.ndarray,
     return [table[i] for i in order[:top]]
 
 
+def _greedy_counts(w: np.ndarray, num_slots: int) -> np.ndarray:
+    """[E'] replica counts for ``num_slots`` slots, each extra slot to the highest load per
+    replica (optimal for the max replica load; a few slots, so a short loop)."""
+    c = np.ones(len(w), dtype=np.int64)
+    for _ in range(num_slots - len(w)):
+        c[np.argmax(w / c)] += 1
+    return c
+
+
 def start_from_assignment(w: np.ndarray, p2l: np.ndarray, assign: np.ndarray, num_groups: int,
                           num_nodes: int, num_gpus: int) -> np.ndarray:
     """phy2log [R] keeping staying groups' replicas, placing arriving groups in freed slots."""
@@ -85,6 +93,8 @@ def start_from_assignment(w: np.ndarray, p2l: np.ndarray, assign: np.ndarray, nu
         slots = np.arange(n * per_node, (n + 1) * per_node)
         mine = out[slots]
         stays = assign[mine // gsize] == n
+        if stays.all():                              # no group leaves: none arrives
+            continue
         experts = np.flatnonzero(assign[np.arange(E) // gsize] == n)
         present = np.zeros(E, dtype=bool)
         present[mine[stays]] = True
@@ -101,11 +111,13 @@ def start_from_assignment(w: np.ndarray, p2l: np.ndarray, assign: np.ndarray, nu
             cnt[d] -= 1
         if len(arriving) == 0:
             continue
-        acnt = optimal_counts(torch.as_tensor(w[arriving]).view(1, -1), len(free))[0].numpy()
+        acnt = _greedy_counts(w[arriving], len(free))
         reps = np.repeat(arriving, acnt)
         reps = reps[np.argsort(-np.repeat(w[arriving] / acnt, acnt), kind="stable")]   # heaviest first
         free = np.asarray(sorted(free))
-        kept = np.setdiff1d(slots, free)
+        keep = np.ones(per_node, dtype=bool)
+        keep[free - n * per_node] = False
+        kept = slots[keep]
         gpu_load[:] = 0
         np.add.at(gpu_load, kept // S, w[out[kept]] / cnt[out[kept]])
         # Free slots in order of their GPU's load plus what earlier free slots there add:
