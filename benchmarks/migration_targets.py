@@ -115,7 +115,7 @@ def main(argv=None) -> int:
     # Exact model per layer: proven optima and gaps at --exact-seconds per layer.
     xrows = []
     k = args.exact_layers
-    for policy in ("global", "hierarchical"):
+    for policy in ("global", "hierarchical") if k > 0 else ():
         old_w, new_w = drifted(args.seeds[0])
         po, pn = Problem(old_w[:k], R, G, N, P), Problem(new_w[:k], R, G, N, P)
         prev = solve(po, "deepseek", policy=policy).plan
