@@ -7,7 +7,11 @@ together as the time limit allows.
    count-choice model as a MIP (:mod:`.small_slots`); the model's LP relaxation,
    bisected between the combinatorial bound and the plan, raises the bound.
 3. Any S: exact two-GPU re-splits of the busiest GPU (:mod:`.repartition`), within its
-   node under the hierarchical policy so the plan keeps its structure.
+   node under the hierarchical policy so the plan keeps its structure; then CP-SAT's
+   packing model (solvers.exact) repacks the busiest node (global: all GPUs) for the
+   plan's counts, warm-started from it, in the time left.
+4. Hierarchical policy: the plan on the group-to-node assignment of the bound
+   (:mod:`.hierarchical`) replaces the portfolio's where it is better (before step 3).
 
 The bound of step 2 holds for every plan (global, free counts, duplicates allowed) and
 goes to ``SolverOutput.bound``. Under the hierarchical policy, the bound for plans with
@@ -94,7 +98,7 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
             loads = (w[layer] / cnt)[experts]                                      # [P, S]
             _, experts = polish(loads, experts, deadline=now + (layer_end - now) * 0.3, group=node)
             p2l[layer] = experts.reshape(-1)
-            p2l[layer] = _exact_busiest_node(problem, layer, p2l[layer], w[layer], node, layer_end, threads)
+            p2l[layer] = _exact_busiest_node(problem, p2l[layer], w[layer], node, layer_end, threads)
     plan = Plan.from_phy2log(p2l.to(problem.device), E)
     info = dict(base.info)
     info.update(baseline_objective=baseline.tolist(), baseline_bound=universal.tolist(),
@@ -111,7 +115,7 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
                         model_bound=model_bound, model_scope=model_scope)
 
 
-def _exact_busiest_node(problem: Problem, layer: int, row: torch.Tensor, weights: torch.Tensor,
+def _exact_busiest_node(problem: Problem, row: torch.Tensor, weights: torch.Tensor,
                         node: torch.Tensor | None, deadline: float, threads: int) -> torch.Tensor:
     """phy2log [R] of one layer with the GPUs of the busiest node (all GPUs when ``node``
     is None) repacked by CP-SAT's packing model for the plan's counts, warm-started from
