@@ -230,7 +230,6 @@ def _solve(lm: LayerModel, *, backend: str, time_limit: float, threads: int, see
 
 _CBC_BOUND = re.compile(r"^Lower bound:\s*([-+0-9.eE]+)", re.M)
 _CBC_BEST_POSSIBLE = re.compile(r"best possible ([-+0-9.eE]+)")
-_CBC_OBJ = re.compile(r"^Objective value:\s*([-+0-9.eE]+)", re.M)
 _CBC_RESULT = re.compile(r"^Result - (.*)$", re.M)
 
 # Relative precision of figures CBC prints with 8 significant digits (solution file).
