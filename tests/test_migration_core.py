@@ -220,3 +220,15 @@ def test_exact_hierarchical_keeps_groups_whole():
     for layer in range(2):
         for k in range(4):
             assert node_of_slot[x.plan.phy2log[layer] // 4 == k].unique().numel() == 1
+
+
+def test_pareto_rows_trade_moves_for_balance():
+    from solvers.migration import pareto, pareto_table
+    old_w, new_w = _drifted(4, 32, 5)
+    prev = solve(Problem(old_w, 48, 1, 1, 8), "deepseek").plan
+    rows = pareto(Problem(new_w, 48, 1, 1, 8), "deepseek", prev, slacks=(0.0, 0.05, 0.2), expert_bytes=2)
+    assert [r["plan"] for r in rows[:2]] == ["fresh", "relabelled"]
+    sweep = rows[2:]
+    assert all(a["moves"] >= b["moves"] for a, b in zip(sweep, sweep[1:]))     # more slack, fewer moves
+    assert all(r["bytes"] == 2 * r["moves"] for r in rows)
+    assert "| relabelled |" in pareto_table(rows)

@@ -10,7 +10,10 @@
 Moves are always counted by the shared scorer: (layer, GPU, expert) pairs the GPU did not
 hold before, one weight transfer each.
 """
-from .api import METHODS, migrate, moves_per_layer, plan_with_migration
+from .api import METHODS, migrate, plan_with_migration
+from .moves import moves_per_layer
+from .pareto import pareto, pareto_figure, pareto_table
 from .relabel import relabel
 
-__all__ = ["relabel", "plan_with_migration", "migrate", "moves_per_layer", "METHODS"]
+__all__ = ["relabel", "plan_with_migration", "migrate", "moves_per_layer", "METHODS", "pareto",
+           "pareto_table", "pareto_figure"]
