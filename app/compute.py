@@ -164,34 +164,16 @@ def compare_row(name: str, outcome: Outcome, holdout: HeldOut | None) -> dict[st
     return row
 
 
-def dispatch_models() -> tuple[str, ...]:
-    """The dispatch models this installation can score: the even split always, the
-    scheduled split when :mod:`solvers.dispatch` (token scheduling) is present."""
-    try:
-        from solvers.dispatch import schedule_tokens  # noqa: F401
-    except ImportError:
-        return ("even split",)
-    return ("even split", "scheduled split")
+DISPATCH_MODELS = {"even split": "even", "scheduled split": "scheduled"}
 
 
 def microbatch_imbalance(plan: Plan, tokens: torch.Tensor, num_gpus: int, model: str = "even split") -> torch.Tensor:
-    """[B, L] max / mean GPU load of every micro-batch and layer under a dispatch model.
+    """[B, L] max / mean GPU load of every micro-batch and layer under a dispatch model
+    (:func:`solvers.dispatch.microbatches.microbatch_imbalance`). tokens: [B, L, E] counts.
+    "even split": each replica serves t_e / c_e; "scheduled split": per micro-batch, the split
+    of each expert's tokens over its replicas with the smallest max GPU load."""
+    from solvers.dispatch.microbatches import microbatch_imbalance as imbalance
 
-    tokens: [B, L, E] token counts per micro-batch (a trace's steps). "even split": each
-    replica serves t_e / c_e; "scheduled split": per micro-batch, the split of each
-    expert's tokens over its replicas with the smallest max GPU load (solvers.dispatch)."""
-    t = tokens.to(torch.float64)
-    if model == "even split":
-        cnt = plan.logcnt.to(torch.float64)                                   # [L, E]
-        p2l = plan.phy2log                                                     # [L, R]
-        per_slot = (t / cnt).gather(2, p2l.unsqueeze(0).expand(t.shape[0], -1, -1))   # [B, L, R]
-        gpu = per_slot.view(*per_slot.shape[:2], num_gpus, -1).sum(-1)        # [B, L, P]
-    elif model == "scheduled split":
-        from solvers.dispatch import schedule_tokens
-
-        split = schedule_tokens(plan, tokens.to(torch.int64), num_gpus)       # [B, L, R]
-        gpu = split.view(*split.shape[:2], num_gpus, -1).sum(-1).to(torch.float64)
-    else:
-        raise ValueError(f"dispatch: must be one of {', '.join(dispatch_models())}, got {model!r}")
-    mean = gpu.mean(-1)
-    return torch.where(mean > 0, gpu.max(-1).values / mean.clamp_min(1e-300), torch.ones_like(mean))
+    if model not in DISPATCH_MODELS:
+        raise ValueError(f"dispatch: must be one of {', '.join(DISPATCH_MODELS)}, got {model!r}")
+    return imbalance(plan, tokens, num_gpus, DISPATCH_MODELS[model])

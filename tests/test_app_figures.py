@@ -235,10 +235,8 @@ def test_even_split_microbatch_imbalance_is_the_scorers_per_step():
 
 
 def test_scheduled_split_is_never_worse_than_the_even_split():
-    from app.compute import dispatch_models, microbatch_imbalance
+    from app.compute import microbatch_imbalance
 
-    if "scheduled split" not in dispatch_models():
-        pytest.skip("solvers.dispatch (token scheduling) is not installed")
     problem = _problem(replicas=32)
     plan = solve(problem, "deepseek").plan
     tokens = torch.randint(0, 50, (5, problem.num_layers, problem.num_experts), generator=torch.Generator().manual_seed(4))

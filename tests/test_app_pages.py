@@ -295,15 +295,19 @@ def test_explore_time_robust_planner_gets_the_windows_steps():
 
 
 def test_explore_micro_batch_view_replays_the_windows_steps(default_problem):
-    from app.compute import dispatch_models, microbatch_imbalance
+    from app.compute import DISPATCH_MODELS, microbatch_imbalance
 
     at = _app().run()
     at.segmented_control(key="explore:view").set_value("Micro-batches").run()
     _clean(at)
     assert not at.error
+    assert [t["name"] for t in _charts(at)["explore:chart:microbatches"]["data"]] == list(DISPATCH_MODELS)
+    at.radio(key="explore:mb_source").set_value("steps of the window").run()
+    _clean(at)
     hist = _charts(at)["explore:chart:microbatches"]
     trace = load_dataset(DEFAULT_DATASET).loads
     plan = solve(default_problem, "deepseek").plan
     even = microbatch_imbalance(plan, trace, 32, "even split")
-    assert [t["name"] for t in hist["data"]] == list(dispatch_models())
     np.testing.assert_allclose(np.sort(_array(hist["data"][0]["x"])), np.sort(even.numpy().ravel()))
+    stats = at.dataframe[0].value
+    assert stats["mean"].iloc[0] == pytest.approx(float(even.mean()))

@@ -13,7 +13,7 @@ from solvers.errors import EPLBError
 
 from app import cache, figures
 from app.cluster import dense_layers, expert_bytes
-from app.compute import dispatch_models, metric_cards, plan_table
+from app.compute import DISPATCH_MODELS, metric_cards, plan_table
 from app.exports import plan_downloads
 from app.widgets import (cluster_picker, describe_loads, loads_picker, show_error, solver_options, solver_select,
                          window_picker)
@@ -139,7 +139,7 @@ def _charts(problem, outcome, loads, model, solver, window) -> None:
                         key=f"{PAGE}:chart:layers")
         st.caption("The dotted line is the lower bound / mean: no plan of any policy can go below it.")
     elif view == "Micro-batches":
-        _micro_batches(problem, result, loads, window)
+        _micro_batches(problem, result, loads, window, model)
     elif view == "Plan":
         _plan_table(problem, result)
     else:
@@ -168,26 +168,41 @@ def _per_gpu(problem, result) -> None:
 
 
 @st.fragment
-def _micro_batches(problem, result, loads, window) -> None:
-    """Each step of the window as a micro-batch, dispatched by the chosen model(s)."""
-    if loads.num_steps == 1:
-        st.info("The loads have one step: there are no micro-batches to replay.")
+def _micro_batches(problem, result, loads, window, model) -> None:
+    """The plan under each dispatch model, micro-batch by micro-batch: the window's steps
+    taken as micro-batches, or micro-batches sampled from them."""
+    from solvers.dispatch.microbatches import imbalance_stats, sample_microbatches, steps_as_microbatches
+    from solvers.workloads.presets import PRESETS
+
+    c1, c2 = st.columns([2, 3])
+    chosen = c1.pills("Dispatch model", list(DISPATCH_MODELS), selection_mode="multi", default=list(DISPATCH_MODELS),
+                      key=f"{PAGE}:dispatch", help="even split: each replica serves w_e / c_e (vLLM, SGLang, "
+                      "TensorRT-LLM); scheduled split: per micro-batch, the split of each expert's tokens over its "
+                      "replicas with the smallest max GPU load (MicroMoE, LPLB)")
+    source = c2.radio("Micro-batches", ["sampled", "steps of the window"], horizontal=True, key=f"{PAGE}:mb_source",
+                      help="a step of a trace holds many micro-batches' tokens; sampled micro-batches draw "
+                           "top-k routed tokens from the steps' expert shares")
+    steps = loads.trace[window[0]:window[1]]                                   # [T, L, E]
+    try:
+        if source == "sampled":
+            k1, k2, k3 = st.columns(3)
+            n = k1.number_input("Micro-batches", 1, 4096, 64, key=f"{PAGE}:mb_count")
+            size = k2.number_input("Tokens per micro-batch", 1, 1_000_000, 4096, step=512, key=f"{PAGE}:mb_tokens")
+            seed = k3.number_input("Seed", 0, 2**31 - 1, 0, key=f"{PAGE}:mb_seed")
+            top_k = PRESETS[model].top_k if model in PRESETS else 8
+            tokens = sample_microbatches(steps, int(n), int(size), min(top_k, problem.num_experts), int(seed))
+        else:
+            tokens = steps_as_microbatches(steps)
+        series = {m: cache.microbatch_imbalance(result.plan, tokens, problem.num_gpus, m) for m in chosen or []}
+    except Exception as exc:  # noqa: BLE001  the library's message, never a traceback
+        show_error(exc)
         return
-    models = dispatch_models()
-    chosen = st.pills("Dispatch model", models, selection_mode="multi", default=list(models), key=f"{PAGE}:dispatch",
-                      help="even split: each replica serves w_e / c_e (vLLM, SGLang, TensorRT-LLM); scheduled "
-                           "split: per micro-batch, the split over replicas with the smallest max GPU load")
-    if len(models) == 1:
-        st.caption("The scheduled split needs `solvers.dispatch` (token scheduling), not installed here.")
-    tokens = loads.trace[window[0]:window[1]]                                   # [B, L, E]
-    series = {m: cache.microbatch_imbalance(result.plan, tokens, problem.num_gpus, m) for m in chosen or []}
     if not series:
         return
     st.plotly_chart(figures.microbatch_histogram(series), width="stretch", key=f"{PAGE}:chart:microbatches")
-    st.dataframe(pd.DataFrame([{"dispatch model": m, "mean": float(v.mean()), "p99": float(torch.quantile(v.flatten(), 0.99)),
-                                "worst": float(v.max())} for m, v in series.items()]), hide_index=True)
-    st.caption(f"{tokens.shape[0]} steps x {problem.num_layers} layers, each step taken as one micro-batch; the "
-               "plan was made on the window's sum.")
+    st.dataframe(pd.DataFrame([{"dispatch model": m, **imbalance_stats(v)} for m, v in series.items()]),
+                 hide_index=True)
+    st.caption(f"{tokens.shape[0]} micro-batches x {problem.num_layers} layers; the plan was made on the window's sum.")
 
 
 @st.fragment
