@@ -6,16 +6,18 @@ on several GPUs flow to whichever is lighter in each micro-batch. What limits ba
 replicas (``t_e / c_e`` above the mean), and (c) small GPU sets that hold every replica
 of many experts (``t(I(U)) / |U|``). So these planners
 
-- choose counts for per-micro-batch peaks: every expert gets ``min_replicas`` replicas,
-  and the slots left go one by one to the expert with the highest load per replica;
+- choose counts for per-micro-batch peaks, then for connectivity: first every expert gets
+  enough replicas that ``headroom x`` its share stays below a GPU's mean load
+  (``c_e >= headroom * w_e / (W / P)``), then the slots left go to the experts with the
+  fewest replicas, heaviest first (every expert twice before any third replica): each
+  extra replica turns a fixed load into one that can move;
 - spread replicas over all GPUs with no two replicas of one expert on one GPU (so every
   extra replica is a real edge between two GPUs), packed so that the even-split loads
   are balanced too (Karmarkar-Karp + swap search, the ``kk_swap`` machinery). The
   packing pairs GPUs by load, not by a fixed pattern, so the expert-GPU graph is close
   to a random one and expands well.
 
-``uniform_replicas`` is MicroMoE's baseline (every expert ``R // E`` times); ``sched_spread``
-defaults to ``min_replicas = 2`` where the slots allow it (else 1).
+``uniform_replicas`` is MicroMoE's baseline (every expert ``R // E`` times, whatever its load).
 """
 from __future__ import annotations
 
@@ -40,6 +42,27 @@ def counts_with_minimum(weight: torch.Tensor, num_slots: int, minimum: int, cap:
         per = (w / counts).masked_fill(counts >= cap, -1.0)
         counts.scatter_add_(1, per.argmax(1, keepdim=True), one)
     return counts
+
+
+def peak_then_connect_counts(weight: torch.Tensor, num_slots: int, num_gpus: int, headroom: float
+                             ) -> torch.Tensor:
+    """[L, E] int64 counts: ``ceil(headroom * w_e / (W / P))`` (at least 1, at most P), then the
+    slots left one by one to the expert with the fewest replicas, heaviest first. When the
+    first stage needs more slots than there are, the greedy counts (highest load per replica)."""
+    L, E = weight.shape
+    w = weight.to(torch.float64)
+    mean_gpu = (w.sum(1, keepdim=True) / num_gpus).clamp_min(1e-300)
+    need = torch.ceil(headroom * w / mean_gpu).clamp(1, num_gpus).to(torch.int64)
+    fits = need.sum(1) <= num_slots                                       # [L]
+    greedy = counts_with_minimum(w, num_slots, 1, num_gpus)
+    counts = torch.where(fits.unsqueeze(1), need, torch.ones_like(need))
+    heavier = w / w.max(1, keepdim=True).values.clamp_min(1e-300) * 0.5   # < 1: a tie-breaker only
+    one = torch.ones(L, 1, dtype=torch.int64, device=w.device)
+    for _ in range(num_slots - E):
+        left = counts.sum(1, keepdim=True) < num_slots
+        key = (-counts.to(torch.float64) + heavier).masked_fill(counts >= num_gpus, -float("inf"))
+        counts.scatter_add_(1, key.argmax(1, keepdim=True), one * left)
+    return torch.where(fits.unsqueeze(1), counts, greedy)
 
 
 def _check(problem: Problem, minimum: int) -> int:
@@ -67,18 +90,15 @@ _STEPS = Option("steps", int, 64, "swap local-search steps of the packing", mini
 
 
 @register("sched_spread", kind="heuristic",
-          description="for the scheduled split: every expert min_replicas replicas, the rest to the highest "
-                      "load per replica, spread over all GPUs with no expert twice on a GPU",
-          options=(Option("min_replicas", int, 0, "replicas every expert gets (0: 2 where the slots allow, "
-                                                  "else 1)", minimum=0, maximum=1024),
+          description="for the scheduled split: replicas for each expert's peaks, the slots left to the experts "
+                      "with the fewest replicas, spread over all GPUs with no expert twice on a GPU",
+          options=(Option("headroom", float, 1.25, "replicas so that headroom x an expert's share stays below "
+                                                  "a GPU's mean load", minimum=1.0, maximum=100.0),
                    _STEPS))
-def solve_sched_spread(problem: Problem, *, min_replicas: int = 0, steps: int = 64) -> SolverOutput:
-    E, R, P = problem.num_experts, problem.num_replicas, problem.num_gpus
-    minimum = min_replicas or (2 if R >= 2 * E and P >= 2 else 1)
-    _check(problem, minimum)
-    counts = counts_with_minimum(problem.weights, R, minimum, P)
-    return SolverOutput(spread_plan(problem, counts, steps), "global",
-                        info={"min_replicas": minimum})
+def solve_sched_spread(problem: Problem, *, headroom: float = 1.25, steps: int = 64) -> SolverOutput:
+    _check(problem, 1)
+    counts = peak_then_connect_counts(problem.weights, problem.num_replicas, problem.num_gpus, headroom)
+    return SolverOutput(spread_plan(problem, counts, steps), "global")
 
 
 @register("uniform_replicas", kind="heuristic",

@@ -1,0 +1,93 @@
+"""`eplb microbatch` end to end, and the scheduling-aware planners through solve()."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import solvers.dispatch  # noqa: F401  registers the planners
+from solvers import OptionError, Problem, solve
+from solvers.cli import main
+from solvers.dispatch.microbatches import microbatch_imbalance
+
+
+@pytest.fixture
+def trace_and_plan(tmp_path):
+    g = np.random.default_rng(0)
+    loads = g.integers(0, 200, size=(6, 2, 16)) * (g.random((1, 2, 16)) < 0.8)
+    trace = tmp_path / "trace.npz"
+    np.savez(trace, loads=loads)
+    plan = tmp_path / "plan.json"
+    assert main(["plan", "--loads", str(trace), "--replicas", "24", "--gpus", "4", "--out", str(plan)]) == 0
+    return trace, plan
+
+
+def test_sampled_microbatches_report_and_files(trace_and_plan, tmp_path, capsys):
+    trace, plan = trace_and_plan
+    capsys.readouterr()
+    out = tmp_path / "out"
+    rc = main(["microbatch", "--loads", str(trace), "--plan", str(plan), "--tokens-per-microbatch", "64",
+               "--top-k", "2", "--microbatches", "5", "--json", "--out", str(out)])
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["count"] == 5 and summary["top_k"] == 2
+    even, sched = summary["imbalance"]["even"], summary["imbalance"]["scheduled"]
+    assert 1.0 <= sched["mean"] <= even["mean"] and sched["worst"] <= even["worst"]
+    assert (out / "histogram.svg").read_text().startswith("<svg")
+    rows = (out / "imbalance.csv").read_text().splitlines()
+    assert rows[0] == "microbatch,layer,even,scheduled" and len(rows) == 1 + 5 * 2
+    assert json.loads((out / "summary.json").read_text())["imbalance"] == summary["imbalance"]
+
+
+def test_steps_as_microbatches_matches_the_library(trace_and_plan, capsys):
+    trace, plan = trace_and_plan
+    capsys.readouterr()
+    assert main(["microbatch", "--loads", str(trace), "--plan", str(plan), "--steps-as-microbatches"]) == 0
+    text = capsys.readouterr().out
+    assert "6 micro-batches (steps)" in text
+    from solvers.planfile import read_plan
+
+    p, _ = read_plan(plan)
+    tokens = torch.from_numpy(np.load(trace)["loads"])
+    worst = float(microbatch_imbalance(p, tokens, 4, "scheduled").max())
+    line = next(l for l in text.splitlines() if l.startswith("scheduled"))
+    assert float(line.split()[-1]) == pytest.approx(worst, abs=1e-4)
+
+
+def test_bad_input_is_one_line_and_status_2(trace_and_plan, tmp_path, capsys):
+    trace, plan = trace_and_plan
+    capsys.readouterr()
+    rc = main(["microbatch", "--loads", str(trace), "--plan", str(plan), "--steps-as-microbatches", "--top-k", "2"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("eplb: error: steps_as_microbatches:") and err.count("\n") == 1
+    other = tmp_path / "other.npz"
+    np.savez(other, loads=np.ones((2, 3, 16), dtype=np.int64))
+    rc = main(["microbatch", "--loads", str(other), "--plan", str(plan)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("eplb: error: loads:")
+
+
+@pytest.mark.parametrize("solver", ["sched_spread", "uniform_replicas"])
+def test_planners_spread_replicas_without_duplicates(solver):
+    w = torch.distributions.LogNormal(0.0, 1.0).sample((2, 16)).double()
+    res = solve(Problem(w, 32, 1, 1, 8), solver)
+    assert res.plan is not None and res.score.duplicates == 0 and res.policy == "global"
+    if solver == "uniform_replicas":                     # 32 slots for 16 experts: every expert twice
+        assert bool((res.plan.logcnt == 2).all())
+
+
+def test_sched_spread_covers_peaks_then_connects():
+    # e0 holds 100 of 115 tokens: 8 GPUs' mean is 14.4, so e0 needs all 8 GPUs; 40 slots
+    # leave 40 - 8 - 15 = 17 extra: every other expert twice (15), then the two heaviest thrice.
+    w = torch.tensor([[100.0] + [1.0] * 13 + [2.0, 3.0]])
+    res = solve(Problem(w, 40, 1, 1, 8), "sched_spread")
+    cnt = res.plan.logcnt[0]
+    assert cnt[0] == 8 and cnt[14] == 3 and cnt[15] == 3 and bool((cnt[1:14] == 2).all())
+
+
+def test_planner_options_are_checked():
+    w = torch.ones(1, 16)
+    with pytest.raises(OptionError, match="^headroom"):
+        solve(Problem(w, 24, 1, 1, 8), "sched_spread", headroom=0.5)
+    with pytest.raises(OptionError, match="^num_replicas"):
+        solve(Problem(w, 32, 1, 1, 1), "uniform_replicas")
