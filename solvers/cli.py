@@ -150,7 +150,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if "policy" in options:
             raise OptionError("policy", "given both as --policy and -O policy=")
         options["policy"] = args.policy
-    result = solve(problem, args.solver, **options)
+    previous = read_any_plan(args.previous, info, args, "previous")[0] if args.previous else None
+    expert_bytes = args.expert_bytes if args.expert_bytes is not None else preset_bytes
+    if previous is None and (args.migration_slack is not None or args.migration is not None):
+        raise OptionError("previous", "--migration-slack and --migration need --previous (the placement in force)")
+    if previous is not None and args.migration_slack is not None:
+        from .migration import plan_with_migration
+
+        result = plan_with_migration(problem, args.solver, previous, slack=args.migration_slack,
+                                     method=args.migration or "heuristic", expert_bytes=expert_bytes, **options)
+    else:
+        result = solve(problem, args.solver, previous=previous, expert_bytes=expert_bytes, **options)
     if result.plan is None:
         return _fail(f"solver {args.solver!r} found no plan ({result.termination}): {result.message}")
     metrics = result.summary()
@@ -158,7 +168,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                         metrics=metrics, result=result, dense_layers=dense,
                         provenance={"loads": str(args.loads), "loads_sha256": loads_sha256(args.loads),
                                     "loads_format": info.format, "dense_layers_dropped": info.dense_layers,
-                                    "model": args.model, "command": _command_line()})
+                                    "model": args.model, "previous": args.previous,
+                                    "expert_bytes": expert_bytes, "command": _command_line()})
     write_plan(args.out, doc)
     if args.json:
         print(json.dumps(metrics, indent=2))
@@ -460,6 +471,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "divide by nodes)")
     p.add_argument("--option", "-O", action="append", type=_option, metavar="KEY=VALUE",
                    help="solver option, repeatable (e.g. -O time_limit=10); see `eplb solvers`")
+    p.add_argument("--previous", default=None, help="placement in force (eplb, SGLang, TensorRT-LLM or CSV map): "
+                                                   "moves and bytes are recorded")
+    p.add_argument("--migration-slack", type=float, default=None, metavar="EPS",
+                   help="migration-aware: fewest moves from --previous with every layer's max load within "
+                        "(1 + EPS) x a fresh plan's (docs/dynamics.md)")
+    p.add_argument("--migration", choices=("heuristic", "exact"), default=None,
+                   help="migration-aware method: batched repair heuristic (default) or CP-SAT per layer")
+    p.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert for moves (default: the model's)")
     p.add_argument("--out", required=True, help="plan JSON to write")
     p.add_argument("--json", action="store_true", help="print metrics as JSON")
     p.set_defaults(func=cmd_plan)

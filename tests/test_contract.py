@@ -336,3 +336,19 @@ def test_compare_bad_input_is_one_line(capsys):
     assert main(["compare", "--loads", "datasets/examples/readme.json", "--replicas", "16", "--gpus", "8",
                  "--solvers", "nope"]) == 2
     assert "unknown solver 'nope'" in capsys.readouterr().err
+
+
+def test_plan_with_previous_records_moves_and_migration_slack_cuts_them(tmp_path, capsys):
+    base = ["--loads", "olmoe-1b-7b-drifting@0:100", "--model", "olmoe-1b-7b", "--replicas", "80", "--nodes", "2",
+            "--gpus", "16"]
+    old, fresh, aware = tmp_path / "old.json", tmp_path / "fresh.json", tmp_path / "aware.json"
+    assert main(["plan", *base, "--out", str(old)]) == 0
+    later = ["--loads", "olmoe-1b-7b-drifting@300:400", *base[2:]]
+    assert main(["plan", *later, "--previous", str(old), "--out", str(fresh)]) == 0
+    assert main(["plan", *later, "--previous", str(old), "--migration-slack", "0.03", "--out", str(aware)]) == 0
+    f, a = (json.loads(x.read_text())["metrics"] for x in (fresh, aware))
+    assert a["moves"] < f["moves"] and a["moves_bytes"] == a["moves"] * 2 * 3 * 2048 * 1024   # OLMoE's expert bytes
+    assert a["max_load_sum"] <= f["max_load_sum"] * 1.03 + 1e-6
+    capsys.readouterr()
+    assert main(["plan", *later, "--migration-slack", "0.01", "--out", str(aware)]) == 2
+    assert "previous:" in capsys.readouterr().err
