@@ -31,6 +31,7 @@ COLUMNS = [
     # quality (shared scorer) and time
     "imbalance_mean", "imbalance_worst", "balancedness", "node_imbalance_mean", "duplicates",
     "off_node_share_mean", "oos_imbalance_mean", "oos_imbalance_worst", "wall_time_s", "threads", "host",
+    "scheduled_imbalance_mean",   # imbalance under the scheduled split (docs/dispatch.md), token counts only
     "objective_layers", "lower_bound_layers", "structure_bound_layers", "model_bound_layers",
 ]
 # Filled in when a run finishes, from all rows of the same instance and seed (analysis.derive).
@@ -42,7 +43,7 @@ NUMERIC = ["num_layers", "num_experts", "num_groups", "num_replicas", "num_nodes
            "gap_own_max", "imbalance_mean", "imbalance_worst", "balancedness", "node_imbalance_mean",
            "duplicates", "off_node_share_mean", "oos_imbalance_mean", "oos_imbalance_worst", "wall_time_s",
            "threads", "best_bound", "gap_mean", "gap_max", "gap_in_policy_mean", "gap_in_model_mean",
-           "gap_best_known", "model_bound"]
+           "gap_best_known", "model_bound", "scheduled_imbalance_mean"]
 TEXT = ["instance", "model", "shape", "scenario", "solver", "kind", "options", "policy", "status",
         "message", "host", "objective_layers", "lower_bound_layers", "structure_bound_layers",
         "model_policy", "model_counts", "model_colocation", "model_node_budget", "model_bound_layers"]

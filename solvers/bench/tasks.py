@@ -95,6 +95,8 @@ def run_task(task: Task, threads: int = 1) -> dict[str, Any]:
                # bound for every plan of this plan's node structure (hierarchical: node bounds)
                structure_bound_layers=_layers(torch.maximum(structure_bound(loaded.problem, result.plan),
                                                             result.lower_bound)))
+    if bool((loaded.problem.weights == loaded.problem.weights.round()).all()):   # token counts: schedulable
+        row.update(scheduled_imbalance_mean=score(loaded.problem, result.plan, split="scheduled").imbalance_mean)
     if loaded.eval_problem is not None:  # out of sample: plan on window 0, score on window 1
         oos = score(loaded.eval_problem, result.plan)
         row.update(oos_imbalance_mean=oos.imbalance_mean, oos_imbalance_worst=oos.imbalance_worst)
