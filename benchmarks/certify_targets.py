@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, default=1)
     ap.add_argument("--time-limit", type=float, default=60.0, help="seconds per layer")
     ap.add_argument("--laws", nargs="*", choices=tuple(LAWS), default=tuple(LAWS))
+    ap.add_argument("--policies", nargs="*", choices=("global", "hierarchical"), default=("global", "hierarchical"),
+                    help="DeepSeek-V3 prefill policies to run")
     ap.add_argument("--experts", nargs="*", type=int, default=[s[0] for s in DECODE],
                     help="decode shapes to run, by expert count (64, 128, 256)")
     args = ap.parse_args(argv)
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         for law in args.laws:
             for seed in args.seeds:
                 p = Problem(loads(256, law, seed, args.layers), 288, 8, 4, 32)
-                for policy in ("global", "hierarchical"):
+                for policy in args.policies:
                     rows += run_rows(p, policy, args.time_limit, ["DeepSeek-V3 prefill", law, seed, policy], 2e-5)
                     print("  ".join(map(str, rows[-1])), flush=True)
         table("DeepSeek-V3 prefill: certified gap <= 0.002 % (hierarchical: within its model)", HEADER, rows)

@@ -7,9 +7,9 @@ together as the time limit allows.
    count-choice model as a MIP (:mod:`.small_slots`); the model's LP relaxation,
    bisected between the combinatorial bound and the plan, raises the bound.
 3. Any S: exact two-GPU re-splits of the busiest GPU (:mod:`.repartition`), within its
-   node under the hierarchical policy so the plan keeps its structure; then CP-SAT's
-   packing model (solvers.exact) repacks the busiest node (global: all GPUs) for the
-   plan's counts, warm-started from it, in the time left.
+   node under the hierarchical policy so the plan keeps its structure; there CP-SAT's
+   packing model (solvers.exact) then repacks the busiest node for the plan's counts,
+   warm-started from it, in the time left.
 4. Hierarchical policy: the plan on the group-to-node assignment of the bound
    (:mod:`.hierarchical`) replaces the portfolio's where it is better (before step 3).
 
@@ -96,9 +96,13 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
             cnt = _counts(p2l[layer:layer + 1], E)[0]
             experts = p2l[layer].view(P, S)
             loads = (w[layer] / cnt)[experts]                                      # [P, S]
-            _, experts = polish(loads, experts, deadline=now + (layer_end - now) * 0.3, group=node)
-            p2l[layer] = experts.reshape(-1)
-            p2l[layer] = _exact_busiest_node(problem, p2l[layer], w[layer], node, layer_end, threads)
+            if node is None:                 # global: the re-splits get all the time
+                _, experts = polish(loads, experts, deadline=layer_end)
+                p2l[layer] = experts.reshape(-1)
+            else:
+                _, experts = polish(loads, experts, deadline=now + (layer_end - now) * 0.3, group=node)
+                p2l[layer] = experts.reshape(-1)
+                p2l[layer] = _exact_busiest_node(problem, p2l[layer], w[layer], node, layer_end, threads)
     plan = Plan.from_phy2log(p2l.to(problem.device), E)
     info = dict(base.info)
     info.update(baseline_objective=baseline.tolist(), baseline_bound=universal.tolist(),
