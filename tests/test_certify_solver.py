@@ -119,3 +119,15 @@ def test_gap_closure_in_the_hierarchical_model():
     flat = solve(Problem(w, 48, 1, 1, 8), "certify", policy="global", time_limit=1.0)
     with pytest.raises(OptionError, match="^scope"):
         gap_closure(flat, scope="model")
+
+
+@pytest.mark.parametrize("groups, nodes", [(8, 4), (6, 2), (4, 4), (6, 3)])
+def test_balanced_assignments_list_each_split_once(groups, nodes):
+    from solvers.certify.hierarchical import assignment_count, balanced_assignments
+    splits = balanced_assignments(groups, nodes)
+    assert len(splits) == assignment_count(groups, nodes)
+    canon = {frozenset(frozenset(s) for s in split) for split in splits}
+    assert len(canon) == len(splits)
+    for split in splits:
+        assert sorted(g for s in split for g in s) == list(range(groups))
+        assert all(len(s) == groups // nodes for s in split)
