@@ -91,3 +91,21 @@ def test_planner_options_are_checked():
         solve(Problem(w, 24, 1, 1, 8), "sched_spread", headroom=0.5)
     with pytest.raises(OptionError, match="^num_replicas"):
         solve(Problem(w, 32, 1, 1, 1), "uniform_replicas")
+
+
+def test_spread_keeps_gpus_from_mirroring_each_other():
+    # Equal replicas of consecutive experts: plain LPT (jitter 0) may put them on the same GPU
+    # pairs; the jittered spread must keep every GPU pair's shared experts well below S.
+    from solvers.scoring import gpu_presence
+
+    w = torch.exp(torch.randn(3, 64, generator=torch.Generator().manual_seed(7), dtype=torch.float64))
+
+    def most_shared(jitter):
+        res = solve(Problem(w, 128, 1, 1, 8), "uniform_replicas", seed=1, jitter=jitter)
+        assert res.score.duplicates == 0
+        pres = gpu_presence(res.plan.phy2log, 64, 8).double()             # [L, P, E]
+        share = pres @ pres.transpose(1, 2)
+        return float((share - torch.diag_embed(torch.diagonal(share, dim1=1, dim2=2))).max())
+
+    assert most_shared(0.0) == 16                                         # S = 16: two GPUs mirror each other
+    assert most_shared(1.0) <= 12

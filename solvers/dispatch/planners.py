@@ -12,10 +12,12 @@ of many experts (``t(I(U)) / |U|``). So these planners
   fewest replicas, heaviest first (every expert twice before any third replica): each
   extra replica turns a fixed load into one that can move;
 - spread replicas over all GPUs with no two replicas of one expert on one GPU (so every
-  extra replica is a real edge between two GPUs), packed so that the even-split loads
-  are balanced too (Karmarkar-Karp + swap search, the ``kk_swap`` machinery). The
-  packing pairs GPUs by load, not by a fixed pattern, so the expert-GPU graph is close
-  to a random one and expands well.
+  extra replica is a real edge between two GPUs) by a randomised LPT: replicas, heaviest
+  first, each to the GPU with a free slot, without that expert, and the least even-split
+  load plus a random jitter (``jitter`` x the mean replica load). Without the jitter,
+  equal replicas of consecutive experts land on the same GPU pairs (two GPUs holding the
+  same 16 experts: a set that cannot shed load); with it no two GPUs share many experts,
+  the expert-GPU graph expands well, and the even-split loads stay nearly balanced.
 
 ``uniform_replicas`` is MicroMoE's baseline (every expert ``R // E`` times, whatever its load).
 """
@@ -24,8 +26,8 @@ from __future__ import annotations
 import torch
 
 from ..errors import OptionError
-from ..heuristics.packing import pack_counts
-from ..options import Option
+from ..heuristics.common import expand_items
+from ..options import Option, seed_option
 from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput, register
@@ -79,14 +81,41 @@ def _check(problem: Problem, minimum: int) -> int:
     return minimum
 
 
-def spread_plan(problem: Problem, counts: torch.Tensor, steps: int) -> Plan:
-    """Replicas with ``counts`` [L, E] packed over all GPUs, no expert twice on one GPU."""
-    e_slots, _ = pack_counts(problem.weights, counts, problem.num_gpus, nodup=True, max_steps=steps)
-    return Plan.from_phy2log(e_slots, problem.num_experts)
+def spread_plan(weight: torch.Tensor, counts: torch.Tensor, num_gpus: int, jitter: float, seed: int) -> Plan:
+    """Replicas with ``counts`` [L, E] placed by randomised LPT (see the module doc), batched
+    over layers. weight: [L, E]. Two replicas of one expert share a GPU only when no other
+    GPU has a free slot."""
+    L, E = weight.shape
+    item_e, item_w = expand_items(weight, counts)                        # [L, R] expert-major
+    R = item_e.shape[1]
+    S = R // num_gpus
+    g = torch.Generator(device="cpu").manual_seed(int(seed))
+    order = torch.argsort(item_w, dim=1, descending=True, stable=True)
+    item_e, item_w = item_e.gather(1, order), item_w.gather(1, order)
+    dev = weight.device
+    load = torch.zeros(L, num_gpus, dtype=torch.float64, device=dev)
+    used = torch.zeros(L, num_gpus, dtype=torch.int64, device=dev)
+    holds = torch.zeros(L, num_gpus, E, dtype=torch.bool, device=dev)
+    gpu = torch.empty(L, R, dtype=torch.int64, device=dev)
+    rows = torch.arange(L, device=dev)
+    scale = jitter * weight.to(torch.float64).sum(1, keepdim=True) / R
+    noise = torch.rand(R, L, num_gpus, generator=g, dtype=torch.float64).to(dev)
+    for i in range(R):
+        e = item_e[:, i]
+        full = used >= S
+        bad = full | holds[rows, :, e]
+        bad = torch.where(bad.all(1, keepdim=True), full, bad)          # only duplicates left: allow one
+        pick = (load + scale * noise[i]).masked_fill(bad, float("inf")).argmin(1)
+        gpu[:, i] = pick
+        load[rows, pick] += item_w[:, i]
+        used[rows, pick] += 1
+        holds[rows, pick, e] = True
+    by_gpu = torch.argsort(gpu * R + torch.arange(R, device=dev), dim=1)
+    return Plan.from_phy2log(item_e.gather(1, by_gpu), E)
 
 
-_STEPS = Option("steps", int, 64, "swap local-search steps of the packing", minimum=0, maximum=100_000,
-                advanced=True)
+_JITTER = Option("jitter", float, 1.0, "random jitter of the placement, in mean replica loads (0: plain "
+                 "LPT, whose GPUs mirror each other)", minimum=0.0, maximum=100.0, advanced=True)
 
 
 @register("sched_spread", kind="heuristic",
@@ -94,19 +123,21 @@ _STEPS = Option("steps", int, 64, "swap local-search steps of the packing", mini
                       "with the fewest replicas, spread over all GPUs with no expert twice on a GPU",
           options=(Option("headroom", float, 1.25, "replicas so that headroom x an expert's share stays below "
                                                   "a GPU's mean load", minimum=1.0, maximum=100.0),
-                   _STEPS))
-def solve_sched_spread(problem: Problem, *, headroom: float = 1.25, steps: int = 64) -> SolverOutput:
+                   _JITTER, seed_option()))
+def solve_sched_spread(problem: Problem, *, headroom: float = 1.25, jitter: float = 1.0, seed: int = 0
+                       ) -> SolverOutput:
     _check(problem, 1)
     counts = peak_then_connect_counts(problem.weights, problem.num_replicas, problem.num_gpus, headroom)
-    return SolverOutput(spread_plan(problem, counts, steps), "global")
+    return SolverOutput(spread_plan(problem.weights, counts, problem.num_gpus, jitter, seed), "global")
 
 
 @register("uniform_replicas", kind="heuristic",
           description="MicroMoE-style baseline for the scheduled split: every expert R // E replicas (the "
                       "R mod E left to the hottest), spread over all GPUs with no expert twice on a GPU",
-          options=(_STEPS,))
-def solve_uniform_replicas(problem: Problem, *, steps: int = 64) -> SolverOutput:
+          options=(_JITTER, seed_option()))
+def solve_uniform_replicas(problem: Problem, *, jitter: float = 1.0, seed: int = 0) -> SolverOutput:
     E, R, P = problem.num_experts, problem.num_replicas, problem.num_gpus
     minimum = _check(problem, min(R // E, P))
     counts = counts_with_minimum(problem.weights, R, minimum, minimum + 1)
-    return SolverOutput(spread_plan(problem, counts, steps), "global", info={"replicas_each": minimum})
+    return SolverOutput(spread_plan(problem.weights, counts, P, jitter, seed), "global",
+                        info={"replicas_each": minimum})
