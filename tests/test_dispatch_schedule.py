@@ -160,3 +160,10 @@ def test_cuda_agrees_with_cpu():
     assert torch.equal(top_cpu, top_cuda)
     sums = torch.zeros(6, 4, 64, dtype=torch.int64).scatter_add_(2, plan.phy2log.expand(6, -1, -1), cuda.cpu())
     assert torch.equal(sums, tokens)
+
+
+def test_no_microbatches_and_one_gpu():
+    plan = Plan.from_phy2log([[0, 1, 0, 2]], 3)
+    assert schedule_tokens(plan, torch.zeros(0, 1, 3, dtype=torch.int64), 2).shape == (0, 1, 4)
+    one_gpu = schedule_tokens(Plan.from_phy2log([[0, 1, 2, 0]], 3), torch.tensor([[[5, 2, 3]]]), 1)
+    assert one_gpu.sum() == 10 and one_gpu[0, 0, [0, 3]].sum() == 5

@@ -304,7 +304,7 @@ def _solve(layout: Layout, tokens: torch.Tensor, rounds_per_check: int = ROUNDS_
     while True:
         open_ = (st.gpu_load(y) > target.unsqueeze(-1)).any(-1)
         keep = open_.nonzero().squeeze(-1)                               # the one synchronisation per chunk
-        if keep.numel() < todo.numel():
+        if keep.numel() == 0 or keep.numel() < todo.numel():
             done = todo[~open_]
             y_all[done], bound_all[done] = y[~open_], target[~open_]
             if keep.numel() == 0:
