@@ -290,6 +290,9 @@ def _solve(layout: Layout, tokens: torch.Tensor, rounds_per_check: int = ROUNDS_
     """
     B, L, _ = tokens.shape
     P = layout.num_gpus
+    if B * L == 0:
+        empty = torch.zeros(B, L, layout.edge_gpu.shape[1], dtype=torch.int64, device=tokens.device)
+        return empty, torch.zeros(B, L, dtype=torch.int64, device=tokens.device), 0
     base = torch.zeros(B, L, P, dtype=torch.int64, device=tokens.device).scatter_add_(
         2, layout.fixed_gpu.expand(B, -1, -1), tokens * ~layout.flexible)
     flex_tokens = tokens.gather(2, layout.flex_expert.expand(B, -1, -1)) * layout.flex_valid
