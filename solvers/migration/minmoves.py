@@ -220,16 +220,20 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
     if item_cap is not None:
         p2l, n = _spread_hot_experts(w, p2l, item_cap.to(w.device, torch.float64), P, num_zones, limit)
         changes += n
-    while rounds < limit:
-        cnt = _counts(p2l, E)
-        per = w.gather(1, p2l) / cnt.gather(1, p2l).to(w.dtype)                  # [L, R]
-        load = per.view(L, P, -1).sum(-1)
-        over = (load.max(1).values > target * (1 + TARGET_RTOL)) & ~stuck
-        rows = over.nonzero().squeeze(1)
-        if rows.numel() == 0:
+    live = torch.arange(L, device=w.device)          # rows still above target (layers are independent:
+    while rounds < limit:                            # a row within target never changes again)
+        sp = p2l[live]
+        cnt = _counts(sp, E)
+        sper = w[live].gather(1, sp) / cnt.gather(1, sp).to(w.dtype)             # [X, R]
+        sload = sper.view(len(live), P, -1).sum(-1)
+        over = (sload.max(1).values > target[live] * (1 + TARGET_RTOL)) & ~stuck[live]
+        keep = over.nonzero().squeeze(1)
+        live = live[keep]
+        if live.numel() == 0:
             break
         rounds += 1
-        sp, sper, sload = p2l[rows], per[rows], load[rows]
+        rows = live
+        sp, sper, sload, cnt = sp[keep], sper[keep], sload[keep], cnt[keep]
         found, slot_g, slot_h, g = _best_swaps(sper, sp, sload, old[rows], target[rows], P, num_zones, width)
         a = sp.gather(1, slot_g.unsqueeze(1))
         b = sp.gather(1, slot_h.unsqueeze(1))
@@ -239,7 +243,7 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
         new = torch.where(found.unsqueeze(1), swapped, sp)
         need = ~found                      # no swap helps: give g's heaviest expert a replica
         if bool(need.any()):
-            ok, j, x = _count_change(w[rows], sp, cnt[rows], sload, sper, g, P, num_zones)
+            ok, j, x = _count_change(w[rows], sp, cnt, sload, sper, g, P, num_zones)
             ok &= need
             changed = sp.clone()
             changed.scatter_(1, j.unsqueeze(1), x.unsqueeze(1))
