@@ -2,7 +2,8 @@
 
 DeepSeek-V3 loads (256 experts, 32 GPUs in 4 nodes, 8 groups): each shipped dataset is
 planned on its steps 0-11 and graded on micro-batches of 4096 tokens x top-8 sampled from
-steps 12-23 (out of sample). For 288 and 512 slots it compares the even split and the
+steps 12-23 (``--protocol out-of-sample``, the default), or planned on all its steps and
+graded on micro-batches sampled from all of them (``--protocol in-sample``). For 288 and 512 slots it compares the even split and the
 scheduled split on DeepSeek's greedy placement, and the scheduled split on the
 scheduling-aware placements (``sched_spread``, ``uniform_replicas``). Target: with 512
 slots, scheduled p99 per-micro-batch imbalance <= 1.05 on a scheduling-aware placement.
@@ -34,18 +35,23 @@ def main(argv=None) -> int:
     ap.add_argument("--replicas", nargs="+", type=int, default=[288, 512])
     ap.add_argument("--microbatches", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--protocol", choices=("out-of-sample", "in-sample"), default="out-of-sample")
+    ap.add_argument("--plans", nargs="+", default=None, help="solvers to compare (default: all three)")
     ap.add_argument("--json", help="write the rows to this JSON file")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     rows = []
+    print(f"protocol: {args.protocol}; {args.microbatches} micro-batches of 4096 tokens x top-8 per dataset")
     print(f"{'dataset':<26} {'slots':>5} {'plan':<17} {'even mean':>9} {'even p99':>9} "
           f"{'sched mean':>10} {'sched p99':>9} {'sched worst':>11} {'secs':>6}  load")
     for name in args.datasets:
         trace = read_array(name)
-        tokens = sample_microbatches(trace[12:24], args.microbatches, 4096, 8, seed=0)
+        plan_steps, eval_steps = ((slice(0, 12), slice(12, 24)) if args.protocol == "out-of-sample"
+                                  else (slice(None), slice(None)))
+        tokens = sample_microbatches(trace[eval_steps], args.microbatches, 4096, 8, seed=0)
         for R in args.replicas:
-            problem = Problem(trace[:12].sum(0).to(torch.float64), R, 8, 4, 32)
-            for solver in PLANS.get(R, PLANS[512]):
+            problem = Problem(trace[plan_steps].sum(0).to(torch.float64), R, 8, 4, 32)
+            for solver in args.plans or PLANS.get(R, PLANS[512]):
                 start = time.perf_counter()
                 plan = solve(problem, solver).plan
                 even = imbalance_stats(microbatch_imbalance(plan, tokens, 32, "even"))
