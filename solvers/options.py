@@ -172,8 +172,12 @@ def parse_key_value(text: str) -> tuple[str, Any]:
     key = key.strip().replace("-", "_")
     if not key:
         raise ValueError(f"expected KEY=VALUE with a non-empty KEY, got {text!r}")
+    from . import safejson
+
     try:
-        value = json.loads(raw)
+        value = safejson.loads(raw)
+    except safejson.JSONDepthError:
+        raise ValueError(f"{key}: value nested deeper than {safejson.MAX_DEPTH} levels") from None
     except ValueError:
         value = raw
     return key, value

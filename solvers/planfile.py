@@ -25,6 +25,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from . import safejson
 from .errors import LoadFileError, PlanError
 from .plan import Plan
 from .errors import ProblemError
@@ -121,7 +122,7 @@ def read_plan(source: str | Path | bytes) -> tuple[Plan, dict[str, Any]]:
     if isinstance(source, (bytes, bytearray)):
         path = Path("upload")
         try:
-            doc = json.loads(bytes(source).decode("utf-8"))
+            doc = safejson.loads(bytes(source).decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise LoadFileError("plan", f"not a readable JSON plan ({type(exc).__name__}: {exc})") from None
         return _from_document(doc, path)
@@ -129,8 +130,8 @@ def read_plan(source: str | Path | bytes) -> tuple[Plan, dict[str, Any]]:
     if not path.is_file():
         raise LoadFileError("plan", f"{path}: no such file")
     try:
-        with path.open() as fh:
-            doc = json.load(fh)
+        with path.open("rb") as fh:
+            doc = safejson.load(fh)
     except (OSError, ValueError, RecursionError) as exc:
         raise LoadFileError("plan", f"{path}: not a readable JSON file ({type(exc).__name__})") from None
     return _from_document(doc, path)

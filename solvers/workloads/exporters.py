@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import safejson
 from ..errors import LoadFileError, OptionError
 from ..plan import Plan, replica_ranks
 from ..planfile import FORMAT as EPLB_FORMAT
@@ -39,9 +40,9 @@ def _fail(path: Any, message: str) -> LoadFileError:
 
 
 def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    from ..planfile import write_text_atomic
+
+    write_text_atomic(path, text)
 
 
 # ---------------------------------------------------------------------------------------
@@ -170,7 +171,7 @@ def read_exported_plan(path: str | Path, format: str | None = None, num_experts:
         return read_plan(path)[0]
     if fmt == "sglang":
         try:
-            doc = json.loads(path.read_text())
+            doc = safejson.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise _fail(path, f"not valid JSON ({exc})") from None
         if not isinstance(doc, dict) or "physical_to_logical_map" not in doc:

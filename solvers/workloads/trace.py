@@ -66,15 +66,21 @@ def save_trace(trace: Trace, path: str | Path) -> Path:
     suffix = path.suffix.lower()
     tmp = path.with_name(path.name + ".tmp" + suffix)
     meta_json = json.dumps(trace.meta, sort_keys=True)
-    if suffix == ".npz":
-        # Smallest integer dtype that holds the counts: traces compress several times better.
-        peak = int(trace.loads.abs().max()) if trace.loads.numel() else 0
-        dtype = np.int32 if peak < 2**31 else np.int64
-        with tmp.open("wb") as fh:
-            np.savez_compressed(fh, loads=trace.loads.numpy().astype(dtype), meta=np.array(meta_json))
-    elif suffix == ".pt":
-        torch.save({"loads": trace.loads, "meta": meta_json}, tmp)
-    else:
+    if suffix not in (".npz", ".pt"):
         raise LoadFileError("path", f"{path}: a trace is saved as .npz or .pt, not {suffix or '(no suffix)'}")
-    tmp.replace(path)
+    if path.is_dir():
+        raise LoadFileError("out", f"{path}: is a directory, not a file name")
+    try:
+        if suffix == ".npz":
+            # Smallest integer dtype that holds the counts: traces compress several times better.
+            peak = int(trace.loads.abs().max()) if trace.loads.numel() else 0
+            dtype = np.int32 if peak < 2**31 else np.int64
+            with tmp.open("wb") as fh:
+                np.savez_compressed(fh, loads=trace.loads.numpy().astype(dtype), meta=np.array(meta_json))
+        else:
+            torch.save({"loads": trace.loads, "meta": meta_json}, tmp)
+        tmp.replace(path)
+    except OSError as exc:               # a failed write leaves no temporary file behind
+        tmp.unlink(missing_ok=True)
+        raise LoadFileError("out", f"{path}: cannot write ({exc.strerror or exc})") from None
     return path
