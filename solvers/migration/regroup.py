@@ -130,7 +130,7 @@ def start_from_assignment(w: np.ndarray, p2l: np.ndarray, assign: np.ndarray, nu
 
 
 def regroup(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, layers: list[int],
-            num_groups: int, num_nodes: int, num_gpus: int, top: int = 8) -> dict[int, torch.Tensor]:
+            num_groups: int, num_nodes: int, num_gpus: int, top: int = 6) -> dict[int, torch.Tensor]:
     """{layer: phy2log [R]} for the ``layers`` whose best start (moved groups, then repaired
     inside the nodes) meets ``target``; weights: [L, E], previous: [L, R], target: [L]."""
 
