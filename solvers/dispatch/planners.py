@@ -121,10 +121,10 @@ _JITTER = Option("jitter", float, 1.0, "random jitter of the placement, in mean 
 @register("sched_spread", kind="heuristic",
           description="for the scheduled split: replicas for each expert's peaks, the slots left to the experts "
                       "with the fewest replicas, spread over all GPUs with no expert twice on a GPU",
-          options=(Option("headroom", float, 1.25, "replicas so that headroom x an expert's share stays below "
+          options=(Option("headroom", float, 3.0, "replicas so that headroom x an expert's share stays below "
                                                   "a GPU's mean load", minimum=1.0, maximum=100.0),
                    _JITTER, seed_option()))
-def solve_sched_spread(problem: Problem, *, headroom: float = 1.25, jitter: float = 1.0, seed: int = 0
+def solve_sched_spread(problem: Problem, *, headroom: float = 3.0, jitter: float = 1.0, seed: int = 0
                        ) -> SolverOutput:
     _check(problem, 1)
     counts = peak_then_connect_counts(problem.weights, problem.num_replicas, problem.num_gpus, headroom)
