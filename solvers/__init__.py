@@ -17,6 +17,7 @@ from .solve import BoundViolation, InvalidSolverPlan, SolverBug, solve
 
 # Importing these packages registers their solvers (optional backends load lazily).
 from . import exact, heuristics  # noqa: E402,F401  isort: skip
+from . import certify, dispatch, dynamics, migration  # noqa: E402,F401  isort: skip
 
 __version__ = "0.1.0"
 

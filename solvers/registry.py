@@ -51,6 +51,9 @@ class SolverSpec:
     is_available: Callable[[], bool]
     requires: str                  # what to install when it is not available
     schema: tuple[Option, ...] = ()
+    # Whether the benchmark suites run it on (loads, cluster) alone: False for solvers that
+    # need more than that to mean anything (a placement in force, the window's steps).
+    in_suites: bool = True
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -74,11 +77,13 @@ _REGISTRY: dict[str, SolverSpec] = {}
 
 
 def register(name: str, *, kind: str, description: str, options: Sequence[Option] = (),
-             is_available: Callable[[], bool] = lambda: True, requires: str = ""):
+             is_available: Callable[[], bool] = lambda: True, requires: str = "", in_suites: bool = True):
     """Decorator adding ``fn`` to the registry under ``name``.
 
     ``options`` is the schema: one :class:`Option` per keyword-only parameter of ``fn``,
     with the same defaults (checked here, so schema and signature never drift apart).
+    ``in_suites=False`` keeps it out of the benchmark suites' solver sweeps (it needs inputs
+    the suites do not give, e.g. a placement in force or the window's steps).
     """
     if kind not in ("heuristic", "exact"):
         raise ValueError(f"kind must be 'heuristic' or 'exact', got {kind!r}")
@@ -97,7 +102,7 @@ def register(name: str, *, kind: str, description: str, options: Sequence[Option
             if params[o.name].default is not o.default and params[o.name].default != o.default:
                 raise ValueError(f"solver {name!r}: option {o.name!r} defaults to {o.default!r} in the "
                                  f"schema but {params[o.name].default!r} in the signature")
-        _REGISTRY[name] = SolverSpec(name, fn, kind, description, is_available, requires, schema)
+        _REGISTRY[name] = SolverSpec(name, fn, kind, description, is_available, requires, schema, in_suites)
         return fn
 
     return deco

@@ -113,7 +113,7 @@ def resolve_solvers(kinds: Iterable[str], only: list[str] | None) -> list[str]:
     """Available registered solvers of ``kinds``, restricted to ``only`` when given."""
     names = [n for n in solver_names(available_only=True) if get_solver(n).kind in kinds]
     if only is None:
-        return names
+        return [n for n in names if get_solver(n).in_suites]
     return [n for n in names if n in only]
 
 

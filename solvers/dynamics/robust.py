@@ -158,14 +158,14 @@ def _robust(problem: Problem, policy: str, history: Any, buckets: int, steps: in
                         info={"buckets": hist.shape[0], "search_rounds": rounds, "objective": objective})
 
 
-@register("robust_sum", kind="heuristic", options=(policy_option(), _HISTORY, _BUCKETS, _STEPS),
+@register("robust_sum", kind="heuristic", in_suites=False, options=(policy_option(), _HISTORY, _BUCKETS, _STEPS),
           description="time-robust: minimise the sum over the window's steps of the per-step max GPU load")
 def solve_robust_sum(problem: Problem, *, policy: str = "auto", history: Any = None, buckets: int = 16,
                      steps: int = 64) -> SolverOutput:
     return _robust(problem, policy, history, buckets, steps, "sum")
 
 
-@register("robust_max", kind="heuristic", options=(policy_option(), _HISTORY, _BUCKETS, _STEPS),
+@register("robust_max", kind="heuristic", in_suites=False, options=(policy_option(), _HISTORY, _BUCKETS, _STEPS),
           description="time-robust: minimise the worst step's max GPU load over the window")
 def solve_robust_max(problem: Problem, *, policy: str = "auto", history: Any = None, buckets: int = 16,
                      steps: int = 64) -> SolverOutput:
@@ -195,7 +195,7 @@ def trend_forecast(hist: torch.Tensor, damping: float) -> torch.Tensor:
     return torch.maximum(mean + damping * slope * W, 0.25 * mean)
 
 
-@register("ewma", kind="heuristic",
+@register("ewma", kind="heuristic", in_suites=False,
           options=(policy_option(), _HISTORY,
                    Option("halflife", float, 4.0, "steps after which a step's weight halves", minimum=0.0,
                           exclusive_minimum=True, maximum=1e6)),
@@ -206,7 +206,7 @@ def solve_ewma(problem: Problem, *, policy: str = "auto", history: Any = None, h
     return SolverOutput(plan, resolved, info={"halflife": halflife, "steps": hist.shape[0]})
 
 
-@register("forecast", kind="heuristic",
+@register("forecast", kind="heuristic", in_suites=False,
           options=(policy_option(), _HISTORY, _BUCKETS,
                    Option("damping", float, 0.5, "share of the fitted trend carried into the next window",
                           minimum=0.0, maximum=2.0)),

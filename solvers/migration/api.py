@@ -203,7 +203,7 @@ _SCHEMA = (
 )
 
 
-@register("migration", kind="heuristic", options=_SCHEMA,
+@register("migration", kind="heuristic", options=_SCHEMA, in_suites=False,
           description="fewest moves from the placement in force within (1 + slack) x a fresh plan's max load")
 def solve_migration(problem: Problem, *, base: str = "deepseek", current: Any = None, slack: float = 0.01,
                     method: str = "heuristic", time_limit: float = 10.0, threads: int = 2, seed: int = 0,
