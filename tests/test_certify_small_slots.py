@@ -1,7 +1,6 @@
 """Two slots per GPU: the optimal pairing, the count-choice model (exact, checked by
 enumeration against brute force) and its LP bound (never above a proven optimum)."""
 import itertools
-import math
 import time
 
 import numpy as np
