@@ -44,7 +44,9 @@ def main(argv=None) -> int:
     ap.add_argument("--replicas", type=int, default=288)
     ap.add_argument("--microbatches", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch intra-op threads (1: the solver runs many small kernels, and on a shared "
+                         "2-core machine 2 threads measured 20x slower, in OpenMP barriers)")
     ap.add_argument("--lp", type=int, default=24, help="instances solved by the LP for comparison")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
