@@ -8,6 +8,8 @@ exactly, whatever precision a solver used internally.
 """
 from __future__ import annotations
 
+import numbers
+
 from dataclasses import dataclass, field
 
 import torch
@@ -168,9 +170,25 @@ def score(problem: Problem, plan: Plan, previous: Plan | None = None,
     of B micro-batches to grade on instead of the problem's weights (the loads the plan was
     made for); without it the weights are one micro-batch. Raises :class:`PlanError` unless
     ``plan`` is a valid plan of ``problem``."""
+    if not isinstance(problem, Problem):
+        raise PlanError("problem", f"must be a solvers.Problem, got {type(problem).__name__}")
+    for name, value in (("plan", plan), ("previous", previous)):
+        if not isinstance(value, Plan) and not (name == "previous" and value is None):
+            raise PlanError(name, f"must be a solvers.Plan, got {type(value).__name__}")
     plan = plan.to(problem.device)
     plan.validate(problem.num_layers, problem.num_experts, problem.num_replicas, problem.num_gpus)
-    return score_validated(problem, plan, previous, expert_bytes, split=split, tokens=tokens)
+    return score_validated(problem, plan, previous, check_expert_bytes(expert_bytes), split=split, tokens=tokens)
+
+
+def check_expert_bytes(value) -> int | None:
+    """Bytes per expert: None or a non-negative integer (a bool or 1.5 is a mistake)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise PlanError("expert_bytes", f"must be a whole number of bytes, got {value!r}")
+    if value < 0:
+        raise PlanError("expert_bytes", f"must be >= 0, got {value}")
+    return int(value)
 
 
 def score_validated(problem: Problem, plan: Plan, previous: Plan | None = None,

@@ -46,6 +46,11 @@ def solve(problem: Problem, solver: str = "deepseek", *, previous: Plan | None =
     """
     if not isinstance(problem, Problem):
         raise OptionError("problem", f"must be a solvers.Problem, got {type(problem).__name__}")
+    from .scoring import check_expert_bytes
+
+    if previous is not None and not isinstance(previous, Plan):
+        raise OptionError("previous", f"must be a solvers.Plan, got {type(previous).__name__}")
+    expert_bytes = check_expert_bytes(expert_bytes)
     spec = get_solver(solver)
     effective = spec.check_options(options)
     if not spec.is_available():

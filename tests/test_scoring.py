@@ -79,3 +79,22 @@ def test_strict_hierarchical_plans_stay_home():
     assert res.policy == "hierarchical" and res.score.metrics()["off_node_share_worst"] == 0.0
     glob = solve(Problem(w, 96, 8, 4, 16), "deepseek", policy="global")
     assert glob.score.metrics()["off_node_share_mean"] > 0.2
+
+
+@pytest.mark.parametrize("kwargs,param", [
+    ({"plan": None}, "plan"),
+    ({"previous": "old.json"}, "previous"),
+    ({"expert_bytes": "a"}, "expert_bytes"),
+    ({"expert_bytes": 1.5}, "expert_bytes"),
+    ({"expert_bytes": -1}, "expert_bytes"),
+    ({"expert_bytes": True}, "expert_bytes"),
+])
+def test_library_misuse_names_the_parameter(kwargs, param):
+    from solvers import EPLBError, Problem, score, solve
+
+    p = Problem([[1.0, 2.0, 3.0, 4.0]], 4, 1, 1, 2)
+    plan = solve(p, "deepseek").plan
+    args = {"plan": plan, "previous": plan, **kwargs}
+    with pytest.raises(EPLBError) as err:
+        score(p, args.pop("plan"), **args)
+    assert err.value.param == param
