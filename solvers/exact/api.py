@@ -71,38 +71,42 @@ def _run(problem: Problem, backend: str, layer_solver, options: dict[str, Any]) 
     return run_exact(problem, backend, layer_solver, **options)
 
 
-@register("cpsat", kind="exact", options=EXACT_OPTIONS, is_available=backends.cpsat_available,
-          requires="pip install ortools",
-          description="OR-Tools CP-SAT: joint/packing/replication models, global or hierarchical, proven bounds")
-def solve_cpsat(problem: Problem, *, policy: str = "auto", model: str = "joint", colocation: str = "allowed",
-                node_budget: str = "fixed", replica_counts: Any = None, time_limit: float = 10.0,
-                threads: int = 2, seed: int = 0, gap: float = 0.0, warm_start: Any = "auto") -> SolverOutput:
+def _exact_solver(backend: str, layer_solver, probe):
+    """The registered function of one backend: every backend takes the same options."""
+    def solve_exact(problem: Problem, *, policy: str = "auto", model: str = "joint", colocation: str = "allowed",
+                    node_budget: str = "fixed", replica_counts: Any = None, time_limit: float = 10.0,
+                    threads: int = 2, seed: int = 0, gap: float = 0.0, warm_start: Any = "auto") -> SolverOutput:
+        probe()             # import the backend (OR-Tools first, about 1 s) before the clock starts
+        options = {o.name: value for o, value in zip(EXACT_OPTIONS, (
+            policy, model, colocation, node_budget, replica_counts, time_limit, threads, seed, gap, warm_start))}
+        return _run(problem, backend, layer_solver(), options)
+
+    solve_exact.__name__ = f"solve_{backend}"
+    return solve_exact
+
+
+def _cpsat_layer():
     from . import cpsat
-    backends.cpsat_available()        # import OR-Tools (about 1 s) before the clock starts
-    return _run(problem, "cpsat", cpsat.solve_layer, _collect(locals()))
+    return cpsat.solve_layer
 
 
-@register("highs", kind="exact", options=EXACT_OPTIONS, is_available=backends.highs_available,
-          requires="pip install pulp 'highspy==<the HiGHS version your ortools bundles, 1.12.* for ortools 9.15>'",
-          description="PuLP MILP solved by HiGHS (highspy): same models, mip_dual_bound as bound")
-def solve_highs(problem: Problem, *, policy: str = "auto", model: str = "joint", colocation: str = "allowed",
-                node_budget: str = "fixed", replica_counts: Any = None, time_limit: float = 10.0,
-                threads: int = 2, seed: int = 0, gap: float = 0.0, warm_start: Any = "auto") -> SolverOutput:
-    from . import milp
-    backends.highs_available()        # import OR-Tools and highspy before the clock starts
-    return _run(problem, "highs", milp.layer_solver("highs"), _collect(locals()))
+def _milp_layer(backend: str):
+    def layer():
+        from . import milp
+        return milp.layer_solver(backend)
+    return layer
 
 
-@register("cbc", kind="exact", options=EXACT_OPTIONS, is_available=backends.cbc_available,
-          requires="pip install pulp",
-          description="PuLP MILP solved by CBC (bundled with PuLP): same models, bound read from CBC's log")
-def solve_cbc(problem: Problem, *, policy: str = "auto", model: str = "joint", colocation: str = "allowed",
-              node_budget: str = "fixed", replica_counts: Any = None, time_limit: float = 10.0,
-              threads: int = 2, seed: int = 0, gap: float = 0.0, warm_start: Any = "auto") -> SolverOutput:
-    from . import milp
-    backends.cbc_available()
-    return _run(problem, "cbc", milp.layer_solver("cbc"), _collect(locals()))
-
-
-def _collect(local: dict) -> dict:
-    return {o.name: local[o.name] for o in EXACT_OPTIONS}
+solve_cpsat = register("cpsat", kind="exact", options=EXACT_OPTIONS, is_available=backends.cpsat_available,
+                       requires="pip install ortools",
+                       description="OR-Tools CP-SAT: joint/packing/replication models, global or hierarchical, "
+                                   "proven bounds")(_exact_solver("cpsat", _cpsat_layer, backends.cpsat_available))
+solve_highs = register("highs", kind="exact", options=EXACT_OPTIONS, is_available=backends.highs_available,
+                       requires="pip install pulp 'highspy==<the HiGHS version your ortools bundles, 1.12.* for "
+                                "ortools 9.15>'",
+                       description="PuLP MILP solved by HiGHS (highspy): same models, mip_dual_bound as bound")(
+    _exact_solver("highs", _milp_layer("highs"), backends.highs_available))
+solve_cbc = register("cbc", kind="exact", options=EXACT_OPTIONS, is_available=backends.cbc_available,
+                     requires="pip install pulp",
+                     description="PuLP MILP solved by CBC (bundled with PuLP): same models, bound read from CBC's "
+                                 "log")(_exact_solver("cbc", _milp_layer("cbc"), backends.cbc_available))

@@ -43,12 +43,9 @@ class RepairOutcome:
 
 def _copies(p2l: torch.Tensor, num_experts: int, num_gpus: int) -> torch.Tensor:
     """[X, P, E] int64 replicas of each expert on each GPU. p2l: [X, R]."""
-    X, R = p2l.shape
-    S = R // num_gpus
-    k = torch.zeros(X, num_gpus * num_experts, dtype=torch.int64, device=p2l.device)
-    gpu = torch.arange(R, device=p2l.device) // S
-    k.scatter_add_(1, gpu * num_experts + p2l, torch.ones_like(p2l))
-    return k.view(X, num_gpus, num_experts)
+    from ..heuristics.common import presence_counts
+
+    return presence_counts(p2l, num_experts, num_gpus)
 
 
 def _counts(p2l: torch.Tensor, num_experts: int) -> torch.Tensor:
