@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml constraints.txt scripts/setup.sh
 # The app on the shipped default dataset, headless: open the printed URL (PORT=8501 by default).
 PORT    ?= 8501
 run: $(STAMP)
-	.venv/bin/streamlit run app/main.py --server.headless true --server.port $(PORT) \
+	$(PY) -m app.serve --server.headless true --server.port $(PORT) \
 		--browser.gatherUsageStats false
 
 # The default run leaves out tests marked slow (make test-all runs them too).

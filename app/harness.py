@@ -56,9 +56,10 @@ def wait_healthy(url: str, timeout: float = 120.0, proc: subprocess.Popen | None
 
 @contextlib.contextmanager
 def serve(port: int | None = None, log: Path | None = None) -> Iterator[tuple[str, float]]:
-    """Run ``streamlit run app/main.py`` headless on a free port; yields (url, healthy_at)."""
+    """Run the app as ``make run`` does (``python -m app.serve``: ``streamlit run app/main.py``
+    with the heavy modules imported first) headless on a free port; yields (url, healthy_at)."""
     port = port or free_port()
-    cmd = [sys.executable, "-m", "streamlit", "run", str(MAIN), "--server.headless", "true",
+    cmd = [sys.executable, "-m", "app.serve", "--server.headless", "true",
            "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
            "--server.fileWatcherType", "none"]
     out = open(log, "w") if log else subprocess.DEVNULL
