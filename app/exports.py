@@ -1,14 +1,13 @@
 """A plan as downloadable files in every export format, with the engine flags that read them."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from solvers import Problem
 from solvers.plan import Plan
 from solvers.planfile import dumps_plan, plan_document
-from solvers.workloads.exporters import plan_to_csv, plan_to_sglang, plan_to_trtllm
+from solvers.workloads.exporters import engine_flags, engine_text
 
 
 @dataclass(frozen=True)
@@ -33,8 +32,6 @@ def plan_downloads(plan: Plan, problem: Problem, *, policy: str, solver: str, op
     """The plan in our JSON, SGLang's expert-location JSON, TensorRT-LLM's load-balancer YAML
     and CSV. ``layer_offset``: dense layers before the first MoE layer (engines count them);
     ``result``: the SolveResult, whose bounds and termination our JSON records."""
-    import yaml
-
     plan = plan.to("cpu")
 
     def eplb_json() -> bytes:
@@ -50,17 +47,15 @@ def plan_downloads(plan: Plan, problem: Problem, *, policy: str, solver: str, op
                  "`eplb score --loads LOADS --plan plan.json` re-scores it; `eplb convert plan.json --to sglang` "
                  "converts it. Holds `phy2log`, `log2phy`, `logcnt`, the problem shape, metrics and provenance."),
         Download("SGLang expert location (JSON)", "expert_location_sglang.json", "application/json",
-                 lambda: (json.dumps(plan_to_sglang(plan, layer_offset), separators=(",", ":")) + "\n").encode(),
-                 f"`python -m sglang.launch_server ... --ep-num-redundant-experts {redundant} "
-                 f"--init-expert-location expert_location_sglang.json` (the map starts with {layer_offset} "
-                 "dense-layer row(s))."),
+                 lambda: engine_text(plan, "sglang", layer_offset=layer_offset).encode(),
+                 f"`{engine_flags('sglang', 'expert_location_sglang.json', problem.num_replicas, problem.num_experts)}` "
+                 f"(the map starts with {layer_offset} dense-layer row(s))."),
         Download("TensorRT-LLM load balancer (YAML)", "moe_load_balancer.yaml", "application/x-yaml",
-                 lambda: yaml.safe_dump(plan_to_trtllm(plan, layer_offset), default_flow_style=None,
-                                        sort_keys=False, width=1 << 20).encode(),
-                 f"`trtllm-serve MODEL --extra_llm_api_options extra.yaml` with `moe_config: {{load_balancer: "
-                 f"moe_load_balancer.yaml}}` in extra.yaml ({problem.num_replicas} slots; MoE layers keyed from "
-                 f"{layer_offset})."),
-        Download("Slot table (CSV)", "plan.csv", "text/csv", lambda: plan_to_csv(plan, problem.num_gpus).encode(),
+                 lambda: engine_text(plan, "trtllm", layer_offset=layer_offset).encode(),
+                 f"`{engine_flags('trtllm', 'moe_load_balancer.yaml', problem.num_replicas, problem.num_experts)}` "
+                 f"({problem.num_replicas} slots; MoE layers keyed from {layer_offset})."),
+        Download("Slot table (CSV)", "plan.csv", "text/csv",
+                 lambda: engine_text(plan, "csv", num_gpus=problem.num_gpus).encode(),
                  "`layer,slot,gpu,expert,replica`, one row per slot: for review, spreadsheets and custom "
                  "loaders (vLLM computes its own placement: `--enable-eplb --num-redundant-experts "
                  f"{redundant}`)."),

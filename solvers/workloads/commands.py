@@ -59,23 +59,10 @@ def _plan_input(spec: str) -> bool:
 PLAN_SUFFIXES = {"eplb": (".json",), "sglang": (".json",), "trtllm": (".yaml", ".yml"), "csv": (".csv",)}
 
 
-def engine_flags(fmt: str, path: Path, num_replicas: int, num_experts: int) -> str:
-    """How the engine reads an exported map (printed after every export)."""
-    where = str(Path(path).resolve())
-    if fmt == "sglang":
-        return (f"SGLang: python -m sglang.launch_server ... --init-expert-location {where} "
-                f"--ep-num-redundant-experts {num_replicas - num_experts}")
-    if fmt == "trtllm":
-        return f"TensorRT-LLM: in the --config (extra LLM API options) YAML: moe_config: {{load_balancer: {where}}}"
-    if fmt == "csv":
-        return "CSV: layer,slot,gpu,expert,replica rows (for your own tooling)"
-    return f"eplb: eplb score --loads LOADS --plan {where}"
-
-
 def _convert_plan(args: argparse.Namespace) -> int:
     from ..planfile import read_plan
     from ..problem import Problem
-    from .exporters import PLAN_FORMATS, detect_plan_format, export_plan, read_exported_plan
+    from .exporters import PLAN_FORMATS, detect_plan_format, engine_flags, export_plan, read_exported_plan
 
     if args.to is not None and args.to not in PLAN_FORMATS:
         raise OptionError("to", f"a plan converts to one of {', '.join(PLAN_FORMATS)}, got {args.to!r}")
@@ -126,7 +113,7 @@ def _convert_plan(args: argparse.Namespace) -> int:
     rows = plan.num_layers + (offset if fmt in ("sglang",) else 0)
     print(f"wrote {out}: plan of {plan.num_layers} MoE layers ({rows} rows), {plan.num_replicas} slots, "
           f"{plan.num_experts} experts")
-    print(engine_flags(fmt, out, plan.num_replicas, plan.num_experts))
+    print(engine_flags(fmt, str(out.resolve()), plan.num_replicas, plan.num_experts))
     return 0
 
 

@@ -108,19 +108,38 @@ def export_plan(plan: Plan, path: str | Path, format: str | None = None, *, prob
         plan.validate(problem.num_layers, problem.num_experts, problem.num_replicas, problem.num_gpus)
         write_plan(path, plan_document(plan, problem, policy=policy, solver=solver, options=options,
                                        metrics=metrics, provenance=provenance))
-    elif format == "sglang":
-        _write_text(path, json.dumps(plan_to_sglang(plan, layer_offset), separators=(",", ":")) + "\n")
-    elif format == "trtllm":
-        import yaml
-
-        _write_text(path, yaml.safe_dump(plan_to_trtllm(plan, layer_offset), default_flow_style=None,
-                                         sort_keys=False, width=1 << 20))
     else:
         gpus = num_gpus if num_gpus is not None else (problem.num_gpus if problem is not None else None)
-        if gpus is None:
-            raise OptionError("num_gpus", "the csv plan format lists each slot's GPU; pass num_gpus= or problem=")
-        _write_text(path, plan_to_csv(plan, gpus))
+        _write_text(path, engine_text(plan, format, layer_offset=layer_offset, num_gpus=gpus))
     return path
+
+
+def engine_text(plan: Plan, format: str, *, layer_offset: int = 0, num_gpus: int | None = None) -> str:
+    """The text of an engine map: "sglang" (JSON), "trtllm" (YAML) or "csv" (needs num_gpus)."""
+    if format == "sglang":
+        return json.dumps(plan_to_sglang(plan, layer_offset), separators=(",", ":")) + "\n"
+    if format == "trtllm":
+        import yaml
+
+        return yaml.safe_dump(plan_to_trtllm(plan, layer_offset), default_flow_style=None, sort_keys=False,
+                              width=1 << 20)
+    if format == "csv":
+        if num_gpus is None:
+            raise OptionError("num_gpus", "the csv plan format lists each slot's GPU; pass num_gpus= or problem=")
+        return plan_to_csv(plan, num_gpus)
+    raise OptionError("format", f"engine maps are sglang, trtllm or csv, got {format!r}")
+
+
+def engine_flags(format: str, where: str, num_replicas: int, num_experts: int) -> str:
+    """How the engine reads a map written to ``where`` (printed after every export)."""
+    if format == "sglang":
+        return (f"SGLang: python -m sglang.launch_server ... --init-expert-location {where} "
+                f"--ep-num-redundant-experts {num_replicas - num_experts}")
+    if format == "trtllm":
+        return f"TensorRT-LLM: in the --config (extra LLM API options) YAML: moe_config: {{load_balancer: {where}}}"
+    if format == "csv":
+        return "CSV: layer,slot,gpu,expert,replica rows (for your own tooling)"
+    return f"eplb: eplb score --loads LOADS --plan {where}"
 
 
 # ---------------------------------------------------------------------------------------
