@@ -184,9 +184,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 # score -----------------------------------------------------------------------------------
 
 def read_any_plan(path: str, info: Any, args: argparse.Namespace, param: str = "plan"):
-    """(plan, shape dict or None) from an eplb plan file or an engine export (SGLang JSON,
-    TensorRT-LLM YAML, CSV). Engine maps that count dense layers are cut to the loads'
-    MoE layers."""
+    """(plan, shape dict or None, document) from an eplb plan file or an engine export
+    (SGLang JSON, TensorRT-LLM YAML, CSV). Engine maps with more rows than the loads' MoE
+    layers (SGLang's dense rows first, or a whole model) keep their last rows."""
     from .errors import LoadFileError
     from .workloads.exporters import detect_plan_format, read_exported_plan
 
@@ -204,21 +204,14 @@ def read_any_plan(path: str, info: Any, args: argparse.Namespace, param: str = "
         if fmt != "sglang":
             raise
         raise LoadFileError(param, f"{path}: not an eplb-plan file nor an SGLang map ({exc})") from None
-    extra = plan.num_layers - info.num_layers
-    if extra > 0:
-        # engines' maps include dense layers first (SGLang), or the whole model
-        plan = read_exported_plan(path, fmt, num_experts=info.num_experts, layer_offset=extra) \
-            if fmt == "sglang" else _last_layers(plan, info.num_layers, info.num_experts)
+    if plan.num_layers > info.num_layers:
+        from .plan import Plan
+
+        plan = Plan.from_phy2log(plan.phy2log[-info.num_layers:], info.num_experts)
     shape = None
     if fmt == "csv":
         shape = {"num_gpus": _csv_gpus(path)}
     return plan, shape, {"solver": f"{fmt} export", "policy": "?"}
-
-
-def _last_layers(plan, layers: int, num_experts: int):
-    from .plan import Plan
-
-    return Plan.from_phy2log(plan.phy2log[-layers:], num_experts)
 
 
 def _csv_gpus(path: str) -> int:
@@ -283,7 +276,7 @@ def _split_names(text: str | None, param: str) -> list[str] | None:
 def cmd_compare(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from .compare import DEFAULT_SOLVERS, compare_solvers, pick, table_rows
+    from .compare import DEFAULT_SOLVERS, compare_solvers, pick, planned_runs, table_rows
     from .io import read_loads
     from .problem import Problem
 
@@ -291,13 +284,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     problem, dense, preset_bytes = problem_from_args(args, info)
     holdout = None
     if args.holdout is not None:
-        base = args.loads.rsplit("@", 1)[0] if "@" in args.loads and not Path(args.loads).exists() else args.loads
-        start, _, stop = args.holdout.partition(":")
-        try:
-            window = (int(start) if start else None, int(stop) if stop else None)
-        except ValueError:
-            raise OptionError("holdout", f"must be A:B step bounds, got {args.holdout!r}") from None
-        h = read_loads(base, steps=slice(*window))
+        from .loadfiles import _split_range
+
+        base = _split_range(args.loads)[0]                  # the same loads, another window of steps
+        window = _split_range(f"{base}@{args.holdout}")[1]
+        if window is None:
+            raise OptionError("holdout", f"must be A:B step bounds, got {args.holdout!r}")
+        h = read_loads(base, steps=window)
         if (h.num_layers, h.num_experts) != (info.num_layers, info.num_experts):
             raise OptionError("holdout", "the held-out window has another shape than the loads")
         holdout = Problem(h.weights, problem.num_replicas, problem.num_groups, problem.num_nodes, problem.num_gpus)
@@ -305,7 +298,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     expert_bytes = args.expert_bytes if args.expert_bytes is not None else preset_bytes
     names = _split_names(args.solvers, "solvers") or list(DEFAULT_SOLVERS)
     policies = _split_names(args.policy, "policy") or ["auto"]
-    progress = _progress(len(names) * len(policies))
+    progress = _progress(len(planned_runs(problem, names, policies)))
     rows = compare_solvers(problem, names, policies=policies, holdout=holdout, previous=previous,
                            expert_bytes=expert_bytes if previous is not None else None,
                            options=_parse_options(args.option), time_limit=args.time_limit, on_progress=progress)

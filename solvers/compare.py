@@ -39,6 +39,14 @@ def solver_options(name: str, common: dict[str, Any], time_limit: float | None) 
     return opts
 
 
+def planned_runs(problem: Problem, solvers: Sequence[str], policies: Iterable[str]) -> list[tuple[str, str | None]]:
+    """The (solver, resolved policy) pairs to run: "auto" may equal an explicit policy, and
+    a solver without a policy option runs once (None). A policy the shape cannot take
+    raises up front."""
+    resolved = list(dict.fromkeys(problem.resolve_policy(p) for p in policies))
+    return [(n, p) for n in solvers for p in (resolved if "policy" in get_solver(n).options else [None])]
+
+
 def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, *,
                     policies: Iterable[str] = ("auto",), holdout: Problem | None = None,
                     previous: Plan | None = None, expert_bytes: int | None = None,
@@ -62,43 +70,32 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
         spec = get_solver(n)
         if not spec.is_available():
             raise OptionError("solvers", f"{n!r} is not available here: {spec.requires}")
-    policies = list(policies)
-    for p in policies:
-        problem.resolve_policy(p)              # a policy the shape cannot take is an error up front
     rows = []
-    for name in names:
-        for policy in policies:
-            opts = solver_options(name, options or {}, time_limit)
-            if "policy" in get_solver(name).options:
-                opts["policy"] = policy
-            if on_progress:
-                on_progress(name, policy, None)
-            res = solve(problem, name, previous=previous, expert_bytes=expert_bytes, **opts)
-            row: dict[str, Any] = {"solver": name, "policy": res.policy, "termination": str(res.termination),
-                                   "wall_time_s": res.wall_time, "message": res.message}
-            if res.score is not None:
-                m = res.score.metrics()
-                within = torch.maximum(structure_bound(problem, res.plan), res.lower_bound)
-                row.update(imbalance_mean=m["imbalance_mean"], imbalance_worst=m["imbalance_worst"],
-                           gap_mean=res.gap_mean, gap_max=res.gap_max,
-                           gap_in_policy_mean=float(ratio_gap(res.objective, within).mean()),
-                           off_node_share_mean=m.get("off_node_share_mean"), duplicates=m["duplicates"],
-                           moves=m.get("moves"), moves_bytes=m.get("moves_bytes"))
-                if holdout is not None:
-                    h = score(holdout, res.plan)
-                    row.update(holdout_imbalance_mean=h.imbalance_mean, holdout_imbalance_worst=h.imbalance_worst)
-            row["_result"] = res
-            rows.append(row)
-            if on_progress:
-                on_progress(name, policy, row)
-    # one row per distinct (solver, resolved policy): "auto" may equal an explicit policy
-    seen, unique = set(), []
-    for r in rows:
-        key = (r["solver"], r["policy"])
-        if key not in seen:
-            seen.add(key)
-            unique.append(r)
-    return unique
+    for name, policy in planned_runs(problem, names, policies):
+        opts = solver_options(name, options or {}, time_limit)
+        if policy is not None:
+            opts["policy"] = policy
+        if on_progress:
+            on_progress(name, policy or "-", None)
+        res = solve(problem, name, previous=previous, expert_bytes=expert_bytes, **opts)
+        row: dict[str, Any] = {"solver": name, "policy": res.policy, "termination": str(res.termination),
+                               "wall_time_s": res.wall_time, "message": res.message}
+        if res.score is not None:
+            m = res.score.metrics()
+            within = torch.maximum(structure_bound(problem, res.plan), res.lower_bound)
+            row.update(imbalance_mean=m["imbalance_mean"], imbalance_worst=m["imbalance_worst"],
+                       gap_mean=res.gap_mean, gap_max=res.gap_max,
+                       gap_in_policy_mean=float(ratio_gap(res.objective, within).mean()),
+                       off_node_share_mean=m.get("off_node_share_mean"), duplicates=m["duplicates"],
+                       moves=m.get("moves"), moves_bytes=m.get("moves_bytes"))
+            if holdout is not None:
+                h = score(holdout, res.plan)
+                row.update(holdout_imbalance_mean=h.imbalance_mean, holdout_imbalance_worst=h.imbalance_worst)
+        row["_result"] = res
+        rows.append(row)
+        if on_progress:
+            on_progress(name, policy or "-", row)
+    return rows
 
 
 def _num(v: Any) -> float:
