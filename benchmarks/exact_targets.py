@@ -1,4 +1,4 @@
-"""Issue 3 targets for the exact solvers, measured on real runs (prints one table per target).
+"""Targets of the exact solvers, measured on real runs (prints one table per target).
 
     .venv/bin/python -m benchmarks.exact_targets                 # every target
     .venv/bin/python -m benchmarks.exact_targets --only joint fixed16

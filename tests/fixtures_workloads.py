@@ -1,4 +1,4 @@
-"""Writers of engine dump fixtures, from the formats' descriptions (DESIGN section 4 and the
+"""Writers of engine dump fixtures, from the formats' descriptions (docs/formats.md and the
 engines' documented dump layouts), independent of the library's own writers.
 
 Sizes are realistic: DeepSeek-V3 shapes (58 layers, 256 experts, 288 physical slots on

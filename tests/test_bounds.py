@@ -1,4 +1,4 @@
-"""Lower bounds (DESIGN section 3): known values and validity against brute-force optima."""
+"""Lower bounds (docs/bounds.md): known values and validity against brute-force optima."""
 import math
 import random
 

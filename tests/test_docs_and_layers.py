@@ -22,10 +22,13 @@ def test_docs_never_point_outside_the_repository():
 
 
 def test_code_cites_docs_not_issues_or_the_shared_design():
-    for path in list((ROOT / "solvers").rglob("*.py")) + list((ROOT / "benchmarks").rglob("*.py")) \
-            + list((ROOT / "app").rglob("*.py")):
-        text = path.read_text()
-        assert not re.search(r"DESIGN section|shared/DESIGN|\bissue \d+", text), path
+    this = Path(__file__).resolve()
+    for folder in ("solvers", "benchmarks", "app", "tests", "scripts"):
+        for path in (ROOT / folder).rglob("*.py"):
+            if path.resolve() == this:
+                continue                       # the patterns below name what they look for
+            text = path.read_text()
+            assert not re.search(r"DESIGN section|DESIGN\.md|\.\./shared|\bissue \d+", text, re.I), path
 
 
 def test_solver_catalogue_in_docs_matches_the_registry():

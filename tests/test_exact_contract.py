@@ -7,7 +7,7 @@ import torch
 from solvers import OptionError, Plan, Problem, ProblemError, Termination, get_solver, solve
 
 BACKENDS = ["cpsat", "highs", "cbc"]
-JOINT = [[600, 560, 120, 120, 20, 10, 10, 10]]          # 16 slots on 8 GPUs (issue 3)
+JOINT = [[600, 560, 120, 120, 20, 10, 10, 10]]          # 16 slots on 8 GPUs
 JOINT_OPT = 590 / 3                                     # proven by all three backends
 
 
