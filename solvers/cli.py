@@ -49,12 +49,8 @@ def _option(text: str) -> tuple[str, Any]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def read_loads_arg(spec: str):
-    """weights [layers, experts] for a ``--loads`` argument (MoE layers; see LOADS_HELP)."""
-    return read_loads_info(spec).weights
-
-
 def read_loads_info(spec: str):
+    """The loads of a ``--loads`` argument (MoE layers; see LOADS_HELP) as a LoadsInfo."""
     from .io import read_loads
 
     return read_loads(spec)

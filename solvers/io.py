@@ -144,15 +144,4 @@ def read_loads(source: str | os.PathLike | bytes | BinaryIO, format: str | None 
     return LoadsInfo(weights, trace, str(fmt_used), str(source), file_layers, dense, total, win, meta)
 
 
-def check_dense_layers(info_dense: int, layer_offset: int | None, param: str = "layer_offset") -> int:
-    """The layer offset to export with: the detected dense count unless given; an explicit
-    offset that contradicts detected dense layers is an error."""
-    if layer_offset is None:
-        return info_dense
-    if info_dense and layer_offset != info_dense:
-        raise LoadFileError(param, f"{layer_offset} contradicts the loads, whose first {info_dense} layers "
-                            f"are all zero (dense layers); use {info_dense} or leave it out")
-    return layer_offset
-
-
-__all__ = ["LoadsInfo", "read_loads", "leading_zero_layers", "check_dense_layers"]
+__all__ = ["LoadsInfo", "read_loads", "leading_zero_layers"]
