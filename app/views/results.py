@@ -37,8 +37,7 @@ def main() -> None:
     tabs = st.tabs(["Per solver", "Best per shape", "Profiles", "Gap vs time", "Recommend"])
     with tabs[0]:
         table = solver_table(df)
-        st.dataframe(table, hide_index=True, width="stretch", column_config={
-            c: st.column_config.NumberColumn(format="percent") for c in table.columns if c.startswith("gap")})
+        st.dataframe(table, hide_index=True, width="stretch", column_config=_shares_as_percent(table))
     with tabs[1]:
         st.dataframe(best_per_shape(df), hide_index=True, width="stretch")
         st.caption("Per cluster shape and time budget: the solver with the lowest mean gap among those that "
@@ -97,10 +96,15 @@ def _recommender(df) -> None:
     head = format_recommendation(rec).split("\ncandidates", 1)[0].strip()      # the tables follow as tables
     (st.success if rec.solver else st.warning)("\n\n".join(ln for ln in head.splitlines() if ln.strip()))
     st.markdown("**Candidates** (best first)")
-    st.dataframe(rec.table, hide_index=True, width="stretch", column_config={
-        c: st.column_config.NumberColumn(format="percent") for c in rec.table.columns if c.startswith("gap")})
+    st.dataframe(rec.table, hide_index=True, width="stretch", column_config=_shares_as_percent(rec.table))
     with st.expander(f"Evidence: the runs of {rec.solver or 'the fastest solver'}"):
         st.dataframe(rec.evidence, hide_index=True, width="stretch")
+
+
+def _shares_as_percent(table) -> dict:
+    """Gaps and off-node shares are fractions: show them as percentages."""
+    return {c: st.column_config.NumberColumn(format="percent") for c in table.columns
+            if c.startswith(("gap", "off_node"))}
 
 
 main()
