@@ -23,7 +23,7 @@ import datetime as _dt
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import safejson
 from .errors import LoadFileError, PlanError
@@ -92,23 +92,28 @@ def dumps_plan(document: dict[str, Any]) -> str:
     return json.dumps(document, separators=(",", ":")) + "\n"
 
 
-def write_text_atomic(path: str | Path, text: str, param: str = "out") -> Path:
-    """Write through a temporary file renamed into place: a crash never leaves half a file,
-    and a failed write leaves no temporary file behind; errors name the file."""
+def write_atomic(path: str | Path, write: Callable[[Path], None], param: str = "out") -> Path:
+    """``write(tmp)`` then rename ``tmp`` into place: a crash never leaves half a file, a
+    failed write leaves no temporary file behind, and errors name the file. The temporary
+    name keeps the suffix (some writers look at it)."""
     path = Path(path)
     if not str(path) or path.name == "":
         raise LoadFileError(param, "an output file name is needed, got an empty path")
     if path.is_dir():
         raise LoadFileError(param, f"{path}: is a directory, not a file name")
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(path.name + ".tmp" + path.suffix)
     try:
-        with tmp.open("w") as fh:
-            fh.write(text)
+        write(tmp)
         tmp.replace(path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise LoadFileError(param, f"{path}: cannot write ({exc.strerror or exc})") from None
     return path
+
+
+def write_text_atomic(path: str | Path, text: str, param: str = "out") -> Path:
+    """:func:`write_atomic` of a text."""
+    return write_atomic(path, lambda tmp: tmp.write_text(text), param)
 
 
 def write_plan(path: str | Path, document: dict[str, Any]) -> Path:

@@ -62,15 +62,15 @@ def save_trace(trace: Trace, path: str | Path) -> Path:
 
     The file is written to a temporary name and renamed, so a crash never leaves half a file.
     """
+    from ..planfile import write_atomic
+
     path = Path(path)
     suffix = path.suffix.lower()
-    tmp = path.with_name(path.name + ".tmp" + suffix)
     meta_json = json.dumps(trace.meta, sort_keys=True)
     if suffix not in (".npz", ".pt"):
         raise LoadFileError("path", f"{path}: a trace is saved as .npz or .pt, not {suffix or '(no suffix)'}")
-    if path.is_dir():
-        raise LoadFileError("out", f"{path}: is a directory, not a file name")
-    try:
+
+    def write(tmp: Path) -> None:
         if suffix == ".npz":
             # Smallest integer dtype that holds the counts: traces compress several times better.
             peak = int(trace.loads.abs().max()) if trace.loads.numel() else 0
@@ -79,8 +79,5 @@ def save_trace(trace: Trace, path: str | Path) -> Path:
                 np.savez_compressed(fh, loads=trace.loads.numpy().astype(dtype), meta=np.array(meta_json))
         else:
             torch.save({"loads": trace.loads, "meta": meta_json}, tmp)
-        tmp.replace(path)
-    except OSError as exc:               # a failed write leaves no temporary file behind
-        tmp.unlink(missing_ok=True)
-        raise LoadFileError("out", f"{path}: cannot write ({exc.strerror or exc})") from None
-    return path
+
+    return write_atomic(path, write)
