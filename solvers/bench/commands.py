@@ -48,7 +48,7 @@ def add_commands(subparsers) -> None:
     steps.required = True
     # The runner parses its own options: with '+' as the only prefix here, every '-'/'--'
     # argument is handed to it untouched (argparse.REMAINDER alone drops a leading option).
-    r = steps.add_parser("run", help="run a benchmark suite (tiny, ci, full)", add_help=False, prefix_chars="+")
+    r = steps.add_parser("run", help="run a benchmark suite (tiny, ci, full, dynamics)", add_help=False, prefix_chars="+")
     r.add_argument("bench_args", nargs=argparse.REMAINDER, metavar="OPTIONS")
     r.set_defaults(func=cmd_bench_run)
 

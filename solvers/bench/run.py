@@ -62,7 +62,7 @@ def parse_seeds(text: str) -> list[int]:
 
 def build_parser(prog: str = "python -m benchmarks.run") -> argparse.ArgumentParser:
     p = _Parser(prog=prog, description="Run an EPLB benchmark suite.")
-    p.add_argument("--suite", required=True, help="suite name (tiny, ci, full)")
+    p.add_argument("--suite", required=True, help="suite name (tiny, ci, full, dynamics, dynamics-tiny)")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--solvers", help="comma-separated solver names (default: every available one)")
     p.add_argument("--time-limit", type=float, help="seconds, for solvers with a time_limit option")
@@ -121,6 +121,7 @@ def _machine() -> dict[str, Any]:
 
 def run(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks.run") -> int:
     from .analysis import derive
+    from .dynamics_report import dynamics_section, dynamics_summary, split_dynamics
     from .executors import check_executor, run_tasks
     from .report import render_summary, write_profile
     from .store import META_NAME, SUMMARY_NAME, ResultStore, write_json
@@ -188,13 +189,21 @@ def run(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks.run
     stored = df[df["status"].isin(HARD_FAILURES)]
     violations = [f"HARD FAILURE {r.status}: {r.solver} on {r.instance} seed {r.seed}: {r.message}"
                   for r in stored.itertuples()] + violations
-    figure = write_profile(df, out, args.figure)
+    # solver rows get the solver tables and profiles; replays of the dynamics suite their own table
+    solved, replays = split_dynamics(df)
+    figure = write_profile(solved, out, args.figure)
     meta["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     meta["elapsed_s"] = round(time.perf_counter() - start, 3)
     meta["rows"] = len(df)
     meta["figure"] = figure.name if figure else None
     write_json(out / META_NAME, meta)
-    (out / SUMMARY_NAME).write_text(render_summary(df, meta, violations, figure))
+    if len(solved) or not len(replays):
+        text = render_summary(solved, meta, violations, figure)
+        if len(replays) and "## Dynamics" not in text:
+            text += "\n" + dynamics_section(replays)
+    else:
+        text = dynamics_summary(replays, meta)
+    (out / SUMMARY_NAME).write_text(text)
 
     failures = list(violations)
     crashed = df[df["status"].isin(["error", "bad_input"])]

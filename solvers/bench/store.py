@@ -33,6 +33,11 @@ COLUMNS = [
     "off_node_share_mean", "oos_imbalance_mean", "oos_imbalance_worst", "wall_time_s", "threads", "host",
     "scheduled_imbalance_mean",   # imbalance under the scheduled split (docs/dispatch.md), token counts only
     "objective_layers", "lower_bound_layers", "structure_bound_layers", "model_bound_layers",
+    # dynamics suite (a trace replayed under a rebalancing setting; wall_time_s is the replay's):
+    # the setting, realised imbalance over the scored steps, moves and bytes of all rebalances
+    "trace", "setting", "every", "threshold", "migration_slack", "migration", "expert_bytes",
+    "realised_imbalance_mean", "realised_imbalance_p99", "realised_imbalance_worst", "total_moves",
+    "total_bytes", "rebalances", "tokens_lost", "steps_scored",
 ]
 # Filled in when a run finishes, from all rows of the same instance and seed (analysis.derive).
 DERIVED = ["best_bound", "gap_mean", "gap_max", "gap_in_policy_mean", "gap_in_model_mean", "gap_best_known",
@@ -43,10 +48,23 @@ NUMERIC = ["num_layers", "num_experts", "num_groups", "num_replicas", "num_nodes
            "gap_own_max", "imbalance_mean", "imbalance_worst", "balancedness", "node_imbalance_mean",
            "duplicates", "off_node_share_mean", "oos_imbalance_mean", "oos_imbalance_worst", "wall_time_s",
            "threads", "best_bound", "gap_mean", "gap_max", "gap_in_policy_mean", "gap_in_model_mean",
-           "gap_best_known", "model_bound", "scheduled_imbalance_mean"]
+           "gap_best_known", "model_bound", "scheduled_imbalance_mean",
+           "every", "threshold", "migration_slack", "expert_bytes", "realised_imbalance_mean",
+           "realised_imbalance_p99", "realised_imbalance_worst", "total_moves", "total_bytes", "rebalances",
+           "tokens_lost", "steps_scored"]
 TEXT = ["instance", "model", "shape", "scenario", "solver", "kind", "options", "policy", "status",
         "message", "host", "objective_layers", "lower_bound_layers", "structure_bound_layers",
-        "model_policy", "model_counts", "model_colocation", "model_node_budget", "model_bound_layers"]
+        "model_policy", "model_counts", "model_colocation", "model_node_budget", "model_bound_layers",
+        "trace", "setting", "migration"]
+# A row of the dynamics suite has a setting; the solver tables and profiles leave such rows out.
+DYNAMICS_MARK = "setting"
+
+
+def is_dynamics(df: pd.DataFrame) -> pd.Series:
+    """[rows] bool: rows of dynamics tasks (a trace replayed under a rebalancing setting)."""
+    if DYNAMICS_MARK not in df.columns:
+        return pd.Series(False, index=df.index)
+    return df[DYNAMICS_MARK].fillna("").astype(str) != ""
 
 CSV_NAME, PARQUET_NAME, META_NAME, SUMMARY_NAME = "results.csv", "results.parquet", "meta.json", "summary.md"
 OWN_FILES = (CSV_NAME, PARQUET_NAME, META_NAME, SUMMARY_NAME, "profile.png", "profile.html")

@@ -11,6 +11,9 @@ Suites:
             optima to measure heuristics against), heuristics on DeepSeek-V3/Kimi-K2 sizes.
 - ``full``: every preset on every cluster shape (8-layer slices, three scenarios); exact
             solvers on small EP groups with longer limits. Its results ship in solvers/bench/results/.
+- ``dynamics``: traces replayed under rebalancing settings (a period or a threshold, plain or
+            migration-aware re-planning; :mod:`.dynamics_tasks`): realised imbalance, moves,
+            bytes. A few minutes on 2 cores. ``dynamics-tiny``: seconds (tests).
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from typing import Any, Iterable
 
 from solvers.errors import OptionError
 
+from .dynamics_tasks import TraceInstance, dynamics_options
 from .instances import SHAPES, Instance
 
 HEURISTIC, EXACT = "heuristic", "exact"
@@ -44,10 +48,24 @@ class Group:
 
 
 @dataclass(frozen=True)
+class DynamicsGroup:
+    """Traces replayed with each of ``solvers`` under each rebalancing setting.
+
+    settings: task options of :func:`.dynamics_tasks.dynamics_options` (every / threshold,
+    window, migration_slack, migration). A shipped dataset runs once (the first seed); a
+    generated trace once per seed.
+    """
+
+    traces: tuple[TraceInstance, ...]
+    solvers: tuple[str, ...]
+    settings: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True)
 class Suite:
     name: str
     description: str
-    groups: tuple[Group, ...]
+    groups: tuple[Group | DynamicsGroup, ...]
     seeds: tuple[int, ...] = (0,)
 
 
@@ -59,6 +77,18 @@ def grid(models: Iterable[str], shapes: Iterable[str], scenarios: Iterable[str],
 ALL_MODELS = ("deepseek-v3", "qwen3-235b", "mixtral-8x7b", "olmoe-1b-7b", "kimi-k2")
 SMALL_MODELS = ("mixtral-8x7b", "olmoe-1b-7b")
 SCENARIOS = ("mild", "skewed", "drifting", "shifting-mix")
+# The documented migration-aware default (docs/dynamics.md): slack against a fresh plan.
+MIGRATION_SLACK = 0.01
+
+
+def rebalance_settings(period: int, *, threshold: float | None = None,
+                       slacks: tuple[float | None, ...] = (None, MIGRATION_SLACK)) -> tuple[dict[str, Any], ...]:
+    """Plain and migration-aware re-planning every ``period`` steps (window = period) and, with
+    ``threshold``, past that realised imbalance (window = period)."""
+    out = [dynamics_options(period, window=period, slack=s) for s in slacks]
+    if threshold is not None:
+        out += [dynamics_options(threshold=threshold, window=period, slack=s) for s in slacks]
+    return tuple(out)
 
 
 def _suites() -> dict[str, Suite]:
@@ -90,7 +120,25 @@ def _suites() -> dict[str, Suite]:
               + grid(SMALL_MODELS[1:], ["node-8", "nodes-2x4"], ["mild", "skewed"], layers=4),
               kinds=(HEURISTIC, EXACT), time_limit=10.0),
     ))
-    return {s.name: s for s in (tiny, ci, full)}
+    # Shipped drifting / shifting-mix datasets at the periods of the migration target, and
+    # generated drifting / shifting-mix workloads of larger presets (8-layer slices).
+    dynamics = Suite("dynamics", "rebalancing replays: shipped drifting / shifting-mix datasets and generated "
+                     "workloads, plain against migration-aware re-planning", seeds=(0,), groups=(
+        DynamicsGroup((TraceInstance.of_dataset("olmoe-1b-7b-drifting", "olmoe-1b-7b", "node-8"),
+                       TraceInstance.of_dataset("mixtral-8x7b-shifting-mix", "mixtral-8x7b", "node-8")),
+                      ("deepseek", "kk_swap"), rebalance_settings(20, threshold=1.15)),
+        DynamicsGroup((TraceInstance.of_dataset("deepseek-v3-shifting-mix", "deepseek-v3", "prefill-4x8"),),
+                      ("deepseek", "kk_swap"), rebalance_settings(4) + rebalance_settings(2)),
+        DynamicsGroup((TraceInstance.generated("deepseek-v3", "drifting", "prefill-4x8", layers=8, steps=96),
+                       TraceInstance.generated("qwen3-235b", "shifting-mix", "prefill-4x8", layers=8, steps=96),
+                       TraceInstance.generated("kimi-k2", "drifting", "decode-ep64", layers=8, steps=96)),
+                      ("deepseek",), rebalance_settings(16, threshold=1.3)),
+    ))
+    dynamics_tiny = Suite("dynamics-tiny", "one small generated trace, seconds (tests)", seeds=(0,), groups=(
+        DynamicsGroup((TraceInstance.generated("olmoe-1b-7b", "drifting", "node-8", layers=2, steps=24),),
+                      ("deepseek",), rebalance_settings(6, threshold=1.2)),
+    ))
+    return {s.name: s for s in (tiny, ci, full, dynamics, dynamics_tiny)}
 
 
 SUITES: dict[str, Suite] = _suites()

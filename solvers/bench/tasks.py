@@ -21,8 +21,9 @@ from solvers.registry import get_solver, solver_names
 from solvers.scoring import score
 from solvers.solve import BoundViolation, InvalidSolverPlan, solve
 
+from .dynamics_tasks import is_trace_id, run_dynamics_task
 from .instances import load_instance
-from .suites import Suite
+from .suites import DynamicsGroup, Group, Suite
 
 # Statuses a row can have beyond solvers.Termination: the harness's own verdicts.
 INVALID_PLAN = "invalid_plan"          # the plan failed validation (a solver bug)
@@ -59,6 +60,8 @@ def run_task(task: Task, threads: int = 1) -> dict[str, Any]:
 
     threads: torch intra-op threads for this process (1 when timings matter: one job per core).
     """
+    if is_trace_id(task.instance):   # a dynamics task: replay a trace under a rebalancing setting
+        return run_dynamics_task(task, threads)
     if threads:
         torch.set_num_threads(threads)
     loaded = load_instance(task.instance, task.seed)
@@ -141,6 +144,9 @@ def suite_tasks(suite: Suite, *, solvers: list[str] | None = None, time_limit: f
     tasks: list[Task] = []
     used: set[str] = set()
     for group in suite.groups:
+        if isinstance(group, DynamicsGroup):
+            tasks += _dynamics_tasks(group, solvers, seeds, used)
+            continue
         limit = group.time_limit if time_limit is None else time_limit
         for name in resolve_solvers(group.kinds, solvers):
             used.add(name)
@@ -169,5 +175,22 @@ def suite_tasks(suite: Suite, *, solvers: list[str] | None = None, time_limit: f
         if unused:
             raise OptionError("solvers", f"solver {unused[0]!r} ({get_solver(unused[0]).kind}) is not part of "
                               f"suite {suite.name!r} (its groups run kinds: "
-                              f"{', '.join(sorted({k for g in suite.groups for k in g.kinds}))})")
+                              f"{', '.join(sorted(_kinds(suite)))})")
     return tasks
+
+
+def _kinds(suite: Suite) -> set[str]:
+    return {k for g in suite.groups for k in (g.kinds if isinstance(g, Group) else ("dynamics",))}
+
+
+def _dynamics_tasks(group: DynamicsGroup, only: list[str] | None, seeds: list[int], used: set[str]) -> list[Task]:
+    """Traces x solvers x settings; a shipped dataset with the first seed only (it has one trace)."""
+    names = [n for n in group.solvers if (only is None or n in only) and get_solver(n).is_available()]
+    used.update(names)
+    out = []
+    for trace in group.traces:
+        for name in names:
+            for setting in group.settings:
+                for seed in (seeds[:1] if trace.dataset is not None else seeds):
+                    out.append(Task(trace.id, name, dict(setting), int(seed)))
+    return out
