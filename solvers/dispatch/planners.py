@@ -23,6 +23,8 @@ of many experts (``t(I(U)) / |U|``). So these planners
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ..errors import OptionError
@@ -30,6 +32,7 @@ from ..heuristics.common import expand_items
 from ..options import Option, seed_option
 from ..plan import Plan
 from ..problem import Problem
+from ..dynamics.robust import check_history
 from ..registry import SolverOutput, register
 
 
@@ -46,20 +49,30 @@ def counts_with_minimum(weight: torch.Tensor, num_slots: int, minimum: int, cap:
     return counts
 
 
-def peak_then_connect_counts(weight: torch.Tensor, num_slots: int, num_gpus: int, headroom: float
+def peak_shares(history: torch.Tensor, num_gpus: int) -> torch.Tensor:
+    """[L, E] float64: each expert's largest per-step share, in mean GPU loads (1 = a GPU's mean
+    load). history: [W, L, E] steps. The peak, not the sum: an expert hot only in some steps
+    needs its replicas in those steps, and a window's sum averages its heat away."""
+    h = history.to(torch.float64)
+    total = h.sum(-1, keepdim=True)
+    share = torch.where(total > 0, h / total.clamp_min(1e-300), 1.0 / h.shape[-1])
+    return share.amax(0) * num_gpus
+
+
+def peak_then_connect_counts(peak: torch.Tensor, num_slots: int, num_gpus: int, headroom: float
                              ) -> torch.Tensor:
-    """[L, E] int64 counts: ``ceil(headroom * w_e / (W / P))`` (at least 1, at most P), then the
-    slots left one by one to the expert with the fewest replicas, heaviest first. When the
-    first stage needs more slots than there are, the greedy counts (highest load per replica)."""
-    L, E = weight.shape
-    w = weight.to(torch.float64)
-    mean_gpu = (w.sum(1, keepdim=True) / num_gpus).clamp_min(1e-300)
-    need = torch.ceil(headroom * w / mean_gpu).clamp(1, num_gpus).to(torch.int64)
+    """[L, E] int64 counts: ``ceil(headroom * peak_e)`` (at least 1, at most P), then the slots
+    left one by one to the expert with the fewest replicas, heaviest first. When the first
+    stage needs more slots than there are, the greedy counts on the peaks (the smallest
+    largest peak per replica). peak: [L, E] per-step peak shares in mean GPU loads."""
+    L, E = peak.shape
+    q = peak.to(torch.float64)
+    need = torch.ceil(headroom * q).clamp(1, num_gpus).to(torch.int64)
     fits = need.sum(1) <= num_slots                                       # [L]
-    greedy = counts_with_minimum(w, num_slots, 1, num_gpus)
+    greedy = counts_with_minimum(q, num_slots, 1, num_gpus)
     counts = torch.where(fits.unsqueeze(1), need, torch.ones_like(need))
-    heavier = w / w.max(1, keepdim=True).values.clamp_min(1e-300) * 0.5   # < 1: a tie-breaker only
-    one = torch.ones(L, 1, dtype=torch.int64, device=w.device)
+    heavier = q / q.max(1, keepdim=True).values.clamp_min(1e-300) * 0.5   # < 1: a tie-breaker only
+    one = torch.ones(L, 1, dtype=torch.int64, device=q.device)
     for _ in range(num_slots - E):
         left = counts.sum(1, keepdim=True) < num_slots
         key = (-counts.to(torch.float64) + heavier).masked_fill(counts >= num_gpus, -float("inf"))
@@ -114,21 +127,36 @@ def spread_plan(weight: torch.Tensor, counts: torch.Tensor, num_gpus: int, jitte
     return Plan.from_phy2log(item_e.gather(1, by_gpu), E)
 
 
+_HISTORY = Option("history", object, None, "the planning window's steps [W, layers, experts]: replica counts "
+                  "follow each expert's largest per-step share (default: the problem's weights as one step)",
+                  nullable=True, advanced=True)
 _JITTER = Option("jitter", float, 1.0, "random jitter of the placement, in mean replica loads (0: plain "
                  "LPT, whose GPUs mirror each other)", minimum=0.0, maximum=100.0, advanced=True)
 
 
+HEADROOM_ONE_STEP = 3.0
+HEADROOM_STEPS = 1.15
+
+
 @register("sched_spread", kind="heuristic",
-          description="for the scheduled split: replicas for each expert's peaks, the slots left to the experts "
-                      "with the fewest replicas, spread over all GPUs with no expert twice on a GPU",
-          options=(Option("headroom", float, 3.0, "replicas so that headroom x an expert's share stays below "
-                                                  "a GPU's mean load", minimum=1.0, maximum=100.0),
-                   _JITTER, seed_option()))
-def solve_sched_spread(problem: Problem, *, headroom: float = 3.0, jitter: float = 1.0, seed: int = 0
-                       ) -> SolverOutput:
+          description="for the scheduled split: replicas for each expert's per-step peak share, the slots left to "
+                      "the experts with the fewest replicas, spread over all GPUs with no expert twice on a GPU",
+          options=(Option("headroom", float, None, "replicas so that headroom x an expert's peak share stays below "
+                                                   f"a GPU's mean load (default {HEADROOM_ONE_STEP:g} on the "
+                                                   f"problem's weights, {HEADROOM_STEPS:g} on a history of steps)",
+                          minimum=1.0, maximum=100.0, nullable=True),
+                   _HISTORY, _JITTER, seed_option()))
+def solve_sched_spread(problem: Problem, *, headroom: float | None = None, history: Any = None,
+                       jitter: float = 1.0, seed: int = 0) -> SolverOutput:
     _check(problem, 1)
-    counts = peak_then_connect_counts(problem.weights, problem.num_replicas, problem.num_gpus, headroom)
-    return SolverOutput(spread_plan(problem.weights, counts, problem.num_gpus, jitter, seed), "global")
+    hist = check_history(problem, history)                               # [W, L, E]
+    if headroom is None:
+        headroom = HEADROOM_STEPS if history is not None and hist.shape[0] > 1 else HEADROOM_ONE_STEP
+    peak = peak_shares(hist, problem.num_gpus)
+    counts = peak_then_connect_counts(peak, problem.num_replicas, problem.num_gpus, headroom)
+    weight = hist.mean(0) if history is not None else problem.weights
+    return SolverOutput(spread_plan(weight, counts, problem.num_gpus, jitter, seed), "global",
+                        info={"headroom": headroom, "steps": int(hist.shape[0])})
 
 
 @register("uniform_replicas", kind="heuristic",

@@ -28,6 +28,9 @@ placements); later chunks search the whole graph, which guarantees progress.
 """
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,9 +39,10 @@ import torch
 from ..errors import PlanError, ProblemError
 from ..plan import Plan, replica_ranks
 
-ROUNDS_PER_CHECK = 2
 PULSES_PER_ROUND = 3
 FIRST_DEPTH = 4
+CPU_FIRST_CHUNK, CPU_LATER_CHUNK = 4, 4
+CUDA_FIRST_CHUNK, CUDA_LATER_CHUNK = 24, 8
 MAX_ROUNDS = 100_000          # a safety net against a bug, never reached by a correct solver
 
 
@@ -234,9 +238,18 @@ class _Instances:
         return best, self.flex_edges.gather(2, which.unsqueeze(-1)).squeeze(-1)
 
 
+def depth_of_round(r: int, num_gpus: int, first_depth: int = FIRST_DEPTH) -> int:
+    """Label search depth of round ``r``: ``first_depth``, doubling every two rounds, up to P - 1
+    (a fixed schedule: which depth a round uses never depends on the data)."""
+    return max(1, min(first_depth * 2 ** (r // 2), num_gpus - 1))
+
+
 def _round(st: _Instances, y: torch.Tensor, target: torch.Tensor, depth: int,
            pulses: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Relabel, raise the target where stuck, then push. y: [n, M]; target: [n]."""
+    """Relabel, raise the target where stuck, then push. y: [n, M]; target: [n].
+
+    A pure function of its tensors: no host synchronisation, fixed shapes. An instance
+    with no GPU above its target is left unchanged (no stuck GPU, no excess to push)."""
     INF = st.P
     load = st.gpu_load(y)
     T = target.unsqueeze(-1)
@@ -247,16 +260,22 @@ def _round(st: _Instances, y: torch.Tensor, target: torch.Tensor, depth: int,
         best, _ = st.per_flex_min(dist, INF)                                       # [n, F]
         cand = torch.where(holds, best.gather(1, st.edge_flex) + 1, INF)
         dist = dist.scatter_reduce(1, st.edge_gpu, cand, "amin")
-    # Stuck GPUs and the closed set they reach (complete only if one more step adds nothing).
-    closed = (load > T) & (dist >= INF)
-    grown = closed
-    for _ in range(depth + 1):
-        closed = grown
-        touched = (holds & closed.gather(1, st.edge_gpu)).to(torch.int64)
-        per_flex = torch.zeros_like(st.flex_tokens).scatter_reduce(1, st.edge_flex, touched, "amax")
-        reach = (per_flex.gather(1, st.edge_flex) > 0) & st.edge_valid
-        grown = closed | torch.zeros_like(closed).scatter_reduce(1, st.edge_gpu, reach, "amax")
-    complete = (grown == closed).all(-1)
+    if depth >= st.P - 1:
+        # Exact labels: the GPUs that reach no GPU below T form a closed set (an arc out of
+        # it would give a finite label), every one at load >= T.
+        closed = dist >= INF
+        complete = torch.ones_like(target, dtype=torch.bool)
+    else:
+        # Short labels: grow the stuck GPUs' reach; it is closed only if one more step adds nothing.
+        closed = (load > T) & (dist >= INF)
+        grown = closed
+        for _ in range(depth + 1):
+            closed = grown
+            touched = (holds & closed.gather(1, st.edge_gpu)).to(torch.int64)
+            per_flex = torch.zeros_like(st.flex_tokens).scatter_reduce(1, st.edge_flex, touched, "amax")
+            reach = (per_flex.gather(1, st.edge_flex) > 0) & st.edge_valid
+            grown = closed | torch.zeros_like(closed).scatter_reduce(1, st.edge_gpu, reach, "amax")
+        complete = (grown == closed).all(-1)
     size = closed.sum(-1)
     raised = ((load * closed).sum(-1) + size - 1) // size.clamp_min(1)
     target = torch.where(complete & (size > 0), torch.maximum(target, raised), target)
@@ -279,20 +298,42 @@ def _round(st: _Instances, y: torch.Tensor, target: torch.Tensor, depth: int,
     return y, target
 
 
-def _solve(layout: Layout, tokens: torch.Tensor, rounds_per_check: int = ROUNDS_PER_CHECK,
+def _chunk(st: _Instances, y: torch.Tensor, target: torch.Tensor, first_round: int, rounds: int,
+           pulses: int, first_depth: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rounds`` rounds on every instance of ``st``, with no host synchronisation: the
+    kernels are queued back to back (asynchronous on CUDA), shapes never depend on data,
+    and instances already optimal pass through unchanged."""
+    for r in range(first_round, first_round + rounds):
+        y, target = _round(st, y, target, depth_of_round(r, st.P, first_depth), pulses)
+    return y, target
+
+
+def chunk_plan(device: torch.device) -> tuple[int, int]:
+    """(rounds of the first chunk, rounds of each later chunk) for a device.
+
+    On CUDA a round costs the same for 1 or 4000 instances (launch-bound), so the first
+    chunk is long enough for nearly every instance and the single check comes at its end.
+    On a CPU a round's cost is proportional to the instances it carries, so shorter chunks
+    let the check drop the finished ones (most are optimal after a few rounds)."""
+    return (CUDA_FIRST_CHUNK, CUDA_LATER_CHUNK) if device.type == "cuda" else (CPU_FIRST_CHUNK, CPU_LATER_CHUNK)
+
+
+def _solve(layout: Layout, tokens: torch.Tensor, chunks: tuple[int, int] | None = None,
            pulses: int = PULSES_PER_ROUND, first_depth: int = FIRST_DEPTH
            ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """y: [B, L, M] optimal tokens per edge, the proven bound [B, L] it meets, rounds run.
 
-    Chunks of ``rounds_per_check`` rounds run on the instances not yet proven optimal; the
-    check between chunks (one host synchronisation) drops the finished ones, so the long
-    tail of hard instances costs little. The label depth doubles each chunk up to P - 1.
+    Chunks of rounds (:func:`_chunk`, no synchronisation inside) alternate with one check on
+    the host: which instances still have a GPU above their proven bound. Those continue in
+    the next chunk, the others are final. ``chunks`` = (first chunk's rounds, later chunks'
+    rounds), by default :func:`chunk_plan` of the tokens' device.
     """
     B, L, _ = tokens.shape
     P = layout.num_gpus
     if B * L == 0:
         empty = torch.zeros(B, L, layout.edge_gpu.shape[1], dtype=torch.int64, device=tokens.device)
         return empty, torch.zeros(B, L, dtype=torch.int64, device=tokens.device), 0
+    first, later = chunks or chunk_plan(tokens.device)
     base = torch.zeros(B, L, P, dtype=torch.int64, device=tokens.device).scatter_add_(
         2, layout.fixed_gpu.expand(B, -1, -1), tokens * ~layout.flexible)
     flex_tokens = tokens.gather(2, layout.flex_expert.expand(B, -1, -1)) * layout.flex_valid
@@ -302,24 +343,22 @@ def _solve(layout: Layout, tokens: torch.Tensor, rounds_per_check: int = ROUNDS_
     bound_all = cheap_lower_bound(layout, tokens).view(B * L)
     todo = torch.arange(B * L, device=tokens.device)
     y, target = y_all, bound_all
-    depth = max(1, min(first_depth, P - 1))
-    rounds = 0
+    rounds, size = 0, max(1, first)
     while True:
+        y, target = _chunk(st, y, target, rounds, size, pulses, first_depth)
+        rounds += size
+        size = max(1, later)
         open_ = (st.gpu_load(y) > target.unsqueeze(-1)).any(-1)
-        keep = open_.nonzero().squeeze(-1)                               # the one synchronisation per chunk
-        if keep.numel() == 0 or keep.numel() < todo.numel():
-            done = todo[~open_]
-            y_all[done], bound_all[done] = y[~open_], target[~open_]
-            if keep.numel() == 0:
-                return y_all.view(B, L, -1), bound_all.view(B, L), rounds
-            todo, y, target = todo[keep], y[keep], target[keep]
-            st = _Instances(layout, st.base[keep], st.flex_tokens[keep], layer[todo])
+        keep = open_.nonzero().squeeze(-1)                 # the host synchronisation, once per chunk
+        done = todo[~open_]
+        y_all[done], bound_all[done] = y[~open_], target[~open_]
+        if keep.numel() == 0:
+            return y_all.view(B, L, -1), bound_all.view(B, L), rounds
         if rounds >= MAX_ROUNDS:
             raise RuntimeError("schedule_tokens did not converge (a bug: please report the instance)")
-        for _ in range(rounds_per_check):
-            y, target = _round(st, y, target, depth, pulses)
-        rounds += rounds_per_check
-        depth = min(2 * depth, P - 1)
+        if keep.numel() < todo.numel():
+            todo, y, target = todo[keep], y[keep], target[keep]
+            st = _Instances(layout, st.base[keep], st.flex_tokens[keep], layer[todo])
 
 
 def slot_split(layout: Layout, tokens: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -338,17 +377,69 @@ def slot_split(layout: Layout, tokens: torch.Tensor, y: torch.Tensor) -> torch.T
     return torch.where(layout.slot_edge < M, shared, fixed)
 
 
-def schedule_with_bound(plan: Plan, tokens, num_gpus: int, *, rounds_per_check: int = ROUNDS_PER_CHECK
-                        ) -> tuple[torch.Tensor, torch.Tensor]:
+def schedule_with_bound(plan: Plan, tokens, num_gpus: int) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`schedule_tokens` and its certificate: [B, L] int64, a proven lower bound on
     every split's max GPU load that the returned split meets (so both are the optimum)."""
     P = check_plan(plan, num_gpus)
     one = (tokens.dim() if isinstance(tokens, torch.Tensor) else np.ndim(tokens)) == 2
     t = check_tokens(tokens, plan)
     layout = Layout.of(plan, P, t.device)
-    y, bound, _ = _solve(layout, t, max(1, int(rounds_per_check)))
+    y, bound = solve_sharded(layout, t)
     x = slot_split(layout, t, y)
     return (x[0], bound[0]) if one else (x, bound)
+
+
+_THREADS_LOCK = threading.Lock()
+_THREADS_USERS = 0
+_THREADS_BEFORE = 1
+
+
+@contextmanager
+def one_intra_op_thread():
+    """Run torch's CPU kernels on the calling thread only, restoring the setting after.
+
+    The solver runs thousands of kernels on tensors of a few hundred thousand elements: split
+    over an OpenMP team each one pays a barrier, and on a busy machine a barrier waits for a
+    descheduled thread (measured 2-20x slower with 2 threads on a shared 2-core CPU). The
+    setting is process-wide: other threads' torch work runs single-threaded meanwhile.
+    Nested and concurrent uses count themselves: the last one out restores the setting."""
+    global _THREADS_USERS, _THREADS_BEFORE
+    with _THREADS_LOCK:
+        if _THREADS_USERS == 0:
+            _THREADS_BEFORE = torch.get_num_threads()
+            if _THREADS_BEFORE != 1:
+                torch.set_num_threads(1)
+        _THREADS_USERS += 1
+    try:
+        yield
+    finally:
+        with _THREADS_LOCK:
+            _THREADS_USERS -= 1
+            if _THREADS_USERS == 0 and _THREADS_BEFORE != 1:
+                torch.set_num_threads(_THREADS_BEFORE)
+
+
+def solve_sharded(layout: Layout, tokens: torch.Tensor, shards: int | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_solve` on [B, L, E] tokens; y [B, L, M] and bound [B, L].
+
+    On CUDA one call. On a CPU the micro-batches are cut into ``shards`` blocks (default: the
+    torch intra-op thread count the caller had) solved by as many Python threads, each with
+    single-threaded kernels (:func:`one_intra_op_thread`): torch releases the GIL inside a
+    kernel, so the cores work in parallel without a barrier per kernel."""
+    if tokens.device.type != "cpu":
+        y, bound, _ = _solve(layout, tokens)
+        return y, bound
+    B = tokens.shape[0]
+    shards = max(1, min(B, shards or torch.get_num_threads()))
+    with one_intra_op_thread():
+        if shards == 1:
+            y, bound, _ = _solve(layout, tokens)
+            return y, bound
+        parts = torch.tensor_split(tokens, shards, dim=0)
+        with ThreadPoolExecutor(max_workers=shards) as pool:
+            out = list(pool.map(lambda part: _solve(layout, part), parts))
+    return torch.cat([o[0] for o in out], 0), torch.cat([o[1] for o in out], 0)
 
 
 def schedule_tokens(plan: Plan, tokens, num_gpus: int) -> torch.Tensor:
