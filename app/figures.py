@@ -66,38 +66,40 @@ def gpu_load_figure(weights: torch.Tensor, phy2log: torch.Tensor, logcnt: torch.
     """Stacked bar of one layer's per-GPU load: one segment per replica, coloured by expert
     (hover: expert, replica, tokens), the mean GPU load as a line, node boundaries dotted.
 
-    weights: [E]; phy2log: [R]; logcnt: [E]. Trace s holds slot s of every GPU, so the bars'
-    totals are the scorer's ``gpu_load`` for this layer."""
-    tokens, expert, rank = replica_loads(weights, phy2log, logcnt, num_gpus)
+    weights: [E]; phy2log: [R]; logcnt: [E]. One bar trace holds every segment (x = GPU,
+    ``base`` = the load below it on that GPU): the browser draws one trace much faster than
+    one per slot. The segments' sum per GPU is the scorer's ``gpu_load`` for this layer."""
+    tokens, expert, rank = replica_loads(weights, phy2log, logcnt, num_gpus)   # [P, S] each
     P, S = tokens.shape
     E = int(weights.shape[0])
     cnt = _np(logcnt).astype(np.int64)
-    fig = go.Figure()
-    gpus = np.arange(P)
-    for s in range(S):
-        custom = np.stack([expert[:, s], rank[:, s] + 1, cnt[expert[:, s]], tokens[:, s]], axis=1)
-        fig.add_trace(go.Bar(
-            x=gpus, y=tokens[:, s], name=f"slot {s}", customdata=custom, showlegend=False,
-            marker={"color": expert[:, s], "colorscale": EXPERT_SCALE, "cmin": 0, "cmax": max(E - 1, 1),
-                    "line": {"color": "white", "width": 0.6},
-                    "showscale": s == 0, "colorbar": {"title": {"text": "expert"}, "thickness": 12}},
-            hovertemplate="GPU %{x}<br>expert %{customdata[0]:.0f} · replica %{customdata[1]:.0f}"
-                          " of %{customdata[2]:.0f}<br>%{customdata[3]:,.1f} tokens<extra>slot " + str(s) + "</extra>"))
+    below = np.cumsum(tokens, axis=1) - tokens                                # [P, S] load under each segment
+    custom = np.stack([expert, rank + 1, cnt[expert], tokens, np.broadcast_to(np.arange(S), (P, S))],
+                      axis=-1).reshape(P * S, 5)
+    fig = go.Figure(go.Bar(
+        x=np.repeat(np.arange(P), S), y=tokens.reshape(-1), base=below.reshape(-1), width=0.88,
+        customdata=custom, showlegend=False, name="replicas",
+        marker={"color": expert.reshape(-1), "colorscale": EXPERT_SCALE, "cmin": 0, "cmax": max(E - 1, 1),
+                "line": {"color": "white", "width": 0.6}, "showscale": True,
+                "colorbar": {"title": {"text": "expert"}, "thickness": 12}},
+        hovertemplate="GPU %{x}<br>expert %{customdata[0]:.0f} · replica %{customdata[1]:.0f}"
+                      " of %{customdata[2]:.0f}<br>%{customdata[3]:,.1f} tokens<extra>slot %{customdata[4]:.0f}</extra>"))
     mean = float(tokens.sum() / P)
     fig.add_hline(y=mean, line={"color": "black", "dash": "dash", "width": 1.5},
                   annotation_text=f"mean {mean:,.0f}", annotation_position="top left",
                   annotation={"bgcolor": "rgba(255,255,255,0.85)"})
     _node_boundaries(fig, P, num_nodes)
-    fig.update_layout(barmode="stack", bargap=0.12, template=TEMPLATE, title=title or None,
+    fig.update_layout(barmode="overlay", template=TEMPLATE, title=title or None,
                       xaxis={"title": "GPU", "tickmode": "linear" if P <= 48 else "auto", "range": [-0.6, P - 0.4]},
                       yaxis={"title": "tokens"}, margin={"t": 60 if title else 40, "b": 40}, height=430)
     return fig
 
 
 def bar_totals(fig: go.Figure) -> np.ndarray:
-    """[P] the stacked bars' totals (sum over the bar traces): what a reader sees per GPU."""
-    bars = [np.asarray(t.y, dtype=np.float64) for t in fig.data if t.type == "bar"]
-    return np.sum(bars, axis=0)
+    """[P] the bars' totals per x position (sum of the segments there): what a reader sees per GPU."""
+    x = np.concatenate([np.asarray(t.x, dtype=np.int64) for t in fig.data if t.type == "bar"])
+    y = np.concatenate([np.asarray(t.y, dtype=np.float64) for t in fig.data if t.type == "bar"])
+    return np.bincount(x, weights=y)
 
 
 def load_heatmap(gpu_load: torch.Tensor, num_nodes: int) -> go.Figure:

@@ -4,10 +4,16 @@
 session runs the script, so the first page waits for them (several seconds). This
 launcher imports them in the server process before the server starts answering, then
 hands over to Streamlit's own ``streamlit run app/main.py FLAGS`` in the same process.
+As soon as Streamlit's runtime exists, a background thread solves the default Explore
+page into the runtime's cache and builds one figure of each kind (plotly loads its
+validators lazily), so the first browser session does not wait for them either.
 """
 from __future__ import annotations
 
+import logging
 import sys
+import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,8 +36,42 @@ def preload() -> None:
     from app import compute, exports, figures, loads  # noqa: F401
 
 
+def warm(timeout: float = 120.0) -> None:
+    """Wait for Streamlit's runtime (the cache lives there), then fill it for the default page.
+
+    A warm-up only saves time: if it fails, the page computes the same thing itself and
+    shows any error there."""
+    from streamlit import runtime
+
+    deadline = time.monotonic() + timeout
+    while not runtime.exists():
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
+    # Cached functions called outside a session warn about a missing script context.
+    quiet = logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        from app import cache, figures
+
+        cache.warm_default_page()
+        weights, cluster, solver, options = cache.default_explore_inputs()
+        outcome = cache.solve(weights, cluster, solver, options)
+        plan, sc = outcome.result.plan, outcome.result.score
+        figures.gpu_load_figure(weights[0], plan.phy2log[0], plan.logcnt[0], cluster.num_gpus,
+                                cluster.num_nodes).to_json()
+        figures.node_load_figure(sc.node_load[0]).to_json()
+        figures.load_heatmap(sc.gpu_load, cluster.num_nodes).to_json()
+    except Exception:  # noqa: BLE001  see the docstring
+        pass
+    finally:
+        quiet.setLevel(level)
+
+
 def main(argv: list[str] | None = None) -> None:
     preload()
+    threading.Thread(target=warm, name="eplb-warm-up", daemon=True).start()
     from streamlit.web import cli
 
     sys.argv = ["streamlit", "run", str(MAIN), *(sys.argv[1:] if argv is None else argv)]

@@ -40,7 +40,10 @@ def test_gpu_load_bars_sum_to_the_scorers_gpu_load(solved):
                                       problem.num_gpus, problem.num_nodes)
         np.testing.assert_allclose(figures.bar_totals(fig), expected[layer].numpy(), rtol=1e-12)
         bars = [t for t in fig.data if t.type == "bar"]
-        assert len(bars) == problem.slots_per_gpu          # one segment per replica slot of each GPU
+        assert len(bars) == 1 and len(bars[0].y) == problem.num_replicas   # one segment per replica
+        # segments stack: each starts where the one below it on its GPU ends
+        top = np.asarray(bars[0].base, dtype=np.float64) + np.asarray(bars[0].y, dtype=np.float64)
+        np.testing.assert_allclose(top.reshape(problem.num_gpus, -1)[:, -1], expected[layer].numpy(), rtol=1e-12)
 
 
 def test_gpu_load_segments_name_their_expert_and_replica(solved):
@@ -49,16 +52,18 @@ def test_gpu_load_segments_name_their_expert_and_replica(solved):
     fig = figures.gpu_load_figure(problem.weights[layer], res.plan.phy2log[layer], res.plan.logcnt[layer],
                                   problem.num_gpus, problem.num_nodes)
     S = problem.slots_per_gpu
-    p2l = res.plan.phy2log[layer].view(problem.num_gpus, S)
+    p2l = res.plan.phy2log[layer]                                            # [R], GPU g holds slots gS..gS+S-1
     cnt = res.plan.logcnt[layer]
-    for s, trace in enumerate(t for t in fig.data if t.type == "bar"):
-        custom = np.asarray(trace.customdata)
-        experts = custom[:, 0].astype(int)
-        assert (experts == p2l[:, s].numpy()).all()
-        assert (np.asarray(trace.marker.color) == experts).all()             # coloured by expert
-        w = problem.weights[layer][experts].numpy() / cnt[experts].numpy()
-        np.testing.assert_allclose(np.asarray(trace.y), w)                   # tokens = w_e / c_e
-        assert ((custom[:, 1] >= 1) & (custom[:, 1] <= custom[:, 2])).all()   # replica k of c_e
+    (trace,) = [t for t in fig.data if t.type == "bar"]
+    custom = np.asarray(trace.customdata)
+    experts = custom[:, 0].astype(int)
+    assert (experts == p2l.numpy()).all()
+    assert (np.asarray(trace.x) == np.arange(problem.num_replicas) // S).all()
+    assert (custom[:, 4] == np.arange(problem.num_replicas) % S).all()    # the slot on its GPU
+    assert (np.asarray(trace.marker.color) == experts).all()                 # coloured by expert
+    w = problem.weights[layer][experts].numpy() / cnt[experts].numpy()
+    np.testing.assert_allclose(np.asarray(trace.y), w)                       # tokens = w_e / c_e
+    assert ((custom[:, 1] >= 1) & (custom[:, 1] <= custom[:, 2])).all()   # replica k of c_e
     # mean line and node boundaries
     mean = float(score(problem, res.plan).mean_load[layer])
     hlines = [s for s in fig.layout.shapes if s.y0 == s.y1]

@@ -45,7 +45,10 @@ def _array(v) -> np.ndarray:
 
 
 def _bar_totals(fig: dict) -> np.ndarray:
-    return np.sum([_array(t["y"]) for t in fig["data"] if t["type"] == "bar"], axis=0)
+    """[P] the segments' sum per x position (GPU) over the bar traces."""
+    bars = [t for t in fig["data"] if t["type"] == "bar"]
+    x = np.concatenate([_array(t["x"]).astype(np.int64) for t in bars])
+    return np.bincount(x, weights=np.concatenate([_array(t["y"]) for t in bars]))
 
 
 def _metric(at: AppTest, label: str) -> str:
@@ -78,6 +81,28 @@ def test_explore_default_render_shows_deepseeks_plan(default_problem):
     assert _metric(at, "Imbalance (mean)") == f"{res.score.imbalance_mean:.4f}"
     assert _metric(at, "Termination") == str(res.termination)
     assert {"explore:chart:bars", "explore:chart:nodes"} <= set(_charts(at))
+
+
+def test_server_warm_up_solves_exactly_what_the_first_explore_render_asks_for(monkeypatch):
+    """``python -m app.serve`` fills the cache with cache.default_explore_inputs(): those must be
+    the arguments the page's first render solves, or the warm-up saves nothing."""
+    from app import cache
+
+    calls = []
+    real = cache.solve
+
+    def spy(weights, cluster, solver, options, extra=None):
+        calls.append((weights.clone(), cluster, solver, dict(options), extra or {}))
+        return real(weights, cluster, solver, options, extra)
+
+    monkeypatch.setattr(cache, "solve", spy)
+    at = _app().run()
+    _clean(at)
+    assert len(calls) == 1
+    weights, cluster, solver, options = cache.default_explore_inputs()
+    got_w, got_cluster, got_solver, got_options, got_extra = calls[0]
+    assert (got_cluster, got_solver, got_options, got_extra) == (cluster, solver, options, {})
+    assert torch.equal(got_w, weights)
 
 
 def test_explore_views_show_heatmap_layers_plan_and_downloads(default_problem):
