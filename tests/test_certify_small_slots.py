@@ -10,8 +10,8 @@ from hypothesis import given, settings, strategies as st
 
 from solvers.exact.backends import highs_available
 from solvers.exact.brute import brute_force, packing_optimum
-from solvers.certify.small_slots import (count_options, count_search, lp_bound, lp_feasible, pair_phy2log,
-                                         pair_values)
+from solvers.certify.small_slots import (candidate_below, count_options, count_search, exact_feasible, lp_bound,
+                                         lp_feasible, pair_phy2log, pair_values, prove_optimal)
 
 needs_highs = pytest.mark.skipif(not highs_available(), reason="needs highspy")
 
@@ -111,3 +111,51 @@ def test_lns_reaches_the_brute_force_optimum_on_a_small_instance():
     c = lns_counts(w, start, deadline=time.perf_counter() + 20, free_size=5)
     assert int(c.sum()) == 8
     assert float(pair_values(w, c[None])[0, 0]) == pytest.approx(opt, rel=1e-6)
+
+
+@needs_highs
+@settings(max_examples=40, deadline=None)
+@given(tiny_s2())
+def test_exact_decision_matches_brute_force(inst):
+    weights, R = inst
+    opt = brute_force(weights.tolist(), R, R // 2, model="joint")
+    assert exact_feasible(weights, R, opt * (1 + 1e-9), time_limit=10) is True
+    assert exact_feasible(weights, R, opt * (1 - 1e-6), time_limit=10) is False
+
+
+@settings(max_examples=40, deadline=None)
+@given(tiny_s2())
+def test_candidate_below_is_the_next_possible_load(inst):
+    weights, R = inst
+    opt = brute_force(weights.tolist(), R, R // 2, model="joint")
+    above = opt * (1 + 1e-9)
+    assert candidate_below(weights, R, above) == pytest.approx(opt, rel=1e-12)   # the optimum is a pair sum
+    below = candidate_below(weights, R, opt)
+    assert below < opt
+    loads = [w / c for w in weights.tolist() for c in range(1, R - len(weights) + 2)]
+    sums = [a + b for a in loads for b in loads if a + b < opt * (1 - 1e-12)]
+    assert below == (max(sums) if sums else 0.0)
+
+
+@needs_highs
+@settings(max_examples=30, deadline=None)
+@given(tiny_s2())
+def test_proof_of_optimality_holds_only_at_the_optimum(inst):
+    weights, R = inst
+    opt = brute_force(weights.tolist(), R, R // 2, model="joint")
+    proven = prove_optimal(weights, R, opt, time_limit=10)
+    assert proven is not None and opt * (1 - 1e-6) <= proven <= opt
+    worse = candidate_below(weights, R, opt * 1.5)                 # a possible load above the optimum
+    if worse > opt * (1 + 1e-9):
+        assert prove_optimal(weights, R, worse, time_limit=10) is None
+
+
+@needs_highs
+def test_certify_proves_the_optimum_at_two_slots_per_gpu():
+    from solvers import Problem, solve
+    w = [50.0, 31.0, 17.0, 9.0, 4.0, 23.0]
+    opt = brute_force(w, 8, 4, model="joint")
+    res = solve(Problem([w], 8, 1, 1, 4), "certify", policy="global", time_limit=20)
+    assert res.termination == "optimal" and bool(res.proven_optimal.all())
+    assert float(res.objective[0]) == pytest.approx(opt, rel=1e-9)
+    assert float(res.lower_bound[0]) <= opt

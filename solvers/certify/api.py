@@ -5,7 +5,9 @@ together as the time limit allows.
 2. Two slots per GPU, global policy: a local search over replica counts, every count
    vector scored by its optimal pairing, then a large-neighbourhood search with the exact
    count-choice model as a MIP (:mod:`.small_slots`); the model's LP relaxation,
-   bisected between the combinatorial bound and the plan, raises the bound.
+   bisected between the combinatorial bound and the plan, raises the bound, and in the
+   time left the exact model (a MIP) is asked whether any plan reaches the largest
+   possible GPU load below the plan's: "no" proves the plan optimal.
 3. Any S: exact two-GPU re-splits of the busiest GPU (:mod:`.repartition`), within its
    node under the hierarchical policy so the plan keeps its structure; there CP-SAT's
    packing model (solvers.exact) then repacks the busiest node for the plan's counts,
@@ -37,7 +39,7 @@ from ..result import ModelScope, SolveResult, ratio_gap
 from ..tolerances import BOUND_RTOL
 from .hierarchical import best_assignment, hierarchical_bound, plan_on_assignment
 from .repartition import polish
-from .small_slots import iterated_count_search, lns_counts, lp_bound, pair_phy2log
+from .small_slots import iterated_count_search, lns_counts, lp_bound, pair_phy2log, prove_optimal
 
 CERTIFY_OPTIONS = (
     policy_option(),
@@ -83,7 +85,7 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
         if resolved == "global" and S == 2:
             span = layer_end - now
             c = iterated_count_search(w[layer], counts[layer], deadline=now + 0.2 * span, seed=seed + layer)
-            c = lns_counts(w[layer], c, deadline=now + 0.85 * span, seed=seed + layer, threads=threads)
+            c = lns_counts(w[layer], c, deadline=now + 0.7 * span, seed=seed + layer, threads=threads)
             row = pair_phy2log(w[layer], c)
             if _max_load(w[layer:layer + 1], row[None], c[None], P)[0] < _max_load(
                     w[layer:layer + 1], p2l[layer:layer + 1], counts[layer:layer + 1], P)[0]:
@@ -91,7 +93,12 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
             value = float(_max_load(w[layer:layer + 1], p2l[layer:layer + 1],
                                     _counts(p2l[layer:layer + 1], E), P)[0])
             bound[layer] = max(float(bound[layer]), lp_bound(
-                w[layer].numpy(), R, float(bound[layer]), value, deadline=layer_end, threads=threads))
+                w[layer].numpy(), R, float(bound[layer]), value, deadline=now + 0.8 * span, threads=threads))
+            if float(bound[layer]) < value * (1 - BOUND_RTOL):          # the exact model, in the time left
+                proven = prove_optimal(w[layer].numpy(), R, value, threads=threads,
+                                       time_limit=layer_end - time.perf_counter())
+                if proven is not None:
+                    bound[layer] = max(float(bound[layer]), proven)
         else:
             cnt = _counts(p2l[layer:layer + 1], E)[0]
             experts = p2l[layer].view(P, S)

@@ -206,6 +206,8 @@ def _solve_model(o: CountOptions, num_experts: int, num_replicas: int, *, time_l
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(max(time_limit, 0.01)))
     h.setOptionValue("threads", int(threads))
+    if not integral:       # its infeasibility is a bound: no presolve (HiGHS 1.12's misjudged a tiny MIP)
+        h.setOptionValue("presolve", "off")
     n = K + 1 + L
     lower = np.concatenate([np.zeros(K + 1), np.full(L, -inf)])
     upper = np.concatenate([np.ones(K) if allowed is None else allowed.astype(float), [R], np.full(L, inf)])
@@ -344,3 +346,89 @@ def lp_bound(weights: np.ndarray, num_replicas: int, lower: float, upper: float,
         else:
             lo = max(lo, t * (1 - ROUND_DOWN))
     return lo
+
+
+# Proofs by the exact model ------------------------------------------------------------
+
+def candidate_below(weights: np.ndarray, num_replicas: int, value: float) -> float:
+    """The largest GPU load below ``value * (1 - ROUND_DOWN)`` that any plan with two
+    slots per GPU could have: a sum w_a / c_a + w_b / c_b over replica loads (a = b
+    included), computed as the scorer computes it; 0 when there is none. Every plan's max
+    load is such a sum, so a plan of max load below ``value`` has max load <= this."""
+    E = len(weights)
+    loads = np.unique((weights[:, None] / np.arange(1, num_replicas - E + 2)[None, :]).ravel())   # [n] ascending
+    cap = value * (1 - ROUND_DOWN)
+    j = np.searchsorted(loads, cap - loads, side="left")                                          # [n]
+    best = 0.0
+    for shift in (-2, -1, 0):                       # the float subtraction may miss by one either way
+        k = np.clip(j + shift, 0, len(loads) - 1)
+        sums = loads + loads[k]
+        ok = sums < cap
+        if ok.any():
+            best = max(best, float(sums[ok].max()))
+    return best
+
+
+def exact_feasible(weights: np.ndarray, num_replicas: int, target: float, *, time_limit: float,
+                   threads: int = 1) -> bool | None:
+    """The exact count-choice model at ``target``, decided by CP-SAT (a pure 0/1 model with
+    integer coefficients: the replica counts): False = no plan has max load <= target (a
+    certificate, since the model is exact), True = one has, None = not decided in
+    ``time_limit``. CP-SAT rather than HiGHS: HiGHS 1.12's MIP presolve declared a tiny
+    feasible instance of this model infeasible, and a proof must not rest on that."""
+    o = count_options(weights, num_replicas, target)
+    if o is None or np.unique(o.expert).size < len(weights):
+        return False
+    from ortools.sat.python import cp_model
+
+    E, K, L, R = len(weights), len(o.count), o.num_levels, num_replicas
+    m = cp_model.CpModel()
+    pick = [m.new_bool_var(f"x{k}") for k in range(K)]                 # [K] one choice per expert
+    spare = m.new_int_var(0, R, "spare")
+    order = np.argsort(o.expert, kind="stable")
+    cuts = np.searchsorted(o.expert[order], np.arange(E + 1))
+    for e in range(E):
+        m.add_exactly_one(pick[k] for k in order[cuts[e]:cuts[e + 1]].tolist())
+    m.add(sum(int(c) * x for c, x in zip(o.count.tolist(), pick)) + spare <= R)
+    m.add(spare <= R * sum(pick[k] for k in np.flatnonzero(o.full).tolist()))
+    order = np.argsort(o.level, kind="stable")
+    cuts = np.searchsorted(o.level[order], np.arange(L + 1))
+    balance = 0                                                          # running supply - demand
+    for lv in range(L):
+        ks = order[cuts[lv]:cuts[lv + 1]].tolist()
+        if not ks:
+            continue
+        level = m.new_int_var(-R, R, f"d{lv}")
+        m.add(level == balance + sum(int(o.sign[k] * o.count[k]) * pick[k] for k in ks))
+        m.add(level + spare >= 0)
+        balance = level
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = float(max(time_limit, 0.01))
+    solver.parameters.num_workers = int(threads)
+    status = solver.solve(m)
+    if status == cp_model.INFEASIBLE:
+        return False
+    if status in (cp_model.FEASIBLE, cp_model.OPTIMAL):
+        return True
+    return None
+
+
+def prove_optimal(weights: np.ndarray, num_replicas: int, value: float, *, time_limit: float,
+                  threads: int = 1) -> float | None:
+    """A bound for every plan equal to ``value`` (rounded down by ROUND_DOWN) when the exact
+    model proves that no plan reaches the largest candidate load below it; None if the
+    MIP does not decide in time or finds such a plan (the caller's plan is then not
+    optimal)."""
+    below = candidate_below(weights, num_replicas, value)
+    if below <= 0:
+        return value * (1 - ROUND_DOWN)
+    # Decide a little above the candidate, so a plan of exactly that max load stays
+    # feasible despite the rounding of T - u in the model's levels; then no plan is below
+    # the next candidate, value * (1 - ROUND_DOWN) at the latest.
+    target, proven = below * (1 + ROUND_DOWN), value * (1 - ROUND_DOWN)
+    if target >= value * (1 - 2 * ROUND_DOWN):        # candidates this close: decide just below value
+        target = value * (1 - 2 * ROUND_DOWN)
+        proven = target * (1 - ROUND_DOWN)
+    if exact_feasible(weights, num_replicas, target, time_limit=time_limit, threads=threads) is False:
+        return proven
+    return None
