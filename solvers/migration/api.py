@@ -35,6 +35,7 @@ from ..scoring import gpu_loads
 from .exact import count_window, solve_layer
 from .minmoves import TARGET_RTOL, repair
 from .moves import moves_per_layer
+from .recount import recount
 from .regroup import regroup
 from .relabel import relabel
 
@@ -160,9 +161,18 @@ def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: 
     regrouped: list[int] = []
     if zones > 1 and not bool(met.all()):     # nodes drifted apart: move whole groups
         for layer, row in regroup(problem.weights, old, target, (~met).nonzero().squeeze(1).tolist(),
-                                  problem.num_groups, problem.num_nodes, P).items():
+                                  problem.num_groups, problem.num_nodes, P, item_cap=item_cap).items():
             repaired[layer], met[layer] = row, True
             regrouped.append(layer)
+    recounted: list[int] = []
+    if zones == 1 and not bool(met.all()):    # counts drifted: start again with the fresh counts
+        rows = (~met).nonzero().squeeze(1)
+        again = repair(problem.weights[rows], recount(problem.weights[rows], old[rows], fresh.plan.logcnt[rows], P),
+                       target[rows], P, zones)
+        ok = rows[again.met]
+        repaired[ok] = again.phy2log[again.met]
+        met[ok] = True
+        recounted = ok.tolist()
     repair_seconds = time.perf_counter() - t0
     repaired_moves = moves_per_layer(repaired, old, E, P)
     use = met & (repaired_moves <= relabel_moves)                                    # [L]
@@ -174,7 +184,7 @@ def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: 
         "heuristic_moves": int(moves_per_layer(p2l, old, E, P).sum()),
         "repair_rounds": fixed.rounds, "repair_swaps": int(fixed.swaps.sum()),
         "repair_count_changes": int(fixed.count_changes.sum()),
-        "regrouped_layers": regrouped, "fallback_layers": (~use).nonzero().squeeze(1).tolist(),
+        "regrouped_layers": regrouped, "recounted_layers": recounted, "fallback_layers": (~use).nonzero().squeeze(1).tolist(),
         "seconds": {"fresh": fresh_seconds, "relabel": relabel_seconds, "heuristic": repair_seconds},
     }
     if method == "exact":

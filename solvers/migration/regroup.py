@@ -130,9 +130,12 @@ def start_from_assignment(w: np.ndarray, p2l: np.ndarray, assign: np.ndarray, nu
 
 
 def regroup(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, layers: list[int],
-            num_groups: int, num_nodes: int, num_gpus: int, top: int = 6) -> dict[int, torch.Tensor]:
+            num_groups: int, num_nodes: int, num_gpus: int, top: int = 6,
+            item_cap: torch.Tensor | None = None) -> dict[int, torch.Tensor]:
     """{layer: phy2log [R]} for the ``layers`` whose best start (moved groups, then repaired
-    inside the nodes) meets ``target``; weights: [L, E], previous: [L, R], target: [L]."""
+    inside the nodes) meets ``target``; weights: [L, E], previous: [L, R], target: [L].
+    item_cap: [L] per-replica load the repair first brings hot experts under (as for the
+    other layers: counts follow the new loads where it matters)."""
 
     if not layers:
         return {}
@@ -151,7 +154,8 @@ def regroup(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor,
         return {}
     idx = torch.tensor(owner, device=previous.device)
     starts = torch.as_tensor(np.stack(rows), device=previous.device)
-    fixed = repair(weights[idx], starts, target[idx], num_gpus, num_nodes)
+    fixed = repair(weights[idx], starts, target[idx], num_gpus, num_nodes,
+                   item_cap=None if item_cap is None else item_cap[idx])
     moves = moves_per_layer(fixed.phy2log, previous[idx], E, num_gpus)
     best: dict[int, tuple[int, torch.Tensor]] = {}
     for k, layer in enumerate(owner):
