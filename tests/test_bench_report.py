@@ -8,9 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from solvers.bench.analysis import (TIME_SHIFT_S, best_per_shape, derive, performance_profile, shifted_geomean,
-                                 solver_table)
-from solvers.bench.report import GAP_DEFINITION, browser_path, render_summary, write_profile
+from solvers.bench.analysis import (TIME_SHIFT_S, best_per_shape, certified_table, derive, performance_profile,
+                                    shifted_geomean, solver_table)
+from solvers.bench.report import (CERTIFIED_DEFINITION, GAP_DEFINITION, browser_path, render_summary,
+                                  write_profile)
 from solvers.bench.store import COLUMNS, normalise
 
 
@@ -155,3 +156,36 @@ def test_rerender_rewrites_summary_from_stored_rows(table, tmp_path):
     text = out.read_text()
     assert "suite `stored`" in text and "load average 1.50 at start" in text
     assert "| exact | exact | 2 | 1 | 1 | 0 | 1 |" in text
+
+
+def test_certified_gap_per_instance_says_what_closed_it(table):
+    extra = [
+        _row("c", "heur", "heuristic", [10.5], [10.0], 0.01),            # a better plan closes it
+        _row("c", "exact", "exact", [10.05], [10.0], 1.0),
+        _row("d", "heur", "heuristic", [10.05], [10.0], 0.01),           # the heuristic was within 1 %
+        _row("e", "heur", "heuristic", [10.2], [10.0], 0.01),            # a better bound closes it
+        _row("e", "exact", "exact", None, [10.15], 1.0, status="time_limit"),
+    ]
+    df, violations = derive(normalise(pd.concat([table, pd.DataFrame(extra)], ignore_index=True)))
+    assert violations == []
+    t = certified_table(df, target=0.01).set_index("instance")
+    assert t.loc["a", "verdict"] == "proven" and t.loc["a", "proven"] == "2/2"
+    assert t.loc["a", "certified max"] == pytest.approx(0.0)
+    assert t.loc["b", "verdict"] == "open"
+    assert t.loc["b", "certified max"] == pytest.approx(27.5 / 26 - 1)
+    assert t.loc["b", "baseline max"] == pytest.approx(27.5 / 25 - 1)
+    assert t.loc["b", "by plan"] == pytest.approx(0.0)
+    assert t.loc["b", "by bound"] == pytest.approx(27.5 / 25 - 27.5 / 26)
+    assert t.loc["c", "verdict"] == "plan" and t.loc["c", "by plan"] == pytest.approx(0.045)
+    assert t.loc["d", "verdict"] == "already"
+    assert t.loc["e", "verdict"] == "bound" and t.loc["e", "certified max"] == pytest.approx(10.2 / 10.15 - 1)
+    for name in "bcde":                          # one layer: the two parts add up to what was closed
+        r = t.loc[name]
+        assert r["by plan"] + r["by bound"] == pytest.approx(r["baseline max"] - r["certified max"])
+    meta = {"settings": {"suite": "unit"}}
+    text = render_summary(df, meta, [], None)
+    assert "## Certified gap per instance" in text and CERTIFIED_DEFINITION in text
+    assert "5 instances: 1 proven, 1 already, 1 plan, 1 bound, 1 open." in text
+    lines = [l for l in text.splitlines() if l.startswith("| ") and l.split(" | ")[-1].strip(" |") in
+             ("proven", "already", "plan", "bound", "open")]
+    assert lines[0].startswith("| b |")          # open instances first

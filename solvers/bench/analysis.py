@@ -208,3 +208,66 @@ def performance_profile(df: pd.DataFrame, metric: str) -> dict[str, tuple[np.nda
         frac = np.arange(1, len(r) + 1) / len(r)
         out[solver] = (r, frac)
     return out
+
+
+# Certified gap per instance: the best plan of any solver over the best bound of any solver.
+
+CERTIFIED_TARGET = 0.01        # the gap a benchmark instance should be certified within
+VERDICTS = ("proven", "already", "plan", "bound", "open")
+
+
+def _instance_layers(rows: pd.DataFrame) -> dict[str, np.ndarray] | None:
+    """Per-layer [layers] vectors of one (instance, seed): best plan, best universal bound,
+    the combinatorial bound (the smallest lower bound any row reports: every row includes
+    it) and the best heuristic plan; None when no row has both a plan and a bound."""
+    objs = [(r.kind, v) for r in rows.itertuples() if (v := _vec(r.objective_layers)) is not None]
+    lbs = [v for v in (_vec(x) for x in rows["lower_bound_layers"]) if v is not None]
+    if not objs or not lbs:
+        return None
+    heur = [v for k, v in objs if k == "heuristic"]
+    best = np.min([v for _, v in objs], axis=0)
+    return {"plan": best, "bound": np.max(lbs, axis=0), "trivial": np.min(lbs, axis=0),
+            "baseline": np.min(heur, axis=0) if heur else best}
+
+
+def certified_table(df: pd.DataFrame, target: float = CERTIFIED_TARGET) -> pd.DataFrame:
+    """Per instance (over its seeds): the certified gap and what closed it.
+
+    Per layer l of a seed: ``certified_l = best plan_l / best bound_l - 1`` (best plan: the
+    lowest max GPU load of any solver's plan; best bound: the largest bound valid for every
+    plan, any solver's). The *baseline* is what the combinatorial bounds and the
+    heuristics give without any proof search: ``best heuristic plan_l / combinatorial
+    bound_l - 1``. The difference is split, as in ``solvers.certify.gap_closure``, into
+    the part closed by better plans (``(baseline plan - best plan) / combinatorial bound``)
+    and the part closed by better bounds (``best plan / combinatorial bound - best plan /
+    best bound``). Columns: ``certified max`` (worst layer of any seed), ``certified
+    mean``, ``baseline max``, ``by plan`` / ``by bound`` (means over layers and seeds),
+    ``proven`` (layers whose best bound meets the best plan, out of all layers of all
+    seeds) and ``verdict``: ``proven`` (every layer), ``already`` (the baseline meets
+    ``target`` on every layer), ``plan`` / ``bound`` (the certified gap meets ``target``
+    on every layer, and that side closed more), ``open`` (some layer above ``target``).
+    """
+    out = []
+    for instance, g in df.groupby("instance", sort=True):
+        seeds = [v for _, rows in g.groupby("seed", sort=True) if (v := _instance_layers(rows)) is not None]
+        if not seeds:
+            continue
+        cert = np.concatenate([_gap(s["plan"], s["bound"]) for s in seeds])
+        base = np.concatenate([_gap(s["baseline"], s["trivial"]) for s in seeds])
+        by_plan = np.concatenate([_gap(s["baseline"], s["trivial"]) - _gap(s["plan"], s["trivial"]) for s in seeds])
+        by_bound = np.concatenate([_gap(s["plan"], s["trivial"]) - _gap(s["plan"], s["bound"]) for s in seeds])
+        proven = np.concatenate([s["bound"] >= s["plan"] * (1 - RTOL) for s in seeds])
+        if proven.all():
+            verdict = "proven"
+        elif (base <= target).all():
+            verdict = "already"
+        elif (cert <= target).all():
+            verdict = "plan" if by_plan.mean() >= by_bound.mean() else "bound"
+        else:
+            verdict = "open"
+        out.append({"instance": instance, "seeds": len(seeds), "layers": len(cert),
+                    "certified max": float(cert.max()), "certified mean": float(cert.mean()),
+                    "baseline max": float(base.max()), "by plan": float(by_plan.mean()),
+                    "by bound": float(by_bound.mean()), "proven": f"{int(proven.sum())}/{len(proven)}",
+                    "verdict": verdict})
+    return pd.DataFrame(out)

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .analysis import (DEFAULT_BUDGETS_S, TIME_SHIFT_S, best_per_shape, has_plan, performance_profile,
-                       solver_table)
+from .analysis import (CERTIFIED_TARGET, DEFAULT_BUDGETS_S, TIME_SHIFT_S, VERDICTS, best_per_shape,
+                       certified_table, has_plan, performance_profile, solver_table)
 
 GAP_DEFINITION = (
     "**Gap to bound** (per layer): `objective / best lower bound - 1`, where objective is the plan's "
@@ -147,6 +147,34 @@ def proven_table(df: pd.DataFrame) -> pd.DataFrame:
     return t.reset_index()
 
 
+CERTIFIED_DEFINITION = (
+    "**Certified gap** (per layer of a seed): the best plan of any solver over the best bound valid "
+    "for every plan that any solver proved, minus 1: how far from optimal the best known plan can "
+    "still be. The **baseline** is what needs no proof search: the best heuristic plan over the "
+    "combinatorial bounds. The difference is closed **by plan** (`(best heuristic plan - best plan) / "
+    "combinatorial bound`) and **by bound** (`best plan / combinatorial bound - best plan / best "
+    "bound`); both are means over layers and seeds. `certified max` is the worst layer of any seed. "
+    "Verdict: `proven` (every layer's best bound meets its best plan), `already` (the baseline is "
+    f"within {100 * CERTIFIED_TARGET:g} % on every layer), `plan` / `bound` (the certified gap is within "
+    f"{100 * CERTIFIED_TARGET:g} % on every layer and that side closed more of the baseline's gap), "
+    f"`open` (some layer above {100 * CERTIFIED_TARGET:g} %).")
+
+
+def certified_section(df: pd.DataFrame, target: float = CERTIFIED_TARGET) -> list[str]:
+    """Lines of the per-instance certified-gap section: the definition, a count per verdict
+    and the table, worst instances first."""
+    t = certified_table(df, target)
+    if t.empty:
+        return ["No instance has both a plan and a bound."]
+    counts = t["verdict"].value_counts()
+    tally = ", ".join(f"{int(counts[v])} {v}" for v in VERDICTS if v in counts)
+    t = t.assign(_order=t["verdict"].map({v: i for i, v in enumerate(reversed(VERDICTS))}))
+    t = t.sort_values(["_order", "certified max"], ascending=[True, False]).drop(columns="_order")
+    return [CERTIFIED_DEFINITION, "", f"{len(t)} instances: {tally}.", "",
+            markdown_table(t, {c: "pct" for c in ("certified max", "certified mean", "baseline max", "by plan",
+                                                  "by bound")})]
+
+
 def render_summary(df: pd.DataFrame, meta: dict[str, Any], violations: list[str],
                    figure: Path | None, budgets: tuple[float, ...] = DEFAULT_BUDGETS_S) -> str:
     s = meta.get("settings", {})
@@ -185,6 +213,7 @@ def render_summary(df: pd.DataFrame, meta: dict[str, Any], violations: list[str]
                      "mean gap over layers to the optimum.")
         lines.append("")
         lines.append(markdown_table(pt, {c: "pct" for c in pt.columns if c not in ("instance", "seed")}))
+    lines += ["", "## Certified gap per instance", ""] + certified_section(df) + [""]
     lines += ["", "## Best solver per cluster shape within a time budget", "",
               "Lowest mean gap among solvers that returned a plan on every run of the shape with every "
               "run's wall time within the budget (`solver (mean gap)`).", ""]
