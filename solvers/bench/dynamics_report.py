@@ -18,7 +18,8 @@ DEFINITION = (
     "Each run replays a trace step by step (`solvers.dynamics.simulate`): the plan in force is scored "
     "on every step's loads (even split, shared scorer); a rebalance re-plans on the last `window` steps, "
     "every N steps or after a step whose realised imbalance passes a threshold, plainly or keeping the "
-    "fewest moves within a migration slack of a fresh plan's balance. **Realised imbalance**: mean over "
+    "fewest moves within a migration slack of a fresh plan's balance (`slack X, budget F`: layers that save "
+    "the most moves take wider slacks until a rebalance moves at most F x a fresh plan's moves). **Realised imbalance**: mean over "
     "layers of max / mean GPU load per step; mean and p99 over the scored steps. **Moves**: (layer, GPU, "
     "expert) pairs a GPU did not hold before, summed over rebalances; **GB moved** = moves x the model's "
     "expert size. **Tokens lost**: sum over steps and layers of (max - mean) x GPUs. **Fewer bytes** and "
@@ -56,7 +57,8 @@ def dynamics_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
     for r in dyn.itertuples(index=False):
         rec = {"trace": _trace_label(r), "cluster": f"{int(r.num_gpus)} GPUs, {int(r.num_replicas)} slots",
                "solver": r.solver, "trigger": _trigger(r), "window": int(r.window),
-               "slack": "plain" if pd.isna(r.migration_slack) else f"{r.migration_slack:g}",
+               "slack": "plain" if pd.isna(r.migration_slack) else f"{r.migration_slack:g}"
+               + ("" if pd.isna(getattr(r, "migration_budget", math.nan)) else f", budget {r.migration_budget:g}"),
                "status": r.status, "rebalances": r.rebalances, "moves": r.total_moves,
                "gb": r.total_bytes / 1e9 if pd.notna(r.total_bytes) else math.nan,
                "mean": r.realised_imbalance_mean, "p99": r.realised_imbalance_p99,
@@ -82,7 +84,7 @@ def dynamics_section(df: pd.DataFrame) -> str:
     if not rows:
         return ""
     lines = ["## Dynamics: moves, bytes and realised imbalance per rebalancing setting", "", DEFINITION, "",
-             "| trace | cluster | solver | trigger | window | slack | rebalances | moves | GB moved | fewer bytes "
+             "| trace | cluster | solver | trigger | window | migration | rebalances | moves | GB moved | fewer bytes "
              "| realised mean | vs plain | p99 | tokens lost | wall s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:

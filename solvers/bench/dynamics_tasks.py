@@ -28,7 +28,7 @@ from solvers.errors import EPLBError, OptionError
 from .instances import SHAPES, TOKENS_PER_STEP
 
 # Keys of a dynamics task's options that set the rebalancing (the others go to the solver).
-SETTING_KEYS = ("every", "threshold", "window", "migration_slack", "migration", "cooldown")
+SETTING_KEYS = ("every", "threshold", "window", "migration_slack", "migration", "migration_budget", "cooldown")
 SIMULATED = "simulated"       # status of a finished replay
 
 _ID = re.compile(r"^(?:dataset:(?P<dataset>[A-Za-z0-9._\-]+)"
@@ -133,6 +133,8 @@ def setting_label(options: dict[str, Any]) -> str:
     slack = options.get("migration_slack")
     parts.append("plain" if slack is None else f"slack {slack:g}"
                  + (f" ({options['migration']})" if options.get("migration") not in (None, "heuristic") else ""))
+    if options.get("migration_budget") is not None:
+        parts.append(f"budget {options['migration_budget']:g}")
     return ", ".join(parts)
 
 
@@ -167,6 +169,7 @@ def run_dynamics_task(task, threads: int = 1) -> dict[str, Any]:
         "every": setting.get("every"), "threshold": setting.get("threshold"),
         "migration_slack": setting.get("migration_slack"),
         "migration": setting.get("migration", "heuristic") if setting.get("migration_slack") is not None else "",
+        "migration_budget": setting.get("migration_budget"),
         "expert_bytes": expert_bytes,
     }
     try:
@@ -194,11 +197,12 @@ def _dataset_scenario(name: str | None) -> str:
 
 
 def dynamics_options(every: int | None = None, *, threshold: float | None = None, window: int | None = None,
-                     slack: float | None = None, migration: str | None = None) -> dict[str, Any]:
+                     slack: float | None = None, migration: str | None = None,
+                     budget: float | None = None) -> dict[str, Any]:
     """A task's options for one rebalancing setting (only the keys that are set, so keys stay short)."""
     out: dict[str, Any] = {}
     for key, value in (("every", every), ("threshold", threshold), ("window", window),
-                       ("migration_slack", slack), ("migration", migration)):
+                       ("migration_slack", slack), ("migration", migration), ("migration_budget", budget)):
         if value is not None:
             out[key] = value
     return json.loads(json.dumps(out))

@@ -35,7 +35,7 @@ COLUMNS = [
     "objective_layers", "lower_bound_layers", "structure_bound_layers", "model_bound_layers",
     # dynamics suite (a trace replayed under a rebalancing setting; wall_time_s is the replay's):
     # the setting, realised imbalance over the scored steps, moves and bytes of all rebalances
-    "trace", "setting", "every", "threshold", "migration_slack", "migration", "expert_bytes",
+    "trace", "setting", "every", "threshold", "migration_slack", "migration", "migration_budget", "expert_bytes",
     "realised_imbalance_mean", "realised_imbalance_p99", "realised_imbalance_worst", "total_moves",
     "total_bytes", "rebalances", "tokens_lost", "steps_scored",
 ]
@@ -49,7 +49,7 @@ NUMERIC = ["num_layers", "num_experts", "num_groups", "num_replicas", "num_nodes
            "duplicates", "off_node_share_mean", "oos_imbalance_mean", "oos_imbalance_worst", "wall_time_s",
            "threads", "best_bound", "gap_mean", "gap_max", "gap_in_policy_mean", "gap_in_model_mean",
            "gap_best_known", "model_bound", "scheduled_imbalance_mean",
-           "every", "threshold", "migration_slack", "expert_bytes", "realised_imbalance_mean",
+           "every", "threshold", "migration_slack", "migration_budget", "expert_bytes", "realised_imbalance_mean",
            "realised_imbalance_p99", "realised_imbalance_worst", "total_moves", "total_bytes", "rebalances",
            "tokens_lost", "steps_scored"]
 TEXT = ["instance", "model", "shape", "scenario", "solver", "kind", "options", "policy", "status",

@@ -2,7 +2,8 @@
 
     eplb simulate --loads TRACE (--model NAME | --replicas R --groups G --nodes N --gpus P)
                   [--solver S] (--every N | --threshold X) [--window W] [--migration-slack EPS]
-                  [--migration heuristic|exact] [--expert-bytes B] [-O KEY=VALUE] [--json] [--out DIR]
+                  [--migration heuristic|exact] [--migration-budget F] [--expert-bytes B] [-O KEY=VALUE]
+                  [--json] [--out DIR]
     eplb sweep    --loads TRACE (--model NAME | ...) [--periods 10,25,50] [--thresholds 1.2,1.3]
                   [--slacks plain,0,0.01,0.03] [--budget-gb X] [--json] [--out DIR]
 """
@@ -127,7 +128,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     shape, model_bytes = cluster_from_args(args, loads.shape[2])
     nbytes = args.expert_bytes if args.expert_bytes is not None else model_bytes
     res = simulate(loads, solver=args.solver, every=args.every, threshold=args.threshold, window=args.window,
-                   migration_slack=args.migration_slack, migration=args.migration, expert_bytes=nbytes,
+                   migration_slack=args.migration_slack, migration=args.migration,
+                   migration_budget=args.migration_budget, expert_bytes=nbytes,
                    solver_options=_solver_options(args), progress=not args.json, **shape)
     totals = res.totals()
     if args.out:
@@ -143,7 +145,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     print(f"{loads.shape[0]} steps x {loads.shape[1]} layers, solver {args.solver}, "
           f"{'every ' + str(args.every) if args.every else ''}"
           f"{' threshold ' + str(args.threshold) if args.threshold else ''}, window {res.settings['window']}, "
-          f"{'plain re-planning' if args.migration_slack is None else 'migration slack ' + str(args.migration_slack)}")
+          f"{'plain re-planning' if args.migration_slack is None else 'migration slack ' + str(args.migration_slack)}"
+          f"{'' if args.migration_budget is None else ', move budget ' + str(args.migration_budget)}")
     print(f"realised imbalance: mean {totals['mean_imbalance']:.4f}, p99 {totals['p99_imbalance']:.4f}; "
           f"{totals['rebalances']} rebalances, {totals['total_moves']} replicas moved ({gb}); "
           f"tokens lost to imbalance {totals['tokens_lost']:.4g}; {totals['wall_seconds']:.2f} s")
@@ -232,6 +235,9 @@ def add_commands(sub) -> None:
                    help="migration-aware re-planning: fewest moves within this slack of a fresh plan")
     s.add_argument("--migration", choices=("heuristic", "exact"), default="heuristic",
                    help="migration method (default heuristic)")
+    s.add_argument("--migration-budget", type=float, default=None, metavar="F",
+                   help="with --migration-slack: move at most F x a fresh plan's moves per rebalance, widening "
+                        "the slack of the layers that save most (0.25 with slack 0.01: docs/dynamics.md)")
     s.set_defaults(func=cmd_simulate)
 
     w = sub.add_parser("sweep", help="simulate many rebalancing settings: bytes moved against imbalance")

@@ -155,14 +155,17 @@ class _Progress:
 def simulate(loads: Any, *, num_replicas: int, num_groups: int = 1, num_nodes: int = 1, num_gpus: int = 1,
              solver: str = "deepseek", every: int | None = None, threshold: float | None = None,
              window: int | None = None, migration_slack: float | None = None, migration: str = "heuristic",
-             expert_bytes: int | None = None, solver_options: dict[str, Any] | None = None,
-             cooldown: int = 1, progress: bool = False) -> SimulationResult:
+             migration_budget: float | None = None, expert_bytes: int | None = None,
+             solver_options: dict[str, Any] | None = None, cooldown: int = 1,
+             progress: bool = False) -> SimulationResult:
     """Replay ``loads`` ([T, L, E] token counts or a Trace) with rebalancing (module docstring).
 
     every: rebalance every N steps. threshold: rebalance after a step whose realised
     imbalance (mean over layers) exceeds X, at most once per ``cooldown`` steps. window:
     steps a plan is made on (default ``every``, else 16). migration_slack: None for plain
     re-planning, else the slack of a migration-aware plan (``migration``: heuristic | exact).
+    migration_budget: with a slack, at most this fraction of a fresh plan's moves per layer
+    (:func:`solvers.migration.plan_with_migration`'s ``budget``).
     expert_bytes: bytes per expert (moves in bytes). solver_options: options of ``solver``.
     """
     from ..migration import plan_with_migration
@@ -185,6 +188,15 @@ def simulate(loads: Any, *, num_replicas: int, num_groups: int = 1, num_nodes: i
     if migration_slack is not None and (isinstance(migration_slack, bool) or not isinstance(migration_slack, numbers.Real)
                                         or not math.isfinite(float(migration_slack)) or migration_slack < 0):
         raise OptionError("migration_slack", f"must be a finite number >= 0, got {migration_slack!r}")
+    if migration_budget is not None:
+        if migration_slack is None:
+            raise OptionError("migration_budget", "needs a migration slack (plain re-planning has no budget)")
+        from ..migration.api import check_budget
+
+        try:
+            migration_budget = check_budget(migration_budget)
+        except OptionError as exc:
+            raise OptionError("migration_budget", str(exc).split(": ", 1)[-1]) from None
     if expert_bytes is not None and (isinstance(expert_bytes, bool) or not isinstance(expert_bytes, numbers.Integral)
                                      or expert_bytes < 0):
         raise OptionError("expert_bytes", f"must be an integer >= 0, got {expert_bytes!r}")
@@ -203,7 +215,7 @@ def simulate(loads: Any, *, num_replicas: int, num_groups: int = 1, num_nodes: i
         began = time.perf_counter()
         if current is not None and migration_slack is not None:
             res = plan_with_migration(problem, solver, current, slack=float(migration_slack), method=migration,
-                                      expert_bytes=expert_bytes, **opts)
+                                      budget=migration_budget, expert_bytes=expert_bytes, **opts)
         else:
             res = solve(problem, solver, previous=current, expert_bytes=expert_bytes, **opts)
         if res.plan is None:
@@ -251,6 +263,7 @@ def simulate(loads: Any, *, num_replicas: int, num_groups: int = 1, num_nodes: i
     bar.close()
     settings = {"solver": solver, "every": every, "threshold": threshold, "window": window,
                 "migration_slack": migration_slack, "migration": migration if migration_slack is not None else None,
+                "migration_budget": migration_budget,
                 "expert_bytes": expert_bytes, "solver_options": {k: v for k, v in options.items()
                                                                  if isinstance(v, (int, float, str, bool))},
                 **shape}

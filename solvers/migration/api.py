@@ -45,6 +45,9 @@ METHODS = ("heuristic", "exact")
 # steps' loads, while chasing every count change costs moves for little (measured on the
 # drifting traces: 0.03 keeps both within a few tenths of a percent of their best).
 ITEM_MARGIN = 0.03
+# With a move budget, layers are repaired again at these wider slacks (smallest first) until
+# the plan fits it.
+BUDGET_SLACKS = (0.02, 0.03, 0.05, 0.08, 0.13, 0.2)
 
 
 def check_previous(problem: Problem, previous: Any) -> Plan:
@@ -63,6 +66,46 @@ def check_previous(problem: Problem, previous: Any) -> Plan:
     except PlanError as exc:
         raise OptionError("previous", f"is not a valid plan: {exc}") from None
     return previous.to(problem.device)
+
+
+def check_budget(budget: Any) -> float | None:
+    if budget is None:
+        return None
+    if isinstance(budget, bool) or not isinstance(budget, numbers.Real) or not 0 < float(budget) <= 1:
+        raise OptionError("budget", f"must be a fraction of a fresh plan's moves in (0, 1], or None; got {budget!r}")
+    return float(budget)
+
+
+def _within_budget(problem: Problem, old: torch.Tensor, p2l: torch.Tensor, fresh_moves: torch.Tensor,
+                   fresh_max: torch.Tensor, slack: float, budget: float, zones: int,
+                   item_cap: torch.Tensor) -> tuple[torch.Tensor, dict[int, float]]:
+    """When the plan moves more than ``budget`` x the fresh plan's moves (all layers together),
+    the layers that save the most moves are repaired at the next wider slack of
+    BUDGET_SLACKS, level by level, until the total fits (or no wider slack is left).
+    old, p2l: [L, R]; fresh_moves, fresh_max: [L]. Returns the plan and {layer: slack used}."""
+    E, P = problem.num_experts, problem.num_gpus
+    allowed = int(float(fresh_moves.sum()) * budget)
+    moves = moves_per_layer(p2l, old, E, P)                                         # [L]
+    relaxed: dict[int, float] = {}
+    out = p2l.clone()
+    for wider in BUDGET_SLACKS:
+        excess = int(moves.sum()) - allowed
+        if excess <= 0:
+            break
+        if wider <= slack:
+            continue
+        target = fresh_max.to(torch.float64) * (1 + wider)
+        fixed = repair(problem.weights, old, target, P, zones, item_cap=item_cap)
+        cand = moves_per_layer(fixed.phy2log, old, E, P)
+        saving = torch.where(fixed.met, moves - cand, torch.zeros_like(moves))       # [L]
+        order = torch.argsort(saving, descending=True, stable=True)
+        # the fewest layers (largest savings first) that remove the excess, or all that save
+        need = int((torch.cumsum(saving[order], 0) < excess).sum()) + 1
+        take = order[:need][saving[order[:need]] > 0]
+        out[take] = fixed.phy2log[take]
+        moves[take] = cand[take]
+        relaxed.update({int(layer): wider for layer in take.tolist()})
+    return out, relaxed
 
 
 def check_slack(slack: Any) -> float:
@@ -129,12 +172,13 @@ def _exact_pass(problem: Problem, previous: Plan, start: torch.Tensor, fresh: Pl
 
 def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: float = 0.01,
             method: str = "heuristic", time_limit: float = 10.0, threads: int = 2, seed: int = 0,
-            base_options: dict | None = None) -> SolverOutput:
+            base_options: dict | None = None, budget: float | None = None) -> SolverOutput:
     """The migration-aware plan and its report (see the module docstring)."""
     from ..solve import solve
 
     previous = check_previous(problem, previous)
     slack = check_slack(slack)
+    budget = check_budget(budget)
     if method not in METHODS:
         raise OptionError("method", f"must be one of {', '.join(METHODS)}, got {method!r}")
     began = time.perf_counter()
@@ -177,6 +221,10 @@ def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: 
     repaired_moves = moves_per_layer(repaired, old, E, P)
     use = met & (repaired_moves <= relabel_moves)                                    # [L]
     p2l = torch.where(use.unsqueeze(1), repaired, relabelled)
+    relaxed: dict[int, float] = {}
+    if budget is not None:
+        p2l, relaxed = _within_budget(problem, old, p2l, fresh_moves, fresh.score.max_load, slack, budget,
+                                      zones, item_cap)
     info: dict[str, Any] = {
         "base": base, "slack": slack, "method": method, "policy": policy,
         "fresh_max_load": fresh.score.max_load.tolist(), "target_max_load": target.tolist(),
@@ -184,6 +232,7 @@ def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: 
         "heuristic_moves": int(moves_per_layer(p2l, old, E, P).sum()),
         "repair_rounds": fixed.rounds, "repair_swaps": int(fixed.swaps.sum()),
         "repair_count_changes": int(fixed.count_changes.sum()),
+        "budget": budget, "relaxed_layers": relaxed,
         "regrouped_layers": regrouped, "recounted_layers": recounted, "fallback_layers": (~use).nonzero().squeeze(1).tolist(),
         "seconds": {"fresh": fresh_seconds, "relabel": relabel_seconds, "heuristic": repair_seconds},
     }
@@ -206,6 +255,9 @@ _SCHEMA = (
            minimum=0.0, maximum=10.0),
     Option("method", str, "heuristic", "heuristic (batched repair) or exact (CP-SAT per layer)",
            choices=METHODS),
+    Option("budget", float, None, "at most this fraction of a fresh plan's moves (all layers): the layers "
+           "saving the most moves take wider slacks until the plan fits (none: the slack is a hard limit)",
+           nullable=True, minimum=0.0, maximum=1.0),
     time_limit_option(10.0, "seconds for the exact models (all layers)"),
     threads_option(), seed_option(),
     Option("base_options", object, None, "options of the base solver (a dict)", nullable=True,
@@ -216,8 +268,8 @@ _SCHEMA = (
 @register("migration", kind="heuristic", options=_SCHEMA, in_suites=False,
           description="fewest moves from the placement in force within (1 + slack) x a fresh plan's max load")
 def solve_migration(problem: Problem, *, base: str = "deepseek", current: Any = None, slack: float = 0.01,
-                    method: str = "heuristic", time_limit: float = 10.0, threads: int = 2, seed: int = 0,
-                    base_options: Any = None) -> SolverOutput:
+                    method: str = "heuristic", budget: float | None = None, time_limit: float = 10.0,
+                    threads: int = 2, seed: int = 0, base_options: Any = None) -> SolverOutput:
     """Without a placement in force (``current=None``, e.g. in a benchmark sweep of every
     solver) nothing can be kept: the fresh plan of ``base`` is returned as is."""
     from ..solve import solve
@@ -233,11 +285,11 @@ def solve_migration(problem: Problem, *, base: str = "deepseek", current: Any = 
         return SolverOutput(fresh.plan, fresh.policy, info={"base": base, "note": "no placement in force: "
                                                             "the fresh plan"})
     return migrate(problem, current, base=base, slack=slack, method=method, time_limit=time_limit,
-                   threads=threads, seed=seed, base_options=base_options)
+                   threads=threads, seed=seed, base_options=base_options, budget=budget)
 
 
 def plan_with_migration(problem: Problem, solver: str, previous: Plan, *, slack: float = 0.01,
-                        method: str = "heuristic", time_limit: float = 10.0,
+                        method: str = "heuristic", time_limit: float = 10.0, budget: float | None = None,
                         expert_bytes: int | None = None, **solver_options: Any) -> SolveResult:
     """A plan of ``problem`` with the fewest moves from ``previous`` such that every layer's
     max GPU load is at most ``(1 + slack)`` x that of a fresh plan by ``solver``.
@@ -247,6 +299,12 @@ def plan_with_migration(problem: Problem, solver: str, previous: Plan, *, slack:
     plan's max loads, the targets, the moves of the fresh and relabelled plans, the layers
     that fell back to the relabelled plan and, for ``method="exact"``, each layer's CP-SAT
     status, moves and proven bound. ``solver_options`` go to ``solver``.
+
+    budget: a move budget, as a fraction of the fresh plan's moves (all layers together).
+    When the plan within ``slack`` moves more, the layers that save the most moves are
+    repaired at wider slacks (``BUDGET_SLACKS``, level by level) until it fits
+    (``info["relaxed_layers"]``: layer -> slack used); their max load may then exceed
+    ``(1 + slack)`` x the fresh plan's. None: the slack is a hard limit.
     """
     from ..solve import solve
 
@@ -254,8 +312,9 @@ def plan_with_migration(problem: Problem, solver: str, previous: Plan, *, slack:
         raise OptionError("problem", f"must be a solvers.Problem, got {type(problem).__name__}")
     previous = check_previous(problem, previous)
     slack = check_slack(slack)
+    budget = check_budget(budget)
     if not isinstance(solver, str) or solver == "migration":
         raise OptionError("solver", f"must name a registered solver other than 'migration', got {solver!r}")
     return solve(problem, "migration", previous=previous, expert_bytes=expert_bytes, base=solver,
-                 current=previous, slack=slack, method=method, time_limit=time_limit,
+                 current=previous, slack=slack, method=method, time_limit=time_limit, budget=budget,
                  base_options=solver_options or None)
