@@ -26,6 +26,7 @@ import torch
 from solvers.errors import EPLBError, OptionError
 
 from .instances import SHAPES, TOKENS_PER_STEP
+from .rowkeys import BAD_INPUT, options_key
 
 # Keys of a dynamics task's options that set the rebalancing (the others go to the solver).
 SETTING_KEYS = ("every", "threshold", "window", "migration_slack", "migration", "migration_budget", "cooldown")
@@ -143,8 +144,6 @@ def run_dynamics_task(task, threads: int = 1) -> dict[str, Any]:
     from solvers.dynamics import simulate
     from solvers.registry import get_solver
     from solvers.workloads import PRESETS
-
-    from .tasks import BAD_INPUT, options_key
 
     if threads:
         torch.set_num_threads(threads)

@@ -23,13 +23,9 @@ from solvers.solve import BoundViolation, InvalidSolverPlan, solve
 
 from .dynamics_tasks import is_trace_id, run_dynamics_task
 from .instances import load_instance
+from .rowkeys import BAD_INPUT, BOUND_VIOLATION, HARD_FAILURES, INVALID_PLAN, options_key  # noqa: F401
 from .suites import DynamicsGroup, Group, Suite
 
-# Statuses a row can have beyond solvers.Termination: the harness's own verdicts.
-INVALID_PLAN = "invalid_plan"          # the plan failed validation (a solver bug)
-BOUND_VIOLATION = "bound_violation"    # objective below a proven lower bound (a solver or bound bug)
-BAD_INPUT = "bad_input"                # the solver rejected the instance or options
-HARD_FAILURES = (INVALID_PLAN, BOUND_VIOLATION)
 
 
 
@@ -44,10 +40,6 @@ class Task:
     def key(self) -> tuple[str, str, str, int]:
         """What identifies a finished row (for --resume)."""
         return (self.instance, self.solver, options_key(self.options), int(self.seed))
-
-
-def options_key(options: dict[str, Any]) -> str:
-    return json.dumps(options, sort_keys=True, separators=(",", ":"))
 
 
 def _layers(t: torch.Tensor | None) -> str:
