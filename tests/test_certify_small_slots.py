@@ -159,3 +159,20 @@ def test_certify_proves_the_optimum_at_two_slots_per_gpu():
     assert res.termination == "optimal" and bool(res.proven_optimal.all())
     assert float(res.objective[0]) == pytest.approx(opt, rel=1e-9)
     assert float(res.lower_bound[0]) <= opt
+
+
+@settings(max_examples=30, deadline=None)
+@given(tiny_s2())
+def test_exact_search_reaches_and_proves_the_brute_force_optimum(inst):
+    from solvers.certify.small_slots import exact_search
+    weights, R = inst
+    opt = brute_force(weights.tolist(), R, R // 2, model="joint")
+    E = len(weights)
+    start = torch.ones(E, dtype=torch.int64)
+    start[0] += R - E                                      # a poor start: every spare slot on expert 0
+    counts, bound, proven = exact_search(torch.as_tensor(weights), start, 0.0,
+                                         deadline=time.perf_counter() + 20)
+    assert proven and int(counts.sum()) == R and bool((counts >= 1).all())
+    value = float(pair_values(torch.as_tensor(weights), counts[None])[0, 0])
+    assert value == pytest.approx(opt, rel=1e-9, abs=1e-300)
+    assert bound <= opt and bound >= opt * (1 - 1e-9)

@@ -39,7 +39,7 @@ from ..result import ModelScope, SolveResult, ratio_gap
 from ..tolerances import BOUND_RTOL
 from .hierarchical import best_assignment, hierarchical_bound, plan_on_assignment
 from .repartition import polish
-from .small_slots import iterated_count_search, lns_counts, lp_bound, pair_phy2log, prove_optimal
+from .small_slots import exact_search, iterated_count_search, lns_counts, lp_bound, pair_phy2log, pair_values
 
 CERTIFY_OPTIONS = (
     policy_option(),
@@ -84,21 +84,20 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
         layer_end = now + (deadline - now) / (L - layer)
         if resolved == "global" and S == 2:
             span = layer_end - now
-            c = iterated_count_search(w[layer], counts[layer], deadline=now + 0.2 * span, seed=seed + layer)
-            c = lns_counts(w[layer], c, deadline=now + 0.7 * span, seed=seed + layer, threads=threads)
+            c = iterated_count_search(w[layer], counts[layer], deadline=now + 0.3 * span, seed=seed + layer)
+            value = float(pair_values(w[layer], c[None])[0, 0])
+            lp = lp_bound(w[layer].numpy(), R, float(bound[layer]), value, deadline=now + 0.4 * span,
+                          threads=threads)
+            c, proven_bound, proven = exact_search(w[layer], c, max(lp, float(bound[layer])),
+                                                   deadline=layer_end, threads=threads)
+            bound[layer] = max(float(bound[layer]), proven_bound)
+            if not proven:          # CP-SAT undecided: neighbourhoods of the exact model in the time left
+                c = lns_counts(w[layer], c, deadline=layer_end, seed=seed + layer, threads=threads)
             row = pair_phy2log(w[layer], c)
             if _max_load(w[layer:layer + 1], row[None], c[None], P)[0] < _max_load(
                     w[layer:layer + 1], p2l[layer:layer + 1], counts[layer:layer + 1], P)[0]:
                 p2l[layer] = row
-            value = float(_max_load(w[layer:layer + 1], p2l[layer:layer + 1],
-                                    _counts(p2l[layer:layer + 1], E), P)[0])
-            bound[layer] = max(float(bound[layer]), lp_bound(
-                w[layer].numpy(), R, float(bound[layer]), value, deadline=now + 0.8 * span, threads=threads))
-            if float(bound[layer]) < value * (1 - BOUND_RTOL):          # the exact model, in the time left
-                proven = prove_optimal(w[layer].numpy(), R, value, threads=threads,
-                                       time_limit=layer_end - time.perf_counter())
-                if proven is not None:
-                    bound[layer] = max(float(bound[layer]), proven)
+
         else:
             cnt = _counts(p2l[layer:layer + 1], E)[0]
             experts = p2l[layer].view(P, S)

@@ -369,16 +369,17 @@ def candidate_below(weights: np.ndarray, num_replicas: int, value: float) -> flo
     return best
 
 
-def exact_feasible(weights: np.ndarray, num_replicas: int, target: float, *, time_limit: float,
-                   threads: int = 1) -> bool | None:
+def exact_decide(weights: np.ndarray, num_replicas: int, target: float, *, time_limit: float, threads: int = 1,
+                 counts: np.ndarray | None = None) -> tuple[bool | None, np.ndarray | None]:
     """The exact count-choice model at ``target``, decided by CP-SAT (a pure 0/1 model with
-    integer coefficients: the replica counts): False = no plan has max load <= target (a
-    certificate, since the model is exact), True = one has, None = not decided in
-    ``time_limit``. CP-SAT rather than HiGHS: HiGHS 1.12's MIP presolve declared a tiny
-    feasible instance of this model infeasible, and a proof must not rest on that."""
+    integer coefficients, the replica counts): (False, None) = no plan has max load <=
+    target (a certificate, since the model is exact); (True, counts [E]) = this plan has;
+    (None, None) = not decided in ``time_limit``. ``counts``: [E] a known plan, given as
+    a hint. CP-SAT rather than HiGHS: HiGHS 1.12's MIP presolve declared a tiny feasible
+    instance of this model infeasible, and a proof must not rest on that."""
     o = count_options(weights, num_replicas, target)
     if o is None or np.unique(o.expert).size < len(weights):
-        return False
+        return False, None
     from ortools.sat.python import cp_model
 
     E, K, L, R = len(weights), len(o.count), o.num_levels, num_replicas
@@ -402,33 +403,97 @@ def exact_feasible(weights: np.ndarray, num_replicas: int, target: float, *, tim
         m.add(level == balance + sum(int(o.sign[k] * o.count[k]) * pick[k] for k in ks))
         m.add(level + spare >= 0)
         balance = level
+    if counts is not None:
+        hint = (o.count == counts[o.expert]) | (o.full & (o.count < counts[o.expert]))
+        for k in range(K):
+            m.add_hint(pick[k], bool(hint[k]))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = float(max(time_limit, 0.01))
     solver.parameters.num_workers = int(threads)
     status = solver.solve(m)
     if status == cp_model.INFEASIBLE:
-        return False
-    if status in (cp_model.FEASIBLE, cp_model.OPTIMAL):
-        return True
-    return None
+        return False, None
+    if status not in (cp_model.FEASIBLE, cp_model.OPTIMAL):
+        return None, None
+    chosen = np.array([solver.boolean_value(x) for x in pick])
+    out = np.zeros(E, dtype=np.int64)
+    out[o.expert[chosen]] = o.count[chosen]
+    return True, fill_spare(weights, out, num_replicas, target)
+
+
+def exact_feasible(weights: np.ndarray, num_replicas: int, target: float, *, time_limit: float,
+                   threads: int = 1) -> bool | None:
+    """:func:`exact_decide` without the plan: False = no plan has max load <= target,
+    True = one has, None = not decided."""
+    return exact_decide(weights, num_replicas, target, time_limit=time_limit, threads=threads)[0]
+
+
+def _decision_below(weights: np.ndarray, num_replicas: int, value: float) -> tuple[float, float]:
+    """(target, bound): no plan with max load <= target means every plan has max load >=
+    bound, where bound is ``value`` (rounded down) when the target is the largest possible
+    GPU load below ``value`` (:func:`candidate_below`). The decision is taken a little above
+    that candidate, so a plan of exactly that max load stays feasible despite the rounding
+    of T - u in the model's levels."""
+    below = candidate_below(weights, num_replicas, value)
+    target, bound = below * (1 + ROUND_DOWN), value * (1 - ROUND_DOWN)
+    if target >= value * (1 - 2 * ROUND_DOWN):        # candidates this close: decide just below value
+        target = value * (1 - 2 * ROUND_DOWN)
+        bound = target * (1 - ROUND_DOWN)
+    return target, bound
+
+
+def exact_search(weights: torch.Tensor, counts: torch.Tensor, lower: float, *, deadline: float,
+                 threads: int = 1) -> tuple[torch.Tensor, float, bool]:
+    """Bisection on the max load with the exact model as decision oracle (CP-SAT).
+
+    Probes x between ``lower`` (a bound for every plan) and the incumbent's value v ask
+    whether some plan has max load below x (the decision at the largest possible load below
+    x). Yes: its counts become the incumbent (its own value, which may be well below x)
+    and the next probe goes twice as deep; no: every plan has max load >= x, the bound
+    rises to x and the next probe is just below v, whose "no" proves v optimal.
+    Returns (counts [E], bound, proven): ``bound`` holds for every plan (global policy,
+    free counts, duplicates allowed); proven: the bound meets the plan's value.
+    """
+    w = weights.to(torch.float64)
+    wn = w.numpy()
+    R = int(counts.sum())
+    best = counts.clone()
+    value = float(pair_values(w, best[None])[0, 0])
+    lo, step = float(lower), 0.0
+    while time.perf_counter() < deadline:
+        x = value - step * (value - lo)
+        target, bound = _decision_below(wn, R, x)
+        if target < lo * (1 - 2 * ROUND_DOWN):           # no possible load in [lo, x): every plan >= x
+            lo, step = max(lo, bound), 0.0
+        else:
+            left = deadline - time.perf_counter()       # a deep probe gets half the time, the proof all of it
+            ok, found = exact_decide(wn, R, target, time_limit=left if step == 0 else left / 2, threads=threads,
+                                     counts=best.numpy())
+            if ok is None:
+                if step == 0:
+                    break
+                step = 0.0
+                continue
+            if ok:
+                cand = torch.as_tensor(found)
+                v = float(pair_values(w, cand[None])[0, 0])
+                if v < value:
+                    best, value = cand, v
+                step = min(0.5, max(2 * step, 1 / 16))
+            else:
+                lo, step = max(lo, bound), 0.0
+        if lo >= value * (1 - 1e-9):
+            return best, lo, True
+    return best, lo, False
 
 
 def prove_optimal(weights: np.ndarray, num_replicas: int, value: float, *, time_limit: float,
                   threads: int = 1) -> float | None:
     """A bound for every plan equal to ``value`` (rounded down by ROUND_DOWN) when the exact
-    model proves that no plan reaches the largest candidate load below it; None if the
-    MIP does not decide in time or finds such a plan (the caller's plan is then not
-    optimal)."""
-    below = candidate_below(weights, num_replicas, value)
-    if below <= 0:
-        return value * (1 - ROUND_DOWN)
-    # Decide a little above the candidate, so a plan of exactly that max load stays
-    # feasible despite the rounding of T - u in the model's levels; then no plan is below
-    # the next candidate, value * (1 - ROUND_DOWN) at the latest.
-    target, proven = below * (1 + ROUND_DOWN), value * (1 - ROUND_DOWN)
-    if target >= value * (1 - 2 * ROUND_DOWN):        # candidates this close: decide just below value
-        target = value * (1 - 2 * ROUND_DOWN)
-        proven = target * (1 - ROUND_DOWN)
-    if exact_feasible(weights, num_replicas, target, time_limit=time_limit, threads=threads) is False:
-        return proven
+    model proves that no plan reaches the largest possible load below it; None if CP-SAT
+    does not decide in time or finds such a plan (the caller's plan is then not optimal)."""
+    target, bound = _decision_below(weights, num_replicas, value)
+    if target <= 0 or exact_feasible(weights, num_replicas, target, time_limit=time_limit,
+                                     threads=threads) is False:
+        return bound
     return None
