@@ -176,3 +176,15 @@ def test_exact_search_reaches_and_proves_the_brute_force_optimum(inst):
     value = float(pair_values(torch.as_tensor(weights), counts[None])[0, 0])
     assert value == pytest.approx(opt, rel=1e-9, abs=1e-300)
     assert bound <= opt and bound >= opt * (1 - 1e-9)
+
+
+@needs_highs
+@settings(max_examples=40, deadline=None)
+@given(tiny_s2(), st.floats(1.0, 1.6))
+def test_a_feasible_decision_comes_with_a_plan_within_the_target(inst, factor):
+    from solvers.certify.small_slots import exact_decide
+    weights, R = inst
+    opt = brute_force(weights.tolist(), R, R // 2, model="joint")
+    ok, counts = exact_decide(weights, R, opt * factor * (1 + 1e-9), time_limit=10)
+    assert ok is True and int(counts.sum()) == R and bool((counts >= 1).all())
+    assert float(pair_values(torch.as_tensor(weights), torch.as_tensor(counts)[None])[0, 0]) <= opt * factor * (1 + 1e-9)

@@ -282,14 +282,24 @@ def neighbourhood_counts(weights: np.ndarray, num_replicas: int, counts: np.ndar
     out = np.zeros(len(weights), dtype=np.int64)
     pick = x[:-1] > 0.5
     out[o.expert[pick]] = o.count[pick]
-    return fill_spare(weights, out, num_replicas, target)
+    full = np.zeros(len(weights), dtype=bool)
+    full[o.expert[pick & o.full]] = True
+    return fill_spare(weights, out, num_replicas, target, full)
 
 
-def fill_spare(weights: np.ndarray, counts: np.ndarray, num_replicas: int, target: float) -> np.ndarray:
-    """Counts [E] summing to R: spare slots go to the small expert with the heaviest
-    replica (more replicas of a small expert keep every level condition)."""
+def fill_spare(weights: np.ndarray, counts: np.ndarray, num_replicas: int, target: float,
+               full: np.ndarray | None = None) -> np.ndarray:
+    """Counts [E] summing to R. The model's spare replicas count at every level, which is
+    true of replicas of an expert at its *full* choice (load at most every requirement):
+    with ``full`` ([E] bool, the experts the model put at a full choice) they all go to
+    one of those. Otherwise (none given) to the small expert with the heaviest replica,
+    which keeps every level condition but may not meet the model's."""
     counts = counts.copy()
-    for _ in range(num_replicas - int(counts.sum())):
+    spare = num_replicas - int(counts.sum())
+    if spare > 0 and full is not None and full.any():
+        counts[int(np.flatnonzero(full)[0])] += spare
+        return counts
+    for _ in range(spare):
         per = np.where(weights / counts <= target / 2, weights / counts, -1.0)
         counts[int(per.argmax())] += 1
     return counts
@@ -418,7 +428,9 @@ def exact_decide(weights: np.ndarray, num_replicas: int, target: float, *, time_
     chosen = np.array([solver.boolean_value(x) for x in pick])
     out = np.zeros(E, dtype=np.int64)
     out[o.expert[chosen]] = o.count[chosen]
-    return True, fill_spare(weights, out, num_replicas, target)
+    full = np.zeros(E, dtype=bool)
+    full[o.expert[chosen & o.full]] = True
+    return True, fill_spare(weights, out, num_replicas, target, full)
 
 
 def exact_feasible(weights: np.ndarray, num_replicas: int, target: float, *, time_limit: float,
@@ -477,8 +489,9 @@ def exact_search(weights: torch.Tensor, counts: torch.Tensor, lower: float, *, d
             if ok:
                 cand = torch.as_tensor(found)
                 v = float(pair_values(w, cand[None])[0, 0])
-                if v < value:
-                    best, value = cand, v
+                if v >= value:                           # the model's plan must beat the target
+                    break
+                best, value = cand, v
                 step = min(0.5, max(2 * step, 1 / 16))
             else:
                 lo, step = max(lo, bound), 0.0
