@@ -11,7 +11,8 @@ tokens x top-8 sampled (seed 0) from a shipped dataset's steps. Two protocols:
 
 DeepSeek's greedy (``deepseek``) and ``uniform_replicas`` plan on the window's sum;
 ``sched_spread`` gets the window's steps (``history``). For 288 and 512 slots each row gives
-the even split and the scheduled split on that placement. Target: with 512 slots,
+the even split and the scheduled split on that placement, and ``dup``: (layer, GPU,
+expert) triples with two replicas of an expert on one GPU. Target: with 512 slots,
 scheduled p99 per-micro-batch imbalance <= 1.05 on the scheduling-aware placement.
 
     python -m benchmarks.schedule_targets [--datasets deepseek-v3-skewed ...] [--protocol in-sample]
@@ -48,7 +49,7 @@ def main(argv=None) -> int:
     rows = []
     print(f"protocol: {args.protocol}; {args.microbatches} micro-batches of 4096 tokens x top-8 per dataset")
     print(f"{'dataset':<26} {'slots':>5} {'plan':<17} {'even mean':>9} {'even p99':>9} "
-          f"{'sched mean':>10} {'sched p99':>9} {'sched worst':>11} {'secs':>6}  load")
+          f"{'sched mean':>10} {'sched p99':>9} {'sched worst':>11} {'dup':>4} {'secs':>6}  load")
     for name in args.datasets:
         trace = read_array(name)
         window = trace[plan_steps].to(torch.float64)                            # [W, L, E]
@@ -58,15 +59,16 @@ def main(argv=None) -> int:
             for solver in args.plans:
                 start = time.perf_counter()
                 options = {"history": window} if solver == "sched_spread" else {}
-                plan = solve(problem, solver, **options).plan
+                res = solve(problem, solver, **options)
+                plan, dup = res.plan, res.score.duplicates
                 even = imbalance_stats(microbatch_imbalance(plan, tokens, 32, "even"))
                 sched = imbalance_stats(microbatch_imbalance(plan, tokens, 32, "scheduled"))
                 secs = time.perf_counter() - start
                 load = os.getloadavg()[0]
                 rows.append({"dataset": name, "slots": R, "plan": solver, "protocol": args.protocol,
-                             "even": even, "scheduled": sched, "seconds": secs, "load": load})
+                             "even": even, "scheduled": sched, "duplicates": dup, "seconds": secs, "load": load})
                 print(f"{name:<26} {R:>5} {solver:<17} {even['mean']:9.4f} {even['p99']:9.4f} "
-                      f"{sched['mean']:10.4f} {sched['p99']:9.4f} {sched['worst']:11.4f} {secs:6.1f}  {load:.1f}",
+                      f"{sched['mean']:10.4f} {sched['p99']:9.4f} {sched['worst']:11.4f} {dup:4d} {secs:6.1f}  {load:.1f}",
                       flush=True)
     if args.json:
         with open(args.json, "w") as fh:

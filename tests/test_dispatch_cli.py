@@ -76,26 +76,32 @@ def test_planners_spread_replicas_without_duplicates(solver):
         assert bool((res.plan.logcnt == 2).all())
 
 
-def test_sched_spread_covers_peaks_then_connects():
-    # e0 holds 100 of 115 tokens: 8 GPUs' mean is 14.4, so e0 needs all 8 GPUs; 40 slots
-    # leave 40 - 8 - 15 = 17 extra: every other expert twice (15), then the two heaviest thrice.
+def test_sched_spread_gives_each_slot_to_the_largest_peak_per_replica():
+    # e0 holds 100 of 115 tokens: 6.96 GPUs' mean load, so it gets every GPU (at most one
+    # replica per GPU); the 24 slots left go one by one to the largest share per replica.
     w = torch.tensor([[100.0] + [1.0] * 13 + [2.0, 3.0]])
     res = solve(Problem(w, 40, 1, 1, 8), "sched_spread")
     cnt = res.plan.logcnt[0]
-    assert cnt[0] == 8 and cnt[14] == 3 and cnt[15] == 3 and bool((cnt[1:14] == 2).all())
+    assert cnt[0] == 8 and int(cnt.sum()) == 40 and res.score.duplicates == 0
+    per = w[0] / cnt
+    # greedy optimality: no expert below the cap would have a larger share per replica with
+    # one replica more than the largest one has now... i.e. moving a replica cannot lower the max
+    movable = cnt[1:] > 1
+    assert float((w[0, 1:] / (cnt[1:] - 1))[movable].min()) >= float(per[1:].max()) - 1e-12
 
 
 def test_planner_options_are_checked():
     w = torch.ones(1, 16)
-    with pytest.raises(OptionError, match="^headroom"):
-        solve(Problem(w, 24, 1, 1, 8), "sched_spread", headroom=0.5)
+    with pytest.raises(OptionError, match="^jitter"):
+        solve(Problem(w, 24, 1, 1, 8), "sched_spread", jitter=-1.0)
     with pytest.raises(OptionError, match="^num_replicas"):
         solve(Problem(w, 32, 1, 1, 1), "uniform_replicas")
 
 
 def test_spread_keeps_gpus_from_mirroring_each_other():
-    # Equal replicas of consecutive experts: plain LPT (jitter 0) may put them on the same GPU
-    # pairs; the jittered spread must keep every GPU pair's shared experts well below S.
+    # Equal replicas of consecutive experts: plain LPT puts them on the same GPU pairs (and a
+    # dominant expert's two GPUs take the last two items of every round); the spread must keep
+    # every GPU pair's shared experts well below S.
     from solvers.scoring import gpu_presence
 
     w = torch.exp(torch.randn(3, 64, generator=torch.Generator().manual_seed(7), dtype=torch.float64))
@@ -107,5 +113,6 @@ def test_spread_keeps_gpus_from_mirroring_each_other():
         share = pres @ pres.transpose(1, 2)
         return float((share - torch.diag_embed(torch.diagonal(share, dim1=1, dim2=2))).max())
 
-    assert most_shared(0.0) == 16                                         # S = 16: two GPUs mirror each other
-    assert most_shared(1.0) <= 12
+    # S = 16: plain LPT made GPU pairs share all 16 experts; the overlap term keeps every
+    # pair well below that, with or without jitter
+    assert most_shared(0.0) <= 8 and most_shared(1.0) <= 8
