@@ -84,15 +84,16 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
         layer_end = now + (deadline - now) / (L - layer)
         if resolved == "global" and S == 2:
             span = layer_end - now
-            c = iterated_count_search(w[layer], counts[layer], deadline=now + 0.3 * span, seed=seed + layer)
+            # plans: count search, then neighbourhoods of the exact model (HiGHS); bounds: the LP;
+            # then CP-SAT bisects with the exact model from the best plan (proofs, better plans)
+            c = iterated_count_search(w[layer], counts[layer], deadline=now + 0.2 * span, seed=seed + layer)
+            c = lns_counts(w[layer], c, deadline=now + 0.7 * span, seed=seed + layer, threads=threads)
             value = float(pair_values(w[layer], c[None])[0, 0])
-            lp = lp_bound(w[layer].numpy(), R, float(bound[layer]), value, deadline=now + 0.4 * span,
+            lp = lp_bound(w[layer].numpy(), R, float(bound[layer]), value, deadline=now + 0.8 * span,
                           threads=threads)
-            c, proven_bound, proven = exact_search(w[layer], c, max(lp, float(bound[layer])),
-                                                   deadline=layer_end, threads=threads)
+            c, proven_bound, _ = exact_search(w[layer], c, max(lp, float(bound[layer])), deadline=layer_end,
+                                              threads=threads)
             bound[layer] = max(float(bound[layer]), proven_bound)
-            if not proven:          # CP-SAT undecided: neighbourhoods of the exact model in the time left
-                c = lns_counts(w[layer], c, deadline=layer_end, seed=seed + layer, threads=threads)
             row = pair_phy2log(w[layer], c)
             if _max_load(w[layer:layer + 1], row[None], c[None], P)[0] < _max_load(
                     w[layer:layer + 1], p2l[layer:layer + 1], counts[layer:layer + 1], P)[0]:
