@@ -58,8 +58,9 @@ def _available() -> bool:
 
 @register("certify", kind="exact", options=CERTIFY_OPTIONS, is_available=_available,
           requires="pip install pulp 'highspy==<the HiGHS version your ortools bundles>'",
-          description="portfolio plan polished by exact two-GPU re-splits (and, at two slots per GPU, "
-                      "a count search with optimal pairing) plus a count-choice LP bound")
+          description="portfolio plan polished by exact two-GPU re-splits; at two slots per GPU a count "
+                      "search with optimal pairing, a count-choice LP bound and a CP-SAT bisection on the "
+                      "exact count-choice model that proves optima")
 def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float = 60.0, threads: int = 1,
                   seed: int = 0, heuristic_share: float = 0.2) -> SolverOutput:
     from ..heuristics.portfolio import run_portfolio
