@@ -148,13 +148,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
         options["policy"] = args.policy
     previous = read_any_plan(args.previous, info, args, "previous")[0] if args.previous else None
     expert_bytes = args.expert_bytes if args.expert_bytes is not None else preset_bytes
-    if previous is None and (args.migration_slack is not None or args.migration is not None):
-        raise OptionError("previous", "--migration-slack and --migration need --previous (the placement in force)")
+    if previous is None and (args.migration_slack is not None or args.migration is not None
+                             or args.migration_budget is not None):
+        raise OptionError("previous", "--migration-slack, --migration and --migration-budget need --previous "
+                                      "(the placement in force)")
+    if args.migration_budget is not None and args.migration_slack is None:
+        raise OptionError("migration_budget", "needs --migration-slack (the budget widens it layer by layer)")
     if previous is not None and args.migration_slack is not None:
         from .migration import plan_with_migration
 
         result = plan_with_migration(problem, args.solver, previous, slack=args.migration_slack,
-                                     method=args.migration or "heuristic", expert_bytes=expert_bytes, **options)
+                                     method=args.migration or "heuristic", budget=args.migration_budget,
+                                     expert_bytes=expert_bytes, **options)
     else:
         result = solve(problem, args.solver, previous=previous, expert_bytes=expert_bytes, **options)
     if result.plan is None:
@@ -467,6 +472,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(1 + EPS) x a fresh plan's (docs/dynamics.md)")
     p.add_argument("--migration", choices=("heuristic", "exact"), default=None,
                    help="migration-aware method: batched repair heuristic (default) or CP-SAT per layer")
+    p.add_argument("--migration-budget", type=float, default=None, metavar="F",
+                   help="migration-aware: at most F x a fresh plan's moves; the layers saving most get wider "
+                        "slacks until it fits (docs/dynamics.md)")
     p.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert for moves (default: the model's)")
     p.add_argument("--out", required=True, help="plan JSON to write")
     p.add_argument("--json", action="store_true", help="print metrics as JSON")

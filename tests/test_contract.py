@@ -352,3 +352,14 @@ def test_plan_with_previous_records_moves_and_migration_slack_cuts_them(tmp_path
     capsys.readouterr()
     assert main(["plan", *later, "--migration-slack", "0.01", "--out", str(aware)]) == 2
     assert "previous:" in capsys.readouterr().err
+    # a move budget widens the slack only where it saves most moves, never past the fresh plan's moves
+    assert main(["plan", *later, "--previous", str(old), "--migration-slack", "0.0", "--migration-budget", "0.1",
+                 "--out", str(aware)]) == 0
+    b = json.loads(aware.read_text())["metrics"]
+    assert b["moves"] <= f["moves"]
+    capsys.readouterr()
+    assert main(["plan", *later, "--previous", str(old), "--migration-budget", "0.1", "--out", str(aware)]) == 2
+    assert "migration_budget:" in capsys.readouterr().err
+    assert main(["plan", *later, "--previous", str(old), "--migration-slack", "0.01", "--migration-budget", "-1",
+                 "--out", str(aware)]) == 2
+    assert "budget" in capsys.readouterr().err
