@@ -98,8 +98,6 @@ def spread_plan(weight: torch.Tensor, counts: torch.Tensor, num_gpus: int, jitte
     item_e, item_w = item_e.gather(1, order), item_w.gather(1, order)
     order = torch.argsort(counts.gather(1, item_e), dim=1, descending=True, stable=True)   # count first
     item_e, item_w = item_e.gather(1, order), item_w.gather(1, order)
-    item_c = counts.gather(1, item_e)                                    # [L, R]
-    next_c = torch.cat([item_c[:, 1:], torch.zeros_like(item_c[:, :1])], 1)
     dev = weight.device
     load = torch.zeros(L, num_gpus, dtype=torch.float64, device=dev)
     used = torch.zeros(L, num_gpus, dtype=torch.int64, device=dev)
@@ -108,6 +106,7 @@ def spread_plan(weight: torch.Tensor, counts: torch.Tensor, num_gpus: int, jitte
     gpu = torch.empty(L, R, dtype=torch.int64, device=dev)
     rows = torch.arange(L, device=dev)
     unit = weight.to(torch.float64).sum(1, keepdim=True) / R            # mean replica load
+    big = unit * (R + 1) * (2 + jitter)                                  # above any load + jitter
     noise = torch.rand(R, L, num_gpus, generator=g, dtype=torch.float64).to(dev)
     for i in range(R):
         e = item_e[:, i]
@@ -115,13 +114,11 @@ def spread_plan(weight: torch.Tensor, counts: torch.Tensor, num_gpus: int, jitte
         full = used >= S
         bad = full | has_e
         level = used.masked_fill(bad, R).min(1, keepdim=True).values
-        bad = bad | ((item_c[:, i:i + 1] >= 3) & (used > level))
-        open_left = (~full).sum(1, keepdim=True) - 1                     # open GPUs if this pick fills one
-        bad = bad | ((used + 1 >= S) & (open_left < next_c[:, i:i + 1]) & (next_c[:, i:i + 1] > 1))
-        bad = torch.where(bad.all(1, keepdim=True), full | has_e, bad)    # rules give way to distinctness
-        bad = torch.where(bad.all(1, keepdim=True), full, bad)          # and that to a free slot
+        if R - i <= 2 * num_gpus:
+            bad = bad | (used > level)                                   # the last rounds: level by level
+        bad = torch.where(bad.all(1, keepdim=True), full, bad)          # a safety net
         overlap = (shared * has_e.unsqueeze(1)).sum(-1)                  # [L, P]
-        key = load + unit * (jitter * noise[i] + overlap)
+        key = (overlap * (R + 1) + (used - level).clamp_min(0)) * big + load + unit * jitter * noise[i]
         pick = key.masked_fill(bad, float("inf")).argmin(1)
         gpu[:, i] = pick
         load[rows, pick] += item_w[:, i]
