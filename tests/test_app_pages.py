@@ -281,12 +281,14 @@ def test_over_time_replays_every_setting_with_the_simulator():
     _clean(at)
     assert not at.error
     totals = at.dataframe[1].value
-    assert totals["setting"].tolist() == ["every 50", "every 50, migration 1%", "every 10", "threshold 1.25"]
+    assert totals["setting"].tolist() == ["every 50", "every 50, migration 1%", "every 50, migration 1% + budget",
+                                          "every 10", "threshold 1.25"]
     trace = load_dataset("olmoe-1b-7b-drifting").loads
-    expected = simulate(trace, num_replicas=72, num_groups=1, num_nodes=1, num_gpus=8, every=50,
-                        expert_bytes=2 * 3 * 2048 * 1024).totals()
-    assert totals.iloc[0]["mean_imbalance"] == pytest.approx(expected["mean_imbalance"])
-    assert totals.iloc[0]["total_moves"] == expected["total_moves"]
+    cluster = dict(num_replicas=72, num_groups=1, num_nodes=1, num_gpus=8, expert_bytes=2 * 3 * 2048 * 1024)
+    for row, setting in ((0, {}), (2, {"migration_slack": 0.01, "migration_budget": 0.25})):
+        expected = simulate(trace, every=50, **cluster, **setting).totals()
+        assert totals.iloc[row]["mean_imbalance"] == pytest.approx(expected["mean_imbalance"])
+        assert totals.iloc[row]["total_moves"] == expected["total_moves"]
     charts = _charts(at)
     assert {"over_time:chart:imbalance", "over_time:chart:bytes", "over_time:chart:frontier"} <= set(charts)
     first = charts["over_time:chart:imbalance"]["data"][0]

@@ -19,19 +19,21 @@ from app.widgets import cluster_picker, describe_loads, loads_picker, show_error
 
 PAGE = "over_time"
 DEFAULT_DATASET = "olmoe-1b-7b-drifting"
-SETTING_COLUMNS = ("setting", "every", "threshold", "window", "migration_slack")
+SETTING_COLUMNS = ("setting", "every", "threshold", "window", "migration_slack", "migration_budget")
 DEFAULT_SETTINGS = pd.DataFrame([
-    {"setting": "every 50", "every": 50, "threshold": None, "window": None, "migration_slack": None},
-    {"setting": "every 50, migration 1%", "every": 50, "threshold": None, "window": None, "migration_slack": 0.01},
-    {"setting": "every 10", "every": 10, "threshold": None, "window": None, "migration_slack": None},
-    {"setting": "threshold 1.25", "every": None, "threshold": 1.25, "window": 50, "migration_slack": None},
+    {"setting": "every 50", "every": 50},
+    {"setting": "every 50, migration 1%", "every": 50, "migration_slack": 0.01},
+    {"setting": "every 50, migration 1% + budget", "every": 50, "migration_slack": 0.01, "migration_budget": 0.25},
+    {"setting": "every 10", "every": 10},
+    {"setting": "threshold 1.25", "threshold": 1.25, "window": 50},
 ], columns=SETTING_COLUMNS)
 
 
 def _setting(row: pd.Series) -> dict:
     """One editor row as simulate() keywords (blank cells are left out)."""
     out = {}
-    for col, cast in (("every", int), ("threshold", float), ("window", int), ("migration_slack", float)):
+    for col, cast in (("every", int), ("threshold", float), ("window", int), ("migration_slack", float),
+                      ("migration_budget", float)):
         v = row.get(col)
         if v is not None and not (isinstance(v, float) and math.isnan(v)):
             out[col] = cast(v)
@@ -43,7 +45,7 @@ def main() -> None:
     st.caption("A plan is made from past loads and used on later ones. Replay a trace step by step: re-plan every "
                "N steps or when the realised imbalance passes a threshold, on the last W steps, optionally "
                "migration-aware (keep every layer's max load within 1 + slack of a fresh plan, move the fewest "
-               "experts).")
+               "experts; a move budget widens the slack where that saves most).")
     with st.sidebar:
         loads = loads_picker(PAGE, DEFAULT_DATASET)
         if loads is None:
@@ -72,7 +74,10 @@ def main() -> None:
                                 "threshold": st.column_config.NumberColumn(min_value=1.0, format="%.3f"),
                                 "window": st.column_config.NumberColumn(min_value=1, step=1,
                                                                         help="steps planned on (default: every)"),
-                                "migration_slack": st.column_config.NumberColumn(min_value=0.0, format="%.3f")})
+                                "migration_slack": st.column_config.NumberColumn(min_value=0.0, format="%.3f"),
+                                "migration_budget": st.column_config.NumberColumn(
+                                    min_value=0.0, format="%.2f", help="at most this fraction of a fresh plan's "
+                                    "moves per rebalance; the layers saving most get wider slacks (needs a slack)")})
     run = st.button("Run replay", type="primary", key=f"{PAGE}:run")
     settings = [(str(r["setting"] or f"setting {k}"), _setting(r)) for k, r in edited.iterrows()]
     if not settings:
