@@ -29,7 +29,6 @@ placements); later chunks search the whole graph, which guarantees progress.
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -229,13 +228,24 @@ class _Instances:
     def gpu_load(self, y: torch.Tensor) -> torch.Tensor:
         return self.base.scatter_add(1, self.edge_gpu, y * self.edge_valid)
 
-    def per_flex_min(self, value_at_gpu: torch.Tensor, fill: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """For each flexible expert, the min over its GPUs of ``value_at_gpu`` [n, P] and that edge."""
-        at_edge = value_at_gpu.gather(1, self.edge_gpu)                            # [n, M]
-        v = at_edge.gather(1, self.flex_edges.flatten(1)).view(self.flex_edges.shape)
-        v = v.masked_fill(~self.flex_edges_valid, fill)
-        best, which = v.min(-1)                                                    # [n, F]
-        return best, self.flex_edges.gather(2, which.unsqueeze(-1)).squeeze(-1)
+    def per_flex_min(self, value_at_gpu: torch.Tensor, fill: int) -> torch.Tensor:
+        """[n, F]: for each flexible expert, the min over its GPUs of ``value_at_gpu`` [n, P].
+
+        One scatter over the M edges (not a gather over F x D padded cells: a hot expert
+        with replicas on every GPU would make D = P for all)."""
+        at_edge = value_at_gpu.gather(1, self.edge_gpu).masked_fill(~self.edge_valid, fill)   # [n, M]
+        best = torch.full_like(self.flex_tokens, fill)
+        return best.scatter_reduce(1, self.edge_flex, at_edge, "amin")
+
+    def per_flex_argmin(self, value_at_gpu: torch.Tensor, fill: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``per_flex_min`` and the first edge [n, F] that attains it."""
+        M = self.edge_gpu.shape[1]
+        at_edge = value_at_gpu.gather(1, self.edge_gpu).masked_fill(~self.edge_valid, fill)
+        best = torch.full_like(self.flex_tokens, fill).scatter_reduce(1, self.edge_flex, at_edge, "amin")
+        hit = (at_edge == best.gather(1, self.edge_flex)) & self.edge_valid
+        idx = torch.where(hit, torch.arange(M, device=at_edge.device), M)
+        first = torch.full_like(self.flex_tokens, M).scatter_reduce(1, self.edge_flex, idx, "amin")
+        return best, first.clamp_max(M - 1)
 
 
 def depth_of_round(r: int, num_gpus: int, first_depth: int = FIRST_DEPTH) -> int:
@@ -257,7 +267,7 @@ def _round(st: _Instances, y: torch.Tensor, target: torch.Tensor, depth: int,
     # Distance labels (Bellman-Ford over residual arcs; INF beyond ``depth`` steps).
     dist = torch.where(load < T, 0, INF)
     for _ in range(depth):
-        best, _ = st.per_flex_min(dist, INF)                                       # [n, F]
+        best = st.per_flex_min(dist, INF)                                          # [n, F]
         cand = torch.where(holds, best.gather(1, st.edge_flex) + 1, INF)
         dist = dist.scatter_reduce(1, st.edge_gpu, cand, "amin")
     if depth >= st.P - 1:
@@ -281,7 +291,7 @@ def _round(st: _Instances, y: torch.Tensor, target: torch.Tensor, depth: int,
     target = torch.where(complete & (size > 0), torch.maximum(target, raised), target)
     # Push: each edge of an active GPU sends tokens to its expert's GPU of least label,
     # when that label is one below its own (admissible arcs; labels stay valid meanwhile).
-    best, to_edge = st.per_flex_min(dist, INF + 1)
+    best, to_edge = st.per_flex_argmin(dist, INF + 1)
     to_dist = best.gather(1, st.edge_flex)
     to_edge = to_edge.gather(1, st.edge_flex)                                      # [n, M]
     dist_edge = dist.gather(1, st.edge_gpu)
@@ -384,7 +394,7 @@ def schedule_with_bound(plan: Plan, tokens, num_gpus: int) -> tuple[torch.Tensor
     one = (tokens.dim() if isinstance(tokens, torch.Tensor) else np.ndim(tokens)) == 2
     t = check_tokens(tokens, plan)
     layout = Layout.of(plan, P, t.device)
-    y, bound = solve_sharded(layout, t)
+    y, bound = solve_on_device(layout, t)
     x = slot_split(layout, t, y)
     return (x[0], bound[0]) if one else (x, bound)
 
@@ -419,27 +429,16 @@ def one_intra_op_thread():
                 torch.set_num_threads(_THREADS_BEFORE)
 
 
-def solve_sharded(layout: Layout, tokens: torch.Tensor, shards: int | None = None
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`_solve` on [B, L, E] tokens; y [B, L, M] and bound [B, L].
-
-    On CUDA one call. On a CPU the micro-batches are cut into ``shards`` blocks (default: the
-    torch intra-op thread count the caller had) solved by as many Python threads, each with
-    single-threaded kernels (:func:`one_intra_op_thread`): torch releases the GIL inside a
-    kernel, so the cores work in parallel without a barrier per kernel."""
+def solve_on_device(layout: Layout, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_solve` on [B, L, E] tokens; y [B, L, M] and bound [B, L]. On a CPU under
+    :func:`one_intra_op_thread` (splitting the micro-batches over Python threads measured no
+    faster on a shared 2-core machine, so there is one)."""
     if tokens.device.type != "cpu":
         y, bound, _ = _solve(layout, tokens)
         return y, bound
-    B = tokens.shape[0]
-    shards = max(1, min(B, shards or torch.get_num_threads()))
     with one_intra_op_thread():
-        if shards == 1:
-            y, bound, _ = _solve(layout, tokens)
-            return y, bound
-        parts = torch.tensor_split(tokens, shards, dim=0)
-        with ThreadPoolExecutor(max_workers=shards) as pool:
-            out = list(pool.map(lambda part: _solve(layout, part), parts))
-    return torch.cat([o[0] for o in out], 0), torch.cat([o[1] for o in out], 0)
+        y, bound, _ = _solve(layout, tokens)
+    return y, bound
 
 
 def schedule_tokens(plan: Plan, tokens, num_gpus: int) -> torch.Tensor:
