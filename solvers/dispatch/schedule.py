@@ -359,14 +359,15 @@ def _solve(layout: Layout, tokens: torch.Tensor, chunks: tuple[int, int] | None 
         rounds += size
         size = max(1, later)
         open_ = (st.gpu_load(y) > target.unsqueeze(-1)).any(-1)
-        keep = open_.nonzero().squeeze(-1)                 # the host synchronisation, once per chunk
-        done = todo[~open_]
-        y_all[done], bound_all[done] = y[~open_], target[~open_]
-        if keep.numel() == 0:
+        n_open = int(open_.sum())                          # the host synchronisation, once per chunk
+        order = torch.argsort(open_.to(torch.int8), stable=True)                  # finished first
+        done, keep = order[:todo.numel() - n_open], order[todo.numel() - n_open:]
+        y_all[todo[done]], bound_all[todo[done]] = y[done], target[done]
+        if n_open == 0:
             return y_all.view(B, L, -1), bound_all.view(B, L), rounds
         if rounds >= MAX_ROUNDS:
             raise RuntimeError("schedule_tokens did not converge (a bug: please report the instance)")
-        if keep.numel() < todo.numel():
+        if n_open < todo.numel():
             todo, y, target = todo[keep], y[keep], target[keep]
             st = _Instances(layout, st.base[keep], st.flex_tokens[keep], layer[todo])
 
@@ -389,13 +390,17 @@ def slot_split(layout: Layout, tokens: torch.Tensor, y: torch.Tensor) -> torch.T
 
 def schedule_with_bound(plan: Plan, tokens, num_gpus: int) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`schedule_tokens` and its certificate: [B, L] int64, a proven lower bound on
-    every split's max GPU load that the returned split meets (so both are the optimum)."""
-    P = check_plan(plan, num_gpus)
-    one = (tokens.dim() if isinstance(tokens, torch.Tensor) else np.ndim(tokens)) == 2
-    t = check_tokens(tokens, plan)
-    layout = Layout.of(plan, P, t.device)
-    y, bound = solve_on_device(layout, t)
-    x = slot_split(layout, t, y)
+    every split's max GPU load that the returned split meets (so both are the optimum).
+
+    The whole call, checks included, runs under :func:`one_intra_op_thread` (CPU kernels only:
+    CUDA work is unaffected)."""
+    with one_intra_op_thread():
+        P = check_plan(plan, num_gpus)
+        one = (tokens.dim() if isinstance(tokens, torch.Tensor) else np.ndim(tokens)) == 2
+        t = check_tokens(tokens, plan)
+        layout = Layout.of(plan, P, t.device)
+        y, bound, _ = _solve(layout, t)
+        x = slot_split(layout, t, y)
     return (x[0], bound[0]) if one else (x, bound)
 
 
@@ -408,9 +413,12 @@ _THREADS_BEFORE = 1
 def one_intra_op_thread():
     """Run torch's CPU kernels on the calling thread only, restoring the setting after.
 
-    The solver runs thousands of kernels on tensors of a few hundred thousand elements: split
-    over an OpenMP team each one pays a barrier, and on a busy machine a barrier waits for a
-    descheduled thread (measured 2-20x slower with 2 threads on a shared 2-core CPU). The
+    The solver runs thousands of kernels on tensors of a few hundred thousand elements or
+    less: split over an OpenMP team each one pays a barrier, and on a busy machine a barrier
+    waits for a descheduled thread (measured 2-20x slower with 2 threads on a shared 2-core
+    CPU; the plan's validation alone 160 ms instead of 3 ms at load average 2.5). Splitting
+    the micro-batches over Python threads, each on one intra-op thread, measured no faster
+    on that machine, so there is one. The
     setting is process-wide: other threads' torch work runs single-threaded meanwhile.
     Nested and concurrent uses count themselves: the last one out restores the setting."""
     global _THREADS_USERS, _THREADS_BEFORE
@@ -427,18 +435,6 @@ def one_intra_op_thread():
             _THREADS_USERS -= 1
             if _THREADS_USERS == 0 and _THREADS_BEFORE != 1:
                 torch.set_num_threads(_THREADS_BEFORE)
-
-
-def solve_on_device(layout: Layout, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`_solve` on [B, L, E] tokens; y [B, L, M] and bound [B, L]. On a CPU under
-    :func:`one_intra_op_thread` (splitting the micro-batches over Python threads measured no
-    faster on a shared 2-core machine, so there is one)."""
-    if tokens.device.type != "cpu":
-        y, bound, _ = _solve(layout, tokens)
-        return y, bound
-    with one_intra_op_thread():
-        y, bound, _ = _solve(layout, tokens)
-    return y, bound
 
 
 def schedule_tokens(plan: Plan, tokens, num_gpus: int) -> torch.Tensor:
