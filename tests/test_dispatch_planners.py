@@ -34,13 +34,24 @@ def test_history_sizes_replicas_for_peaks_the_sum_hides():
     assert int(with_steps.sum()) == 24 and int(summed.sum()) == 24
 
 
+def test_count_profile_blends_peak_and_mean_shares():
+    from solvers.dispatch.planners import count_profile
+
+    hist = _two_regimes()
+    mean = hist.sum(0) / hist.sum() * 8
+    q = peak_shares(hist, 8)
+    assert torch.allclose(count_profile(hist, 8, 1.0), q)
+    assert torch.allclose(count_profile(hist, 8, 0.0), mean.double())
+    assert torch.allclose(count_profile(hist, 8, 0.25), 0.25 * q + 0.75 * mean.double())
+
+
 def test_history_plan_schedules_the_peak_step_perfectly_where_the_sum_plan_cannot():
     from solvers.dispatch.microbatches import microbatch_imbalance
 
     hist = _two_regimes()
     problem = Problem(hist.sum(0), 24, 1, 1, 8)
     peak_step = torch.tensor([[[112, 20] + [2] * 14]])                     # step 0 as one micro-batch
-    with_steps = solve(problem, "sched_spread", history=hist)
+    with_steps = solve(problem, "sched_spread", history=hist, peak_weight=1.0)
     summed = solve(problem, "sched_spread")
     assert with_steps.score.duplicates == 0 and summed.score.duplicates == 0
     assert float(microbatch_imbalance(with_steps.plan, peak_step, 8, "scheduled")) == 1.0

@@ -7,10 +7,11 @@ replicas (``t_e / c_e`` above the mean), and (c) small GPU sets that hold every 
 of many experts (``t(I(U)) / |U|``). So these planners
 
 - choose counts by each expert's per-step peak share (the planning window's steps,
-  ``history``; without it the problem's weights are one step): every expert once, then
-  each slot to the expert with the largest peak share per replica, at most one replica
-  per GPU. The sum of a window averages an expert's heat away; its peak is what a
-  micro-batch meets. A hot expert ends up on many GPUs, so it is covered in its peak
+  ``history``; without it the problem's weights are one step), blended with its mean
+  share (``peak_weight``, default half and half: a hedge for the steps after the window):
+  every expert once, then each slot to the expert with the largest share per replica, at
+  most one replica per GPU. The sum of a window averages an expert's heat away; its peak
+  is what a micro-batch meets. A hot expert ends up on many GPUs, so it is covered in its peak
   steps and its tokens, free to go to whichever of its GPUs is light, let every GPU it
   shares shed load (measured on the shipped DeepSeek-V3 traces: better in and out of
   sample than giving every expert a second replica first, see docs/dispatch.md);
@@ -137,15 +138,28 @@ _JITTER = Option("jitter", float, 1.0, "random jitter of the placement, in mean 
                  "LPT, whose GPUs mirror each other)", minimum=0.0, maximum=100.0, advanced=True)
 
 
+def count_profile(history: torch.Tensor, num_gpus: int, peak_weight: float) -> torch.Tensor:
+    """[L, E] float64 share the counts follow, in mean GPU loads: ``peak_weight`` x each
+    expert's per-step peak share + the rest x its share of the window's sum. history: [W, L, E]."""
+    total = history.sum(0)
+    mean = total / total.sum(-1, keepdim=True).clamp_min(1e-300) * num_gpus
+    return peak_weight * peak_shares(history, num_gpus) + (1.0 - peak_weight) * mean
+
+
 @register("sched_spread", kind="heuristic",
-          description="for the scheduled split: replica counts by the experts' per-step peak shares (greedy on the "
-                      "largest peak per replica), spread over all GPUs with no expert twice on a GPU",
-          options=(_HISTORY, _JITTER, seed_option()))
-def solve_sched_spread(problem: Problem, *, history: Any = None, jitter: float = 1.0, seed: int = 0
-                       ) -> SolverOutput:
+          description="for the scheduled split: replica counts by the experts' per-step peak and mean shares "
+                      "(greedy on the largest share per replica), spread over all GPUs with no expert twice on a GPU",
+          options=(_HISTORY,
+                   Option("peak_weight", float, 0.5, "counts follow this x each expert's per-step peak share + the "
+                                                     "rest x its mean share over the window (1: peaks only)",
+                          minimum=0.0, maximum=1.0),
+                   _JITTER, seed_option()))
+def solve_sched_spread(problem: Problem, *, history: Any = None, peak_weight: float = 0.5, jitter: float = 1.0,
+                       seed: int = 0) -> SolverOutput:
     _check(problem, 1)
     hist = check_history(problem, history)                               # [W, L, E]
-    counts = counts_with_minimum(peak_shares(hist, problem.num_gpus), problem.num_replicas, 1, problem.num_gpus)
+    profile = count_profile(hist, problem.num_gpus, peak_weight)
+    counts = counts_with_minimum(profile, problem.num_replicas, 1, problem.num_gpus)
     weight = hist.mean(0) if history is not None else problem.weights
     return SolverOutput(spread_plan(weight, counts, problem.num_gpus, jitter, seed), "global",
                         info={"steps": int(hist.shape[0])})
