@@ -89,7 +89,7 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
             # then CP-SAT bisects with the exact model from the best plan (proofs, better plans)
             c = iterated_count_search(w[layer], counts[layer], deadline=now + 0.2 * span, seed=seed + layer)
             value = float(pair_values(w[layer], c[None])[0, 0])
-            lp = lp_bound(w[layer].numpy(), R, float(bound[layer]), value, deadline=now + 0.3 * span,
+            lp = lp_bound(w[layer].numpy(), R, float(bound[layer]), value, deadline=now + 0.45 * span,
                           threads=threads)
             c = lns_counts(w[layer], c, deadline=now + 0.75 * span, seed=seed + layer, threads=threads)
             c, proven_bound, _ = exact_search(w[layer], c, max(lp, float(bound[layer])), deadline=layer_end,

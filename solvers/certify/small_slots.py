@@ -188,7 +188,7 @@ def count_options(weights: np.ndarray, num_replicas: int, target: float) -> Coun
 
 
 def _solve_model(o: CountOptions, num_experts: int, num_replicas: int, *, time_limit: float, threads: int,
-                 integral: bool, allowed: np.ndarray | None = None):
+                 integral: bool, allowed: np.ndarray | None = None, presolve: bool = True):
     """Build and run the count-choice model with HiGHS: (status, choice values [K]).
 
     Columns: one [0, 1] variable per choice, the spare replicas y, the running balance
@@ -206,7 +206,7 @@ def _solve_model(o: CountOptions, num_experts: int, num_replicas: int, *, time_l
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(max(time_limit, 0.01)))
     h.setOptionValue("threads", int(threads))
-    if not integral:       # its infeasibility is a bound: no presolve (HiGHS 1.12's misjudged a tiny MIP)
+    if not presolve:
         h.setOptionValue("presolve", "off")
     n = K + 1 + L
     lower = np.concatenate([np.zeros(K + 1), np.full(L, -inf)])
@@ -250,14 +250,16 @@ def _solve_model(o: CountOptions, num_experts: int, num_replicas: int, *, time_l
 
 
 def lp_feasible(weights: np.ndarray, num_replicas: int, target: float, *, time_limit: float,
-                threads: int = 1) -> bool | None:
+                threads: int = 1, presolve: bool = False) -> bool | None:
     """LP relaxation of the count-choice model at ``target``: False = proven infeasible
-    (so every plan has max load > target), True = LP feasible, None = not decided."""
+    (so every plan has max load > target), True = LP feasible, None = not decided.
+    Presolve is off by default: HiGHS 1.12's presolve once declared a tiny feasible MIP of
+    this model infeasible, and an infeasible answer here is a bound."""
     o = count_options(weights, num_replicas, target)
     if o is None or any(not (o.expert == e).any() for e in range(len(weights))):
         return False
     status, _ = _solve_model(o, len(weights), num_replicas, time_limit=time_limit, threads=threads,
-                             integral=False)
+                             integral=False, presolve=presolve)
     return {"infeasible": False, "feasible": True}.get(status)
 
 
@@ -343,12 +345,14 @@ def lns_counts(weights: torch.Tensor, counts: torch.Tensor, *, deadline: float, 
 
 def lp_bound(weights: np.ndarray, num_replicas: int, lower: float, upper: float, *, deadline: float,
              threads: int = 1, rtol: float = 1e-6) -> float:
-    """Bisection on T in [lower, upper] with :func:`lp_feasible`: the largest T proven
-    infeasible (rounded down), a lower bound for every plan; ``lower`` if none."""
+    """Bisection on T in [lower, upper] with :func:`lp_feasible` (presolve off): the
+    largest T proven infeasible (rounded down), a lower bound for every plan; ``lower``
+    if none."""
     lo, hi = float(lower), float(upper)
     while hi > lo * (1 + rtol) and time.perf_counter() < deadline:
         t = (lo + hi) / 2
-        ok = lp_feasible(weights, num_replicas, t, time_limit=deadline - time.perf_counter(), threads=threads)
+        ok = lp_feasible(weights, num_replicas, t, time_limit=deadline - time.perf_counter(), threads=threads,
+                         presolve=False)
         if ok is None:
             break
         if ok:
