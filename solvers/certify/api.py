@@ -89,12 +89,14 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
             # then CP-SAT bisects with the exact model from the best plan (proofs, better plans)
             c = iterated_count_search(w[layer], counts[layer], deadline=now + 0.2 * span, seed=seed + layer)
             value = float(pair_values(w[layer], c[None])[0, 0])
-            lp = lp_bound(w[layer].numpy(), R, float(bound[layer]), value, deadline=now + 0.45 * span,
+            lp = lp_bound(w[layer].numpy(), R, float(bound[layer]), value, deadline=now + 0.4 * span,
                           threads=threads)
-            c = lns_counts(w[layer], c, deadline=now + 0.75 * span, seed=seed + layer, threads=threads)
-            c, proven_bound, _ = exact_search(w[layer], c, max(lp, float(bound[layer])), deadline=layer_end,
-                                              threads=threads)
+            c = lns_counts(w[layer], c, deadline=now + 0.7 * span, seed=seed + layer, threads=threads)
+            c, proven_bound, proven = exact_search(w[layer], c, max(lp, float(bound[layer])),
+                                                   deadline=now + 0.9 * span, threads=threads)
             bound[layer] = max(float(bound[layer]), proven_bound)
+            if not proven:           # CP-SAT undecided (64+ experts): back to the neighbourhoods
+                c = lns_counts(w[layer], c, deadline=layer_end, seed=seed + layer + 1, threads=threads)
             row = pair_phy2log(w[layer], c)
             if _max_load(w[layer:layer + 1], row[None], c[None], P)[0] < _max_load(
                     w[layer:layer + 1], p2l[layer:layer + 1], counts[layer:layer + 1], P)[0]:
