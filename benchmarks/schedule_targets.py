@@ -7,7 +7,9 @@ tokens x top-8 sampled (seed 0) from a shipped dataset's steps. Two protocols:
   from the same steps (independent draws: no planner sees them);
 - ``held-out`` (default): the planners see steps 0-11 only; the micro-batches are sampled
   from steps 12-23. ``deepseek-v3-shifting-mix`` changes its mix every 8 steps, so steps
-  16-23 are a regime the plan never saw.
+  16-23 are a regime the plan never saw;
+- ``held-out-2``: the planners see steps 4-15; the micro-batches come from steps 16-23 (a
+  second split: ``sched_spread``'s ``peak_weight`` default was chosen on ``held-out``).
 
 DeepSeek's greedy (``deepseek``) and ``uniform_replicas`` plan on the window's sum;
 ``sched_spread`` gets the window's steps (``history``). For 288 and 512 slots each row gives
@@ -15,7 +17,7 @@ the even split and the scheduled split on that placement, and ``dup``: (layer, G
 expert) triples with two replicas of an expert on one GPU. Target: with 512 slots,
 scheduled p99 per-micro-batch imbalance <= 1.05 on the scheduling-aware placement.
 
-    python -m benchmarks.schedule_targets [--datasets deepseek-v3-skewed ...] [--protocol in-sample]
+    python -m benchmarks.schedule_targets [--datasets deepseek-v3-skewed ...] [--protocol in-sample|held-out-2]
 """
 from __future__ import annotations
 
@@ -33,7 +35,8 @@ from solvers.loadfiles import read_array
 
 DATASETS = ("deepseek-v3-skewed", "deepseek-v3-mild", "deepseek-v3-shifting-mix")
 PLANS = ("deepseek", "uniform_replicas", "sched_spread")
-WINDOWS = {"held-out": (slice(0, 12), slice(12, 24)), "in-sample": (slice(None), slice(None))}
+WINDOWS = {"held-out": (slice(0, 12), slice(12, 24)), "held-out-2": (slice(4, 16), slice(16, 24)),
+           "in-sample": (slice(None), slice(None))}
 
 
 def main(argv=None) -> int:
