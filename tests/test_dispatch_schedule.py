@@ -295,3 +295,19 @@ def test_cuda_chunk_runs_without_synchronising():
         _chunk(st, y, target, 0, 12, 3, 4)
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+@needs_highs
+@given(instances())
+@settings(max_examples=60, deadline=None)
+def test_short_label_rounds_are_exact_too(inst):
+    # Small instances have P <= 5, so the default first depth (4) already labels the whole
+    # graph; depth 1 makes the first rounds raise targets through the grown closed sets.
+    from solvers.dispatch.schedule import Layout, _solve, slot_split
+
+    plan, tokens, P = inst
+    layout = Layout.of(plan, P, tokens.device)
+    y, bound, _ = _solve(layout, tokens, (1, 1), first_depth=1)
+    top = _check_split(plan, tokens, P, slot_split(layout, tokens, y))
+    assert torch.equal(top, bound)
+    assert torch.equal(top, optimal_max_loads(plan, tokens, P))
