@@ -16,15 +16,19 @@ replicas all sit on one GPU are fixed load; the others ("flexible") give the edg
 - each round labels every GPU with its distance to a GPU below ``T`` (Bellman-Ford on the
   residual arcs g -> h: a GPU g serving tokens of an expert that also lives on h), then
   a few pulses let every GPU above ``T`` push its excess one step down the labels;
-- GPUs above ``T`` that reach no GPU below ``T`` are stuck: the set C they reach holds
-  exactly ``t(I(C))`` tokens (an expert with tokens on C has all its GPUs in C), so
-  ``ceil(load(C) / |C|) > T`` is a proven lower bound and becomes the new target.
+- GPUs that reach no GPU below ``T`` are stuck. With labels searched over the whole graph
+  (depth P - 1) the set C of GPUs that reach no GPU below ``T`` is closed (an expert with
+  tokens on C has all its GPUs in C), so it holds exactly ``t(I(C))`` tokens and
+  ``ceil(load(C) / |C|)`` is a proven lower bound, above ``T`` when a GPU of C is: the new
+  target. Rounds with shorter labels grow the stuck GPUs' reach instead and use it only
+  when it is provably closed.
 
 ``T`` only ever takes proven lower bounds, so once no GPU exceeds it the split is optimal:
-exactness never depends on an iteration count. Rounds run in chunks of fixed length with
-no host synchronisation inside a chunk; one check between chunks decides whether another
-is needed. The first chunk searches labels to a small depth (cheap, enough on real
-placements); later chunks search the whole graph, which guarantees progress.
+exactness never depends on an iteration count. Rounds run in chunks (:func:`_chunk`) with
+no host synchronisation and fixed shapes; between chunks one count of the unfinished
+instances (the only synchronisation in the loop) decides whether another chunk runs, and
+the finished instances are dropped from it. Label depth follows a fixed schedule: 4 steps
+in the first two rounds, doubling every two rounds up to P - 1.
 """
 from __future__ import annotations
 
