@@ -16,12 +16,11 @@ of many experts (``t(I(U)) / |U|``). So these planners
   shares shed load (measured on the shipped DeepSeek-V3 traces: better in and out of
   sample than giving every expert a second replica first, see docs/dispatch.md);
 - spread replicas over all GPUs with no two replicas of one expert on one GPU (so every
-  extra replica is a real edge between two GPUs) by a randomised LPT: replicas, heaviest
-  first, each to the GPU with a free slot, without that expert, and the least even-split
-  load plus a random jitter (``jitter`` x the mean replica load). Without the jitter,
-  equal replicas of consecutive experts land on the same GPU pairs (two GPUs holding the
-  same 16 experts: a set that cannot shed load); with it no two GPUs share many experts,
-  the expert-GPU graph expands well, and the even-split loads stay nearly balanced.
+  extra replica is a real edge between two GPUs): experts with more replicas first, each
+  replica to the GPU sharing the fewest experts with the expert's other GPUs, then the
+  least filled, then the least even-split load plus a random jitter (:func:`spread_plan`).
+  Plain LPT made GPU pairs hold the same 16 experts (a set that cannot shed load); this
+  keeps the expert-GPU graph expanding.
 
 ``uniform_replicas`` is MicroMoE's baseline (every expert ``R // E`` times, whatever its load).
 """
