@@ -45,10 +45,10 @@ def loads(experts: int, law: str, seed: int, layers: int) -> torch.Tensor:
     return tr.loads.sum(0).to(torch.float64)
 
 
-def suite_decode_instances(models: list[str] | None, scenarios: list[str], layers: int) -> list:
-    """The decode instances of the benchmark suite ``full`` (its grid, ``layers`` layers)."""
+def suite_instances(models: list[str] | None, shapes: list[str], scenarios: list[str], layers: int) -> list:
+    """Instances of the benchmark suite ``full``'s grid (``layers`` layers)."""
     from solvers.bench.suites import ALL_MODELS, grid
-    return [i for i in grid(models or ALL_MODELS, ["decode-ep64", "decode-ep144"], scenarios, layers=layers)]
+    return list(grid(models or ALL_MODELS, shapes, scenarios, layers=layers))
 
 
 def run_rows(problem: Problem, policy: str, time_limit: float, label: list, target: float) -> list[list]:
@@ -82,10 +82,12 @@ HEADER = ["shape", "loads", "seed", "policy", "layer", "base/avg", "plan/avg", "
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", nargs="*", choices=("decode", "deepseek", "suite"), default=("decode", "deepseek"),
-                    help="suite: the decode instances of the benchmark suite `full` (every model on "
-                         "decode-ep64 and decode-ep144), certified gap <= 1 %%")
+                    help="suite: instances of the benchmark suite `full` (every model on --shapes, by "
+                         "default decode-ep64 and decode-ep144), global policy, certified gap <= 1 %%")
     ap.add_argument("--models", nargs="*", default=None, help="suite: model presets to run (default: all)")
     ap.add_argument("--scenarios", nargs="*", default=["mild", "skewed", "drifting"], help="suite: scenarios")
+    ap.add_argument("--shapes", nargs="*", default=["decode-ep64", "decode-ep144"],
+                    help="suite: cluster shapes (solvers.bench.instances.SHAPES)")
     ap.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
     ap.add_argument("--layers", type=int, default=1)
     ap.add_argument("--time-limit", type=float, default=60.0, help="seconds per layer")
@@ -109,14 +111,14 @@ def main(argv: list[str] | None = None) -> int:
         failed += sum(r[-3] == "FAIL" for r in rows)
     if "suite" in args.only:
         rows = []
-        for inst in suite_decode_instances(args.models, args.scenarios, args.layers):
+        for inst in suite_instances(args.models, args.shapes, args.scenarios, args.layers):
             for seed in args.seeds:
                 p = load_instance(inst.id, seed).problem
                 S = inst.replicas // inst.gpus
                 rows += run_rows(p, "global", args.time_limit, [f"{inst.model} {inst.shape_name} S{S}",
                                                                inst.scenario, seed, "global"], 0.01)
                 print("  ".join(map(str, rows[-1])), flush=True)
-        table("suite `full`, decode shapes (global): certified gap <= 1 %", HEADER, rows)
+        table(f"suite `full`, {', '.join(args.shapes)} (global): certified gap <= 1 %", HEADER, rows)
         failed += sum(r[-3] == "FAIL" for r in rows)
     if "deepseek" in args.only:
         rows = []
