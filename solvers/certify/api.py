@@ -3,11 +3,11 @@ together as the time limit allows.
 
 1. The heuristic portfolio (``best``) gives a plan per layer (a share of the time).
 2. Two slots per GPU, global policy: a local search over replica counts, every count
-   vector scored by its optimal pairing, then a large-neighbourhood search with the exact
-   count-choice model as a MIP (:mod:`.small_slots`); the model's LP relaxation,
-   bisected between the combinatorial bound and the plan, raises the bound, and in the
-   time left the exact model (a MIP) is asked whether any plan reaches the largest
-   possible GPU load below the plan's: "no" proves the plan optimal.
+   vector scored by its optimal pairing; the LP relaxation of the exact count-choice
+   model (:mod:`.small_slots`), bisected between the combinatorial bound and the plan,
+   raises the bound; a large-neighbourhood search asks CP-SAT for plans of the exact
+   model; then CP-SAT bisects on the max load with the exact model: "yes" gives better
+   plans, "no" raises the bound, and "no" just below the plan's value proves it optimal.
 3. Any S: exact two-GPU re-splits of the busiest GPU (:mod:`.repartition`), within its
    node under the hierarchical policy so the plan keeps its structure; there CP-SAT's
    packing model (solvers.exact) then repacks the busiest node for the plan's counts,
@@ -85,7 +85,7 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
         layer_end = now + (deadline - now) / (L - layer)
         if resolved == "global" and S == 2:
             span = layer_end - now
-            # plans: count search, then neighbourhoods of the exact model (HiGHS); bounds: the LP;
+            # plans: count search, then neighbourhoods of the exact model (CP-SAT); bounds: the LP;
             # then CP-SAT bisects with the exact model from the best plan (proofs, better plans)
             c = iterated_count_search(w[layer], counts[layer], deadline=now + 0.2 * span, seed=seed + layer)
             value = float(pair_values(w[layer], c[None])[0, 0])

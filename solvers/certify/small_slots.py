@@ -308,12 +308,13 @@ def fill_spare(weights: np.ndarray, counts: np.ndarray, num_replicas: int, targe
 
 
 def lns_counts(weights: torch.Tensor, counts: torch.Tensor, *, deadline: float, free_size: int = 12,
-               step: float = 1e-3, seed: int = 0, threads: int = 1) -> torch.Tensor:
+               step: float = 1e-3, seed: int = 0, threads: int = 1, backend: str = "cpsat") -> torch.Tensor:
     """Large-neighbourhood search with the exact model: free the experts of the heaviest
-    GPUs plus random others (``free_size`` in all), ask the MIP for a plan ``step``
-    (relative) below the incumbent, keep it when found; halve the step after a miss, and
-    when it gets below 1e-7 start again from ``step`` with a neighbourhood half as large
-    again (at most 3 x ``free_size``), until ``deadline``."""
+    GPUs plus random others (``free_size`` in all), ask for a plan ``step`` (relative)
+    below the incumbent, keep it when found; halve the step after a miss, and when it
+    gets below 1e-7 start again from ``step`` with a neighbourhood half as large again (at
+    most 3 x ``free_size``), until ``deadline``. ``backend``: "cpsat" (:func:`exact_decide`
+    on the neighbourhood) or "highs" (:func:`neighbourhood_counts`, a MIP)."""
     gen = np.random.default_rng(seed)
     w = weights.to(torch.float64)
     wn = w.numpy()
@@ -331,8 +332,13 @@ def lns_counts(weights: torch.Tensor, counts: torch.Tensor, *, deadline: float, 
         free[heavy] = True
         rest = np.flatnonzero(~free)
         free[gen.choice(rest, size=min(len(rest), max(0, free_size - int(free.sum()))), replace=False)] = True
-        found = neighbourhood_counts(wn, R, best.numpy(), value * (1 - step), free,
-                                     time_limit=min(10.0, deadline - time.perf_counter()), threads=threads)
+        limit = min(10.0, deadline - time.perf_counter())
+        if backend == "cpsat":
+            found = exact_decide(wn, R, value * (1 - step), time_limit=limit, threads=threads,
+                                 counts=best.numpy(), free=free)[1]
+        else:
+            found = neighbourhood_counts(wn, R, best.numpy(), value * (1 - step), free, time_limit=limit,
+                                         threads=threads)
         if found is None:
             step /= 2
             continue
@@ -384,16 +390,25 @@ def candidate_below(weights: np.ndarray, num_replicas: int, value: float) -> flo
 
 
 def exact_decide(weights: np.ndarray, num_replicas: int, target: float, *, time_limit: float, threads: int = 1,
-                 counts: np.ndarray | None = None) -> tuple[bool | None, np.ndarray | None]:
+                 counts: np.ndarray | None = None,
+                 free: np.ndarray | None = None) -> tuple[bool | None, np.ndarray | None]:
     """The exact count-choice model at ``target``, decided by CP-SAT (a pure 0/1 model with
     integer coefficients, the replica counts): (False, None) = no plan has max load <=
     target (a certificate, since the model is exact); (True, counts [E]) = this plan has;
     (None, None) = not decided in ``time_limit``. ``counts``: [E] a known plan, given as
     a hint. CP-SAT rather than HiGHS: HiGHS 1.12's MIP presolve declared a tiny feasible
-    instance of this model infeasible, and a proof must not rest on that."""
+    instance of this model infeasible, and a proof must not rest on that. ``free``: [E]
+    bool, a neighbourhood: the other experts keep their count in ``counts`` (or any count
+    when theirs is no choice at ``target``); a "no" then proves nothing about all plans."""
     o = count_options(weights, num_replicas, target)
     if o is None or np.unique(o.expert).size < len(weights):
         return False, None
+    if free is not None:
+        match = (o.count == counts[o.expert]) | (o.full & (o.count < counts[o.expert]))
+        has = np.zeros(len(weights), dtype=bool)
+        has[o.expert[match]] = True
+        keep = (free | ~has)[o.expert] | match
+        o = CountOptions(o.expert[keep], o.count[keep], o.sign[keep], o.level[keep], o.full[keep], o.num_levels)
     from ortools.sat.python import cp_model
 
     E, K, L, R = len(weights), len(o.count), o.num_levels, num_replicas
