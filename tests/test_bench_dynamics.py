@@ -107,6 +107,17 @@ def test_tiny_dynamics_run_writes_rows_and_the_dynamics_table(tiny_run):
     assert len(csv) == len(df)
 
 
+def test_rerendered_dynamics_summary_equals_the_runs(tiny_run, tmp_path):
+    import shutil
+
+    from solvers.bench.report import rerender
+
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_run, copy)
+    (copy / "summary.md").unlink()
+    assert rerender(copy, figure="none").read_text() == (tiny_run / "summary.md").read_text()
+
+
 def test_dynamics_run_resumes_after_a_kill(tmp_path, tiny_run):
     out = tmp_path / "run"
     tasks = suite_tasks(get_suite("dynamics-tiny"))

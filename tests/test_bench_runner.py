@@ -112,6 +112,21 @@ def test_suites_declare_ci_full_tiny_and_expand_to_tasks():
     assert len({t.key for t in tasks}) == len(tasks)
 
 
+def test_a_group_with_a_solver_list_runs_only_those_solvers():
+    """The full suite's certification group runs certify alone on decode shapes (not every exact
+    solver), with its options; --solvers still narrows it."""
+    full = get_suite("full")
+    (group,) = [g for g in full.groups if getattr(g, "solvers", None)]
+    assert group.solvers == ("certify",)
+    decode = {i.id for i in group.instances}
+    tasks = [t for t in suite_tasks(full) if t.instance in decode and solvers.get_solver(t.solver).kind == "exact"]
+    assert tasks and {t.solver for t in tasks} == {"certify"}
+    assert all(t.options["policy"] == "global" and t.options["time_limit"] == 40.0 for t in tasks)
+    only = suite_tasks(full, solvers=["cpsat"])
+    assert not any(t.instance in decode and t.solver == "certify" for t in only)
+    assert {t.solver for t in only} == {"cpsat"}
+
+
 def test_task_row_is_scored_by_the_shared_scorer():
     inst = get_suite("tiny").groups[0].instances[0]
     row = run_task(Task(inst.id, "deepseek", {}, 3))

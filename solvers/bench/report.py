@@ -229,6 +229,18 @@ def render_summary(df: pd.DataFrame, meta: dict[str, Any], violations: list[str]
     return "\n".join(lines) + "\n"
 
 
+def summary_text(df: pd.DataFrame, meta: dict[str, Any], violations: list[str], figure: Path | None) -> str:
+    """summary.md of a run: the solver tables for solver rows, the dynamics table for the
+    replays of a dynamics suite (a run holding only replays gets the dynamics summary)."""
+    from .dynamics_report import dynamics_section, dynamics_summary, split_dynamics
+
+    solved, replays = split_dynamics(df)
+    if len(solved) or not len(replays):
+        text = render_summary(solved, meta, violations, figure)
+        return text + ("\n" + dynamics_section(replays) if len(replays) else "")
+    return dynamics_summary(replays, meta)
+
+
 def rerender(directory: str | Path, figure: str = "auto") -> Path:
     """Re-derive the gaps of a stored run and rewrite its summary.md and figure (e.g. after
     changing the report, or after adding rows with --resume from another machine)."""
@@ -241,9 +253,11 @@ def rerender(directory: str | Path, figure: str = "auto") -> Path:
     df, violations = derive(read_results(d))
     meta_path = d / META_NAME
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-    fig = write_profile(df, d, figure)
+    from .dynamics_report import split_dynamics
+
+    fig = write_profile(split_dynamics(df)[0], d, figure)
     out = d / SUMMARY_NAME
-    out.write_text(render_summary(df, meta, violations, fig))
+    out.write_text(summary_text(df, meta, violations, fig))
     return out
 
 

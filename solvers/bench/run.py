@@ -121,9 +121,9 @@ def _machine() -> dict[str, Any]:
 
 def run(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks.run") -> int:
     from .analysis import derive
-    from .dynamics_report import dynamics_section, dynamics_summary, split_dynamics
+    from .dynamics_report import split_dynamics
     from .executors import check_executor, run_tasks
-    from .report import render_summary, write_profile
+    from .report import summary_text, write_profile
     from .store import META_NAME, SUMMARY_NAME, ResultStore, write_json
     from .suites import get_suite
     from .tasks import HARD_FAILURES, suite_tasks
@@ -197,13 +197,7 @@ def run(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks.run
     meta["rows"] = len(df)
     meta["figure"] = figure.name if figure else None
     write_json(out / META_NAME, meta)
-    if len(solved) or not len(replays):
-        text = render_summary(solved, meta, violations, figure)
-        if len(replays) and "## Dynamics" not in text:
-            text += "\n" + dynamics_section(replays)
-    else:
-        text = dynamics_summary(replays, meta)
-    (out / SUMMARY_NAME).write_text(text)
+    (out / SUMMARY_NAME).write_text(summary_text(df, meta, violations, figure))
 
     failures = list(violations)
     crashed = df[df["status"].isin(["error", "bad_input"])]

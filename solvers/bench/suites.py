@@ -38,6 +38,7 @@ class Group:
     policies: besides each solver's default ("auto"), these explicit policies also run on
     instances where auto resolves to another one (e.g. "global" on grouped multi-node
     shapes, so results show what the hierarchical policy costs).
+    solvers: only these solvers of ``kinds`` (None: every available one).
     """
 
     instances: tuple[Instance, ...]
@@ -45,6 +46,7 @@ class Group:
     time_limit: float | None = None
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     policies: tuple[str, ...] = ()
+    solvers: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,8 @@ def _suites() -> dict[str, Suite]:
     # gaps carry over and solve time grows about linearly with the layer count; it keeps the
     # whole suite within tens of minutes on a small machine (the ci suite times full models).
     full = Suite("full", "every preset x cluster shape x 3 scenarios (heuristics, 8-layer slices); exact "
-                 "solvers on small EP groups (4 layers, 10 s)", seeds=(0, 1), groups=(
+                 "solvers on small EP groups (4 layers, 10 s); certify on decode shapes (40 s)", seeds=(0, 1),
+                 groups=(
         Group(grid(ALL_MODELS, ["node-8", "prefill-4x8", "decode-ep64", "decode-ep144"],
                    ["mild", "skewed", "drifting"], layers=8),
               kinds=(HEURISTIC,), policies=("global",)),
@@ -126,6 +129,12 @@ def _suites() -> dict[str, Suite]:
                    layers=4)
               + grid(SMALL_MODELS[1:], ["node-8", "nodes-2x4"], ["mild", "skewed"], layers=4),
               kinds=(HEURISTIC, EXACT), time_limit=10.0),
+        # Certification where the heuristics' gaps are widest: decode shapes (two to five
+        # slots per GPU) and the small models at two slots per GPU; global policy, whose
+        # bound holds for every plan. 40 s per 8-layer run.
+        Group(grid(ALL_MODELS, ["decode-ep64", "decode-ep144"], ["mild", "skewed", "drifting"], layers=8)
+              + grid(SMALL_MODELS, ["node-8", "prefill-4x8"], ["mild", "skewed", "drifting"], layers=8),
+              kinds=(EXACT,), time_limit=40.0, options={"certify": {"policy": "global"}}, solvers=("certify",)),
     ))
     # Shipped drifting / shifting-mix datasets at the periods of the migration target, and
     # generated drifting / shifting-mix workloads of larger presets (8-layer slices).

@@ -140,7 +140,8 @@ def suite_tasks(suite: Suite, *, solvers: list[str] | None = None, time_limit: f
             tasks += _dynamics_tasks(group, solvers, seeds, used)
             continue
         limit = group.time_limit if time_limit is None else time_limit
-        for name in resolve_solvers(group.kinds, solvers):
+        only = solvers if group.solvers is None else [n for n in group.solvers if solvers is None or n in solvers]
+        for name in resolve_solvers(group.kinds, only):
             used.add(name)
             # the solver's schema says which options set its time, threads and seed
             schema = get_solver(name).schema
