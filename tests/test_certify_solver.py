@@ -82,6 +82,17 @@ def test_two_slots_per_gpu_gap_closed_by_the_plan():
     assert r["closed_by"] in ("already", "plan", "bound")
 
 
+def test_one_node_hierarchical_at_two_slots_per_gpu_is_proven_like_global():
+    """On one node the hierarchical policy constrains nothing, so the exact bisection at two
+    slots per GPU runs under it too and proves the optimum (policy auto resolves hierarchical)."""
+    w = torch.tensor([[900.0, 410.0, 300.0, 260.0, 120.0, 40.0, 35.0, 10.0]], dtype=torch.float64)
+    p = Problem(w, 12, 2, 1, 6)                                 # 8 experts in 2 groups, one node, S = 2
+    res = solve(p, "certify", time_limit=20.0)
+    assert res.policy == "hierarchical"
+    assert res.termination == "optimal" and bool(res.proven_optimal[0])
+    assert float(res.objective[0]) == pytest.approx(brute_force(w[0].tolist(), 12, 6, model="joint"), rel=1e-9)
+
+
 def test_hierarchical_plan_keeps_groups_on_their_node():
     g = torch.Generator().manual_seed(2)
     w = (torch.exp(torch.randn(2, 32, generator=g, dtype=torch.float64)) * 100).round()

@@ -83,7 +83,8 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
     for layer in range(L):
         now = time.perf_counter()
         layer_end = now + (deadline - now) / (L - layer)
-        if resolved == "global" and S == 2:
+        # On one node the hierarchical policy constrains nothing: its plans are the global ones.
+        if (resolved == "global" or problem.num_nodes == 1) and S == 2:
             span = layer_end - now
             # plans: count search, then neighbourhoods of the exact model (CP-SAT); bounds: the LP;
             # then CP-SAT bisects with the exact model from the best plan (proofs, better plans)
