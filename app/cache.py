@@ -140,19 +140,11 @@ def default_explore_inputs() -> tuple[torch.Tensor, Cluster, str, dict[str, Any]
     """(weights [L, E], cluster, solver, options) of the Explore page as it first opens: the
     default dataset's whole trace on the default cluster preset with ``deepseek`` (the
     sidebar's defaults, in app.widgets)."""
-    from .cluster import CLUSTER_PRESETS, DEFAULT_CLUSTER
-    from solvers.workloads.presets import PRESETS
+    from .cluster import CLUSTER_PRESETS, DEFAULT_CLUSTER, expert_groups
 
     loads = dataset(loads_mod.DEFAULT_DATASET)
     preset = CLUSTER_PRESETS[DEFAULT_CLUSTER]
-    E = loads.num_experts
-    groups = loads.num_groups or (PRESETS[loads.model].num_groups if loads.model in PRESETS else 1)
-    cluster = Cluster(preset.gpus * preset.slots_per_gpu(E), int(groups), preset.nodes, preset.gpus)
+    slots = preset.gpus * preset.slots_per_gpu(loads.num_experts)
+    cluster = Cluster(slots, expert_groups(loads.num_groups, loads.model), preset.nodes, preset.gpus)
     return loads.window(0, loads.num_steps), cluster, "deepseek", {}
 
-
-def warm_default_page() -> None:
-    """Solve what the Explore page shows first, into this server's cache, so the first
-    browser session finds it solved (run by ``python -m app.serve`` once the runtime exists)."""
-    weights, cluster, solver, options = default_explore_inputs()
-    solve(weights, cluster, solver, options)

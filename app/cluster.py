@@ -41,6 +41,11 @@ def matching_models(num_experts: int) -> list[str]:
     return [k for k, p in PRESETS.items() if p.num_experts == num_experts]
 
 
+def expert_groups(file_groups: int | None, model: str | None) -> int:
+    """Expert groups of some loads: what their file says, else the model preset's, else 1."""
+    return int(file_groups or (PRESETS[model].num_groups if model in PRESETS else 1))
+
+
 def expert_bytes(model: str | None) -> int | None:
     """Weight bytes of one routed expert of a model preset (None when unknown)."""
     preset = PRESETS.get(model or "")

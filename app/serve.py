@@ -55,9 +55,8 @@ def warm(timeout: float = 120.0) -> None:
     try:
         from app import cache, figures
 
-        cache.warm_default_page()
         weights, cluster, solver, options = cache.default_explore_inputs()
-        outcome = cache.solve(weights, cluster, solver, options)
+        outcome = cache.solve(weights, cluster, solver, options)     # the page's first solve, cached
         plan, sc = outcome.result.plan, outcome.result.score
         figures.gpu_load_figure(weights[0], plan.phy2log[0], plan.logcnt[0], cluster.num_gpus,
                                 cluster.num_nodes).to_json()

@@ -16,7 +16,7 @@ from solvers.options import Option
 from solvers.workloads.presets import PRESETS
 
 from . import cache
-from .cluster import CLUSTER_PRESETS, CUSTOM, DEFAULT_CLUSTER, matching_models, model_label
+from .cluster import CLUSTER_PRESETS, CUSTOM, DEFAULT_CLUSTER, expert_groups, matching_models, model_label
 from .compute import Cluster
 from .loads import DEFAULT_DATASET, UPLOAD_SUFFIXES, Loads
 
@@ -142,8 +142,7 @@ def cluster_picker(page: str, loads: Loads, default_cluster: str = DEFAULT_CLUST
         if st.session_state[preset_key] == CUSTOM:
             st.session_state[preset_key] = default_cluster
         _fill_cluster(page, E)
-        groups = loads.num_groups or (PRESETS[model].num_groups if model in PRESETS else 1)
-        st.session_state[f"{page}:groups"] = int(groups)
+        st.session_state[f"{page}:groups"] = expert_groups(loads.num_groups, model)
     c1, c2 = st.columns(2)
     nodes = c1.number_input("Nodes", 1, 4096, key=f"{page}:nodes")
     gpus = c2.number_input("GPUs (all nodes)", 1, 65536, key=f"{page}:gpus")
