@@ -180,18 +180,23 @@ def test_migration_solver_without_a_placement_in_force_returns_the_fresh_plan():
     assert torch.equal(res.plan.phy2log, solve(p, "kk_swap").plan.phy2log)
 
 
+def _node_zero_heats_up(seed: int, layers: int, experts: int, slots: int, gpus: int, factor: float):
+    """A hierarchical deepseek plan of 4 groups on 2 nodes, then the experts living on node 0
+    heat up by ``factor``: (plan in force, new problem, node of every slot [R])."""
+    g = torch.Generator().manual_seed(seed)
+    old_w = torch.exp(torch.randn(layers, experts, generator=g, dtype=torch.float64)) * 100
+    prev = solve(Problem(old_w, slots, 4, 2, gpus), "deepseek", policy="hierarchical").plan
+    node_of_slot = torch.arange(slots) // (slots // 2)
+    hot = torch.zeros(layers, experts, dtype=torch.bool)
+    for layer in range(layers):
+        hot[layer, prev.phy2log[layer][node_of_slot == 0].unique()] = True
+    return prev, Problem(torch.where(hot, old_w * factor, old_w), slots, 4, 2, gpus), node_of_slot
+
+
 def test_drifted_apart_nodes_move_whole_groups():
     # 4 groups of 8 experts on 2 nodes; the two groups of one node heat up 60 %: no repair
     # inside the nodes can meet the budget, so a group must change node.
-    g = torch.Generator().manual_seed(7)
-    old_w = torch.exp(torch.randn(3, 32, generator=g, dtype=torch.float64)) * 100
-    prev = solve(Problem(old_w, 48, 4, 2, 8), "deepseek", policy="hierarchical").plan
-    node_of_slot = torch.arange(48) // 24
-    hot = torch.zeros(3, 32, dtype=torch.bool)
-    for layer in range(3):                                  # experts living on node 0
-        hot[layer, prev.phy2log[layer][node_of_slot == 0].unique()] = True
-    new_w = torch.where(hot, old_w * 1.6, old_w)
-    pn = Problem(new_w, 48, 4, 2, 8)
+    prev, pn, node_of_slot = _node_zero_heats_up(7, layers=3, experts=32, slots=48, gpus=8, factor=1.6)
     res = plan_with_migration(pn, "deepseek", prev, slack=0.01, policy="hierarchical")
     assert res.info["regrouped_layers"], res.info
     fresh_max = torch.tensor(res.info["fresh_max_load"], dtype=torch.float64)
@@ -203,14 +208,7 @@ def test_drifted_apart_nodes_move_whole_groups():
 
 
 def test_exact_hierarchical_keeps_groups_whole():
-    g = torch.Generator().manual_seed(11)
-    old_w = torch.exp(torch.randn(2, 16, generator=g, dtype=torch.float64)) * 100
-    prev = solve(Problem(old_w, 24, 4, 2, 4), "deepseek", policy="hierarchical").plan
-    node_of_slot = torch.arange(24) // 12
-    hot = torch.zeros(2, 16, dtype=torch.bool)
-    for layer in range(2):
-        hot[layer, prev.phy2log[layer][node_of_slot == 0].unique()] = True
-    pn = Problem(torch.where(hot, old_w * 1.5, old_w), 24, 4, 2, 4)
+    prev, pn, node_of_slot = _node_zero_heats_up(11, layers=2, experts=16, slots=24, gpus=4, factor=1.5)
     h = plan_with_migration(pn, "deepseek", prev, slack=0.01, policy="hierarchical")
     x = plan_with_migration(pn, "deepseek", prev, slack=0.01, policy="hierarchical", method="exact",
                             time_limit=20)
