@@ -107,7 +107,7 @@ def main(argv=None) -> int:
             p = Problem(gen(L, E, seed).to(dev), 288, 1, 1, 32)
             ds, ds_t = timed(p, "deepseek", args.repeats, policy="global")
             kk, kk_t = timed(p, "kk_swap", args.repeats, policy="global")
-            nd, nd_t = timed(p, "kk_swap", 1, policy="global", nodup=True)
+            nd, nd_t = timed(p, "kk_swap", 1, policy="global", colocation="forbidden")
             # the same starts without the restriction: the balance the restriction itself costs
             ks, _ = timed(p, "kk_swap", 1, policy="global", starts="kk,lpt,rr")
             gaps.append(kk.gap_mean)
@@ -177,20 +177,20 @@ def main(argv=None) -> int:
                 ds, _ = timed(p, "deepseek", 1, policy="global")
                 kk, kk_t = timed(p, "kk_swap", 1, policy="global")
                 jt, jt_t = timed(p, "joint", 1, policy="global")
-                bs, bs_t = timed(p, "best", 1, policy="global", time_budget=args.budget)
+                bs, bs_t = timed(p, "best", 1, policy="global", time_limit=args.budget)
                 ok3 &= jt.score.imbalance_mean < ds.score.imbalance_mean
                 rows3.append([gpus, dist, seed, f"{ds.score.imbalance_mean:.5f}", f"{kk.score.imbalance_mean:.5f}",
                               f"{jt.score.imbalance_mean:.5f}", f"{bs.score.imbalance_mean:.5f}",
                               f"{kk_t * 1e3:.0f}", f"{jt_t * 1e3:.0f}", f"{bs_t * 1e3:.0f}"])
     ok_all &= table("decode-like: 256 experts, 320 slots, global (imbalance mean; joint = counts in the loop, "
-                    f"best = portfolio with time_budget={args.budget} s)",
+                    f"best = portfolio with time_limit={args.budget} s)",
                     ["GPUs", "loads", "seed", "ds", "kk_swap", "joint", "best", "kk_swap ms", "joint ms", "best ms"],
                     rows3, (ok3, "joint's mean imbalance below the greedy's on every seed"))
 
     # 4. the 8-expert example
     p = Problem([[600, 560, 120, 120, 20, 10, 10, 10]], 16, 1, 1, 8).to(dev)
     rows4 = []
-    for name, opts in (("deepseek", {}), ("kk_swap", {}), ("joint", {}), ("best", {"time_budget": 5.0})):
+    for name, opts in (("deepseek", {}), ("kk_swap", {}), ("joint", {}), ("best", {"time_limit": 5.0})):
         r, t = timed(p, name, 1, **opts)
         rows4.append([name, f"{float(r.score.max_load[0]):.2f}", str(r.termination), f"{t * 1e3:.1f}"])
     jmax = float(solve(p, "joint").score.max_load[0])

@@ -288,7 +288,10 @@ def _round(st: _Instances, y: torch.Tensor, target: torch.Tensor, depth: int,
             touched = (holds & closed.gather(1, st.edge_gpu)).to(torch.int64)
             per_flex = torch.zeros_like(st.flex_tokens).scatter_reduce(1, st.edge_flex, touched, "amax")
             reach = (per_flex.gather(1, st.edge_flex) > 0) & st.edge_valid
-            grown = closed | torch.zeros_like(closed).scatter_reduce(1, st.edge_gpu, reach, "amax")
+            # int8, not bool: CUDA has no scatter_reduce kernel for bool tensors
+            reached = torch.zeros_like(closed, dtype=torch.int8).scatter_reduce(
+                1, st.edge_gpu, reach.to(torch.int8), "amax")
+            grown = closed | (reached > 0)
         complete = (grown == closed).all(-1)
     size = closed.sum(-1)
     raised = ((load * closed).sum(-1) + size - 1) // size.clamp_min(1)
