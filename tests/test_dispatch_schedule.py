@@ -201,7 +201,7 @@ def _deepseek_like(seed=3, layers=3, batches=5):
     return plan, tokens
 
 
-def _instances_of(plan, tokens, P):
+def _instances_of(plan, tokens, P, dense=False):
     from solvers.dispatch.schedule import Layout, _Instances, cheap_lower_bound
 
     B, L, _ = tokens.shape
@@ -210,15 +210,16 @@ def _instances_of(plan, tokens, P):
     base = torch.zeros(B, L, P, dtype=torch.int64, device=dev).scatter_add_(
         2, layout.fixed_gpu.expand(B, -1, -1), tokens * ~layout.flexible)
     flex = tokens.gather(2, layout.flex_expert.expand(B, -1, -1)) * layout.flex_valid
-    st = _Instances(layout, base.view(B * L, P), flex.view(B * L, -1), torch.arange(L, device=dev).repeat(B))
+    st = _Instances.of(layout, base.view(B * L, P), flex.view(B * L, -1), torch.arange(L, device=dev).repeat(B), dense)
     return layout, st, st.initial_split(), cheap_lower_bound(layout, tokens).view(B * L)
 
 
-def test_a_chunk_of_rounds_never_synchronises_with_the_host():
+@pytest.mark.parametrize("dense", [False, True])
+def test_a_chunk_of_rounds_never_synchronises_with_the_host(dense):
     from solvers.dispatch.schedule import _chunk
 
     plan, tokens = _deepseek_like()
-    layout, st, y, target = _instances_of(plan, tokens, 8)
+    layout, st, y, target = _instances_of(plan, tokens, 8, dense)
     with _NoHostSync():
         y2, target2 = _chunk(st, y, target, 0, 12, 3, 4)          # short labels, then full ones
     assert y2.shape == y.shape and bool((target2 >= target).all())
@@ -262,7 +263,7 @@ def test_cpu_solve_runs_on_one_thread_and_restores_the_setting():
 
     class _Spy(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
-            if getattr(func, "__name__", "") == "scatter_reduce":
+            if getattr(func, "__name__", "") in ("scatter_reduce", "scatter_reduce_"):
                 seen.append(torch.get_num_threads())
             return func(*args, **(kwargs or {}))
 
@@ -281,20 +282,69 @@ def test_cpu_solve_runs_on_one_thread_and_restores_the_setting():
         torch.set_num_threads(before)
 
 
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
 @pytest.mark.gpu
-def test_cuda_chunk_runs_without_synchronising():
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device (none on this machine)")
+@needs_cuda
+@pytest.mark.parametrize("dense", [False, True])
+def test_cuda_chunk_runs_without_synchronising(dense):
     from solvers.dispatch.schedule import _chunk
 
     plan, tokens = _deepseek_like()
-    layout, st, y, target = _instances_of(plan.to("cuda"), tokens.cuda(), 8)
+    layout, st, y, target = _instances_of(plan.to("cuda"), tokens.cuda(), 8, dense)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
         _chunk(st, y, target, 0, 12, 3, 4)
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_cuda_graph_replays_give_the_eager_result_for_new_data():
+    # The first call of a shape captures the chunk, later ones replay it on their own data
+    # (same shapes, other tokens, another plan): each must equal the eager solve, on CUDA
+    # and on the CPU.
+    from solvers.dispatch import schedule
+    from solvers.dispatch.schedule import Layout, _solve
+
+    schedule._GRAPHS.clear()
+    for seed in (7, 8, 9):
+        plan, tokens = _deepseek_like(seed=seed)
+        layout = Layout.of(plan.to("cuda"), 8, torch.device("cuda"))
+        if seed == 7:
+            shape = layout.edge_gpu.shape
+        if layout.edge_gpu.shape != shape:
+            continue
+        eager = _solve(layout, tokens.cuda(), (24, 8), graphs=False)
+        graphed = _solve(layout, tokens.cuda(), (24, 8), graphs=True)
+        cpu = _solve(Layout.of(plan, 8, tokens.device), tokens, (24, 8))
+        for a, b, c in zip(eager[:2], graphed[:2], cpu[:2]):
+            assert torch.equal(a, b) and torch.equal(a.cpu(), c)
+    assert len(schedule._GRAPHS) == 1 and next(iter(schedule._GRAPHS.values())) is not None
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_cuda_graph_replay_runs_without_synchronising():
+    from solvers.dispatch import schedule
+    from solvers.dispatch.schedule import _chunk, _chunk_on_graph
+
+    schedule._GRAPHS.clear()
+    plan, tokens = _deepseek_like(seed=10)
+    layout, st, y, target = _instances_of(plan.to("cuda"), tokens.cuda(), 8, dense=True)
+    first = _chunk_on_graph(st, y, target, 0, 12, 3, 4)           # captures
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        again = _chunk_on_graph(st, y, target, 0, 12, 3, 4)       # replays
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    eager = _chunk(st, y, target, 0, 12, 3, 4)
+    for a, b, c in zip(first, again, eager):
+        assert torch.equal(a, c) and torch.equal(b, c)
 
 
 @needs_highs
@@ -311,3 +361,28 @@ def test_short_label_rounds_are_exact_too(inst):
     top = _check_split(plan, tokens, P, slot_split(layout, tokens, y))
     assert torch.equal(top, bound)
     assert torch.equal(top, optimal_max_loads(plan, tokens, P))
+
+
+@given(instances(), st.sampled_from([1, 2, 4]))
+@settings(max_examples=60, deadline=None)
+def test_dense_labels_give_the_same_split_as_sparse_ones(inst, first_depth):
+    # The dense path (matrix products, used on CUDA) must reproduce the sparse one (scatters)
+    # exactly: same labels, so the same split and the same bound, short and full depths.
+    from solvers.dispatch.schedule import Layout, _solve
+
+    plan, tokens, P = inst
+    layout = Layout.of(plan, P, tokens.device)
+    sparse = _solve(layout, tokens, (1, 1), first_depth=first_depth, dense=False)
+    dense = _solve(layout, tokens, (1, 1), first_depth=first_depth, dense=True)
+    assert torch.equal(sparse[0], dense[0]) and torch.equal(sparse[1], dense[1]) and sparse[2] == dense[2]
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_dense_labels_match_sparse_on_a_deepseek_like_shape(seed):
+    from solvers.dispatch.schedule import Layout, _solve
+
+    plan, tokens = _deepseek_like(seed=seed)
+    layout = Layout.of(plan, 8, tokens.device)
+    sparse = _solve(layout, tokens, (24, 8), first_depth=1, dense=False)
+    dense = _solve(layout, tokens, (24, 8), first_depth=1, dense=True)
+    assert torch.equal(sparse[0], dense[0]) and torch.equal(sparse[1], dense[1])

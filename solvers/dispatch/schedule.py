@@ -33,6 +33,7 @@ in the first two rounds, doubling every two rounds up to P - 1.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -46,6 +47,7 @@ PULSES_PER_ROUND = 3
 FIRST_DEPTH = 4
 CPU_FIRST_CHUNK, CPU_LATER_CHUNK = 4, 4
 CUDA_FIRST_CHUNK, CUDA_LATER_CHUNK = 24, 8
+DENSE_MAX_ELEMENTS = 2**26   # n * P * max(P, F) for dense labels: 256 MiB per float32 [n, P, P]
 MAX_ROUNDS = 100_000          # a safety net against a bug, never reached by a correct solver
 
 
@@ -207,18 +209,51 @@ class _Instances:
     """A set of n (micro-batch, layer) instances, flattened, with their layer's graph.
 
     base: [n, P] load of fixed experts; flex_tokens: [n, F]; edge_gpu / edge_flex /
-    edge_valid: [n, M]; edge_first: [n, P]; flex_edges / flex_edges_valid: [n, F, D].
+    edge_valid (edge_invalid its negation): [n, M]; edge_index: [n, M] 0..M-1;
+    segment_start: [n, M] first edge of each edge's GPU; flex_edges / flex_edges_valid:
+    [n, F, D]. With dense labels (:func:`_dense_reach`): cell [n, M] the (flexible expert,
+    GPU) cell f * P + g of each edge, member [n, F, P] float 1 where expert f has a replica
+    on GPU g, eye [P, P] float.
     """
 
-    def __init__(self, layout: Layout, base: torch.Tensor, flex_tokens: torch.Tensor, layer: torch.Tensor):
-        self.P = layout.num_gpus
-        self.base, self.flex_tokens = base, flex_tokens
-        self.edge_gpu = layout.edge_gpu[layer]
-        self.edge_flex = layout.edge_flex[layer]
-        self.edge_valid = layout.edge_valid[layer]
-        self.edge_first = layout.edge_first[layer].clamp_max(self.edge_gpu.shape[1] - 1)
-        self.flex_edges_valid = layout.flex_edges_valid[layer]
-        self.flex_edges = layout.flex_edges[layer]
+    TENSORS = ("base", "flex_tokens", "edge_gpu", "edge_flex", "edge_valid", "edge_invalid", "edge_index",
+               "segment_start", "flex_edges", "flex_edges_valid", "cell", "member", "eye")
+
+    def __init__(self, num_gpus: int, **tensors: torch.Tensor | None):
+        self.P = num_gpus
+        for name in self.TENSORS:
+            setattr(self, name, tensors.get(name))
+
+    @classmethod
+    def of(cls, layout: Layout, base: torch.Tensor, flex_tokens: torch.Tensor, layer: torch.Tensor,
+           dense: bool = False) -> "_Instances":
+        P = layout.num_gpus
+        edge_gpu, edge_valid = layout.edge_gpu[layer], layout.edge_valid[layer]
+        n, M = edge_gpu.shape
+        edge_first = layout.edge_first[layer].clamp_max(M - 1)
+        t = dict(base=base, flex_tokens=flex_tokens, edge_gpu=edge_gpu, edge_flex=layout.edge_flex[layer],
+                 edge_valid=edge_valid, edge_invalid=~edge_valid,
+                 edge_index=torch.arange(M, device=base.device).expand(n, M),
+                 segment_start=edge_first.gather(1, edge_gpu),
+                 flex_edges=layout.flex_edges[layer], flex_edges_valid=layout.flex_edges_valid[layer])
+        if dense:
+            F = flex_tokens.shape[1]
+            t["cell"] = t["edge_flex"] * P + edge_gpu
+            t["member"] = torch.zeros(n, F * P, device=base.device).scatter_add_(
+                1, t["cell"], edge_valid.to(torch.float32)).view(n, F, P)
+            t["eye"] = torch.eye(P, device=base.device)
+        return cls(P, **t)
+
+    @property
+    def dense(self) -> bool:
+        return self.member is not None
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {name: getattr(self, name) for name in self.TENSORS if getattr(self, name) is not None}
+
+    def subset(self, keep: torch.Tensor) -> "_Instances":
+        """The instances ``keep`` [k] (indices), same graph; ``eye`` is shared."""
+        return _Instances(self.P, **{name: (t if name == "eye" else t[keep]) for name, t in self.tensors().items()})
 
     def initial_split(self) -> torch.Tensor:
         """y: [n, M] tokens per edge: each flexible expert's tokens even over its GPUs."""
@@ -230,32 +265,99 @@ class _Instances:
         return y.scatter_add_(1, self.flex_edges.flatten(1), share.flatten(1))
 
     def gpu_load(self, y: torch.Tensor) -> torch.Tensor:
-        return self.base.scatter_add(1, self.edge_gpu, y * self.edge_valid)
+        """[n, P]. Padding edges never carry tokens (the split starts and moves only on valid ones)."""
+        return self.base.scatter_add(1, self.edge_gpu, y)
 
     def per_flex_min(self, value_at_gpu: torch.Tensor, fill: int) -> torch.Tensor:
         """[n, F]: for each flexible expert, the min over its GPUs of ``value_at_gpu`` [n, P].
 
         One scatter over the M edges (not a gather over F x D padded cells: a hot expert
         with replicas on every GPU would make D = P for all)."""
-        at_edge = value_at_gpu.gather(1, self.edge_gpu).masked_fill(~self.edge_valid, fill)   # [n, M]
-        best = torch.full_like(self.flex_tokens, fill)
-        return best.scatter_reduce(1, self.edge_flex, at_edge, "amin")
+        at_edge = value_at_gpu.gather(1, self.edge_gpu).masked_fill_(self.edge_invalid, fill)   # [n, M]
+        return torch.full_like(self.flex_tokens, fill).scatter_reduce_(1, self.edge_flex, at_edge, "amin")
 
     def per_flex_argmin(self, value_at_gpu: torch.Tensor, fill: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``per_flex_min`` and the first edge [n, F] that attains it."""
         M = self.edge_gpu.shape[1]
-        at_edge = value_at_gpu.gather(1, self.edge_gpu).masked_fill(~self.edge_valid, fill)
-        best = torch.full_like(self.flex_tokens, fill).scatter_reduce(1, self.edge_flex, at_edge, "amin")
-        hit = (at_edge == best.gather(1, self.edge_flex)) & self.edge_valid
-        idx = torch.where(hit, torch.arange(M, device=at_edge.device), M)
-        first = torch.full_like(self.flex_tokens, M).scatter_reduce(1, self.edge_flex, idx, "amin")
-        return best, first.clamp_max(M - 1)
+        at_edge = value_at_gpu.gather(1, self.edge_gpu).masked_fill_(self.edge_invalid, fill)
+        best = torch.full_like(self.flex_tokens, fill).scatter_reduce_(1, self.edge_flex, at_edge, "amin")
+        miss = (at_edge != best.gather(1, self.edge_flex)) | self.edge_invalid
+        idx = self.edge_index.masked_fill(miss, M)
+        first = torch.full_like(self.flex_tokens, M).scatter_reduce_(1, self.edge_flex, idx, "amin")
+        return best, first.clamp_max_(M - 1)
 
 
 def depth_of_round(r: int, num_gpus: int, first_depth: int = FIRST_DEPTH) -> int:
     """Label search depth of round ``r``: ``first_depth``, doubling every two rounds, up to P - 1
     (a fixed schedule: which depth a round uses never depends on the data)."""
     return max(1, min(first_depth * 2 ** (r // 2), num_gpus - 1))
+
+
+def _sparse_labels(st: _Instances, holds: torch.Tensor, below: torch.Tensor, depth: int) -> torch.Tensor:
+    """dist [n, P]: arcs from each GPU to one below T, INF = P beyond ``depth``. Bellman-Ford
+    over the residual arcs (scatters over the M edges: cheap per step on a CPU)."""
+    INF = st.P
+    dist = torch.full_like(st.base, INF).masked_fill_(below, 0)
+    not_held = ~holds
+    for _ in range(depth):
+        cand = (st.per_flex_min(dist, INF).gather(1, st.edge_flex) + 1).masked_fill_(not_held, INF)
+        dist.scatter_reduce_(1, st.edge_gpu, cand, "amin")
+    return dist
+
+
+def _sparse_closure(st: _Instances, holds: torch.Tensor, closed: torch.Tensor, depth: int
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the GPUs ``closed`` [n, P] reaches within ``depth`` arcs, whether one more arc adds none)."""
+    grown = closed
+    for _ in range(depth + 1):
+        closed = grown
+        touched = (holds & closed.gather(1, st.edge_gpu)).to(torch.int8)
+        per_flex = torch.zeros_like(st.flex_tokens, dtype=torch.int8).scatter_reduce_(
+            1, st.edge_flex, touched, "amax")
+        reach = per_flex.gather(1, st.edge_flex).masked_fill_(st.edge_invalid, 0)
+        # int8, not bool: CUDA has no scatter_reduce kernel for bool tensors
+        reached = torch.zeros_like(closed, dtype=torch.int8).scatter_reduce_(1, st.edge_gpu, reach, "amax")
+        grown = closed | (reached > 0)
+    return closed, (grown == closed).all(-1)
+
+
+def _dense_reach(st: _Instances, holds: torch.Tensor) -> torch.Tensor:
+    """[n, P, P] float: 1 where h == g or g -> h is a residual arc (g serves tokens of an
+    expert with a replica on h). One batched matrix product: hold^T @ member."""
+    n, F, P = st.member.shape
+    hold = torch.zeros(n, F * P, device=holds.device).scatter_add_(1, st.cell, holds.to(torch.float32))
+    return torch.baddbmm(st.eye, hold.view(n, F, P).transpose(1, 2), st.member).clamp_max_(1)
+
+
+def _dense_labels(reach: torch.Tensor, below: torch.Tensor, depth: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """dist [n, P] (the same labels as :func:`_sparse_labels`) and the powers reach^(2^j).
+
+    Column k of ``within`` [n, P, K] marks the GPUs k arcs or fewer from one below T; the
+    columns double per product (within[k + 2^j] = reach^(2^j) within[k]), so depth P - 1
+    takes log2(P) products instead of P - 1 steps. Values are 0/1 and sums of at most P
+    ones: exact in float32."""
+    P = below.shape[1]
+    within = below.to(torch.float32).unsqueeze(-1)
+    powers = [reach]
+    while True:
+        within = torch.cat([within, torch.bmm(powers[-1], within).clamp_max_(1)], 2)
+        if within.shape[2] > depth:
+            break
+        powers.append(torch.bmm(powers[-1], powers[-1]).clamp_max_(1))
+    steps = (depth + 1) - within[..., :depth + 1].sum(-1)                         # first k within reach
+    dist = steps.to(torch.int64)
+    return dist.masked_fill_(dist > depth, P), powers
+
+
+def _dense_closure(powers: list[torch.Tensor], closed: torch.Tensor, depth: int
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_sparse_closure` by products with the powers of the reach matrix (depth's bits)."""
+    c = closed.to(torch.float32).unsqueeze(1)                                     # [n, 1, P]
+    for j, power in enumerate(powers):
+        if depth >> j & 1:
+            c = torch.bmm(c, power).clamp_max_(1)
+    grown = torch.bmm(c, powers[0]).clamp_max_(1)
+    return (c > 0).squeeze(1), (grown == c).all(-1).squeeze(1)
 
 
 def _round(st: _Instances, y: torch.Tensor, target: torch.Tensor, depth: int,
@@ -268,12 +370,13 @@ def _round(st: _Instances, y: torch.Tensor, target: torch.Tensor, depth: int,
     load = st.gpu_load(y)
     T = target.unsqueeze(-1)
     holds = (y > 0) & st.edge_valid                                                # [n, M]
-    # Distance labels (Bellman-Ford over residual arcs; INF beyond ``depth`` steps).
-    dist = torch.where(load < T, 0, INF)
-    for _ in range(depth):
-        best = st.per_flex_min(dist, INF)                                          # [n, F]
-        cand = torch.where(holds, best.gather(1, st.edge_flex) + 1, INF)
-        dist = dist.scatter_reduce(1, st.edge_gpu, cand, "amin")
+    below = load < T
+    # Distance labels (BFS over residual arcs; INF beyond ``depth`` steps).
+    if st.dense:
+        reach = _dense_reach(st, holds)
+        dist, powers = _dense_labels(reach, below, depth)
+    else:
+        dist = _sparse_labels(st, holds, below, depth)
     if depth >= st.P - 1:
         # Exact labels: the GPUs that reach no GPU below T form a closed set (an arc out of
         # it would give a finite label), every one at load >= T.
@@ -281,18 +384,9 @@ def _round(st: _Instances, y: torch.Tensor, target: torch.Tensor, depth: int,
         complete = torch.ones_like(target, dtype=torch.bool)
     else:
         # Short labels: grow the stuck GPUs' reach; it is closed only if one more step adds nothing.
-        closed = (load > T) & (dist >= INF)
-        grown = closed
-        for _ in range(depth + 1):
-            closed = grown
-            touched = (holds & closed.gather(1, st.edge_gpu)).to(torch.int64)
-            per_flex = torch.zeros_like(st.flex_tokens).scatter_reduce(1, st.edge_flex, touched, "amax")
-            reach = (per_flex.gather(1, st.edge_flex) > 0) & st.edge_valid
-            # int8, not bool: CUDA has no scatter_reduce kernel for bool tensors
-            reached = torch.zeros_like(closed, dtype=torch.int8).scatter_reduce(
-                1, st.edge_gpu, reach.to(torch.int8), "amax")
-            grown = closed | (reached > 0)
-        complete = (grown == closed).all(-1)
+        stuck = (load > T) & (dist >= INF)
+        closed, complete = (_dense_closure(powers, stuck, depth) if st.dense
+                            else _sparse_closure(st, holds, stuck, depth))
     size = closed.sum(-1)
     raised = ((load * closed).sum(-1) + size - 1) // size.clamp_min(1)
     target = torch.where(complete & (size > 0), torch.maximum(target, raised), target)
@@ -305,12 +399,12 @@ def _round(st: _Instances, y: torch.Tensor, target: torch.Tensor, depth: int,
     downhill = (to_dist == dist_edge - 1) & (dist_edge < INF) & st.edge_valid
     T = target.unsqueeze(-1)
     for _ in range(pulses):
-        excess = (load - T).clamp_min(0).gather(1, st.edge_gpu)                    # [n, M]
+        excess = (load - T).clamp_min_(0).gather(1, st.edge_gpu)                  # [n, M]
         movable = y * (downhill & (excess > 0))
         before = movable.cumsum(1) - movable                                       # edges are sorted by GPU
-        before = before - before.gather(1, st.edge_first).gather(1, st.edge_gpu)
-        take = (excess - before).clamp_min(0).minimum(movable)
-        y = (y - take).scatter_add(1, to_edge, take)
+        before = before - before.gather(1, st.segment_start)
+        take = (excess - before).clamp_min_(0).minimum(movable)
+        y = (y - take).scatter_add_(1, to_edge, take)
         load = st.gpu_load(y)
     return y, target
 
@@ -325,6 +419,74 @@ def _chunk(st: _Instances, y: torch.Tensor, target: torch.Tensor, first_round: i
     return y, target
 
 
+class _GraphedChunk:
+    """One chunk captured in a CUDA graph, on static copies of its inputs.
+
+    A chunk is a pure function of fixed-shape tensors with no host synchronisation, so its
+    kernels can be recorded once and replayed: a replay copies the call's tensors into the
+    static inputs, launches the whole chunk at once and clones the outputs (the next replay
+    overwrites them). Any instances of the same shapes can use it: nothing of the data is
+    baked into the graph. The capture's warm-up run is the first call's answer."""
+
+    def __init__(self, st: _Instances, y: torch.Tensor, target: torch.Tensor, args: tuple):
+        self.lock = threading.Lock()
+        self.st = _Instances(st.P, **{k: t.clone() for k, t in st.tensors().items()})
+        self.y, self.target = y.clone(), target.clone()
+        stream = torch.cuda.Stream(y.device)
+        stream.wait_stream(torch.cuda.current_stream(y.device))
+        with torch.cuda.stream(stream):               # warm-up off the capture (lazy inits, workspaces)
+            warm = _chunk(self.st, self.y, self.target, *args)
+        torch.cuda.current_stream(y.device).wait_stream(stream)
+        self.first_answer = (warm[0].clone(), warm[1].clone())   # on the caller's stream
+        del warm
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, stream=stream):
+            self.out = _chunk(self.st, self.y, self.target, *args)
+
+    def __call__(self, st: _Instances, y: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with self.lock:
+            for name, t in st.tensors().items():
+                getattr(self.st, name).copy_(t)
+            self.y.copy_(y)
+            self.target.copy_(target)
+            self.graph.replay()
+            return self.out[0].clone(), self.out[1].clone()
+
+
+CUDA_GRAPHS = True            # False: every chunk runs eagerly (the same result, more launches)
+GRAPH_CACHE_SIZE = 4          # shapes whose first chunk stays captured
+_GRAPHS: "OrderedDict[tuple, _GraphedChunk | None]" = OrderedDict()
+_GRAPHS_LOCK = threading.Lock()
+
+
+def _chunk_on_graph(st: _Instances, y: torch.Tensor, target: torch.Tensor, *args
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_chunk` through a CUDA graph cached per shape (the :data:`GRAPH_CACHE_SIZE`
+    latest); the first call of a shape captures it. Where capture fails the shape runs
+    eagerly from then on."""
+    key = (y.device, st.P, args, tuple(sorted((k, tuple(t.shape)) for k, t in st.tensors().items())))
+    with _GRAPHS_LOCK:
+        graphed = _GRAPHS.get(key, False)
+        if graphed is not False:
+            _GRAPHS.move_to_end(key)
+    if graphed is None:
+        return _chunk(st, y, target, *args)
+    if graphed is not False:
+        return graphed(st, y, target)
+    try:
+        graphed = _GraphedChunk(st, y, target, args)
+    except RuntimeError:                               # capture not possible here: stay eager
+        graphed = None
+    with _GRAPHS_LOCK:
+        _GRAPHS[key] = graphed
+        while len(_GRAPHS) > GRAPH_CACHE_SIZE:
+            _GRAPHS.popitem(last=False)
+    if graphed is None:
+        return _chunk(st, y, target, *args)
+    answer, graphed.first_answer = graphed.first_answer, None
+    return answer
+
+
 def chunk_plan(device: torch.device) -> tuple[int, int]:
     """(rounds of the first chunk, rounds of each later chunk) for a device.
 
@@ -335,34 +497,49 @@ def chunk_plan(device: torch.device) -> tuple[int, int]:
     return (CUDA_FIRST_CHUNK, CUDA_LATER_CHUNK) if device.type == "cuda" else (CPU_FIRST_CHUNK, CPU_LATER_CHUNK)
 
 
+def use_dense_labels(device: torch.device, n: int, num_gpus: int, num_flex: int) -> bool:
+    """Dense labels on CUDA (a few batched matrix products per round instead of P scatters),
+    while the [n, P, P] matrices stay small; sparse ones on a CPU, where scatters are cheap
+    and a batched product of 32 x 32 matrices is not."""
+    return device.type == "cuda" and n * num_gpus * max(num_gpus, num_flex) <= DENSE_MAX_ELEMENTS
+
+
 def _solve(layout: Layout, tokens: torch.Tensor, chunks: tuple[int, int] | None = None,
-           pulses: int = PULSES_PER_ROUND, first_depth: int = FIRST_DEPTH
-           ) -> tuple[torch.Tensor, torch.Tensor, int]:
+           pulses: int = PULSES_PER_ROUND, first_depth: int = FIRST_DEPTH, dense: bool | None = None,
+           graphs: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
     """y: [B, L, M] optimal tokens per edge, the proven bound [B, L] it meets, rounds run.
 
     Chunks of rounds (:func:`_chunk`, no synchronisation inside) alternate with one check on
     the host: which instances still have a GPU above their proven bound. Those continue in
     the next chunk, the others are final. ``chunks`` = (first chunk's rounds, later chunks'
-    rounds), by default :func:`chunk_plan` of the tokens' device.
+    rounds), by default :func:`chunk_plan` of the tokens' device. ``dense`` labels
+    (default :func:`use_dense_labels`) give the same labels, hence the same result; so does
+    running the first chunk through a cached CUDA graph (``graphs``, default on CUDA
+    unless :data:`CUDA_GRAPHS` is False).
     """
     B, L, _ = tokens.shape
     P = layout.num_gpus
+    dev = tokens.device
     if B * L == 0:
-        empty = torch.zeros(B, L, layout.edge_gpu.shape[1], dtype=torch.int64, device=tokens.device)
-        return empty, torch.zeros(B, L, dtype=torch.int64, device=tokens.device), 0
-    first, later = chunks or chunk_plan(tokens.device)
-    base = torch.zeros(B, L, P, dtype=torch.int64, device=tokens.device).scatter_add_(
+        empty = torch.zeros(B, L, layout.edge_gpu.shape[1], dtype=torch.int64, device=dev)
+        return empty, torch.zeros(B, L, dtype=torch.int64, device=dev), 0
+    first, later = chunks or chunk_plan(dev)
+    F = layout.flex_expert.shape[1]
+    dense = use_dense_labels(dev, B * L, P, F) if dense is None else dense
+    graphs = dev.type == "cuda" and CUDA_GRAPHS if graphs is None else graphs
+    base = torch.zeros(B, L, P, dtype=torch.int64, device=dev).scatter_add_(
         2, layout.fixed_gpu.expand(B, -1, -1), tokens * ~layout.flexible)
     flex_tokens = tokens.gather(2, layout.flex_expert.expand(B, -1, -1)) * layout.flex_valid
-    layer = torch.arange(L, device=tokens.device).repeat(B)                        # [B * L]
-    st = _Instances(layout, base.view(B * L, P), flex_tokens.view(B * L, -1), layer)
+    layer = torch.arange(L, device=dev).repeat(B)                                  # [B * L]
+    st = _Instances.of(layout, base.view(B * L, P), flex_tokens.view(B * L, -1), layer, dense)
     y_all = st.initial_split()
     bound_all = cheap_lower_bound(layout, tokens).view(B * L)
-    todo = torch.arange(B * L, device=tokens.device)
+    todo = torch.arange(B * L, device=dev)
     y, target = y_all, bound_all
     rounds, size = 0, max(1, first)
     while True:
-        y, target = _chunk(st, y, target, rounds, size, pulses, first_depth)
+        run = _chunk_on_graph if graphs and rounds == 0 and dev.type == "cuda" else _chunk
+        y, target = run(st, y, target, rounds, size, pulses, first_depth)
         rounds += size
         size = max(1, later)
         open_ = (st.gpu_load(y) > target.unsqueeze(-1)).any(-1)
@@ -376,7 +553,7 @@ def _solve(layout: Layout, tokens: torch.Tensor, chunks: tuple[int, int] | None 
             raise RuntimeError("schedule_tokens did not converge (a bug: please report the instance)")
         if n_open < todo.numel():
             todo, y, target = todo[keep], y[keep], target[keep]
-            st = _Instances(layout, st.base[keep], st.flex_tokens[keep], layer[todo])
+            st = st.subset(keep)
 
 
 def slot_split(layout: Layout, tokens: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
