@@ -114,6 +114,31 @@ def test_lns_reaches_the_brute_force_optimum_on_a_small_instance():
 
 
 @needs_highs
+def test_window_search_descends_to_the_brute_force_optimum():
+    from solvers.certify.small_slots import window_search
+    w = torch.tensor([50.0, 31.0, 17.0, 9.0, 4.0])
+    opt = brute_force(w.tolist(), 8, 4, model="joint")
+    start = torch.tensor([4, 1, 1, 1, 1])                 # 50 / 4 + 31: the optimum needs two steps
+    c = window_search(w, start, deadline=time.perf_counter() + 30, window=1, max_window=2)
+    assert int(c.sum()) == 8
+    assert float(pair_values(w, c[None])[0, 0]) == pytest.approx(opt, rel=1e-9)
+
+
+@needs_highs
+def test_exact_decision_on_a_count_window_sees_only_the_window():
+    from solvers.certify.small_slots import exact_decide
+    w = np.array([50.0, 31.0, 17.0, 9.0, 4.0])
+    opt = brute_force(w.tolist(), 8, 4, model="joint")    # 31, at counts (2, 2, 1, 1, 2)
+    start = np.array([4, 1, 1, 1, 1])
+    assert exact_decide(w, 8, opt * (1 + 1e-9), time_limit=10)[0] is True
+    # within one of (4, 1, 1, 1, 1) the best plan is (3, 2, 1, 1, 1) at 32.17: no plan there
+    assert exact_decide(w, 8, opt * (1 + 1e-9), time_limit=10, counts=start, window=1)[0] is False
+    ok, counts = exact_decide(w, 8, 32.2, time_limit=10, counts=start, window=1)
+    assert ok and int(counts.sum()) == 8 and np.abs(counts - start).max() <= 1
+    assert float(pair_values(torch.tensor(w), torch.as_tensor(counts)[None])[0, 0]) <= 32.2
+
+
+@needs_highs
 @settings(max_examples=40, deadline=None)
 @given(tiny_s2())
 def test_exact_decision_matches_brute_force(inst):

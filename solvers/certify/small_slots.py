@@ -349,6 +349,41 @@ def lns_counts(weights: torch.Tensor, counts: torch.Tensor, *, deadline: float, 
     return best
 
 
+def window_search(weights: torch.Tensor, counts: torch.Tensor, *, deadline: float, window: int = 2,
+                  max_window: int = 4, step: float = 4e-3, call_limit: float = 5.0,
+                  threads: int = 1) -> torch.Tensor:
+    """Descent with the exact model on a count window: CP-SAT looks for a plan ``step``
+    (relative) below the incumbent among the plans whose every count is within ``window``
+    of the incumbent's (:func:`exact_decide` with ``window``); a plan found becomes the
+    incumbent (at its own value, often well below the target), a miss or an undecided call
+    (``call_limit`` seconds) halves the step. Below a step of 1e-6 the window widens by one,
+    up to ``max_window``. Every expert may move at once, which is what lets it beat the
+    single-replica moves of :func:`count_search` and the few-experts neighbourhoods of
+    :func:`lns_counts`: a better pairing usually shifts replicas along a chain of experts.
+    Returns the best counts [E] found before ``deadline``."""
+    w = weights.to(torch.float64)
+    wn = w.numpy()
+    R = int(counts.sum())
+    best = counts.clone()
+    value = float(pair_values(w, best[None])[0, 0])
+    first = step
+    while time.perf_counter() < deadline:
+        if step < 1e-6:
+            if window >= max_window:
+                break
+            window, step = window + 1, first / 4
+        limit = min(call_limit, deadline - time.perf_counter())
+        ok, found = exact_decide(wn, R, value * (1 - step), time_limit=limit, threads=threads,
+                                 counts=best.numpy(), window=window)
+        cand = torch.as_tensor(found) if ok else None
+        v = float(pair_values(w, cand[None])[0, 0]) if ok else value
+        if v < value:
+            best, value = cand, v
+        else:
+            step /= 2
+    return best
+
+
 def lp_bound(weights: np.ndarray, num_replicas: int, lower: float, upper: float, *, deadline: float,
              threads: int = 1, rtol: float = 1e-6) -> float:
     """Bisection on T in [lower, upper] with :func:`lp_feasible` (presolve off): the
@@ -390,8 +425,8 @@ def candidate_below(weights: np.ndarray, num_replicas: int, value: float) -> flo
 
 
 def exact_decide(weights: np.ndarray, num_replicas: int, target: float, *, time_limit: float, threads: int = 1,
-                 counts: np.ndarray | None = None,
-                 free: np.ndarray | None = None) -> tuple[bool | None, np.ndarray | None]:
+                 counts: np.ndarray | None = None, free: np.ndarray | None = None,
+                 window: int | None = None) -> tuple[bool | None, np.ndarray | None]:
     """The exact count-choice model at ``target``, decided by CP-SAT (a pure 0/1 model with
     integer coefficients, the replica counts): (False, None) = no plan has max load <=
     target (a certificate, since the model is exact); (True, counts [E]) = this plan has;
@@ -399,10 +434,17 @@ def exact_decide(weights: np.ndarray, num_replicas: int, target: float, *, time_
     a hint. CP-SAT rather than HiGHS: HiGHS 1.12's MIP presolve declared a tiny feasible
     instance of this model infeasible, and a proof must not rest on that. ``free``: [E]
     bool, a neighbourhood: the other experts keep their count in ``counts`` (or any count
-    when theirs is no choice at ``target``); a "no" then proves nothing about all plans."""
+    when theirs is no choice at ``target``); a "no" then proves nothing about all plans.
+    ``window``: another neighbourhood, every expert within ``window`` of its count in
+    ``counts`` (a "no" proves nothing either)."""
     o = count_options(weights, num_replicas, target)
     if o is None or np.unique(o.expert).size < len(weights):
         return False, None
+    if window is not None:
+        keep = np.abs(o.count - counts[o.expert]) <= window
+        o = CountOptions(o.expert[keep], o.count[keep], o.sign[keep], o.level[keep], o.full[keep], o.num_levels)
+        if np.unique(o.expert).size < len(weights):
+            return False, None
     if free is not None:
         match = (o.count == counts[o.expert]) | (o.full & (o.count < counts[o.expert]))
         has = np.zeros(len(weights), dtype=bool)
