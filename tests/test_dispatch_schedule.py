@@ -323,7 +323,8 @@ def test_cuda_graph_replays_give_the_eager_result_for_new_data():
         cpu = _solve(Layout.of(plan, 8, tokens.device), tokens, (24, 8))
         for a, b, c in zip(eager[:2], graphed[:2], cpu[:2]):
             assert torch.equal(a, b) and torch.equal(a.cpu(), c)
-    assert len(schedule._GRAPHS) == 1 and next(iter(schedule._GRAPHS.values())) is not None
+    first_chunks = [g for key, g in schedule._GRAPHS.items() if key[2][0] == 0]    # args: first round, ...
+    assert len(first_chunks) == 1 and first_chunks[0] is not None          # one shape, one capture
 
 
 @pytest.mark.gpu

@@ -46,7 +46,7 @@ from ..plan import Plan, replica_ranks
 PULSES_PER_ROUND = 3
 FIRST_DEPTH = 4
 CPU_FIRST_CHUNK, CPU_LATER_CHUNK = 4, 4
-CUDA_FIRST_CHUNK, CUDA_LATER_CHUNK = 24, 8
+CUDA_FIRST_CHUNK, CUDA_LATER_CHUNK = 8, 8
 DENSE_MAX_ELEMENTS = 2**26   # n * P * max(P, F) for dense labels: 256 MiB per float32 [n, P, P]
 MAX_ROUNDS = 100_000          # a safety net against a bug, never reached by a correct solver
 
@@ -212,8 +212,8 @@ class _Instances:
     edge_valid (edge_invalid its negation): [n, M]; edge_index: [n, M] 0..M-1;
     segment_start: [n, M] first edge of each edge's GPU; flex_edges / flex_edges_valid:
     [n, F, D]. With dense labels (:func:`_dense_reach`): cell [n, M] the (flexible expert,
-    GPU) cell f * P + g of each edge, member [n, F, P] float 1 where expert f has a replica
-    on GPU g, eye [P, P] float.
+    GPU) cell f * P + g of each edge, member [n, F, P] float32 1 where expert f has a
+    replica on GPU g, eye [P, P] float32.
     """
 
     TENSORS = ("base", "flex_tokens", "edge_gpu", "edge_flex", "edge_valid", "edge_invalid", "edge_index",
@@ -322,8 +322,8 @@ def _sparse_closure(st: _Instances, holds: torch.Tensor, closed: torch.Tensor, d
 
 
 def _dense_reach(st: _Instances, holds: torch.Tensor) -> torch.Tensor:
-    """[n, P, P] float: 1 where h == g or g -> h is a residual arc (g serves tokens of an
-    expert with a replica on h). One batched matrix product: hold^T @ member."""
+    """[n, P, P] float32 0/1: 1 where h == g or g -> h is a residual arc (g serves tokens of
+    an expert with a replica on h). One batched matrix product: hold^T @ member."""
     n, F, P = st.member.shape
     hold = torch.zeros(n, F * P, device=holds.device).scatter_add_(1, st.cell, holds.to(torch.float32))
     return torch.baddbmm(st.eye, hold.view(n, F, P).transpose(1, 2), st.member).clamp_max_(1)
@@ -334,8 +334,8 @@ def _dense_labels(reach: torch.Tensor, below: torch.Tensor, depth: int) -> tuple
 
     Column k of ``within`` [n, P, K] marks the GPUs k arcs or fewer from one below T; the
     columns double per product (within[k + 2^j] = reach^(2^j) within[k]), so depth P - 1
-    takes log2(P) products instead of P - 1 steps. Values are 0/1 and sums of at most P
-    ones: exact in float32."""
+    takes log2(P) products instead of P - 1 steps. Values are 0/1 and sums of at most
+    max(P, F) ones: exact in float32."""
     P = below.shape[1]
     within = below.to(torch.float32).unsqueeze(-1)
     powers = [reach]
@@ -352,7 +352,7 @@ def _dense_labels(reach: torch.Tensor, below: torch.Tensor, depth: int) -> tuple
 def _dense_closure(powers: list[torch.Tensor], closed: torch.Tensor, depth: int
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`_sparse_closure` by products with the powers of the reach matrix (depth's bits)."""
-    c = closed.to(torch.float32).unsqueeze(1)                                     # [n, 1, P]
+    c = closed.to(torch.float32).unsqueeze(1)                                   # [n, 1, P]
     for j, power in enumerate(powers):
         if depth >> j & 1:
             c = torch.bmm(c, power).clamp_max_(1)
@@ -454,7 +454,8 @@ class _GraphedChunk:
 
 
 CUDA_GRAPHS = True            # False: every chunk runs eagerly (the same result, more launches)
-GRAPH_CACHE_SIZE = 4          # shapes whose first chunk stays captured
+BUCKETS = True
+GRAPH_CACHE_SIZE = 16         # graphs kept (a shape, a chunk); the least recently used goes
 _GRAPHS: "OrderedDict[tuple, _GraphedChunk | None]" = OrderedDict()
 _GRAPHS_LOCK = threading.Lock()
 
@@ -487,13 +488,27 @@ def _chunk_on_graph(st: _Instances, y: torch.Tensor, target: torch.Tensor, *args
     return answer
 
 
+def _chunk_in_bucket(st: _Instances, y: torch.Tensor, target: torch.Tensor, *args
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_chunk_on_graph` on the instances padded to a power of two (copies of the last
+    one, whose results are dropped), so that later chunks, whose sizes depend on the data,
+    reuse a few cached graphs."""
+    n = y.shape[0]
+    size = 1 << (n - 1).bit_length()
+    if size == n:
+        return _chunk_on_graph(st, y, target, *args)
+    pad = torch.arange(size, device=y.device).clamp_max_(n - 1)
+    y, target = _chunk_on_graph(st.subset(pad), y[pad], target[pad], *args)
+    return y[:n], target[:n]
+
+
 def chunk_plan(device: torch.device) -> tuple[int, int]:
     """(rounds of the first chunk, rounds of each later chunk) for a device.
 
-    On CUDA a round costs the same for 1 or 4000 instances (launch-bound), so the first
-    chunk is long enough for nearly every instance and the single check comes at its end.
-    On a CPU a round's cost is proportional to the instances it carries, so shorter chunks
-    let the check drop the finished ones (most are optimal after a few rounds)."""
+    On CUDA each chunk is one replay of a cached CUDA graph (:func:`_chunk_in_bucket`), whose
+    cost follows the instances it carries, so chunks of 8 rounds drop the finished ones
+    (most are optimal after 8-16 rounds) at one synchronisation each. On a CPU a round's
+    cost is proportional to the instances it carries, so chunks of 4 drop them sooner."""
     return (CUDA_FIRST_CHUNK, CUDA_LATER_CHUNK) if device.type == "cuda" else (CPU_FIRST_CHUNK, CPU_LATER_CHUNK)
 
 
@@ -538,7 +553,10 @@ def _solve(layout: Layout, tokens: torch.Tensor, chunks: tuple[int, int] | None 
     y, target = y_all, bound_all
     rounds, size = 0, max(1, first)
     while True:
-        run = _chunk_on_graph if graphs and rounds == 0 and dev.type == "cuda" else _chunk
+        if not (graphs and dev.type == "cuda"):
+            run = _chunk
+        else:
+            run = _chunk_on_graph if rounds == 0 or not BUCKETS else _chunk_in_bucket
         y, target = run(st, y, target, rounds, size, pulses, first_depth)
         rounds += size
         size = max(1, later)
