@@ -8,7 +8,8 @@ Targets (CPU, 2 cores):
   joint     the 8-expert joint example (16 slots, 8 GPUs): proven optimum by CP-SAT in
             <= 5 s, by HiGHS and CBC in <= 60 s;
   fixed16   16 experts, 20 slots, 4 GPUs, fixed (optimal replication) counts, lognormal
-            loads, seeds 0-2: CP-SAT proves each optimum of that model in <= 10 s; all backends agree;
+            loads, seeds 0-2: CP-SAT proves each optimum of the fixed-counts model in
+            <= 10 s; all backends agree;
   deepseek  a DeepSeek-V3 prefill layer (256 experts, 8 groups, 288 slots, 4 nodes x 8
             GPUs; lognormal loads), global and hierarchical, warm-started from DeepSeek's
             greedy: returns within the limit, no worse than the warm start, certified gap.
@@ -147,7 +148,7 @@ def target_deepseek(backends: list[str], limits: list[float], seed: int) -> None
     table(f"DeepSeek-V3 prefill layer (256 experts, 288 slots, 8 groups, 4 nodes x 8 GPUs, lognormal "
           f"seed {seed}); warm start = DeepSeek greedy. bound / gap = the lower bound valid for every plan "
           f"(the solver's proven one included); model bound / gap in model = the restricted model's "
-          f"(hierarchical); gap_all = vs the combinatorial bound ({base:.6g})",
+          f"(hierarchical or fixed counts); gap_all = vs the combinatorial bound ({base:.6g})",
           ["policy", "model", "solver", "limit s", "wall s", "termination", "greedy", "max load", "bound",
            "gap", "model bound", "gap in model", "gap_all", "plan from"], rows)
 
