@@ -436,3 +436,21 @@ def run(pn, prev, trace):
 def test_every_solver_is_registered_when_checking():
     # The union check is only as strict as the registry is complete.
     assert {"deepseek", "kk_swap", "best", "cpsat", "sched_spread", "robust_sum", "migration"} <= set(solver_names())
+
+
+def test_hostile_inputs_commands_parse_with_the_current_cli(tmp_path):
+    # hostile_inputs drives `eplb` in subprocesses: a renamed flag or solver would only show
+    # as one more "exit 2" row. Parse each command (nothing runs) against today's parser.
+    from benchmarks import hostile_inputs
+    from solvers.cli import build_parser
+
+    files = hostile_inputs.build(tmp_path, csv_steps=1)
+    commands = hostile_inputs.runs(files, tmp_path / "out.json")
+    assert len(commands) > 10
+    for name, argv in commands:
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as exc:
+            pytest.fail(f"{name}: `eplb {' '.join(argv)}` does not parse (exit {exc.code})")
+        solver = getattr(args, "solver", None)
+        assert solver is None or solver in solver_names(), f"{name}: unknown solver {solver!r}"
