@@ -387,3 +387,25 @@ def test_dense_labels_match_sparse_on_a_deepseek_like_shape(seed):
     sparse = _solve(layout, tokens, (24, 8), first_depth=1, dense=False)
     dense = _solve(layout, tokens, (24, 8), first_depth=1, dense=True)
     assert torch.equal(sparse[0], dense[0]) and torch.equal(sparse[1], dense[1])
+
+
+def test_a_plan_is_laid_out_once_and_again_when_changed_in_place():
+    from solvers.dispatch import schedule
+
+    schedule._LAYOUTS.clear()
+    plan = Plan.from_phy2log([[0, 1, 0, 2]], 3)
+    tokens = torch.tensor([[[6, 1, 3]]])
+    first = schedule_tokens(plan, tokens, 2)
+    layout = next(iter(schedule._LAYOUTS.values()))[1]
+    assert torch.equal(schedule_tokens(plan, tokens, 2), first)
+    assert len(schedule._LAYOUTS) == 1 and next(iter(schedule._LAYOUTS.values()))[1] is layout
+    # Swap the replica of expert 0 on GPU 1 with expert 1's slot: a new placement, in place.
+    plan.phy2log[0] = torch.tensor([0, 0, 1, 2])
+    plan.log2phy[0] = torch.tensor([[0, 1], [2, -1], [3, -1]])
+    plan.logcnt[0] = torch.tensor([2, 1, 1])
+    moved = schedule_tokens(plan, tokens, 2)
+    fresh = schedule_tokens(Plan.from_phy2log([[0, 0, 1, 2]], 3), tokens, 2)
+    assert torch.equal(moved, fresh) and not torch.equal(moved, first)
+    plan.phy2log[0, 0] = 7                                   # now invalid: checked again, rejected
+    with pytest.raises(PlanError, match="^phy2log"):
+        schedule_tokens(plan, tokens, 2)

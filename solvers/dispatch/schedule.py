@@ -33,8 +33,9 @@ in the first two rounds, doubling every two rounds up to P - 1.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -590,17 +591,48 @@ def slot_split(layout: Layout, tokens: torch.Tensor, y: torch.Tensor) -> torch.T
     return torch.where(layout.slot_edge < M, shared, fixed)
 
 
+LAYOUT_CACHE_SIZE = 4
+_LAYOUTS: "OrderedDict[tuple, tuple[tuple, Layout]]" = OrderedDict()
+_LAYOUTS_LOCK = threading.Lock()
+
+
+def _checked_layout(plan: Plan, num_gpus, device: torch.device) -> Layout:
+    """:func:`check_plan` then :meth:`Layout.of`, both skipped for a plan seen unchanged.
+
+    A serving loop schedules every step's tokens on the same plan: validating it and
+    building its graph each time is a few milliseconds of small kernels and host reads on
+    CUDA. The key holds the plan's three tensors by identity (checked through weak
+    references, so a reused id never matches) and their version counters, which every
+    in-place write bumps: a modified plan is checked and laid out again."""
+    if not isinstance(plan, Plan):
+        return Layout.of(plan, check_plan(plan, num_gpus), device)      # raises
+    tensors = (plan.phy2log, plan.log2phy, plan.logcnt)
+    key = (tuple(id(t) for t in tensors), tuple(t._version for t in tensors), num_gpus, device)
+    with _LAYOUTS_LOCK:
+        hit = _LAYOUTS.get(key)
+    if hit is not None and all(ref() is t for ref, t in zip(hit[0], tensors)):
+        return hit[1]
+    layout = Layout.of(plan, check_plan(plan, num_gpus), device)
+    with _LAYOUTS_LOCK:
+        _LAYOUTS[key] = (tuple(weakref.ref(t) for t in tensors), layout)
+        while len(_LAYOUTS) > LAYOUT_CACHE_SIZE:
+            _LAYOUTS.popitem(last=False)
+    return layout
+
+
 def schedule_with_bound(plan: Plan, tokens, num_gpus: int) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`schedule_tokens` and its certificate: [B, L] int64, a proven lower bound on
     every split's max GPU load that the returned split meets (so both are the optimum).
 
-    The whole call, checks included, runs under :func:`one_intra_op_thread` (CPU kernels only:
-    CUDA work is unaffected)."""
-    with one_intra_op_thread():
-        P = check_plan(plan, num_gpus)
+    With CPU tokens the whole call, checks included, runs under :func:`one_intra_op_thread`;
+    with CUDA tokens the work is on the device and changing the CPU's thread count would
+    only cost time (it rebuilds thread pools)."""
+    on_cuda = isinstance(tokens, torch.Tensor) and tokens.is_cuda
+    with nullcontext() if on_cuda else one_intra_op_thread():
+        device = tokens.device if isinstance(tokens, torch.Tensor) else torch.device("cpu")
+        layout = _checked_layout(plan, num_gpus, device)
         one = (tokens.dim() if isinstance(tokens, torch.Tensor) else np.ndim(tokens)) == 2
         t = check_tokens(tokens, plan)
-        layout = Layout.of(plan, P, t.device)
         y, bound, _ = _solve(layout, t)
         x = slot_split(layout, t, y)
     return (x[0], bound[0]) if one else (x, bound)
