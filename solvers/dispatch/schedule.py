@@ -29,6 +29,12 @@ no host synchronisation and fixed shapes; between chunks one count of the unfini
 instances (the only synchronisation in the loop) decides whether another chunk runs, and
 the finished instances are dropped from it. Label depth follows a fixed schedule: 4 steps
 in the first two rounds, doubling every two rounds up to P - 1.
+
+On CUDA the same labels come from batched products with the 0/1 reach matrix
+(:func:`_dense_labels`: log2(P) products instead of P - 1 scatter steps), each chunk is a
+replay of a CUDA graph cached per shape (:func:`_chunk_on_graph`, later chunks padded to
+power-of-two buckets), and a plan seen unchanged is not validated and laid out again
+(:func:`_checked_layout`). None of this changes the result.
 """
 from __future__ import annotations
 
