@@ -113,15 +113,20 @@ def test_suites_declare_ci_full_tiny_and_expand_to_tasks():
 
 
 def test_a_group_with_a_solver_list_runs_only_those_solvers():
-    """The full suite's certification group runs certify alone on decode shapes (not every exact
-    solver), with its options; --solvers still narrows it."""
+    """The full suite's certification groups run certify alone on decode shapes (not every exact
+    solver), with their options (more time at two slots per GPU and 64+ experts); --solvers still
+    narrows them."""
     full = get_suite("full")
-    (group,) = [g for g in full.groups if getattr(g, "solvers", None)]
-    assert group.solvers == ("certify",)
-    decode = {i.id for i in group.instances}
+    groups = [g for g in full.groups if getattr(g, "solvers", None)]
+    assert [g.solvers for g in groups] == [("certify",), ("certify",)]
+    decode = {i.id for g in groups for i in g.instances}
+    two_slots = {i.id for i in groups[1].instances}
+    assert two_slots and all(Instance.from_id(i).replicas == 2 * Instance.from_id(i).gpus for i in two_slots)
+    assert {Instance.from_id(i).model for i in two_slots} == {"olmoe-1b-7b", "qwen3-235b"}  # 64, 128 experts
     tasks = [t for t in suite_tasks(full) if t.instance in decode and solvers.get_solver(t.solver).kind == "exact"]
     assert tasks and {t.solver for t in tasks} == {"certify"}
-    assert all(t.options["policy"] == "global" and t.options["time_limit"] == 40.0 for t in tasks)
+    assert all(t.options["policy"] == "global" for t in tasks)
+    assert all(t.options["time_limit"] == (160.0 if t.instance in two_slots else 40.0) for t in tasks)
     only = suite_tasks(full, solvers=["cpsat"])
     assert not any(t.instance in decode and t.solver == "certify" for t in only)
     assert {t.solver for t in only} == {"cpsat"}
