@@ -9,12 +9,10 @@ tries ``donors x receivers`` moves from each of ``beam`` states, packs every can
 """
 from __future__ import annotations
 
-import time
-
 import torch
 
 from .common import expand_items, pack_loads, slots_from_packs
-from .packing import kk_pack, local_search
+from .packing import clock, kk_pack, local_search
 
 REL_TOL = 1e-12
 
@@ -47,6 +45,23 @@ def fixed_count_bound(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int
     return torch.maximum((top + rest).max(1).values, csum[:, R] / P)
 
 
+# Under a deadline a round's candidates are evaluated in chunks of columns (every row's
+# likeliest moves first), each sized to fit the time left and to at most this share of
+# it (at least MIN_CHUNK_SECONDS' worth): the search then stops within one small chunk of
+# the deadline, keeping the best found so far, instead of finishing a round that can
+# cost seconds (hundreds of packings at 33+ slots per GPU).
+CHUNK_SHARE = 0.125
+MIN_CHUNK_SECONDS = 0.05
+
+
+def move_order(beam: int, donors: int, receivers: int, device) -> torch.Tensor:
+    """[B*D*Q] candidate columns in the order a deadline-cut round evaluates them: by the
+    sum of the donor's and receiver's ranks (the likeliest moves first), then by beam."""
+    b, d, q = torch.meshgrid(torch.arange(beam), torch.arange(donors), torch.arange(receivers), indexing="ij")
+    key = ((d + q) * beam + b).flatten()
+    return key.argsort(stable=True).to(device)
+
+
 def joint_counts(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int, *, cap: int | None = None,
                  rounds: int = 32, donors: int = 4, receivers: int = 4, beam: int = 4, steps: int = 4,
                  patience: int = 2, deadline: float | None = None,
@@ -58,10 +73,13 @@ def joint_counts(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int, *, 
     the largest items w/c (below ``cap``). All candidates of all rows are packed in one
     batch; the ``beam`` best distinct ones survive (so the search can cross a worse
     state: a pure hill climb stalls at 210 on the 8-expert example, the beam reaches 200).
-    Stops after ``patience`` rounds without a better best, or before a round that would
-    end past ``deadline`` (a time.perf_counter value; judged by the longest round so far). ``evaluate="bound"`` scores a
-    candidate by :func:`fixed_count_bound` instead of packing it (cheap; good when GPUs
-    hold many slots and a good packing lands on the bound).
+    Stops after ``patience`` rounds without a better best. ``deadline`` (a
+    :func:`~.packing.clock` value): the candidates are evaluated in chunks (see
+    :data:`CHUNK_SHARE`), a chunk starts only when its cost, estimated from the previous
+    one, fits before the deadline, and a round cut short keeps its best evaluated
+    candidate and ends the search (it counts in the rounds returned).
+    ``evaluate="bound"`` scores a candidate by :func:`fixed_count_bound` instead of
+    packing it (cheap; good when GPUs hold many slots and a good packing lands on the bound).
     """
     if evaluate == "bound":
         def objective(wt, ct):
@@ -71,20 +89,21 @@ def joint_counts(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int, *, 
             return quick_objective(wt, ct, num_packs, steps)
     X, E = weight.shape
     dev = weight.device
-    w = weight.to(torch.float64)
     best_cnt = logcnt.clone()
+    if X == 0 or (deadline is not None and clock() >= deadline):
+        return best_cnt, 0
+    w = weight.to(torch.float64)
+    began = clock()
     best_obj = objective(w, best_cnt)
+    per_row = (clock() - began) / X              # seconds per evaluated row, last measured
     B, D, Q = beam, min(donors, E), min(receivers, E)
     M = B * D * Q
+    columns = move_order(B, D, Q, dev)
     states = best_cnt.unsqueeze(1).repeat(1, B, 1)                                  # [X, B, E]
     salt = torch.randint(1, 2**31 - 1, (E,), generator=torch.Generator().manual_seed(0)).to(dev)
     rows = torch.arange(X, device=dev).unsqueeze(1)
     done = stall = 0
-    longest = 0.0   # longest round so far: a round that would end past the deadline is not started
     for _ in range(rounds):
-        began = time.perf_counter()
-        if deadline is not None and began + longest > deadline:
-            break
         c = states.to(torch.float64)
         wb = w.unsqueeze(1)
         dkey = torch.where(states > 1, wb / (c - 1).clamp_min(1), torch.full_like(c, float("inf")))
@@ -101,7 +120,23 @@ def joint_counts(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int, *, 
         cand.scatter_add_(4, d_idx.unsqueeze(4), -valid.unsqueeze(4).to(torch.int64))
         cand.scatter_add_(4, r_idx.unsqueeze(4), valid.unsqueeze(4).to(torch.int64))
         cand = cand.view(X, M, E)
-        obj = objective(w.repeat_interleave(M, 0), cand.view(-1, E)).view(X, M)
+        obj = torch.full((X, M), float("inf"), dtype=torch.float64, device=dev)
+        evaluated = 0
+        while evaluated < M:
+            k = M - evaluated
+            if deadline is not None:
+                left = deadline - clock()
+                fit = int(min(left, max(left * CHUNK_SHARE, MIN_CHUNK_SECONDS)) / max(per_row * X, 1e-9))
+                k = min(k, fit)
+                if k < 1:
+                    break                        # not one more column fits before the deadline
+            cols = columns[evaluated:evaluated + k]
+            t0 = clock()
+            obj[:, cols] = objective(w.repeat_interleave(k, 0), cand[:, cols].reshape(-1, E)).view(X, k)
+            per_row = (clock() - t0) / (X * k)
+            evaluated += k
+        if evaluated == 0:
+            break
         obj = obj.masked_fill(~valid.view(X, M), float("inf"))
         # distinct states only: drop a candidate whose hash an earlier (better) one has
         obj, order = obj.sort(dim=1, stable=True)
@@ -113,11 +148,12 @@ def joint_counts(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int, *, 
         keep = order.gather(1, top.indices)                                         # [X, B]
         states = cand[rows, keep]
         done += 1
-        longest = max(longest, time.perf_counter() - began)
         round_best, arg = top.values.min(1)
         ok = round_best < best_obj * (1 - REL_TOL)
         best_cnt = torch.where(ok.unsqueeze(1), states[torch.arange(X, device=dev), arg], best_cnt)
         best_obj = torch.where(ok, round_best, best_obj)
+        if evaluated < M:
+            break                                # cut by the deadline
         stall = 0 if bool(ok.any()) else stall + 1
         if stall >= patience:
             break

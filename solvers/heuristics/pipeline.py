@@ -12,7 +12,6 @@
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
@@ -27,7 +26,7 @@ from ..scoring import duplicates_per_row
 from .common import positive_int, replicate_counts
 from .hierarchical import group_node_candidates, node_experts
 from .joint import joint_counts
-from .packing import pack_counts
+from .packing import clock, pack_counts
 
 
 # Up to this many slots per GPU the joint search packs every candidate (the packing then
@@ -79,9 +78,9 @@ def greedy_phy2log(problem: Problem, resolved: str) -> torch.Tensor:
 
 
 # Under a deadline, a packing-evaluated joint phase starts only with at least this many
-# packings' worth of time left (its first round packs every candidate and cannot be cut:
-# measured 6 packings for 256 experts on 2 GPUs).
-PACK_PHASE_MIN_PACKINGS = 8
+# packings' worth of time left: its rounds stop at the deadline (chunked evaluation), but
+# packing the current counts once, which it starts with, cannot be cut.
+PACK_PHASE_MIN_PACKINGS = 1
 
 
 def heuristic_phy2log(problem: Problem, resolved: str, nodup: bool, effort: Effort,
@@ -115,10 +114,10 @@ def heuristic_phy2log(problem: Problem, resolved: str, nodup: bool, effort: Effo
         sel = ((torch.arange(L, device=dev) * K + best_k).unsqueeze(1) * N
                + torch.arange(N, device=dev)).flatten()                           # [L*N] row ids
         rows, wr, cnt = rows[sel], wr[sel], cnt[sel]
-    began = time.perf_counter()
+    began = clock()
     e_loc, obj = pack_counts(wr, cnt, Pn, nodup=nodup, starts=starts, max_steps=effort.steps,
                              two_swaps=effort.two_swaps, deadline=deadline)
-    pack_seconds = time.perf_counter() - began   # every joint phase ends with such a packing
+    pack_seconds = clock() - began   # every joint phase ends with such a packing
     if effort.joint:
         S = Rn // Pn
         phases = [("bound", 2, 8)]
@@ -130,15 +129,15 @@ def heuristic_phy2log(problem: Problem, resolved: str, nodup: bool, effort: Effo
         # the search stops early enough to leave time for the phase's final packing
         search_deadline = None if deadline is None else deadline - pack_seconds
         for evaluate, beam, width in phases:
-            left = None if search_deadline is None else search_deadline - time.perf_counter()
+            left = None if search_deadline is None else search_deadline - clock()
             if left is not None and (left <= 0 or (evaluate == "pack" and left < PACK_PHASE_MIN_PACKINGS
                                                    * pack_seconds)):
-                break   # a packing-evaluated round can cost several packings: do not start one
+                break   # no time for a search that begins with one uncut packing
 
             cnt2, rounds = joint_counts(wr, cnt, Pn, cap=cap, rounds=effort.joint_rounds, donors=width,
                                         receivers=width, beam=beam, steps=effort.joint_steps,
                                         deadline=search_deadline, evaluate=evaluate)
-            if deadline is not None and time.perf_counter() + pack_seconds > deadline and rounds == 0:
+            if deadline is not None and clock() + pack_seconds > deadline and rounds == 0:
                 break   # nothing new to pack, and no time to pack it
             e2, obj2 = pack_counts(wr, cnt2, Pn, nodup=nodup, starts=starts, max_steps=effort.steps,
                                    two_swaps=effort.two_swaps, deadline=deadline)
@@ -172,7 +171,7 @@ def run_pipeline(problem: Problem, *, policy: str, nodup: bool, relax: int, effo
                  deadline: float | None = None, extra: list[torch.Tensor] | None = None) -> SolverOutput:
     """Steps 1-5 and keep-best; ``extra`` adds candidate phy2log tensors (the portfolio)."""
     resolved = check_common(problem, policy, nodup, relax)
-    start = time.perf_counter()
+    start = clock()
     ours, info = heuristic_phy2log(problem, resolved, nodup, effort, deadline)
     greedy = greedy_phy2log(problem, resolved)
     cands = [greedy, ours] + list(extra or [])
@@ -182,7 +181,7 @@ def run_pipeline(problem: Problem, *, policy: str, nodup: bool, relax: int, effo
         from .relaxed import relax_plan
         p2l, rinfo = relax_plan(problem, p2l, relax, nodup=nodup, steps=max(effort.steps, 64))
         info.update(rinfo)
-    info["heuristic_seconds"] = time.perf_counter() - start
+    info["heuristic_seconds"] = clock() - start
     plan = Plan.from_phy2log(p2l, problem.num_experts)
     policy_name = resolved + ("+relaxed" if relax else "")
     return SolverOutput(plan, policy_name, info=info)

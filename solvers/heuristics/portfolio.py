@@ -10,8 +10,6 @@ duplicate-free under ``colocation="forbidden"``), the class the portfolio's plan
 """
 from __future__ import annotations
 
-import time
-
 import torch
 
 from ..errors import OptionError
@@ -19,6 +17,7 @@ from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput, get_solver
 from .common import positive_float
+from .packing import clock
 from .pipeline import Effort, check_common, greedy_phy2log, heuristic_phy2log, keep_best
 
 # Rungs, cheapest first: (name, effort). Each later rung runs only while budget is left.
@@ -59,7 +58,7 @@ def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
     time_budget = positive_float(time_limit, "time_limit")
     resolved = check_common(problem, policy, nodup, relax)
     exact_spec = check_exact(exact, relax)
-    start = time.perf_counter()
+    start = clock()
     end = start + time_budget
     # The rungs stop a little early: choosing the best plan per layer and building the
     # result come after them, and a loaded machine stretches a rung's uninterruptible steps.
@@ -71,22 +70,22 @@ def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
     for name, effort in LADDER:
         # The first rung always runs; a later one only if the time left covers what the
         # previous (cheaper) rung took, so the budget holds instead of overrunning by a rung.
-        if names[1:] and time.perf_counter() + last > deadline:
+        if names[1:] and clock() + last > deadline:
             break
-        t0 = time.perf_counter()
+        t0 = clock()
         p2l, _ = heuristic_phy2log(problem, resolved, nodup, effort, deadline)
-        rung_seconds[name] = last = time.perf_counter() - t0
+        rung_seconds[name] = last = clock() - t0
         cands.append(p2l)
         names.append(name)
     p2l, chosen = keep_best(problem, cands, nodup)
     bound = model_bound = model_scope = None
-    left = end - time.perf_counter()
+    left = end - clock()
     if exact_spec is not None and left >= EXACT_MIN_SECONDS:
-        t0 = time.perf_counter()
+        t0 = clock()
         opts = {"policy": resolved, "model": "joint", "colocation": "forbidden" if nodup else "allowed",
                 "time_limit": left, "threads": 1, "warm_start": Plan.from_phy2log(p2l, problem.num_experts)}
         out = exact_spec.fn(problem, **exact_spec.check_options(opts))
-        rung_seconds[exact_spec.name] = time.perf_counter() - t0
+        rung_seconds[exact_spec.name] = clock() - t0
         names.append(exact_spec.name)
         if out.plan is not None:
             cands = [p2l, out.plan.phy2log.to(p2l.device)]
@@ -102,7 +101,7 @@ def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
         from .relaxed import relax_plan
         p2l, rinfo = relax_plan(problem, p2l, relax, nodup=nodup, steps=64)
         info.update(rinfo)
-    info["heuristic_seconds"] = time.perf_counter() - start
+    info["heuristic_seconds"] = clock() - start
     plan = Plan.from_phy2log(p2l, problem.num_experts)
     return SolverOutput(plan, resolved + ("+relaxed" if relax else ""), bound=bound, info=info,
                         model_bound=model_bound, model_scope=model_scope)

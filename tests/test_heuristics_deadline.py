@@ -1,0 +1,185 @@
+"""Deadlines of the heuristics: the joint count search, the pipeline and the ``best``
+portfolio stop at their deadline (at most one chunk of work past it), keep the best found
+so far, and are never worse than the rung before them.
+
+Time is a fake clock (``solvers.heuristics.packing.CLOCK``) that advances only when work
+is done: a fixed cost per candidate row the count search packs, and per packing. Nothing
+here depends on the speed of the machine.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from solvers import Problem
+from solvers.heuristics import joint, packing, pipeline, portfolio
+from solvers.heuristics.common import replicate_counts
+from solvers.heuristics.pipeline import Effort, heuristic_phy2log, layer_max
+
+ROW_SECONDS = 0.001        # fake cost of packing one candidate row in the count search
+CALL_SECONDS = 0.002       # fake fixed cost of one batched evaluation (estimates then err)
+PACK_SECONDS = 0.01        # fake cost of one packing of the pipeline
+DEEP = dict(portfolio.LADDER)["joint_deep"]   # packing-evaluated phase even at many slots per GPU
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Work:
+    """The fake clock and a log of the count search's evaluations: (start time, rows, cost)."""
+
+    def __init__(self, monkeypatch):
+        self.clock = FakeClock()
+        self.evals: list[tuple[float, int, float]] = []
+        monkeypatch.setattr(packing, "CLOCK", self.clock)
+        quick, pack = joint.quick_objective, pipeline.pack_counts
+
+        def counted_quick(weight, logcnt, num_packs, steps):
+            cost = CALL_SECONDS + ROW_SECONDS * weight.shape[0]
+            self.evals.append((self.clock.now, weight.shape[0], cost))
+            self.clock.now += cost
+            return quick(weight, logcnt, num_packs, steps)
+
+        def timed_pack(*args, **kwargs):
+            out = pack(*args, **kwargs)
+            self.clock.now += PACK_SECONDS
+            return out
+
+        monkeypatch.setattr(joint, "quick_objective", counted_quick)
+        monkeypatch.setattr(pipeline, "pack_counts", timed_pack)
+
+    def rows(self) -> int:
+        return sum(r for _, r, _ in self.evals)
+
+
+@pytest.fixture
+def work(monkeypatch) -> Work:
+    return Work(monkeypatch)
+
+
+def loads(layers: int, experts: int, seed: int) -> torch.Tensor:
+    """[layers, experts] heavy-tailed loads (a few hot experts)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.exp(1.2 * torch.randn(layers, experts, generator=g, dtype=torch.float64)) * 100
+
+
+def search_input(rows: int = 2, experts: int = 24, slots: int = 40, packs: int = 4):
+    """(weight [rows, experts], greedy logcnt [rows, experts], packs): S = slots / packs = 10."""
+    w = loads(rows, experts, 0)
+    return w, replicate_counts(w, slots), packs
+
+
+def assert_valid_counts(cnt: torch.Tensor, slots: int):
+    assert cnt.dtype == torch.int64
+    assert bool((cnt >= 1).all())
+    assert cnt.sum(1).tolist() == [slots] * cnt.shape[0]
+
+
+def test_joint_counts_with_a_past_deadline_evaluates_nothing(work):
+    w, cnt, P = search_input()
+    work.clock.now = 5.0
+    out, rounds = joint.joint_counts(w, cnt, P, deadline=4.0)
+    assert rounds == 0 and work.evals == []
+    assert torch.equal(out, cnt)
+
+
+def test_joint_counts_cut_mid_round_stops_within_one_chunk_and_keeps_the_best(work):
+    w, cnt, P = search_input()
+    X = w.shape[0]
+    full_round = X * 4 * 4 * 4                       # rows x beam x donors x receivers
+    deadline = 0.04                                  # the first round alone would cost ~0.13
+    out, rounds = joint.joint_counts(w, cnt, P, deadline=deadline)
+    assert rounds == 1
+    initial, *chunks = work.evals
+    assert initial[1] == X and chunks, "the round began (time was left) but was cut"
+    assert sum(r for _, r, _ in chunks) < full_round
+    assert all(start < deadline for start, _, _ in work.evals), "an evaluation started past the deadline"
+    assert work.clock.now <= deadline + chunks[-1][2]
+    assert_valid_counts(out, 40)
+    before = joint.quick_objective(w, cnt, P, 4)
+    after = joint.quick_objective(w, out, P, 4)
+    assert bool((after <= before).all())
+
+
+def bound_taking_time(work: Work, bound):
+    """fixed_count_bound that costs fake time like a packing (so that rounds get chunked)."""
+    def counted(weight, logcnt, num_packs):
+        cost = CALL_SECONDS + ROW_SECONDS * weight.shape[0]
+        work.evals.append((work.clock.now, weight.shape[0], cost))
+        work.clock.now += cost
+        return bound(weight, logcnt, num_packs)
+    return counted
+
+
+@pytest.mark.parametrize("evaluate", ["pack", "bound"])
+def test_chunked_rounds_find_the_same_counts_as_whole_rounds(work, monkeypatch, evaluate):
+    """With time to spare, evaluating a round in many chunks changes nothing."""
+    if evaluate == "bound":
+        monkeypatch.setattr(joint, "fixed_count_bound", bound_taking_time(work, joint.fixed_count_bound))
+    w, cnt, P = search_input()
+    whole, whole_rounds = joint.joint_counts(w, cnt, P, rounds=3, evaluate=evaluate)
+    calls_whole = len(work.evals)
+    assert calls_whole == whole_rounds + 1          # no deadline: one batch per round
+    monkeypatch.setattr(joint, "CHUNK_SHARE", 0.0)
+    monkeypatch.setattr(joint, "MIN_CHUNK_SECONDS", 0.02)   # ~8 columns of 64 per chunk
+    chunked, chunked_rounds = joint.joint_counts(w, cnt, P, rounds=3, evaluate=evaluate, deadline=1e9)
+    assert len(work.evals) - calls_whole > 4 * chunked_rounds + 1, "the rounds were not chunked"
+    assert chunked_rounds == whole_rounds >= 1
+    assert torch.equal(chunked, whole)
+
+
+def deep_problem(layers: int = 2) -> Problem:
+    """32 experts on 4 GPUs with 10 slots each: above PACK_LOOP_MAX_SLOTS, so only the deep
+    effort's packing-evaluated phase packs candidates."""
+    assert 40 // 4 > pipeline.PACK_LOOP_MAX_SLOTS
+    return Problem(loads(layers, 32, 1), 40, 1, 1, 4)
+
+
+def test_pipeline_packing_phase_stops_at_the_deadline_no_worse_than_without_it(work):
+    problem = deep_problem()
+    base, _ = heuristic_phy2log(problem, "global", False, replace(DEEP, joint=False))
+    work.clock.now, work.evals = 0.0, []
+    deadline = 0.3     # the first packing-evaluated round would cost ~L x 144 x ROW_SECONDS
+    p2l, info = heuristic_phy2log(problem, "global", False, DEEP, deadline)
+    pack_evals = [e for e in work.evals if e[1] > problem.num_layers]   # candidates, not the start
+    assert pack_evals, "the packing-evaluated phase began"
+    assert info["joint_pack_rounds"] == 1
+    assert sum(r for _, r, _ in pack_evals) < problem.num_layers * 6 * 6 * 4
+    assert all(start < deadline for start, _, _ in work.evals)
+    # the phase's final packing comes after the search: at most one chunk past the deadline
+    assert work.clock.now <= deadline + max(c for _, _, c in work.evals)
+    counts = torch.nn.functional.one_hot(p2l, problem.num_experts).sum(1)
+    assert_valid_counts(counts, problem.num_replicas)
+    assert bool((layer_max(problem, p2l) <= layer_max(problem, base)).all())
+
+
+def test_pipeline_does_not_begin_a_search_with_a_past_deadline(work):
+    problem = deep_problem()
+    p2l, info = heuristic_phy2log(problem, "global", False, DEEP, deadline=-1.0)
+    assert work.evals == [] and "joint_pack_rounds" not in info
+    assert p2l.shape == (problem.num_layers, problem.num_replicas)
+
+
+@pytest.mark.parametrize("time_limit", [0.2, 0.6])
+def test_portfolio_respects_its_time_limit_on_the_fake_clock(work, time_limit):
+    problem = deep_problem(layers=1)    # its deep search converges after ~0.8 fake seconds
+    out = portfolio.run_portfolio(problem, policy="global", nodup=False, relax=0, time_limit=time_limit)
+    assert work.clock.now <= time_limit, f"{work.clock.now:.3f} s of work for a {time_limit} s limit"
+    assert out.info["rungs_run"][0] == "kk_swap"
+    # keep-best: never worse than the first rung's plan, rung by rung
+    kk, _ = heuristic_phy2log(problem, "global", False, dict(portfolio.LADDER)["kk_swap"])
+    assert bool((layer_max(problem, out.plan.phy2log) <= layer_max(problem, kk)).all())
+
+
+def test_portfolio_with_time_to_spare_runs_the_whole_ladder_and_the_deep_search(work):
+    problem = deep_problem(layers=1)
+    out = portfolio.run_portfolio(problem, policy="global", nodup=False, relax=0, time_limit=60.0)
+    assert out.info["rungs_run"] == [name for name, _ in portfolio.LADDER]
+    assert any(r > problem.num_layers for _, r, _ in work.evals), "the deep rung packed candidates"
