@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from solvers import Problem
+from solvers.registry import SolverOutput
 from solvers.heuristics import joint, packing, pipeline, portfolio
 from solvers.heuristics.common import replicate_counts
 from solvers.heuristics.pipeline import Effort, heuristic_phy2log, layer_max
@@ -62,6 +63,15 @@ class Work:
 @pytest.fixture
 def work(monkeypatch) -> Work:
     return Work(monkeypatch)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors: one torch thread (several spin on a shared, busy CPU: 20x slower)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def loads(layers: int, experts: int, seed: int) -> torch.Tensor:
@@ -183,3 +193,49 @@ def test_portfolio_with_time_to_spare_runs_the_whole_ladder_and_the_deep_search(
     out = portfolio.run_portfolio(problem, policy="global", nodup=False, relax=0, time_limit=60.0)
     assert out.info["rungs_run"] == [name for name, _ in portfolio.LADDER]
     assert any(r > problem.num_layers for _, r, _ in work.evals), "the deep rung packed candidates"
+
+
+class FakeExact:
+    """An exact solver spec that records the time limit it is given and spends all of it."""
+
+    name, kind, requires = "fake_exact", "exact", ""
+
+    def __init__(self, work: Work):
+        self.work, self.time_limits = work, []
+
+    def is_available(self) -> bool:
+        return True
+
+    def check_options(self, options: dict) -> dict:
+        return options
+
+    def fn(self, problem, *, time_limit, warm_start, **_):
+        self.time_limits.append(time_limit)
+        self.work.clock.now += time_limit
+        return SolverOutput(warm_start, "global")
+
+
+def test_portfolio_leaves_half_the_budget_to_its_exact_rung(work, monkeypatch):
+    exact = FakeExact(work)
+    monkeypatch.setattr(portfolio, "get_solver", lambda name: exact)
+    problem = deep_problem(layers=1)
+    out = portfolio.run_portfolio(problem, policy="global", nodup=False, relax=0, time_limit=1.0, exact="fake")
+    assert out.info["rungs_run"][-1] == "fake_exact"
+    # the ladder alone would take ~0.7 fake seconds: it is cut at half the budget (documented)
+    assert exact.time_limits and exact.time_limits[0] >= 0.5 - 1e-9
+    assert work.clock.now <= 1.0 + 1e-9
+
+
+def test_portfolio_leaves_a_share_of_the_budget_to_the_relaxed_pass(work, monkeypatch):
+    import solvers.heuristics.relaxed as relaxed
+    began = []
+    relax = relaxed.relax_plan
+
+    def timed_relax(*args, **kwargs):
+        began.append(work.clock.now)
+        return relax(*args, **kwargs)
+
+    monkeypatch.setattr(relaxed, "relax_plan", timed_relax)
+    problem = Problem(loads(1, 32, 2), 48, 4, 2, 4)            # 2 nodes, 6 slots per GPU
+    portfolio.run_portfolio(problem, policy="hierarchical", nodup=False, relax=2, time_limit=0.5)
+    assert began and began[0] <= 0.5 * 0.75        # a quarter of the budget or more is left to it
