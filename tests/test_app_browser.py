@@ -80,6 +80,7 @@ def test_explore_page_in_the_browser(app_url, page, tmp_path):
     page.wait_for_selector(CHART)
     _no_exception(page)
     assert page.locator('[data-testid="stMetric"]').filter(has_text="Termination").count() == 1
+    assert page.get_by_role("button", name="Deploy").count() == 0        # .streamlit/config.toml: minimal toolbar
     assert "Layer" in page.locator('[data-testid="stPlotlyChart"]').first.inner_text()
     assert _shot(page, tmp_path, "explore").stat().st_size > 10_000
     for view in ("Heatmap", "Micro-batches"):
