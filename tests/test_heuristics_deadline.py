@@ -36,7 +36,7 @@ class FakeClock:
 class Work:
     """The fake clock and a log of the count search's evaluations: (start time, rows, cost)."""
 
-    def __init__(self, monkeypatch):
+    def __init__(self, monkeypatch, pack_seconds: float = PACK_SECONDS):
         self.clock = FakeClock()
         self.evals: list[tuple[float, int, float]] = []
         monkeypatch.setattr(packing, "CLOCK", self.clock)
@@ -50,7 +50,7 @@ class Work:
 
         def timed_pack(*args, **kwargs):
             out = pack(*args, **kwargs)
-            self.clock.now += PACK_SECONDS
+            self.clock.now += pack_seconds
             return out
 
         monkeypatch.setattr(joint, "quick_objective", counted_quick)
@@ -196,12 +196,13 @@ def test_portfolio_with_time_to_spare_runs_the_whole_ladder_and_the_deep_search(
 
 
 class FakeExact:
-    """An exact solver spec that records the time limit it is given and spends all of it."""
+    """An exact solver spec that records the time limit it is given and spends ``spend`` of
+    it (a model too large for its time limit returns at once)."""
 
     name, kind, requires = "fake_exact", "exact", ""
 
-    def __init__(self, work: Work):
-        self.work, self.time_limits = work, []
+    def __init__(self, work: Work, spend: float = 1.0):
+        self.work, self.spend, self.time_limits = work, spend, []
 
     def is_available(self) -> bool:
         return True
@@ -211,7 +212,7 @@ class FakeExact:
 
     def fn(self, problem, *, time_limit, warm_start, **_):
         self.time_limits.append(time_limit)
-        self.work.clock.now += time_limit
+        self.work.clock.now += self.spend * time_limit
         return SolverOutput(warm_start, "global")
 
 
@@ -239,3 +240,15 @@ def test_portfolio_leaves_a_share_of_the_budget_to_the_relaxed_pass(work, monkey
     problem = Problem(loads(1, 32, 2), 48, 4, 2, 4)            # 2 nodes, 6 slots per GPU
     portfolio.run_portfolio(problem, policy="hierarchical", nodup=False, relax=2, time_limit=0.5)
     assert began and began[0] <= 0.5 * 0.75        # a quarter of the budget or more is left to it
+
+
+def test_portfolio_gives_the_time_an_exact_rung_leaves_to_the_rungs_not_run_yet(monkeypatch):
+    work = Work(monkeypatch, pack_seconds=0.2)       # a packing costs a fifth of the budget
+    exact = FakeExact(work, spend=0.0)
+    monkeypatch.setattr(portfolio, "get_solver", lambda name: exact)
+    out = portfolio.run_portfolio(deep_problem(layers=1), policy="global", nodup=False, relax=0,
+                                  time_limit=1.0, exact="fake")
+    ran = out.info["rungs_run"]
+    assert ran[:2] == ["kk_swap", "joint"] and ran[2] == "fake_exact", "half the budget: two rungs first"
+    assert ran[3:] == ["multi_start", "joint_deep"]
+    assert work.clock.now <= 1.0

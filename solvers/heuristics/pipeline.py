@@ -137,15 +137,16 @@ def heuristic_phy2log(problem: Problem, resolved: str, nodup: bool, effort: Effo
             cnt2, rounds = joint_counts(wr, cnt, Pn, cap=cap, rounds=effort.joint_rounds, donors=width,
                                         receivers=width, beam=beam, steps=effort.joint_steps,
                                         deadline=search_deadline, evaluate=evaluate)
-            if deadline is not None and clock() + pack_seconds > deadline and rounds == 0:
-                break   # nothing new to pack, and no time to pack it
-            e2, obj2 = pack_counts(wr, cnt2, Pn, nodup=nodup, starts=starts, max_steps=effort.steps,
-                                   two_swaps=effort.two_swaps, deadline=deadline)
-            better = obj2 < obj
-            e_loc = torch.where(better.unsqueeze(1), e2, e_loc)
-            obj = torch.where(better, obj2, obj)
-            cnt = torch.where(better.unsqueeze(1), cnt2, cnt)
             info[f"joint_{evaluate}_rounds"] = rounds
+            # only rows whose counts changed are packed again (the same counts pack the same way)
+            moved = (cnt2 != cnt).any(1).nonzero().squeeze(1)                      # [Y] row ids
+            if moved.numel() == 0:
+                continue
+            e2, obj2 = pack_counts(wr[moved], cnt2[moved], Pn, nodup=nodup, starts=starts,
+                                   max_steps=effort.steps, two_swaps=effort.two_swaps, deadline=deadline)
+            better = obj2 < obj[moved]
+            keep = moved[better]
+            e_loc[keep], obj[keep], cnt[keep] = e2[better], obj2[better], cnt2[keep]
             changed += int(better.sum())
         info["joint_rows_changed"] = changed
     return rows.gather(1, e_loc).view(L, R), info

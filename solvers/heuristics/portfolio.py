@@ -1,9 +1,10 @@
 """The portfolio ``best``: run the ladder of heuristics within a time budget, keep the best
 plan per layer (never worse than DeepSeek's greedy, which is rung 0).
 
-With ``exact="cpsat"`` (or another registered exact solver) the ladder stops after half
-the budget and the time left goes to that solver, warm-started from the best plan so far: its plan is kept
-where it is better and its proven bound is returned (so ``solve`` reports the gap to it).
+With ``exact="cpsat"`` (or another registered exact solver) the ladder stops before half
+the budget (leaving at least EXACT_MIN_SECONDS) and the time left goes to that solver,
+warm-started from the best plan so far: its plan is kept where it is better and its
+proven bound is returned (so ``solve`` reports the gap to it).
 Its bound is a lower bound when its model covers every plan (global policy, duplicates
 allowed); otherwise it is a model bound with its scope (the resolved policy;
 duplicate-free under ``colocation="forbidden"``), the class the portfolio's plans belong to.
@@ -36,9 +37,12 @@ BUDGET_RESERVE = 0.05
 # Below this many seconds left, the exact rung is not started (model building alone).
 EXACT_MIN_SECONDS = 0.5
 
-# With an exact rung, the heuristic rungs stop after this share of the budget: the deep
-# joint search alone can use any budget, and the exact solver's bound is what was asked for.
+# With an exact rung, the heuristic rungs stop after this share of the budget (and early
+# enough to leave EXACT_MIN_SECONDS, with a margin for the rung that ends past its
+# deadline): the deep joint search alone can use any budget, and the exact solver's
+# bound is what was asked for.
 HEURISTIC_SHARE_WITH_EXACT = 0.5
+EXACT_MARGIN = 1.1
 
 # With ``relax``, the heuristic rungs leave this share of the budget to the relaxed pass
 # that follows them (it has no deadline: 0.07-0.1 s on 8 DeepSeek-V3 layers, ~1 s on 58).
@@ -70,24 +74,33 @@ def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
     end = start + time_budget
     # The rungs stop a little early: choosing the best plan per layer and building the
     # result come after them, and a loaded machine stretches a rung's uninterruptible steps.
-    share = (HEURISTIC_SHARE_WITH_EXACT if exact_spec else
-             1 - BUDGET_RESERVE - (RELAX_SHARE if relax else 0.0))
-    deadline = start + time_budget * share
-    cands = [greedy_phy2log(problem, resolved)]
-    names = ["deepseek"]
-    rung_seconds = {}
-    last = 0.0
-    for name, effort in LADDER:
-        # The first rung always runs; a later one only if the time left covers what the
-        # previous (cheaper) rung took, so the budget holds instead of overrunning by a rung.
-        if names[1:] and clock() + last > deadline:
-            break
-        t0 = clock()
-        p2l, _ = heuristic_phy2log(problem, resolved, nodup, effort, deadline)
-        rung_seconds[name] = last = clock() - t0
-        cands.append(p2l)
-        names.append(name)
-    p2l, chosen = keep_best(problem, cands, nodup)
+    full = start + time_budget * (1 - BUDGET_RESERVE - (RELAX_SHARE if relax else 0.0))
+    cands, names = [greedy_phy2log(problem, resolved)], ["deepseek"]   # names[i] made cands[i]
+    ran: list[str] = []
+    rung_seconds: dict[str, float] = {}
+    todo = list(LADDER)
+    last = [0.0]
+
+    def climb(deadline: float) -> None:
+        """Run the rungs left in ``todo``, cheapest first, while ``deadline`` allows."""
+        while todo:
+            # The first rung always runs; a later one only if the time left covers what the
+            # previous (cheaper) rung took, so the budget holds instead of overrunning by a rung.
+            if ran and clock() + last[0] > deadline:
+                return
+            name, effort = todo.pop(0)
+            t0 = clock()
+            p2l, _ = heuristic_phy2log(problem, resolved, nodup, effort, deadline)
+            rung_seconds[name] = last[0] = clock() - t0
+            cands.append(p2l)
+            names.append(name)
+            ran.append(name)
+
+    if exact_spec is None:
+        climb(full)
+    else:
+        climb(end - EXACT_MARGIN * max(time_budget * (1 - HEURISTIC_SHARE_WITH_EXACT), EXACT_MIN_SECONDS))
+    p2l, _ = keep_best(problem, cands, nodup)
     bound = model_bound = model_scope = None
     left = end - clock()
     if exact_spec is not None and left >= EXACT_MIN_SECONDS:
@@ -96,16 +109,17 @@ def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
                 "time_limit": left, "threads": 1, "warm_start": Plan.from_phy2log(p2l, problem.num_experts)}
         out = exact_spec.fn(problem, **exact_spec.check_options(opts))
         rung_seconds[exact_spec.name] = clock() - t0
-        names.append(exact_spec.name)
+        ran.append(exact_spec.name)
         if out.plan is not None:
-            cands = [p2l, out.plan.phy2log.to(p2l.device)]
-            p2l, pick = keep_best(problem, cands, nodup)
-            chosen = torch.where(pick == 1, torch.full_like(chosen, len(names) - 1), chosen)
+            cands.append(out.plan.phy2log.to(p2l.device))
+            names.append(exact_spec.name)
         # A universal bound (global, duplicates allowed) is a lower bound; a restricted
         # model's bound (hierarchical, or duplicate-free) covers only that model's plans,
         # which the portfolio's own plans are.
         bound, model_bound, model_scope = out.bound, out.model_bound, out.model_scope
-    info = {"rungs_run": names[1:], "rung_seconds": rung_seconds,
+        climb(full)     # an exact solver that ended early leaves its time to the rungs not run yet
+    p2l, chosen = keep_best(problem, cands, nodup)
+    info = {"rungs_run": ran, "rung_seconds": rung_seconds,
             "layers_won": {n: int((chosen == i).sum()) for i, n in enumerate(names)}}
     if relax:        # the relaxed pass runs on the best strict plan, in the RELAX_SHARE left
         from .relaxed import relax_plan
