@@ -252,3 +252,29 @@ def test_portfolio_gives_the_time_an_exact_rung_leaves_to_the_rungs_not_run_yet(
     assert ran[:2] == ["kk_swap", "joint"] and ran[2] == "fake_exact", "half the budget: two rungs first"
     assert ran[3:] == ["multi_start", "joint_deep"]
     assert work.clock.now <= 1.0
+
+
+def test_local_search_checks_its_deadline_before_every_step(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(packing, "CLOCK", clock)
+    calls = []
+    for name in ("step_pairs", "step11", "step22"):
+        step = getattr(packing._Swapper, name)
+
+        def timed(self, *args, _step=step, _name=name):
+            calls.append((_name, clock.now))
+            clock.now += 1.0                          # every swap step costs one fake second
+            return _step(self, *args)
+
+        monkeypatch.setattr(packing._Swapper, name, timed)
+    w = loads(2, 24, 3)
+    cnt = replicate_counts(w, 40)
+    e_slots, before = packing.pack_counts(w, cnt, 4, starts=("kk",), max_steps=0)
+    per = w / cnt
+    w_slots = per.gather(1, e_slots)
+    w2, e2, steps = packing.local_search(w_slots, e_slots, 4, 24, max_steps=64, deadline=3.5)
+    assert [t for _, t in calls] == [0.0, 1.0, 2.0, 3.0]     # a block holds 10 steps: cut inside it
+    assert steps == 4
+    after = packing.pack_loads(per.gather(1, e2), 4).max(1).values
+    assert bool((after <= before * (1 + 1e-12)).all())
+    assert torch.equal(e2.sort(1).values, e_slots.sort(1).values)   # the same replicas, moved

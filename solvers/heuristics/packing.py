@@ -337,7 +337,8 @@ def local_search(w_slots: torch.Tensor, e_slots: torch.Tensor, num_packs: int, n
     heaviest pairs), each block closed by the heaviest pack's best 1-1 swap against all
     packs and its best 2-2 swap against the ``partners`` lightest packs. Stops when a
     block improved no row or after ``max_steps`` paired steps (one host sync per block), or
-    once ``deadline`` (a :func:`clock` value) has passed, checked every block.
+    once ``deadline`` (a :func:`clock` value) has passed, checked before every step (a
+    block can take long: many slots, or a busy machine).
     Returns the improved layout and the number of paired steps run.
     """
     X, R = w_slots.shape
@@ -346,15 +347,23 @@ def local_search(w_slots: torch.Tensor, e_slots: torch.Tensor, num_packs: int, n
         return w_slots, e_slots, 0
     sw = _Swapper(num_packs, S, num_experts, nodup, w_slots.device)
     steps = 0
-    while steps < max_steps and (deadline is None or clock() < deadline):
+
+    def late() -> bool:
+        return deadline is not None and clock() >= deadline
+
+    while steps < max_steps and not late():
         any_ok = torch.zeros(X, dtype=torch.bool, device=w_slots.device)
         for _ in range(min(block, max_steps - steps)):
+            if late():
+                return w_slots, e_slots, steps
             w_slots, e_slots, ok = sw.step_pairs(w_slots, e_slots, pair_swaps)
             any_ok |= ok
             steps += 1
+        if late():
+            break
         w_slots, e_slots, ok = sw.step11(w_slots, e_slots)
         any_ok |= ok
-        if two_swaps:
+        if two_swaps and not late():
             w_slots, e_slots, ok = sw.step22(w_slots, e_slots, partners)
             any_ok |= ok
         if not bool(any_ok.any()):
