@@ -17,7 +17,7 @@ from solvers import Problem
 from solvers.registry import SolverOutput
 from solvers.heuristics import joint, packing, pipeline, portfolio
 from solvers.heuristics.common import replicate_counts
-from solvers.heuristics.pipeline import Effort, heuristic_phy2log, layer_max
+from solvers.heuristics.pipeline import heuristic_phy2log, layer_max
 
 ROW_SECONDS = 0.001        # fake cost of packing one candidate row in the count search
 CALL_SECONDS = 0.002       # fake fixed cost of one batched evaluation (estimates then err)
@@ -55,9 +55,6 @@ class Work:
 
         monkeypatch.setattr(joint, "quick_objective", counted_quick)
         monkeypatch.setattr(pipeline, "pack_counts", timed_pack)
-
-    def rows(self) -> int:
-        return sum(r for _, r, _ in self.evals)
 
 
 @pytest.fixture
