@@ -34,6 +34,9 @@ LADDER: tuple[tuple[str, Effort], ...] = (
 # Share of the budget kept back from the heuristic rungs (see run_portfolio).
 BUDGET_RESERVE = 0.05
 
+# A later rung starts with at least this many first rungs' worth of time left (see climb).
+RUNG_START_FACTOR = 3.0
+
 # Below this many seconds left, the exact rung is not started (model building alone).
 EXACT_MIN_SECONDS = 0.5
 
@@ -84,9 +87,11 @@ def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
     def climb(deadline: float) -> None:
         """Run the rungs left in ``todo``, cheapest first, while ``deadline`` allows."""
         while todo:
-            # The first rung always runs; a later one only if the time left covers what the
-            # previous (cheaper) rung took, so the budget holds instead of overrunning by a rung.
-            if ran and clock() + last[0] > deadline:
+            # The first rung always runs. A later one stops at the deadline but cannot cut
+            # its first packing short: it starts only if the time left covers the previous
+            # rung's time or, when shorter, RUNG_START_FACTOR first rungs (a packing and
+            # a few swap steps: more than a later rung's constructions).
+            if ran and clock() + min(last[0], RUNG_START_FACTOR * rung_seconds[ran[0]]) > deadline:
                 return
             name, effort = todo.pop(0)
             t0 = clock()
