@@ -3,7 +3,8 @@ portfolio stop at their deadline (at most one chunk of work past it), keep the b
 so far, and are never worse than the rung before them.
 
 Time is a fake clock (``solvers.heuristics.packing.CLOCK``) that advances only when work
-is done: a fixed cost per candidate row the count search packs, and per packing. Nothing
+is done: a fixed cost per candidate row the count search packs, and per packing (plus,
+where a test says so, per swap step until the deadline). Nothing
 here depends on the speed of the machine.
 """
 from __future__ import annotations
@@ -36,7 +37,7 @@ class FakeClock:
 class Work:
     """The fake clock and a log of the count search's evaluations: (start time, rows, cost)."""
 
-    def __init__(self, monkeypatch, pack_seconds: float = PACK_SECONDS):
+    def __init__(self, monkeypatch, pack_seconds: float = PACK_SECONDS, step_seconds: float = 0.0):
         self.clock = FakeClock()
         self.evals: list[tuple[float, int, float]] = []
         monkeypatch.setattr(packing, "CLOCK", self.clock)
@@ -48,9 +49,14 @@ class Work:
             self.clock.now += cost
             return quick(weight, logcnt, num_packs, steps)
 
-        def timed_pack(*args, **kwargs):
-            out = pack(*args, **kwargs)
+        def timed_pack(*args, max_steps, deadline=None, **kwargs):
+            # constructions cost pack_seconds, then swap steps step_seconds each until the deadline
+            out = pack(*args, max_steps=max_steps, deadline=deadline, **kwargs)
             self.clock.now += pack_seconds
+            steps = step_seconds * max_steps
+            if deadline is not None:
+                steps = min(steps, max(0.0, deadline - self.clock.now))
+            self.clock.now += steps
             return out
 
         monkeypatch.setattr(joint, "quick_objective", counted_quick)
@@ -275,3 +281,15 @@ def test_local_search_checks_its_deadline_before_every_step(monkeypatch):
     after = packing.pack_loads(per.gather(1, e2), 4).max(1).values
     assert bool((after <= before * (1 + 1e-12)).all())
     assert torch.equal(e2.sort(1).values, e_slots.sort(1).values)   # the same replicas, moved
+
+
+def test_portfolio_starts_a_later_rung_whose_first_packing_fits_the_time_left(monkeypatch):
+    """multi_start's 256 swap steps take most of the budget; joint_deep still starts (its
+    first packing fits the time left) and stops at the deadline."""
+    work = Work(monkeypatch, step_seconds=0.001)
+    out = portfolio.run_portfolio(deep_problem(layers=1), policy="global", nodup=False, relax=0, time_limit=0.4)
+    seconds = out.info["rung_seconds"]
+    assert out.info["rungs_run"] == [name for name, _ in portfolio.LADDER]
+    started = work.clock.now - seconds["joint_deep"]
+    assert seconds["multi_start"] > 0.4 - started, "the previous rung took more than the time left"
+    assert work.clock.now <= 0.4
