@@ -293,3 +293,34 @@ def test_portfolio_starts_a_later_rung_whose_first_packing_fits_the_time_left(mo
     started = work.clock.now - seconds["joint_deep"]
     assert seconds["multi_start"] > 0.4 - started, "the previous rung took more than the time left"
     assert work.clock.now <= 0.4
+
+
+def test_relaxed_pass_stops_at_its_deadline(monkeypatch):
+    """relax_plan: no move step starts after the deadline (each step costs fake time), and
+    with time it still moves replicas off-node within the budget."""
+    from solvers.heuristics import relaxed
+    from solvers.heuristics.registered import solve_kk_swap
+
+    g = torch.Generator().manual_seed(5)
+    w = torch.exp(2 * torch.randn(3, 32, generator=g, dtype=torch.float64)) * 100
+    problem = Problem(w, 48, 4, 2, 8)
+    strict = solve_kk_swap(problem, policy="hierarchical").plan.phy2log
+    clock = FakeClock()
+    monkeypatch.setattr(packing, "CLOCK", clock)
+    steps = []
+    evaluate = relaxed.evaluate_moves
+
+    def costly(*args):
+        steps.append(clock.now)
+        clock.now += 0.01
+        return evaluate(*args)
+
+    monkeypatch.setattr(relaxed, "evaluate_moves", costly)
+    free, info = relaxed.relax_plan(problem, strict, 4)
+    assert info["relax_moves"] > 0 and len(steps) > 3
+    steps.clear()
+    clock.now = 0.0
+    cut, info = relaxed.relax_plan(problem, strict, 4, deadline=0.025)
+    assert len(steps) == 3 and all(t < 0.025 for t in steps)          # steps at 0, 0.01, 0.02
+    assert info["off_node_replicas_worst_layer"] <= 4
+    assert bool((layer_max(problem, cut) <= layer_max(problem, strict) * (1 + 1e-12)).all())

@@ -72,8 +72,9 @@ def solve_joint(problem: Problem, *, policy: str = "auto", colocation: str = "al
 @register("best", kind="heuristic",
           options=_COMMON + (time_limit_option(1.0, "seconds for the whole portfolio (the exact rung "
                                                "included)"),
-                             Option("exact", str, "none", "exact solver that gets the time left, "
-                                    "warm-started from the best plan", choices=("none", "cpsat", "highs", "cbc"))),
+                             Option("exact", str, "none", "exact solver warm-started from the best plan: the ladder "
+                                    "stops before half the time limit (at least 0.5 s left to it), and the "
+                                    "time it leaves goes to rungs not run yet", choices=("none", "cpsat", "highs", "cbc"))),
           description="portfolio: the heuristic ladder within a time limit, best plan per layer")
 def solve_best(problem: Problem, *, policy: str = "auto", colocation: str = "allowed", relax: int = 0,
                time_limit: float = 1.0, exact: str = "none") -> SolverOutput:

@@ -20,7 +20,7 @@ import torch
 
 from ..problem import Problem
 from .common import presence_counts
-from .packing import local_search
+from .packing import clock, local_search
 
 REL_TOL = 1e-12
 
@@ -49,7 +49,7 @@ def off_node_stats(problem: Problem, phy2log: torch.Tensor, home: torch.Tensor) 
 
 
 def repack_nodes(w: torch.Tensor, p2l: torch.Tensor, num_gpus: int, num_nodes: int, nodup: bool,
-                 steps: int) -> torch.Tensor:
+                 steps: int, deadline: float | None = None) -> torch.Tensor:
     """Swap local search inside every node (off-node status is unchanged by such swaps).
     w: [L, E] float64, p2l: [L, R] -> p2l [L, R]."""
     L, R = p2l.shape
@@ -58,7 +58,8 @@ def repack_nodes(w: torch.Tensor, p2l: torch.Tensor, num_gpus: int, num_nodes: i
     per = (w / cnt.clamp_min(1).to(torch.float64)).gather(1, p2l)
     rows_w = per.view(L * num_nodes, R // num_nodes).float()
     rows_e = p2l.view(L * num_nodes, R // num_nodes)
-    _, e, _ = local_search(rows_w, rows_e, num_gpus // num_nodes, E, nodup=nodup, max_steps=steps)
+    _, e, _ = local_search(rows_w, rows_e, num_gpus // num_nodes, E, nodup=nodup, max_steps=steps,
+                           deadline=deadline)
     return e.reshape(L, R)
 
 
@@ -99,9 +100,11 @@ def evaluate_moves(w: torch.Tensor, c: torch.Tensor, pres: torch.Tensor, loads: 
 
 
 def relax_plan(problem: Problem, phy2log: torch.Tensor, budget: int, *, nodup: bool = False,
-               steps: int = 64, receivers: int = 8) -> tuple[torch.Tensor, dict]:
+               steps: int = 64, receivers: int = 8, deadline: float | None = None) -> tuple[torch.Tensor, dict]:
     """Improve a strict hierarchical phy2log [L, R] with at most ``budget`` off-node replicas
-    per layer. Never raises any layer's max GPU load. Returns (phy2log, info)."""
+    per layer. Never raises any layer's max GPU load. Returns (phy2log, info). ``deadline``
+    (a :func:`~solvers.heuristics.packing.clock` value): no move step starts after it, and
+    the node repacks stop at it (every step keeps a valid plan)."""
     L, R = phy2log.shape
     E, P, N = problem.num_experts, problem.num_gpus, problem.num_nodes
     S = R // P
@@ -116,8 +119,10 @@ def relax_plan(problem: Problem, phy2log: torch.Tensor, budget: int, *, nodup: b
     p2l = phy2log.clone()
     moves = 0
     for step in range(steps):
+        if deadline is not None and clock() >= deadline:
+            break
         if step % 8 == 7:
-            p2l = repack_nodes(w, p2l, P, N, nodup, 16)
+            p2l = repack_nodes(w, p2l, P, N, nodup, 16, deadline)
         cnt = torch.zeros(L, E, dtype=torch.int64, device=dev).scatter_add_(1, p2l, torch.ones_like(p2l))
         c = cnt.to(torch.float64)
         per = w / c
@@ -158,7 +163,7 @@ def relax_plan(problem: Problem, phy2log: torch.Tensor, budget: int, *, nodup: b
         r_best = r[rows, best // R]
         p2l[rows, q] = torch.where(ok, r_best, p2l[rows, q])
         moves += int(ok.sum())
-    p2l = repack_nodes(w, p2l, P, N, nodup, 32)
+    p2l = repack_nodes(w, p2l, P, N, nodup, 32, deadline)
     info = {"relax_budget": budget, "relax_moves": moves}
     info.update(off_node_stats(problem, p2l, home))
     return p2l, info
