@@ -193,7 +193,7 @@ def _deepseek_like(seed=3, layers=3, batches=5):
     from solvers import Problem, solve
 
     g = torch.Generator().manual_seed(seed)
-    w = torch.distributions.LogNormal(0.0, 1.2).sample((layers, 64))
+    w = torch.exp(1.2 * torch.randn(layers, 64, generator=g))         # lognormal, from the seed
     plan = solve(Problem(w, 80, 1, 1, 8), "deepseek").plan
     probs = (w / w.sum(-1, keepdim=True)).unsqueeze(0).expand(batches, -1, -1)
     picks = torch.stack([torch.multinomial(probs[b], 4096, replacement=True, generator=g) for b in range(batches)])
@@ -305,19 +305,16 @@ def test_cuda_chunk_runs_without_synchronising(dense):
 @needs_cuda
 def test_cuda_graph_replays_give_the_eager_result_for_new_data():
     # The first call of a shape captures the chunk, later ones replay it on their own data
-    # (same shapes, other tokens, another plan): each must equal the eager solve, on CUDA
-    # and on the CPU.
+    # (the same plan, other tokens): each must equal the eager solve, on CUDA and on the CPU.
+    # (Another plan may have another number of flexible experts, hence other shapes.)
     from solvers.dispatch import schedule
     from solvers.dispatch.schedule import Layout, _solve
 
     schedule._GRAPHS.clear()
+    plan, _ = _deepseek_like(seed=7)
+    layout = Layout.of(plan.to("cuda"), 8, torch.device("cuda"))
     for seed in (7, 8, 9):
-        plan, tokens = _deepseek_like(seed=seed)
-        layout = Layout.of(plan.to("cuda"), 8, torch.device("cuda"))
-        if seed == 7:
-            shape = layout.edge_gpu.shape
-        if layout.edge_gpu.shape != shape:
-            continue
+        _, tokens = _deepseek_like(seed=seed)
         eager = _solve(layout, tokens.cuda(), (24, 8), graphs=False)
         graphed = _solve(layout, tokens.cuda(), (24, 8), graphs=True)
         cpu = _solve(Layout.of(plan, 8, tokens.device), tokens, (24, 8))
