@@ -43,6 +43,10 @@ from .repartition import polish
 from .small_slots import (exact_search, iterated_count_search, lns_counts, lp_bound, pair_phy2log, pair_values,
                           window_search)
 
+# At two slots per GPU, the window search runs from this many experts on (fewer: the exact
+# bisection gets its time instead).
+WINDOW_FROM_EXPERTS = 64
+
 CERTIFY_OPTIONS = (
     policy_option(),
     time_limit_option(60.0),
@@ -90,15 +94,20 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
             span = layer_end - now
             # plans: count search, then neighbourhoods of the exact model (CP-SAT); bounds: the LP;
             # then CP-SAT bisects with the exact model from the best plan (proofs, better plans)
-            # (shares measured on 128 experts at 288 slots, 4 s a layer: the window search
-            # gains most, so it gets most of the time; docs/certify.md)
-            c = iterated_count_search(w[layer], counts[layer], deadline=now + 0.1 * span, seed=seed + layer)
+            # Shares (docs/certify.md): from 64 experts on, CP-SAT decides the full model near
+            # the optimum rarely, and the window search gains most (128 experts at 288 slots,
+            # 4 s a layer); below, the exact bisection proves optima in seconds and gets more.
+            large = E >= WINDOW_FROM_EXPERTS
+            c = iterated_count_search(w[layer], counts[layer], deadline=now + (0.1 if large else 0.2) * span,
+                                      seed=seed + layer)
             value = float(pair_values(w[layer], c[None])[0, 0])
-            lp = lp_bound(w[layer].numpy(), R, float(bound[layer]), value, deadline=now + 0.2 * span,
-                          threads=threads)
-            c = window_search(w[layer], c, deadline=now + 0.65 * span, window=3,
-                              call_limit=max(0.5, 0.1 * span), threads=threads)
-            c = lns_counts(w[layer], c, deadline=now + 0.75 * span, seed=seed + layer, threads=threads)
+            lp = lp_bound(w[layer].numpy(), R, float(bound[layer]), value,
+                          deadline=now + (0.2 if large else 0.4) * span, threads=threads)
+            if large:
+                c = window_search(w[layer], c, deadline=now + 0.65 * span, window=3,
+                                  call_limit=max(0.5, 0.1 * span), threads=threads)
+            c = lns_counts(w[layer], c, deadline=now + (0.75 if large else 0.7) * span, seed=seed + layer,
+                           threads=threads)
             c, proven_bound, proven = exact_search(w[layer], c, max(lp, float(bound[layer])),
                                                    deadline=now + 0.9 * span, threads=threads)
             bound[layer] = max(float(bound[layer]), proven_bound)
