@@ -27,8 +27,6 @@ from .rowkeys import BAD_INPUT, BOUND_VIOLATION, HARD_FAILURES, INVALID_PLAN, op
 from .suites import DynamicsGroup, Group, Suite
 
 
-
-
 @dataclass(frozen=True)
 class Task:
     instance: str

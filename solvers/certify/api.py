@@ -92,8 +92,8 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
         # On one node the hierarchical policy constrains nothing: its plans are the global ones.
         if (resolved == "global" or problem.num_nodes == 1) and S == 2:
             span = layer_end - now
-            # plans: count search, then neighbourhoods of the exact model (CP-SAT); bounds: the LP;
-            # then CP-SAT bisects with the exact model from the best plan (proofs, better plans)
+            # Plans: count search, then neighbourhoods of the exact model (CP-SAT); bounds: the LP;
+            # then CP-SAT bisects with the exact model from the best plan (proofs, better plans).
             # Shares (docs/certify.md): from 64 experts on, CP-SAT decides the full model near
             # the optimum rarely, and the window search gains most (128 experts at 288 slots,
             # 4 s a layer); below, the exact bisection proves optima in seconds and gets more.

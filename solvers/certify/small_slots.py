@@ -147,6 +147,17 @@ class CountOptions:
     full: np.ndarray     # [K] bool: small and counted at every level
     num_levels: int
 
+    def subset(self, keep: np.ndarray) -> "CountOptions":
+        """The choices ``keep`` ([K] bool) only, on the same levels."""
+        return CountOptions(self.expert[keep], self.count[keep], self.sign[keep], self.level[keep], self.full[keep],
+                            self.num_levels)
+
+    def matching(self, counts: np.ndarray) -> np.ndarray:
+        """[K] bool: the choices that stand for ``counts`` [E]: its count, or a full choice
+        below it (the replicas beyond a full choice are the model's spare ones)."""
+        mine = counts[self.expert]
+        return (self.count == mine) | (self.full & (self.count < mine))
+
 
 def count_options(weights: np.ndarray, num_replicas: int, target: float) -> CountOptions | None:
     """Every count choice that a plan of max load <= target could make, with its level;
@@ -375,12 +386,13 @@ def window_search(weights: torch.Tensor, counts: torch.Tensor, *, deadline: floa
         limit = min(call_limit, deadline - time.perf_counter())
         ok, found = exact_decide(wn, R, value * (1 - step), time_limit=limit, threads=threads,
                                  counts=best.numpy(), window=window)
-        cand = torch.as_tensor(found) if ok else None
-        v = float(pair_values(w, cand[None])[0, 0]) if ok else value
-        if v < value:
-            best, value = cand, v
-        else:
-            step /= 2
+        if ok:
+            cand = torch.as_tensor(found)
+            v = float(pair_values(w, cand[None])[0, 0])
+            if v < value:
+                best, value = cand, v
+                continue
+        step /= 2                                # a miss, an undecided call, or no gain
     return best
 
 
@@ -441,16 +453,14 @@ def exact_decide(weights: np.ndarray, num_replicas: int, target: float, *, time_
     if o is None or np.unique(o.expert).size < len(weights):
         return False, None
     if window is not None:
-        keep = np.abs(o.count - counts[o.expert]) <= window
-        o = CountOptions(o.expert[keep], o.count[keep], o.sign[keep], o.level[keep], o.full[keep], o.num_levels)
+        o = o.subset(np.abs(o.count - counts[o.expert]) <= window)
         if np.unique(o.expert).size < len(weights):
             return False, None
     if free is not None:
-        match = (o.count == counts[o.expert]) | (o.full & (o.count < counts[o.expert]))
+        match = o.matching(counts)
         has = np.zeros(len(weights), dtype=bool)
         has[o.expert[match]] = True
-        keep = (free | ~has)[o.expert] | match
-        o = CountOptions(o.expert[keep], o.count[keep], o.sign[keep], o.level[keep], o.full[keep], o.num_levels)
+        o = o.subset((free | ~has)[o.expert] | match)
     from ortools.sat.python import cp_model
 
     E, K, L, R = len(weights), len(o.count), o.num_levels, num_replicas
@@ -475,7 +485,7 @@ def exact_decide(weights: np.ndarray, num_replicas: int, target: float, *, time_
         m.add(level + spare >= 0)
         balance = level
     if counts is not None:
-        hint = (o.count == counts[o.expert]) | (o.full & (o.count < counts[o.expert]))
+        hint = o.matching(counts)
         for k in range(K):
             m.add_hint(pick[k], bool(hint[k]))
     solver = cp_model.CpSolver()

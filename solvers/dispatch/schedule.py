@@ -280,14 +280,17 @@ class _Instances:
 
         One scatter over the M edges (not a gather over F x D padded cells: a hot expert
         with replicas on every GPU would make D = P for all)."""
+        return self._per_flex_min(value_at_gpu, fill)[0]
+
+    def _per_flex_min(self, value_at_gpu: torch.Tensor, fill: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(:meth:`per_flex_min` [n, F], the value at each edge [n, M], ``fill`` on padding)."""
         at_edge = value_at_gpu.gather(1, self.edge_gpu).masked_fill_(self.edge_invalid, fill)   # [n, M]
-        return torch.full_like(self.flex_tokens, fill).scatter_reduce_(1, self.edge_flex, at_edge, "amin")
+        return torch.full_like(self.flex_tokens, fill).scatter_reduce_(1, self.edge_flex, at_edge, "amin"), at_edge
 
     def per_flex_argmin(self, value_at_gpu: torch.Tensor, fill: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``per_flex_min`` and the first edge [n, F] that attains it."""
         M = self.edge_gpu.shape[1]
-        at_edge = value_at_gpu.gather(1, self.edge_gpu).masked_fill_(self.edge_invalid, fill)
-        best = torch.full_like(self.flex_tokens, fill).scatter_reduce_(1, self.edge_flex, at_edge, "amin")
+        best, at_edge = self._per_flex_min(value_at_gpu, fill)
         miss = (at_edge != best.gather(1, self.edge_flex)) | self.edge_invalid
         idx = self.edge_index.masked_fill(miss, M)
         first = torch.full_like(self.flex_tokens, M).scatter_reduce_(1, self.edge_flex, idx, "amin")
@@ -658,8 +661,8 @@ def one_intra_op_thread():
     waits for a descheduled thread (measured 2-20x slower with 2 threads on a shared 2-core
     CPU; the plan's validation alone 160 ms instead of 3 ms at load average 2.5). Splitting
     the micro-batches over Python threads, each on one intra-op thread, measured no faster
-    on that machine, so there is one. The
-    setting is process-wide: other threads' torch work runs single-threaded meanwhile.
+    on that machine, so there is one. The setting is process-wide: other threads' torch
+    work runs single-threaded meanwhile.
     Nested and concurrent uses count themselves: the last one out restores the setting."""
     global _THREADS_USERS, _THREADS_BEFORE
     with _THREADS_LOCK:

@@ -77,7 +77,8 @@ def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
     end = start + time_budget
     # The rungs stop a little early: choosing the best plan per layer and building the
     # result come after them, and a loaded machine stretches a rung's uninterruptible steps.
-    full = start + time_budget * (1 - BUDGET_RESERVE - (RELAX_SHARE if relax else 0.0))
+    deadline = start + time_budget * (1 - BUDGET_RESERVE)
+    full = deadline - (time_budget * RELAX_SHARE if relax else 0.0)        # the rungs' end
     cands, names = [greedy_phy2log(problem, resolved)], ["deepseek"]   # names[i] made cands[i]
     ran: list[str] = []
     rung_seconds: dict[str, float] = {}
@@ -128,8 +129,7 @@ def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
             "layers_won": {n: int((chosen == i).sum()) for i, n in enumerate(names)}}
     if relax:        # the relaxed pass runs on the best strict plan, in the RELAX_SHARE left
         from .relaxed import relax_plan
-        p2l, rinfo = relax_plan(problem, p2l, relax, nodup=nodup, steps=64,
-                                deadline=start + time_budget * (1 - BUDGET_RESERVE))
+        p2l, rinfo = relax_plan(problem, p2l, relax, nodup=nodup, steps=64, deadline=deadline)
         info.update(rinfo)
     info["heuristic_seconds"] = clock() - start
     plan = Plan.from_phy2log(p2l, problem.num_experts)
