@@ -36,9 +36,12 @@ class Cluster:
         return Problem(weights, self.num_replicas, self.num_groups, self.num_nodes, self.num_gpus)
 
     def describe(self) -> str:
-        return (f"{self.num_nodes} node(s) x {self.num_gpus // max(self.num_nodes, 1)} GPUs = {self.num_gpus} GPUs, "
-                f"{self.num_replicas} slots ({self.num_replicas // max(self.num_gpus, 1)} per GPU), "
-                f"{self.num_groups} expert group(s)")
+        """One line for captions; a shape that does not divide evenly (the page then shows
+        the library's error) is described as given, never with a rounded-down factor."""
+        N, P, R = self.num_nodes, self.num_gpus, self.num_replicas
+        gpus = f"{N} node(s) x {P // N} GPUs = {P} GPUs" if N > 0 and P % N == 0 else f"{N} node(s), {P} GPUs"
+        slots = f"{R} slots ({R // P} per GPU)" if P > 0 and R % P == 0 else f"{R} slots"
+        return f"{gpus}, {slots}, {self.num_groups} expert group(s)"
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,13 @@ def test_node_and_layer_figures_plot_the_scores(solved):
     assert (np.asarray(lines.data[1].y) <= np.asarray(lines.data[0].y) + 1e-12).all()   # bound below plan
 
 
+def test_cluster_description_never_rounds_an_uneven_shape():
+    assert Cluster(288, 8, 4, 32).describe() == ("4 node(s) x 8 GPUs = 32 GPUs, 288 slots (9 per GPU), "
+                                                 "8 expert group(s)")
+    assert Cluster(288, 8, 3, 32).describe() == "3 node(s), 32 GPUs, 288 slots (9 per GPU), 8 expert group(s)"
+    assert Cluster(290, 1, 4, 32).describe() == "4 node(s) x 8 GPUs = 32 GPUs, 290 slots, 1 expert group(s)"
+
+
 def test_compare_figures_use_the_table():
     table = pd.DataFrame({"solver": ["a", "b"], "gap_mean": [0.01, 0.002], "gap_max": [0.1, 0.02],
                           "wall_time_s": [0.003, 2.0]})
