@@ -5,10 +5,12 @@ shared scorer. Shapes: L layers, E experts, R slots, P GPUs, N nodes, S = R / P.
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+import plotly.colors
 import plotly.graph_objects as go
 import torch
 
@@ -41,6 +43,16 @@ def _node_boundaries(fig: go.Figure, num_gpus: int, num_nodes: int, *, labels: b
 
 def color_for(index: int) -> str:
     return PALETTE[index % len(PALETTE)]
+
+
+@lru_cache(maxsize=16)
+def expert_colors(num_experts: int) -> np.ndarray:
+    """[E] one colour string per expert, sampled from EXPERT_SCALE (expert 0 at its low end).
+
+    Bars get these strings rather than numbers on a colorscale: plotly.js warns (with a
+    stack trace) three times per bar segment given numeric colours, tens of ms per draw."""
+    points = np.arange(num_experts) / max(num_experts - 1, 1)
+    return np.asarray(plotly.colors.sample_colorscale(EXPERT_SCALE, points.tolist()), dtype=object)
 
 
 # ---------------------------------------------------------------------------------------
@@ -76,14 +88,17 @@ def gpu_load_figure(weights: torch.Tensor, phy2log: torch.Tensor, logcnt: torch.
     below = np.cumsum(tokens, axis=1) - tokens                                # [P, S] load under each segment
     custom = np.stack([expert, rank + 1, cnt[expert], tokens, np.broadcast_to(np.arange(S), (P, S))],
                       axis=-1).reshape(P * S, 5)
+    colors = expert_colors(E)
     fig = go.Figure(go.Bar(
         x=np.repeat(np.arange(P), S), y=tokens.reshape(-1), base=below.reshape(-1), width=0.88,
         customdata=custom, showlegend=False, name="replicas",
-        marker={"color": expert.reshape(-1), "colorscale": EXPERT_SCALE, "cmin": 0, "cmax": max(E - 1, 1),
-                "line": {"color": "white", "width": 0.6}, "showscale": True,
-                "colorbar": {"title": {"text": "expert"}, "thickness": 12}},
+        marker={"color": colors[expert.reshape(-1)], "line": {"color": "white", "width": 0.6}},
         hovertemplate="GPU %{x}<br>expert %{customdata[0]:.0f} · replica %{customdata[1]:.0f}"
                       " of %{customdata[2]:.0f}<br>%{customdata[3]:,.1f} tokens<extra>slot %{customdata[4]:.0f}</extra>"))
+    # The colour key: an empty trace that only carries the colorbar.
+    fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", showlegend=False, hoverinfo="skip",
+                             marker={"color": [0], "colorscale": EXPERT_SCALE, "cmin": 0, "cmax": max(E - 1, 1),
+                                     "showscale": True, "colorbar": {"title": {"text": "expert"}, "thickness": 12}}))
     mean = float(tokens.sum() / P)
     fig.add_hline(y=mean, line={"color": "black", "dash": "dash", "width": 1.5},
                   annotation_text=f"mean {mean:,.0f}", annotation_position="top left",

@@ -4,16 +4,15 @@
 session runs the script, so the first page waits for them (several seconds). This
 launcher imports them in the server process before the server starts answering, then
 hands over to Streamlit's own ``streamlit run app/main.py FLAGS`` in the same process.
-As soon as Streamlit's runtime exists, a background thread solves the default Explore
-page into the runtime's cache and builds one figure of each kind (plotly loads its
-validators lazily), so the first browser session does not wait for them either.
+Before that it also solves the default Explore page into the cache and builds one figure
+of each kind (plotly loads its validators lazily), so the first browser session does not
+wait for them either.
 """
 from __future__ import annotations
 
+import gc
 import logging
 import sys
-import threading
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,24 +33,29 @@ def preload() -> None:
     import solvers.io  # noqa: F401
     # not app.cache or app.widgets: st.cache_data wants the runtime, which starts later
     from app import compute, exports, figures, loads  # noqa: F401
+    from solvers.registry import solver_names
+
+    solver_names(available_only=True)      # probes (imports) the optional exact backends once
+    # Everything imported so far lives as long as the server: move it out of the collector's
+    # generations so that later collections, during page runs, do not walk it again.
+    gc.collect()
+    gc.freeze()
 
 
-def warm(timeout: float = 120.0) -> None:
-    """Wait for Streamlit's runtime (the cache lives there), then fill it for the default page.
+def warm() -> None:
+    """Solve the default Explore page into the cache and build one figure of each kind
+    (plotly loads its validators lazily), before the server answers.
 
+    Streamlit keeps each cached function's store in a module-level registry, created on
+    first use: filled here, before the runtime exists, it is the store every session reads.
     A warm-up only saves time: if it fails, the page computes the same thing itself and
     shows any error there."""
-    from streamlit import runtime
-
-    deadline = time.monotonic() + timeout
-    while not runtime.exists():
-        if time.monotonic() > deadline:
-            return
-        time.sleep(0.05)
-    # Cached functions called outside a session warn about a missing script context.
-    quiet = logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)
+    # Cached functions called outside a session warn about the missing runtime and context.
+    quiet = [logging.getLogger(name) for name in ("streamlit.runtime.caching.cache_data_api",
+                                                   "streamlit.runtime.scriptrunner_utils.script_run_context")]
+    levels = [q.level for q in quiet]
+    for q in quiet:
+        q.setLevel(logging.ERROR)
     try:
         from app import cache, figures
 
@@ -65,12 +69,13 @@ def warm(timeout: float = 120.0) -> None:
     except Exception:  # noqa: BLE001  see the docstring
         pass
     finally:
-        quiet.setLevel(level)
+        for q, level in zip(quiet, levels):
+            q.setLevel(level)
 
 
 def main(argv: list[str] | None = None) -> None:
     preload()
-    threading.Thread(target=warm, name="eplb-warm-up", daemon=True).start()
+    warm()
     from streamlit.web import cli
 
     sys.argv = ["streamlit", "run", str(MAIN), *(sys.argv[1:] if argv is None else argv)]

@@ -60,7 +60,11 @@ def test_gpu_load_segments_name_their_expert_and_replica(solved):
     assert (experts == p2l.numpy()).all()
     assert (np.asarray(trace.x) == np.arange(problem.num_replicas) // S).all()
     assert (custom[:, 4] == np.arange(problem.num_replicas) % S).all()    # the slot on its GPU
-    assert (np.asarray(trace.marker.color) == experts).all()                 # coloured by expert
+    colors = np.asarray(trace.marker.color)                                  # coloured by expert
+    assert (colors == figures.expert_colors(problem.num_experts)[experts]).all()
+    assert len(set(colors[experts == experts[0]])) == 1 and len(set(colors)) > 1
+    (key,) = [t for t in fig.data if t.type == "scatter"]                    # the colorbar, no points drawn
+    assert key.marker.showscale and key.marker.cmax == problem.num_experts - 1 and key.x == (None,)
     w = problem.weights[layer][experts].numpy() / cnt[experts].numpy()
     np.testing.assert_allclose(np.asarray(trace.y), w)                       # tokens = w_e / c_e
     assert ((custom[:, 1] >= 1) & (custom[:, 1] <= custom[:, 2])).all()   # replica k of c_e

@@ -105,6 +105,24 @@ def test_server_warm_up_solves_exactly_what_the_first_explore_render_asks_for(mo
     assert torch.equal(got_w, weights)
 
 
+def test_server_warm_up_before_the_runtime_fills_the_store_sessions_read(monkeypatch):
+    """``app.serve.warm`` runs before Streamlit's runtime exists; the first session must still
+    find its solve cached (and without the warm-up, it solves)."""
+    from app import cache, serve
+
+    solved = []
+    real = cache.run_solver
+    monkeypatch.setattr(cache, "run_solver", lambda *a, **k: solved.append(a[1]) or real(*a, **k))
+    cache._solve.clear()
+    serve.warm()
+    assert solved == ["deepseek"]
+    _clean(_app().run())
+    assert solved == ["deepseek"]                        # the session read the warm-up's result
+    cache._solve.clear()
+    _clean(_app().run())
+    assert solved == ["deepseek", "deepseek"]            # the control: an empty cache solves
+
+
 def test_explore_views_show_heatmap_layers_plan_and_downloads(default_problem):
     at = _app().run()
     sc = score(default_problem, solve(default_problem, "deepseek").plan)
