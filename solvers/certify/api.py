@@ -9,9 +9,12 @@ together as the time limit allows.
    near the plan's (a window around every count, then neighbourhoods of a few experts);
    then CP-SAT bisects on the max load with the exact model: "yes" gives better
    plans, "no" raises the bound, and "no" just below the plan's value proves it optimal.
-3. Any S: exact two-GPU re-splits of the busiest GPU (:mod:`.repartition`), within its
-   node under the hierarchical policy so the plan keeps its structure; there CP-SAT's
-   packing model (solvers.exact) then repacks the busiest node for the plan's counts,
+3. Any other S: exact two-GPU re-splits of the busiest GPU (:mod:`.repartition`), then
+   exact three-GPU re-splits (:mod:`.repack`; up to S = 5), within its node under the
+   hierarchical policy so the plan keeps its structure; under the global policy then
+   count moves (one replica from a donor to an expert of the busiest GPU, repaired by
+   the re-splits) in the time left; under the hierarchical policy CP-SAT's
+   packing model (solvers.exact) repacks the busiest node for the plan's counts,
    warm-started from it, in the time left.
 4. Hierarchical policy: the plan on the group-to-node assignment of the bound
    (:mod:`.hierarchical`) replaces the portfolio's where it is better (before step 3).
@@ -39,6 +42,7 @@ from ..registry import SolverOutput, register
 from ..result import ModelScope, SolveResult, ratio_gap
 from ..tolerances import BOUND_RTOL
 from .hierarchical import best_assignment, hierarchical_bound, plan_on_assignment
+from .repack import count_moves, polish_three
 from .repartition import polish
 from .small_slots import (exact_search, iterated_count_search, lns_counts, lp_bound, pair_phy2log, pair_values,
                           window_search)
@@ -64,7 +68,7 @@ def _available() -> bool:
 
 @register("certify", kind="exact", options=CERTIFY_OPTIONS, is_available=_available,
           requires="pip install pulp 'highspy==<the HiGHS version your ortools bundles>'",
-          description="portfolio plan polished by exact two-GPU re-splits; at two slots per GPU a count "
+          description="portfolio plan polished by exact two- and three-GPU re-splits; at two slots per GPU a count "
                       "search with optimal pairing, a count-choice LP bound and a CP-SAT bisection on the "
                       "exact count-choice model that proves optima")
 def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float = 60.0, threads: int = 1,
@@ -123,10 +127,13 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
             experts = p2l[layer].view(P, S)
             loads = (w[layer] / cnt)[experts]                                      # [P, S]
             if node is None:                 # global: the re-splits get all the time
-                _, experts = polish(loads, experts, deadline=layer_end)
+                loads, experts = polish(loads, experts, deadline=layer_end)
+                _, experts = polish_three(loads, experts, deadline=layer_end)
+                experts = count_moves(w[layer], experts, deadline=layer_end)
                 p2l[layer] = experts.reshape(-1)
             else:
-                _, experts = polish(loads, experts, deadline=now + (layer_end - now) * 0.3, group=node)
+                loads, experts = polish(loads, experts, deadline=now + (layer_end - now) * 0.2, group=node)
+                _, experts = polish_three(loads, experts, deadline=now + (layer_end - now) * 0.3, group=node)
                 p2l[layer] = experts.reshape(-1)
                 p2l[layer] = _exact_busiest_node(problem, p2l[layer], w[layer], node, layer_end, threads)
     plan = Plan.from_phy2log(p2l.to(problem.device), E)
