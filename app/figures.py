@@ -74,13 +74,15 @@ def replica_loads(weights: torch.Tensor, phy2log: torch.Tensor, logcnt: torch.Te
 
 
 def gpu_load_figure(weights: torch.Tensor, phy2log: torch.Tensor, logcnt: torch.Tensor, num_gpus: int,
-                    num_nodes: int, title: str = "") -> go.Figure:
+                    num_nodes: int, title: str = "", node_load: torch.Tensor | None = None) -> go.Figure:
     """Stacked bar of one layer's per-GPU load: one segment per replica, coloured by expert
-    (hover: expert, replica, tokens), the mean GPU load as a line, node boundaries dotted.
+    (hover: expert, replica, tokens), the mean GPU load as a line, node boundaries dotted;
+    with ``node_load`` ([N], N > 1) a panel on the right with the load per node.
 
     weights: [E]; phy2log: [R]; logcnt: [E]. One bar trace holds every segment (x = GPU,
     ``base`` = the load below it on that GPU): the browser draws one trace much faster than
-    one per slot. The segments' sum per GPU is the scorer's ``gpu_load`` for this layer."""
+    one per slot, and one figure faster than two. The segments' sum per GPU is the scorer's
+    ``gpu_load`` for this layer (:func:`bar_totals` reads it back)."""
     tokens, expert, rank = replica_loads(weights, phy2log, logcnt, num_gpus)   # [P, S] each
     P, S = tokens.shape
     E = int(weights.shape[0])
@@ -95,10 +97,14 @@ def gpu_load_figure(weights: torch.Tensor, phy2log: torch.Tensor, logcnt: torch.
         marker={"color": colors[expert.reshape(-1)], "line": {"color": "white", "width": 0.6}},
         hovertemplate="GPU %{x}<br>expert %{customdata[0]:.0f} · replica %{customdata[1]:.0f}"
                       " of %{customdata[2]:.0f}<br>%{customdata[3]:,.1f} tokens<extra>slot %{customdata[4]:.0f}</extra>"))
-    # The colour key: an empty trace that only carries the colorbar.
+    panel = node_load is not None and len(node_load) > 1
+    # The colour key: an empty trace that only carries the colorbar (left of the node panel).
+    colorbar = {"title": {"text": "expert"}, "thickness": 12}
+    if panel:
+        colorbar.update(x=GPU_DOMAIN + 0.01, xanchor="left")
     fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", showlegend=False, hoverinfo="skip",
                              marker={"color": [0], "colorscale": EXPERT_SCALE, "cmin": 0, "cmax": max(E - 1, 1),
-                                     "showscale": True, "colorbar": {"title": {"text": "expert"}, "thickness": 12}}))
+                                     "showscale": True, "colorbar": colorbar}))
     mean = float(tokens.sum() / P)
     fig.add_hline(y=mean, line={"color": "black", "dash": "dash", "width": 1.5},
                   annotation_text=f"mean {mean:,.0f}", annotation_position="top left",
@@ -107,13 +113,36 @@ def gpu_load_figure(weights: torch.Tensor, phy2log: torch.Tensor, logcnt: torch.
     fig.update_layout(barmode="overlay", template=TEMPLATE, title=title or None,
                       xaxis={"title": "GPU", "tickmode": "linear" if P <= 48 else "auto", "range": [-0.6, P - 0.4]},
                       yaxis={"title": "tokens"}, margin={"t": 60 if title else 40, "b": 40}, height=430)
+    if panel:
+        _node_panel(fig, _np(node_load).astype(np.float64))
     return fig
 
 
+GPU_DOMAIN = 0.75        # share of the width for the per-GPU bars when a node panel is drawn
+
+
+def _node_panel(fig: go.Figure, load: np.ndarray) -> None:
+    """Load per node ([N]) as bars on a second pair of axes at the right, mean dashed."""
+    mean = float(load.mean())
+    fig.add_trace(go.Bar(x=[f"node {n}" for n in range(len(load))], y=load, xaxis="x2", yaxis="y2",
+                         marker={"color": [color_for(n) for n in range(len(load))]}, showlegend=False,
+                         name="nodes", hovertemplate="%{x}: %{y:,.0f} tokens<extra></extra>"))
+    fig.add_shape(type="line", xref="x2 domain", x0=0, x1=1, yref="y2", y0=mean, y1=mean,
+                  line={"color": "black", "dash": "dash", "width": 1.5})
+    fig.add_annotation(xref="x2 domain", x=0, xanchor="left", yref="y2", y=mean, yanchor="bottom",
+                       text=f"mean {mean:,.0f}", showarrow=False, bgcolor="rgba(255,255,255,0.85)",
+                       font={"size": 10})
+    fig.update_layout(xaxis={"domain": [0, GPU_DOMAIN]},
+                      xaxis2={"domain": [GPU_DOMAIN + 0.08, 1.0], "anchor": "y2", "title": "per node"},
+                      yaxis2={"anchor": "x2", "rangemode": "tozero", "side": "right"})   # clear of the colorbar
+
+
 def bar_totals(fig: go.Figure) -> np.ndarray:
-    """[P] the bars' totals per x position (sum of the segments there): what a reader sees per GPU."""
-    x = np.concatenate([np.asarray(t.x, dtype=np.int64) for t in fig.data if t.type == "bar"])
-    y = np.concatenate([np.asarray(t.y, dtype=np.float64) for t in fig.data if t.type == "bar"])
+    """[P] the bars' totals per x position (sum of the segments there) on the per-GPU axes:
+    what a reader sees per GPU."""
+    bars = [t for t in fig.data if t.type == "bar" and t.xaxis in (None, "x")]
+    x = np.concatenate([np.asarray(t.x, dtype=np.int64) for t in bars])
+    y = np.concatenate([np.asarray(t.y, dtype=np.float64) for t in bars])
     return np.bincount(x, weights=y)
 
 
@@ -138,20 +167,6 @@ def load_heatmap(gpu_load: torch.Tensor, num_nodes: int) -> go.Figure:
     fig.update_layout(template=TEMPLATE, xaxis={"title": "GPU"}, yaxis={"title": "layer", "autorange": "reversed"},
                       height=max(320, min(900, 40 + 11 * L)), margin={"t": 40, "b": 40},
                       legend={"orientation": "h", "y": -0.12})
-    return fig
-
-
-def node_load_figure(node_load: torch.Tensor) -> go.Figure:
-    """One layer's load per node with the mean as a line. node_load: [N]."""
-    load = _np(node_load).astype(np.float64)
-    mean = float(load.mean())
-    fig = go.Figure(go.Bar(x=[f"node {n}" for n in range(len(load))], y=load,
-                           marker={"color": [color_for(n) for n in range(len(load))]},
-                           hovertemplate="%{x}: %{y:,.0f} tokens<extra></extra>"))
-    fig.add_hline(y=mean, line={"color": "black", "dash": "dash", "width": 1.5},
-                  annotation_text=f"mean {mean:,.0f}", annotation_position="top left",
-                  annotation={"bgcolor": "rgba(255,255,255,0.85)"})
-    fig.update_layout(template=TEMPLATE, yaxis={"title": "tokens"}, height=330, margin={"t": 30, "b": 40})
     return fig
 
 

@@ -63,8 +63,7 @@ def warm() -> None:
         outcome = cache.solve(weights, cluster, solver, options)     # the page's first solve, cached
         plan, sc = outcome.result.plan, outcome.result.score
         figures.gpu_load_figure(weights[0], plan.phy2log[0], plan.logcnt[0], cluster.num_gpus,
-                                cluster.num_nodes).to_json()
-        figures.node_load_figure(sc.node_load[0]).to_json()
+                                cluster.num_nodes, node_load=sc.node_load[0]).to_json()
         figures.load_heatmap(sc.gpu_load, cluster.num_nodes).to_json()
     except Exception:  # noqa: BLE001  see the docstring
         pass

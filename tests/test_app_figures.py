@@ -90,8 +90,17 @@ def test_heatmap_is_load_over_mean_with_the_hottest_gpu_marked(solved):
 def test_node_and_layer_figures_plot_the_scores(solved):
     problem, res = solved
     sc = score(problem, res.plan)
-    node = figures.node_load_figure(sc.node_load[2])
-    np.testing.assert_allclose(np.asarray(node.data[0].y), sc.node_load[2].numpy())
+    fig = figures.gpu_load_figure(problem.weights[2], res.plan.phy2log[2], res.plan.logcnt[2], problem.num_gpus,
+                                  problem.num_nodes, node_load=sc.node_load[2])
+    (node,) = [t for t in fig.data if t.type == "bar" and t.xaxis == "x2"]   # the panel on the right
+    np.testing.assert_allclose(np.asarray(node.y), sc.node_load[2].numpy())
+    np.testing.assert_allclose(figures.bar_totals(fig), sc.gpu_load[2].numpy(), rtol=1e-12)  # panel not counted
+    assert fig.layout.xaxis.domain[1] < fig.layout.xaxis2.domain[0]
+    (mean,) = [s for s in fig.layout.shapes if s.yref == "y2"]
+    assert mean.y0 == pytest.approx(float(sc.node_load[2].mean()))
+    one_node = figures.gpu_load_figure(problem.weights[2], res.plan.phy2log[2], res.plan.logcnt[2],
+                                       problem.num_gpus, 1, node_load=sc.node_load[2][:1])
+    assert not [t for t in one_node.data if t.xaxis == "x2"]                   # nothing to compare on one node
     lines = figures.layer_imbalance_figure({"gpu": sc.imbalance}, floor=res.lower_bound / sc.mean_load)
     np.testing.assert_allclose(np.asarray(lines.data[0].y), sc.imbalance.numpy())
     assert (np.asarray(lines.data[1].y) <= np.asarray(lines.data[0].y) + 1e-12).all()   # bound below plan

@@ -158,13 +158,13 @@ def _per_gpu(problem, result) -> None:
     L, worst = problem.num_layers, _worst_layer(result)
     layer = st.slider("Layer", 0, L - 1, worst, key=f"{PAGE}:layer:{L}",
                       help=f"MoE layer to draw (starts at the worst layer, {worst})")
-    c1, c2 = st.columns([3, 1])
     fig = figures.gpu_load_figure(problem.weights[layer], result.plan.phy2log[layer], result.plan.logcnt[layer],
                                   problem.num_gpus, problem.num_nodes,
-                                  title=f"Layer {layer}: imbalance {float(sc.imbalance[layer]):.4f}")
-    c1.plotly_chart(fig, width="stretch", key=f"{PAGE}:chart:bars")
-    c2.plotly_chart(figures.node_load_figure(sc.node_load[layer]), width="stretch", key=f"{PAGE}:chart:nodes")
-    c2.caption("Load per node for this layer; dotted lines on the left mark node boundaries.")
+                                  title=f"Layer {layer}: imbalance {float(sc.imbalance[layer]):.4f}",
+                                  node_load=sc.node_load[layer])
+    st.plotly_chart(fig, width="stretch", key=f"{PAGE}:chart:bars")
+    if problem.num_nodes > 1:
+        st.caption("Dotted lines mark node boundaries; the panel on the right is the load per node for this layer.")
 
 
 @st.fragment
