@@ -211,6 +211,7 @@ def test_explore_upload_of_a_trace_and_current_placement(tmp_path):
     problem = Problem(trace.sum(0).double(), 96, 1, 4, 32)   # 64 experts + 1 spare slot per GPU: 3 x 32 slots
     previous = solve(problem, "kk_swap").plan
     doc = {"physical_to_logical_map": previous.phy2log.tolist()}
+    at.toggle(key="explore:previous_on").set_value(True).run()
     at.file_uploader(key="explore:previous").set_value(("old.json", json.dumps(doc).encode(), "application/json"))
     at.run()
     _clean(at)

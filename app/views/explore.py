@@ -25,15 +25,18 @@ VIEWS = ("Per-GPU load", "Heatmap", "Per layer", "Micro-batches", "Plan", "Downl
 
 def _current_placement(problem, model):
     """The optional placement in force (any plan export format) and the expert size."""
-    with st.expander("Current placement (optional)"):
-        up = st.file_uploader("Plan in force", type=list(PLAN_SUFFIXES), key=f"{PAGE}:previous",
-                              help="our plan JSON, SGLang expert-location JSON, TensorRT-LLM YAML or plan CSV; "
-                                   "adds the moves and bytes needed to switch to the new plan")
-        size = st.number_input("Bytes per expert", 0, 10**12, expert_bytes(model) or 0, step=1_000_000,
-                               key=f"{PAGE}:expert_bytes:{model}", help="one expert's weights (default: the model "
-                                                                         "preset's size in its usual dtype)")
-        offset = st.number_input("Dense layers in the file", 0, 1000, 0, key=f"{PAGE}:previous_offset",
-                                 help="SGLang maps start with rows for dense layers; they are skipped")
+    # A toggle, not an expander: a collapsed expander still draws its uploader and inputs.
+    if not st.toggle("Current placement", key=f"{PAGE}:previous_on",
+                     help="compare with the plan in force: the cards add the moves and bytes needed to switch"):
+        return None, 0
+    up = st.file_uploader("Plan in force", type=list(PLAN_SUFFIXES), key=f"{PAGE}:previous",
+                          help="our plan JSON, SGLang expert-location JSON, TensorRT-LLM YAML or plan CSV; "
+                               "adds the moves and bytes needed to switch to the new plan")
+    size = st.number_input("Bytes per expert", 0, 10**12, expert_bytes(model) or 0, step=1_000_000,
+                           key=f"{PAGE}:expert_bytes:{model}", help="one expert's weights (default: the model "
+                                                                     "preset's size in its usual dtype)")
+    offset = st.number_input("Dense layers in the file", 0, 1000, 0, key=f"{PAGE}:previous_offset",
+                             help="SGLang maps start with rows for dense layers; they are skipped")
     if up is None:
         return None, int(size)
     from solvers.workloads.exporters import read_exported_plan
