@@ -22,7 +22,7 @@ import torch
 from .repartition import polish
 
 # Splits times partner pairs evaluated per round at most (memory and time of one round).
-MAX_WORK = 4_000_000
+MAX_WORK = 1_000_000
 
 
 def num_splits(slots: int) -> int:
