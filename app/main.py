@@ -24,7 +24,10 @@ torch.set_num_threads(int(os.environ.get("EPLB_APP_TORCH_THREADS", "1")))
 
 VIEWS = Path(__file__).resolve().parent / "views"
 
-st.set_page_config(page_title="EPLB workbench", page_icon=":material/balance:", layout="wide")
+# A local icon: a material-symbol page icon is fetched from fonts.gstatic.com, which an
+# offline or firewalled machine cannot reach.
+ICON = Path(__file__).resolve().parent / "assets" / "icon.png"
+st.set_page_config(page_title="EPLB workbench", page_icon=str(ICON), layout="wide")
 pages = [
     st.Page(VIEWS / "explore.py", title="Explore a placement", icon=":material/search:", default=True),
     st.Page(VIEWS / "compare.py", title="Compare solvers", icon=":material/compare_arrows:"),

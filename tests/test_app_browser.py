@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 
@@ -24,6 +25,7 @@ if CHROMIUM is None:
 
 SCREENS = Path(os.environ["APP_SCREENS_DIR"]) if os.environ.get("APP_SCREENS_DIR") else None
 VIEWPORT = {"width": 1500, "height": 2200}
+LOCAL_HOSTS = ("127.0.0.1", "localhost")
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +43,19 @@ def chromium():
 
 @pytest.fixture
 def page(chromium):
+    """A page in a fresh context; afterwards, no request may have left this machine (the app
+    must work offline) and plotly.js must not have warned (it logs a stack trace per warning)."""
     ctx = chromium.new_context(viewport=VIEWPORT)
     p = ctx.new_page()
     p.set_default_timeout(120_000)
+    outside, warnings = [], []
+    p.on("request", lambda r: None if urlparse(r.url).hostname in LOCAL_HOSTS or r.url.startswith(("data:", "blob:"))
+         else outside.append(r.url))
+    p.on("console", lambda m: warnings.append(m.text[:200]) if m.text.startswith("WARN:") else None)
     yield p
     ctx.close()
+    assert not outside, f"requests to other hosts: {outside[:5]}"
+    assert not warnings, f"plotly.js warnings: {sorted(set(warnings))[:5]}"
 
 
 def _shot(page, tmp_path: Path, name: str) -> Path:
