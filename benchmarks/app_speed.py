@@ -7,8 +7,9 @@ Targets of the app:
   healthy: from the health check answering to the per-GPU chart drawn, in a tab (a new
   browser context: empty cache) that was open before the server started, as a user's
   browser is; the server is started as ``make run`` starts it;
-- a chart-setting change (the layer slider) with cached results within 0.5 s: from the key
-  press to the redrawn chart with the new layer's title;
+- a chart-setting change with cached results within 0.5 s: the layer slider, from the key
+  press to the redrawn chart with the new layer's title; and a switch of view (heatmap,
+  per layer, per-GPU load), from the click to the new view's chart;
 - Compare with deepseek, kk_swap, joint and best (time limit 1 s) on a DeepSeek-V3
   dataset within 10 s: from the click to the results table and charts.
 
@@ -26,7 +27,9 @@ from pathlib import Path
 
 from app.harness import CHART, browser, chromium_path, serve, wait_idle
 
-TARGETS = {"explore_first_render_s": 3.0, "chart_change_s": 0.5, "compare_4_solvers_s": 10.0}
+TARGETS = {"explore_first_render_s": 3.0, "chart_change_s": 0.5, "view_change_s": 0.5, "compare_4_solvers_s": 10.0}
+# Explore's views and a text that only the view's chart has.
+VIEW_TEXT = (("Heatmap", "load / mean"), ("Per layer", "GPU imbalance"), ("Per-GPU load", "imbalance "))
 
 
 def _load() -> str:
@@ -41,8 +44,9 @@ def _first_render(page, url: str, healthy_at: float) -> float:
     return took
 
 
-def _explore_session(b, url: str) -> tuple[float, float]:
-    """(time to the first chart in a new session on a warm server, a layer-slider change)."""
+def _explore_session(b, url: str) -> tuple[float, float, list[float]]:
+    """(time to the first chart in a new session on a warm server, a layer-slider change,
+    the view switches)."""
     page = b.new_page(viewport={"width": 1500, "height": 1400})
     start = time.monotonic()
     page.goto(url)
@@ -58,8 +62,17 @@ def _explore_session(b, url: str) -> tuple[float, float]:
     page.wait_for_function(f"(before) => {{ const t = ({title_js})(); return t.startsWith('Layer') && t !== before; }}",
                            arg=before, timeout=30_000)
     change = time.monotonic() - start
+    wait_idle(page)
+    has_text = "(s) => [...document.querySelectorAll('[data-testid=\"stPlotlyChart\"]')].some(e => e.textContent.includes(s))"
+    views = []
+    for view, text in VIEW_TEXT:
+        start = time.monotonic()
+        page.locator('[data-testid="stButtonGroup"] button').filter(has_text=view).first.click()
+        page.wait_for_function(has_text, arg=text, timeout=30_000)
+        views.append(time.monotonic() - start)
+        wait_idle(page)
     page.close()
-    return warm, change
+    return warm, change, views
 
 
 def _compare(b, url: str, screens: Path | None) -> float:
@@ -111,13 +124,17 @@ def _measure(b, tab, url: str, healthy_at: float, out: dict[str, float], args) -
     ``tab``: a blank page in a fresh context, opened before the server started."""
     out["explore_first_render_s"] = _first_render(tab, url, healthy_at)
     print(f"Explore, first render after healthy (cold server): {out['explore_first_render_s']:.2f} s  ({_load()})")
-    warm, change = zip(*(_explore_session(b, url) for _ in range(args.repeat)))
+    warm, change, views = zip(*(_explore_session(b, url) for _ in range(args.repeat)))
     out["explore_warm_render_s"] = statistics.median(warm)
     out["chart_change_s"] = statistics.median(change)
+    switches = [x for v in views for x in v]
+    out["view_change_s"] = statistics.median(switches)
     print(f"Explore, new session on a warm server: median {out['explore_warm_render_s']:.2f} s of "
           f"{', '.join(f'{x:.2f}' for x in warm)}  ({_load()})")
     print(f"Explore, layer slider change (cached plan): median {out['chart_change_s']:.3f} s of "
           f"{', '.join(f'{x:.3f}' for x in change)}  ({_load()})")
+    print(f"Explore, view switch (heatmap, per layer, per-GPU; cached plan): median {out['view_change_s']:.3f} s of "
+          f"{', '.join(f'{x:.3f}' for x in switches)}  ({_load()})")
     out["compare_4_solvers_s"] = _compare(b, url, args.screens)
     print(f"Compare deepseek, kk_swap, joint, best (1 s) on deepseek-v3-skewed: "
           f"{out['compare_4_solvers_s']:.2f} s  ({_load()})")

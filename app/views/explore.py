@@ -123,7 +123,9 @@ def _cards(cards) -> None:
             col.metric(label, value, help=help_text, border=True)
 
 
+@st.fragment
 def _charts(problem, outcome, loads, model, solver, window) -> None:
+    """The views; switching views reruns only this fragment, not the page and its cards."""
     result = outcome.result
     sc = result.score
     # One view at a time: the browser draws only the charts in sight (tabs would draw all).
