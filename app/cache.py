@@ -64,6 +64,24 @@ def solve(weights: torch.Tensor, cluster: Cluster, solver: str, options: dict[st
                   _extra_key(extra), weights, extra)
 
 
+@st.cache_resource(show_spinner=False, max_entries=128)
+def _gpu_figure(key: str, title: str, num_gpus: int, num_nodes: int, _weights: torch.Tensor, _phy2log: torch.Tensor,
+                _logcnt: torch.Tensor, _node_load: torch.Tensor):
+    from .figures import gpu_load_figure
+
+    return gpu_load_figure(_weights, _phy2log, _logcnt, num_gpus, num_nodes, title=title, node_load=_node_load)
+
+
+def gpu_figure(problem, result, layer: int):
+    """Explore's per-GPU figure of one layer (with the node panel), built once per content
+    and shared by every session: the first render and a revisited layer skip plotly's
+    validation. The figure is shared, so nobody may change it (st.plotly_chart copies it)."""
+    sc = result.score
+    parts = (problem.weights[layer], result.plan.phy2log[layer], result.plan.logcnt[layer], sc.node_load[layer])
+    title = f"Layer {layer}: imbalance {float(sc.imbalance[layer]):.4f}"
+    return _gpu_figure(loads_mod.content_hash(*parts), title, problem.num_gpus, problem.num_nodes, *parts)
+
+
 def is_solved(weights: torch.Tensor, cluster: Cluster, solver: str, options: dict[str, Any]) -> bool:
     """Whether this session already solved it (an exact solver then shows its cached plan
     without waiting for the Run button)."""

@@ -43,8 +43,8 @@ def preload() -> None:
 
 
 def warm() -> None:
-    """Solve the default Explore page into the cache and build one figure of each kind
-    (plotly loads its validators lazily), before the server answers.
+    """Solve the default Explore page into the cache and build its per-GPU figure (cached
+    too) and a heatmap (plotly loads its validators lazily), before the server answers.
 
     Streamlit keeps each cached function's store in a module-level registry, created on
     first use: filled here, before the runtime exists, it is the store every session reads.
@@ -57,14 +57,16 @@ def warm() -> None:
     for q in quiet:
         q.setLevel(logging.ERROR)
     try:
+        import torch
+
         from app import cache, figures
 
         weights, cluster, solver, options = cache.default_explore_inputs()
         outcome = cache.solve(weights, cluster, solver, options)     # the page's first solve, cached
-        plan, sc = outcome.result.plan, outcome.result.score
-        figures.gpu_load_figure(weights[0], plan.phy2log[0], plan.logcnt[0], cluster.num_gpus,
-                                cluster.num_nodes, node_load=sc.node_load[0]).to_json()
-        figures.load_heatmap(sc.gpu_load, cluster.num_nodes).to_json()
+        result = outcome.result
+        worst = int(torch.argmax(result.score.imbalance))             # the layer the page opens on
+        cache.gpu_figure(cluster.problem(weights), result, worst).to_json()
+        figures.load_heatmap(result.score.gpu_load, cluster.num_nodes).to_json()
     except Exception:  # noqa: BLE001  see the docstring
         pass
     finally:

@@ -110,20 +110,28 @@ def test_server_warm_up_solves_exactly_what_the_first_explore_render_asks_for(mo
 
 def test_server_warm_up_before_the_runtime_fills_the_store_sessions_read(monkeypatch):
     """``app.serve.warm`` runs before Streamlit's runtime exists; the first session must still
-    find its solve cached (and without the warm-up, it solves)."""
-    from app import cache, serve
+    find its solve and its per-GPU figure cached (and without the warm-up, it makes both)."""
+    from app import cache, figures, serve
 
-    solved = []
-    real = cache.run_solver
-    monkeypatch.setattr(cache, "run_solver", lambda *a, **k: solved.append(a[1]) or real(*a, **k))
-    cache._solve.clear()
+    solved, drawn = [], []
+    real_solve, real_figure = cache.run_solver, figures.gpu_load_figure
+    monkeypatch.setattr(cache, "run_solver", lambda *a, **k: solved.append(a[1]) or real_solve(*a, **k))
+    monkeypatch.setattr(figures, "gpu_load_figure", lambda *a, **k: drawn.append(k["title"]) or real_figure(*a, **k))
+
+    def empty() -> None:
+        cache._solve.clear()
+        cache._gpu_figure.clear()
+
+    empty()
     serve.warm()
-    assert solved == ["deepseek"]
+    assert solved == ["deepseek"] and len(drawn) == 1
+    at = _app().run()
+    _clean(at)
+    assert solved == ["deepseek"] and len(drawn) == 1    # the session read the warm-up's results
+    assert _charts(at)["explore:chart:bars"]["layout"]["title"]["text"] == drawn[0]
+    empty()
     _clean(_app().run())
-    assert solved == ["deepseek"]                        # the session read the warm-up's result
-    cache._solve.clear()
-    _clean(_app().run())
-    assert solved == ["deepseek", "deepseek"]            # the control: an empty cache solves
+    assert solved == ["deepseek"] * 2 and len(drawn) == 2    # the control: empty caches solve and draw
 
 
 def test_explore_views_show_heatmap_layers_plan_and_downloads(default_problem):

@@ -159,14 +159,10 @@ def _worst_layer(result) -> int:
 
 @st.fragment
 def _per_gpu(problem, result) -> None:
-    sc = result.score
     L, worst = problem.num_layers, _worst_layer(result)
     layer = st.slider("Layer", 0, L - 1, worst, key=f"{PAGE}:layer:{L}",
                       help=f"MoE layer to draw (starts at the worst layer, {worst})")
-    fig = figures.gpu_load_figure(problem.weights[layer], result.plan.phy2log[layer], result.plan.logcnt[layer],
-                                  problem.num_gpus, problem.num_nodes,
-                                  title=f"Layer {layer}: imbalance {float(sc.imbalance[layer]):.4f}",
-                                  node_load=sc.node_load[layer])
+    fig = cache.gpu_figure(problem, result, layer)
     st.plotly_chart(fig, width="stretch", key=f"{PAGE}:chart:bars")
     if problem.num_nodes > 1:
         st.caption("Dotted lines mark node boundaries; the panel on the right is the load per node for this layer.")
