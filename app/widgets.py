@@ -208,3 +208,22 @@ def solver_options(page: str, solver: str) -> dict[str, Any]:
             for opt in advanced:
                 values[opt.name] = _option_widget(opt, f"{page}:{solver}:{opt.name}")
     return {k: v for k, v in values.items() if v != spec.option(k).default}
+
+
+# What Over time's totals table shows (the CSV keeps every column under its plain name).
+_num = st.column_config.NumberColumn
+REPLAY_TOTALS_COLUMNS = {
+    "mean_imbalance": _num("mean imbalance", format="%.4f", help="realised max / mean GPU load, mean over the "
+                                                                  "scored steps and layers"),
+    "p99_imbalance": _num("p99 imbalance", format="%.4f", help="99th percentile over the scored steps"),
+    "worst_imbalance": _num("worst layer", format="%.4f", help="the worst layer's imbalance on the worst step"),
+    "total_moves": _num("moves", format="localized", help="replicas loaded onto a GPU, over every rebalance"),
+    "GB_moved": _num("GB moved", format="%.1f", help="moves x expert size"),
+    "total_bytes": None,                                        # shown as GB
+    "rebalances": _num("rebalances", format="localized", help="new plans after the first"),
+    "tokens_lost": _num("tokens lost", format="compact", help="sum over steps and layers of (max - mean GPU load) x "
+                                                                "GPUs: GPU time idle behind the busiest GPU, in tokens"),
+    "steps_scored": _num("steps scored", format="localized"),
+    "wall_seconds": _num("time (s)", format="%.2f", help="wall time of the replay, planning included"),
+    "frontier": st.column_config.CheckboxColumn("frontier", help="no other setting moves less and balances better"),
+}

@@ -323,6 +323,10 @@ def test_over_time_replays_every_setting_with_the_simulator():
     assert {"over_time:chart:imbalance", "over_time:chart:bytes", "over_time:chart:frontier"} <= set(charts)
     first = charts["over_time:chart:imbalance"]["data"][0]
     assert _array(first["y"]).shape[0] == trace.shape[0] - 50
+    # every column of the totals table has its label and format (a renamed total would lose them)
+    from app.widgets import REPLAY_TOTALS_COLUMNS
+
+    assert set(totals.columns) - {"setting"} == set(REPLAY_TOTALS_COLUMNS)
 
 
 def test_over_time_single_step_loads_and_bad_settings_show_errors():

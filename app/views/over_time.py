@@ -15,7 +15,7 @@ from solvers.errors import EPLBError
 
 from app import cache, figures
 from app.cluster import expert_bytes
-from app.widgets import cluster_picker, describe_loads, loads_picker, show_error
+from app.widgets import REPLAY_TOTALS_COLUMNS, cluster_picker, describe_loads, loads_picker, show_error
 
 PAGE = "over_time"
 DEFAULT_DATASET = "olmoe-1b-7b-drifting"
@@ -108,25 +108,6 @@ def main() -> None:
     _show(done[request], nbytes is not None)
 
 
-# What the totals table shows (the CSV keeps every column under its plain name).
-_num = st.column_config.NumberColumn
-TOTALS_COLUMNS = {
-    "mean_imbalance": _num("mean imbalance", format="%.4f", help="realised max / mean GPU load, mean over the "
-                                                                  "scored steps and layers"),
-    "p99_imbalance": _num("p99 imbalance", format="%.4f", help="99th percentile over the scored steps"),
-    "worst_imbalance": _num("worst layer", format="%.4f", help="the worst layer's imbalance on the worst step"),
-    "total_moves": _num("moves", format="localized", help="replicas loaded onto a GPU, over every rebalance"),
-    "GB_moved": _num("GB moved", format="%.1f", help="moves x expert size"),
-    "total_bytes": None,                                        # shown as GB
-    "rebalances": _num("rebalances", format="localized", help="new plans after the first"),
-    "tokens_lost": _num("tokens lost", format="compact", help="sum over steps and layers of (max - mean GPU load) x "
-                                                                "GPUs: GPU time idle behind the busiest GPU, in tokens"),
-    "steps_scored": _num("steps scored", format="localized"),
-    "wall_seconds": _num("time (s)", format="%.2f", help="wall time of the replay, planning included"),
-    "frontier": st.column_config.CheckboxColumn("frontier", help="no other setting moves less and balances better"),
-}
-
-
 def _show(results: dict, has_bytes: bool) -> None:
     if not results:
         return
@@ -137,7 +118,7 @@ def _show(results: dict, has_bytes: bool) -> None:
     if has_bytes:
         rows.insert(rows.columns.get_loc("total_bytes"), "GB_moved", rows["total_bytes"] / 1e9)
     st.subheader("Totals")
-    st.dataframe(rows, hide_index=True, width="stretch", column_config=TOTALS_COLUMNS)
+    st.dataframe(rows, hide_index=True, width="stretch", column_config=REPLAY_TOTALS_COLUMNS)
     st.download_button("Download totals (CSV)", rows.to_csv(index=False).encode(), "replay_totals.csv", "text/csv",
                        key=f"{PAGE}:csv", on_click="ignore")
     runs = {}
