@@ -104,3 +104,23 @@ def test_count_moves_never_worse_nor_below_the_optimum(gpus, slots, values, norm
     value = _max_load(w, moved)
     assert value <= start
     assert value >= brute_force(w.tolist(), gpus * slots, gpus) * (1 - 1e-12)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 10_000))
+def test_count_moves_within_nodes_keep_every_expert_on_its_node(seed):
+    # 2 nodes x 2 GPUs x 3 slots; experts 0-3 live on node 0, experts 4-7 on node 1
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.randint(1, 100, (8,), generator=gen).to(torch.float64)
+    extra = torch.randint(0, 4, (4,), generator=gen)
+    counts = torch.ones(8, dtype=torch.int64)
+    for e in (extra[0], extra[1], 4 + extra[2], 4 + extra[3]):
+        counts[e] += 1                              # per node: 4 experts + 2 spare replicas = 6 slots
+    experts = torch.repeat_interleave(torch.arange(8), counts).view(4, 3)
+    node = torch.tensor([0, 0, 1, 1])
+    start = _max_load(w, experts)
+    moved = count_moves(w, experts, deadline=time.perf_counter() + 5, group=node)
+    home = node[:, None].expand(4, 3)
+    assert bool(((moved < 4) == (home == 0)).all())  # every replica still on its expert's node
+    assert set(moved.reshape(-1).tolist()) == set(range(8))
+    assert _max_load(w, moved) <= start

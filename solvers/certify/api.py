@@ -10,12 +10,11 @@ together as the time limit allows.
    then CP-SAT bisects on the max load with the exact model: "yes" gives better
    plans, "no" raises the bound, and "no" just below the plan's value proves it optimal.
 3. Any other S: exact two-GPU re-splits of the busiest GPU (:mod:`.repartition`), then
-   exact three-GPU re-splits (:mod:`.repack`; up to S = 5), within its node under the
-   hierarchical policy so the plan keeps its structure; under the global policy then
-   count moves (one replica from a donor to an expert of the busiest GPU, repaired by
-   the re-splits) in the time left; under the hierarchical policy CP-SAT's
-   packing model (solvers.exact) repacks the busiest node for the plan's counts,
-   warm-started from it, in the time left.
+   exact three-GPU re-splits (:mod:`.repack`; up to S = 5), then count moves (one
+   replica from a donor to an expert of the busiest GPU, repaired by the re-splits), all
+   within the busiest GPU's node under the hierarchical policy so the plan keeps its
+   structure; there CP-SAT's packing model (solvers.exact) then repacks the busiest node
+   for the plan's counts, warm-started from it, in the time left.
 4. Hierarchical policy: the plan on the group-to-node assignment of the bound
    (:mod:`.hierarchical`) replaces the portfolio's where it is better (before step 3).
 
@@ -134,6 +133,7 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
             else:
                 loads, experts = polish(loads, experts, deadline=now + (layer_end - now) * 0.2, group=node)
                 _, experts = polish_three(loads, experts, deadline=now + (layer_end - now) * 0.3, group=node)
+                experts = count_moves(w[layer], experts, deadline=now + (layer_end - now) * 0.6, group=node)
                 p2l[layer] = experts.reshape(-1)
                 p2l[layer] = _exact_busiest_node(problem, p2l[layer], w[layer], node, layer_end, threads)
     plan = Plan.from_phy2log(p2l.to(problem.device), E)

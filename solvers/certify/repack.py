@@ -106,7 +106,7 @@ def _max_and_top(gpu: torch.Tensor, top: int = 4) -> tuple[float, float]:
 
 
 def count_moves(weights: torch.Tensor, experts: torch.Tensor, *, deadline: float, candidates: int = 6,
-                width: int = 48) -> torch.Tensor:
+                width: int = 48, group: torch.Tensor | None = None) -> torch.Tensor:
     """Local search over replica counts for any S, every step repaired by re-splits.
 
     experts: [P, S] the plan (counts follow from it). A move gives one more replica to an
@@ -115,6 +115,9 @@ def count_moves(weights: torch.Tensor, experts: torch.Tensor, *, deadline: float
     the receiver's. All moves are scored at once without repair; the ``candidates`` best
     are repaired by two- and three-GPU re-splits (:func:`polish_three`) and the best result
     is kept when it beats the plan (lower max load, or the same max and lighter next GPUs).
+    group: [P] optional label (e.g. node): the donor's replica is taken on a GPU of the
+    busiest GPU's label and re-splits stay within labels, so a plan whose experts each
+    live on one node keeps that structure (the hierarchical policy).
     Returns the best experts [P, S] found before ``deadline``.
     """
     w = weights.to(torch.float64)
@@ -137,8 +140,11 @@ def count_moves(weights: torch.Tensor, experts: torch.Tensor, *, deadline: float
         donors = torch.nonzero(cnt >= 2).flatten()
         # the donor's replica on its lightest GPU (slot index in flat order)
         slot_gpu = torch.arange(P * S) // S
-        key = torch.where(flat[None, :] == donors[:, None], gpu[slot_gpu][None, :], torch.inf)   # [D, R]
+        room = gpu[slot_gpu] if group is None else torch.where(group[slot_gpu] == group[g], gpu[slot_gpu], torch.inf)
+        key = torch.where(flat[None, :] == donors[:, None], room[None, :], torch.inf)  # [D, R]
         give = key.argmin(1)                                                         # [D] slot
+        there = torch.isfinite(key.min(1).values)                                    # a replica where it may give
+        donors, give = donors[there], give[there]
         rr, dd = torch.meshgrid(receivers, torch.arange(len(donors)), indexing="ij")
         rr, dd = rr.reshape(-1), dd.reshape(-1)
         ok = donors[dd] != rr
@@ -157,8 +163,8 @@ def count_moves(weights: torch.Tensor, experts: torch.Tensor, *, deadline: float
             ex = cand[i]
             cnt_i = torch.bincount(ex.reshape(-1), minlength=E).to(torch.float64)
             ld = (w / cnt_i)[ex]
-            ld, ex = polish(ld, ex, deadline=deadline)
-            ld, ex = polish_three(ld, ex, deadline=deadline, width=width)
+            ld, ex = polish(ld, ex, deadline=deadline, group=group)
+            ld, ex = polish_three(ld, ex, deadline=deadline, width=width, group=group)
             v = _max_and_top(ld.sum(1))
             if v[0] < cur[0] * (1 - 1e-12) or (v[0] <= cur[0] and v[1] < cur[1] * (1 - 1e-12)):
                 if found is None or v < found[0]:
