@@ -19,7 +19,7 @@ from functools import lru_cache
 
 import torch
 
-from .repartition import polish
+from .repartition import busiest_and_others, polish
 
 # Splits times partner pairs evaluated per round at most (memory and time of one round).
 MAX_WORK = 1_000_000
@@ -70,13 +70,7 @@ def polish_three(loads: torch.Tensor, experts: torch.Tensor, *, deadline: float,
     for _ in range(max_rounds):
         if time.perf_counter() >= deadline:
             break
-        gpu = loads.sum(1)                                                       # [P]
-        g = int(gpu.argmax())
-        others = torch.arange(P, device=loads.device)
-        keep = others != g
-        if group is not None:
-            keep &= group == group[g]
-        others = others[keep]
+        gpu, g, others = busiest_and_others(loads, group)                       # [P], g, [H]
         if others.numel() < 2:
             break
         partners = others[gpu[others].argsort(stable=True)[:width]]               # [w] lightest first

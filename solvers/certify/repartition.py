@@ -36,6 +36,18 @@ def can_split(slots: int) -> bool:
     return math.comb(2 * slots - 1, slots - 1) <= MAX_SPLITS
 
 
+def busiest_and_others(loads: torch.Tensor, group: torch.Tensor | None = None) -> tuple[torch.Tensor, int, torch.Tensor]:
+    """(gpu [P] loads, the busiest GPU g, [H] the GPUs g may trade with: every other one, or
+    with ``group`` ([P] node of each GPU) the others on g's node). loads: [P, S]."""
+    gpu = loads.sum(1)
+    g = int(gpu.argmax())
+    others = torch.arange(loads.shape[0], device=loads.device)
+    keep = others != g
+    if group is not None:
+        keep &= group == group[g]
+    return gpu, g, others[keep]
+
+
 def polish(loads: torch.Tensor, experts: torch.Tensor, *, deadline: float,
            group: torch.Tensor | None = None, max_rounds: int = 10_000) -> tuple[torch.Tensor, torch.Tensor]:
     """Lower the max GPU load of one layer by exact two-GPU re-splits.
@@ -52,13 +64,7 @@ def polish(loads: torch.Tensor, experts: torch.Tensor, *, deadline: float,
     for _ in range(max_rounds):
         if time.perf_counter() >= deadline:
             break
-        gpu = loads.sum(1)                                                # [P]
-        g = int(gpu.argmax())
-        partners = torch.arange(P, device=loads.device)
-        keep = partners != g
-        if group is not None:
-            keep &= group == group[g]
-        partners = partners[keep]                                          # [H]
+        gpu, g, partners = busiest_and_others(loads, group)               # [P], g, [H]
         if partners.numel() == 0:
             break
         pool = torch.cat([loads[g].expand(partners.shape[0], S), loads[partners]], 1)   # [H, 2S]
