@@ -88,6 +88,11 @@ def _pct(x: float | None) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.2f}%"
 
 
+def worst_layer(result: SolveResult) -> int:
+    """The layer with the largest imbalance: where Explore's layer views open."""
+    return int(torch.argmax(result.score.imbalance))
+
+
 def metric_cards(outcome: Outcome, moves: Score | None = None) -> list[tuple[str, str, str]]:
     """(label, value, help) of the Explore page's metric cards."""
     r = outcome.result

@@ -57,15 +57,13 @@ def warm() -> None:
     for q in quiet:
         q.setLevel(logging.ERROR)
     try:
-        import torch
-
         from app import cache, figures
+        from app.compute import worst_layer
 
         weights, cluster, solver, options = cache.default_explore_inputs()
         outcome = cache.solve(weights, cluster, solver, options)     # the page's first solve, cached
         result = outcome.result
-        worst = int(torch.argmax(result.score.imbalance))             # the layer the page opens on
-        cache.gpu_figure(cluster.problem(weights), result, worst).to_json()
+        cache.gpu_figure(cluster.problem(weights), result, worst_layer(result)).to_json()   # as the page opens
         figures.load_heatmap(result.score.gpu_load, cluster.num_nodes).to_json()
     except Exception:  # noqa: BLE001  see the docstring
         pass

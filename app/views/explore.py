@@ -6,14 +6,13 @@ from pathlib import Path
 
 import pandas as pd
 import streamlit as st
-import torch
 
 from solvers import get_solver, score
 from solvers.errors import EPLBError
 
 from app import cache, figures
 from app.cluster import dense_layers, expert_bytes
-from app.compute import DISPATCH_MODELS, metric_cards, plan_table
+from app.compute import DISPATCH_MODELS, metric_cards, plan_table, worst_layer
 from app.exports import plan_downloads
 from app.widgets import (cluster_picker, describe_loads, loads_picker, show_error, solver_options, solver_select,
                          window_picker)
@@ -151,15 +150,11 @@ def _charts(problem, outcome, loads, model, solver, window) -> None:
         _downloads(problem, result, loads, model, solver, window)
 
 
-def _worst_layer(result) -> int:
-    return int(torch.argmax(result.score.imbalance))
-
-
 # Fragments: a chart setting reruns only its fragment, never the solve or the other charts.
 
 @st.fragment
 def _per_gpu(problem, result) -> None:
-    L, worst = problem.num_layers, _worst_layer(result)
+    L, worst = problem.num_layers, worst_layer(result)
     layer = st.slider("Layer", 0, L - 1, worst, key=f"{PAGE}:layer:{L}",
                       help=f"MoE layer to draw (starts at the worst layer, {worst})")
     fig = cache.gpu_figure(problem, result, layer)
@@ -209,7 +204,7 @@ def _micro_batches(problem, result, loads, window, model) -> None:
 @st.fragment
 def _plan_table(problem, result) -> None:
     L = problem.num_layers
-    layer = st.number_input("Layer", 0, L - 1, _worst_layer(result), key=f"{PAGE}:table_layer:{L}")
+    layer = st.number_input("Layer", 0, L - 1, worst_layer(result), key=f"{PAGE}:table_layer:{L}")
     st.dataframe(plan_table(problem.weights, result.plan, int(layer), problem.num_gpus, problem.num_nodes),
                  hide_index=True, width="stretch",
                  column_config={"tokens": st.column_config.NumberColumn(format="%.0f"),
