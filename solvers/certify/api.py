@@ -13,8 +13,11 @@ together as the time limit allows.
    exact three-GPU re-splits (:mod:`.repack`; up to S = 5), then count moves (one
    replica from a donor to an expert of the busiest GPU, repaired by the re-splits), all
    within the busiest GPU's node under the hierarchical policy so the plan keeps its
-   structure; there CP-SAT's packing model (solvers.exact) then repacks the busiest node
-   for the plan's counts, warm-started from it, in the time left.
+   structure. There, with integer loads (token counts), the busiest node is then
+   re-balanced by residue design (:mod:`.residues`: which experts to split and where,
+   so that the GPUs' fractional parts fit, then the whole experts packed around them),
+   and CP-SAT's packing model (solvers.exact) repacks it for the plan's counts,
+   warm-started from it, in the time left.
 4. Hierarchical policy: the plan on the group-to-node assignment of the bound
    (:mod:`.hierarchical`) replaces the portfolio's where it is better (before step 3).
 
@@ -30,6 +33,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..bounds import lower_bound
@@ -40,6 +44,7 @@ from ..problem import Problem
 from ..registry import SolverOutput, register
 from ..result import ModelScope, SolveResult, ratio_gap
 from ..tolerances import BOUND_RTOL
+from . import residues
 from .hierarchical import best_assignment, hierarchical_bound, plan_on_assignment
 from .repack import count_moves, polish_three
 from .repartition import polish
@@ -133,8 +138,10 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
             else:
                 loads, experts = polish(loads, experts, deadline=now + (layer_end - now) * 0.2, group=node)
                 _, experts = polish_three(loads, experts, deadline=now + (layer_end - now) * 0.3, group=node)
-                experts = count_moves(w[layer], experts, deadline=now + (layer_end - now) * 0.6, group=node)
+                experts = count_moves(w[layer], experts, deadline=now + (layer_end - now) * 0.45, group=node)
                 p2l[layer] = experts.reshape(-1)
+                p2l[layer] = _balance_busiest_node(p2l[layer], w[layer], node, now + (layer_end - now) * 0.95,
+                                                   threads, seed + layer)
                 p2l[layer] = _exact_busiest_node(problem, p2l[layer], w[layer], node, layer_end, threads)
     plan = Plan.from_phy2log(p2l.to(problem.device), E)
     info = dict(base.info)
@@ -152,6 +159,45 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
                         model_bound=model_bound, model_scope=model_scope)
 
 
+def _closed_busiest(row: torch.Tensor, weights: torch.Tensor, node: torch.Tensor, S: int):
+    """(slots [n*S], ids [I], local [n, S]) of the busiest node of one layer's phy2log
+    ``row`` [R]: its slot indices, the experts it holds and each slot's index into ``ids``;
+    None when one of those experts also lives on another node (not a closed sub-problem)."""
+    E = weights.shape[0]
+    counts = _counts(row[None], E)[0]
+    P = node.shape[0]
+    gpu = ((weights / counts)[row]).view(P, S).sum(1)                                # [P]
+    gpus = torch.nonzero(node == node[int(gpu.argmax())]).flatten()
+    slots = (gpus[:, None] * S + torch.arange(S)).reshape(-1)                         # [n*S]
+    ids = row[slots].unique()
+    if bool((counts[ids] != torch.bincount(row[slots], minlength=E)[ids]).any()):
+        return None
+    return slots, ids, torch.searchsorted(ids, row[slots]).view(len(gpus), S)
+
+
+def _balance_busiest_node(row: torch.Tensor, weights: torch.Tensor, node: torch.Tensor, deadline: float,
+                          threads: int, seed: int) -> torch.Tensor:
+    """phy2log [R] of one layer with its busiest node re-balanced by residue design
+    (:mod:`.residues`, integer loads only), again for whichever node is then the busiest,
+    until one does not improve."""
+    S = row.shape[0] // node.shape[0]
+    if not residues.integral(weights.numpy()):
+        return row
+    for _ in range(int(node.max()) + 1):
+        found = _closed_busiest(row, weights, node, S)
+        if found is None or time.perf_counter() >= deadline:
+            break
+        slots, ids, local = found
+        rows = residues.balance_gpus(weights[ids].numpy(), local.numpy(), deadline=deadline, threads=threads,
+                                     seed=seed)
+        if np.array_equal(rows, local.numpy()):
+            break
+        out = row.clone()
+        out[slots] = ids[torch.as_tensor(rows).reshape(-1)]
+        row = out
+    return row
+
+
 def _exact_busiest_node(problem: Problem, row: torch.Tensor, weights: torch.Tensor,
                         node: torch.Tensor | None, deadline: float, threads: int) -> torch.Tensor:
     """phy2log [R] of one layer with the GPUs of the busiest node (all GPUs when ``node``
@@ -166,13 +212,13 @@ def _exact_busiest_node(problem: Problem, row: torch.Tensor, weights: torch.Tens
     E, P = problem.num_experts, problem.num_gpus
     S = problem.num_replicas // P
     counts = _counts(row[None], E)[0]
-    gpu = ((weights / counts)[row]).view(P, S).sum(1)                                # [P]
-    gpus = torch.arange(P) if node is None else torch.nonzero(node == node[int(gpu.argmax())]).flatten()
-    slots = (gpus[:, None] * S + torch.arange(S)).reshape(-1)                         # [n*S]
-    ids = row[slots].unique()                                                         # experts on those GPUs
-    if bool((counts[ids] != torch.bincount(row[slots], minlength=E)[ids]).any()):
+    found = _closed_busiest(row, weights, torch.zeros(P, dtype=torch.long) if node is None else node, S)
+    if found is None:
         return row                                  # an expert also lives elsewhere: not a closed sub-problem
-    local = torch.searchsorted(ids, row[slots])
+    slots, ids, local = found
+    gpus = slots.view(-1, S)[:, 0] // S
+    gpu = ((weights / counts)[row]).view(P, S).sum(1)                                # [P]
+    local = local.reshape(-1)
     sub = Problem(weights[ids][None], len(slots), 1, 1, len(gpus))
     warm = Plan.from_phy2log(local[None], len(ids))
     res = solve(sub, "cpsat", policy="global", model="packing", replica_counts=counts[ids][None],
