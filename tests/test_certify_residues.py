@@ -89,3 +89,11 @@ def test_a_deepseek_node_gets_below_the_half_token_grid():
     assert rows is not None
     _valid(node, rows, 8, 9)
     assert _max_load(node, rows) <= target < np.floor(mean) + 1
+
+
+def test_certify_global_reaches_the_mean_with_a_three_way_split():
+    w = torch.tensor([[10.0] * 6 + [1.0]], dtype=torch.float64)           # 3 GPUs x 3 slots, mean 61/3
+    p = Problem(w, 9, 1, 1, 3)
+    res = solve(p, "certify", policy="global", time_limit=10.0)
+    assert abs(float(score(p, res.plan).max_load[0]) - 61 / 3) < 1e-9
+    assert res.termination == "optimal"

@@ -135,6 +135,9 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
                 _, experts = polish_three(loads, experts, deadline=layer_end)
                 experts = count_moves(w[layer], experts, deadline=layer_end)
                 p2l[layer] = experts.reshape(-1)
+                if residues.fits(E, P, S):      # all GPUs as one set, where the design is small enough
+                    p2l[layer] = _balance_busiest_node(p2l[layer], w[layer], torch.zeros(P, dtype=torch.long),
+                                                       layer_end, threads, seed + layer)
             else:
                 loads, experts = polish(loads, experts, deadline=now + (layer_end - now) * 0.2, group=node)
                 _, experts = polish_three(loads, experts, deadline=now + (layer_end - now) * 0.3, group=node)
@@ -177,9 +180,9 @@ def _closed_busiest(row: torch.Tensor, weights: torch.Tensor, node: torch.Tensor
 
 def _balance_busiest_node(row: torch.Tensor, weights: torch.Tensor, node: torch.Tensor, deadline: float,
                           threads: int, seed: int) -> torch.Tensor:
-    """phy2log [R] of one layer with its busiest node re-balanced by residue design
-    (:mod:`.residues`, integer loads only), again for whichever node is then the busiest,
-    until one does not improve."""
+    """phy2log [R] of one layer with its busiest node (``node``: [P] node of each GPU)
+    re-balanced by residue design (:mod:`.residues`, integer loads only), again for
+    whichever node is then the busiest, until one does not improve."""
     S = row.shape[0] // node.shape[0]
     if not residues.integral(weights.numpy()):
         return row

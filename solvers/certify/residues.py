@@ -43,6 +43,10 @@ import numpy as np
 # Largest replica count a design gives one expert (D = lcm(2..16) = 720720 keeps the
 # residue sums far inside int64).
 MAX_SPLIT = 16
+# Designs with more placement variables than this (experts x counts x GPUs) are not tried:
+# CP-SAT needs about a minute for DeepSeek-V3's 256 experts on 32 GPUs (57 000 at counts
+# up to 8) and a few seconds for a 64-expert, 8-GPU node (3 600).
+MAX_DESIGN_VARS = 20_000
 # The packing walk gives up after this many steps per pair of GPUs without a lower overflow.
 STALL = 200
 
@@ -50,6 +54,12 @@ STALL = 200
 def integral(weights: np.ndarray) -> bool:
     """Whether every load is an integer that float64 represents exactly (token counts)."""
     return bool(np.all(weights == np.round(weights)) and np.all(np.abs(weights) < 2 ** 52))
+
+
+def fits(num_experts: int, num_gpus: int, slots: int) -> bool:
+    """Whether the design model of this set is small enough to try (MAX_DESIGN_VARS)."""
+    top = min(num_gpus, num_gpus * slots - num_experts + 1, MAX_SPLIT)
+    return num_experts * max(top, 1) * num_gpus <= MAX_DESIGN_VARS
 
 
 @lru_cache(maxsize=256)
@@ -76,6 +86,8 @@ def design(weights: np.ndarray, num_gpus: int, slots: int, target: float, *, tim
     wi = [int(x) for x in weights]
     total = sum(wi)
     top = min(n, extra + 1, MAX_SPLIT)
+    if not fits(I, n, slots):
+        return None
     D = math.lcm(*range(2, max(top, 2) + 1))
     cap_units = math.floor(target * D)                       # C' = cap_units / D <= target
     budget = n * cap_units - total * D                       # n (C' - B) in units of 1/D
@@ -223,7 +235,7 @@ def balance_gpus(weights: np.ndarray, experts: np.ndarray, *, deadline: float, t
         return float((w / c)[rows].sum(1).max())
 
     best, value = experts, max_load(experts)
-    if not integral(weights) or counts.min() < 1:
+    if not integral(weights) or counts.min() < 1 or not fits(len(w), n, S):
         return best
     lo = float(w.sum()) / n
     attempt = 0
