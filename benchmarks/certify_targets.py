@@ -51,9 +51,10 @@ def suite_instances(models: list[str] | None, shapes: list[str], scenarios: list
     return list(grid(models or ALL_MODELS, shapes, scenarios, layers=layers))
 
 
-def run_rows(problem: Problem, policy: str, time_limit: float, label: list, target: float) -> list[list]:
+def run_rows(problem: Problem, policy: str, time_limit: float, label: list, target: float,
+             threads: int = 1) -> list[list]:
     t0 = time.perf_counter()
-    res = solve(problem, "certify", policy=policy, time_limit=time_limit * problem.num_layers)
+    res = solve(problem, "certify", policy=policy, time_limit=time_limit * problem.num_layers, threads=threads)
     wall = time.perf_counter() - t0
     avg = average_bound(problem)
     closure = gap_closure(res, target=target, scope="model" if policy == "hierarchical" else "universal")
@@ -91,13 +92,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
     ap.add_argument("--layers", type=int, default=1)
     ap.add_argument("--time-limit", type=float, default=60.0, help="seconds per layer")
+    ap.add_argument("--threads", type=int, default=1, help="CP-SAT and HiGHS threads (certify's `threads`)")
     ap.add_argument("--laws", nargs="*", choices=tuple(LAWS), default=tuple(LAWS))
     ap.add_argument("--policies", nargs="*", choices=("global", "hierarchical"), default=("global", "hierarchical"),
                     help="DeepSeek-V3 prefill policies to run")
     ap.add_argument("--experts", nargs="*", type=int, default=[s[0] for s in DECODE],
                     help="decode shapes to run, by expert count (64, 128, 256)")
     args = ap.parse_args(argv)
-    print(f"load average at start: {os.getloadavg()}, time limit {args.time_limit:g} s per layer")
+    print(f"load average at start: {os.getloadavg()}, time limit {args.time_limit:g} s per layer, "
+          f"{args.threads} thread(s)")
     failed = 0
     if "decode" in args.only:
         rows = []
@@ -105,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             for law in args.laws:
                 for seed in args.seeds:
                     p = Problem(loads(E, law, seed, args.layers), R, 1, 1, P)
-                    rows += run_rows(p, "global", args.time_limit, [f"E{E} R{R} P{P}", law, seed, "global"], 0.005)
+                    rows += run_rows(p, "global", args.time_limit, [f"E{E} R{R} P{P}", law, seed, "global"], 0.005,
+                                     args.threads)
                     print("  ".join(map(str, rows[-1])), flush=True)
         table("decode (global): certified gap <= 0.5 %", HEADER, rows)
         failed += sum(r[-3] == "FAIL" for r in rows)
@@ -116,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                 p = load_instance(inst.id, seed).problem
                 S = inst.replicas // inst.gpus
                 rows += run_rows(p, "global", args.time_limit, [f"{inst.model} {inst.shape_name} S{S}",
-                                                               inst.scenario, seed, "global"], 0.01)
+                                                               inst.scenario, seed, "global"], 0.01, args.threads)
                 print("  ".join(map(str, rows[-1])), flush=True)
         table(f"suite `full`, {', '.join(args.shapes)} (global): certified gap <= 1 %", HEADER, rows)
         failed += sum(r[-3] == "FAIL" for r in rows)
@@ -126,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
             for seed in args.seeds:
                 p = Problem(loads(256, law, seed, args.layers), 288, 8, 4, 32)
                 for policy in args.policies:
-                    rows += run_rows(p, policy, args.time_limit, ["DeepSeek-V3 prefill", law, seed, policy], 2e-5)
+                    rows += run_rows(p, policy, args.time_limit, ["DeepSeek-V3 prefill", law, seed, policy], 2e-5,
+                                     args.threads)
                     print("  ".join(map(str, rows[-1])), flush=True)
         table("DeepSeek-V3 prefill: certified gap <= 0.002 % (hierarchical: within its model)", HEADER, rows)
         failed += sum(r[-3] == "FAIL" for r in rows)
