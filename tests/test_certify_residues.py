@@ -97,3 +97,19 @@ def test_certify_global_reaches_the_mean_with_a_three_way_split():
     res = solve(p, "certify", policy="global", time_limit=10.0)
     assert abs(float(score(p, res.plan).max_load[0]) - 61 / 3) < 1e-9
     assert res.termination == "optimal"
+
+
+def test_candidates_limit_which_experts_a_design_splits():
+    w = np.array([10.0, 10.0, 10.0, 1.0])
+    target = 31 / 3
+    without = np.array([True, True, True, False])                          # the 1 must stay whole
+    assert residues.balance_at(w, 3, 2, target, deadline=time.perf_counter() + 10, candidates=without) is None
+    rows = residues.balance_at(w, 3, 2, target, deadline=time.perf_counter() + 10, candidates=~without)
+    assert rows is not None and np.bincount(rows.ravel())[3] == 3
+
+
+def test_a_large_set_samples_its_candidates():
+    # 256 experts on 32 GPUs: too many for one design of every expert, enough for a sample.
+    assert not residues.design_room(256, 32, 9) >= 256
+    assert residues.fits(256, 32, 9)
+    assert not residues.fits(128, 64, 3)                # 64 GPUs: too few experts per design

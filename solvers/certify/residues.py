@@ -47,6 +47,9 @@ MAX_SPLIT = 16
 # CP-SAT needs about a minute for DeepSeek-V3's 256 experts on 32 GPUs (57 000 at counts
 # up to 8) and a few seconds for a 64-expert, 8-GPU node (3 600).
 MAX_DESIGN_VARS = 20_000
+# Larger sets consider a sample of this many experts or more per design (the ones the plan
+# already splits first); fewer would leave too few residues to choose from.
+MIN_CANDIDATES = 32
 # The packing walk gives up after this many steps per pair of GPUs without a lower overflow.
 STALL = 200
 
@@ -56,10 +59,19 @@ def integral(weights: np.ndarray) -> bool:
     return bool(np.all(weights == np.round(weights)) and np.all(np.abs(weights) < 2 ** 52))
 
 
+def _top(num_experts: int, num_gpus: int, slots: int) -> int:
+    """Largest replica count a design gives one expert."""
+    return max(1, min(num_gpus, num_gpus * slots - num_experts + 1, MAX_SPLIT))
+
+
+def design_room(num_experts: int, num_gpus: int, slots: int) -> int:
+    """How many experts a design of this set may consider splitting (MAX_DESIGN_VARS)."""
+    return min(num_experts, MAX_DESIGN_VARS // (_top(num_experts, num_gpus, slots) * num_gpus))
+
+
 def fits(num_experts: int, num_gpus: int, slots: int) -> bool:
-    """Whether the design model of this set is small enough to try (MAX_DESIGN_VARS)."""
-    top = min(num_gpus, num_gpus * slots - num_experts + 1, MAX_SPLIT)
-    return num_experts * max(top, 1) * num_gpus <= MAX_DESIGN_VARS
+    """Whether a design of this set can consider at least MIN_CANDIDATES experts (or all)."""
+    return design_room(num_experts, num_gpus, slots) >= min(num_experts, MIN_CANDIDATES)
 
 
 @lru_cache(maxsize=256)
@@ -70,12 +82,14 @@ def _combos(pool: int, take: int) -> np.ndarray:
 
 
 def design(weights: np.ndarray, num_gpus: int, slots: int, target: float, *, time_limit: float,
-           threads: int = 1, seed: int = 0) -> tuple[np.ndarray, np.ndarray] | None:
+           threads: int = 1, seed: int = 0, candidates: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """Residue design for max load ``target``: (counts [I], placed [I, n] 0/1: the GPUs
     that hold a replica of each expert the design places: every split one, and whole ones
     too heavy for the packing), or None (infeasible or not found in time).
 
-    weights: [I] integer loads of the set's experts; n = num_gpus GPUs of ``slots`` slots.
+    weights: [I] integer loads of the set's experts; n = num_gpus GPUs of ``slots`` slots;
+    candidates: [I] bool, the experts the design may split (default all, when the model
+    stays within MAX_DESIGN_VARS; heavy ones always).
     """
     from ortools.sat.python import cp_model
 
@@ -85,9 +99,7 @@ def design(weights: np.ndarray, num_gpus: int, slots: int, target: float, *, tim
         return None
     wi = [int(x) for x in weights]
     total = sum(wi)
-    top = min(n, extra + 1, MAX_SPLIT)
-    if not fits(I, n, slots):
-        return None
+    top = _top(I, n, S)
     D = math.lcm(*range(2, max(top, 2) + 1))
     cap_units = math.floor(target * D)                       # C' = cap_units / D <= target
     budget = n * cap_units - total * D                       # n (C' - B) in units of 1/D
@@ -107,10 +119,14 @@ def design(weights: np.ndarray, num_gpus: int, slots: int, target: float, *, tim
             return None
         need.append(c)
         heavy.append(w * D + (S - 1) * wmin * D > cap_units)
+    if candidates is None and I * top * n > MAX_DESIGN_VARS:
+        return None
+    free = np.ones(I, dtype=bool) if candidates is None else np.asarray(candidates, dtype=bool)
+    free = free | np.array(heavy) | (np.array(need) > 1)
     counts = range(1, top + 1)
     m = cp_model.CpModel()
     pick = {(i, c): m.new_bool_var("") for i in range(I) for c in counts
-            if c >= need[i] and (c > 1 or heavy[i])}
+            if free[i] and c >= need[i] and (c > 1 or heavy[i])}
     on = {(i, c, g): m.new_bool_var("") for (i, c) in pick for g in range(n)}
     for i in range(I):
         mine = [pick[i, c] for c in counts if (i, c) in pick]
@@ -198,11 +214,12 @@ def pack_whole(items: np.ndarray, caps: np.ndarray, room: np.ndarray, *, deadlin
 
 
 def balance_at(weights: np.ndarray, num_gpus: int, slots: int, target: float, *, deadline: float,
-               threads: int = 1, seed: int = 0) -> np.ndarray | None:
+               threads: int = 1, seed: int = 0, candidates: np.ndarray | None = None) -> np.ndarray | None:
     """A packing of the set with max GPU load <= ``target``: [n, S] local expert ids per
-    GPU, or None. weights: [I] integer loads."""
+    GPU, or None. weights: [I] integer loads; candidates: as in :func:`design`."""
     left = deadline - time.perf_counter()
-    found = design(weights, num_gpus, slots, target, time_limit=left, threads=threads, seed=seed)
+    found = design(weights, num_gpus, slots, target, time_limit=left, threads=threads, seed=seed,
+                   candidates=candidates)
     if found is None:
         return None
     counts, placed = found
@@ -222,31 +239,43 @@ def balance_gpus(weights: np.ndarray, experts: np.ndarray, *, deadline: float, t
     """Lower the max load of a closed set of GPUs by residue design and packing.
 
     weights: [I] integer loads of the experts held there; experts: [n, S] local expert id
-    of each slot (every replica of those experts is in the set). Bisects the target
-    between the mean B and the current max load; returns the best [n, S] found (``experts``
-    itself when nothing better is).
+    of each slot (every replica of those experts is in the set). Tries the mean B itself
+    (a plan there is optimal), then bisects the target between B and the current max
+    load; returns the best [n, S] found (``experts`` itself when nothing better is). Sets
+    too large for a design of every expert consider the experts the plan splits and a
+    random sample of the others, a new sample each try.
     """
     n, S = experts.shape
+    I = len(weights)
     w = weights.astype(np.float64)
-    counts = np.bincount(experts.ravel(), minlength=len(w))
+    counts = np.bincount(experts.ravel(), minlength=I)
 
     def max_load(rows: np.ndarray) -> float:
-        c = np.bincount(rows.ravel(), minlength=len(w))
+        c = np.bincount(rows.ravel(), minlength=I)
         return float((w / c)[rows].sum(1).max())
 
     best, value = experts, max_load(experts)
-    if not integral(weights) or counts.min() < 1 or not fits(len(w), n, S):
+    if not integral(weights) or counts.min() < 1 or not fits(I, n, S):
         return best
+    room = design_room(I, n, S)
+    rng = np.random.default_rng(seed)
     lo = float(w.sum()) / n
     attempt = 0
     while value > lo * (1 + 1e-12) and time.perf_counter() < deadline:
-        target = lo + (value - lo) * 0.5
+        target = lo if attempt == 0 else lo + (value - lo) * 0.5
+        candidates = None
+        if room < I:
+            split = np.bincount(best.ravel(), minlength=I) > 1
+            order = np.concatenate([rng.permutation(np.flatnonzero(split)), rng.permutation(np.flatnonzero(~split))])
+            candidates = np.zeros(I, dtype=bool)
+            candidates[order[:room]] = True
         now = time.perf_counter()
         stop = min(deadline, now + max(2.0, 0.5 * (deadline - now)))    # a hard target must not take it all
-        rows = balance_at(weights, n, S, target, deadline=stop, threads=threads, seed=seed + attempt)
+        rows = balance_at(weights, n, S, target, deadline=stop, threads=threads, seed=seed + attempt,
+                          candidates=candidates)
         attempt += 1
         if rows is not None and max_load(rows) < value:
             best, value = rows, max_load(rows)
-        else:
+        elif attempt > 1:
             lo = target                      # not a bound: only where the search looks next
     return best
