@@ -13,10 +13,11 @@ together as the time limit allows.
    exact three-GPU re-splits (:mod:`.repack`; up to S = 5), then count moves (one
    replica from a donor to an expert of the busiest GPU, repaired by the re-splits), all
    within the busiest GPU's node under the hierarchical policy so the plan keeps its
-   structure. There, with integer loads (token counts), the busiest node is then
-   re-balanced by residue design (:mod:`.residues`: which experts to split and where,
-   so that the GPUs' fractional parts fit, then the whole experts packed around them),
-   and CP-SAT's packing model (solvers.exact) repacks it for the plan's counts,
+   structure. With integer loads (token counts) the busiest node (global policy: all
+   GPUs, where the design model is small enough) is then re-balanced by residue design
+   (:mod:`.residues`: which experts to split and where, so that the GPUs' fractional
+   parts fit, then the whole experts packed around them); under the hierarchical policy
+   CP-SAT's packing model (solvers.exact) then repacks that node for the plan's counts,
    warm-started from it, in the time left.
 4. Hierarchical policy: the plan on the group-to-node assignment of the bound
    (:mod:`.hierarchical`) replaces the portfolio's where it is better (before step 3).
