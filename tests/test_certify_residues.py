@@ -113,3 +113,12 @@ def test_a_large_set_samples_its_candidates():
     assert not residues.design_room(256, 32, 9) >= 256
     assert residues.fits(256, 32, 9)
     assert not residues.fits(128, 64, 3)                # 64 GPUs: too few experts per design
+
+
+def test_large_integer_loads_keep_the_model_in_int64():
+    w = np.array([10.0, 10.0, 10.0, 1.0]) * 1e12 + np.array([0.0, 0.0, 0.0, 2.0])
+    start = np.array([[0, 3], [1, 3], [2, 2]])
+    rows = residues.balance_gpus(w, start, deadline=time.perf_counter() + 10)
+    _valid(w, rows, 3, 2)
+    assert _max_load(w, rows) <= _max_load(w, start)
+    assert abs(_max_load(w, rows) - w.sum() / 3) <= 1e-3 * w.sum() / 3

@@ -36,6 +36,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from fractions import Fraction
 from functools import lru_cache
 
 import numpy as np
@@ -101,7 +102,7 @@ def design(weights: np.ndarray, num_gpus: int, slots: int, target: float, *, tim
     total = sum(wi)
     top = _top(I, n, S)
     D = math.lcm(*range(2, max(top, 2) + 1))
-    cap_units = math.floor(target * D)                       # C' = cap_units / D <= target
+    cap_units = math.floor(Fraction(target) * D)             # C' = cap_units / D <= target, exactly
     budget = n * cap_units - total * D                       # n (C' - B) in units of 1/D
     if budget < 0:
         return None
@@ -150,7 +151,7 @@ def design(weights: np.ndarray, num_gpus: int, slots: int, target: float, *, tim
         wg = m.new_int_var(0, D - 1, "")
         m.add(frac_cap - resid - D * wrap == wg)               # wg = frac(C' - F_g) in units
         waste.append(wg)
-    m.add(sum(waste) <= budget)
+    m.add(sum(waste) <= min(budget, n * D))                  # waste < n D anyway; keeps int64
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(float(time_limit), 0.01)
     solver.parameters.num_workers = max(1, int(threads))
