@@ -17,7 +17,8 @@ target max load C:
    split load and its whole experts must fit in C - F_g; being integers they fit in
    floor(C - F_g), so a GPU *wastes* frac(C - F_g). The whole experts weigh W_n - sum F_g,
    which forces ``sum_g frac(C - F_g) <= n (C - B)``: a condition on residues only
-   (``(w mod c) * D / c`` in units of 1/D, D = lcm(2..n)). Experts too heavy to sit whole
+   (``(w mod c) * D / c`` in units of 1/D, D = lcm(2..c_max), c_max = min(n, spare slots
+   + 1, MAX_SPLIT)). Experts too heavy to sit whole
    beside the S - 1 lightest ones must split; split replicas leave room for the rest.
 2. **Packing** (a randomised walk of exact two-GPU re-splits): the whole experts go to the
    GPUs with exactly the slots the design left, each GPU within C - F_g; a pair of GPUs
@@ -25,8 +26,9 @@ target max load C:
    broken at random, until no GPU overflows.
 
 Either step can fail (the design is a necessary condition with restricted counts, the
-walk a heuristic), so nothing here proves a bound; :func:`balance_gpus` bisects C between
-B and the plan's max load and keeps a packing only when it is better. On the six
+walk a heuristic), so nothing here proves a bound; :func:`balance_gpus` tries C = B (a
+plan there is optimal), then bisects C between B and the plan's max load, and keeps a
+packing only when it is better. On the six
 DeepSeek-V3 prefill layers of ``benchmarks.certify_targets`` (hierarchical, busiest node:
 64 experts, 72 slots, 8 GPUs) a design at B + 0.2 tokens takes 2 - 7 s and the packing
 under 0.2 s.
@@ -44,9 +46,10 @@ import numpy as np
 # Largest replica count a design gives one expert (D = lcm(2..16) = 720720 keeps the
 # residue sums far inside int64).
 MAX_SPLIT = 16
-# Designs with more placement variables than this (experts x counts x GPUs) are not tried:
-# CP-SAT needs about a minute for DeepSeek-V3's 256 experts on 32 GPUs (57 000 at counts
-# up to 8) and a few seconds for a 64-expert, 8-GPU node (3 600).
+# Placement variables (experts x counts x GPUs) a design may have; a larger set considers
+# a sample of its experts. CP-SAT needed about a minute for all 256 DeepSeek-V3 experts on
+# 32 GPUs (57 000 at counts up to 8), 12 - 21 s for 36 of them, and a few seconds for a
+# 64-expert, 8-GPU node (4 096).
 MAX_DESIGN_VARS = 20_000
 # Larger sets consider a sample of this many experts or more per design (the ones the plan
 # already splits first); fewer would leave too few residues to choose from.
