@@ -115,10 +115,19 @@ def test_a_large_set_samples_its_candidates():
     assert not residues.fits(128, 64, 3)                # 64 GPUs: too few experts per design
 
 
-def test_large_integer_loads_keep_the_model_in_int64():
-    w = np.array([10.0, 10.0, 10.0, 1.0]) * 1e12 + np.array([0.0, 0.0, 0.0, 2.0])
-    start = np.array([[0, 3], [1, 3], [2, 2]])
+def test_large_integer_loads_are_handled_exactly():
+    # 1e12 tokens per expert: the target in units of 1/D must not round (float64 keeps 53 bits).
+    w = np.array([1e12, 1e12, 1e12, 2.0])
+    start = np.array([[0, 3], [1, 3], [2, 2]])                        # the 2 in halves: 1e12 + 1
     rows = residues.balance_gpus(w, start, deadline=time.perf_counter() + 10)
     _valid(w, rows, 3, 2)
-    assert _max_load(w, rows) <= _max_load(w, start)
-    assert abs(_max_load(w, rows) - w.sum() / 3) <= 1e-3 * w.sum() / 3
+    assert _max_load(w, rows) == 1e12 + 2 / 3                          # the mean: the 2 in thirds
+
+
+def test_a_gap_of_whole_tokens_is_left_to_the_packing_search():
+    w = np.array([10.0, 10.0, 10.0, 1.0]) * 100                          # start 100 tokens above the mean
+    start = np.array([[0, 3], [1, 3], [2, 2]])
+    assert _max_load(w, start) - w.sum() / 3 > residues.MAX_EXCESS_TOKENS
+    t = time.perf_counter()
+    assert np.array_equal(residues.balance_gpus(w, start, deadline=t + 30), start)
+    assert time.perf_counter() - t < 5
