@@ -73,7 +73,8 @@ def _available() -> bool:
 
 @register("certify", kind="exact", options=CERTIFY_OPTIONS, is_available=_available,
           requires="pip install pulp 'highspy==<the HiGHS version your ortools bundles>'",
-          description="portfolio plan polished by exact two- and three-GPU re-splits; at two slots per GPU a count "
+          description="portfolio plan polished by exact two- and three-GPU re-splits and, with token-count loads, "
+                      "a residue design that balances GPUs to a fraction of a token; at two slots per GPU a count "
                       "search with optimal pairing, a count-choice LP bound and a CP-SAT bisection on the "
                       "exact count-choice model that proves optima")
 def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float = 60.0, threads: int = 1,
