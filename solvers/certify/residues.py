@@ -18,8 +18,8 @@ target max load C:
    floor(C - F_g), so a GPU *wastes* frac(C - F_g). The whole experts weigh W_n - sum F_g,
    which forces ``sum_g frac(C - F_g) <= n (C - B)``: a condition on residues only
    (``(w mod c) * D / c`` in units of 1/D, D = lcm(2..c_max), c_max = min(n, spare slots
-   + 1, MAX_SPLIT)). Experts too heavy to sit whole
-   beside the S - 1 lightest ones must split; split replicas leave room for the rest.
+   + 1, MAX_SPLIT)). Experts too heavy for the packing (not fitting whole beside the S - 1
+   lightest ones) are placed by the design, whole or split.
 2. **Packing** (a randomised walk of exact two-GPU re-splits): the whole experts go to the
    GPUs with exactly the slots the design left, each GPU within C - F_g; a pair of GPUs
    is re-split (every split enumerated) to lower the larger of their two overflows, ties
@@ -147,8 +147,8 @@ def design(weights: np.ndarray, num_gpus: int, slots: int, target: float | Fract
     m.add(sum((c - 1) * v for (i, c), v in pick.items()) == extra)
     frac_cap = cap_units % D
     waste = []
+    here = list(pick)
     for g in range(n):
-        here = [(i, c) for (i, c) in pick]
         held = sum(on[i, c, g] for i, c in here)
         m.add(held <= S)
         # The split load's integer part plus the whole experts still to come fit under C'.
