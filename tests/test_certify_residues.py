@@ -131,3 +131,10 @@ def test_a_gap_of_whole_tokens_is_left_to_the_packing_search():
     t = time.perf_counter()
     assert np.array_equal(residues.balance_gpus(w, start, deadline=t + 30), start)
     assert time.perf_counter() - t < 5
+
+
+def test_a_hint_from_the_plan_is_accepted_and_changes_no_answer():
+    w = np.array([10.0, 10.0, 10.0, 1.0])
+    start = np.array([[0, 3], [1, 3], [2, 2]])
+    for target, found in ((31 / 3, True), (31 / 3 * (1 - 1e-9), False)):
+        assert (residues.design(w, 3, 2, target, time_limit=5, hint=start) is not None) is found

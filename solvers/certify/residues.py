@@ -90,14 +90,16 @@ def _combos(pool: int, take: int) -> np.ndarray:
 
 
 def design(weights: np.ndarray, num_gpus: int, slots: int, target: float | Fraction, *, time_limit: float,
-           threads: int = 1, seed: int = 0, candidates: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+           threads: int = 1, seed: int = 0, candidates: np.ndarray | None = None,
+           hint: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """Residue design for max load ``target``: (counts [I], placed [I, n] 0/1: the GPUs
     that hold a replica of each expert the design places: every split one, and whole ones
     too heavy for the packing), or None (infeasible or not found in time).
 
     weights: [I] integer loads of the set's experts; n = num_gpus GPUs of ``slots`` slots;
     candidates: [I] bool, the experts the design may split (default all, when the model
-    stays within MAX_DESIGN_VARS; heavy ones always).
+    stays within MAX_DESIGN_VARS; heavy ones always); hint: [n, S] a plan of the set (local
+    expert ids), given to CP-SAT as a starting point: where its experts sit.
     """
     from ortools.sat.python import cp_model
 
@@ -159,6 +161,14 @@ def design(weights: np.ndarray, num_gpus: int, slots: int, target: float | Fract
         m.add(frac_cap - resid - D * wrap == wg)               # wg = frac(C' - F_g) in units
         waste.append(wg)
     m.add(sum(waste) <= min(budget, n * D))                  # waste < n D anyway; keeps int64
+    if hint is not None:
+        held = np.zeros((I, n), dtype=np.int64)
+        np.add.at(held, (hint, np.arange(n)[:, None].repeat(hint.shape[1], 1)), 1)   # [I, n] replicas per GPU
+        had = held.sum(1)
+        for (i, c), v in pick.items():
+            m.add_hint(v, int(had[i] == c))
+            for g in range(n):
+                m.add_hint(on[i, c, g], int(had[i] == c and held[i, g] > 0))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(float(time_limit), 0.01)
     solver.parameters.num_workers = max(1, int(threads))
@@ -223,12 +233,13 @@ def pack_whole(items: np.ndarray, caps: np.ndarray, room: np.ndarray, *, deadlin
 
 
 def balance_at(weights: np.ndarray, num_gpus: int, slots: int, target: float | Fraction, *, deadline: float,
-               threads: int = 1, seed: int = 0, candidates: np.ndarray | None = None) -> np.ndarray | None:
+               threads: int = 1, seed: int = 0, candidates: np.ndarray | None = None,
+               hint: np.ndarray | None = None) -> np.ndarray | None:
     """A packing of the set with max GPU load <= ``target``: [n, S] local expert ids per
-    GPU, or None. weights: [I] integer loads; candidates: as in :func:`design`."""
+    GPU, or None. weights: [I] integer loads; candidates, hint: as in :func:`design`."""
     left = deadline - time.perf_counter()
     found = design(weights, num_gpus, slots, target, time_limit=left, threads=threads, seed=seed,
-                   candidates=candidates)
+                   candidates=candidates, hint=hint)
     if found is None:
         return None
     counts, placed = found
@@ -285,7 +296,7 @@ def balance_gpus(weights: np.ndarray, experts: np.ndarray, *, deadline: float, t
         now = time.perf_counter()
         stop = min(deadline, now + max(2.0, 0.5 * (deadline - now)))    # a hard target must not take it all
         rows = balance_at(weights, n, S, target, deadline=stop, threads=threads, seed=seed + attempt,
-                          candidates=candidates)
+                          candidates=candidates, hint=best)
         attempt += 1
         if rows is not None and max_load(rows) < value:
             best, value = rows, max_load(rows)
