@@ -264,7 +264,9 @@ def balance_gpus(weights: np.ndarray, experts: np.ndarray, *, deadline: float, t
     load; returns the best [n, S] found (``experts`` itself when nothing better is, or when
     the max load is more than MAX_EXCESS_TOKENS above the mean). Sets
     too large for a design of every expert consider the experts the plan splits and a
-    random sample of the others, a new sample each try.
+    random sample of the others, a new sample each try, with the plan as CP-SAT's hint
+    (it helped there, 9 s against nothing in 40 s on a Zipf DeepSeek-V3 layer; on whole
+    8-GPU sets it cost proofs: 17 proven suite instances against 21).
     """
     n, S = experts.shape
     I = len(weights)
@@ -296,7 +298,7 @@ def balance_gpus(weights: np.ndarray, experts: np.ndarray, *, deadline: float, t
         now = time.perf_counter()
         stop = min(deadline, now + max(2.0, 0.5 * (deadline - now)))    # a hard target must not take it all
         rows = balance_at(weights, n, S, target, deadline=stop, threads=threads, seed=seed + attempt,
-                          candidates=candidates, hint=best)
+                          candidates=candidates, hint=None if candidates is None else best)
         attempt += 1
         if rows is not None and max_load(rows) < value:
             best, value = rows, max_load(rows)
