@@ -137,9 +137,9 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
                 _, experts = polish_three(loads, experts, deadline=layer_end)
                 experts = count_moves(w[layer], experts, deadline=layer_end)
                 p2l[layer] = experts.reshape(-1)
-                if residues.fits(E, P, S):      # all GPUs as one set, where the design is small enough
-                    p2l[layer] = _balance_busiest_node(p2l[layer], w[layer], torch.zeros(P, dtype=torch.long),
-                                                       layer_end, threads, seed + layer)
+                # all GPUs as one set (residues.balance_gpus leaves sets too large for a design alone)
+                p2l[layer] = _balance_busiest_node(p2l[layer], w[layer], torch.zeros(P, dtype=torch.long),
+                                                   layer_end, threads, seed + layer)
             else:
                 loads, experts = polish(loads, experts, deadline=now + (layer_end - now) * 0.2, group=node)
                 _, experts = polish_three(loads, experts, deadline=now + (layer_end - now) * 0.3, group=node)

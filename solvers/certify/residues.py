@@ -162,13 +162,13 @@ def design(weights: np.ndarray, num_gpus: int, slots: int, target: float | Fract
         waste.append(wg)
     m.add(sum(waste) <= min(budget, n * D))                  # waste < n D anyway; keeps int64
     if hint is not None:
-        held = np.zeros((I, n), dtype=np.int64)
-        np.add.at(held, (hint, np.arange(n)[:, None].repeat(hint.shape[1], 1)), 1)   # [I, n] replicas per GPU
-        had = held.sum(1)
+        per_gpu = np.zeros((I, n), dtype=np.int64)                       # [I, n] the hint's replicas per GPU
+        np.add.at(per_gpu, (hint, np.arange(n)[:, None].repeat(hint.shape[1], 1)), 1)
+        had = per_gpu.sum(1)
         for (i, c), v in pick.items():
             m.add_hint(v, int(had[i] == c))
             for g in range(n):
-                m.add_hint(on[i, c, g], int(had[i] == c and held[i, g] > 0))
+                m.add_hint(on[i, c, g], int(had[i] == c and per_gpu[i, g] > 0))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(float(time_limit), 0.01)
     solver.parameters.num_workers = max(1, int(threads))
