@@ -324,23 +324,42 @@ def cumulative_bytes_figure(runs: Mapping[str, tuple[np.ndarray, np.ndarray]], u
     return fig
 
 
+SETTING_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "pentagon", "star", "triangle-down")
+
+
 def frontier_figure(rows: pd.DataFrame, frontier_names: Sequence[str], unit: str = "GB") -> go.Figure:
     """Bytes moved against realised mean imbalance, one point per setting; the settings no
-    other beats on both (``frontier_names``) are joined by a line. rows: ``setting``,
-    ``mean_imbalance``, ``total_bytes`` (or ``total_moves`` when unit is "moves")."""
+    other beats on both (``frontier_names``) are ringed and joined by a dotted line. rows:
+    ``setting``, ``mean_imbalance``, ``total_bytes`` (or ``total_moves`` when unit is "moves").
+
+    Each setting is its own legend entry, coloured as the k-th line of the other Over-time
+    charts (row k gets ``color_for(k)``) with its own symbol, rather than a text label by
+    its point: settings that move about as much and balance about as well sit on top of one
+    another, and a label by a point at the edge of the plot is cut off. The x axis is
+    logarithmic when every setting moves something and the most moves 10x the least (every
+    N against migration-aware settings often spans decades; linear, those crowd at 0)."""
     x = rows["total_bytes"].astype(float) / 1e9 if unit == "GB" else rows["total_moves"].astype(float)
+    y = rows["mean_imbalance"].astype(float)
     on = rows["setting"].isin(list(frontier_names))
-    fig = go.Figure(go.Scatter(x=x, y=rows["mean_imbalance"], mode="markers+text", text=rows["setting"],
-                               textposition=["top center" if k % 2 == 0 else "bottom center" for k in range(len(rows))],
-                               name="settings", cliponaxis=False,
-                               marker={"size": 11, "color": [PALETTE[1] if f else PALETTE[0] for f in on]},
-                               hovertemplate="%{text}<br>%{x:,.2f} " + unit + " · imbalance %{y:.4f}<extra></extra>"))
-    front = rows[on].assign(_x=x[on]).sort_values("_x")
-    fig.add_trace(go.Scatter(x=front["_x"], y=front["mean_imbalance"], mode="lines", name="frontier",
-                             line={"color": PALETTE[1], "dash": "dot"}, hoverinfo="skip"))
-    fig.update_layout(template=TEMPLATE, xaxis={"title": f"{unit} moved in all"},
-                      yaxis={"title": "realised mean imbalance"}, height=380, margin={"t": 30, "b": 40},
-                      showlegend=False)
+    fig = go.Figure()
+    for k, (name, xk, yk, fk) in enumerate(zip(rows["setting"], x, y, on)):
+        fig.add_trace(go.Scatter(
+            x=[xk], y=[yk], mode="markers", name=str(name), legendgroup=str(name),
+            marker={"size": 11, "color": color_for(k), "symbol": SETTING_SYMBOLS[k % len(SETTING_SYMBOLS)],
+                    "opacity": 0.9, "line": {"color": "white", "width": 1}},
+            customdata=[[str(name), "on the frontier" if fk else "not on the frontier"]],
+            hovertemplate="%{customdata[0]}<br>%{x:,.2f} " + unit + " · imbalance %{y:.4f}<br>%{customdata[1]}"
+                          "<extra></extra>"))
+    front = pd.DataFrame({"x": x[on], "y": y[on]}).sort_values("x")
+    fig.add_trace(go.Scatter(x=front["x"], y=front["y"], mode="lines+markers", name="frontier",
+                             line={"color": "#444", "dash": "dot", "width": 1.5},
+                             marker={"symbol": "circle-open", "size": 19, "color": "#444", "line": {"width": 1.5}},
+                             hoverinfo="skip"))
+    log = bool(len(x) > 1 and (x > 0).all() and x.max() >= 10 * x.min())
+    fig.update_layout(template=TEMPLATE, xaxis={"title": f"{unit} moved in all" + (" (log scale)" if log else ""),
+                                                "type": "log" if log else "linear"},
+                      yaxis={"title": "realised mean imbalance"}, height=340, margin={"t": 30, "b": 40},
+                      legend={"orientation": "h", "y": -0.2, "yanchor": "top", "x": 0})
     return fig
 
 

@@ -239,8 +239,38 @@ def test_over_time_figures_plot_the_replay():
     rows = pd.DataFrame({"setting": ["x", "y", "z"], "mean_imbalance": [1.2, 1.1, 1.3],
                          "total_bytes": [1e9, 5e9, 6e9], "total_moves": [1, 5, 6]})
     front = figures.frontier_figure(rows, ["x", "y"])
-    assert list(front.data[1].x) == [1.0, 5.0]                      # the frontier line, by bytes
-    assert front.data[0].marker.color[2] != front.data[0].marker.color[0]
+    line = next(t for t in front.data if t.name == "frontier")
+    assert list(line.x) == [1.0, 5.0]                               # the frontier line, by bytes
+
+
+def test_frontier_figure_names_every_setting_in_the_legend_not_in_text():
+    """Settings that move about as much and balance about as well crowd one spot, and a text
+    label by a point at the right edge is cut off: each setting is a legend entry with the
+    colour of its line in the other Over-time charts and a symbol of its own, no text."""
+    names = ["every 50", "every 50, migration 1%", "every 50, migration 1% + budget", "every 10", "threshold 1.25"]
+    rows = pd.DataFrame({"setting": names, "mean_imbalance": [1.7005, 1.7009, 1.7609, 1.3432, 1.4583],
+                         "total_bytes": [143.4e9, 71.8e9, 35.5e9, 893.7e9, 4734.6e9],
+                         "total_moves": [11395, 5707, 2820, 71028, 376270]})
+    for unit in ("GB", "moves"):
+        fig = figures.frontier_figure(rows, names[:4], unit)
+        points = [t for t in fig.data if t.name != "frontier"]
+        assert [t.name for t in points] == names
+        assert all(t.showlegend is not False for t in fig.data) and fig.layout.showlegend is not False
+        assert not any("text" in (t.mode or "") for t in fig.data) and not fig.layout.annotations
+        assert [t.marker.color for t in points] == [figures.color_for(k) for k in range(len(names))]
+        assert len({(t.marker.color, t.marker.symbol) for t in points}) == len(names)
+        ring = next(t for t in fig.data if t.name == "frontier")
+        assert len(ring.x) == 4 and ring.marker.symbol == "circle-open"
+        scale = 1e9 if unit == "GB" else 1.0
+        col = "total_bytes" if unit == "GB" else "total_moves"
+        for t, r in zip(points, rows.itertuples()):
+            assert t.x[0] == pytest.approx(getattr(r, col) / scale) and t.y[0] == r.mean_imbalance
+            assert r.setting in t.customdata[0][0]
+        assert fig.layout.xaxis.type == "log"                       # 35 GB to 4.7 TB: the every-50 trio apart
+    none = rows.assign(total_bytes=[0.0, 71.8e9, 35.5e9, 893.7e9, 4734.6e9])
+    assert figures.frontier_figure(none, names[:4]).layout.xaxis.type == "linear"    # a zero has no log
+    near = rows.assign(total_bytes=[143.4e9, 71.8e9, 35.5e9, 93.7e9, 134.6e9])
+    assert figures.frontier_figure(near, names[:4]).layout.xaxis.type == "linear"    # under 10x: linear
 
 
 def test_even_split_microbatch_imbalance_is_the_scorers_per_step():

@@ -133,7 +133,7 @@ def _show(results: dict, has_bytes: bool) -> None:
     c1, c2 = st.columns(2)
     c1.markdown(f"**Cumulative {unit} moved**")
     c1.plotly_chart(figures.cumulative_bytes_figure(cum, unit), width="stretch", key=f"{PAGE}:chart:bytes")
-    c2.markdown(f"**{unit} moved against realised imbalance** (red: the frontier)")
+    c2.markdown(f"**{unit} moved against realised imbalance** (ringed and dotted: the frontier)")
     c2.plotly_chart(figures.frontier_figure(rows, front, unit), width="stretch", key=f"{PAGE}:chart:frontier")
     _rebalances(results)
 
