@@ -344,7 +344,7 @@ def frontier_figure(rows: pd.DataFrame, frontier_names: Sequence[str], unit: str
     fig = go.Figure()
     for k, (name, xk, yk, fk) in enumerate(zip(rows["setting"], x, y, on)):
         fig.add_trace(go.Scatter(
-            x=[xk], y=[yk], mode="markers", name=str(name), legendgroup=str(name),
+            x=[xk], y=[yk], mode="markers", name=str(name),
             marker={"size": 11, "color": color_for(k), "symbol": SETTING_SYMBOLS[k % len(SETTING_SYMBOLS)],
                     "opacity": 0.9, "line": {"color": "white", "width": 1}},
             customdata=[[str(name), "on the frontier" if fk else "not on the frontier"]],
