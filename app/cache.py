@@ -15,7 +15,12 @@ import streamlit as st
 import torch
 
 from . import loads as loads_mod
-from .compute import Cluster, HeldOut, Outcome, held_out, run_solver
+from solvers import Cluster, Problem
+from solvers.cluster import CLUSTERS
+from solvers.dynamics import simulate as run_simulation
+
+from .cluster import DEFAULT_CLUSTER, expert_groups
+from .compute import HeldOut, Outcome, held_out, run_solver
 
 
 @st.cache_data(show_spinner="Reading the dataset...", max_entries=16)
@@ -43,9 +48,9 @@ def options_key(options: dict[str, Any]) -> tuple:
 
 
 @st.cache_data(show_spinner=False, max_entries=128)
-def _solve(weights_sha: str, cluster: tuple, solver: str, options: tuple, extra_key: tuple, _weights: torch.Tensor,
+def _solve(weights_sha: str, shape: tuple, solver: str, options: tuple, extra_key: tuple, _problem: Problem,
            _extra: dict[str, Any]) -> Outcome:
-    return run_solver(Cluster(*cluster).problem(_weights), solver, {**dict(options), **_extra})
+    return run_solver(_problem, solver, {**dict(options), **_extra})
 
 
 def _extra_key(extra: dict[str, Any]) -> tuple:
@@ -55,13 +60,12 @@ def _extra_key(extra: dict[str, Any]) -> tuple:
     return tuple(sorted((k, sha(v)) for k, v in extra.items()))
 
 
-def solve(weights: torch.Tensor, cluster: Cluster, solver: str, options: dict[str, Any],
-          extra: dict[str, Any] | None = None) -> Outcome:
-    """:func:`app.compute.run_solver`, cached by the weights' content, cluster, solver and
-    options. ``extra``: free-form options (tensors or plans), keyed by their content."""
+def solve(problem: Problem, solver: str, options: dict[str, Any], extra: dict[str, Any] | None = None) -> Outcome:
+    """:func:`app.compute.run_solver`, cached by the loads' content, the cluster, the solver
+    and options. ``extra``: free-form options (tensors or plans), keyed by their content."""
     extra = extra or {}
-    return _solve(loads_mod.content_hash(weights), _cluster_key(cluster), solver, options_key(options),
-                  _extra_key(extra), weights, extra)
+    return _solve(loads_mod.content_hash(problem.weights), _shape_key(problem), solver, options_key(options),
+                  _extra_key(extra), problem, extra)
 
 
 @st.cache_resource(show_spinner=False, max_entries=128)
@@ -82,30 +86,31 @@ def gpu_figure(problem, result, layer: int):
     return _gpu_figure(loads_mod.content_hash(*parts), title, problem.num_gpus, problem.num_nodes, *parts)
 
 
-def is_solved(weights: torch.Tensor, cluster: Cluster, solver: str, options: dict[str, Any]) -> bool:
+def is_solved(problem: Problem, solver: str, options: dict[str, Any]) -> bool:
     """Whether this session already solved it (an exact solver then shows its cached plan
     without waiting for the Run button)."""
-    key = (loads_mod.content_hash(weights), _cluster_key(cluster), solver, options_key(options))
+    key = (loads_mod.content_hash(problem.weights), _shape_key(problem), solver, options_key(options))
     return key in st.session_state.setdefault("_solved", set())
 
 
-def mark_solved(weights: torch.Tensor, cluster: Cluster, solver: str, options: dict[str, Any]) -> None:
-    key = (loads_mod.content_hash(weights), _cluster_key(cluster), solver, options_key(options))
+def mark_solved(problem: Problem, solver: str, options: dict[str, Any]) -> None:
+    key = (loads_mod.content_hash(problem.weights), _shape_key(problem), solver, options_key(options))
     st.session_state.setdefault("_solved", set()).add(key)
 
 
 @st.cache_data(show_spinner=False, max_entries=128)
-def _held_out(weights_sha: str, plan_sha: str, cluster: tuple, _weights: torch.Tensor, _plan) -> HeldOut:
-    return held_out(Cluster(*cluster).problem(_weights), _plan)
+def _held_out(weights_sha: str, plan_sha: str, shape: tuple, _problem: Problem, _plan) -> HeldOut:
+    return held_out(_problem, _plan)
 
 
-def held_out_score(weights: torch.Tensor, cluster: Cluster, plan) -> HeldOut:
-    return _held_out(loads_mod.content_hash(weights), loads_mod.content_hash(plan.phy2log), _cluster_key(cluster),
-                     weights, plan)
+def held_out_score(problem: Problem, plan) -> HeldOut:
+    """``plan`` scored on ``problem`` (held-out loads), cached by content."""
+    return _held_out(loads_mod.content_hash(problem.weights), loads_mod.content_hash(plan.phy2log),
+                     _shape_key(problem), problem, plan)
 
 
-def _cluster_key(cluster: Cluster) -> tuple:
-    return (cluster.num_replicas, cluster.num_groups, cluster.num_nodes, cluster.num_gpus)
+def _shape_key(problem: Problem) -> tuple:
+    return (problem.cluster.id, problem.num_groups)
 
 
 @st.cache_data(show_spinner="Reading benchmark results...", max_entries=4)
@@ -127,18 +132,17 @@ def results_stamp(directory: str) -> float:
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def _simulate(trace_sha: str, cluster: tuple, solver: str, setting: tuple, expert_bytes: int | None,
-              _trace: torch.Tensor):
-    from solvers.dynamics import simulate as run
-
-    return run(_trace, solver=solver, expert_bytes=expert_bytes, **dict(setting),
-               **dict(zip(("num_replicas", "num_groups", "num_nodes", "num_gpus"), cluster)))
+def _simulate(trace_sha: str, shape: tuple, solver: str, setting: tuple, expert_bytes: int | None,
+              _trace: torch.Tensor, _cluster: Cluster, _groups: int):
+    return run_simulation(_trace, cluster=_cluster, num_groups=_groups, solver=solver, expert_bytes=expert_bytes,
+                          **dict(setting))
 
 
-def simulate(trace: torch.Tensor, cluster: Cluster, solver: str, setting: dict[str, Any], expert_bytes: int | None):
+def simulate(trace: torch.Tensor, cluster: Cluster, groups: int, solver: str, setting: dict[str, Any],
+             expert_bytes: int | None):
     """:func:`solvers.dynamics.simulate` of ``trace [T, L, E]``, cached by content and settings."""
-    return _simulate(loads_mod.content_hash(trace), _cluster_key(cluster), solver, options_key(setting), expert_bytes,
-                     trace)
+    return _simulate(loads_mod.content_hash(trace), (cluster.id, groups), solver, options_key(setting), expert_bytes,
+                     trace, cluster, groups)
 
 
 @st.cache_data(show_spinner="Dispatching the micro-batches...", max_entries=32)
@@ -154,15 +158,13 @@ def microbatch_imbalance(plan, tokens: torch.Tensor, num_gpus: int, model: str) 
                        plan, tokens)
 
 
-def default_explore_inputs() -> tuple[torch.Tensor, Cluster, str, dict[str, Any]]:
-    """(weights [L, E], cluster, solver, options) of the Explore page as it first opens: the
-    default dataset's whole trace on the default cluster preset with ``deepseek`` (the
-    sidebar's defaults, in app.widgets)."""
-    from .cluster import CLUSTER_PRESETS, DEFAULT_CLUSTER, expert_groups
-
+def default_explore_inputs() -> tuple[Problem, str, dict[str, Any]]:
+    """(problem, solver, options) of the Explore page as it first opens: the default
+    dataset's whole trace on the default cluster preset with ``deepseek`` (the sidebar's
+    defaults, in app.widgets)."""
     loads = dataset(loads_mod.DEFAULT_DATASET)
-    preset = CLUSTER_PRESETS[DEFAULT_CLUSTER]
-    slots = preset.gpus * preset.slots_per_gpu(loads.num_experts)
-    cluster = Cluster(slots, expert_groups(loads.num_groups, loads.model), preset.nodes, preset.gpus)
-    return loads.window(0, loads.num_steps), cluster, "deepseek", {}
+    cluster = CLUSTERS[DEFAULT_CLUSTER].cluster(loads.num_experts)
+    problem = Problem(loads.window(0, loads.num_steps), cluster=cluster,
+                      num_groups=expert_groups(loads.num_groups, loads.model))
+    return problem, "deepseek", {}
 

@@ -1,6 +1,7 @@
 """What the pages compute, as plain functions of tensors (no Streamlit; the pages cache them).
 
-A :class:`Cluster` plus loads make a :class:`solvers.Problem`; :func:`run_solver` is
+The sidebar's :class:`solvers.Cluster` and expert groups plus loads make a
+:class:`solvers.Problem`; :func:`run_solver` is
 :func:`solvers.solve` plus the gap within the plan's own policy; :func:`held_out` scores a
 plan on loads it was not planned on. Tables for the pages come from :func:`metric_cards`,
 :func:`plan_table` and :func:`compare_row`.
@@ -20,28 +21,6 @@ from solvers.bounds import structure_bound
 from solvers.plan import Plan
 from solvers.result import ratio_gap
 from solvers.scoring import Score
-
-
-@dataclass(frozen=True)
-class Cluster:
-    """The cluster shape: R slots in all, G expert groups, N nodes, P GPUs."""
-
-    num_replicas: int
-    num_groups: int
-    num_nodes: int
-    num_gpus: int
-
-    def problem(self, weights: torch.Tensor) -> Problem:
-        """weights: [layers, experts]; raises ProblemError for an impossible shape."""
-        return Problem(weights, self.num_replicas, self.num_groups, self.num_nodes, self.num_gpus)
-
-    def describe(self) -> str:
-        """One line for captions; a shape that does not divide evenly (the page then shows
-        the library's error) is described as given, never with a rounded-down factor."""
-        N, P, R = self.num_nodes, self.num_gpus, self.num_replicas
-        gpus = f"{N} node(s) x {P // N} GPUs = {P} GPUs" if N > 0 and P % N == 0 else f"{N} node(s), {P} GPUs"
-        slots = f"{R} slots ({R // P} per GPU)" if P > 0 and R % P == 0 else f"{R} slots"
-        return f"{gpus}, {slots}, {self.num_groups} expert group(s)"
 
 
 @dataclass(frozen=True)

@@ -60,11 +60,11 @@ def warm() -> None:
         from app import cache, figures
         from app.compute import worst_layer
 
-        weights, cluster, solver, options = cache.default_explore_inputs()
-        outcome = cache.solve(weights, cluster, solver, options)     # the page's first solve, cached
+        problem, solver, options = cache.default_explore_inputs()
+        outcome = cache.solve(problem, solver, options)               # the page's first solve, cached
         result = outcome.result
-        cache.gpu_figure(cluster.problem(weights), result, worst_layer(result)).to_json()   # as the page opens
-        figures.load_heatmap(result.score.gpu_load, cluster.num_nodes).to_json()
+        cache.gpu_figure(problem, result, worst_layer(result)).to_json()   # as the page opens
+        figures.load_heatmap(result.score.gpu_load, problem.num_nodes).to_json()
     except Exception:  # noqa: BLE001  see the docstring
         pass
     finally:

@@ -13,11 +13,10 @@ import streamlit as st
 from solvers import get_solver, solver_names
 from solvers.errors import EPLBError
 from solvers.options import Option
-from solvers.workloads.presets import PRESETS
+from solvers.cluster import CLUSTERS, MODELS, Cluster
 
 from . import cache
-from .cluster import CLUSTER_PRESETS, CUSTOM, DEFAULT_CLUSTER, expert_groups, matching_models, model_label
-from .compute import Cluster
+from .cluster import CUSTOM, DEFAULT_CLUSTER, expert_groups, matching_models, model_label
 from .loads import DEFAULT_DATASET, UPLOAD_SUFFIXES, Loads
 
 SOURCES = ("Dataset", "Generate", "Upload")
@@ -50,7 +49,7 @@ def loads_picker(page: str, default_dataset: str = DEFAULT_DATASET) -> Loads | N
                                 help="the shipped catalog (`eplb datasets`)")
             return cache.dataset(name)
         if source == "Generate":
-            models = list(PRESETS)
+            models = list(MODELS)
             model = st.selectbox("Model", models, format_func=model_label, key=f"{page}:gen_model")
             scenario = st.selectbox("Scenario", list(SCENARIOS), index=list(SCENARIOS).index("skewed"),
                                     key=f"{page}:gen_scenario", help=SCENARIOS["skewed"].description)
@@ -74,6 +73,10 @@ def loads_picker(page: str, default_dataset: str = DEFAULT_DATASET) -> Loads | N
     except EPLBError as exc:
         show_error(exc)
         return None
+
+
+def describe_cluster(cluster: Cluster, groups: int) -> str:
+    return f"{cluster.describe()}, {groups} expert group(s)"
 
 
 def describe_loads(loads: Loads) -> str:
@@ -103,24 +106,26 @@ def window_picker(page: str, loads: Loads, label: str = "Steps to plan on",
 
 def _fill_cluster(page: str, num_experts: int) -> None:
     """Callback: a cluster preset fills nodes, GPUs and slots per GPU."""
-    preset = CLUSTER_PRESETS.get(st.session_state[f"{page}:cluster"])
+    preset = CLUSTERS.get(st.session_state[f"{page}:cluster"])
     if preset is None:
         return
     st.session_state[f"{page}:nodes"] = preset.nodes
     st.session_state[f"{page}:gpus"] = preset.gpus
-    st.session_state[f"{page}:slots"] = preset.slots_per_gpu(num_experts)
+    st.session_state[f"{page}:slots"] = preset.replicas(num_experts) // preset.gpus
 
 
 def _fill_groups(page: str) -> None:
     """Callback: a model preset fills the expert groups."""
-    preset = PRESETS.get(st.session_state[f"{page}:model"])
+    preset = MODELS.get(st.session_state[f"{page}:model"])
     if preset is not None:
         st.session_state[f"{page}:groups"] = preset.num_groups
 
 
-def cluster_picker(page: str, loads: Loads, default_cluster: str = DEFAULT_CLUSTER) -> tuple[Cluster, str | None]:
-    """(cluster, model preset key or None) from the sidebar. Sizes are validated by the
-    library when the problem is built (an impossible cluster shows its error there)."""
+def cluster_picker(page: str, loads: Loads, default_cluster: str = DEFAULT_CLUSTER
+                   ) -> tuple[Cluster | None, int, str | None]:
+    """(cluster, expert groups, model preset key or None) from the sidebar. The cluster is
+    None when its shape is impossible (the library's error is shown); the groups are checked
+    against the loads when the problem is built."""
     E = loads.num_experts
     st.subheader("Cluster")
     models = matching_models(E)
@@ -130,9 +135,10 @@ def cluster_picker(page: str, loads: Loads, default_cluster: str = DEFAULT_CLUST
                          format_func=lambda k: "(none)" if k == "(none)" else model_label(k),
                          on_change=_fill_groups, args=(page,),
                          help=f"presets with {E} experts; fills the expert groups and the dense layers of exports")
-    labels = list(CLUSTER_PRESETS) + [CUSTOM]
+    names = list(CLUSTERS) + [CUSTOM]
     preset_key = f"{page}:cluster"
-    st.selectbox("Cluster preset", labels, index=labels.index(default_cluster), key=preset_key,
+    st.selectbox("Cluster preset", names, index=names.index(default_cluster), key=preset_key,
+                 format_func=lambda k: CLUSTERS[k].label if k in CLUSTERS else k,
                  on_change=_fill_cluster, args=(page, E))
     # First render, new expert count, or widgets dropped by a run that did not draw them
     # (Streamlit forgets a widget's state then): fill from the presets.
@@ -153,7 +159,13 @@ def cluster_picker(page: str, loads: Loads, default_cluster: str = DEFAULT_CLUST
                                   "policy keeps whole groups on one node")
     st.caption(f"{int(gpus) * int(slots)} slots for {E} experts "
                f"({int(gpus) * int(slots) - E} redundant)")
-    return Cluster(int(gpus) * int(slots), int(groups), int(nodes), int(gpus)), (model if model in PRESETS else None)
+    model = model if model in MODELS else None
+    try:
+        cluster = Cluster(int(nodes), int(gpus), int(gpus) * int(slots))
+    except EPLBError as exc:
+        show_error(exc)
+        return None, int(groups), model
+    return cluster, int(groups), model
 
 
 # ---------------------------------------------------------------------------------------

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", nargs="*", default=None, help="suite: model presets to run (default: all)")
     ap.add_argument("--scenarios", nargs="*", default=["mild", "skewed", "drifting"], help="suite: scenarios")
     ap.add_argument("--shapes", nargs="*", default=["decode-ep64", "decode-ep144"],
-                    help="suite: cluster shapes (solvers.bench.instances.SHAPES)")
+                    help="suite: cluster shapes (solvers.cluster.CLUSTERS)")
     ap.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
     ap.add_argument("--layers", type=int, default=1)
     ap.add_argument("--time-limit", type=float, default=60.0, help="seconds per layer")

@@ -36,7 +36,7 @@ from solvers.dynamics import simulate, step_scores
 from solvers.dynamics.commands import MODEL_CLUSTERS
 from solvers.dynamics.sweep import frontier_table, suggest, sweep
 from solvers.workloads import generate, load_dataset
-from solvers.workloads.presets import get_preset
+from solvers.cluster import get_model
 
 DATASETS = {          # dataset: (model, rebalance period = planning window, in steps)
     "olmoe-1b-7b-drifting": ("olmoe-1b-7b", 20),
@@ -61,7 +61,7 @@ def load() -> str:
 def cluster(model: str, num_experts: int) -> dict[str, int]:
     nodes, gpus = MODEL_CLUSTERS[model]
     slots = gpus * -(-(num_experts + gpus) // gpus)
-    return {"num_replicas": slots, "num_groups": get_preset(model).num_groups, "num_nodes": nodes,
+    return {"num_replicas": slots, "num_groups": get_model(model).num_groups, "num_nodes": nodes,
             "num_gpus": gpus}
 
 
@@ -106,7 +106,7 @@ def speed(store: Store) -> bool:
         trace = generate("deepseek-v3", "drifting", steps=1000, seed=1)
         before = load()
         res = simulate(trace, num_replicas=288, num_groups=8, num_nodes=4, num_gpus=32, solver="deepseek",
-                       every=50, expert_bytes=get_preset("deepseek-v3").expert_bytes)
+                       every=50, expert_bytes=get_model("deepseek-v3").expert_bytes)
         rec = store.put({"case": case, "wall": res.wall_seconds, "load_before": before, "load_after": load(),
                          **res.totals()})
     table("Simulator speed: 1000 steps x 58 layers, deepseek every 50 steps (CPU)",
@@ -146,7 +146,7 @@ def compare_at(store: Store, name: str, model: str, period: int, solver: str) ->
     True when the default setting meets the target."""
     trace = load_dataset(name)
     shape = cluster(model, trace.num_experts)
-    nbytes = get_preset(model).expert_bytes
+    nbytes = get_model(model).expert_bytes
     recs = []
     for slack, budget in SETTINGS:
         case = f"migration/{solver}/{name}/every{period}/slack{slack}" + ("" if budget is None else f"/budget{budget}")
@@ -215,7 +215,7 @@ def sweep_demo(store: Store) -> None:
     if rec is None:
         trace = load_dataset(name)
         rows = sweep(trace, periods=[10, 20, 50], thresholds=[1.15], slacks=[None, 0.0, 0.01],
-                     expert_bytes=get_preset(model).expert_bytes, **cluster(model, trace.num_experts))
+                     expert_bytes=get_model(model).expert_bytes, **cluster(model, trace.num_experts))
         rec = store.put({"case": case, "rows": rows})
     print(f"\n## Sweep on {name} (deepseek): bytes moved against realised imbalance\n")
     print(frontier_table(rec["rows"]))

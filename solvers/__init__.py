@@ -9,7 +9,8 @@ from .bounds import lower_bound, lower_bounds
 from .deepseek import rebalance_experts
 from .errors import EPLBError, LoadFileError, OptionError, PlanError, ProblemError
 from .plan import Plan
-from .problem import POLICIES, Problem
+from .cluster import CLUSTERS, MODELS, POLICIES, Cluster
+from .problem import Problem
 from .registry import SolverOutput, SolverSpec, get_solver, register, solver_names
 from .result import SolveResult, Termination
 from .scoring import Score, score
@@ -22,7 +23,7 @@ from . import certify, dispatch, dynamics, migration  # noqa: E402,F401  isort: 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Problem", "Plan", "Score", "score", "solve", "SolveResult", "Termination", "rebalance_experts",
+    "Problem", "Cluster", "MODELS", "CLUSTERS", "Plan", "Score", "score", "solve", "SolveResult", "Termination", "rebalance_experts",
     "lower_bound", "lower_bounds", "register", "get_solver", "solver_names", "SolverSpec",
     "SolverOutput", "EPLBError", "ProblemError", "PlanError", "OptionError", "LoadFileError",
     "BoundViolation", "InvalidSolverPlan", "SolverBug", "POLICIES", "__version__",

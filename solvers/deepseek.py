@@ -25,8 +25,9 @@ from typing import Any
 import torch
 
 from .plan import Plan, build_log2phy, replica_ranks
-from .problem import Problem, as_weights, check_cluster, resolve_policy
-from .options import policy_option
+from .cluster import Cluster
+from .problem import Problem, as_weights
+from .options import SolverOptions, policy_option
 from .registry import SolverOutput, register
 
 
@@ -159,16 +160,16 @@ def rebalance_experts(weight: Any, num_replicas: int, num_groups: int, num_nodes
     (K = max replica count), logcnt: [layers, experts], all int64 on the input's device.
     """
     w = as_weights(weight, "weight")
-    R, G, N, P = check_cluster(w.shape[1], num_replicas, num_groups, num_nodes, num_gpus,
-                               nodes_must_divide_gpus=False)
-    resolved = resolve_policy(policy, w.shape[1], G, N, P)
-    return deepseek_plan(w, R, G, N, P, resolved).as_tuple()
+    cluster = Cluster(num_nodes, num_gpus, num_replicas, nodes_must_divide_gpus=False)
+    G = cluster.check_experts(w.shape[1], num_groups)
+    resolved = cluster.resolve_policy(policy, w.shape[1], G)
+    return deepseek_plan(w, cluster.num_replicas, G, cluster.num_nodes, cluster.num_gpus, resolved).as_tuple()
 
 
 @register("deepseek", kind="heuristic", options=(policy_option(),),
           description="DeepSeek's greedy EPLB (replicate, balanced packing, hierarchical/global)")
-def _solve_deepseek(problem: Problem, *, policy: str = "auto") -> SolverOutput:
-    resolved = problem.resolve_policy(policy)
+def _solve_deepseek(problem: Problem, opts: SolverOptions) -> SolverOutput:
+    resolved = problem.resolve_policy(opts.policy)
     plan = deepseek_plan(problem.weights, problem.num_replicas, problem.num_groups,
                          problem.num_nodes, problem.num_gpus, resolved)
     return SolverOutput(plan, resolved)

@@ -14,13 +14,17 @@ The shared names (use these, never a synonym):
 """
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
+from . import safejson
+from .cluster import POLICIES
 from .errors import OptionError
-from .problem import POLICIES
 
 TYPES = (bool, int, float, str, object)
 
@@ -47,6 +51,7 @@ class Option:
     nullable: bool = False
     advanced: bool = False
     role: str | None = None
+    pattern: str | None = None       # str options: a regular expression the whole value must match
 
     def __post_init__(self) -> None:
         if self.type not in TYPES:
@@ -74,6 +79,8 @@ class Option:
                 raise OptionError(name, f"must be a string, got {value!r}")
             if self.choices is not None and value not in self.choices:
                 raise OptionError(name, f"must be one of {', '.join(map(str, self.choices))}, got {value!r}")
+            if self.pattern is not None and re.fullmatch(self.pattern, value) is None:
+                raise OptionError(name, f"{self.help.split(':')[0]}; got {value!r}")
             return value
         integer = self.type is int
         kinds = numbers.Integral if integer else numbers.Real
@@ -160,20 +167,65 @@ def validate_options(solver: str, schema: Iterable[Option], options: dict[str, A
     return {o.name: o.validate(options[o.name]) if o.name in options else o.default for o in schema}
 
 
+class SolverOptions(Mapping):
+    """Base of every solver's typed options: a frozen dataclass (one field per schema
+    option, made by :func:`options_class`) whose values the schema has checked, once.
+
+    It reads as a mapping too (``opts["time_limit"]``, ``dict(opts)``, ``**opts``), so a
+    front end can show or store it as plain values.
+    """
+
+    schema: tuple[Option, ...] = ()
+    solver: str = ""
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._names():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self.schema)
+
+    @classmethod
+    def _names(cls) -> tuple[str, ...]:
+        return tuple(o.name for o in cls.schema)
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any] | None = None) -> "SolverOptions":
+        """Checked against the schema (unknown names and bad values raise OptionError), defaults filled."""
+        return cls(**validate_options(cls.solver, cls.schema, dict(values or {})))
+
+    def replace(self, **changes: Any) -> "SolverOptions":
+        """A copy with ``changes`` checked against the schema."""
+        return type(self).parse({**dict(self), **changes})
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self)
+
+
+def options_class(solver: str, schema: Iterable[Option]) -> type[SolverOptions]:
+    """The frozen dataclass of ``solver``'s options (``KkSwapOptions`` for ``kk_swap``)."""
+    schema = tuple(schema)
+    name = "".join(part.capitalize() for part in solver.replace("-", "_").split("_")) + "Options"
+    fields = [(o.name, o.type if o.type is not object else Any, dataclasses.field(default=o.default))
+              for o in schema]
+    return dataclasses.make_dataclass(name, fields, bases=(SolverOptions,), frozen=True,
+                                      namespace={"schema": schema, "solver": solver})
+
+
 def parse_key_value(text: str) -> tuple[str, Any]:
     """``KEY=VALUE`` from a command line: the value is parsed as JSON when it is JSON
     (numbers, true, lists), else kept as a string; dashes in KEY become underscores.
     Raises ValueError (argparse turns it into one readable line) on a missing ``=`` or KEY."""
-    import json
-
     if "=" not in text:
         raise ValueError(f"expected KEY=VALUE, got {text!r}")
     key, raw = text.split("=", 1)
     key = key.strip().replace("-", "_")
     if not key:
         raise ValueError(f"expected KEY=VALUE with a non-empty KEY, got {text!r}")
-    from . import safejson
-
     try:
         value = safejson.loads(raw)
     except safejson.JSONDepthError:

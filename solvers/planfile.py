@@ -29,7 +29,8 @@ from . import safejson
 from .errors import LoadFileError, PlanError
 from .plan import Plan
 from .errors import ProblemError
-from .problem import Problem, as_count, check_cluster
+from .cluster import Cluster, as_count
+from .problem import Problem
 
 FORMAT = "eplb-plan"
 VERSION = 1
@@ -153,8 +154,8 @@ def _from_document(doc: Any, path: Path) -> tuple[Plan, dict[str, Any]]:
     if missing:
         raise LoadFileError("plan", f"{path}: missing {', '.join(missing)}")
     try:
-        R, _, _, P = check_cluster(as_count(shape["num_experts"], "problem.num_experts"), shape["num_replicas"],
-                                   shape["num_groups"], shape["num_nodes"], shape["num_gpus"])
+        Cluster(shape["num_nodes"], shape["num_gpus"], shape["num_replicas"]).check_experts(
+            as_count(shape["num_experts"], "problem.num_experts"), shape["num_groups"])
         as_count(shape["num_layers"], "problem.num_layers")
     except ProblemError as exc:
         raise LoadFileError("plan", f"{path}: invalid problem shape ({exc})") from None

@@ -12,33 +12,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from .cluster import MAX_REPLICAS, Cluster
 from .errors import ProblemError
 
-POLICIES = ("auto", "hierarchical", "global")
-
-# Largest cluster the algorithms serve: every solver loops over replication steps (R - E
-# of them) and packs R slots; 65536 slots take seconds in DeepSeek's greedy, ten times
-# more would take minutes, and 10**7 never returned. Experts, GPUs, nodes and groups are
-# at most the slots (R >= E, R >= P >= N), so one cap bounds them all.
-MAX_REPLICAS = 1 << 16
 # Layers of one problem: every solver is batched over layers (memory grows with L * R).
 MAX_LAYERS = 1 << 14
-
-
-def as_count(value: Any, param: str, minimum: int = 1, maximum: int | None = None) -> int:
-    """An integer parameter in ``[minimum, maximum]``; anything else raises :class:`ProblemError`."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        if (isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point()
-                and value.dtype != torch.bool and value.device.type != "meta"):
-            value = int(value.item())
-        else:
-            raise ProblemError(param, f"must be an integer, got {value!r}")
-    value = int(value)
-    if value < minimum:
-        raise ProblemError(param, f"must be >= {minimum}, got {value}")
-    if maximum is not None and value > maximum:
-        raise ProblemError(param, f"must be <= {maximum} (the largest size the solvers serve), got {value}")
-    return value
 
 
 def as_weights(weights: Any, param: str = "weights") -> torch.Tensor:
@@ -86,77 +64,60 @@ def as_weights(weights: Any, param: str = "weights") -> torch.Tensor:
     return t
 
 
-def resolve_policy(policy: str, num_experts: int, num_groups: int, num_nodes: int,
-                   num_gpus: int) -> str:
-    """The policy that will run: ``auto`` picks hierarchical iff ``G % N == 0`` (DeepSeek's rule).
-
-    Raises :class:`ProblemError` when an explicitly requested or auto-selected
-    hierarchical policy cannot be built for this shape.
-    """
-    if policy not in POLICIES:
-        raise ProblemError("policy", f"must be one of {', '.join(POLICIES)}, got {policy!r}")
-    if policy == "auto":
-        policy = "hierarchical" if num_groups % num_nodes == 0 else "global"
-    if policy == "hierarchical":
-        if num_groups % num_nodes != 0:
-            raise ProblemError("num_groups", f"hierarchical policy needs num_groups ({num_groups}) "
-                               f"to be a multiple of num_nodes ({num_nodes})")
-        if num_experts % num_groups != 0:
-            raise ProblemError("num_groups", f"hierarchical policy needs the number of experts "
-                               f"({num_experts}) to be a multiple of num_groups ({num_groups})")
-        if num_gpus % num_nodes != 0:
-            raise ProblemError("num_gpus", f"hierarchical policy needs num_gpus ({num_gpus}) "
-                               f"to be a multiple of num_nodes ({num_nodes})")
-    return policy
-
-
-def check_cluster(num_experts: int, num_replicas: Any, num_groups: Any, num_nodes: Any,
-                  num_gpus: Any, nodes_must_divide_gpus: bool = True) -> tuple[int, int, int, int]:
-    """Validated (R, G, N, P) for ``num_experts`` experts; the policy-specific rules are in
-    :func:`resolve_policy`.
-
-    ``nodes_must_divide_gpus``: a :class:`Problem` always needs whole GPUs per node (its
-    node metrics map slots to nodes); the drop-in global policy does not.
-    """
-    R = as_count(num_replicas, "num_replicas", maximum=MAX_REPLICAS)
-    G = as_count(num_groups, "num_groups", maximum=MAX_REPLICAS)
-    N = as_count(num_nodes, "num_nodes", maximum=MAX_REPLICAS)
-    P = as_count(num_gpus, "num_gpus", maximum=MAX_REPLICAS)
-    if R < num_experts:
-        raise ProblemError("num_replicas", f"must be >= the number of experts ({num_experts}), got {R}")
-    if R % P != 0:
-        raise ProblemError("num_replicas", f"must be a multiple of num_gpus ({P}), got {R}")
-    if nodes_must_divide_gpus and P % N != 0:
-        raise ProblemError("num_gpus", f"must be a multiple of num_nodes ({N}), got {P}")
-    if G > num_experts:
-        raise ProblemError("num_groups", f"must be <= the number of experts ({num_experts}), got {G}")
-    return R, G, N, P
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Problem:
-    """Loads and cluster shape of one placement problem, validated on construction.
+    """Loads, the cluster they are planned on, and the expert groups; validated once, here.
 
     weights: [layers, experts] floating tensor of measured loads (tokens per expert).
+    cluster: nodes, GPUs and slots (:class:`solvers.cluster.Cluster`). num_groups: G expert
+    groups of E/G consecutive ids (1 = none).
+
+    ``Problem(weights, cluster=Cluster(...), num_groups=G)``, or the flat form
+    ``Problem(weights, num_replicas, num_groups, num_nodes, num_gpus)``.
     """
 
     weights: torch.Tensor
-    num_replicas: int
+    cluster: Cluster
     num_groups: int
-    num_nodes: int
-    num_gpus: int
 
-    def __init__(self, weights: Any, num_replicas: int, num_groups: int = 1,
-                 num_nodes: int = 1, num_gpus: int = 1):
+    def __init__(self, weights: Any, num_replicas: Any = None, num_groups: Any = 1,
+                 num_nodes: Any = 1, num_gpus: Any = 1, *, cluster: Cluster | None = None):
         w = as_weights(weights)
-        R, G, N, P = check_cluster(w.shape[1], num_replicas, num_groups, num_nodes, num_gpus)
+        if cluster is None:
+            if num_replicas is None:
+                raise ProblemError("num_replicas", "give the slots (num_replicas) or a cluster")
+            cluster = Cluster(num_nodes, num_gpus, num_replicas)
+        elif not isinstance(cluster, Cluster):
+            raise ProblemError("cluster", f"must be a solvers.Cluster, got {type(cluster).__name__}")
+        elif num_replicas is not None or num_nodes != 1 or num_gpus != 1:
+            raise ProblemError("cluster", "give either a cluster or num_replicas/num_nodes/num_gpus, not both")
+        G = cluster.check_experts(w.shape[1], num_groups)
         object.__setattr__(self, "weights", w)
-        object.__setattr__(self, "num_replicas", R)
+        object.__setattr__(self, "cluster", cluster)
         object.__setattr__(self, "num_groups", G)
-        object.__setattr__(self, "num_nodes", N)
-        object.__setattr__(self, "num_gpus", P)
+
+    @classmethod
+    def _trusted(cls, weights: torch.Tensor, cluster: Cluster, num_groups: int) -> "Problem":
+        """A problem from parts already validated (a layer or a device copy of one)."""
+        p = object.__new__(cls)
+        object.__setattr__(p, "weights", weights)
+        object.__setattr__(p, "cluster", cluster)
+        object.__setattr__(p, "num_groups", num_groups)
+        return p
 
     # Derived sizes -------------------------------------------------------
+    @property
+    def num_replicas(self) -> int:
+        return self.cluster.num_replicas
+
+    @property
+    def num_nodes(self) -> int:
+        return self.cluster.num_nodes
+
+    @property
+    def num_gpus(self) -> int:
+        return self.cluster.num_gpus
+
     @property
     def num_layers(self) -> int:
         return self.weights.shape[0]
@@ -167,24 +128,28 @@ class Problem:
 
     @property
     def slots_per_gpu(self) -> int:
-        return self.num_replicas // self.num_gpus
+        return self.cluster.slots_per_gpu
 
     @property
     def gpus_per_node(self) -> int:
-        return self.num_gpus // self.num_nodes
+        return self.cluster.gpus_per_node
 
     @property
     def device(self) -> torch.device:
         return self.weights.device
 
     def resolve_policy(self, policy: str = "auto") -> str:
-        return resolve_policy(policy, self.num_experts, self.num_groups, self.num_nodes, self.num_gpus)
+        return self.cluster.resolve_policy(policy, self.num_experts, self.num_groups)
 
     def shape_dict(self) -> dict[str, int]:
         """The cluster shape as plain ints (for JSON, reports and cache keys)."""
         return {"num_layers": self.num_layers, "num_experts": self.num_experts,
                 "num_replicas": self.num_replicas, "num_groups": self.num_groups,
                 "num_nodes": self.num_nodes, "num_gpus": self.num_gpus}
+
+    def with_weights(self, weights: Any) -> "Problem":
+        """The same cluster and groups on other loads (another window of steps)."""
+        return Problem(weights, cluster=self.cluster, num_groups=self.num_groups)
 
     def layer(self, index: int) -> "Problem":
         """The single-layer problem of layer ``index`` (exact models work per layer)."""
@@ -193,12 +158,11 @@ class Problem:
         index = int(index)
         if not -self.num_layers <= index < self.num_layers:
             raise ProblemError("layer", f"must be in [0, {self.num_layers}), got {index}")
-        return Problem(self.weights[index:index + 1], self.num_replicas, self.num_groups,
-                       self.num_nodes, self.num_gpus)
+        index %= self.num_layers
+        return Problem._trusted(self.weights[index:index + 1], self.cluster, self.num_groups)
 
     def to(self, device: str | torch.device) -> "Problem":
-        return Problem(self.weights.to(device), self.num_replicas, self.num_groups,
-                       self.num_nodes, self.num_gpus)
+        return Problem._trusted(self.weights.to(device), self.cluster, self.num_groups)
 
     def __repr__(self) -> str:
         return (f"Problem(layers={self.num_layers}, experts={self.num_experts}, "

@@ -1,21 +1,26 @@
 """One small registry of named solvers.
 
-A solver is a function ``fn(problem, **options) -> SolverOutput`` whose keyword-only
-options are declared as a schema (:class:`solvers.options.Option`) at :func:`register`.
-It returns a plan and, if it proves one, a lower bound; it never grades itself:
-:func:`solvers.solve` scores every plan with the shared scorer and combines bounds.
+A solver is a function ``fn(problem, options) -> SolverOutput``; its options are declared
+as a schema (:class:`solvers.options.Option`) at :func:`register`, which makes their typed
+frozen dataclass (``spec.options_type``). Options are parsed once, at the edge
+(``spec.parse``), and a solver trusts what it is given. It returns a plan and, if it
+proves one, a lower bound; it never grades itself: :func:`solvers.solve` scores every plan
+with the shared scorer and combines bounds. Solvers compose through :func:`run` (another
+solver's plan, ungraded), never through ``solve``.
 """
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
 
 from .errors import OptionError
-from .options import Option, validate_options
+from .options import Option, SolverOptions, options_class
 from .plan import Plan
+from .problem import Problem
 from .result import ModelScope, Termination
 
 
@@ -54,6 +59,7 @@ class SolverSpec:
     # Whether the benchmark suites run it on (loads, cluster) alone: False for solvers that
     # need more than that to mean anything (a placement in force, the window's steps).
     in_suites: bool = True
+    options_type: type[SolverOptions] = SolverOptions
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -68,9 +74,12 @@ class SolverSpec:
     def defaults(self) -> dict[str, Any]:
         return {o.name: o.default for o in self.schema}
 
-    def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
-        """Every option in effect (defaults included), validated against the schema."""
-        return validate_options(self.name, self.schema, options)
+    def parse(self, options: Mapping[str, Any] | SolverOptions | None = None) -> SolverOptions:
+        """The typed options: every option in effect (defaults included), checked against
+        the schema once. Already-typed options of this solver pass through untouched."""
+        if isinstance(options, self.options_type):
+            return options
+        return self.options_type.parse(options)
 
 
 _REGISTRY: dict[str, SolverSpec] = {}
@@ -78,11 +87,10 @@ _REGISTRY: dict[str, SolverSpec] = {}
 
 def register(name: str, *, kind: str, description: str, options: Sequence[Option] = (),
              is_available: Callable[[], bool] = lambda: True, requires: str = "", in_suites: bool = True):
-    """Decorator adding ``fn`` to the registry under ``name``.
+    """Decorator adding ``fn(problem, options)`` to the registry under ``name``.
 
-    ``options`` is the schema: one :class:`Option` per keyword-only parameter of ``fn``,
-    with the same defaults (checked here, so schema and signature never drift apart).
-    ``in_suites=False`` keeps it out of the benchmark suites' solver sweeps (it needs inputs
+    ``options`` is the schema: one :class:`Option` per option; ``fn`` receives them as an
+    instance of the schema's frozen dataclass. ``in_suites=False`` keeps it out of the benchmark suites' solver sweeps (it needs inputs
     the suites do not give, e.g. a placement in force or the window's steps).
     """
     if kind not in ("heuristic", "exact"):
@@ -92,17 +100,14 @@ def register(name: str, *, kind: str, description: str, options: Sequence[Option
     def deco(fn: Callable[..., SolverOutput]) -> Callable[..., SolverOutput]:
         if name in _REGISTRY:
             raise ValueError(f"solver {name!r} is registered twice")
-        params = {p.name: p for p in list(inspect.signature(fn).parameters.values())[1:]
-                  if p.kind is inspect.Parameter.KEYWORD_ONLY}
+        params = list(inspect.signature(fn).parameters.values())
+        if len(params) != 2 or any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
+            raise ValueError(f"solver {name!r}: must be a function of (problem, options)")
         declared = [o.name for o in schema]
-        if sorted(declared) != sorted(params) or len(set(declared)) != len(declared):
-            raise ValueError(f"solver {name!r}: schema options {declared} differ from its keyword-only "
-                             f"parameters {list(params)}")
-        for o in schema:
-            if params[o.name].default is not o.default and params[o.name].default != o.default:
-                raise ValueError(f"solver {name!r}: option {o.name!r} defaults to {o.default!r} in the "
-                                 f"schema but {params[o.name].default!r} in the signature")
-        _REGISTRY[name] = SolverSpec(name, fn, kind, description, is_available, requires, schema, in_suites)
+        if len(set(declared)) != len(declared):
+            raise ValueError(f"solver {name!r}: an option is declared twice in {declared}")
+        _REGISTRY[name] = SolverSpec(name, fn, kind, description, is_available, requires, schema, in_suites,
+                                     options_class(name, schema))
         return fn
 
     return deco
@@ -113,6 +118,17 @@ def get_solver(name: str) -> SolverSpec:
     if spec is None:
         raise OptionError("solver", f"unknown solver {name!r}; known: {', '.join(sorted(_REGISTRY))}")
     return spec
+
+
+def run(problem: Problem, solver: str, options: Mapping[str, Any] | SolverOptions | None = None
+        ) -> SolverOutput:
+    """``solver``'s output on ``problem``, ungraded: how one solver uses another (a fresh
+    plan, a warm start, a sub-problem). A mapping of options is parsed against the schema;
+    typed options are trusted."""
+    spec = get_solver(solver)
+    if not spec.is_available():
+        raise OptionError("solver", f"{solver!r} is not available here: {spec.requires}")
+    return spec.fn(problem, spec.parse(options))
 
 
 def solver_names(kind: str | None = None, available_only: bool = False) -> list[str]:

@@ -12,7 +12,9 @@ import torch
 pytest.importorskip("plotly")
 
 from app import figures  # noqa: E402
-from app.compute import Cluster, compare_row, held_out, metric_cards, plan_table, run_solver  # noqa: E402
+from solvers import Cluster, Problem  # noqa: E402
+from app.widgets import describe_cluster  # noqa: E402
+from app.compute import compare_row, held_out, metric_cards, plan_table, run_solver  # noqa: E402
 from app.exports import plan_downloads  # noqa: E402
 from app.loads import content_hash, from_upload  # noqa: E402
 from solvers import Problem, score, solve  # noqa: E402
@@ -106,11 +108,13 @@ def test_node_and_layer_figures_plot_the_scores(solved):
     assert (np.asarray(lines.data[1].y) <= np.asarray(lines.data[0].y) + 1e-12).all()   # bound below plan
 
 
-def test_cluster_description_never_rounds_an_uneven_shape():
-    assert Cluster(288, 8, 4, 32).describe() == ("4 node(s) x 8 GPUs = 32 GPUs, 288 slots (9 per GPU), "
-                                                 "8 expert group(s)")
-    assert Cluster(288, 8, 3, 32).describe() == "3 node(s), 32 GPUs, 288 slots (9 per GPU), 8 expert group(s)"
-    assert Cluster(290, 1, 4, 32).describe() == "4 node(s) x 8 GPUs = 32 GPUs, 290 slots, 1 expert group(s)"
+def test_cluster_description_and_uneven_shapes_named():
+    assert describe_cluster(Cluster(4, 32, 288), 8) == ("4 node(s) x 8 GPUs = 32 GPUs, 288 slots (9 per GPU), "
+                                                        "8 expert group(s)")
+    with pytest.raises(ValueError, match="^num_gpus"):        # an uneven shape never exists to be described
+        Cluster(3, 32, 288)
+    with pytest.raises(ValueError, match="^num_replicas"):
+        Cluster(4, 32, 290)
 
 
 def test_compare_figures_use_the_table():
@@ -223,9 +227,9 @@ def test_content_hash_depends_on_values_shape_and_dtype():
 
 def test_cluster_builds_the_problem_or_names_the_bad_size():
     w = torch.ones(2, 16)
-    assert Cluster(24, 4, 2, 8).problem(w).slots_per_gpu == 3
-    with pytest.raises(ValueError, match="^num_gpus"):
-        Cluster(24, 4, 3, 8).problem(w)
+    assert Problem(w, cluster=Cluster(2, 8, 24), num_groups=4).slots_per_gpu == 3
+    with pytest.raises(ValueError, match="^num_groups"):
+        Problem(w, cluster=Cluster(2, 8, 24), num_groups=17)
 
 
 def test_over_time_figures_plot_the_replay():

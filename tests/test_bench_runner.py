@@ -51,14 +51,14 @@ def _register_wrong_solvers() -> None:
 
     @register("_bench_overclaim", kind="heuristic", description="test: claims a bound above its own plan",
               options=(policy_option(),))
-    def _overclaim(problem, *, policy: str = "auto") -> SolverOutput:
+    def _overclaim(problem, options) -> SolverOutput:
         plan = solvers.solve(problem, "deepseek").plan
         obj = solvers.score(problem, plan).max_load
         return SolverOutput(plan, "global", bound=obj * 1.5)
 
     @register("_bench_invalid", kind="heuristic", description="test: returns a malformed plan",
               options=(policy_option(),))
-    def _invalid(problem, *, policy: str = "auto") -> SolverOutput:
+    def _invalid(problem, options) -> SolverOutput:
         plan = solvers.solve(problem, "deepseek").plan
         bad = plan.logcnt.clone()
         bad[:, 0] += 1
@@ -67,7 +67,7 @@ def _register_wrong_solvers() -> None:
 
     @register("_bench_false_bound", kind="heuristic", options=(policy_option(),),
               description="test: a poor plan with a 'proven' bound equal to its own objective")
-    def _false_bound(problem, *, policy: str = "auto") -> SolverOutput:
+    def _false_bound(problem, options) -> SolverOutput:
         L, R, E = problem.num_layers, problem.num_replicas, problem.num_experts
         p2l = torch.arange(R).remainder(E).expand(L, R).contiguous()   # round robin: ignores loads
         plan = Plan.from_phy2log(p2l, E)

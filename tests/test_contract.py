@@ -1,5 +1,6 @@
 """The contract every front end relies on: universal bounds, one option vocabulary with
 schemas, library I/O (loads and plan documents), engine round trips and `eplb compare`."""
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -134,18 +135,35 @@ def test_result_records_every_option_in_effect():
     assert res.options == {"policy": "auto", "colocation": "allowed", "relax": 0, "steps": 3, "starts": "kk"}
 
 
-def test_register_refuses_a_schema_that_differs_from_the_signature():
-    from solvers.registry import register
+def test_register_takes_functions_of_problem_and_typed_options():
+    from solvers.registry import _REGISTRY, get_solver, register
 
-    with pytest.raises(ValueError, match="differ"):
+    with pytest.raises(ValueError, match="function of \\(problem, options\\)"):
         @register("_contract_bad", kind="heuristic", description="x", options=())
         def _bad(problem, *, policy="auto"):
             raise AssertionError
-    with pytest.raises(ValueError, match="defaults"):
+    with pytest.raises(ValueError, match="declared twice"):
         @register("_contract_bad2", kind="heuristic", description="x",
-                  options=(Option("steps", int, 3, "h"),))
-        def _bad2(problem, *, steps=4):
+                  options=(Option("steps", int, 3, "h"), Option("steps", int, 4, "h")))
+        def _bad2(problem, options):
             raise AssertionError
+    seen = []
+
+    @register("_contract_typed", kind="heuristic", description="x", options=(Option("steps", int, 3, "h"),))
+    def _typed(problem, options):
+        seen.append(options)
+        raise AssertionError
+    try:
+        spec = get_solver("_contract_typed")
+        opts = spec.parse({"steps": 5})
+        assert opts.steps == 5 and dict(opts) == {"steps": 5} and type(opts).__name__ == "ContractTypedOptions"
+        assert spec.parse(opts) is opts                       # typed options pass through, unchecked again
+        with pytest.raises(OptionError, match="^steps"):
+            spec.parse({"steps": 2.5})
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            opts.steps = 6
+    finally:
+        _REGISTRY.pop("_contract_typed", None)
 
 
 def test_harness_reads_time_and_threads_from_the_schema():

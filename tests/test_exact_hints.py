@@ -9,7 +9,7 @@ import pytest
 
 from solvers import Problem, get_solver
 from solvers.exact import cpsat
-from solvers.exact.model import (build_layer, check_options, default_warm_plan, fixed_counts_for,
+from solvers.exact.model import (build_layer, exact_options, default_warm_plan, fixed_counts_for,
                                  layer_problem_bound)
 
 TWELVE = [[90, 132, 40, 61, 104, 165, 39, 4, 73, 56, 183, 86]]
@@ -31,9 +31,13 @@ CASES = [
 def layer_model(model, extra, shape):
     w, R, G, N, P = shape
     p = Problem(w, R, G, N, P)
-    opts = check_options(p, model=model, counts=extra.get("counts"), colocation=extra.get("colocation", "allowed"),
-                         node_budget=extra.get("node_budget", "fixed"), time_limit=10, threads=1, seed=0,
-                         gap=0.0, warm_start="auto", replica_counts=None)
+    # the public options that resolve to this internal model (hierarchical: on N > 1 nodes)
+    public = {"hierarchical": ("hierarchical", "packing" if extra.get("counts") == "fixed" else "joint")}.get(
+        model, ("global", model))
+    opts = exact_options(p, get_solver("cpsat").parse({
+        "policy": public[0], "model": public[1], "colocation": extra.get("colocation", "allowed"),
+        "node_budget": extra.get("node_budget", "fixed"), "time_limit": 10, "threads": 1}))
+    assert (opts.model, opts.counts) == (model, extra.get("counts") or ("fixed" if model == "packing" else "free"))
     warm = default_warm_plan(p, opts)
     fixed = fixed_counts_for(p, opts, warm)
     lb = layer_problem_bound(p, opts, fixed)

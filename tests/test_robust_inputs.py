@@ -11,7 +11,8 @@ import torch
 
 from solvers import Problem, rebalance_experts, safejson
 from solvers.errors import LoadFileError, OptionError, ProblemError
-from solvers.problem import MAX_LAYERS, MAX_REPLICAS
+from solvers.cluster import MAX_REPLICAS
+from solvers.problem import MAX_LAYERS
 from solvers.workloads import importers
 from solvers.workloads.generators import generate
 from solvers.workloads.importers import read_loads

@@ -61,7 +61,7 @@ def test_unknown_solver_and_option():
 
 
 def test_plan_below_a_proven_bound_fails_loudly(temporary_solver):
-    def lying(problem):
+    def lying(problem, options):
         plan = Plan(*rebalance_experts(problem.weights, problem.num_replicas, 1, 1, problem.num_gpus))
         return SolverOutput(plan, "global", bound=torch.full((problem.num_layers,), 1e9))
 
@@ -71,7 +71,7 @@ def test_plan_below_a_proven_bound_fails_loudly(temporary_solver):
 
 
 def test_backend_crash_is_an_error_result(temporary_solver):
-    def crashing(problem):
+    def crashing(problem, options):
         raise RuntimeError("backend exploded")
 
     temporary_solver("test-crash", crashing)
@@ -81,7 +81,7 @@ def test_backend_crash_is_an_error_result(temporary_solver):
 
 
 def test_unavailable_solver_says_what_to_install(temporary_solver):
-    temporary_solver("test-missing", lambda problem: None, is_available=lambda: False,
+    temporary_solver("test-missing", lambda problem, options: None, is_available=lambda: False,
                      requires="pip install something")
     with pytest.raises(OptionError, match="pip install something"):
         solve(Problem(W, 16, 4, 2, 8), "test-missing")
@@ -97,7 +97,7 @@ def test_previous_plan_adds_moves():
 
 
 def test_invalid_plan_from_a_solver_is_a_solver_bug(temporary_solver, capsys):
-    def broken(problem):
+    def broken(problem, options):
         p2l = torch.zeros(problem.num_layers, problem.num_replicas, dtype=torch.int64)  # only expert 0
         return SolverOutput(Plan.from_phy2log(p2l, problem.num_experts), "global")
 
@@ -110,7 +110,7 @@ def test_invalid_plan_from_a_solver_is_a_solver_bug(temporary_solver, capsys):
 def test_cli_reports_a_solver_bug_in_one_line_exit_1(temporary_solver, capsys, tmp_path):
     from solvers.cli import main
 
-    def broken(problem):
+    def broken(problem, options):
         p2l = torch.zeros(problem.num_layers, problem.num_replicas, dtype=torch.int64)
         return SolverOutput(Plan.from_phy2log(p2l, problem.num_experts), "global")
 

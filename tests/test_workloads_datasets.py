@@ -8,7 +8,8 @@ import torch
 
 from solvers.cli import main
 from solvers.errors import OptionError
-from solvers.workloads import PRESETS, SCENARIOS, dataset_path, list_datasets, load_dataset, read_trace
+from solvers.cluster import MODELS
+from solvers.workloads import SCENARIOS, dataset_path, list_datasets, load_dataset, read_trace
 from solvers.workloads.catalog import GENERATED, datasets_dir, generate_command, loads_sha256
 
 
@@ -20,7 +21,7 @@ def test_catalog_lists_every_file_with_its_shape():
         path = dataset_path(e["name"])
         assert path.is_file() and e["description"]
         if e["kind"] == "generated":
-            assert e["model"] in PRESETS and e["scenario"] in SCENARIOS
+            assert e["model"] in MODELS and e["scenario"] in SCENARIOS
             assert e["command"] == generate_command(e["name"])
             assert e["bytes"] == path.stat().st_size
 

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solvers.errors import OptionError
-from solvers.workloads import (PRESETS, SCENARIOS, ModelPreset, Trace, generate, out_of_sample_pairs,
+from solvers.cluster import MODELS, ModelPreset
+from solvers.workloads import (SCENARIOS, Trace, generate, out_of_sample_pairs,
                                windows)
 
 
@@ -29,12 +30,12 @@ def cv(weights: torch.Tensor) -> torch.Tensor:
 
 
 def test_presets_match_design_table():
-    assert set(PRESETS) == {"deepseek-v3", "qwen3-235b", "mixtral-8x7b", "olmoe-1b-7b", "kimi-k2"}
-    ds = PRESETS["deepseek-v3"]
+    assert set(MODELS) == {"deepseek-v3", "qwen3-235b", "mixtral-8x7b", "olmoe-1b-7b", "kimi-k2"}
+    ds = MODELS["deepseek-v3"]
     assert isinstance(ds, ModelPreset)
     assert (ds.num_layers, ds.num_experts, ds.num_groups, ds.top_k) == (58, 256, 8, 8)
-    assert (PRESETS["kimi-k2"].num_experts, PRESETS["mixtral-8x7b"].top_k) == (384, 2)
-    for p in PRESETS.values():
+    assert (MODELS["kimi-k2"].num_experts, MODELS["mixtral-8x7b"].top_k) == (384, 2)
+    for p in MODELS.values():
         assert p.num_experts % p.num_groups == 0 and p.top_k <= p.num_experts
 
 
@@ -43,11 +44,11 @@ def test_required_scenarios_exist():
     assert all(sc.description for sc in SCENARIOS.values())
 
 
-@pytest.mark.parametrize("model", sorted(PRESETS))
+@pytest.mark.parametrize("model", sorted(MODELS))
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_every_step_routes_tokens_times_top_k(model, scenario):
     tr = generate(model, scenario, steps=6, seed=11, tokens_per_step=512, num_layers=3)
-    p = PRESETS[model]
+    p = MODELS[model]
     assert isinstance(tr, Trace)
     assert tr.loads.dtype == torch.int64
     assert tuple(tr.loads.shape) == (6, 3, p.num_experts)

@@ -6,13 +6,13 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from solvers import get_solver, solver_names
+from solvers import Problem, get_solver, solver_names
 from solvers.compare import pick
 from solvers.errors import EPLBError
 
 from app import cache, figures
 from app.compute import compare_row, options_text
-from app.widgets import cluster_picker, describe_loads, loads_picker, show_error, solver_options, window_picker
+from app.widgets import cluster_picker, describe_cluster, describe_loads, loads_picker, show_error, solver_options, window_picker
 
 PAGE = "compare"
 DEFAULT_SOLVERS = ("deepseek", "kk_swap", "joint", "best")
@@ -34,11 +34,13 @@ def main() -> None:
             return
         T = loads.num_steps
         window = window_picker(PAGE, loads, default=(0, max(1, T // 2)))
-        cluster, _ = cluster_picker(PAGE, loads)
+        cluster, groups, _ = cluster_picker(PAGE, loads)
+        if cluster is None:
+            return
     heldout = _held_out_window(loads, window)
     st.caption(describe_loads(loads) + f" · planning on steps {window[0]}..{window[1] - 1}"
                + (f", held out {heldout[0]}..{heldout[1] - 1}" if heldout else ", no held-out steps after it")
-               + " · " + cluster.describe())
+               + " · " + describe_cluster(cluster, groups))
 
     names = solver_names(available_only=True)
     chosen = st.multiselect("Solvers", names, default=[n for n in DEFAULT_SOLVERS if n in names], key=f"{PAGE}:solvers")
@@ -57,21 +59,19 @@ def main() -> None:
               help="stops after the solver that is running (each respects its time limit)")
     try:
         weights = loads.window(*window)
-        problem = cluster.problem(weights)
-        held = loads.window(*heldout) if heldout else None
-        if held is not None:
-            cluster.problem(held)
+        problem = Problem(weights, cluster=cluster, num_groups=groups)
+        held = problem.with_weights(loads.window(*heldout)) if heldout else None
     except EPLBError as exc:
         show_error(exc)
         return
     if not runs:
         st.info("Pick at least one solver.")
         return
-    request = (cache.loads_mod.content_hash(weights), window, heldout, cluster, tuple(
+    request = (cache.loads_mod.content_hash(weights), window, heldout, cluster, groups, tuple(
         (n, cache.options_key(o)) for _, n, o in runs))
     done = st.session_state.setdefault(f"{PAGE}:done", {})
     if run:
-        done[request] = _solve_all(runs, weights, held, cluster)
+        done[request] = _solve_all(runs, problem, held)
     if request not in done:
         st.info("Press **Run comparison** to solve with every chosen solver "
                 f"({sum(get_solver(n).kind == 'exact' for _, n, _ in runs)} exact).")
@@ -79,7 +79,7 @@ def main() -> None:
     _show(done[request], problem, heldout is not None)
 
 
-def _solve_all(runs, weights, held, cluster) -> dict:
+def _solve_all(runs, problem, held) -> dict:
     """Solve with each solver in turn (cached), with a status box per solver."""
     rows, outcomes, held_scores = [], {}, {}
     progress = st.progress(0.0, text="Solving...")
@@ -87,14 +87,14 @@ def _solve_all(runs, weights, held, cluster) -> dict:
         limit = options.get("time_limit", get_solver(name).defaults().get("time_limit"))
         with st.status(f"{label}: solving" + (f" (time limit {limit:g} s)" if limit else ""), expanded=False) as box:
             try:
-                outcome = cache.solve(weights, cluster, name, options)
+                outcome = cache.solve(problem, name, options)
             except Exception as exc:  # noqa: BLE001  shown in its status box, the others still run
                 box.update(label=f"{label}: {exc}", state="error")
                 rows.append({"solver": label, "termination": "error", "message": str(exc)})
                 show_error(exc)
                 continue
             r = outcome.result
-            h = cache.held_out_score(held, cluster, r.plan) if held is not None and r.plan is not None else None
+            h = cache.held_out_score(held, r.plan) if held is not None and r.plan is not None else None
             rows.append({**compare_row(label, outcome, h), "options": options_text(options)})
             outcomes[label], held_scores[label] = outcome, h
             state = "complete" if r.plan is not None else "error"

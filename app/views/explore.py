@@ -7,14 +7,14 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from solvers import get_solver, score
+from solvers import Problem, get_solver, score
 from solvers.errors import EPLBError
 
 from app import cache, figures
 from app.cluster import dense_layers, expert_bytes
 from app.compute import DISPATCH_MODELS, metric_cards, plan_table, worst_layer
 from app.exports import plan_downloads
-from app.widgets import (cluster_picker, describe_loads, loads_picker, show_error, solver_options, solver_select,
+from app.widgets import (cluster_picker, describe_cluster, describe_loads, loads_picker, show_error, solver_options, solver_select,
                          window_picker)
 
 PAGE = "explore"
@@ -69,7 +69,9 @@ def main() -> None:
         if loads is None:
             return
         window = window_picker(PAGE, loads)
-        cluster, model = cluster_picker(PAGE, loads)
+        cluster, groups, model = cluster_picker(PAGE, loads)
+        if cluster is None:
+            return
         st.subheader("Solver")
         solver = solver_select(PAGE)
         try:
@@ -81,23 +83,24 @@ def main() -> None:
         run = st.button("Run solver", type="primary", key=f"{PAGE}:run", width="stretch",
                         help="heuristics re-run on every change; exact solvers run when you press this")
 
-    st.caption(describe_loads(loads) + f" · planning on steps {window[0]}..{window[1] - 1} · " + cluster.describe())
+    st.caption(describe_loads(loads) + f" · planning on steps {window[0]}..{window[1] - 1} · "
+               + describe_cluster(cluster, groups))
     try:
         weights = loads.window(*window)                                        # [L, E]
-        problem = cluster.problem(weights)
+        problem = Problem(weights, cluster=cluster, num_groups=groups)
         with st.sidebar:
             previous, size = _current_placement(problem, model)
     except EPLBError as exc:
         show_error(exc)
         return
-    if exact and not run and not cache.is_solved(weights, cluster, solver, options):
+    if exact and not run and not cache.is_solved(problem, solver, options):
         st.info(f"{solver} is an exact solver (time limit {options.get('time_limit', get_solver(solver).defaults().get('time_limit'))} s): "
                 "press **Run solver** to start it.")
         return
     try:
         with st.spinner(f"Running {solver}..."):
-            outcome = cache.solve(weights, cluster, solver, options, _free_options(solver, loads, window, previous))
-        cache.mark_solved(weights, cluster, solver, options)
+            outcome = cache.solve(problem, solver, options, _free_options(solver, loads, window, previous))
+        cache.mark_solved(problem, solver, options)
     except Exception as exc:  # noqa: BLE001  the library's message, never a traceback
         show_error(exc)
         return
@@ -168,7 +171,7 @@ def _micro_batches(problem, result, loads, window, model) -> None:
     """The plan under each dispatch model, micro-batch by micro-batch: the window's steps
     taken as micro-batches, or micro-batches sampled from them."""
     from solvers.dispatch.microbatches import imbalance_stats, sample_microbatches, steps_as_microbatches
-    from solvers.workloads.presets import PRESETS
+    from solvers.cluster import MODELS
 
     c1, c2 = st.columns([2, 3])
     chosen = c1.pills("Dispatch model", list(DISPATCH_MODELS), selection_mode="multi", default=list(DISPATCH_MODELS),
@@ -185,7 +188,7 @@ def _micro_batches(problem, result, loads, window, model) -> None:
             n = k1.number_input("Micro-batches", 1, 4096, 64, key=f"{PAGE}:mb_count")
             size = k2.number_input("Tokens per micro-batch", 1, 1_000_000, 4096, step=512, key=f"{PAGE}:mb_tokens")
             seed = k3.number_input("Seed", 0, 2**31 - 1, 0, key=f"{PAGE}:mb_seed")
-            top_k = PRESETS[model].top_k if model in PRESETS else 8
+            top_k = MODELS[model].top_k if model in MODELS else 8
             tokens = sample_microbatches(steps, int(n), int(size), min(top_k, problem.num_experts), int(seed))
         else:
             tokens = steps_as_microbatches(steps)

@@ -9,13 +9,13 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from solvers import get_solver, solver_names
+from solvers import Problem, get_solver, solver_names
 from solvers.dynamics.sweep import frontier
 from solvers.errors import EPLBError
 
 from app import cache, figures
 from app.cluster import expert_bytes
-from app.widgets import REPLAY_TOTALS_COLUMNS, cluster_picker, describe_loads, loads_picker, show_error
+from app.widgets import REPLAY_TOTALS_COLUMNS, cluster_picker, describe_cluster, describe_loads, loads_picker, show_error
 
 PAGE = "over_time"
 DEFAULT_DATASET = "olmoe-1b-7b-drifting"
@@ -50,7 +50,9 @@ def main() -> None:
         loads = loads_picker(PAGE, DEFAULT_DATASET)
         if loads is None:
             return
-        cluster, model = cluster_picker(PAGE, loads, "One node of 8 GPUs")
+        cluster, groups, model = cluster_picker(PAGE, loads, "node-8")
+        if cluster is None:
+            return
         st.subheader("Planner")
         names = [n for n in solver_names(available_only=True) if get_solver(n).kind == "heuristic"]
         solver = st.selectbox("Solver", names, index=names.index("deepseek") if "deepseek" in names else 0,
@@ -58,12 +60,12 @@ def main() -> None:
                                                          "slow to re-run at every rebalance)")
         size = st.number_input("Bytes per expert", 0, 10**12, expert_bytes(model) or 0, step=1_000_000,
                                key=f"{PAGE}:bytes:{model}", help="weights of one expert (moves x this = bytes moved)")
-    st.caption(describe_loads(loads) + " · " + cluster.describe())
+    st.caption(describe_loads(loads) + " · " + describe_cluster(cluster, groups))
     if loads.num_steps < 3:
         st.error(f"loads: a replay needs a trace of several steps; {loads.name} has {loads.num_steps}")
         return
     try:
-        cluster.problem(loads.window(0, 1))                   # the cluster is checked before any replay
+        Problem(loads.window(0, 1), cluster=cluster, num_groups=groups)   # checked before any replay
     except EPLBError as exc:
         show_error(exc)
         return
@@ -85,7 +87,7 @@ def main() -> None:
         return
     trace = loads.trace
     nbytes = int(size) or None
-    request = (cache.loads_mod.content_hash(trace), cluster, solver, nbytes,
+    request = (cache.loads_mod.content_hash(trace), cluster, groups, solver, nbytes,
                tuple((n, cache.options_key(s)) for n, s in settings))
     done = st.session_state.setdefault(f"{PAGE}:done", {})
     if run:
@@ -93,7 +95,7 @@ def main() -> None:
         for name, setting in settings:
             with st.status(f"{name}: replaying {loads.num_steps} steps", expanded=False) as box:
                 try:
-                    results[name] = cache.simulate(trace, cluster, solver, setting, nbytes)
+                    results[name] = cache.simulate(trace, cluster, groups, solver, setting, nbytes)
                 except EPLBError as exc:
                     box.update(label=f"{name}: {exc}", state="error")
                     show_error(exc)

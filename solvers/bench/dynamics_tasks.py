@@ -25,7 +25,9 @@ import torch
 
 from solvers.errors import EPLBError, OptionError
 
-from .instances import SHAPES, TOKENS_PER_STEP
+from solvers.cluster import MODELS, Cluster, cluster_preset_of, get_cluster, get_model
+
+from .instances import TOKENS_PER_STEP
 from .rowkeys import BAD_INPUT, options_key
 
 # Keys of a dynamics task's options that set the rebalancing (the others go to the solver).
@@ -58,29 +60,23 @@ class TraceInstance:
     @classmethod
     def of_dataset(cls, name: str, model: str, shape: str) -> "TraceInstance":
         """Shipped dataset ``name`` (of preset ``model``: its expert count sizes the slots) on
-        the named cluster ``shape`` (a key of SHAPES). The catalog is read when the trace is."""
-        from solvers.workloads import PRESETS
-
-        if model not in PRESETS:
-            raise OptionError("model", f"unknown model preset {model!r}; choose one of {', '.join(PRESETS)}")
-        cluster = _shape(shape)
+        the named cluster ``shape`` (a key of solvers.cluster.CLUSTERS). The catalog is read when the trace is."""
+        get_model(model)
+        cluster = get_cluster(shape)
         return cls(name, None, None, None, None, cluster.nodes, cluster.gpus,
-                   cluster.replicas(PRESETS[model].num_experts))
+                   cluster.replicas(MODELS[model].num_experts))
 
     @classmethod
     def generated(cls, model: str, scenario: str, shape: str, *, layers: int, steps: int) -> "TraceInstance":
         """A generated ``scenario`` trace of preset ``model`` on the named cluster ``shape``."""
-        from solvers.workloads import PRESETS
-
-        if model not in PRESETS:
-            raise OptionError("model", f"unknown model preset {model!r}; choose one of {', '.join(PRESETS)}")
-        cluster = _shape(shape)
+        get_model(model)
+        cluster = get_cluster(shape)
         return cls(None, model, scenario, int(layers), int(steps), cluster.nodes, cluster.gpus,
-                   cluster.replicas(PRESETS[model].num_experts))
+                   cluster.replicas(MODELS[model].num_experts))
 
     @property
     def id(self) -> str:
-        cluster = f"N{self.nodes}xP{self.gpus}xR{self.replicas}"
+        cluster = Cluster(self.nodes, self.gpus, self.replicas).id
         if self.dataset is not None:
             return f"dataset:{self.dataset}|{cluster}"
         return f"generated:{self.model}:{self.scenario}:L{self.layers}:T{self.steps}|{cluster}"
@@ -98,27 +94,21 @@ class TraceInstance:
         return cls(None, g["model"], g["scenario"], int(g["layers"]), int(g["steps"]), *cluster)
 
 
-def _shape(name: str):
-    if name not in SHAPES:
-        raise OptionError("shape", f"unknown cluster shape {name!r}; choose one of {', '.join(SHAPES)}")
-    return SHAPES[name]
-
-
 @lru_cache(maxsize=8)
 def load_trace(instance_id: str, seed: int):
     """(TraceInstance, loads [T, L, E] int64, model preset name, num_groups) of a trace id."""
-    from solvers.workloads import PRESETS, generate, load_dataset
+    from solvers.workloads import generate, load_dataset
 
     inst = TraceInstance.from_id(instance_id)
     if inst.dataset is not None:
         trace = load_dataset(inst.dataset)        # shipped: the seed does not change it
     else:
-        if inst.model not in PRESETS:
+        if inst.model not in MODELS:
             raise OptionError("model", f"unknown model preset {inst.model!r} in trace {instance_id!r}")
         trace = generate(inst.model, inst.scenario, steps=inst.steps, seed=seed, tokens_per_step=TOKENS_PER_STEP,
                          num_layers=inst.layers)
     model = trace.meta.get("model") or inst.model
-    groups = int(trace.meta.get("num_groups") or (PRESETS[model].num_groups if model in PRESETS else 1))
+    groups = int(trace.meta.get("num_groups") or (MODELS[model].num_groups if model in MODELS else 1))
     return inst, trace.loads, model, groups
 
 
@@ -143,7 +133,6 @@ def run_dynamics_task(task, threads: int = 1) -> dict[str, Any]:
     """Replay the task's trace under its setting; one row (plain numbers and strings only)."""
     from solvers.dynamics import simulate
     from solvers.registry import get_solver
-    from solvers.workloads import PRESETS
 
     if threads:
         torch.set_num_threads(threads)
@@ -152,10 +141,10 @@ def run_dynamics_task(task, threads: int = 1) -> dict[str, Any]:
     T, L, E = loads.shape
     setting = {k: task.options[k] for k in SETTING_KEYS if k in task.options}
     solver_options = {k: v for k, v in task.options.items() if k not in SETTING_KEYS}
-    preset = PRESETS.get(model)
+    preset = MODELS.get(model)
     expert_bytes = int(preset.expert_bytes) if preset is not None and preset.expert_bytes else None
-    shape = next((s.name for s in SHAPES.values() if (s.nodes, s.gpus) == (inst.nodes, inst.gpus)),
-                 f"N{inst.nodes}xP{inst.gpus}")
+    preset_shape = cluster_preset_of(inst.nodes, inst.gpus)
+    shape = preset_shape.name if preset_shape is not None else f"N{inst.nodes}xP{inst.gpus}"
     row: dict[str, Any] = {
         "instance": task.instance, "model": model or "", "num_layers": L, "num_experts": E, "num_groups": groups,
         "num_replicas": inst.replicas, "num_nodes": inst.nodes, "num_gpus": inst.gpus,

@@ -10,47 +10,19 @@ The seed is not part of the id: one instance is run with several seeds.
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
 
+from solvers.cluster import CLUSTERS, MODELS, Cluster, cluster_preset_of, get_cluster, get_model
 from solvers.errors import OptionError
 from solvers.problem import Problem
 
 # Tokens routed per generated step: a realistic micro-batch, small enough to generate fast.
 TOKENS_PER_STEP = 4096
 
-
-@dataclass(frozen=True)
-class ClusterShape:
-    """A cluster: ``nodes`` nodes, ``gpus`` GPUs in all, and ``spare_per_gpu`` redundant slots
-    per GPU. The slot count for E experts is the smallest multiple of ``gpus`` that holds
-    E experts plus the spare slots (DeepSeek prefill: 256 + 32 = 288 on 32 GPUs)."""
-
-    name: str
-    nodes: int
-    gpus: int
-    spare_per_gpu: int = 1
-
-    def replicas(self, num_experts: int) -> int:
-        return self.gpus * math.ceil((num_experts + self.spare_per_gpu * self.gpus) / self.gpus)
-
-
-# Public cluster shapes: single node, DeepSeek prefill (4 nodes x 8 GPUs), decode-like EP;
-# and two small expert-parallel groups (Mixtral-sized models on 2-4 GPUs) that the exact
-# solvers still prove optimal within seconds, so heuristics can be measured against optima.
-SHAPES: dict[str, ClusterShape] = {s.name: s for s in (
-    ClusterShape("node-2", nodes=1, gpus=2),
-    ClusterShape("nodes-2x2-nospare", nodes=2, gpus=4, spare_per_gpu=0),
-    ClusterShape("node-8", nodes=1, gpus=8),
-    ClusterShape("nodes-2x4", nodes=2, gpus=8),
-    ClusterShape("prefill-4x8", nodes=4, gpus=32),
-    ClusterShape("decode-ep64", nodes=8, gpus=64),
-    ClusterShape("decode-ep144", nodes=18, gpus=144),
-)}
 
 _ID = re.compile(r"^(?P<model>[a-z0-9.\-]+)\|L(?P<layers>\d+)\|N(?P<nodes>\d+)xP(?P<gpus>\d+)xR(?P<replicas>\d+)"
                  r"\|(?P<scenario>[a-z0-9.\-]+)\|T(?P<steps>\d+)W(?P<window>\d+)$")
@@ -76,22 +48,17 @@ class Instance:
     @classmethod
     def on(cls, model: str, shape: str, scenario: str = "mild", *, layers: int | None = None,
            steps: int = 40, window: int = 10) -> "Instance":
-        """The instance of preset ``model`` on the named cluster ``shape`` (a key of SHAPES)."""
-        from solvers.workloads import PRESETS
-
-        if model not in PRESETS:
-            raise OptionError("model", f"unknown model preset {model!r}; choose one of {', '.join(PRESETS)}")
-        if shape not in SHAPES:
-            raise OptionError("shape", f"unknown cluster shape {shape!r}; choose one of {', '.join(SHAPES)}")
+        """The instance of preset ``model`` on the named cluster ``shape`` (a key of
+        :data:`solvers.cluster.CLUSTERS`)."""
+        preset, cluster = get_model(model), get_cluster(shape)
         if layers is not None and (isinstance(layers, bool) or not isinstance(layers, int) or layers < 1):
             raise OptionError("layers", f"must be a positive integer or None (all layers), got {layers!r}")
-        preset, cluster = PRESETS[model], SHAPES[shape]
         return cls(model, layers or preset.num_layers, cluster.nodes, cluster.gpus,
                    cluster.replicas(preset.num_experts), scenario, steps, window)
 
     @property
     def id(self) -> str:
-        return (f"{self.model}|L{self.layers}|N{self.nodes}xP{self.gpus}xR{self.replicas}"
+        return (f"{self.model}|L{self.layers}|{self.cluster.id}"
                 f"|{self.scenario}|T{self.steps}W{self.window}")
 
     @classmethod
@@ -106,17 +73,17 @@ class Instance:
 
     @property
     def shape_name(self) -> str:
-        """The SHAPES name of this cluster, or ``N<n>xP<p>`` for an ad-hoc one."""
-        for s in SHAPES.values():
-            if (s.nodes, s.gpus) == (self.nodes, self.gpus):
-                return s.name
-        return f"N{self.nodes}xP{self.gpus}"
+        """The CLUSTERS name of this cluster, or ``N<n>xP<p>`` for an ad-hoc one."""
+        preset = cluster_preset_of(self.nodes, self.gpus)
+        return preset.name if preset is not None else f"N{self.nodes}xP{self.gpus}"
+
+    @property
+    def cluster(self) -> Cluster:
+        return Cluster(self.nodes, self.gpus, self.replicas)
 
     def params(self) -> dict:
         """Instance columns of a result row."""
-        from solvers.workloads import PRESETS
-
-        preset = PRESETS[self.model]
+        preset = MODELS[self.model]
         return {"instance": self.id, "model": self.model, "num_layers": self.layers,
                 "num_experts": preset.num_experts, "num_groups": preset.num_groups,
                 "num_replicas": self.replicas, "num_nodes": self.nodes, "num_gpus": self.gpus,
@@ -136,19 +103,19 @@ class LoadedInstance:
 @lru_cache(maxsize=8)
 def load_instance(instance_id: str, seed: int) -> LoadedInstance:
     """Generate the instance's trace (deterministic in ``seed``) and cut its windows."""
-    from solvers.workloads import PRESETS, generate, windows
+    from solvers.workloads import generate, windows
 
     inst = Instance.from_id(instance_id)
-    if inst.model not in PRESETS:
+    if inst.model not in MODELS:
         raise OptionError("model", f"unknown model preset {inst.model!r} in instance {instance_id!r}")
     if inst.window < 1 or inst.steps < inst.window:
         raise OptionError("instance", f"{instance_id!r}: needs 1 <= window <= steps")
     trace = generate(inst.model, inst.scenario, steps=inst.steps, seed=seed,
                      tokens_per_step=TOKENS_PER_STEP, num_layers=inst.layers)
     wins = windows(trace, inst.window)                                   # [W, layers, experts]
-    groups = trace.meta.get("num_groups", PRESETS[inst.model].num_groups)
+    groups = trace.meta.get("num_groups", MODELS[inst.model].num_groups)
 
     def problem(w: torch.Tensor) -> Problem:
-        return Problem(w, inst.replicas, groups, inst.nodes, inst.gpus)
+        return Problem(w, cluster=inst.cluster, num_groups=groups)
 
     return LoadedInstance(inst, problem(wins[0]), problem(wins[1]) if wins.shape[0] >= 2 else None)

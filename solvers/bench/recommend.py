@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from solvers.errors import OptionError
-from solvers.problem import as_count
+from solvers.cluster import Cluster, as_count
 
 from .analysis import SHAPE_COLS, candidates
 from .store import read_results
@@ -76,10 +76,10 @@ def recommend(results: pd.DataFrame | str | Path | None = None, *, experts: int,
     (the `full` suite uses 8-layer slices), so their wall times are scaled linearly to
     ``layers`` before the budget is applied: exact for per-layer solvers, conservative for
     the heuristics, which are batched over layers and grow slower than linearly."""
-    from solvers.problem import check_cluster
-
     E = as_count(experts, "experts")
-    R, G, N, P = check_cluster(E, replicas, 1 if groups is None else groups, nodes, gpus)
+    cluster = Cluster(nodes, gpus, replicas)
+    G = cluster.check_experts(E, 1 if groups is None else groups)
+    R, N, P = cluster.num_replicas, cluster.num_nodes, cluster.num_gpus
     if time_budget is not None and (isinstance(time_budget, bool) or not isinstance(time_budget, (int, float))
                                     or not time_budget > 0):
         raise OptionError("time_budget", f"must be > 0 seconds, got {time_budget!r}")

@@ -21,10 +21,11 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from solvers.cluster import MODELS
 from solvers.errors import OptionError
 
 from .dynamics_tasks import TraceInstance, dynamics_options
-from .instances import SHAPES, Instance
+from .instances import Instance
 
 HEURISTIC, EXACT = "heuristic", "exact"
 
@@ -102,8 +103,7 @@ def rebalance_settings(period: int, *, threshold: float | None = None,
 
 def _slow_to_certify(instance: Instance) -> bool:
     """Two slots per GPU and 64 experts or more: certify's count search needs minutes there."""
-    from solvers.workloads import PRESETS
-    return instance.replicas == 2 * instance.gpus and PRESETS[instance.model].num_experts >= 64
+    return instance.replicas == 2 * instance.gpus and MODELS[instance.model].num_experts >= 64
 
 
 def _suites() -> dict[str, Suite]:

@@ -15,6 +15,7 @@ from typing import Any, Iterable
 import torch
 
 from solvers.bounds import structure_bound
+from solvers.cluster import auto_policy
 from solvers.errors import EPLBError, OptionError, PlanError
 from solvers.options import option_by_role
 from solvers.registry import get_solver, solver_names
@@ -96,12 +97,6 @@ def run_task(task: Task, threads: int = 1) -> dict[str, Any]:
     return row
 
 
-def _auto_policy(inst) -> str:
-    """The policy "auto" resolves to on an instance (DeepSeek's rule: hierarchical iff G % N == 0)."""
-    p = inst.params()
-    return "hierarchical" if p["num_groups"] % p["num_nodes"] == 0 else "global"
-
-
 def resolve_solvers(kinds: Iterable[str], only: list[str] | None) -> list[str]:
     """Available registered solvers of ``kinds``, restricted to ``only`` when given."""
     names = [n for n in solver_names(available_only=True) if get_solver(n).kind in kinds]
@@ -153,7 +148,7 @@ def suite_tasks(suite: Suite, *, solvers: list[str] | None = None, time_limit: f
             for inst in group.instances:
                 variants = [opts]
                 if takes_policy and "policy" not in opts:
-                    auto = _auto_policy(inst)
+                    auto = auto_policy(inst.params()["num_groups"], inst.nodes)
                     variants += [{**opts, "policy": p} for p in group.policies if p != auto]
                 for variant in variants:
                     for seed in seeds:

@@ -39,10 +39,13 @@ import torch
 
 from ..bounds import lower_bound
 from ..errors import OptionError
-from ..options import Option, policy_option, seed_option, threads_option, time_limit_option
+from ..exact import backends
+from ..heuristics.portfolio import run_portfolio
+from ..options import Option, SolverOptions, policy_option, seed_option, threads_option, time_limit_option
 from ..plan import Plan
 from ..problem import Problem
-from ..registry import SolverOutput, register
+from ..registry import SolverOutput, get_solver, register, run
+from ..scoring import gpu_loads, score
 from ..result import ModelScope, SolveResult, ratio_gap
 from ..tolerances import BOUND_RTOL
 from . import residues
@@ -67,7 +70,6 @@ CERTIFY_OPTIONS = (
 
 
 def _available() -> bool:
-    from ..exact import backends
     return backends.highs_available()
 
 
@@ -77,9 +79,8 @@ def _available() -> bool:
                       "a residue design that balances GPUs to a fraction of a token; at two slots per GPU a count "
                       "search with optimal pairing, a count-choice LP bound and a CP-SAT bisection on the "
                       "exact count-choice model that proves optima")
-def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float = 60.0, threads: int = 1,
-                  seed: int = 0, heuristic_share: float = 0.2) -> SolverOutput:
-    from ..heuristics.portfolio import run_portfolio
+def solve_certify(problem: Problem, o: SolverOptions) -> SolverOutput:
+    policy, time_limit, threads, seed, heuristic_share = o.policy, o.time_limit, o.threads, o.seed, o.heuristic_share
     start = time.perf_counter()
     deadline = start + time_limit
     resolved = problem.resolve_policy(policy)
@@ -208,8 +209,6 @@ def _exact_busiest_node(problem: Problem, row: torch.Tensor, weights: torch.Tens
     """phy2log [R] of one layer with the GPUs of the busiest node (all GPUs when ``node``
     is None) repacked by CP-SAT's packing model for the plan's counts, warm-started from
     the plan; kept only where it lowers that node's max load."""
-    from ..registry import get_solver
-    from ..solve import solve
     left = deadline - time.perf_counter()
     spec = get_solver("cpsat")
     if left < 1.0 or not spec.is_available():
@@ -226,9 +225,10 @@ def _exact_busiest_node(problem: Problem, row: torch.Tensor, weights: torch.Tens
     local = local.reshape(-1)
     sub = Problem(weights[ids][None], len(slots), 1, 1, len(gpus))
     warm = Plan.from_phy2log(local[None], len(ids))
-    res = solve(sub, "cpsat", policy="global", model="packing", replica_counts=counts[ids][None],
-                warm_start=warm, time_limit=left, threads=threads)
-    if res.plan is None or float(res.objective[0]) >= float(gpu[gpus].max()) * (1 - 1e-12):
+    res = run(sub, "cpsat", {"policy": "global", "model": "packing", "replica_counts": counts[ids][None],
+                             "warm_start": warm, "time_limit": left, "threads": threads})
+    if res.plan is None or float(gpu_loads(sub.weights, res.plan, sub.num_gpus).max()) >= \
+            float(gpu[gpus].max()) * (1 - 1e-12):
         return row
     out = row.clone()
     out[slots] = ids[res.plan.phy2log[0].cpu()]
@@ -238,8 +238,6 @@ def _exact_busiest_node(problem: Problem, row: torch.Tensor, weights: torch.Tens
 def _best_assignment_plan(problem: Problem, p2l: torch.Tensor, seconds: float) -> torch.Tensor:
     """Per layer, the better of ``p2l`` [L, R] and a plan on the group-to-node assignment
     of the hierarchical bound (each node planned by the portfolio as a global problem)."""
-    from ..heuristics.portfolio import run_portfolio
-    from ..scoring import score
     found = best_assignment(problem)
     if found is None:
         return p2l

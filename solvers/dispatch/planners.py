@@ -33,7 +33,7 @@ import torch
 from ..dynamics.robust import check_history
 from ..errors import OptionError
 from ..heuristics.common import expand_items
-from ..options import Option, seed_option
+from ..options import Option, SolverOptions, seed_option
 from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput, register
@@ -153,14 +153,13 @@ def count_profile(history: torch.Tensor, num_gpus: int, peak_weight: float) -> t
                                                      "rest x its mean share over the window (1: peaks only)",
                           minimum=0.0, maximum=1.0),
                    _JITTER, seed_option()))
-def solve_sched_spread(problem: Problem, *, history: Any = None, peak_weight: float = 0.5, jitter: float = 1.0,
-                       seed: int = 0) -> SolverOutput:
+def solve_sched_spread(problem: Problem, o: SolverOptions) -> SolverOutput:
     _check(problem, 1)
-    hist = check_history(problem, history)                               # [W, L, E]
-    profile = count_profile(hist, problem.num_gpus, peak_weight)
+    hist = check_history(problem, o.history)                             # [W, L, E]
+    profile = count_profile(hist, problem.num_gpus, o.peak_weight)
     counts = counts_with_minimum(profile, problem.num_replicas, 1, problem.num_gpus)
-    weight = hist.mean(0) if history is not None else problem.weights
-    return SolverOutput(spread_plan(weight, counts, problem.num_gpus, jitter, seed), "global",
+    weight = hist.mean(0) if o.history is not None else problem.weights
+    return SolverOutput(spread_plan(weight, counts, problem.num_gpus, o.jitter, o.seed), "global",
                         info={"steps": int(hist.shape[0])})
 
 
@@ -168,9 +167,9 @@ def solve_sched_spread(problem: Problem, *, history: Any = None, peak_weight: fl
           description="MicroMoE-style baseline for the scheduled split: every expert R // E replicas (the "
                       "R mod E left to the hottest), spread over all GPUs with no expert twice on a GPU",
           options=(_JITTER, seed_option()))
-def solve_uniform_replicas(problem: Problem, *, jitter: float = 1.0, seed: int = 0) -> SolverOutput:
+def solve_uniform_replicas(problem: Problem, o: SolverOptions) -> SolverOutput:
     E, R, P = problem.num_experts, problem.num_replicas, problem.num_gpus
     minimum = _check(problem, min(R // E, P))
     counts = counts_with_minimum(problem.weights, R, minimum, minimum + 1)
-    return SolverOutput(spread_plan(problem.weights, counts, P, jitter, seed), "global",
+    return SolverOutput(spread_plan(problem.weights, counts, P, o.jitter, o.seed), "global",
                         info={"replicas_each": minimum})

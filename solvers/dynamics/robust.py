@@ -23,10 +23,10 @@ from typing import Any
 import torch
 
 from ..errors import OptionError
-from ..options import Option, policy_option
+from ..options import Option, SolverOptions, policy_option
 from ..plan import Plan
 from ..problem import Problem
-from ..registry import SolverOutput, register
+from ..registry import SolverOutput, register, run
 
 _HISTORY = Option("history", object, None, "the window's steps [W, layers, experts] (default: the "
                   "problem's weights as one step)", nullable=True, advanced=True)
@@ -63,11 +63,8 @@ def buckets_of(history: torch.Tensor, buckets: int) -> torch.Tensor:
 
 
 def _kk_swap(problem: Problem, weights: torch.Tensor, policy: str) -> tuple[Plan, str]:
-    from ..solve import solve
-
-    res = solve(Problem(weights, problem.num_replicas, problem.num_groups, problem.num_nodes, problem.num_gpus),
-                "kk_swap", policy=policy)
-    return res.plan, res.policy
+    out = run(problem.with_weights(weights), "kk_swap", {"policy": policy})
+    return out.plan, out.policy
 
 
 def _excluding_two(vals: torch.Tensor, idx: torch.Tensor, g: torch.Tensor, num_gpus: int) -> torch.Tensor:
@@ -160,16 +157,14 @@ def _robust(problem: Problem, policy: str, history: Any, buckets: int, steps: in
 
 @register("robust_sum", kind="heuristic", in_suites=False, options=(policy_option(), _HISTORY, _BUCKETS, _STEPS),
           description="time-robust: minimise the sum over the window's steps of the per-step max GPU load")
-def solve_robust_sum(problem: Problem, *, policy: str = "auto", history: Any = None, buckets: int = 16,
-                     steps: int = 64) -> SolverOutput:
-    return _robust(problem, policy, history, buckets, steps, "sum")
+def solve_robust_sum(problem: Problem, o: SolverOptions) -> SolverOutput:
+    return _robust(problem, o.policy, o.history, o.buckets, o.steps, "sum")
 
 
 @register("robust_max", kind="heuristic", in_suites=False, options=(policy_option(), _HISTORY, _BUCKETS, _STEPS),
           description="time-robust: minimise the worst step's max GPU load over the window")
-def solve_robust_max(problem: Problem, *, policy: str = "auto", history: Any = None, buckets: int = 16,
-                     steps: int = 64) -> SolverOutput:
-    return _robust(problem, policy, history, buckets, steps, "max")
+def solve_robust_max(problem: Problem, o: SolverOptions) -> SolverOutput:
+    return _robust(problem, o.policy, o.history, o.buckets, o.steps, "max")
 
 
 def ewma_weights(hist: torch.Tensor, halflife: float) -> torch.Tensor:
@@ -200,10 +195,10 @@ def trend_forecast(hist: torch.Tensor, damping: float) -> torch.Tensor:
                    Option("halflife", float, 4.0, "steps after which a step's weight halves", minimum=0.0,
                           exclusive_minimum=True, maximum=1e6)),
           description="time-robust: kk_swap on an exponentially weighted history (recent steps count more)")
-def solve_ewma(problem: Problem, *, policy: str = "auto", history: Any = None, halflife: float = 4.0) -> SolverOutput:
-    hist = check_history(problem, history)
-    plan, resolved = _kk_swap(problem, ewma_weights(hist, halflife), policy)
-    return SolverOutput(plan, resolved, info={"halflife": halflife, "steps": hist.shape[0]})
+def solve_ewma(problem: Problem, o: SolverOptions) -> SolverOutput:
+    hist = check_history(problem, o.history)
+    plan, resolved = _kk_swap(problem, ewma_weights(hist, o.halflife), o.policy)
+    return SolverOutput(plan, resolved, info={"halflife": o.halflife, "steps": hist.shape[0]})
 
 
 @register("forecast", kind="heuristic", in_suites=False,
@@ -211,8 +206,7 @@ def solve_ewma(problem: Problem, *, policy: str = "auto", history: Any = None, h
                    Option("damping", float, 0.5, "share of the fitted trend carried into the next window",
                           minimum=0.0, maximum=2.0)),
           description="time-robust: kk_swap on a damped linear-trend forecast of the next window")
-def solve_forecast(problem: Problem, *, policy: str = "auto", history: Any = None, buckets: int = 16,
-                   damping: float = 0.5) -> SolverOutput:
-    hist = buckets_of(check_history(problem, history), buckets)
-    plan, resolved = _kk_swap(problem, trend_forecast(hist, damping), policy)
-    return SolverOutput(plan, resolved, info={"damping": damping, "buckets": hist.shape[0]})
+def solve_forecast(problem: Problem, o: SolverOptions) -> SolverOutput:
+    hist = buckets_of(check_history(problem, o.history), o.buckets)
+    plan, resolved = _kk_swap(problem, trend_forecast(hist, o.damping), o.policy)
+    return SolverOutput(plan, resolved, info={"damping": o.damping, "buckets": hist.shape[0]})

@@ -16,8 +16,8 @@ the shared scorer (:func:`solvers.score` with the plan in force as ``previous``)
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-import numbers
 import sys
 import time
 from dataclasses import dataclass, field
@@ -25,10 +25,12 @@ from typing import Any
 
 import torch
 
+from ..cluster import Cluster
 from ..errors import OptionError
+from ..options import Option
 from ..plan import Plan
 from ..problem import Problem
-from ..registry import get_solver
+from ..registry import get_solver, run
 from ..scoring import score
 
 DEFAULT_WINDOW = 16
@@ -111,10 +113,19 @@ def step_scores(loads: torch.Tensor, plan: Plan, num_gpus: int) -> tuple[torch.T
     return imb.mean(-1), imb.max(-1).values, lost
 
 
-def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise OptionError(name, f"must be an integer >= 1, got {value!r}")
-    return int(value)
+# The replay's own settings, checked once by the same schema type as solver options.
+SETTINGS = {o.name: o for o in (
+    Option("every", int, None, "rebalance every N steps", minimum=1, maximum=10**9, nullable=True),
+    Option("threshold", float, None, "rebalance after a step whose imbalance exceeds X", minimum=1.0,
+           maximum=1e12, nullable=True),
+    Option("window", int, None, "steps a plan is made on", minimum=1, maximum=10**9, nullable=True),
+    Option("cooldown", int, 1, "at most one threshold rebalance per this many steps", minimum=1, maximum=10**9),
+    Option("migration_slack", float, None, "slack of a migration-aware plan", minimum=0.0, maximum=1e6,
+           nullable=True),
+    Option("migration_budget", float, None, "at most this fraction of a fresh plan's moves", minimum=0.0,
+           exclusive_minimum=True, maximum=1.0, nullable=True),
+    Option("expert_bytes", int, None, "bytes per expert", minimum=0, maximum=2**62, nullable=True),
+)}
 
 
 def _check(loads: Any) -> torch.Tensor:
@@ -152,14 +163,16 @@ class _Progress:
             self.bar.close()
 
 
-def simulate(loads: Any, *, num_replicas: int, num_groups: int = 1, num_nodes: int = 1, num_gpus: int = 1,
-             solver: str = "deepseek", every: int | None = None, threshold: float | None = None,
+def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | None = None, num_groups: int = 1,
+             num_nodes: int = 1, num_gpus: int = 1, solver: str = "deepseek", every: int | None = None, threshold: float | None = None,
              window: int | None = None, migration_slack: float | None = None, migration: str = "heuristic",
              migration_budget: float | None = None, expert_bytes: int | None = None,
              solver_options: dict[str, Any] | None = None, cooldown: int = 1,
              progress: bool = False) -> SimulationResult:
     """Replay ``loads`` ([T, L, E] token counts or a Trace) with rebalancing (module docstring).
 
+    The cluster: a :class:`solvers.Cluster` (or the flat num_replicas / num_nodes /
+    num_gpus), and the expert groups.
     every: rebalance every N steps. threshold: rebalance after a step whose realised
     imbalance (mean over layers) exceeds X, at most once per ``cooldown`` steps. window:
     steps a plan is made on (default ``every``, else 16). migration_slack: None for plain
@@ -168,64 +181,53 @@ def simulate(loads: Any, *, num_replicas: int, num_groups: int = 1, num_nodes: i
     (:func:`solvers.migration.plan_with_migration`'s ``budget``).
     expert_bytes: bytes per expert (moves in bytes). solver_options: options of ``solver``.
     """
-    from ..migration import plan_with_migration
-    from ..solve import solve
-
     loads = _check(loads)
     T, L, E = loads.shape
     if every is None and threshold is None:
         raise OptionError("every", "give a rebalance period (every) or an imbalance threshold (or both)")
-    if every is not None:
-        every = _positive_int(every, "every")
-    if threshold is not None:
-        if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not threshold >= 1:
-            raise OptionError("threshold", f"must be a number >= 1 (an imbalance), got {threshold!r}")
-        threshold = float(threshold)
-    window = _positive_int(window if window is not None else (every or DEFAULT_WINDOW), "window")
-    cooldown = _positive_int(cooldown, "cooldown")
+    every, threshold, cooldown, migration_slack, migration_budget, expert_bytes = (
+        SETTINGS[k].validate(v) for k, v in (("every", every), ("threshold", threshold), ("cooldown", cooldown),
+                                             ("migration_slack", migration_slack),
+                                             ("migration_budget", migration_budget), ("expert_bytes", expert_bytes)))
+    window = SETTINGS["window"].validate(window if window is not None else (every or DEFAULT_WINDOW))
     if window >= T:
         raise OptionError("window", f"the first plan needs {window} steps and the trace has {T}: nothing left to score")
-    if migration_slack is not None and (isinstance(migration_slack, bool) or not isinstance(migration_slack, numbers.Real)
-                                        or not math.isfinite(float(migration_slack)) or migration_slack < 0):
-        raise OptionError("migration_slack", f"must be a finite number >= 0, got {migration_slack!r}")
-    if migration_budget is not None:
-        if migration_slack is None:
-            raise OptionError("migration_budget", "needs a migration slack (plain re-planning has no budget)")
-        from ..migration.api import check_budget
-
-        try:
-            migration_budget = check_budget(migration_budget)
-        except OptionError as exc:
-            raise OptionError("migration_budget", str(exc).split(": ", 1)[-1]) from None
-    if expert_bytes is not None and (isinstance(expert_bytes, bool) or not isinstance(expert_bytes, numbers.Integral)
-                                     or expert_bytes < 0):
-        raise OptionError("expert_bytes", f"must be an integer >= 0, got {expert_bytes!r}")
-    options = dict(solver_options or {})
+    if migration_budget is not None and migration_slack is None:
+        raise OptionError("migration_budget", "needs a migration slack (plain re-planning has no budget)")
     spec = get_solver(solver)
+    opts = spec.parse(solver_options)                     # checked once for every re-plan
     takes_history = "history" in spec.options
-    shape = dict(num_replicas=num_replicas, num_groups=num_groups, num_nodes=num_nodes, num_gpus=num_gpus)
-    Problem(torch.ones(1, E), **shape)                               # the cluster is checked before any work
+    if cluster is None:
+        if num_replicas is None:
+            raise OptionError("num_replicas", "give the cluster (or num_replicas, num_nodes and num_gpus)")
+        cluster = Cluster(num_nodes, num_gpus, num_replicas)
+    problem0 = Problem(torch.ones(1, E), cluster=cluster, num_groups=num_groups)   # checked before any work
+    num_gpus = cluster.num_gpus
+    migration_opts = None
+    if migration_slack is not None:
+        if solver == "migration":
+            raise OptionError("solver", "must be another solver than 'migration' (the simulator adds migration)")
+        migration_opts = get_solver("migration").parse(
+            {"base": solver, "slack": migration_slack, "method": migration, "budget": migration_budget})
 
     def plan_at(t: int, current: Plan | None) -> tuple[Plan, dict[str, Any]]:
         hist = loads[t - window:t]
-        problem = Problem(hist.sum(0), **shape)
-        opts = dict(options)
-        if takes_history:
-            opts["history"] = hist
+        problem = problem0.with_weights(hist.sum(0))
+        step_opts = dataclasses.replace(opts, history=hist) if takes_history else opts
         began = time.perf_counter()
-        if current is not None and migration_slack is not None:
-            res = plan_with_migration(problem, solver, current, slack=float(migration_slack), method=migration,
-                                      budget=migration_budget, expert_bytes=expert_bytes, **opts)
+        if current is not None and migration_opts is not None:
+            out = run(problem, "migration", dataclasses.replace(migration_opts, current=current,
+                                                                base_options=step_opts))
         else:
-            res = solve(problem, solver, previous=current, expert_bytes=expert_bytes, **opts)
-        if res.plan is None:
-            raise OptionError("solver", f"{solver!r} found no plan at step {t} ({res.termination}): {res.message}")
+            out = run(problem, solver, step_opts)
+        if out.plan is None:
+            raise OptionError("solver", f"{solver!r} found no plan at step {t} ({out.status}): {out.message}")
+        sc = score(problem, out.plan, previous=current, expert_bytes=expert_bytes)
         record = {"step": t, "plan_seconds": time.perf_counter() - began,
-                  "moves": res.score.moves or 0, "bytes": res.score.moves_bytes,
-                  "in_sample_imbalance": res.score.imbalance_mean}
+                  "moves": sc.moves or 0, "bytes": sc.moves_bytes, "in_sample_imbalance": sc.imbalance_mean}
         if current is None:
             record["bytes"] = 0 if expert_bytes is not None else None
-        return res.plan, record
+        return out.plan, record
 
     imb = torch.full((T,), math.nan, dtype=torch.float64)
     worst = torch.full((T,), math.nan, dtype=torch.float64)
@@ -264,8 +266,8 @@ def simulate(loads: Any, *, num_replicas: int, num_groups: int = 1, num_nodes: i
     settings = {"solver": solver, "every": every, "threshold": threshold, "window": window,
                 "migration_slack": migration_slack, "migration": migration if migration_slack is not None else None,
                 "migration_budget": migration_budget,
-                "expert_bytes": expert_bytes, "solver_options": {k: v for k, v in options.items()
+                "expert_bytes": expert_bytes, "solver_options": {k: v for k, v in (solver_options or {}).items()
                                                                  if isinstance(v, (int, float, str, bool))},
-                **shape}
+                **cluster.as_dict(), "num_groups": problem0.num_groups}
     return SimulationResult(imb, worst, lost, rebalances, settings, time.perf_counter() - began, window,
                             info={"first_plan": first})

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..options import Option, colocation_option, policy_option, seed_option, threads_option, time_limit_option
+from ..options import Option, SolverOptions, colocation_option, policy_option, seed_option, threads_option, time_limit_option
 from ..problem import Problem
 from ..registry import SolverOutput, register
 from . import backends
@@ -56,30 +56,11 @@ EXACT_OPTIONS = (
 )
 
 
-def _internal(problem: Problem, policy: str, model: str) -> tuple[str, str | None]:
-    """(internal model name, counts) for the public (policy, model) pair."""
-    resolved = problem.resolve_policy(policy)
-    # on one node the hierarchical model restricts nothing: solve the simpler global one
-    if model == "replication" or resolved == "global" or problem.num_nodes == 1:
-        return model, None
-    return "hierarchical", ("free" if model == "joint" else "fixed")
-
-
-def _run(problem: Problem, backend: str, layer_solver, options: dict[str, Any]) -> SolverOutput:
-    model, counts = _internal(problem, options.pop("policy"), options["model"])
-    options.update(model=model, counts=counts)
-    return run_exact(problem, backend, layer_solver, **options)
-
-
 def _exact_solver(backend: str, layer_solver, probe):
     """The registered function of one backend: every backend takes the same options."""
-    def solve_exact(problem: Problem, *, policy: str = "auto", model: str = "joint", colocation: str = "allowed",
-                    node_budget: str = "fixed", replica_counts: Any = None, time_limit: float = 10.0,
-                    threads: int = 2, seed: int = 0, gap: float = 0.0, warm_start: Any = "auto") -> SolverOutput:
+    def solve_exact(problem: Problem, options: SolverOptions) -> SolverOutput:
         probe()             # import the backend (OR-Tools first, about 1 s) before the clock starts
-        options = {o.name: value for o, value in zip(EXACT_OPTIONS, (
-            policy, model, colocation, node_budget, replica_counts, time_limit, threads, seed, gap, warm_start))}
-        return _run(problem, backend, layer_solver(), options)
+        return run_exact(problem, backend, layer_solver(), options)
 
     solve_exact.__name__ = f"solve_{backend}"
     return solve_exact

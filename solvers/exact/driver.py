@@ -20,7 +20,7 @@ from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput
 from ..result import ModelScope, Termination
-from .model import (Deadline, ExactOptions, LayerModel, LayerResult, build_layer, check_options,
+from .model import (Deadline, ExactOptions, LayerModel, LayerResult, build_layer, exact_options,
                     default_warm_plan, fit_warm_to_counts, fixed_counts_for, layer_problem_bound, phy2log_from_matrix,
                     replication_plan)
 
@@ -36,9 +36,10 @@ def _skip_cost(num_experts: int) -> float:
     return 2e-4 + 4e-6 * num_experts
 
 
-def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, **options: Any) -> SolverOutput:
-    """Solve every layer of ``problem`` with ``solve_layer`` (one backend's formulation)."""
-    opts = check_options(problem, **options)
+def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, options: Any) -> SolverOutput:
+    """Solve every layer of ``problem`` with ``solve_layer`` (one backend's formulation);
+    ``options``: the backend's typed options (see :func:`.model.exact_options`)."""
+    opts = exact_options(problem, options)
     deadline = Deadline(opts.time_limit)
     explicit = isinstance(opts.warm_start, Plan)
     warm_plan = opts.warm_start if explicit else None

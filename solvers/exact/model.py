@@ -34,6 +34,7 @@ from ..deepseek import balanced_packing, deepseek_plan
 from ..errors import OptionError, PlanError
 from ..plan import Plan
 from ..problem import Problem
+from ..registry import run
 
 MODELS = ("joint", "packing", "replication", "hierarchical")
 COLOCATION = ("allowed", "forbidden")
@@ -43,7 +44,7 @@ NODE_BUDGET = ("fixed", "free")
 
 @dataclass(frozen=True)
 class ExactOptions:
-    """Validated options shared by every exact backend (see :func:`check_options`)."""
+    """The options every exact backend's models read (made by :func:`exact_options`)."""
 
     model: str
     counts: str                    # "free" or "fixed" (resolved from the model)
@@ -65,44 +66,20 @@ class ExactOptions:
         return self.colocation == "forbidden"
 
 
-def _choice(value: Any, allowed: tuple[str, ...], param: str) -> str:
-    if value not in allowed:
-        raise OptionError(param, f"must be one of {', '.join(map(repr, allowed))}, got {value!r}")
-    return value
+def exact_options(problem: Problem, o: Any) -> ExactOptions:
+    """What the models read, from the solver's typed options (each checked by the schema):
+    the internal model resolved from (policy, model), and the checks across options and the
+    problem (the hierarchical shape, the warm start and counts fitting it, colocation).
 
-
-def _number(value: Any, param: str, minimum: float, integer: bool = False, maximum: float | None = None):
-    kinds = numbers.Integral if integer else numbers.Real
-    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(float(value)):
-        raise OptionError(param, f"must be a finite {'integer' if integer else 'number'}, got {value!r}")
-    if value < minimum or (maximum is not None and value > maximum):
-        rng = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
-        raise OptionError(param, f"must be {rng}, got {value!r}")
-    return int(value) if integer else float(value)
-
-
-def check_options(problem: Problem, *, model: str, counts: str | None, colocation: str,
-                  node_budget: str, time_limit: Any, threads: Any, seed: Any, gap: Any,
-                  warm_start: Any, replica_counts: Any) -> ExactOptions:
-    """Validate the options of an exact solve; bad values raise :class:`OptionError`."""
-    _choice(model, MODELS, "model")
-    _choice(colocation, COLOCATION, "colocation")
-    _choice(node_budget, NODE_BUDGET, "node_budget")
-    if counts is not None:
-        _choice(counts, COUNTS, "counts")
-    natural = {"joint": "free", "packing": "fixed", "replication": "free"}.get(model)
-    if natural is not None and counts not in (None, natural):
-        raise OptionError("counts", f"model {model!r} has counts={natural!r} by definition; "
-                          f"use model='packing' or 'joint' instead of counts={counts!r}")
-    counts = counts or natural or "free"
-    tl = _number(time_limit, "time_limit", 0.0)
-    if tl <= 0:
-        raise OptionError("time_limit", f"must be > 0 seconds, got {time_limit!r}")
-    th = _number(threads, "threads", 1, integer=True, maximum=256)
-    sd = _number(seed, "seed", 0, integer=True, maximum=2**31 - 1)
-    gp = _number(gap, "gap", 0.0, maximum=1.0)
-    if model == "hierarchical":
-        problem.resolve_policy("hierarchical")          # raises ProblemError on a bad shape
+    Internal models: "replication"; "joint" and "packing" (global: free or fixed counts);
+    "hierarchical" with free or fixed counts. On one node the hierarchical model restricts
+    nothing, so the simpler global one is solved."""
+    resolved = problem.resolve_policy(o.policy)        # raises ProblemError on a bad shape
+    if o.model == "replication" or resolved == "global" or problem.num_nodes == 1:
+        model, counts = o.model, ("fixed" if o.model == "packing" else "free")
+    else:
+        model, counts = "hierarchical", ("free" if o.model == "joint" else "fixed")
+    colocation, node_budget, warm_start, replica_counts = o.colocation, o.node_budget, o.warm_start, o.replica_counts
     L, E, R, P = problem.num_layers, problem.num_experts, problem.num_replicas, problem.num_gpus
     S = problem.slots_per_gpu
     if warm_start is False:
@@ -143,7 +120,8 @@ def check_options(problem: Problem, *, model: str, counts: str | None, colocatio
         if rc is not None and int(rc.max()) > cap:
             raise OptionError("colocation", f"'forbidden' is infeasible: an expert has {int(rc.max())} "
                               f"replicas but can reach only {cap} GPUs")
-    return ExactOptions(model, counts, colocation, node_budget, tl, th, sd, gp, warm_start, rc)
+    return ExactOptions(model, counts, colocation, node_budget, o.time_limit, o.threads, o.seed, o.gap, warm_start,
+                        rc)
 
 
 @dataclass
@@ -281,10 +259,8 @@ def default_warm_plan(problem: Problem, opts: ExactOptions) -> Plan:
     """
     policy = "hierarchical" if opts.hierarchical else "global"
     if opts.forbid:
-        from ..heuristics.registered import solve_kk_swap
-
         try:
-            out = solve_kk_swap(problem.to("cpu"), policy=policy, colocation="forbidden")
+            out = run(problem.to("cpu"), "kk_swap", {"policy": policy, "colocation": "forbidden"})
         except (ValueError, RuntimeError):
             out = None
         if out is not None and out.plan is not None:

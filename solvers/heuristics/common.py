@@ -78,15 +78,3 @@ def pick_best(objs: torch.Tensor, *cands: torch.Tensor) -> list[torch.Tensor]:
         out.append(c.gather(0, idx).squeeze(0))
     out.append(best)
     return out
-
-
-def positive_int(value, param: str, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise OptionError(param, f"must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def positive_float(value, param: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise OptionError(param, f"must be a number > 0, got {value!r}")
-    return float(value)

@@ -23,7 +23,7 @@ from ..problem import Problem
 from ..registry import SolverOutput
 from ..scoring import gpu_loads
 from ..scoring import duplicates_per_row
-from .common import positive_int, replicate_counts
+from .common import replicate_counts
 from .hierarchical import group_node_candidates, node_experts
 from .joint import joint_counts
 from .packing import clock, pack_counts
@@ -50,10 +50,10 @@ class Effort:
     two_swaps: bool = True
 
 
-def check_common(problem: Problem, policy: str, nodup, relax) -> str:
-    if not isinstance(nodup, bool):
-        raise OptionError("nodup", f"must be True or False, got {nodup!r}")
-    positive_int(relax, "relax")
+def check_common(problem: Problem, policy: str, nodup: bool, relax: int) -> str:
+    """The policy that runs, after the checks across options and the problem (the schema
+    has checked each option alone): relax needs the hierarchical policy, and forbidden
+    colocation needs as many experts per node as slots per GPU."""
     resolved = problem.resolve_policy(policy)
     if relax and resolved != "hierarchical":
         raise OptionError("relax", "relaxed mode needs the hierarchical policy "

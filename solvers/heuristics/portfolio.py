@@ -16,8 +16,7 @@ import torch
 from ..errors import OptionError
 from ..plan import Plan
 from ..problem import Problem
-from ..registry import SolverOutput, get_solver
-from .common import positive_float
+from ..registry import SolverOutput, get_solver, run
 from .packing import clock
 from .pipeline import Effort, check_common, greedy_phy2log, heuristic_phy2log, keep_best
 
@@ -52,15 +51,11 @@ EXACT_MARGIN = 1.1
 RELAX_SHARE = 0.3
 
 
-def check_exact(exact, relax: int):
-    if exact in (None, "none"):
+def check_exact(exact: str, relax: int):
+    """The exact solver's spec, or None; checks what the schema cannot (installed, no relax)."""
+    if exact == "none":
         return None
-    try:
-        spec = get_solver(exact) if isinstance(exact, str) else None
-    except OptionError:  # an unknown name: the bad parameter is `exact`, not `solver`
-        spec = None
-    if spec is None or spec.kind != "exact":
-        raise OptionError("exact", f"must be 'none' or the name of an exact solver, got {exact!r}")
+    spec = get_solver(exact)
     if not spec.is_available():
         raise OptionError("exact", f"{exact!r} is not available here: {spec.requires}")
     if relax:
@@ -70,7 +65,7 @@ def check_exact(exact, relax: int):
 
 def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
                   time_limit: float, exact: str | None = None) -> SolverOutput:
-    time_budget = positive_float(time_limit, "time_limit")
+    time_budget = time_limit
     resolved = check_common(problem, policy, nodup, relax)
     exact_spec = check_exact(exact, relax)
     start = clock()
@@ -113,7 +108,7 @@ def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
         t0 = clock()
         opts = {"policy": resolved, "model": "joint", "colocation": "forbidden" if nodup else "allowed",
                 "time_limit": left, "threads": 1, "warm_start": Plan.from_phy2log(p2l, problem.num_experts)}
-        out = exact_spec.fn(problem, **exact_spec.check_options(opts))
+        out = run(problem, exact_spec.name, opts)
         rung_seconds[exact_spec.name] = clock() - t0
         ran.append(exact_spec.name)
         if out.plan is not None:

@@ -10,10 +10,8 @@ node; 0 = strict), and is never worse than the greedy it starts from on any laye
 from __future__ import annotations
 
 from ..problem import Problem
-from ..options import Option, colocation_option, policy_option, time_limit_option
+from ..options import Option, SolverOptions, colocation_option, policy_option, time_limit_option
 from ..registry import SolverOutput, register
-from ..errors import OptionError
-from .common import positive_int
 from .pipeline import Effort, run_pipeline
 from .portfolio import run_portfolio
 
@@ -21,17 +19,10 @@ from .portfolio import run_portfolio
 START_NAMES = ("kk", "lpt", "rr")
 
 
-def parse_starts(starts) -> tuple[str, ...]:
-    """"kk,lpt" or ["kk", "lpt"] -> ("kk", "lpt"): the constructions the swap search starts from."""
-    names = starts.split(",") if isinstance(starts, str) else starts
-    try:
-        names = tuple(str(n).strip() for n in names)
-    except TypeError:
-        raise OptionError("starts", f"must be a comma-separated string or a list, got {starts!r}") from None
-    bad = [n for n in names if n not in START_NAMES]
-    if not names or bad:
-        raise OptionError("starts", f"must name constructions among {', '.join(START_NAMES)}, got {starts!r}")
-    return names
+def parse_starts(starts: str) -> tuple[str, ...]:
+    """"kk,lpt" -> ("kk", "lpt"): the constructions the swap search starts from (the schema
+    has checked the names)."""
+    return tuple(n.strip() for n in starts.split(","))
 
 
 def _nodup(colocation: str) -> bool:
@@ -42,16 +33,16 @@ _RELAX = Option("relax", int, 0, "hierarchical only: redundant replicas per laye
                 "group's node (0 = strict)", minimum=0, maximum=1_000_000, advanced=True)
 _STEPS = Option("steps", int, 8, "swap local-search rounds", minimum=0, maximum=100_000, advanced=True)
 _STARTS = Option("starts", str, "kk", "constructions the swap search starts from, comma-separated: "
-                 "kk (balanced differencing), lpt (largest first), rr (round robin)", advanced=True)
+                 "kk (balanced differencing), lpt (largest first), rr (round robin)", advanced=True,
+                 pattern=r"^\s*(kk|lpt|rr)\s*(,\s*(kk|lpt|rr)\s*)*$")
 _COMMON = (policy_option(), colocation_option(), _RELAX)
 
 
 @register("kk_swap", kind="heuristic", options=_COMMON + (_STEPS, _STARTS),
           description="greedy counts; balanced Karmarkar-Karp packing + 1-1/2-2 swap local search")
-def solve_kk_swap(problem: Problem, *, policy: str = "auto", colocation: str = "allowed", relax: int = 0,
-                  steps: int = 8, starts: str = "kk") -> SolverOutput:
-    effort = Effort(steps=positive_int(steps, "steps"), starts=parse_starts(starts))
-    return run_pipeline(problem, policy=policy, nodup=_nodup(colocation), relax=relax, effort=effort)
+def solve_kk_swap(problem: Problem, o: SolverOptions) -> SolverOutput:
+    effort = Effort(steps=o.steps, starts=parse_starts(o.starts))
+    return run_pipeline(problem, policy=o.policy, nodup=_nodup(o.colocation), relax=o.relax, effort=effort)
 
 
 @register("joint", kind="heuristic",
@@ -62,11 +53,10 @@ def solve_kk_swap(problem: Problem, *, policy: str = "auto", colocation: str = "
                                     advanced=True),
                              _STARTS),
           description="replica counts searched with the packing in the loop, then KK + swaps")
-def solve_joint(problem: Problem, *, policy: str = "auto", colocation: str = "allowed", relax: int = 0,
-                steps: int = 8, rounds: int = 32, width: int = 4, starts: str = "kk") -> SolverOutput:
-    effort = Effort(steps=positive_int(steps, "steps"), starts=parse_starts(starts), joint=True,
-                    joint_rounds=positive_int(rounds, "rounds"), joint_width=positive_int(width, "width", 1))
-    return run_pipeline(problem, policy=policy, nodup=_nodup(colocation), relax=relax, effort=effort)
+def solve_joint(problem: Problem, o: SolverOptions) -> SolverOutput:
+    effort = Effort(steps=o.steps, starts=parse_starts(o.starts), joint=True, joint_rounds=o.rounds,
+                    joint_width=o.width)
+    return run_pipeline(problem, policy=o.policy, nodup=_nodup(o.colocation), relax=o.relax, effort=effort)
 
 
 @register("best", kind="heuristic",
@@ -76,9 +66,8 @@ def solve_joint(problem: Problem, *, policy: str = "auto", colocation: str = "al
                                     "stops before half the time limit (at least 0.5 s left to it), and the "
                                     "time it leaves goes to rungs not run yet", choices=("none", "cpsat", "highs", "cbc"))),
           description="portfolio: the heuristic ladder within a time limit, best plan per layer")
-def solve_best(problem: Problem, *, policy: str = "auto", colocation: str = "allowed", relax: int = 0,
-               time_limit: float = 1.0, exact: str = "none") -> SolverOutput:
+def solve_best(problem: Problem, o: SolverOptions) -> SolverOutput:
     """``exact``: "none" or an exact solver ("cpsat", "highs", "cbc") that gets the time left
     after the heuristic ladder, warm-started from the best plan (its proven bound is returned)."""
-    return run_portfolio(problem, policy=policy, nodup=_nodup(colocation), relax=relax,
-                         time_limit=time_limit, exact=exact)
+    return run_portfolio(problem, policy=o.policy, nodup=_nodup(o.colocation), relax=o.relax,
+                         time_limit=o.time_limit, exact=o.exact)

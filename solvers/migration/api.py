@@ -17,21 +17,21 @@ Per layer, with ``T = (1 + slack) x`` the max GPU load of a fresh plan by ``solv
 """
 from __future__ import annotations
 
-import math
-import numbers
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..errors import OptionError, PlanError
-from ..options import Option, threads_option, seed_option, time_limit_option
+from ..options import Option, SolverOptions, seed_option, threads_option, time_limit_option
 from ..plan import Plan
 from ..problem import Problem
-from ..registry import SolverOutput, register
+from ..grading import graded_run
+from ..registry import SolverOutput, get_solver, register, run
 from ..result import SolveResult
-from ..scoring import gpu_loads
+from ..scoring import check_expert_bytes, gpu_loads
 from .exact import count_window, solve_layer
 from .minmoves import TARGET_RTOL, repair
 from .moves import moves_per_layer
@@ -68,14 +68,6 @@ def check_previous(problem: Problem, previous: Any) -> Plan:
     return previous.to(problem.device)
 
 
-def check_budget(budget: Any) -> float | None:
-    if budget is None:
-        return None
-    if isinstance(budget, bool) or not isinstance(budget, numbers.Real) or not 0 < float(budget) <= 1:
-        raise OptionError("budget", f"must be a fraction of a fresh plan's moves in (0, 1], or None; got {budget!r}")
-    return float(budget)
-
-
 def _within_budget(problem: Problem, old: torch.Tensor, p2l: torch.Tensor, fresh_moves: torch.Tensor,
                    fresh_max: torch.Tensor, slack: float, budget: float, zones: int,
                    item_cap: torch.Tensor) -> tuple[torch.Tensor, dict[int, float]]:
@@ -106,13 +98,6 @@ def _within_budget(problem: Problem, old: torch.Tensor, p2l: torch.Tensor, fresh
         moves[take] = cand[take]
         relaxed.update({int(layer): wider for layer in take.tolist()})
     return out, relaxed
-
-
-def check_slack(slack: Any) -> float:
-    if isinstance(slack, bool) or not isinstance(slack, numbers.Real) or not math.isfinite(float(slack)) \
-            or slack < 0:
-        raise OptionError("slack", f"must be a finite number >= 0, got {slack!r}")
-    return float(slack)
 
 
 def _zones(policy: str, problem: Problem) -> int:
@@ -173,23 +158,19 @@ def _exact_pass(problem: Problem, previous: Plan, start: torch.Tensor, fresh: Pl
 def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: float = 0.01,
             method: str = "heuristic", time_limit: float = 10.0, threads: int = 2, seed: int = 0,
             base_options: dict | None = None, budget: float | None = None) -> SolverOutput:
-    """The migration-aware plan and its report (see the module docstring)."""
-    from ..solve import solve
-
+    """The migration-aware plan and its report (see the module docstring). The options come
+    checked by the ``migration`` solver's schema; ``previous`` is checked against the problem here."""
     previous = check_previous(problem, previous)
-    slack = check_slack(slack)
-    budget = check_budget(budget)
-    if method not in METHODS:
-        raise OptionError("method", f"must be one of {', '.join(METHODS)}, got {method!r}")
     began = time.perf_counter()
-    fresh = solve(problem, base, **(base_options or {}))
+    fresh = run(problem, base, base_options)
     if fresh.plan is None:
-        raise OptionError("solver", f"{base!r} found no fresh plan ({fresh.termination}): {fresh.message}")
+        raise OptionError("solver", f"{base!r} found no fresh plan ({fresh.status}): {fresh.message}")
     fresh_seconds = time.perf_counter() - began
     policy = fresh.policy
     zones = _zones(policy, problem)
     E, P = problem.num_experts, problem.num_gpus
-    target = fresh.score.max_load.to(torch.float64) * (1 + slack)                   # [L]
+    fresh_max = gpu_loads(problem.weights, fresh.plan, P).max(1).values                # [L] float64
+    target = fresh_max * (1 + slack)                                                   # [L]
     old = previous.phy2log
     t0 = time.perf_counter()
     relabelled = relabel(fresh.plan, previous, P, problem.num_nodes if zones > 1 else 1).phy2log
@@ -223,11 +204,10 @@ def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: 
     p2l = torch.where(use.unsqueeze(1), repaired, relabelled)
     relaxed: dict[int, float] = {}
     if budget is not None:
-        p2l, relaxed = _within_budget(problem, old, p2l, fresh_moves, fresh.score.max_load, slack, budget,
-                                      zones, item_cap)
+        p2l, relaxed = _within_budget(problem, old, p2l, fresh_moves, fresh_max, slack, budget, zones, item_cap)
     info: dict[str, Any] = {
         "base": base, "slack": slack, "method": method, "policy": policy,
-        "fresh_max_load": fresh.score.max_load.tolist(), "target_max_load": target.tolist(),
+        "fresh_max_load": fresh_max.tolist(), "target_max_load": target.tolist(),
         "fresh_moves": int(fresh_moves.sum()), "relabelled_moves": int(relabel_moves.sum()),
         "heuristic_moves": int(moves_per_layer(p2l, old, E, P).sum()),
         "repair_rounds": fixed.rounds, "repair_swaps": int(fixed.swaps.sum()),
@@ -257,7 +237,7 @@ _SCHEMA = (
            choices=METHODS),
     Option("budget", float, None, "at most this fraction of a fresh plan's moves (all layers): the layers "
            "saving the most moves take wider slacks until the plan fits (none: the slack is a hard limit)",
-           nullable=True, minimum=0.0, maximum=1.0),
+           nullable=True, minimum=0.0, exclusive_minimum=True, maximum=1.0),
     time_limit_option(10.0, "seconds for the exact models (all layers)"),
     threads_option(), seed_option(),
     Option("base_options", object, None, "options of the base solver (a dict)", nullable=True,
@@ -267,25 +247,22 @@ _SCHEMA = (
 
 @register("migration", kind="heuristic", options=_SCHEMA, in_suites=False,
           description="fewest moves from the placement in force within (1 + slack) x a fresh plan's max load")
-def solve_migration(problem: Problem, *, base: str = "deepseek", current: Any = None, slack: float = 0.01,
-                    method: str = "heuristic", budget: float | None = None, time_limit: float = 10.0,
-                    threads: int = 2, seed: int = 0, base_options: Any = None) -> SolverOutput:
+def solve_migration(problem: Problem, o: SolverOptions) -> SolverOutput:
     """Without a placement in force (``current=None``, e.g. in a benchmark sweep of every
     solver) nothing can be kept: the fresh plan of ``base`` is returned as is."""
-    from ..solve import solve
-
-    if base == "migration":
+    if o.base == "migration":
         raise OptionError("base", "must be another solver than 'migration'")
-    if base_options is not None and not isinstance(base_options, dict):
-        raise OptionError("base_options", f"must be a dict of the base solver's options, got {base_options!r}")
-    if current is None:
-        fresh = solve(problem, base, **(base_options or {}))
+    if o.base_options is not None and not isinstance(o.base_options, Mapping):
+        raise OptionError("base_options", f"must be a dict of the base solver's options, got {o.base_options!r}")
+    base_options = get_solver(o.base).parse(o.base_options)       # checked once, before any work
+    if o.current is None:
+        fresh = run(problem, o.base, base_options)
         if fresh.plan is None:
-            raise OptionError("base", f"{base!r} found no plan ({fresh.termination}): {fresh.message}")
-        return SolverOutput(fresh.plan, fresh.policy, info={"base": base, "note": "no placement in force: "
+            raise OptionError("base", f"{o.base!r} found no plan ({fresh.status}): {fresh.message}")
+        return SolverOutput(fresh.plan, fresh.policy, info={"base": o.base, "note": "no placement in force: "
                                                             "the fresh plan"})
-    return migrate(problem, current, base=base, slack=slack, method=method, time_limit=time_limit,
-                   threads=threads, seed=seed, base_options=base_options, budget=budget)
+    return migrate(problem, o.current, base=o.base, slack=o.slack, method=o.method, time_limit=o.time_limit,
+                   threads=o.threads, seed=o.seed, base_options=base_options, budget=o.budget)
 
 
 def plan_with_migration(problem: Problem, solver: str, previous: Plan, *, slack: float = 0.01,
@@ -306,15 +283,16 @@ def plan_with_migration(problem: Problem, solver: str, previous: Plan, *, slack:
     (``info["relaxed_layers"]``: layer -> slack used); their max load may then exceed
     ``(1 + slack)`` x the fresh plan's. None: the slack is a hard limit.
     """
-    from ..solve import solve
-
     if not isinstance(problem, Problem):
         raise OptionError("problem", f"must be a solvers.Problem, got {type(problem).__name__}")
-    previous = check_previous(problem, previous)
-    slack = check_slack(slack)
-    budget = check_budget(budget)
+    if not isinstance(previous, Plan):
+        raise OptionError("previous", f"must be a solvers.Plan (the placement in force), got "
+                          f"{type(previous).__name__}")
     if not isinstance(solver, str) or solver == "migration":
         raise OptionError("solver", f"must name a registered solver other than 'migration', got {solver!r}")
-    return solve(problem, "migration", previous=previous, expert_bytes=expert_bytes, base=solver,
-                 current=previous, slack=slack, method=method, time_limit=time_limit, budget=budget,
-                 base_options=solver_options or None)
+    get_solver(solver)
+    spec = get_solver("migration")
+    opts = spec.parse(dict(base=solver, current=previous, slack=slack, method=method, time_limit=time_limit,
+                           budget=budget, base_options=solver_options or None))
+    return graded_run(problem, spec, opts, previous=previous.to(problem.device),
+                      expert_bytes=check_expert_bytes(expert_bytes))

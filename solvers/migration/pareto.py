@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from ..errors import OptionError
 from ..plan import Plan
 from ..problem import Problem
+from ..registry import run
 from ..scoring import score
 from .api import check_previous, plan_with_migration
 from .relabel import relabel
@@ -31,11 +33,11 @@ def pareto(problem: Problem, solver: str, previous: Plan, slacks: Sequence[float
     Row keys: plan, slack, moves, moved_share (of all layer x slot replicas), bytes (with
     ``expert_bytes``), max_load_sum, imbalance_mean, imbalance_worst (shared scorer).
     """
-    from ..solve import solve
-
     previous = check_previous(problem, previous)
     total = problem.num_layers * problem.num_replicas
-    fresh = solve(problem, solver, **solver_options)
+    fresh = run(problem, solver, solver_options)
+    if fresh.plan is None:
+        raise OptionError("solver", f"{solver!r} found no plan ({fresh.status}): {fresh.message}")
     rows = [_row("fresh", None, score(problem, fresh.plan, previous=previous), total, expert_bytes)]
     nodes = problem.num_nodes if fresh.policy == "hierarchical" else 1
     rel = relabel(fresh.plan, previous, problem.num_gpus, nodes)

@@ -1,6 +1,6 @@
 """Workloads: synthetic load generators, importers of engines' dumps, plan exporters, datasets.
 
-- :func:`generate` draws a seeded trace for a model preset (:data:`PRESETS`) and a named
+- :func:`generate` draws a seeded trace for a model preset (:data:`solvers.cluster.MODELS`) and a named
   scenario (:data:`SCENARIOS`); a :class:`Trace` holds loads ``[steps, layers, experts]``.
 - :func:`windows` / :func:`out_of_sample_pairs` turn a trace into planning windows.
 - :func:`read_trace` / :func:`read_weights` import SGLang, vLLM, Megatron, CSV, npz, pt and
@@ -13,12 +13,11 @@ from .exporters import (PLAN_FORMATS, TRACE_FORMATS, export_plan, plan_to_sglang
                         read_exported_plan, write_trace, write_vllm_json)
 from .generators import LAWS, SCENARIOS, Scenario, generate, get_scenario
 from .importers import FORMATS, detect_format, iter_vllm_steps, read_loads, read_trace, read_weights
-from .presets import PRESETS, ModelPreset, get_preset
 from .trace import Trace, save_trace
 from .windows import out_of_sample_pairs, windows
 
 __all__ = [
-    "PRESETS", "ModelPreset", "get_preset", "SCENARIOS", "Scenario", "get_scenario", "LAWS",
+    "SCENARIOS", "Scenario", "get_scenario", "LAWS",
     "generate", "Trace", "save_trace", "windows", "out_of_sample_pairs",
     "FORMATS", "detect_format", "read_loads", "read_trace", "read_weights", "iter_vllm_steps",
     "PLAN_FORMATS", "TRACE_FORMATS", "export_plan", "read_exported_plan", "plan_to_sglang",

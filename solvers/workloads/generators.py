@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from ..errors import OptionError
-from .presets import ModelPreset, get_preset
+from ..cluster import ModelPreset, get_model
 from .trace import Trace
 
 LAWS = ("lognormal", "zipf", "dirichlet")
@@ -288,14 +288,14 @@ def generate(model: str, scenario: str = "mild", *, steps: int = 100, seed: int 
              tokens_per_step: int = 4096, num_layers: int | None = None, **overrides: Any) -> Trace:
     """A seeded synthetic trace: loads [steps, layers, experts] int64 for a model preset.
 
-    model: a key of PRESETS; scenario: a key of SCENARIOS; steps: forward passes (or
+    model: a key of MODELS; scenario: a key of SCENARIOS; steps: forward passes (or
     windows) to draw; tokens_per_step: tokens routed per step, each to top_k experts;
     num_layers: keep fewer layers than the model has (small instances).
     overrides: any :class:`Scenario` field (``skew=1.5``, ``drift=0.1``...) and the shape
     fields ``num_experts``, ``num_groups``, ``top_k``.
     The same arguments always give the same trace (numpy's PCG64 seeded with ``seed``).
     """
-    preset = get_preset(model)
+    preset = get_model(model)
     sc = get_scenario(scenario)
     steps = _count(steps, "steps", 1, MAX_STEPS)
     seed = _count(seed, "seed", 0, 2**63 - 1)

@@ -1,0 +1,105 @@
+"""Grading: one plan from one solver, scored by the shared scorer against the bounds.
+
+:func:`grade` is what turns a :class:`~solvers.registry.SolverOutput` into a
+:class:`~solvers.result.SolveResult`: it validates the plan, scores it with
+:func:`solvers.scoring.score_validated`, combines the solver's bounds with the universal
+one (computed once per solve by the caller), fails loudly when a plan beats a proven bound,
+and says what the solve has. No solver grades itself.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from .bounds import lower_bound
+from .errors import EPLBError, PlanError
+from .options import SolverOptions
+from .plan import Plan
+from .problem import Problem
+from .registry import SolverOutput, SolverSpec
+from .result import SolveResult, Termination
+from .scoring import score_validated
+from .tolerances import BOUND_RTOL, VIOLATION_RTOL
+
+
+class SolverBug(RuntimeError):
+    """A solver broke its contract: the user's input is not to blame, so this is not a ValueError."""
+
+
+class BoundViolation(SolverBug):
+    """A plan scored below a proven lower bound: a solver (or a bound) is wrong."""
+
+
+class InvalidSolverPlan(SolverBug):
+    """A solver returned a malformed plan."""
+
+
+def _check_above(solver: str, obj: torch.Tensor, bound: torch.Tensor, what: str) -> None:
+    if bool((obj < bound * (1 - VIOLATION_RTOL)).any()):
+        layer = int(torch.argmax(bound - obj))
+        raise BoundViolation(f"solver {solver!r}: layer {layer} scores {float(obj[layer])!r}, "
+                             f"below the proven {what} {float(bound[layer])!r}")
+
+
+def graded_run(problem: Problem, spec: SolverSpec, options: SolverOptions, *, previous: Plan | None = None,
+               expert_bytes: int | None = None) -> SolveResult:
+    """Run ``spec`` with options already parsed, grade its plan. The universal lower bound is
+    computed once here; a backend crash becomes a result with termination ``error``."""
+    bound = lower_bound(problem)
+    start = time.perf_counter()
+    try:
+        out = spec.fn(problem, options)
+    except EPLBError:
+        raise
+    except Exception as exc:  # a backend crash is a result, not a traceback for the user
+        wall = time.perf_counter() - start
+        return SolveResult(spec.name, Termination.ERROR, None, None, bound, wall, "unknown", options.as_dict(),
+                           f"{type(exc).__name__}: {exc}")
+    wall = time.perf_counter() - start
+    return grade(problem, spec.name, out, bound, wall, options.as_dict(), previous, expert_bytes)
+
+
+def grade(problem: Problem, solver: str, out: SolverOutput, bound: torch.Tensor, wall: float,
+           options: dict[str, Any], previous: Plan | None, expert_bytes: int | None) -> SolveResult:
+    """Combine the solver's bounds with the universal one, score its plan, say why it stopped."""
+    model_bound, scope = out.model_bound, out.model_scope
+    if model_bound is not None:
+        model_bound = model_bound.to(bound.device, torch.float64)
+        if scope is not None and scope.universal:       # a model of every plan: a lower bound
+            bound, model_bound, scope = torch.maximum(bound, model_bound), None, None
+        else:
+            model_bound = torch.maximum(model_bound, bound)   # a restricted model's optimum is >= any universal bound
+    if out.bound is not None:
+        bound = torch.maximum(bound, out.bound.to(bound.device, torch.float64))
+    common = dict(options=options, message=out.message, info=out.info, model_bound=model_bound,
+                  model_scope=scope)
+    if out.plan is None:
+        status = out.status or Termination.ERROR
+        return SolveResult(solver, status, None, None, bound, wall, out.policy, **common)
+    try:
+        out.plan.validate(problem.num_layers, problem.num_experts, problem.num_replicas, problem.num_gpus)
+    except PlanError as exc:
+        raise InvalidSolverPlan(f"solver {solver!r} returned an invalid plan: {exc}") from None
+    sc = score_validated(problem, out.plan, previous=previous, expert_bytes=expert_bytes)
+    obj = sc.max_load.to(bound.device, torch.float64)
+    _check_above(solver, obj, bound, "lower bound")
+    if model_bound is not None:
+        _check_above(solver, obj, model_bound, "model bound")
+    proven = obj <= bound * (1 + BOUND_RTOL)
+    in_model = proven.clone()
+    if model_bound is not None:
+        in_model |= obj <= model_bound * (1 + BOUND_RTOL)
+    if out.model_optimal is not None:
+        in_model |= out.model_optimal.to(in_model.device, torch.bool)
+    status = out.status
+    if status is None or status is Termination.FEASIBLE:
+        if bool(proven.all()):
+            status = Termination.OPTIMAL
+        elif bool(in_model.all()) and model_bound is not None:
+            status = Termination.OPTIMAL_IN_MODEL
+        else:
+            status = Termination.FEASIBLE
+    return SolveResult(solver, status, out.plan, sc, bound, wall, out.policy, proven_optimal=proven,
+                       optimal_in_model=in_model, **common)
