@@ -63,14 +63,48 @@ def optimal_counts(weights: torch.Tensor, num_replicas: int, max_count: int | No
     return counts
 
 
+# Bisection steps of replication_value: enough to bring the start within a few greedy steps
+# of the optimum (each halves the interval; the greedy takes the few counts left).
+_BISECTION_STEPS = 20
+
+
+def replication_value(weights: torch.Tensor, num_replicas: int) -> torch.Tensor:
+    """[X] min over counts (>= 1, summing to R) of max_e w_e / c_e, the value of
+    :func:`optimal_counts` without its R - E greedy steps.
+
+    A bisection on t finds counts ``ceil(w / t)`` that fit in R slots; nudged down, they
+    are at most an optimal vector's (``ceil(w / t*)``) expert by expert, and the greedy of
+    :func:`optimal_counts` started there reaches the same optimum t* in the few steps left
+    (whenever the max exceeds t*, the expert holding it is below its optimal count).
+    """
+    X, E = weights.shape
+    w = weights.to(torch.float64)
+    if num_replicas == E:
+        return w.max(1).values
+    total = w.sum(1)
+    tiny = torch.finfo(torch.float64).tiny
+    lo = total / num_replicas                        # t* >= W / R
+    hi = (total / (num_replicas - E)).clamp_min(tiny)   # sum ceil(w / hi) <= sum (w / hi + 1) = R
+    for _ in range(_BISECTION_STEPS):
+        mid = (lo + hi) / 2
+        fits = torch.ceil(w / mid.clamp_min(tiny).unsqueeze(1)).clamp_min(1).sum(1) <= num_replicas
+        hi, lo = torch.where(fits, mid, hi), torch.where(fits, lo, mid)
+    # nudged down so that float rounding never puts a count above its optimal value
+    counts = torch.ceil(w / hi.unsqueeze(1) * (1 - 1e-9)).clamp_min(1).to(torch.int64)
+    left = num_replicas - counts.sum(1)                                        # [X] >= 0
+    for _ in range(int(left.max())):
+        best = (w / counts).argmax(1, keepdim=True)
+        counts.scatter_add_(1, best, (left > 0).to(torch.int64).unsqueeze(1))
+        left = left - (left > 0).to(torch.int64)
+    return (w / counts).max(1).values
+
+
 def replication_bound(problem: Problem) -> torch.Tensor:
     """min over counts of max_e w_e / c_e: every GPU carries at least its heaviest replica.
 
     Dominates the R - E + 1 half of :func:`hottest_expert_bound`.
     """
-    w = _weights(problem)
-    counts = optimal_counts(w, problem.num_replicas)
-    return (w / counts).max(1).values
+    return replication_value(_weights(problem), problem.num_replicas)
 
 
 def item_bounds(items: torch.Tensor, num_bins: int) -> torch.Tensor:

@@ -135,3 +135,24 @@ def test_bad_bound_inputs_name_the_parameter():
     assert err.value.param == "counts"
     with pytest.raises(ValueError, match="num_replicas"):
         structure_bound(p, Plan.from_phy2log([[0, 1, 2, 3, 0, 1]], 4))
+
+
+def test_replication_value_equals_the_greedy_optimum():
+    """The bisection-started greedy gives exactly the optimal counts' value (ties, zeros, squares)."""
+    from solvers.bounds import optimal_counts, replication_value
+
+    g = torch.Generator().manual_seed(7)
+    for trial in range(400):
+        X, E = int(torch.randint(1, 4, (1,), generator=g)), int(torch.randint(1, 40, (1,), generator=g))
+        R = E + int(torch.randint(0, 80, (1,), generator=g))
+        kind = trial % 4
+        if kind == 0:
+            w = torch.randint(0, 5, (X, E), generator=g).double()
+        elif kind == 1:
+            w = torch.rand(X, E, generator=g, dtype=torch.float64) * 1e6
+        elif kind == 2:
+            w = torch.randint(0, 1000, (X, E), generator=g).double() ** 2
+        else:
+            w = torch.full((X, E), 7.0, dtype=torch.float64)
+            w[:, 0] = float(torch.randint(0, 100, (1,), generator=g))
+        assert torch.equal(replication_value(w, R), (w / optimal_counts(w, R)).max(1).values), (w, R)
