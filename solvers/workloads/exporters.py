@@ -28,8 +28,8 @@ from ..plan import Plan, replica_ranks
 from ..planfile import FORMAT as EPLB_FORMAT
 from ..planfile import plan_document, read_plan, write_plan
 from ..problem import Problem
+from .formats import PLAN_FORMATS, TRACE_FORMATS, trace_format_of
 
-PLAN_FORMATS = ("eplb", "sglang", "trtllm", "csv")
 _SUFFIX = {".json": "json", ".yaml": "trtllm", ".yml": "trtllm", ".csv": "csv"}
 PARAM = "plan"
 
@@ -239,9 +239,6 @@ def read_exported_plan(path: str | Path, format: str | None = None, num_experts:
 # ---------------------------------------------------------------------------------------
 # Traces (loads) in the engines' formats: for conversion and for fixtures of the importers
 
-TRACE_FORMATS = ("npz", "pt", "vllm", "sglang", "csv")
-
-
 def write_vllm_json(loads: torch.Tensor, path: str | Path, chunk_steps: int = 64) -> Path:
     """loads [steps, layers, experts] as ``{"load_history": [{"logical_expert_load": ...}]}``,
     written a few steps at a time (the text is never built whole)."""
@@ -265,7 +262,7 @@ def write_trace(trace: Any, path: str | Path, format: str | None = None) -> Path
 
     path = Path(path)
     if format is None:
-        format = {".npz": "npz", ".pt": "pt", ".json": "vllm", ".csv": "csv"}.get(path.suffix.lower())
+        format = trace_format_of(path.suffix)
         if format is None:
             raise OptionError("format", f"cannot tell the format of {path.name}; pass one of {', '.join(TRACE_FORMATS)}")
     if format not in TRACE_FORMATS:

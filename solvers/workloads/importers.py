@@ -47,9 +47,9 @@ from .. import safejson
 from ..errors import LoadFileError
 from .trace import Trace
 
-FORMATS = ("sglang", "vllm", "megatron", "csv", "npz", "pt", "json")
+from .formats import FORMATS, SUFFIX_FORMAT  # noqa: F401  (FORMATS re-exported)
+
 LOAD_KEYS = ("loads", "weights", "logical_count")
-_SUFFIX_FORMAT = {".npz": "npz", ".pt": "pt", ".pth": "pt", ".json": "json", ".csv": "csv"}
 _LONG_LOAD_COLUMNS = ("load", "count", "tokens")
 PARAM = "loads"
 
@@ -117,10 +117,10 @@ def _torch_load(path: Path, mmap: bool = False) -> Any:
 def detect_format(path: str | Path) -> str:
     """The format of one file, from its suffix and (for .pt, .npz, .json) its content."""
     path = Path(path)
-    fmt = _SUFFIX_FORMAT.get(path.suffix.lower())
+    fmt = SUFFIX_FORMAT.get(path.suffix.lower())
     if fmt is None:
         raise _fail(path, f"unknown format {path.suffix or '(no suffix)'}; "
-                    f"use one of {', '.join(sorted(_SUFFIX_FORMAT))}")
+                    f"use one of {', '.join(sorted(SUFFIX_FORMAT))}")
     if fmt == "json" and re.search(rb'"load_history"\s*:', _peek(path)):
         return "vllm"
     if fmt == "npz":
