@@ -33,7 +33,7 @@ import torch
 
 from solvers import Problem, score, solve
 from solvers.dynamics import simulate, step_scores
-from solvers.dynamics.commands import MODEL_CLUSTERS
+from solvers.cli.dynamics import MODEL_CLUSTERS
 from solvers.dynamics.sweep import frontier_table, suggest, sweep
 from solvers.workloads import generate, load_dataset
 from solvers.workloads.presets import get_preset

@@ -685,10 +685,16 @@ def read_loads(spec: str | Path | Sequence[str | Path], format: str | None = Non
 def read_trace(spec: str | Path | Sequence[str | Path], format: str | None = None) -> Trace:
     """A :class:`Trace` (integer counts ``[steps, layers, experts]``) from any format; a
     ``[layers, experts]`` matrix becomes one step."""
-    loads, meta = read_loads(spec, format)
+    return as_trace(*read_loads(spec, format))
+
+
+def as_trace(loads: torch.Tensor, meta: dict[str, Any]) -> Trace:
+    """A :class:`Trace` of integer counts from loads as read (``[layers, experts]`` becomes one
+    step); fractional loads are refused."""
+    meta = dict(meta)
     loads = _integral(loads)
     if loads.is_floating_point():
-        raise _fail(meta["source"], "a trace holds integer token counts; this file has fractional loads "
+        raise _fail(meta.get("source", "loads"), "a trace holds integer token counts; this file has fractional loads "
                     "(use it as --loads weights instead)")
     if loads.dim() == 2:
         loads = loads.unsqueeze(0)
