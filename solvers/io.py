@@ -123,6 +123,7 @@ def read_loads(source: str | os.PathLike | LoadsSpec | bytes | BinaryIO, format:
     if spec_steps is not None and steps is not None:
         raise LoadFileError("steps", f"{spec.spec}: give the window either as SPEC@A:B or as steps=, not both")
     source = spec.spec
+    param = "loads" if spec_steps is not None else "steps"       # the window's origin: SPEC@A:B or steps=
     raw, meta = read_raw(spec.target, format or spec.format)
     fmt_used = meta.get("format", format or spec.format or "?")
     dense = leading_zero_layers(raw) if drop_dense else 0
@@ -132,15 +133,15 @@ def read_loads(source: str | os.PathLike | LoadsSpec | bytes | BinaryIO, format:
         window = _window(spec_steps if spec_steps is not None else steps)
         start, stop, stride = window.indices(total)
         if stride != 1:
-            raise LoadFileError("steps", "a window of steps must be contiguous")
+            raise LoadFileError(param, "a window of steps must be contiguous")
         trace = raw[start:stop, dense:]
         if trace.shape[0] == 0:
-            raise LoadFileError("steps", f"{source}: the window {start}:{stop} selects no step of {total}")
+            raise LoadFileError(param, f"{source}: the window {start}:{stop} selects no step of {total}")
         weights = trace.sum(0)
         win = (start, stop)
     else:
         if spec_steps is not None or steps is not None:
-            raise LoadFileError("steps", f"{source}: a window of steps needs [steps, layers, experts] loads, "
+            raise LoadFileError(param, f"{source}: a window of steps needs [steps, layers, experts] loads, "
                                 f"got shape {tuple(raw.shape)}")
         trace, weights, total, win = None, raw[dense:], None, None
     if not weights.is_floating_point():
