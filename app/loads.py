@@ -15,9 +15,10 @@ from typing import Any
 import torch
 
 from solvers.errors import LoadFileError, OptionError
+from solvers.workloads.formats import SUFFIX_FORMAT
 
 DEFAULT_DATASET = "deepseek-v3-skewed"
-UPLOAD_SUFFIXES = ("npz", "pt", "pth", "json", "csv")
+UPLOAD_SUFFIXES = tuple(s.lstrip(".") for s in SUFFIX_FORMAT)       # the importers' one suffix table
 _TEMP_PATH = re.compile(r"\S*eplb-loads-[^/\s]+/upload\.\w+")
 
 
@@ -67,14 +68,20 @@ def content_hash(*tensors: torch.Tensor) -> str:
 
 
 def from_dataset(name: str) -> Loads:
-    """A shipped dataset by name (``eplb datasets`` lists them)."""
-    from solvers.workloads.catalog import list_datasets, load_dataset
+    """A shipped dataset by name (``eplb datasets`` lists them), read like every ``--loads``
+    (:func:`solvers.io.read_loads`: leading all-zero layers dropped and counted)."""
+    from solvers.io import read_loads
+    from solvers.workloads.catalog import list_datasets
 
     entry = next((e for e in list_datasets() if e.get("name") == name), None)
     if entry is None:
         raise OptionError("dataset", f"unknown dataset {name!r}")
-    trace = load_dataset(name)
-    return Loads(trace.loads, name, entry.get("model"), entry.get("num_groups"), 0, "npz", dict(trace.meta))
+    from solvers.workloads.importers import as_trace
+
+    info = read_loads(name)
+    trace = as_trace(info.trace if info.trace is not None else info.weights, info.meta)    # integer counts
+    meta = {**trace.meta, "dataset": name}
+    return Loads(trace.loads, name, entry.get("model"), entry.get("num_groups"), info.dense_layers, "npz", meta)
 
 
 def from_generator(model: str, scenario: str, steps: int, seed: int, tokens_per_step: int,

@@ -27,7 +27,7 @@ def preload() -> None:
     import plotly.graph_objects  # noqa: F401
     import torch  # noqa: F401
 
-    import solvers  # noqa: F401  registers every solver
+    import solvers.builtin  # noqa: F401  registers every solver
     import solvers.bench.analysis  # noqa: F401
     import solvers.compare  # noqa: F401
     import solvers.io  # noqa: F401

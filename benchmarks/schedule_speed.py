@@ -27,7 +27,7 @@ from solvers.dispatch import schedule_tokens
 from solvers.dispatch.microbatches import sample_microbatches
 from solvers.dispatch import schedule
 from solvers.dispatch.schedule import Layout, _solve, one_intra_op_thread
-from solvers.loadfiles import read_array
+from solvers.io import read_loads
 
 
 def _median_time(fn, repeats: int, sync=lambda: None) -> tuple[float, float]:
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--lp", type=int, default=24, help="instances solved by the LP for comparison")
     args = ap.parse_args(argv)
-    trace = read_array("deepseek-v3-skewed")
+    trace = read_loads("deepseek-v3-skewed").trace
     problem = Problem(trace[:4].sum(0).to(torch.float64), args.replicas, 8, 4, 32)
     plan = solve(problem, "deepseek").plan
     tokens = sample_microbatches(trace[4:], args.microbatches, 4096, 8, seed=0)

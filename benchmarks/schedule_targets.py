@@ -31,7 +31,7 @@ import torch
 import solvers.dispatch  # noqa: F401  registers the scheduling-aware planners
 from solvers import Problem, solve
 from solvers.dispatch.microbatches import imbalance_stats, microbatch_imbalance, sample_microbatches
-from solvers.loadfiles import read_array
+from solvers.io import read_loads
 
 DATASETS = ("deepseek-v3-skewed", "deepseek-v3-mild", "deepseek-v3-shifting-mix")
 PLANS = ("deepseek", "uniform_replicas", "sched_spread")
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     print(f"{'dataset':<26} {'slots':>5} {'plan':<17} {'even mean':>9} {'even p99':>9} "
           f"{'sched mean':>10} {'sched p99':>9} {'sched worst':>11} {'dup':>4} {'secs':>6}  load")
     for name in args.datasets:
-        trace = read_array(name)
+        trace = read_loads(name).trace                                          # [T, MoE layers, E]
         window = trace[plan_steps].to(torch.float64)                            # [W, L, E]
         tokens = sample_microbatches(trace[eval_steps], args.microbatches, 4096, 8, seed=0)
         for R in args.replicas:

@@ -28,15 +28,15 @@ import argparse
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from solvers import Problem, score, solve
 from solvers.dynamics import simulate, step_scores
-from solvers.dynamics.commands import MODEL_CLUSTERS
 from solvers.dynamics.sweep import frontier_table, suggest, sweep
 from solvers.workloads import generate, load_dataset
-from solvers.cluster import get_model
+from solvers.cluster import CLUSTERS, get_model
 
 DATASETS = {          # dataset: (model, rebalance period = planning window, in steps)
     "olmoe-1b-7b-drifting": ("olmoe-1b-7b", 20),
@@ -58,11 +58,10 @@ def load() -> str:
     return f"{os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else "n/a"
 
 
-def cluster(model: str, num_experts: int) -> dict[str, int]:
-    nodes, gpus = MODEL_CLUSTERS[model]
-    slots = gpus * -(-(num_experts + gpus) // gpus)
-    return {"num_replicas": slots, "num_groups": get_model(model).num_groups, "num_nodes": nodes,
-            "num_gpus": gpus}
+def cluster(model: str, num_experts: int) -> dict[str, Any]:
+    """The model's default cluster preset as plain sizes (simulate's and Problem's keywords)."""
+    preset = get_model(model)
+    return {**CLUSTERS[preset.cluster].cluster(num_experts).as_dict(), "num_groups": preset.num_groups}
 
 
 class Store:

@@ -4,23 +4,47 @@ Entry points:
 - :class:`Problem` (loads + cluster shape) and :class:`Plan` (DeepSeek's tensors);
 - :func:`solve` runs any registered solver and scores its plan with :func:`score`;
 - :func:`rebalance_experts` is a drop-in for DeepSeek's function of the same name.
-"""
-from .bounds import lower_bound, lower_bounds
-from .deepseek import rebalance_experts
-from .errors import EPLBError, LoadFileError, OptionError, PlanError, ProblemError
-from .plan import Plan
-from .cluster import CLUSTERS, MODELS, POLICIES, Cluster
-from .problem import Problem
-from .registry import SolverOutput, SolverSpec, get_solver, register, solver_names
-from .result import SolveResult, Termination
-from .scoring import Score, score
-from .solve import BoundViolation, InvalidSolverPlan, SolverBug, solve
 
-# Importing these packages registers their solvers (optional backends load lazily).
-from . import exact, heuristics  # noqa: E402,F401  isort: skip
-from . import certify, dispatch, dynamics, migration  # noqa: E402,F401  isort: skip
+The names below load on first use (PEP 562), so ``import solvers.cli`` (``eplb --help``) does
+not import torch. Every solver registers (:mod:`solvers.builtin`) when ``solve``, ``get_solver``,
+``solver_names`` or ``register`` is first looked up here.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# public name -> the module that defines it
+_EXPORTS: dict[str, str] = {
+    "lower_bound": "bounds", "lower_bounds": "bounds",
+    "rebalance_experts": "deepseek",
+    "EPLBError": "errors", "LoadFileError": "errors", "OptionError": "errors", "PlanError": "errors",
+    "ProblemError": "errors",
+    "Plan": "plan",
+    "POLICIES": "cluster", "Cluster": "cluster", "MODELS": "cluster", "CLUSTERS": "cluster",
+    "Problem": "problem",
+    "SolverOutput": "registry", "SolverSpec": "registry", "get_solver": "registry", "register": "registry",
+    "solver_names": "registry",
+    "SolveResult": "result", "Termination": "result",
+    "Score": "scoring", "score": "scoring",
+    "BoundViolation": "solve", "InvalidSolverPlan": "solve", "SolverBug": "solve", "solve": "solve",
+}
+
+if TYPE_CHECKING:
+    from .bounds import lower_bound, lower_bounds
+    from .deepseek import rebalance_experts
+    from .errors import EPLBError, LoadFileError, OptionError, PlanError, ProblemError
+    from .plan import Plan
+    from .cluster import CLUSTERS, MODELS, POLICIES, Cluster
+    from .problem import Problem
+    from .registry import SolverOutput, SolverSpec, get_solver, register, solver_names
+    from .result import SolveResult, Termination
+    from .scoring import Score, score
+    from .solve import BoundViolation, InvalidSolverPlan, SolverBug, solve
 
 __all__ = [
     "Problem", "Cluster", "MODELS", "CLUSTERS", "Plan", "Score", "score", "solve", "SolveResult", "Termination", "rebalance_experts",
@@ -28,3 +52,40 @@ __all__ = [
     "SolverOutput", "EPLBError", "ProblemError", "PlanError", "OptionError", "LoadFileError",
     "BoundViolation", "InvalidSolverPlan", "SolverBug", "POLICIES", "__version__",
 ]
+
+
+def _export(name: str) -> Any:
+    module = importlib.import_module(f".{_EXPORTS[name]}", __name__)
+    if _EXPORTS[name] in ("registry", "solve"):
+        importlib.import_module(".builtin", __name__)       # every solver registered
+    return getattr(module, name)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = _export(name)
+        if name != "solve":
+            globals()[name] = value                          # looked up once
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+class _Root(types.ModuleType):
+    """``solvers.solve`` is the function, not the submodule of the same name: importing the
+    submodule sets the package's attribute to it, which this property ignores."""
+
+    @property
+    def solve(self) -> Any:
+        return _export("solve")
+
+    @solve.setter
+    def solve(self, value: Any) -> None:
+        if not isinstance(value, types.ModuleType):
+            raise AttributeError("solvers.solve is the solve() function; patch solvers.solve.solve instead")
+
+
+sys.modules[__name__].__class__ = _Root

@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
+from . import builtin  # noqa: F401  registers every solver a comparison may name
 from .bounds import structure_bound
 from .errors import OptionError
 from .plan import Plan

@@ -23,9 +23,9 @@ from typing import Any, BinaryIO
 import torch
 
 from .errors import LoadFileError
+from .loadfiles import LoadsSpec, resolve_spec
+from .workloads.formats import FORMATS, suffix_of
 
-SUFFIX_OF_FORMAT = {"sglang": ".pt", "vllm": ".json", "megatron": ".npz", "csv": ".csv", "npz": ".npz",
-                    "pt": ".pt", "json": ".json"}
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class LoadsInfo:
     file_layers: rows per step in the source (the engine's layer count, dense included).
     dense_layers: leading all-zero layers dropped (0 when none, or when every layer is zero).
     total_steps: steps in the source (None for a plain matrix); window: the steps kept.
+    path: the one file read (for checksums; None for several files or bytes).
     """
 
     weights: torch.Tensor
@@ -49,6 +50,7 @@ class LoadsInfo:
     total_steps: int | None
     window: tuple[int, int] | None
     meta: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
 
     @property
     def num_layers(self) -> int:
@@ -73,7 +75,7 @@ def leading_zero_layers(loads: torch.Tensor) -> int:
     return int(nonzero[0]) if len(nonzero) else 0
 
 
-def _window(steps: Any, total: int) -> slice:
+def _window(steps: Any) -> slice:
     if steps is None:
         return slice(None)
     if isinstance(steps, slice):
@@ -83,18 +85,19 @@ def _window(steps: Any, total: int) -> slice:
     raise LoadFileError("steps", f"must be a slice or (start, stop), got {steps!r}")
 
 
-def read_loads(source: str | os.PathLike | bytes | BinaryIO, format: str | None = None, *,
+def read_loads(source: str | os.PathLike | LoadsSpec | bytes | BinaryIO, format: str | None = None, *,
                steps: Any = None, name: str | None = None, drop_dense: bool = True) -> LoadsInfo:
     """Loads from a path / spec (see ``--loads``: files, per-rank directories, globs, shipped
-    dataset names, ``FORMAT:SPEC``, ``SPEC@A:B``), bytes, or a binary file object.
+    dataset names, ``FORMAT:SPEC``, ``SPEC@A:B``), a spec already resolved
+    (:func:`solvers.loadfiles.resolve_spec`), bytes, or a binary file object. The one loads
+    reader of every front end: leading all-zero (dense) layers are dropped the same way.
 
     format: one of ``solvers.workloads.importers.FORMATS`` (default: detected from the name
     and content). steps: a slice or (start, stop) of steps to keep (the planning window).
     name: the original file name of bytes or a file object (its suffix helps detection).
     drop_dense: drop leading all-zero layers (engines' dense layers).
     """
-    from .loadfiles import _split_range, resolve_loads
-    from .workloads.importers import FORMATS, read_loads as read_raw
+    from .workloads.importers import read_loads as read_raw
 
     if format is not None and format not in FORMATS:
         raise LoadFileError("format", f"must be one of {', '.join(FORMATS)}, got {format!r}")
@@ -104,7 +107,7 @@ def read_loads(source: str | os.PathLike | bytes | BinaryIO, format: str | None 
             raise LoadFileError("source", "a file object must be opened in binary mode")
         if not data:
             raise LoadFileError("source", f"{name or 'upload'}: the file is empty")
-        suffix = Path(name).suffix if name else SUFFIX_OF_FORMAT.get(format or "", "")
+        suffix = Path(name).suffix if name else suffix_of(format)
         if not suffix:
             raise LoadFileError("format", "bytes need a format or a file name with a suffix")
         with tempfile.TemporaryDirectory(prefix="eplb-loads-") as tmp:
@@ -113,35 +116,38 @@ def read_loads(source: str | os.PathLike | bytes | BinaryIO, format: str | None 
             info = read_loads(path, format, steps=steps, drop_dense=drop_dense)
         return LoadsInfo(info.weights, info.trace, info.format, name or "upload", info.file_layers,
                          info.dense_layers, info.total_steps, info.window, info.meta)
-    if not isinstance(source, (str, os.PathLike)):
+    if not isinstance(source, (str, os.PathLike, LoadsSpec)):
         raise LoadFileError("source", f"must be a path, bytes or a binary file object, got {type(source).__name__}")
-    text, spec_steps = _split_range(source)
+    spec = source if isinstance(source, LoadsSpec) else resolve_spec(source)
+    spec_steps = spec.steps
     if spec_steps is not None and steps is not None:
-        raise LoadFileError("steps", f"{source}: give the window either as SPEC@A:B or as steps=, not both")
-    fmt, target = resolve_loads(text)
-    raw, meta = read_raw(target, format or fmt)
-    fmt_used = meta.get("format", format or fmt or "?")
+        raise LoadFileError("steps", f"{spec.spec}: give the window either as SPEC@A:B or as steps=, not both")
+    source = spec.spec
+    param = "loads" if spec_steps is not None else "steps"       # the window's origin: SPEC@A:B or steps=
+    raw, meta = read_raw(spec.target, format or spec.format)
+    fmt_used = meta.get("format", format or spec.format or "?")
     dense = leading_zero_layers(raw) if drop_dense else 0
     file_layers = raw.shape[-2]
     if raw.dim() == 3:
         total = raw.shape[0]
-        window = _window(spec_steps if spec_steps is not None else steps, total)
+        window = _window(spec_steps if spec_steps is not None else steps)
         start, stop, stride = window.indices(total)
         if stride != 1:
-            raise LoadFileError("steps", "a window of steps must be contiguous")
+            raise LoadFileError(param, "a window of steps must be contiguous")
         trace = raw[start:stop, dense:]
         if trace.shape[0] == 0:
-            raise LoadFileError("steps", f"{source}: the window {start}:{stop} selects no step of {total}")
+            raise LoadFileError(param, f"{source}: the window {start}:{stop} selects no step of {total}")
         weights = trace.sum(0)
         win = (start, stop)
     else:
         if spec_steps is not None or steps is not None:
-            raise LoadFileError("steps", f"{source}: a window of steps needs [steps, layers, experts] loads, "
+            raise LoadFileError(param, f"{source}: a window of steps needs [steps, layers, experts] loads, "
                                 f"got shape {tuple(raw.shape)}")
         trace, weights, total, win = None, raw[dense:], None, None
     if not weights.is_floating_point():
         weights = weights.to(torch.float64)
-    return LoadsInfo(weights, trace, str(fmt_used), str(source), file_layers, dense, total, win, meta)
+    return LoadsInfo(weights, trace, str(fmt_used), str(source), file_layers, dense, total, win, meta,
+                     spec.single_file)
 
 
 __all__ = ["LoadsInfo", "read_loads", "leading_zero_layers"]

@@ -1,4 +1,4 @@
-"""Reading ``--loads``: a file in any importer's format, several per-rank files, or a dataset name.
+"""Resolving ``--loads``: a file in any importer's format, several per-rank files, or a dataset name.
 
 A spec is, in order: an existing file, directory or glob pattern (read by
 :mod:`solvers.workloads.importers`: SGLang dumps, vLLM JSON histories (streamed),
@@ -6,25 +6,23 @@ Megatron per-rank ``.npz``, CSV, ``.npz``, ``.pt``, JSON), else the name of a sh
 dataset (``datasets/catalog.json``). ``FORMAT:SPEC`` forces a format (``vllm:run.json``);
 ``SPEC@A:B`` keeps steps A..B-1 of a trace (Python slice bounds, either may be omitted), so
 one can plan on ``NAME@0:12`` and score on ``NAME@12:24`` (out of sample).
-A 3-D ``[T, layers, experts]`` array is summed over its first axis (the planning window).
+
+:func:`resolve_spec` resolves a spec once; :func:`solvers.io.read_loads` (the one loads
+reader) reads what it names.
 """
 from __future__ import annotations
 
 import glob
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from .errors import LoadFileError
-
-LOAD_KEYS = ("loads", "weights", "logical_count")
-SUFFIXES = (".npz", ".pt", ".json", ".csv")
 
 
 def _split_format(spec: str | Path) -> tuple[str | None, str]:
     """(forced format or None, the rest) for ``FORMAT:SPEC``."""
-    from .workloads.importers import FORMATS
+    from .workloads.formats import FORMATS
 
     text = str(spec)
     head, sep, rest = text.partition(":")
@@ -36,7 +34,7 @@ def _split_format(spec: str | Path) -> tuple[str | None, str]:
 _RANGE = re.compile(r"^(?P<spec>.+)@(?P<start>-?\d*):(?P<stop>-?\d*)$")
 
 
-def _split_range(spec: str | Path) -> tuple[str, slice | None]:
+def split_range(spec: str | Path) -> tuple[str, slice | None]:
     """(spec, step slice or None) for ``SPEC@A:B`` (a real path containing '@' wins)."""
     text = str(spec)
     m = _RANGE.match(text)
@@ -46,18 +44,29 @@ def _split_range(spec: str | Path) -> tuple[str, slice | None]:
     return m["spec"], slice(to_int(m["start"]), to_int(m["stop"]))
 
 
-def _take_steps(arr: torch.Tensor, steps: slice, spec: str | Path) -> torch.Tensor:
-    if arr.dim() != 3:
-        raise LoadFileError("loads", f"{spec}: a step range needs [steps, layers, experts] loads, "
-                            f"got shape {tuple(arr.shape)}")
-    out = arr[steps]
-    if out.shape[0] == 0:
-        raise LoadFileError("loads", f"{spec}: the step range selects no step of {arr.shape[0]}")
-    return out
-
-
 def _is_files(text: str) -> bool:
     return Path(text).exists() or (any(c in text for c in "*?[") and bool(glob.glob(text)))
+
+
+@dataclass(frozen=True)
+class LoadsSpec:
+    """A resolved ``--loads`` spec: format (forced, else None: detected on reading), target
+    (the path, directory or glob as given, or ``[dataset file]`` for a name), steps (the
+    ``@A:B`` window or None), base (the spec without its window)."""
+
+    spec: str
+    base: str
+    format: str | None
+    target: str | list[Path]
+    steps: slice | None
+
+    @property
+    def single_file(self) -> Path | None:
+        """The one file read (for provenance checksums), None when it reads several."""
+        if isinstance(self.target, list):
+            return self.target[0] if len(self.target) == 1 else None
+        path = Path(self.target)
+        return path if path.is_file() else None
 
 
 def resolve_loads(spec: str | Path) -> tuple[str | None, str | list[Path]]:
@@ -67,47 +76,21 @@ def resolve_loads(spec: str | Path) -> tuple[str | None, str | list[Path]]:
     fmt, text = _split_format(spec)
     if _is_files(text):
         return fmt, text
-    if text in dataset_names():
-        return fmt, [dataset_path(text)]
     known = dataset_names()
+    if text in known:
+        return fmt, [dataset_path(text)]
     hint = f"; shipped datasets: {', '.join(known)}" if known else ""
     raise LoadFileError("loads", f"{text}: no such file or dataset{hint}")
+
+
+def resolve_spec(spec: str | Path) -> LoadsSpec:
+    """Resolve a ``--loads`` spec once: its format, what to read, and its window of steps."""
+    base, steps = split_range(spec)
+    fmt, target = resolve_loads(base)
+    return LoadsSpec(str(spec), base, fmt, target, steps)
 
 
 def loads_source(spec: str | Path) -> Path | None:
     """The single file a ``--loads`` spec reads (for provenance checksums), or None when it
     reads several files."""
-    _, target = resolve_loads(_split_range(spec)[0])
-    if isinstance(target, list):
-        return target[0] if len(target) == 1 else None
-    path = Path(target)
-    return path if path.is_file() else None
-
-
-def read_array(path: str | Path) -> torch.Tensor:
-    """The raw array a loads spec holds, as stored (2-D or 3-D, any real dtype)."""
-    from .workloads.importers import read_loads
-
-    text, steps = _split_range(path)
-    fmt, target = resolve_loads(text)
-    arr = read_loads(target, fmt)[0]
-    return arr if steps is None else _take_steps(arr, steps, path)
-
-
-def read_weights(path: str | Path) -> torch.Tensor:
-    """weights: [layers, experts] from a loads spec (a 3-D ``[T, layers, experts]`` is summed over T).
-
-    Values are checked later by :class:`solvers.Problem` (finite, non-negative).
-    """
-    from .workloads.importers import read_weights as _read_weights
-
-    text, steps = _split_range(path)
-    if steps is not None:
-        arr = read_array(path).sum(0)
-    else:
-        fmt, target = resolve_loads(text)
-        arr = _read_weights(target, fmt)
-    if arr.dim() != 2:
-        raise LoadFileError("loads", f"{path}: expected [layers, experts] or [T, layers, experts], "
-                            f"got shape {tuple(arr.shape)}")
-    return arr
+    return resolve_spec(spec).single_file

@@ -214,27 +214,6 @@ def options_class(solver: str, schema: Iterable[Option]) -> type[SolverOptions]:
               for o in schema]
     return dataclasses.make_dataclass(name, fields, bases=(SolverOptions,), frozen=True,
                                       namespace={"schema": schema, "solver": solver})
-
-
-def parse_key_value(text: str) -> tuple[str, Any]:
-    """``KEY=VALUE`` from a command line: the value is parsed as JSON when it is JSON
-    (numbers, true, lists), else kept as a string; dashes in KEY become underscores.
-    Raises ValueError (argparse turns it into one readable line) on a missing ``=`` or KEY."""
-    if "=" not in text:
-        raise ValueError(f"expected KEY=VALUE, got {text!r}")
-    key, raw = text.split("=", 1)
-    key = key.strip().replace("-", "_")
-    if not key:
-        raise ValueError(f"expected KEY=VALUE with a non-empty KEY, got {text!r}")
-    try:
-        value = safejson.loads(raw)
-    except safejson.JSONDepthError:
-        raise ValueError(f"{key}: value nested deeper than {safejson.MAX_DEPTH} levels") from None
-    except ValueError:
-        value = raw
-    return key, value
-
-
 def option_by_role(schema: Iterable[Option], role: str) -> Option | None:
     """The option playing ``role`` ("time_limit", "threads", "seed") in a schema, if any."""
     return next((o for o in schema if o.role == role), None)

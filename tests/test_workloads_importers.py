@@ -11,7 +11,18 @@ from fixtures_workloads import (E, R, ground_truth, replicated_phy2log, split_ov
                                 write_long_csv, write_megatron, write_sglang_per_pass,
                                 write_sglang_stat, write_vllm_history)
 from solvers.errors import EPLBError, LoadFileError
-from solvers.loadfiles import read_array, read_weights as cli_read_weights
+from solvers.io import read_loads as read_loads_spec
+
+
+def cli_read_weights(spec):
+    """weights [layers, experts] of a --loads spec, as every command reads them (solvers.io)."""
+    return read_loads_spec(spec).weights
+
+
+def read_array(spec):
+    """The loads of a --loads spec, steps kept: [steps, layers, experts], or [layers, experts]."""
+    info = read_loads_spec(spec)
+    return info.trace if info.trace is not None else info.weights
 from solvers.workloads import (Trace, detect_format, generate, iter_vllm_steps, read_loads, read_trace,
                                read_weights, save_trace, write_trace)
 
@@ -295,7 +306,7 @@ def test_missing_paths_and_multiple_files(tmp_path):
         read_loads(tmp_path / "a.npz", format="parquet")
 
 
-# ---------------------------------------------------------------- --loads specs (solvers.loadfiles)
+# ---------------------------------------------------------------- --loads specs (solvers.io.read_loads)
 
 def test_loads_spec_reads_datasets_formats_and_directories(tmp_path, truth):
     w = cli_read_weights("mixtral-8x7b-shifting-mix")

@@ -34,19 +34,21 @@ def _current_placement(problem, model):
     size = st.number_input("Bytes per expert", 0, 10**12, expert_bytes(model) or 0, step=1_000_000,
                            key=f"{PAGE}:expert_bytes:{model}", help="one expert's weights (default: the model "
                                                                      "preset's size in its usual dtype)")
-    offset = st.number_input("Dense layers in the file", 0, 1000, 0, key=f"{PAGE}:previous_offset",
-                             help="SGLang maps start with rows for dense layers; they are skipped")
     if up is None:
         return None, int(size)
-    from solvers.workloads.exporters import read_exported_plan
+    from solvers.workloads.exporters import read_plan_for_loads
 
     with tempfile.TemporaryDirectory(prefix="eplb-plan-") as tmp:
         path = Path(tmp) / ("plan" + Path(up.name).suffix.lower())
         path.write_bytes(up.getvalue())
         try:
-            plan = read_exported_plan(path, num_experts=problem.num_experts, layer_offset=int(offset))
+            # the CLI's rule: an engine map with more rows than MoE layers keeps its last rows
+            plan, _, _, dropped = read_plan_for_loads(path, problem.num_layers, problem.num_experts, "previous")
         except EPLBError as exc:
             raise type(exc)(exc.param, str(exc).split(": ", 1)[1].replace(str(path), up.name)) from None
+    if dropped:
+        st.caption(f"{up.name}: its first {dropped} row(s) (dense layers) skipped; the last {plan.num_layers} "
+                   "rows are the MoE layers.")
     return plan, int(size)
 
 

@@ -61,7 +61,16 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def build_parser(prog: str = "python -m benchmarks.run") -> argparse.ArgumentParser:
-    p = _Parser(prog=prog, description="Run an EPLB benchmark suite.")
+    p = _Parser(prog=prog, description=DESCRIPTION)
+    add_run_arguments(p)
+    return p
+
+
+DESCRIPTION = "Run an EPLB benchmark suite."
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """The runner's options, on its own parser and on ``eplb bench run`` alike (torch-free)."""
     p.add_argument("--suite", required=True, help="suite name (tiny, ci, full, dynamics, dynamics-tiny)")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--solvers", help="comma-separated solver names (default: every available one)")
@@ -78,7 +87,6 @@ def build_parser(prog: str = "python -m benchmarks.run") -> argparse.ArgumentPar
     p.add_argument("--figure", default="auto", choices=("auto", "png", "html", "none"),
                    help="performance profile: PNG via chromium, HTML, or none (default auto: PNG, else HTML)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    return p
 
 
 def _git() -> dict[str, Any]:
@@ -120,6 +128,13 @@ def _machine() -> dict[str, Any]:
 
 
 def run(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks.run") -> int:
+    """Parse ``argv`` and :func:`run_parsed`."""
+    return run_parsed(build_parser(prog).parse_args(argv), prog, argv)
+
+
+def run_parsed(args: argparse.Namespace, prog: str, argv: Sequence[str] | None = None) -> int:
+    """Run the suite ``args`` name (parsed by a parser with :func:`add_run_arguments`); argv is
+    recorded as the command line (default: sys.argv)."""
     from .analysis import derive
     from .dynamics_report import split_dynamics
     from .executors import check_executor, run_tasks
@@ -128,7 +143,6 @@ def run(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks.run
     from .suites import get_suite
     from .tasks import HARD_FAILURES, suite_tasks
 
-    args = build_parser(prog).parse_args(argv)
     suite = get_suite(args.suite)
     solvers = [s.strip() for s in args.solvers.split(",") if s.strip()] if args.solvers else None
     if solvers is not None and not solvers:
@@ -219,7 +233,9 @@ def _terminate(signum, frame):  # noqa: ARG001  SIGTERM ends a run like Ctrl-C: 
     raise KeyboardInterrupt
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks.run") -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks.run",
+         args: argparse.Namespace | None = None) -> int:
+    """The runner's command line; ``args`` already parsed (``eplb bench run``) skips parsing."""
     import signal
     import threading
 
@@ -227,7 +243,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks.ru
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        return run(argv, prog)
+        return run(argv, prog) if args is None else run_parsed(args, prog, argv)
     except EPLBError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 import torch
 
+from solvers import builtin  # noqa: F401  registers every solver a suite may name
 from solvers.bounds import structure_bound
 from solvers.cluster import auto_policy
 from solvers.errors import EPLBError, OptionError, PlanError

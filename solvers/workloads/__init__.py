@@ -7,14 +7,38 @@
   JSON dumps; :func:`write_trace` writes traces, :func:`export_plan` writes plans for
   engines (SGLang, TensorRT-LLM, CSV, ours) and :func:`read_exported_plan` reads them back.
 - :func:`load_dataset` / :func:`list_datasets`: the catalog shipped in ``datasets/``.
+
+The names load on first use (PEP 562): the torch-free modules (:mod:`solvers.cluster`,
+:mod:`.scenarios`, :mod:`.formats`) import without torch.
 """
-from .catalog import dataset_names, dataset_path, list_datasets, load_dataset
-from .exporters import (PLAN_FORMATS, TRACE_FORMATS, export_plan, plan_to_sglang, plan_to_trtllm,
-                        read_exported_plan, write_trace, write_vllm_json)
-from .generators import LAWS, SCENARIOS, Scenario, generate, get_scenario
-from .importers import FORMATS, detect_format, iter_vllm_steps, read_loads, read_trace, read_weights
-from .trace import Trace, save_trace
-from .windows import out_of_sample_pairs, windows
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS: dict[str, str] = {
+    "dataset_names": "catalog", "dataset_path": "catalog", "list_datasets": "catalog", "load_dataset": "catalog",
+    "export_plan": "exporters", "plan_to_sglang": "exporters", "plan_to_trtllm": "exporters",
+    "read_exported_plan": "exporters", "write_trace": "exporters", "write_vllm_json": "exporters",
+    "PLAN_FORMATS": "formats", "TRACE_FORMATS": "formats", "FORMATS": "formats",
+    "generate": "generators",
+    "LAWS": "scenarios", "SCENARIOS": "scenarios", "Scenario": "scenarios", "get_scenario": "scenarios",
+    "detect_format": "importers", "iter_vllm_steps": "importers", "read_loads": "importers",
+    "read_trace": "importers", "read_weights": "importers",
+    "Trace": "trace", "save_trace": "trace",
+    "out_of_sample_pairs": "windows", "windows": "windows",
+}
+
+if TYPE_CHECKING:
+    from .catalog import dataset_names, dataset_path, list_datasets, load_dataset
+    from .exporters import (export_plan, plan_to_sglang, plan_to_trtllm, read_exported_plan, write_trace,
+                            write_vllm_json)
+    from .formats import FORMATS, PLAN_FORMATS, TRACE_FORMATS
+    from .generators import generate
+    from .importers import detect_format, iter_vllm_steps, read_loads, read_trace, read_weights
+    from .scenarios import LAWS, SCENARIOS, Scenario, get_scenario
+    from .trace import Trace, save_trace
+    from .windows import out_of_sample_pairs, windows
 
 __all__ = [
     "SCENARIOS", "Scenario", "get_scenario", "LAWS",
@@ -24,3 +48,17 @@ __all__ = [
     "plan_to_trtllm", "write_trace", "write_vllm_json",
     "load_dataset", "list_datasets", "dataset_names", "dataset_path",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        module = importlib.import_module(f".{_EXPORTS[name]}", __name__)
+        value = globals()[name] = getattr(module, name)
+        if _EXPORTS.get("windows") == "windows" and module.__name__.endswith(".windows"):
+            globals()["windows"] = module.windows       # the function, not its module of the same name
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

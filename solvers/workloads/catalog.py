@@ -11,6 +11,7 @@ Set ``EPLB_DATASETS`` to use another directory.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -73,9 +74,21 @@ def generate_command(name: str) -> str:
 
 
 def _read_catalog() -> list[dict[str, Any]]:
+    """The catalog's entries (do not modify them), parsed once per process and catalog file:
+    the cache is keyed on the file's path, modification time and size."""
     path = datasets_dir() / CATALOG_FILE
-    if not path.is_file():
+    try:
+        stat = path.stat()
+    except OSError:
+        stat = None
+    if stat is None or not path.is_file():
         raise LoadFileError("dataset", f"no dataset catalog at {path} (set EPLB_DATASETS to the datasets directory)")
+    return _parse_catalog(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _parse_catalog(name: str, mtime_ns: int, size: int) -> list[dict[str, Any]]:  # noqa: ARG001  (cache key)
+    path = Path(name)
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as exc:

@@ -28,8 +28,8 @@ from ..plan import Plan, replica_ranks
 from ..planfile import FORMAT as EPLB_FORMAT
 from ..planfile import plan_document, read_plan, write_plan
 from ..problem import Problem
+from .formats import PLAN_FORMATS, TRACE_FORMATS, trace_format_of
 
-PLAN_FORMATS = ("eplb", "sglang", "trtllm", "csv")
 _SUFFIX = {".json": "json", ".yaml": "trtllm", ".yml": "trtllm", ".csv": "csv"}
 PARAM = "plan"
 
@@ -236,11 +236,41 @@ def read_exported_plan(path: str | Path, format: str | None = None, num_experts:
     return _p2l_plan(p2l, num_experts, path)
 
 
+def read_plan_for_loads(path: str | Path, num_layers: int, num_experts: int,
+                        param: str = "plan") -> tuple[Plan, dict[str, Any] | None, dict[str, Any], int]:
+    """(plan, shape dict or None, document, engine rows dropped) from an eplb plan file or an
+    engine map (SGLang JSON, TensorRT-LLM YAML, CSV), for loads of ``num_layers`` MoE layers
+    and ``num_experts`` experts. The one dense-row rule of the CLI and the app: an engine map
+    with more rows than the loads' MoE layers (SGLang's dense rows first, or a whole model)
+    keeps its last ``num_layers`` rows. shape: the eplb file's problem, ``{"num_gpus": P}``
+    for CSV, None for maps that record no shape."""
+    path = Path(path)
+    if not path.is_file():
+        raise LoadFileError(param, f"{path}: no such file")
+    fmt = detect_plan_format(path)
+    if fmt == "eplb":
+        plan, doc = read_plan(path)
+        return plan, doc["problem"], doc, 0
+    try:
+        plan = read_exported_plan(path, fmt, num_experts=num_experts)
+    except LoadFileError as exc:
+        if fmt != "sglang":
+            raise
+        raise LoadFileError(param, f"{path}: not an eplb-plan file nor an SGLang map ({exc})") from None
+    dropped = max(plan.num_layers - num_layers, 0)
+    if dropped:
+        plan = Plan.from_phy2log(plan.phy2log[-num_layers:], num_experts)
+    shape = {"num_gpus": _csv_gpus(path)} if fmt == "csv" else None
+    return plan, shape, {"solver": f"{fmt} export", "policy": "?"}, dropped
+
+
+def _csv_gpus(path: Path) -> int:
+    data = np.atleast_1d(np.genfromtxt(path, delimiter=",", names=True, dtype=np.int64))
+    return int(data["gpu"].max()) + 1 if "gpu" in (data.dtype.names or ()) else 0
+
+
 # ---------------------------------------------------------------------------------------
 # Traces (loads) in the engines' formats: for conversion and for fixtures of the importers
-
-TRACE_FORMATS = ("npz", "pt", "vllm", "sglang", "csv")
-
 
 def write_vllm_json(loads: torch.Tensor, path: str | Path, chunk_steps: int = 64) -> Path:
     """loads [steps, layers, experts] as ``{"load_history": [{"logical_expert_load": ...}]}``,
@@ -265,7 +295,7 @@ def write_trace(trace: Any, path: str | Path, format: str | None = None) -> Path
 
     path = Path(path)
     if format is None:
-        format = {".npz": "npz", ".pt": "pt", ".json": "vllm", ".csv": "csv"}.get(path.suffix.lower())
+        format = trace_format_of(path.suffix)
         if format is None:
             raise OptionError("format", f"cannot tell the format of {path.name}; pass one of {', '.join(TRACE_FORMATS)}")
     if format not in TRACE_FORMATS:

@@ -47,9 +47,9 @@ from .. import safejson
 from ..errors import LoadFileError
 from .trace import Trace
 
-FORMATS = ("sglang", "vllm", "megatron", "csv", "npz", "pt", "json")
+from .formats import FORMATS, SUFFIX_FORMAT  # noqa: F401  (FORMATS re-exported)
+
 LOAD_KEYS = ("loads", "weights", "logical_count")
-_SUFFIX_FORMAT = {".npz": "npz", ".pt": "pt", ".pth": "pt", ".json": "json", ".csv": "csv"}
 _LONG_LOAD_COLUMNS = ("load", "count", "tokens")
 PARAM = "loads"
 
@@ -117,10 +117,10 @@ def _torch_load(path: Path, mmap: bool = False) -> Any:
 def detect_format(path: str | Path) -> str:
     """The format of one file, from its suffix and (for .pt, .npz, .json) its content."""
     path = Path(path)
-    fmt = _SUFFIX_FORMAT.get(path.suffix.lower())
+    fmt = SUFFIX_FORMAT.get(path.suffix.lower())
     if fmt is None:
         raise _fail(path, f"unknown format {path.suffix or '(no suffix)'}; "
-                    f"use one of {', '.join(sorted(_SUFFIX_FORMAT))}")
+                    f"use one of {', '.join(sorted(SUFFIX_FORMAT))}")
     if fmt == "json" and re.search(rb'"load_history"\s*:', _peek(path)):
         return "vllm"
     if fmt == "npz":
@@ -685,10 +685,16 @@ def read_loads(spec: str | Path | Sequence[str | Path], format: str | None = Non
 def read_trace(spec: str | Path | Sequence[str | Path], format: str | None = None) -> Trace:
     """A :class:`Trace` (integer counts ``[steps, layers, experts]``) from any format; a
     ``[layers, experts]`` matrix becomes one step."""
-    loads, meta = read_loads(spec, format)
+    return as_trace(*read_loads(spec, format))
+
+
+def as_trace(loads: torch.Tensor, meta: dict[str, Any]) -> Trace:
+    """A :class:`Trace` of integer counts from loads as read (``[layers, experts]`` becomes one
+    step); fractional loads are refused."""
+    meta = dict(meta)
     loads = _integral(loads)
     if loads.is_floating_point():
-        raise _fail(meta["source"], "a trace holds integer token counts; this file has fractional loads "
+        raise _fail(meta.get("source", "loads"), "a trace holds integer token counts; this file has fractional loads "
                     "(use it as --loads weights instead)")
     if loads.dim() == 2:
         loads = loads.unsqueeze(0)

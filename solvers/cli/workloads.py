@@ -1,4 +1,4 @@
-"""``eplb generate``, ``eplb convert`` and ``eplb datasets`` (added to the lead's CLI).
+"""``eplb generate``, ``eplb convert`` and ``eplb datasets``.
 
     eplb generate MODEL [--scenario S] [--steps T] [--seed N] [--tokens-per-step K]
                   [--layers L] [--set KEY=VALUE ...] --out trace.{npz,pt,json,csv}
@@ -12,6 +12,14 @@ import json
 from pathlib import Path
 
 from ..errors import OptionError
+from ..io import read_loads
+from ..planfile import read_plan, write_plan
+from ..problem import Problem
+from ..workloads.catalog import GENERATED, build_catalog, list_datasets
+from ..workloads.exporters import (PLAN_FORMATS, TRACE_FORMATS, detect_plan_format, engine_flags, export_plan,
+                                   read_exported_plan, write_trace)
+from ..workloads.generators import generate
+from ..workloads.importers import as_trace
 
 
 def _describe(trace) -> str:
@@ -23,9 +31,6 @@ def _describe(trace) -> str:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .exporters import write_trace
-    from .generators import generate
-
     overrides = dict(args.set or [])
     for key in ("steps", "seed", "tokens_per_step", "num_layers", "scenario", "model"):
         if key in overrides:
@@ -60,10 +65,6 @@ PLAN_SUFFIXES = {"eplb": (".json",), "sglang": (".json",), "trtllm": (".yaml", "
 
 
 def _convert_plan(args: argparse.Namespace) -> int:
-    from ..planfile import read_plan
-    from ..problem import Problem
-    from .exporters import PLAN_FORMATS, detect_plan_format, engine_flags, export_plan, read_exported_plan
-
     if args.to is not None and args.to not in PLAN_FORMATS:
         raise OptionError("to", f"a plan converts to one of {', '.join(PLAN_FORMATS)}, got {args.to!r}")
     out = Path(args.out)
@@ -101,11 +102,8 @@ def _convert_plan(args: argparse.Namespace) -> int:
             if not args.loads or gpus is None:
                 raise OptionError("loads", "converting an engine map to the eplb plan format records the problem: "
                                   "pass --loads and --gpus (and --groups, --nodes)")
-            from ..io import read_loads
-
             problem = Problem(read_loads(args.loads).weights, plan.num_replicas, args.groups, args.nodes, gpus)
     if fmt == "eplb" and problem is None:
-        from ..planfile import write_plan
         write_plan(out, doc)
     else:
         export_plan(plan, out, fmt, problem=problem, num_gpus=gpus, layer_offset=offset,
@@ -118,24 +116,19 @@ def _convert_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from ..loadfiles import resolve_loads
-    from .exporters import TRACE_FORMATS, write_trace
-    from .importers import read_trace
-
     if _plan_input(args.input):
         return _convert_plan(args)
     if args.to is not None and args.to not in TRACE_FORMATS:
         raise OptionError("to", f"loads convert to one of {', '.join(TRACE_FORMATS)}, got {args.to!r}")
-    fmt, target = resolve_loads(args.input)
-    trace = read_trace(target, args.format or fmt)
+    # The one loads reader; a conversion keeps every row (an engine's dense rows included).
+    info = read_loads(args.input, args.format, drop_dense=False)
+    trace = as_trace(info.trace if info.trace is not None else info.weights, info.meta)
     path = write_trace(trace, args.out, args.to)
     print(f"wrote {path}: {_describe(trace)}")
     return 0
 
 
 def cmd_datasets(args: argparse.Namespace) -> int:
-    from .catalog import GENERATED, build_catalog, list_datasets
-
     if args.rebuild is not None:
         names = args.rebuild or None
         unknown = sorted(set(names or []) - set(GENERATED))
@@ -151,56 +144,3 @@ def cmd_datasets(args: argparse.Namespace) -> int:
         shape = f"{e.get('steps')}x{e.get('num_layers')}x{e.get('num_experts')}"
         print(f"{e['name']:<28} {shape:<14} {e.get('bytes', 0) / 1e6:5.2f} MB  {e.get('description', '')}")
     return 0
-
-
-def add_commands(sub) -> None:
-    """Register generate, convert and datasets on the CLI's sub-parsers object."""
-    from ..options import parse_key_value
-
-    def _option(text: str):
-        try:
-            return parse_key_value(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-    from .exporters import PLAN_FORMATS, TRACE_FORMATS
-    from .generators import SCENARIOS
-    from .importers import FORMATS
-    from .presets import PRESETS
-
-    g = sub.add_parser("generate", help="write a synthetic load trace for a model preset and scenario")
-    g.add_argument("model", help=f"model preset: {', '.join(PRESETS)}")
-    g.add_argument("--scenario", default="mild", help=f"scenario: {', '.join(SCENARIOS)} (default mild)")
-    g.add_argument("--steps", type=int, default=100, help="steps (forward passes) to draw (default 100)")
-    g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    g.add_argument("--tokens-per-step", type=int, default=4096, help="tokens routed per step (default 4096)")
-    g.add_argument("--layers", type=int, default=None, help="keep only the first LAYERS MoE layers")
-    g.add_argument("--set", action="append", type=_option, metavar="KEY=VALUE",
-                   help="generator parameter, repeatable (e.g. --set skew=1.5 --set drift=0.05)")
-    g.add_argument("--format", choices=TRACE_FORMATS, default=None,
-                   help="output format (default from the suffix: .npz, .pt, .json = vllm, .csv)")
-    g.add_argument("--out", required=True, help="trace file to write")
-    g.set_defaults(func=cmd_generate)
-
-    c = sub.add_parser("convert", help="convert loads (or a plan) between formats")
-    c.add_argument("input", help="loads file, directory of per-rank dumps, glob, dataset name, or a plan file")
-    c.add_argument("--out", required=True, help="file to write")
-    c.add_argument("--to", default=None,
-                   help=f"output format: loads {', '.join(TRACE_FORMATS)}; plans {', '.join(PLAN_FORMATS)} "
-                        "(default from the suffix)")
-    c.add_argument("--format", choices=FORMATS, default=None, help="input loads format (default: detected)")
-    c.add_argument("--num-experts", type=int, default=None,
-                   help="plans: logical experts (engine plan formats do not record it)")
-    c.add_argument("--layer-offset", type=int, default=None,
-                   help="plans to sglang or trtllm: model index of the first MoE layer (default: the dense layers "
-                        "the plan file records, e.g. 3 for DeepSeek-V3; sglang gets valid rows for them)")
-    c.add_argument("--loads", default=None, help="plans to eplb: the loads the plan is for")
-    c.add_argument("--gpus", type=int, default=None, help="engine maps to eplb or csv: GPUs P (eplb plan files record it)")
-    c.add_argument("--groups", type=int, default=1, help="plans to eplb: expert groups G (default 1)")
-    c.add_argument("--nodes", type=int, default=1, help="plans to eplb: nodes N (default 1)")
-    c.set_defaults(func=cmd_convert)
-
-    d = sub.add_parser("datasets", help="list the shipped datasets (or rebuild the generated ones)")
-    d.add_argument("--json", action="store_true", help="print the catalog entries as JSON")
-    d.add_argument("--rebuild", nargs="*", default=None, metavar="NAME",
-                   help="regenerate these generated datasets (all when no name) and the catalog")
-    d.set_defaults(func=cmd_datasets)

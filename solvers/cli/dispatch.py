@@ -15,41 +15,22 @@ from pathlib import Path
 
 import torch
 
+from ..dispatch.microbatches import imbalance_stats, microbatch_imbalance, sample_microbatches, steps_as_microbatches
 from ..errors import OptionError
-
-
-def add_commands(sub) -> None:
-    from ..cli import LOADS_HELP
-
-    m = sub.add_parser("microbatch", help="per-micro-batch imbalance of a plan, even vs scheduled split")
-    m.add_argument("--loads", required=True, help=LOADS_HELP + " (a [steps, layers, experts] trace)")
-    m.add_argument("--plan", required=True, help="plan JSON written by `eplb plan`")
-    m.add_argument("--tokens-per-microbatch", type=int, default=None,
-                   help="tokens per sampled micro-batch (default 4096)")
-    m.add_argument("--top-k", type=int, default=None, help="experts per token (default 8)")
-    m.add_argument("--microbatches", type=int, default=None, help="micro-batches to sample (default 64)")
-    m.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    m.add_argument("--steps-as-microbatches", action="store_true",
-                   help="take the trace's steps as the micro-batches instead of sampling")
-    m.add_argument("--json", action="store_true", help="print the summary as JSON")
-    m.add_argument("--out", help="directory for summary.json, imbalance.csv and histogram.svg")
-    m.set_defaults(func=cmd_microbatch)
+from ..io import read_loads
+from ..planfile import read_plan
+from .inputs import dropped_note
 
 
 def cmd_microbatch(args: argparse.Namespace) -> int:
-    from ..loadfiles import read_array
-    from ..planfile import read_plan
-    from .microbatches import imbalance_stats, microbatch_imbalance, sample_microbatches, steps_as_microbatches
-
     sampling = (args.tokens_per_microbatch, args.top_k, args.microbatches)
     if args.steps_as_microbatches and any(v is not None for v in sampling):
         raise OptionError("steps_as_microbatches", "takes the trace's steps as they are: do not pass "
                           "--tokens-per-microbatch, --top-k or --microbatches with it")
     plan, doc = read_plan(args.plan)
     shape = doc["problem"]
-    trace = read_array(args.loads)
-    if trace.dim() == 2:
-        trace = trace.unsqueeze(0)
+    info = read_loads(args.loads)                   # MoE layers: leading all-zero layers dropped
+    trace = info.trace if info.trace is not None else info.weights.unsqueeze(0)
     if trace.dim() != 3 or tuple(trace.shape[1:]) != (shape["num_layers"], shape["num_experts"]):
         raise OptionError("loads", f"{args.loads} has shape {tuple(trace.shape)} but the plan is for "
                           f"[steps, {shape['num_layers']}, {shape['num_experts']}]")
@@ -77,7 +58,7 @@ def cmd_microbatch(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2))
     else:
         print(f"plan {args.plan} on {source['count']} micro-batches ({source['microbatches']}) x "
-              f"{shape['num_layers']} layers: max / mean GPU load per micro-batch and layer")
+              f"{shape['num_layers']} layers{dropped_note(info)}: max / mean GPU load per micro-batch and layer")
         print(f"{'split':<10} {'mean':>8} {'p50':>8} {'p99':>8} {'worst':>8}")
         for split, s in summary["imbalance"].items():
             print(f"{split:<10} {s['mean']:8.4f} {s['p50']:8.4f} {s['p99']:8.4f} {s['worst']:8.4f}")

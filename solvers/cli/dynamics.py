@@ -1,4 +1,4 @@
-"""``eplb simulate`` and ``eplb sweep`` (added to the CLI through its plugin list).
+"""``eplb simulate`` and ``eplb sweep``: replay a load trace under rebalancing policies.
 
     eplb simulate --loads TRACE (--model NAME | --replicas R --groups G --nodes N --gpus P)
                   [--solver S] (--every N | --threshold X) [--window W] [--migration-slack EPS]
@@ -16,59 +16,41 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..dynamics.simulate import simulate
+from ..dynamics.sweep import frontier, frontier_table, suggest, sweep
 from ..errors import OptionError
-
-# A cluster for each model preset when only --model is given: DeepSeek's prefill shape for
-# the 256/384-expert models, one spare slot per GPU (the benchmark's rule).
-MODEL_CLUSTERS = {"deepseek-v3": (4, 32), "kimi-k2": (4, 32), "qwen3-235b": (2, 16),
-                  "mixtral-8x7b": (1, 8), "olmoe-1b-7b": (1, 8)}
+from ..cluster import CLUSTERS, Cluster, ClusterPreset, get_model
+from .args import options_dict
+from .inputs import dropped_note, read_trace_arg
 
 
-def read_trace_arg(spec: str):
-    """loads [T, L, E] for a --loads spec (file, dataset name, SPEC@A:B)."""
-    from ..loadfiles import read_array
 
-    arr = read_array(spec)
-    if arr.dim() != 3:
-        raise OptionError("loads", f"{spec}: the simulator replays steps: need [steps, layers, experts], "
-                          f"got shape {tuple(arr.shape)}")
-    return arr
+REPLAYS = "the simulator replays steps"
 
 
-def cluster_from_args(args: argparse.Namespace, num_experts: int) -> tuple[dict[str, int], int | None]:
-    """(num_replicas, num_groups, num_nodes, num_gpus) and the model's expert bytes."""
-    from ..workloads.presets import get_preset
-
+def cluster_from_args(args: argparse.Namespace, num_experts: int) -> tuple[dict[str, Any], int | None]:
+    """(cluster and num_groups, as simulate's keywords) and the model's expert bytes. With
+    --model, unset sizes come from the model's cluster preset (one spare slot per GPU)."""
     groups, nodes, gpus, replicas, nbytes = args.groups, args.nodes, args.gpus, args.replicas, None
     if args.model is not None:
-        preset = get_preset(args.model)
+        preset = get_model(args.model)
         if preset.num_experts != num_experts:
             raise OptionError("model", f"{args.model} has {preset.num_experts} routed experts, the loads have "
                               f"{num_experts}")
         if groups is not None and groups != preset.num_groups:
             raise OptionError("groups", f"{groups} contradicts --model {args.model} ({preset.num_groups} groups)")
         groups = preset.num_groups
-        dn, dg = MODEL_CLUSTERS.get(args.model, (1, 8))
-        nodes = dn if nodes is None else nodes
-        gpus = dg if gpus is None else gpus
+        default = CLUSTERS[preset.cluster]
+        nodes = default.nodes if nodes is None else nodes
+        gpus = default.gpus if gpus is None else gpus
         nbytes = preset.expert_bytes or None
     if gpus is None:
         raise OptionError("gpus", "give --gpus (and --replicas, --nodes, --groups) or --model NAME")
     if replicas is None:
         if args.model is None:
             raise OptionError("replicas", "give --replicas (or --model NAME for a default cluster)")
-        replicas = gpus * math.ceil((num_experts + gpus) / gpus)      # one spare slot per GPU
-    shape = {"num_replicas": replicas, "num_groups": groups or 1, "num_nodes": nodes or 1, "num_gpus": gpus}
-    return shape, nbytes
-
-
-def _solver_options(args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in args.option or []:
-        if key in out:
-            raise OptionError(key, "is given twice")
-        out[key] = value
-    return out
+        replicas = ClusterPreset("", "", nodes or 1, gpus).replicas(num_experts)    # one spare slot per GPU
+    return {"cluster": Cluster(nodes or 1, gpus, replicas), "num_groups": groups or 1}, nbytes
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -120,17 +102,15 @@ def write_outputs(out: Path, result) -> list[Path]:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from .simulate import simulate
-
     if args.every is None and args.threshold is None:
         raise OptionError("every", "give --every N (rebalance period) or --threshold X (or both)")
-    loads = read_trace_arg(args.loads)
+    info, loads = read_trace_arg(args.loads, REPLAYS)
     shape, model_bytes = cluster_from_args(args, loads.shape[2])
     nbytes = args.expert_bytes if args.expert_bytes is not None else model_bytes
     res = simulate(loads, solver=args.solver, every=args.every, threshold=args.threshold, window=args.window,
                    migration_slack=args.migration_slack, migration=args.migration,
                    migration_budget=args.migration_budget, expert_bytes=nbytes,
-                   solver_options=_solver_options(args), progress=not args.json, **shape)
+                   solver_options=options_dict(args.option), progress=not args.json, **shape)
     totals = res.totals()
     if args.out:
         for path in write_outputs(Path(args.out), res):
@@ -142,7 +122,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                          indent=2))
         return 0
     gb = "-" if totals["total_bytes"] is None else f"{totals['total_bytes'] / 1e9:.1f} GB"
-    print(f"{loads.shape[0]} steps x {loads.shape[1]} layers, solver {args.solver}, "
+    print(f"{loads.shape[0]} steps x {loads.shape[1]} layers{dropped_note(info)}, solver {args.solver}, "
           f"{'every ' + str(args.every) if args.every else ''}"
           f"{' threshold ' + str(args.threshold) if args.threshold else ''}, window {res.settings['window']}, "
           f"{'plain re-planning' if args.migration_slack is None else 'migration slack ' + str(args.migration_slack)}"
@@ -170,9 +150,7 @@ def _floats(text: str | None, name: str, allow_plain: bool = False) -> list[Any]
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .sweep import frontier, frontier_table, suggest, sweep
-
-    loads = read_trace_arg(args.loads)
+    _, loads = read_trace_arg(args.loads, REPLAYS)
     shape, model_bytes = cluster_from_args(args, loads.shape[2])
     nbytes = args.expert_bytes if args.expert_bytes is not None else model_bytes
     periods = [int(p) for p in _floats(args.periods, "periods")]
@@ -180,7 +158,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise OptionError("periods", f"must be integers >= 1, got {args.periods!r}")
     rows = sweep(loads, periods=periods, thresholds=_floats(args.thresholds, "thresholds"),
                  slacks=_floats(args.slacks, "slacks", allow_plain=True) or [None], window=args.window,
-                 solver=args.solver, expert_bytes=nbytes, solver_options=_solver_options(args), **shape)
+                 solver=args.solver, expert_bytes=nbytes, solver_options=options_dict(args.option), **shape)
     pick = None
     if args.budget_gb is not None:
         budget = args.budget_gb * 1e9 if nbytes is not None else args.budget_gb
@@ -201,50 +179,3 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"suggested within {args.budget_gb:g} {'GB' if nbytes else 'replicas'}: {pick['trigger']}, {slack} "
                   f"(mean imbalance {pick['mean_imbalance']:.4f})")
     return 0
-
-
-def _add_common(p: argparse.ArgumentParser) -> None:
-    from ..cli import LOADS_HELP, _option
-    from ..workloads.presets import PRESETS
-
-    p.add_argument("--loads", required=True, help=LOADS_HELP + " (a trace: [steps, layers, experts])")
-    p.add_argument("--model", default=None, choices=sorted(PRESETS), metavar="NAME",
-                   help="model preset: its groups, expert size and a default cluster")
-    p.add_argument("--replicas", type=int, default=None, help="physical expert slots R")
-    p.add_argument("--groups", type=int, default=None, help="expert groups G")
-    p.add_argument("--nodes", type=int, default=None, help="nodes N")
-    p.add_argument("--gpus", type=int, default=None, help="GPUs P")
-    p.add_argument("--solver", default="deepseek", help="planner (see `eplb solvers`; robust_sum, ewma, ... "
-                                                        "get the window's steps)")
-    p.add_argument("--window", type=int, default=None, help="steps each plan is made on (default: the period)")
-    p.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert (default: the model's)")
-    p.add_argument("--option", "-O", action="append", type=_option, metavar="KEY=VALUE",
-                   help="planner option, repeatable")
-    p.add_argument("--json", action="store_true", help="print the totals as JSON")
-    p.add_argument("--out", default=None, metavar="DIR", help="write tables (and a figure) there")
-
-
-def add_commands(sub) -> None:
-    """Register simulate and sweep on the CLI's sub-parsers object."""
-    s = sub.add_parser("simulate", help="replay a load trace with periodic or threshold rebalancing")
-    _add_common(s)
-    s.add_argument("--every", type=int, default=None, help="rebalance every N steps")
-    s.add_argument("--threshold", type=float, default=None,
-                   help="rebalance after a step whose realised imbalance exceeds X")
-    s.add_argument("--migration-slack", type=float, default=None,
-                   help="migration-aware re-planning: fewest moves within this slack of a fresh plan")
-    s.add_argument("--migration", choices=("heuristic", "exact"), default="heuristic",
-                   help="migration method (default heuristic)")
-    s.add_argument("--migration-budget", type=float, default=None, metavar="F",
-                   help="with --migration-slack: move at most F x a fresh plan's moves per rebalance, widening "
-                        "the slack of the layers that save most (0.25 with slack 0.01: docs/dynamics.md)")
-    s.set_defaults(func=cmd_simulate)
-
-    w = sub.add_parser("sweep", help="simulate many rebalancing settings: bytes moved against imbalance")
-    _add_common(w)
-    w.add_argument("--periods", default="10,25,50", help="comma-separated periods (default 10,25,50)")
-    w.add_argument("--thresholds", default=None, help="comma-separated imbalance thresholds")
-    w.add_argument("--slacks", default="plain,0,0.01,0.03",
-                   help="comma-separated migration slacks, 'plain' = plain re-planning (default plain,0,0.01,0.03)")
-    w.add_argument("--budget-gb", type=float, default=None, help="suggest the best setting within this many GB")
-    w.set_defaults(func=cmd_sweep)

@@ -1,0 +1,61 @@
+"""The ``eplb`` command line.
+
+    eplb plan    --loads SPEC (--model NAME | --groups G) --replicas R --nodes N --gpus P
+                 [--solver NAME] [--policy auto|hierarchical|global] [-O KEY=VALUE ...] --out plan.json
+    eplb score   --loads SPEC --plan PLAN [--previous PLAN] [--expert-bytes B] [--per-gpu] [--json]
+    eplb compare --loads SPEC (--model NAME | ...) [--solvers a,b] [--policy global,hierarchical]
+                 [--holdout A:B] [--previous PLAN] [--out DIR]
+    eplb solvers [--json]
+    eplb generate | convert | datasets | bench run | recommend | simulate | sweep | microbatch
+
+Modules: :mod:`.args` (what commands share), :mod:`.parser` (every command's arguments, no
+torch), :mod:`.commands` (name -> implementation) and one module per command or group
+(:mod:`.plan`, :mod:`.score`, :mod:`.compare`, :mod:`.catalogue`, :mod:`.workloads`,
+:mod:`.bench`, :mod:`.dynamics`, :mod:`.dispatch`).
+
+Bad input prints one line on stderr and exits with status 2; never a traceback.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+from ..errors import EPLBError
+from . import args as _args
+from .args import EXIT_USAGE, LOADS_HELP, fail
+from .parser import SOLVER_OPTIONS_HELP, build_parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    _args.ARGV[:] = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(_args.ARGV)
+        # The one function-level import between project modules: the implementations (torch,
+        # every solver) load only once the arguments are parsed, so --help and --version
+        # answer without importing torch.
+        from .commands import HANDLERS, SolverBug
+
+        try:
+            return int(HANDLERS[args.handler](args) or 0)
+        except SolverBug as exc:  # not the user's fault: say so, exit 1
+            print(f"eplb: internal error: {exc}", file=sys.stderr)
+            return 1
+    except SystemExit as exc:
+        return int(exc.code or 0) if not isinstance(exc.code, str) else fail(exc.code)
+    except EPLBError as exc:
+        return fail(str(exc))
+    except KeyboardInterrupt:
+        return fail("interrupted")
+    except OSError as exc:
+        return fail(f"{exc.filename or ''}: {exc.strerror or exc}".strip(": "))
+
+
+def solver_catalogue_markdown() -> str:
+    """The registered solvers and their option schemas as Markdown (docs/solvers.md embeds it);
+    :func:`solvers.cli.catalogue.solver_catalogue_markdown`, loaded on call like ``main``'s commands."""
+    from .catalogue import solver_catalogue_markdown as markdown
+
+    return markdown()
+
+
+__all__ = ["main", "build_parser", "solver_catalogue_markdown", "LOADS_HELP", "SOLVER_OPTIONS_HELP", "EXIT_USAGE"]

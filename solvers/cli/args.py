@@ -1,0 +1,112 @@
+"""What the ``eplb`` commands share: the one-line error parser, the ``--loads`` spec, the
+cluster arguments, ``-O KEY=VALUE`` options, ``--out`` and ``--json``.
+
+Plain Python (argparse and the torch-free model presets): building the parser imports no torch.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from typing import Any
+
+from .. import safejson                    # json with a depth limit (numpy, no torch)
+from ..errors import OptionError
+from ..cluster import MODELS
+
+EXIT_USAGE = 2
+POLICIES = ("auto", "hierarchical", "global")        # solvers.problem.POLICIES, without torch
+# The argv of the running main(), recorded in plan provenance.
+ARGV: list[str] = []
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are one readable line (no usage dump), exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise SystemExit(fail(f"{self.prog}: {message}"))
+
+
+def fail(message: str) -> int:
+    print(f"eplb: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def command_line() -> str:
+    return "eplb " + " ".join(shlex.quote(a) for a in ARGV)
+
+
+# --loads ---------------------------------------------------------------------------------
+
+LOADS_HELP = ("loads: a file (.npz, .pt, .json, .csv, SGLang/vLLM/Megatron dumps), a directory or "
+              "glob of per-rank dumps, a shipped dataset NAME (`eplb datasets`), optionally "
+              "FORMAT:SPEC, and SPEC@A:B for steps A..B-1; leading all-zero (dense) layers are dropped")
+
+
+def add_loads(p: argparse.ArgumentParser, extra: str = "") -> None:
+    p.add_argument("--loads", required=True, help=LOADS_HELP + extra)
+
+
+# Cluster arguments -------------------------------------------------------------------------
+
+def add_cluster_args(p: argparse.ArgumentParser, replicas_required: bool = True) -> None:
+    """--model, --replicas, --groups, --nodes, --gpus (plan and compare)."""
+    p.add_argument("--model", default=None, choices=sorted(MODELS), metavar="NAME",
+                   help=f"model preset ({', '.join(sorted(MODELS))}): fills experts, groups and dense layers")
+    p.add_argument("--replicas", type=int, required=replicas_required, help="physical expert slots R")
+    p.add_argument("--groups", type=int, default=None, help="expert groups G (default: the model's, else 1)")
+    p.add_argument("--nodes", type=int, default=1, help="nodes N (default 1)")
+    p.add_argument("--gpus", type=int, required=replicas_required, help="GPUs P")
+
+
+# -O KEY=VALUE --------------------------------------------------------------------------------
+
+def parse_key_value(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` from a command line: the value is parsed as JSON when it is JSON
+    (numbers, true, lists), else kept as a string; dashes in KEY become underscores.
+    Raises ValueError (argparse turns it into one readable line) on a missing ``=`` or KEY."""
+    if "=" not in text:
+        raise ValueError(f"expected KEY=VALUE, got {text!r}")
+    key, raw = text.split("=", 1)
+    key = key.strip().replace("-", "_")
+    if not key:
+        raise ValueError(f"expected KEY=VALUE with a non-empty KEY, got {text!r}")
+    try:
+        value = safejson.loads(raw)
+    except safejson.JSONDepthError:
+        raise ValueError(f"{key}: value nested deeper than {safejson.MAX_DEPTH} levels") from None
+    except ValueError:
+        value = raw
+    return key, value
+
+
+def key_value(text: str) -> tuple[str, Any]:
+    """argparse type of ``-O``/``--set``: :func:`parse_key_value`, errors as argparse's."""
+    try:
+        return parse_key_value(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_options(p: argparse.ArgumentParser, help: str) -> None:
+    p.add_argument("--option", "-O", action="append", type=key_value, metavar="KEY=VALUE", help=help)
+
+
+def options_dict(pairs: list[tuple[str, Any]] | None) -> dict[str, Any]:
+    """The -O pairs as a dict; a key given twice is refused."""
+    out: dict[str, Any] = {}
+    for key, value in pairs or []:
+        if key in out:
+            raise OptionError(key, "is given twice")
+        out[key] = value
+    return out
+
+
+# --out, --json -----------------------------------------------------------------------------
+
+def add_json(p: argparse.ArgumentParser, help: str = "print metrics as JSON") -> None:
+    p.add_argument("--json", action="store_true", help=help)
+
+
+def add_out(p: argparse.ArgumentParser, help: str, required: bool = False, metavar: str | None = None) -> None:
+    p.add_argument("--out", required=required, default=None, metavar=metavar, help=help)

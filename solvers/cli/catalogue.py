@@ -1,0 +1,52 @@
+"""``eplb solvers``: the registered solvers and their option schemas."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from .. import builtin  # noqa: F401  registers every solver
+from ..registry import get_solver, solver_names
+
+
+def solver_catalogue_markdown() -> str:
+    """The registered solvers and their option schemas as Markdown (docs/solvers.md embeds it)."""
+    out = []
+    for name in solver_names():
+        spec = get_solver(name)
+        need = "" if not spec.requires else f" Needs: `{spec.requires}`."
+        out += [f"### `{name}` ({spec.kind})", "", spec.description + "." + need, ""]
+        if not spec.schema:
+            out += ["No options.", ""]
+            continue
+        out += ["| option | values | default | help |", "|---|---|---|---|"]
+        for o in spec.schema:
+            default = repr(o.default) if o.type is object else json.dumps(o.default)
+            out.append(f"| `{o.name}` | {o.describe().replace('|', '&#124;')} | `{default}` | {o.help} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def cmd_solvers(args: argparse.Namespace) -> int:
+    if args.markdown:
+        print(solver_catalogue_markdown(), end="")
+        return 0
+    specs = [get_solver(n) for n in solver_names()]
+    if args.json:
+        print(json.dumps([{"name": s.name, "kind": s.kind, "available": s.is_available(), "requires": s.requires,
+                           "description": s.description, "options": [o.as_dict() for o in s.schema]}
+                          for s in specs], indent=2))
+        return 0
+    for spec in specs:
+        avail = "available" if spec.is_available() else f"unavailable ({spec.requires})"
+        print(f"{spec.name}  [{spec.kind}, {avail}]\n  {spec.description}")
+        if not spec.schema:
+            print("  (no options)\n")
+            continue
+        rows = [(o.name, o.describe(), repr(o.default) if o.type is object else json.dumps(o.default), o.help)
+                for o in spec.schema]
+        w = [max(len(r[i]) for r in rows + [("option", "values", "default", "")]) for i in range(3)]
+        print(f"  {'option':<{w[0]}}  {'values':<{w[1]}}  {'default':<{w[2]}}  help")
+        for r in rows:
+            print(f"  {r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  {r[3]}")
+        print()
+    return 0

@@ -1,0 +1,131 @@
+"""``eplb compare``: run several solvers on the user's loads and pick one."""
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import io as _io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..compare import DEFAULT_SOLVERS, compare_solvers, pick, planned_runs, table_rows
+from ..errors import OptionError
+from ..io import read_loads
+from ..loadfiles import split_range
+from ..planfile import write_text_atomic
+from ..problem import Problem
+from .inputs import problem_from_args, read_any_plan, read_loads_arg
+from .args import options_dict
+
+
+def _split_names(text: str | None, param: str) -> list[str] | None:
+    if text is None:
+        return None
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise OptionError(param, f"name at least one, got {text!r}")
+    return names
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    info, spec = read_loads_arg(args.loads)
+    problem, dense, preset_bytes = problem_from_args(args, info)
+    holdout = None
+    if args.holdout is not None:
+        window = split_range(f"{spec.base}@{args.holdout}")[1]      # the same loads, another window of steps
+        if window is None:
+            raise OptionError("holdout", f"must be A:B step bounds, got {args.holdout!r}")
+        h = read_loads(dataclasses.replace(spec, steps=None), steps=window)
+        if (h.num_layers, h.num_experts) != (info.num_layers, info.num_experts):
+            raise OptionError("holdout", "the held-out window has another shape than the loads")
+        holdout = Problem(h.weights, problem.num_replicas, problem.num_groups, problem.num_nodes, problem.num_gpus)
+    previous = read_any_plan(args.previous, info, "previous")[0] if args.previous else None
+    expert_bytes = args.expert_bytes if args.expert_bytes is not None else preset_bytes
+    names = _split_names(args.solvers, "solvers") or list(DEFAULT_SOLVERS)
+    policies = _split_names(args.policy, "policy") or ["auto"]
+    progress = _progress(len(planned_runs(problem, names, policies)))
+    rows = compare_solvers(problem, names, policies=policies, holdout=holdout, previous=previous,
+                           expert_bytes=expert_bytes if previous is not None else None,
+                           options=options_dict(args.option), time_limit=args.time_limit, on_progress=progress)
+    best, reason = pick(rows)
+    plain = table_rows(rows)
+    if args.out:
+        _write_compare(Path(args.out), plain)
+    if args.json:
+        print(json.dumps({"rows": plain, "pick": None if best is None else
+                          {"solver": best["solver"], "policy": best["policy"]}, "reason": reason}, indent=2,
+                         default=str))
+        return 0
+    print(_compare_table(plain, holdout is not None, previous is not None))
+    print()
+    print(f"pick: {best['solver']} (policy {best['policy']}): {reason}" if best else f"pick: none: {reason}")
+    if args.out:
+        print(f"wrote {Path(args.out) / 'compare.csv'} and {Path(args.out) / 'compare.html'}")
+    return 0
+
+
+def _progress(total: int):
+    """A bar on a terminal, a line per solver otherwise (both on stderr)."""
+    state = {"done": 0}
+    tty = sys.stderr.isatty()
+
+    def report(name: str, policy: str, row: dict | None) -> None:
+        if row is None:
+            if tty:
+                print(f"\r[{state['done']}/{total}] running {name} ({policy})...", end="", file=sys.stderr, flush=True)
+            return
+        state["done"] += 1
+        text = f"[{state['done']}/{total}] {name} ({row['policy']}): {row['termination']} in {row['wall_time_s']:.3g} s"
+        print(("\r" + text.ljust(60)) if tty else text, end="\n", file=sys.stderr, flush=True)
+
+    return report
+
+
+def _fmt(v: Any, pct: bool = False) -> str:
+    if v is None:
+        return "-"
+    if pct:
+        return f"{100 * v:.3f}%"
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _compare_table(rows: list[dict], holdout: bool, moves: bool) -> str:
+    cols = [("solver", "solver", False), ("policy", "policy", False), ("termination", "termination", False),
+            ("wall_time_s", "time s", False), ("imbalance_mean", "imb mean", False),
+            ("imbalance_worst", "imb worst", False)]
+    if holdout:
+        cols += [("holdout_imbalance_mean", "holdout mean", False), ("holdout_imbalance_worst", "holdout worst", False)]
+    cols += [("gap_mean", "gap to bound", True), ("gap_in_policy_mean", "gap in policy", True),
+             ("off_node_share_mean", "off-node", True), ("duplicates", "dups", False)]
+    if moves:
+        cols += [("moves", "moves", False), ("moves_bytes", "bytes moved", False)]
+    table = [[title for _, title, _ in cols]] + [[_fmt(r.get(k), pct) for k, _, pct in cols] for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table)
+
+
+def _write_compare(out: Path, rows: list[dict]) -> None:
+    if out.exists() and not out.is_dir():
+        raise OptionError("out", f"{out}: exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    buf = _io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["solver"])
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text_atomic(out / "compare.csv", buf.getvalue())
+    try:
+        import plotly.graph_objects as go
+        from plotly.subplots import make_subplots
+    except ImportError:
+        return
+    labels = [f"{r['solver']} ({r['policy']})" for r in rows]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("mean imbalance (max / mean GPU load)", "wall time (s)"))
+    fig.add_bar(x=labels, y=[r.get("imbalance_mean") for r in rows], name="in sample", row=1, col=1)
+    if any(r.get("holdout_imbalance_mean") is not None for r in rows):
+        fig.add_bar(x=labels, y=[r.get("holdout_imbalance_mean") for r in rows], name="held out", row=1, col=1)
+    fig.add_bar(x=labels, y=[r.get("wall_time_s") for r in rows], name="time", row=1, col=2, showlegend=False)
+    fig.update_yaxes(type="log", row=1, col=2)
+    fig.update_layout(title="eplb compare", barmode="group", template="plotly_white")
+    write_text_atomic(out / "compare.html", fig.to_html(include_plotlyjs=True, full_html=True))

@@ -1,0 +1,244 @@
+"""The ``eplb`` argument parser: every command's arguments, torch-free (``eplb --help`` and
+``eplb COMMAND --help`` answer without importing torch). Each sub-parser records its command's
+name (``handler``); :mod:`solvers.cli.commands` maps names to the implementations.
+"""
+from __future__ import annotations
+
+import argparse
+
+from .. import __version__
+from ..bench.run import DESCRIPTION as BENCH_RUN_DESCRIPTION
+from ..bench.run import add_run_arguments
+from ..workloads.formats import FORMATS, PLAN_FORMATS, TRACE_FORMATS
+from ..cluster import MODELS
+from ..workloads.scenarios import SCENARIOS
+from .args import (LOADS_HELP, POLICIES, Parser, add_cluster_args, add_json, add_loads, add_options, add_out,
+                   key_value)
+
+SOLVER_OPTIONS_HELP = ("solver options: every solver declares its options (type, default, allowed values); "
+                       "`eplb solvers` prints them as a table. Pass them with -O KEY=VALUE.")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="eplb", description="Expert-parallel load balancing workbench.")
+    parser.add_argument("--version", action="version", version=f"eplb {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    for add in (add_plan, add_score, add_compare, add_solvers, add_generate, add_convert, add_datasets,
+                add_bench, add_recommend, add_simulate, add_sweep, add_microbatch):
+        add(sub)
+    return parser
+
+
+# plan, score, compare, solvers ---------------------------------------------------------------
+
+def add_plan(sub) -> None:
+    p = sub.add_parser("plan", help="compute a placement plan and write it as JSON", epilog=SOLVER_OPTIONS_HELP)
+    add_loads(p)
+    add_cluster_args(p)
+    p.add_argument("--solver", default="deepseek", help="solver name (see `eplb solvers`)")
+    p.add_argument("--policy", choices=POLICIES, default=None,
+                   help="placement policy, the same for every solver (default auto: hierarchical when groups "
+                        "divide by nodes)")
+    add_options(p, "solver option, repeatable (e.g. -O time_limit=10); see `eplb solvers`")
+    p.add_argument("--previous", default=None, help="placement in force (eplb, SGLang, TensorRT-LLM or CSV map): "
+                                                   "moves and bytes are recorded")
+    p.add_argument("--migration-slack", type=float, default=None, metavar="EPS",
+                   help="migration-aware: fewest moves from --previous with every layer's max load within "
+                        "(1 + EPS) x a fresh plan's (docs/dynamics.md)")
+    p.add_argument("--migration", choices=("heuristic", "exact"), default=None,
+                   help="migration-aware method: batched repair heuristic (default) or CP-SAT per layer")
+    p.add_argument("--migration-budget", type=float, default=None, metavar="F",
+                   help="migration-aware: at most F x a fresh plan's moves; the layers saving most get wider "
+                        "slacks until it fits (docs/dynamics.md)")
+    p.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert for moves (default: the model's)")
+    add_out(p, "plan JSON to write", required=True)
+    add_json(p)
+    p.set_defaults(handler="plan")
+
+
+def add_score(sub) -> None:
+    s = sub.add_parser("score", help="score a plan on loads with the shared scorer")
+    add_loads(s)
+    s.add_argument("--plan", required=True, help="plan: eplb JSON, or an exported SGLang JSON, TensorRT-LLM YAML "
+                                                  "or CSV map")
+    s.add_argument("--previous", help="previous plan (same formats), to count migration moves")
+    s.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert, for moves in bytes")
+    s.add_argument("--model", default=None, help="engine maps: model preset for the expert groups")
+    s.add_argument("--gpus", type=int, default=None, help="engine maps without GPUs (SGLang, TensorRT-LLM): GPUs P")
+    s.add_argument("--nodes", type=int, default=1, help="engine maps: nodes N (default 1)")
+    s.add_argument("--groups", type=int, default=None, help="engine maps: expert groups G (default 1)")
+    s.add_argument("--per-gpu", action="store_true", help="also print every GPU's load")
+    add_json(s)
+    s.set_defaults(handler="score")
+
+
+def add_compare(sub) -> None:
+    c = sub.add_parser("compare", help="run several solvers on your loads and pick one", epilog=SOLVER_OPTIONS_HELP)
+    add_loads(c, " (the in-sample window)")
+    add_cluster_args(c)
+    c.add_argument("--solvers", default=None, help="comma-separated solver names (default deepseek,kk_swap,joint,best)")
+    c.add_argument("--policy", default=None, help="comma-separated policies to run each solver with "
+                                                  "(e.g. global,hierarchical; default auto)")
+    c.add_argument("--holdout", default=None, metavar="A:B", help="held-out steps A..B-1 of the same loads "
+                                                                 "(imbalance out of sample)")
+    c.add_argument("--previous", default=None, help="plan in force (eplb, SGLang, TensorRT-LLM or CSV): moves")
+    c.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert (default: the model's)")
+    c.add_argument("--time-limit", type=float, default=None, help="seconds for each solver with a time limit")
+    add_options(c, "option for every solver that declares it, repeatable")
+    add_out(c, "write compare.csv and compare.html there", metavar="DIR")
+    add_json(c, "print the rows and the pick as JSON")
+    c.set_defaults(handler="compare")
+
+
+def add_solvers(sub) -> None:
+    ls = sub.add_parser("solvers", help="list the registered solvers and their option schemas")
+    add_json(ls, "print the schemas as JSON")
+    ls.add_argument("--markdown", action="store_true", help="print the catalogue as Markdown (docs/solvers.md)")
+    ls.set_defaults(handler="solvers")
+
+
+# generate, convert, datasets -----------------------------------------------------------------
+
+def add_generate(sub) -> None:
+    g = sub.add_parser("generate", help="write a synthetic load trace for a model preset and scenario")
+    g.add_argument("model", help=f"model preset: {', '.join(MODELS)}")
+    g.add_argument("--scenario", default="mild", help=f"scenario: {', '.join(SCENARIOS)} (default mild)")
+    g.add_argument("--steps", type=int, default=100, help="steps (forward passes) to draw (default 100)")
+    g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    g.add_argument("--tokens-per-step", type=int, default=4096, help="tokens routed per step (default 4096)")
+    g.add_argument("--layers", type=int, default=None, help="keep only the first LAYERS MoE layers")
+    g.add_argument("--set", action="append", type=key_value, metavar="KEY=VALUE",
+                   help="generator parameter, repeatable (e.g. --set skew=1.5 --set drift=0.05)")
+    g.add_argument("--format", choices=TRACE_FORMATS, default=None,
+                   help="output format (default from the suffix: .npz, .pt, .json = vllm, .csv)")
+    add_out(g, "trace file to write", required=True)
+    g.set_defaults(handler="generate")
+
+
+def add_convert(sub) -> None:
+    c = sub.add_parser("convert", help="convert loads (or a plan) between formats")
+    c.add_argument("input", help="loads file, directory of per-rank dumps, glob, dataset name, or a plan file")
+    add_out(c, "file to write", required=True)
+    c.add_argument("--to", default=None,
+                   help=f"output format: loads {', '.join(TRACE_FORMATS)}; plans {', '.join(PLAN_FORMATS)} "
+                        "(default from the suffix)")
+    c.add_argument("--format", choices=FORMATS, default=None, help="input loads format (default: detected)")
+    c.add_argument("--num-experts", type=int, default=None,
+                   help="plans: logical experts (engine plan formats do not record it)")
+    c.add_argument("--layer-offset", type=int, default=None,
+                   help="plans to sglang or trtllm: model index of the first MoE layer (default: the dense layers "
+                        "the plan file records, e.g. 3 for DeepSeek-V3; sglang gets valid rows for them)")
+    c.add_argument("--loads", default=None, help="plans to eplb: the loads the plan is for")
+    c.add_argument("--gpus", type=int, default=None, help="engine maps to eplb or csv: GPUs P (eplb plan files record it)")
+    c.add_argument("--groups", type=int, default=1, help="plans to eplb: expert groups G (default 1)")
+    c.add_argument("--nodes", type=int, default=1, help="plans to eplb: nodes N (default 1)")
+    c.set_defaults(handler="convert")
+
+
+def add_datasets(sub) -> None:
+    d = sub.add_parser("datasets", help="list the shipped datasets (or rebuild the generated ones)")
+    add_json(d, "print the catalog entries as JSON")
+    d.add_argument("--rebuild", nargs="*", default=None, metavar="NAME",
+                   help="regenerate these generated datasets (all when no name) and the catalog")
+    d.set_defaults(handler="datasets")
+
+
+# bench run, recommend ------------------------------------------------------------------------
+
+def add_bench(sub) -> None:
+    b = sub.add_parser("bench", help="run the benchmark harness (eplb bench run --help)")
+    steps = b.add_subparsers(dest="bench_command", metavar="STEP", parser_class=Parser)
+    steps.required = True
+    r = steps.add_parser("run", help="run a benchmark suite (tiny, ci, full, dynamics)",
+                         description=BENCH_RUN_DESCRIPTION)
+    add_run_arguments(r)                     # the options of python -m benchmarks.run, shared
+    r.set_defaults(handler="bench run")
+
+
+def add_recommend(sub) -> None:
+    r = sub.add_parser("recommend", help="which solver to use for a cluster shape (from benchmark results)")
+    r.add_argument("--model", default=None, help="model preset: fills experts, groups and layers")
+    r.add_argument("--experts", type=int, default=None, help="logical experts E per layer")
+    r.add_argument("--policy", choices=POLICIES, default=None,
+                   help="only runs of this placement policy (default: any; the answer names it)")
+    r.add_argument("--replicas", type=int, required=True, help="physical expert slots R")
+    r.add_argument("--gpus", type=int, required=True, help="GPUs P")
+    r.add_argument("--nodes", type=int, default=1, help="nodes N (default 1)")
+    r.add_argument("--groups", type=int, default=None, help="expert groups G (default: any)")
+    r.add_argument("--layers", type=int, default=None, metavar="L",
+                   help="MoE layers planned at once: benchmark timings are scaled linearly to L")
+    r.add_argument("--time-budget", type=float, default=None, metavar="S",
+                   help="seconds a solve may take (default: no limit)")
+    r.add_argument("--results", default=None, metavar="DIR",
+                   help="benchmark results directory (default: the shipped solvers/bench/results)")
+    add_json(r, "print the recommendation as JSON")
+    r.set_defaults(handler="recommend")
+
+
+# simulate, sweep -----------------------------------------------------------------------------
+
+def _add_replay(p: argparse.ArgumentParser) -> None:
+    """What simulate and sweep share: the trace, the cluster (or a model's default) and the planner."""
+    add_loads(p, " (a trace: [steps, layers, experts])")
+    p.add_argument("--model", default=None, choices=sorted(MODELS), metavar="NAME",
+                   help="model preset: its groups, expert size and a default cluster")
+    p.add_argument("--replicas", type=int, default=None, help="physical expert slots R")
+    p.add_argument("--groups", type=int, default=None, help="expert groups G")
+    p.add_argument("--nodes", type=int, default=None, help="nodes N")
+    p.add_argument("--gpus", type=int, default=None, help="GPUs P")
+    p.add_argument("--solver", default="deepseek", help="planner (see `eplb solvers`; robust_sum, ewma, ... "
+                                                        "get the window's steps)")
+    p.add_argument("--window", type=int, default=None, help="steps each plan is made on (default: the period)")
+    p.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert (default: the model's)")
+    add_options(p, "planner option, repeatable")
+    add_json(p, "print the totals as JSON")
+    add_out(p, "write tables (and a figure) there", metavar="DIR")
+
+
+def add_simulate(sub) -> None:
+    s = sub.add_parser("simulate", help="replay a load trace with periodic or threshold rebalancing")
+    _add_replay(s)
+    s.add_argument("--every", type=int, default=None, help="rebalance every N steps")
+    s.add_argument("--threshold", type=float, default=None,
+                   help="rebalance after a step whose realised imbalance exceeds X")
+    s.add_argument("--migration-slack", type=float, default=None,
+                   help="migration-aware re-planning: fewest moves within this slack of a fresh plan")
+    s.add_argument("--migration", choices=("heuristic", "exact"), default="heuristic",
+                   help="migration method (default heuristic)")
+    s.add_argument("--migration-budget", type=float, default=None, metavar="F",
+                   help="with --migration-slack: move at most F x a fresh plan's moves per rebalance, widening "
+                        "the slack of the layers that save most (0.25 with slack 0.01: docs/dynamics.md)")
+    s.set_defaults(handler="simulate")
+
+
+def add_sweep(sub) -> None:
+    w = sub.add_parser("sweep", help="simulate many rebalancing settings: bytes moved against imbalance")
+    _add_replay(w)
+    w.add_argument("--periods", default="10,25,50", help="comma-separated periods (default 10,25,50)")
+    w.add_argument("--thresholds", default=None, help="comma-separated imbalance thresholds")
+    w.add_argument("--slacks", default="plain,0,0.01,0.03",
+                   help="comma-separated migration slacks, 'plain' = plain re-planning (default plain,0,0.01,0.03)")
+    w.add_argument("--budget-gb", type=float, default=None, help="suggest the best setting within this many GB")
+    w.set_defaults(handler="sweep")
+
+
+# microbatch ----------------------------------------------------------------------------------
+
+def add_microbatch(sub) -> None:
+    m = sub.add_parser("microbatch", help="per-micro-batch imbalance of a plan, even vs scheduled split")
+    add_loads(m, " (a [steps, layers, experts] trace)")
+    m.add_argument("--plan", required=True, help="plan JSON written by `eplb plan`")
+    m.add_argument("--tokens-per-microbatch", type=int, default=None,
+                   help="tokens per sampled micro-batch (default 4096)")
+    m.add_argument("--top-k", type=int, default=None, help="experts per token (default 8)")
+    m.add_argument("--microbatches", type=int, default=None, help="micro-batches to sample (default 64)")
+    m.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    m.add_argument("--steps-as-microbatches", action="store_true",
+                   help="take the trace's steps as the micro-batches instead of sampling")
+    add_json(m, "print the summary as JSON")
+    add_out(m, "directory for summary.json, imbalance.csv and histogram.svg")
+    m.set_defaults(handler="microbatch")
+
+
+__all__ = ["build_parser", "LOADS_HELP", "SOLVER_OPTIONS_HELP"]

@@ -1,0 +1,53 @@
+"""``eplb plan``: compute a placement plan and write it as JSON."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..errors import OptionError
+from ..migration import plan_with_migration
+from ..planfile import plan_document, write_plan
+from ..solve import solve
+from .args import command_line, fail, options_dict
+from .inputs import dropped_note, format_metrics, loads_sha256, problem_from_args, read_any_plan, read_loads_arg
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    info, _ = read_loads_arg(args.loads)
+    problem, dense, preset_bytes = problem_from_args(args, info)
+    options = options_dict(args.option)
+    if args.policy is not None:
+        if "policy" in options:
+            raise OptionError("policy", "given both as --policy and -O policy=")
+        options["policy"] = args.policy
+    previous = read_any_plan(args.previous, info, "previous")[0] if args.previous else None
+    expert_bytes = args.expert_bytes if args.expert_bytes is not None else preset_bytes
+    if previous is None and (args.migration_slack is not None or args.migration is not None
+                             or args.migration_budget is not None):
+        raise OptionError("previous", "--migration-slack, --migration and --migration-budget need --previous "
+                                      "(the placement in force)")
+    if args.migration_budget is not None and args.migration_slack is None:
+        raise OptionError("migration_budget", "needs --migration-slack (the budget widens it layer by layer)")
+    if previous is not None and args.migration_slack is not None:
+        result = plan_with_migration(problem, args.solver, previous, slack=args.migration_slack,
+                                     method=args.migration or "heuristic", budget=args.migration_budget,
+                                     expert_bytes=expert_bytes, **options)
+    else:
+        result = solve(problem, args.solver, previous=previous, expert_bytes=expert_bytes, **options)
+    if result.plan is None:
+        return fail(f"solver {args.solver!r} found no plan ({result.termination}): {result.message}")
+    metrics = result.summary()
+    doc = plan_document(result.plan, problem, policy=result.policy, solver=args.solver, options=result.options,
+                        metrics=metrics, result=result, dense_layers=dense,
+                        provenance={"loads": str(args.loads), "loads_sha256": loads_sha256(info),
+                                    "loads_format": info.format, "dense_layers_dropped": info.dense_layers,
+                                    "model": args.model, "previous": args.previous,
+                                    "expert_bytes": expert_bytes, "command": command_line()})
+    write_plan(args.out, doc)
+    if args.json:
+        print(json.dumps(metrics, indent=2))
+    else:
+        print(f"wrote {args.out}: {problem.num_layers} MoE layers{dropped_note(info)}, policy {result.policy}, "
+              f"solver {args.solver}, {result.termination}")
+        print(format_metrics(metrics))
+    return 0
