@@ -11,7 +11,7 @@ from .errors import EPLBError, LoadFileError, OptionError, PlanError, ProblemErr
 from .plan import Plan
 from .problem import POLICIES, Problem
 from .registry import SolverOutput, SolverSpec, get_solver, register, solver_names
-from .result import SolveResult, Termination
+from .result import SolutionStatus, SolveResult, Termination
 from .scoring import Score, score
 from .solve import BoundViolation, InvalidSolverPlan, SolverBug, solve
 
@@ -22,7 +22,7 @@ from . import certify, dispatch, dynamics, migration  # noqa: E402,F401  isort: 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Problem", "Plan", "Score", "score", "solve", "SolveResult", "Termination", "rebalance_experts",
+    "Problem", "Plan", "Score", "score", "solve", "SolveResult", "SolutionStatus", "Termination", "rebalance_experts",
     "lower_bound", "lower_bounds", "register", "get_solver", "solver_names", "SolverSpec",
     "SolverOutput", "EPLBError", "ProblemError", "PlanError", "OptionError", "LoadFileError",
     "BoundViolation", "InvalidSolverPlan", "SolverBug", "POLICIES", "__version__",

@@ -163,7 +163,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         result = solve(problem, args.solver, previous=previous, expert_bytes=expert_bytes, **options)
     if result.plan is None:
-        return _fail(f"solver {args.solver!r} found no plan ({result.termination}): {result.message}")
+        return _fail(f"solver {args.solver!r} found no plan ({result.termination}, status {result.status}): {result.message}")
     metrics = result.summary()
     doc = plan_document(result.plan, problem, policy=result.policy, solver=args.solver, options=result.options,
                         metrics=metrics, result=result, dense_layers=dense,
@@ -177,7 +177,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         dropped = f" ({info.dense_layers} leading all-zero layers dropped)" if info.dense_layers else ""
         print(f"wrote {args.out}: {problem.num_layers} MoE layers{dropped}, policy {result.policy}, "
-              f"solver {args.solver}, {result.termination}")
+              f"solver {args.solver}, stopped {result.termination}, plan {result.status}")
         print(_format_metrics(metrics))
     return 0
 
@@ -331,7 +331,7 @@ def _progress(total: int):
                 print(f"\r[{state['done']}/{total}] running {name} ({policy})...", end="", file=sys.stderr, flush=True)
             return
         state["done"] += 1
-        text = f"[{state['done']}/{total}] {name} ({row['policy']}): {row['termination']} in {row['wall_time_s']:.3g} s"
+        text = f"[{state['done']}/{total}] {name} ({row['policy']}): {row['termination']}, {row['status']} in {row['wall_time_s']:.3g} s"
         print(("\r" + text.ljust(60)) if tty else text, end="\n", file=sys.stderr, flush=True)
 
     return report
@@ -347,7 +347,7 @@ def _fmt(v: Any, pct: bool = False) -> str:
 
 def _compare_table(rows: list[dict], holdout: bool, moves: bool) -> str:
     cols = [("solver", "solver", False), ("policy", "policy", False), ("termination", "termination", False),
-            ("wall_time_s", "time s", False), ("imbalance_mean", "imb mean", False),
+            ("status", "status", False), ("wall_time_s", "time s", False), ("imbalance_mean", "imb mean", False),
             ("imbalance_worst", "imb worst", False)]
     if holdout:
         cols += [("holdout_imbalance_mean", "holdout mean", False), ("holdout_imbalance_worst", "holdout worst", False)]

@@ -11,7 +11,7 @@ from .errors import EPLBError, OptionError, PlanError
 from .plan import Plan
 from .problem import Problem
 from .registry import SolverOutput, get_solver
-from .result import SolveResult, Termination
+from .result import SolutionStatus, SolveResult, Termination
 from .scoring import score_validated
 from .tolerances import BOUND_RTOL, VIOLATION_RTOL
 
@@ -42,7 +42,8 @@ def solve(problem: Problem, solver: str = "deepseek", *, previous: Plan | None =
     Options are validated against the solver's schema (``get_solver(name).schema``); the
     result's ``options`` holds every option in effect, defaults included. ``previous`` (a
     plan of the same layers and GPUs) adds migration moves to the score. Bad input raises
-    a ``ValueError`` subclass; a backend failure gives ``termination == "error"``.
+    a ``ValueError`` subclass; a backend failure gives ``termination == "error"`` and
+    ``status == "none"``.
     """
     if not isinstance(problem, Problem):
         raise OptionError("problem", f"must be a solvers.Problem, got {type(problem).__name__}")
@@ -63,7 +64,7 @@ def solve(problem: Problem, solver: str = "deepseek", *, previous: Plan | None =
         raise
     except Exception as exc:  # a backend crash is a result, not a traceback for the user
         wall = time.perf_counter() - start
-        return SolveResult(solver, Termination.ERROR, None, None, bound, wall, "unknown", effective,
+        return SolveResult(solver, Termination.ERROR, SolutionStatus.NONE, None, None, bound, wall, "unknown", effective,
                            f"{type(exc).__name__}: {exc}")
     wall = time.perf_counter() - start
     return _grade(problem, solver, out, bound, wall, effective, previous, expert_bytes)
@@ -71,7 +72,9 @@ def solve(problem: Problem, solver: str = "deepseek", *, previous: Plan | None =
 
 def _grade(problem: Problem, solver: str, out: SolverOutput, bound: torch.Tensor, wall: float,
            options: dict[str, Any], previous: Plan | None, expert_bytes: int | None) -> SolveResult:
-    """Combine the solver's bounds with the universal one, score its plan, say why it stopped."""
+    """Combine the solver's bounds with the universal one, score its plan, say why it stopped
+    (the solver's word; a solver that says nothing ran to its end: COMPLETED) and what it has
+    (graded here from the shared scorer's objective against the bounds)."""
     model_bound, scope = out.model_bound, out.model_scope
     if model_bound is not None:
         model_bound = model_bound.to(bound.device, torch.float64)
@@ -84,8 +87,8 @@ def _grade(problem: Problem, solver: str, out: SolverOutput, bound: torch.Tensor
     common = dict(options=options, message=out.message, info=out.info, model_bound=model_bound,
                   model_scope=scope)
     if out.plan is None:
-        status = out.status or Termination.ERROR
-        return SolveResult(solver, status, None, None, bound, wall, out.policy, **common)
+        termination = out.termination or Termination.ERROR
+        return SolveResult(solver, termination, SolutionStatus.NONE, None, None, bound, wall, out.policy, **common)
     try:
         out.plan.validate(problem.num_layers, problem.num_experts, problem.num_replicas, problem.num_gpus)
     except PlanError as exc:
@@ -101,13 +104,12 @@ def _grade(problem: Problem, solver: str, out: SolverOutput, bound: torch.Tensor
         in_model |= obj <= model_bound * (1 + BOUND_RTOL)
     if out.model_optimal is not None:
         in_model |= out.model_optimal.to(in_model.device, torch.bool)
-    status = out.status
-    if status is None or status is Termination.FEASIBLE:
-        if bool(proven.all()):
-            status = Termination.OPTIMAL
-        elif bool(in_model.all()) and model_bound is not None:
-            status = Termination.OPTIMAL_IN_MODEL
-        else:
-            status = Termination.FEASIBLE
-    return SolveResult(solver, status, out.plan, sc, bound, wall, out.policy, proven_optimal=proven,
+    termination = out.termination or Termination.COMPLETED
+    if bool(proven.all()):
+        status = SolutionStatus.PROVEN_OPTIMAL
+    elif bool(in_model.all()) and model_bound is not None:
+        status = SolutionStatus.OPTIMAL_IN_MODEL
+    else:
+        status = SolutionStatus.FEASIBLE
+    return SolveResult(solver, termination, status, out.plan, sc, bound, wall, out.policy, proven_optimal=proven,
                        optimal_in_model=in_model, **common)
