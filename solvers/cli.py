@@ -163,7 +163,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         result = solve(problem, args.solver, previous=previous, expert_bytes=expert_bytes, **options)
     if result.plan is None:
-        return _fail(f"solver {args.solver!r} found no plan ({result.termination}, status {result.status}): {result.message}")
+        return _fail(f"solver {args.solver!r} found no plan ({result.termination}): {result.message}")
     metrics = result.summary()
     doc = plan_document(result.plan, problem, policy=result.policy, solver=args.solver, options=result.options,
                         metrics=metrics, result=result, dense_layers=dense,

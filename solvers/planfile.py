@@ -71,7 +71,8 @@ def result_bounds(result: Any) -> dict[str, Any]:
     def vec(t):
         return None if t is None else [float(x) if t.is_floating_point() else bool(x) for x in t.cpu().tolist()]
     scope = result.model_scope
-    return {"termination": str(result.termination), "status": str(result.status), "lower_bound": vec(result.lower_bound),
+    return {"termination": str(result.termination), "status": str(result.status),
+            "lower_bound": vec(result.lower_bound),
             "proven_optimal": vec(result.proven_optimal), "model_bound": vec(result.model_bound),
             "model_scope": None if scope is None else scope.as_dict(),
             "optimal_in_model": vec(result.optimal_in_model)}

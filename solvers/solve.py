@@ -64,8 +64,8 @@ def solve(problem: Problem, solver: str = "deepseek", *, previous: Plan | None =
         raise
     except Exception as exc:  # a backend crash is a result, not a traceback for the user
         wall = time.perf_counter() - start
-        return SolveResult(solver, Termination.ERROR, SolutionStatus.NONE, None, None, bound, wall, "unknown", effective,
-                           f"{type(exc).__name__}: {exc}")
+        return SolveResult(solver, Termination.ERROR, SolutionStatus.NONE, None, None, bound, wall, "unknown",
+                           effective, f"{type(exc).__name__}: {exc}")
     wall = time.perf_counter() - start
     return _grade(problem, solver, out, bound, wall, effective, previous, expert_bytes)
 

@@ -44,7 +44,8 @@ def legacy_rows(df: pd.DataFrame) -> pd.DataFrame:
     df = df.copy()
     df["termination"] = term.astype(object)
     exact = df["kind"].astype(str) == "exact" if "kind" in df.columns else pd.Series(False, index=df.index)
-    has_plan = pd.to_numeric(df["objective"], errors="coerce").notna() if "objective" in df.columns else pd.Series(False, index=df.index)
+    objective = df["objective"] if "objective" in df.columns else pd.Series(None, index=df.index, dtype=object)
+    has_plan = pd.to_numeric(objective, errors="coerce").notna()
     for i in df.index[old]:
         was = df.at[i, "status"]
         t, s = _LEGACY[was]

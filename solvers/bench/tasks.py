@@ -69,8 +69,8 @@ def run_task(task: Task, threads: int = 1) -> dict[str, Any]:
         raise  # a mistake in the suite or the command line: stop the run
     except EPLBError as exc:
         return {**row, "termination": BAD_INPUT, "status": "none", "message": str(exc)}
-    row.update(termination=str(result.termination), status=str(result.status), message=result.message, policy=result.policy,
-               wall_time_s=result.wall_time,
+    row.update(termination=str(result.termination), status=str(result.status), message=result.message,
+               policy=result.policy, wall_time_s=result.wall_time,
                lower_bound=float(result.lower_bound.sum()), lower_bound_layers=_layers(result.lower_bound))
     if result.model_bound is not None:           # a restricted model's bound, with its typed scope
         scope = result.model_scope
