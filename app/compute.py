@@ -93,7 +93,10 @@ def metric_cards(outcome: Outcome, moves: Score | None = None) -> list[tuple[str
         ("Off-node share", _pct(m.get("off_node_share_mean")),
          "share of tokens served outside their group's home node (inter-node traffic proxy; - without groups)"),
         ("Time", f"{r.wall_time:.3g} s", "the solver's wall time"),
-        ("Termination", str(r.termination), f"policy {r.policy}" + (f"; {r.message}" if r.message else "")),
+        ("Termination", str(r.termination), "why the solver stopped; policy " + r.policy
+         + (f"; {r.message}" if r.message else "")),
+        ("Solution", str(r.status), "what the plan is worth: proven_optimal (meets the bound valid for every "
+                                    "plan), optimal_in_model (only within the solver's restricted model), feasible"),
     ]
     if moves is not None and moves.moves is not None:
         size = "-" if moves.moves_bytes is None else f"{moves.moves_bytes / 1e9:,.2f} GB"
@@ -134,7 +137,7 @@ def compare_row(name: str, outcome: Outcome, holdout: HeldOut | None) -> dict[st
     gaps) plus the held-out gaps."""
     r = outcome.result
     row: dict[str, Any] = {"solver": name, "policy": r.policy, "termination": str(r.termination),
-                           "wall_time_s": r.wall_time}
+                           "status": str(r.status), "wall_time_s": r.wall_time}
     if r.score is None:
         return {**row, "message": r.message}
     m = r.score.metrics()

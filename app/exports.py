@@ -31,7 +31,7 @@ def plan_downloads(plan: Plan, problem: Problem, *, policy: str, solver: str, op
                    result: Any = None) -> list[Download]:
     """The plan in our JSON, SGLang's expert-location JSON, TensorRT-LLM's load-balancer YAML
     and CSV. ``layer_offset``: dense layers before the first MoE layer (engines count them);
-    ``result``: the SolveResult, whose bounds and termination our JSON records."""
+    ``result``: the SolveResult, whose bounds, termination and solution status our JSON records."""
     plan = plan.to("cpu")
 
     def eplb_json() -> bytes:

@@ -99,7 +99,7 @@ def target_fixed16(backends: list[str]) -> None:
         for b in backends:
             r, wall = timed(p, b, model="packing", replica_counts=counts, time_limit=10.0 if b == "cpsat" else 60.0)
             values[b] = float(r.objective[0])
-            if str(r.termination) in ("optimal", "optimal_in_model"):
+            if str(r.status) in ("proven_optimal", "optimal_in_model"):
                 proven[b] = values[b]
             model_bound = "-" if r.model_bound is None else float(r.model_bound[0])
             rows.append([seed, b, str(r.termination), f"{wall:.2f}", float(r.objective[0]),

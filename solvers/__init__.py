@@ -29,7 +29,7 @@ _EXPORTS: dict[str, str] = {
     "Problem": "problem",
     "SolverOutput": "registry", "SolverSpec": "registry", "get_solver": "registry", "register": "registry",
     "solver_names": "registry",
-    "SolveResult": "result", "Termination": "result",
+    "SolveResult": "result", "Termination": "result", "SolutionStatus": "result",
     "Score": "scoring", "score": "scoring",
     "BoundViolation": "solve", "InvalidSolverPlan": "solve", "SolverBug": "solve", "solve": "solve",
 }
@@ -42,12 +42,12 @@ if TYPE_CHECKING:
     from .cluster import CLUSTERS, MODELS, POLICIES, Cluster
     from .problem import Problem
     from .registry import SolverOutput, SolverSpec, get_solver, register, solver_names
-    from .result import SolveResult, Termination
+    from .result import SolutionStatus, SolveResult, Termination
     from .scoring import Score, score
     from .solve import BoundViolation, InvalidSolverPlan, SolverBug, solve
 
 __all__ = [
-    "Problem", "Cluster", "MODELS", "CLUSTERS", "Plan", "Score", "score", "solve", "SolveResult", "Termination", "rebalance_experts",
+    "Problem", "Cluster", "MODELS", "CLUSTERS", "Plan", "Score", "score", "solve", "SolveResult", "SolutionStatus", "Termination", "rebalance_experts",
     "lower_bound", "lower_bounds", "register", "get_solver", "solver_names", "SolverSpec",
     "SolverOutput", "EPLBError", "ProblemError", "PlanError", "OptionError", "LoadFileError",
     "BoundViolation", "InvalidSolverPlan", "SolverBug", "POLICIES", "__version__",

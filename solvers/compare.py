@@ -24,7 +24,7 @@ from .scoring import score
 from .solve import solve
 
 DEFAULT_SOLVERS = ("deepseek", "kk_swap", "joint", "best")
-COLUMNS = ("solver", "policy", "termination", "wall_time_s", "imbalance_mean", "imbalance_worst",
+COLUMNS = ("solver", "policy", "termination", "status", "wall_time_s", "imbalance_mean", "imbalance_worst",
            "holdout_imbalance_mean", "holdout_imbalance_worst", "gap_mean", "gap_max", "gap_in_policy_mean",
            "off_node_share_mean", "duplicates", "moves", "moves_bytes", "message")
 
@@ -80,7 +80,7 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
             on_progress(name, policy or "-", None)
         res = solve(problem, name, previous=previous, expert_bytes=expert_bytes, **opts)
         row: dict[str, Any] = {"solver": name, "policy": res.policy, "termination": str(res.termination),
-                               "wall_time_s": res.wall_time, "message": res.message}
+                               "status": str(res.status), "wall_time_s": res.wall_time, "message": res.message}
         if res.score is not None:
             m = res.score.metrics()
             within = torch.maximum(structure_bound(problem, res.plan), res.lower_bound)

@@ -19,7 +19,7 @@ from .options import SolverOptions
 from .plan import Plan
 from .problem import Problem
 from .registry import SolverOutput, SolverSpec
-from .result import SolveResult, Termination
+from .result import SolutionStatus, SolveResult, Termination
 from .scoring import score_validated
 from .tolerances import BOUND_RTOL, VIOLATION_RTOL
 
@@ -55,15 +55,17 @@ def graded_run(problem: Problem, spec: SolverSpec, options: SolverOptions, *, pr
         raise
     except Exception as exc:  # a backend crash is a result, not a traceback for the user
         wall = time.perf_counter() - start
-        return SolveResult(spec.name, Termination.ERROR, None, None, bound, wall, "unknown", options.as_dict(),
-                           f"{type(exc).__name__}: {exc}")
+        return SolveResult(spec.name, Termination.ERROR, SolutionStatus.NONE, None, None, bound, wall, "unknown",
+                           options.as_dict(), f"{type(exc).__name__}: {exc}")
     wall = time.perf_counter() - start
     return grade(problem, spec.name, out, bound, wall, options.as_dict(), previous, expert_bytes)
 
 
 def grade(problem: Problem, solver: str, out: SolverOutput, bound: torch.Tensor, wall: float,
            options: dict[str, Any], previous: Plan | None, expert_bytes: int | None) -> SolveResult:
-    """Combine the solver's bounds with the universal one, score its plan, say why it stopped."""
+    """Combine the solver's bounds with the universal one, score its plan, say why it stopped
+    (the solver's word; a solver that says nothing ran to its end: COMPLETED) and what it has
+    (graded here from the shared scorer's objective against the bounds)."""
     model_bound, scope = out.model_bound, out.model_scope
     if model_bound is not None:
         model_bound = model_bound.to(bound.device, torch.float64)
@@ -76,8 +78,8 @@ def grade(problem: Problem, solver: str, out: SolverOutput, bound: torch.Tensor,
     common = dict(options=options, message=out.message, info=out.info, model_bound=model_bound,
                   model_scope=scope)
     if out.plan is None:
-        status = out.status or Termination.ERROR
-        return SolveResult(solver, status, None, None, bound, wall, out.policy, **common)
+        termination = out.termination or Termination.ERROR
+        return SolveResult(solver, termination, SolutionStatus.NONE, None, None, bound, wall, out.policy, **common)
     try:
         out.plan.validate(problem.num_layers, problem.num_experts, problem.num_replicas, problem.num_gpus)
     except PlanError as exc:
@@ -93,13 +95,12 @@ def grade(problem: Problem, solver: str, out: SolverOutput, bound: torch.Tensor,
         in_model |= obj <= model_bound * (1 + BOUND_RTOL)
     if out.model_optimal is not None:
         in_model |= out.model_optimal.to(in_model.device, torch.bool)
-    status = out.status
-    if status is None or status is Termination.FEASIBLE:
-        if bool(proven.all()):
-            status = Termination.OPTIMAL
-        elif bool(in_model.all()) and model_bound is not None:
-            status = Termination.OPTIMAL_IN_MODEL
-        else:
-            status = Termination.FEASIBLE
-    return SolveResult(solver, status, out.plan, sc, bound, wall, out.policy, proven_optimal=proven,
+    termination = out.termination or Termination.COMPLETED
+    if bool(proven.all()):
+        status = SolutionStatus.PROVEN_OPTIMAL
+    elif bool(in_model.all()) and model_bound is not None:
+        status = SolutionStatus.OPTIMAL_IN_MODEL
+    else:
+        status = SolutionStatus.FEASIBLE
+    return SolveResult(solver, termination, status, out.plan, sc, bound, wall, out.policy, proven_optimal=proven,
                        optimal_in_model=in_model, **common)

@@ -10,7 +10,7 @@ one back from a path or bytes.
      "engine": {"dense_layers": 3, "engine_layers": 61},       # rows engines count (dense + MoE)
      "policy": "hierarchical", "solver": "deepseek", "options": {... every option in effect},
      "phy2log": [[...]], "log2phy": [[[...]]], "logcnt": [[...]],
-     "bounds": {"termination", "lower_bound": [...], "proven_optimal": [...],
+     "bounds": {"termination", "status", "lower_bound": [...], "proven_optimal": [...],
                 "model_bound": [...] | null, "model_scope": {...} | null, "optimal_in_model": [...]},
      "metrics": {...}, "provenance": {"created", "version", "loads", "loads_sha256", "command", ...}}
 
@@ -68,11 +68,12 @@ def plan_document(plan: Plan, problem: Problem, *, policy: str, solver: str,
 
 
 def result_bounds(result: Any) -> dict[str, Any]:
-    """The bounds and termination of a SolveResult as plain JSON values."""
+    """The bounds, termination and solution status of a SolveResult as plain JSON values."""
     def vec(t):
         return None if t is None else [float(x) if t.is_floating_point() else bool(x) for x in t.cpu().tolist()]
     scope = result.model_scope
-    return {"termination": str(result.termination), "lower_bound": vec(result.lower_bound),
+    return {"termination": str(result.termination), "status": str(result.status),
+            "lower_bound": vec(result.lower_bound),
             "proven_optimal": vec(result.proven_optimal), "model_bound": vec(result.model_bound),
             "model_scope": None if scope is None else scope.as_dict(),
             "optimal_in_model": vec(result.optimal_in_model)}

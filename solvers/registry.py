@@ -28,8 +28,10 @@ from .result import ModelScope, Termination
 class SolverOutput:
     """What a solver hands back to :func:`solvers.solve`.
 
-    plan: the plan found (None if none). status: why it stopped, when the solver knows
-    better than "feasible" (time limit, infeasible, error). bound: [layers] a lower bound
+    plan: the plan found (None if none). termination: why it stopped, when the solver knows
+    better than "ran to its end" (None: ``COMPLETED``): an exact solver that proved its
+    model's optimum says ``OPTIMAL``; time limit, infeasible, error. What the plan is worth
+    (the solution status) is graded by :func:`solvers.solve`, never said here. bound: [layers] a lower bound
     the solver proved that holds for *every* plan of the problem. model_bound: [layers] a
     bound proven only for the solver's restricted model, whose scope says which plans it
     covers; ``model_optimal``: [layers] bool, the solver proved its plan optimal in that
@@ -38,7 +40,7 @@ class SolverOutput:
 
     plan: Plan | None
     policy: str
-    status: Termination | None = None
+    termination: Termination | None = None
     bound: torch.Tensor | None = None
     message: str = ""
     info: dict[str, Any] = field(default_factory=dict)

@@ -21,14 +21,29 @@ from .scoring import Score
 
 
 class Termination(str, Enum):
-    """Why a solver stopped."""
+    """Why the solver stopped (as Pyomo's ``TerminationCondition``); what it has is
+    :class:`SolutionStatus`."""
 
-    OPTIMAL = "optimal"                    # every layer's objective meets the universal bound
-    OPTIMAL_IN_MODEL = "optimal_in_model"  # proven optimal within the solver's restricted model only
+    OPTIMAL = "optimal"          # the solver proved its plan optimal in its own model, every layer
+    COMPLETED = "completed"      # it ran to its own end without proving an optimum: a heuristic
+    #                              finished its passes or time budget, an exact backend stopped at
+    #                              the requested gap (or its optimum failed the unscaled re-check)
+    TIME_LIMIT = "time_limit"    # stopped by the time limit; the plan (if any) is the incumbent
+    INFEASIBLE = "infeasible"    # proved that no plan of its model satisfies the constraints
+    ERROR = "error"              # the backend failed or crashed; see ``message``
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class SolutionStatus(str, Enum):
+    """What a solve has (as Pyomo's ``SolutionStatus``), graded by :func:`solvers.solve` from
+    the shared scorer's objective against the bounds, whatever the solver claims."""
+
+    PROVEN_OPTIMAL = "proven_optimal"      # every layer meets the lower bound valid for every plan
+    OPTIMAL_IN_MODEL = "optimal_in_model"  # proven optimal only within the solver's restricted model
     FEASIBLE = "feasible"                  # a valid plan, optimality not proven
-    TIME_LIMIT = "time_limit"              # stopped by the time limit; plan (if any) is the incumbent
-    INFEASIBLE = "infeasible"              # proven that no plan of the model satisfies the constraints
-    ERROR = "error"                        # the backend failed; see ``message``
+    NONE = "none"                          # no plan
 
     def __str__(self) -> str:
         return self.value
@@ -74,8 +89,10 @@ def ratio_gap(obj: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
 class SolveResult:
     """Outcome of :func:`solvers.solve`.
 
-    termination: why it stopped. plan / score: what it has (None when nothing was found);
-    the score always comes from the shared scorer. lower_bound: [layers] the best bound
+    termination: why it stopped (:class:`Termination`). status: what it has
+    (:class:`SolutionStatus`, graded from the shared scorer against the bounds). plan / score:
+    the plan and its score (None when nothing was found); the score always comes from the
+    shared scorer. lower_bound: [layers] the best bound
     valid for every plan of the problem. model_bound / model_scope: the solver's bound for
     its restricted model, if it proved one. proven_optimal / optimal_in_model: [layers] bool.
     options: every option in effect, defaults included.
@@ -83,6 +100,7 @@ class SolveResult:
 
     solver: str
     termination: Termination
+    status: SolutionStatus
     plan: Plan | None
     score: Score | None
     lower_bound: torch.Tensor
@@ -126,7 +144,7 @@ class SolveResult:
     def summary(self) -> dict[str, Any]:
         """Plain-number summary for tables and JSON."""
         out: dict[str, Any] = {"solver": self.solver, "termination": str(self.termination),
-                               "policy": self.policy, "wall_time_s": self.wall_time,
+                               "status": str(self.status), "policy": self.policy, "wall_time_s": self.wall_time,
                                "lower_bound_sum": float(self.lower_bound.sum())}
         if self.score is not None:
             out.update(self.score.metrics())

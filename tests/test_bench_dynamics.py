@@ -76,7 +76,7 @@ def test_a_dynamics_row_holds_the_simulators_totals():
                    solver=task.solver, every=task.options["every"], window=task.options["window"],
                    migration_slack=task.options["migration_slack"], expert_bytes=row["expert_bytes"])
     tot = res.totals()
-    assert row["status"] == "simulated" and row["model"] == "olmoe-1b-7b"
+    assert row["termination"] == "simulated" and row["status"] == "" and row["model"] == "olmoe-1b-7b"
     assert row["realised_imbalance_mean"] == pytest.approx(tot["mean_imbalance"])
     assert row["realised_imbalance_p99"] == pytest.approx(tot["p99_imbalance"])
     assert row["total_moves"] == tot["total_moves"] and row["total_bytes"] == tot["total_bytes"]
@@ -89,7 +89,7 @@ def test_a_dynamics_row_holds_the_simulators_totals():
 def test_tiny_dynamics_run_writes_rows_and_the_dynamics_table(tiny_run):
     df = read_results(tiny_run)
     assert len(df) == len(suite_tasks(get_suite("dynamics-tiny"))) and is_dynamics(df).all()
-    assert (df["status"] == "simulated").all()
+    assert (df["termination"] == "simulated").all()
     for col in DYNAMICS_COLUMNS:
         assert col in df.columns, col
     assert df["realised_imbalance_mean"].ge(1).all() and df["total_moves"].ge(0).all()
@@ -147,14 +147,14 @@ def test_eplb_bench_run_runs_the_dynamics_suite(tmp_path, capsys):
 def test_table_compares_each_setting_with_plain_replanning():
     base = {c: None for c in COLUMNS}
     base.update(instance="dataset:x|N1xP8xR72", trace="x", model="m", scenario="drifting", num_layers=2,
-                num_gpus=8, num_replicas=72, seed=0, solver="deepseek", status="simulated", window=4, every=4.0,
+                num_gpus=8, num_replicas=72, seed=0, solver="deepseek", termination="simulated", status="", window=4, every=4.0,
                 threshold=float("nan"), rebalances=3, realised_imbalance_p99=1.3, tokens_lost=10.0,
                 wall_time_s=0.1)
     rows = [dict(base, setting="every 4, window 4, plain", migration_slack=float("nan"), total_moves=300,
                  total_bytes=3e9, realised_imbalance_mean=1.20),
             dict(base, setting="every 4, window 4, slack 0.01", migration_slack=0.01, total_moves=60,
                  total_bytes=6e8, realised_imbalance_mean=1.206),
-            dict(base, instance="i", setting="", solver="kk_swap", status="feasible")]   # a solver row
+            dict(base, instance="i", setting="", solver="kk_swap", termination="completed", status="feasible")]   # a solver row
     df = pd.DataFrame(rows)
     solved, replays = split_dynamics(df)
     assert list(solved["solver"]) == ["kk_swap"] and len(replays) == 2

@@ -143,7 +143,8 @@ def test_task_row_is_scored_by_the_shared_scorer():
     assert row["imbalance_mean"] == pytest.approx(result.score.imbalance_mean)
     oos = solvers.score(loaded.eval_problem, result.plan)
     assert row["oos_imbalance_mean"] == pytest.approx(oos.imbalance_mean)
-    assert row["seed"] == 3 and row["status"] in ("feasible", "optimal")
+    assert row["seed"] == 3 and row["termination"] == "completed"
+    assert row["status"] in ("feasible", "proven_optimal") and row["status"] == str(result.status)
     assert set(row) <= set(COLUMNS)
 
 
@@ -155,7 +156,7 @@ def test_run_writes_rows_csv_parquet_meta_summary(tiny_run):
     csv = pd.read_csv(tiny_run / "results.csv")
     assert len(df) == len(csv) == 2 * 2          # 2 instances x 2 solvers x 1 seed
     assert set(df["solver"]) == {"deepseek", "kk_swap"}
-    assert (df["status"].isin(["feasible", "optimal"])).all()
+    assert (df["termination"] == "completed").all() and (df["status"].isin(["feasible", "proven_optimal"])).all()
     # gaps are against the best bound (>= own bound), never negative
     assert (df["best_bound"] >= df["lower_bound"] * (1 - 1e-9)).all()
     assert (df["gap_mean"] >= -1e-12).all() and (df["gap_mean"] <= df["gap_own_mean"] + 1e-12).all()
@@ -234,14 +235,15 @@ def test_gate_fails_on_gap_threshold(tmp_path, capsys):
                 "--fail-if-gap-above", "10") == 0
 
 
-@pytest.mark.parametrize("solver,status", [("_bench_overclaim", "bound_violation"),
-                                           ("_bench_invalid", "invalid_plan")])
-def test_gate_fails_hard_on_wrong_solvers(tmp_path, capsys, wrong_solvers, solver, status):
+@pytest.mark.parametrize("solver,verdict", [("_bench_overclaim", "bound_violation"),
+                                            ("_bench_invalid", "invalid_plan")])
+def test_gate_fails_hard_on_wrong_solvers(tmp_path, capsys, wrong_solvers, solver, verdict):
     out = tmp_path / "run"
     assert _run("--suite", "tiny", "--out", str(out), "--solvers", solver) == 1
     err = capsys.readouterr().err
-    assert "HARD FAILURE" in err and status in err
-    assert (read_results(out)["status"] == status).all()
+    assert "HARD FAILURE" in err and verdict in err
+    df = read_results(out)
+    assert (df["termination"] == verdict).all() and (df["status"] == "none").all()
     assert "HARD FAILURES" in (out / "summary.md").read_text()
 
 

@@ -66,7 +66,7 @@ def test_certify_proves_a_hierarchical_node_optimal_with_a_three_way_split():
     res = solve(p, "certify", policy="hierarchical", time_limit=10.0)
     assert abs(float(res.objective[0]) - 61 / 3) < 1e-9
     assert abs(float(score(p, res.plan).max_load[0]) - 61 / 3) < 1e-9
-    assert res.termination == "optimal_in_model"
+    assert res.status == "optimal_in_model"
     node_of_slot = torch.arange(18) // 9
     assert set(node_of_slot[res.plan.phy2log[0] < 7].tolist()) == {0}    # group 0 stays on its node
 
@@ -96,7 +96,7 @@ def test_certify_global_reaches_the_mean_with_a_three_way_split():
     p = Problem(w, 9, 1, 1, 3)
     res = solve(p, "certify", policy="global", time_limit=10.0)
     assert abs(float(score(p, res.plan).max_load[0]) - 61 / 3) < 1e-9
-    assert res.termination == "optimal"
+    assert res.status == "proven_optimal"
 
 
 def test_candidates_limit_which_experts_a_design_splits():

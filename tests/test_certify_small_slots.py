@@ -181,7 +181,7 @@ def test_certify_proves_the_optimum_at_two_slots_per_gpu():
     w = [50.0, 31.0, 17.0, 9.0, 4.0, 23.0]
     opt = brute_force(w, 8, 4, model="joint")
     res = solve(Problem([w], 8, 1, 1, 4), "certify", policy="global", time_limit=20)
-    assert res.termination == "optimal" and bool(res.proven_optimal.all())
+    assert res.status == "proven_optimal" and bool(res.proven_optimal.all())
     assert float(res.objective[0]) == pytest.approx(opt, rel=1e-9)
     assert float(res.lower_bound[0]) <= opt
 

@@ -89,7 +89,7 @@ def test_one_node_hierarchical_at_two_slots_per_gpu_is_proven_like_global():
     p = Problem(w, 12, 2, 1, 6)                                 # 8 experts in 2 groups, one node, S = 2
     res = solve(p, "certify", time_limit=20.0)
     assert res.policy == "hierarchical"
-    assert res.termination == "optimal" and bool(res.proven_optimal[0])
+    assert res.status == "proven_optimal" and bool(res.proven_optimal[0])
     assert float(res.objective[0]) == pytest.approx(brute_force(w[0].tolist(), 12, 6, model="joint"), rel=1e-9)
 
 

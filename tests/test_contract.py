@@ -10,7 +10,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from solvers import OptionError, Problem, Termination, get_solver, solve, solver_names
+from solvers import OptionError, Problem, SolutionStatus, Termination, get_solver, solve, solver_names
 from solvers.cli import main
 from solvers.exact.brute import brute_force
 from solvers.io import read_loads
@@ -35,20 +35,20 @@ def test_readme_case_restricted_bound_never_leaks_into_lower_bound():
     needs("cpsat")
     p = Problem(README, 16, 4, 2, 8)
     free = solve(p, "cpsat", policy="global", model="joint", colocation="allowed", time_limit=30)
-    assert free.termination is Termination.OPTIMAL
+    assert free.termination is Termination.OPTIMAL and free.status is SolutionStatus.PROVEN_OPTIMAL
     assert free.objective.tolist() == [136.0, 172.0]
     assert free.model_bound is None                          # global, free counts: the bound is universal
     best = solve(p, "best", exact="cpsat", time_limit=10)    # hierarchical by default
     assert best.policy == "hierarchical"
     # the bound valid for every plan never exceeds a plan some solver finds
     assert bool((best.lower_bound <= free.objective * (1 + 1e-9)).all())
-    assert best.termination is not Termination.OPTIMAL       # its plans (151, 179.5) are not optimal
+    assert best.status is not SolutionStatus.PROVEN_OPTIMAL   # its plans (151, 179.5) are not optimal
     assert best.model_scope == ModelScope("hierarchical", "free", "allowed", "fixed")
     assert not bool(best.proven_optimal.any())
     hier = solve(p, "cpsat", time_limit=30)
     assert hier.policy == "hierarchical" and hier.model_scope.policy == "hierarchical"
     if bool(hier.optimal_in_model.all()):
-        assert hier.termination is Termination.OPTIMAL_IN_MODEL
+        assert hier.status is SolutionStatus.OPTIMAL_IN_MODEL
     assert hier.gap_in_model is not None and hier.gap is not None
     assert bool((hier.gap >= hier.gap_in_model - 1e-12).all())
 
@@ -84,7 +84,7 @@ def test_every_solvers_lower_bound_is_below_the_unrestricted_optimum(data):
         except OptionError:
             continue                                 # an option the shape cannot take (e.g. colocation)
         assert float(res.lower_bound[0]) <= opt * (1 + 1e-9) + 1e-12, (name, w, R, P, G, N)
-        if res.termination is Termination.OPTIMAL:
+        if res.status is SolutionStatus.PROVEN_OPTIMAL:
             assert float(res.objective[0]) == pytest.approx(opt, rel=1e-6, abs=1e-9), (name, w)
 
 

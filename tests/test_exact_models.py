@@ -5,7 +5,7 @@ import random
 import pytest
 import torch
 
-from solvers import Problem, Termination, get_solver, lower_bound, solve
+from solvers import Problem, SolutionStatus, Termination, get_solver, lower_bound, solve
 from solvers.bounds import optimal_counts
 from solvers.exact.brute import brute_force
 
@@ -25,9 +25,11 @@ def check(r, problem, expected, what, universal=True):
     obj = float(r.objective[0])
     if universal:
         assert r.termination is Termination.OPTIMAL, (what, r.termination, r.message)
+        assert r.status is SolutionStatus.PROVEN_OPTIMAL, (what, r.status)
         assert r.model_bound is None
     else:
-        assert r.termination in (Termination.OPTIMAL, Termination.OPTIMAL_IN_MODEL), (what, r.termination)
+        assert r.termination is Termination.OPTIMAL, (what, r.termination, r.message)
+        assert r.status in (SolutionStatus.PROVEN_OPTIMAL, SolutionStatus.OPTIMAL_IN_MODEL), (what, r.status)
         assert bool(r.optimal_in_model.all())
         assert r.model_scope is not None and not r.model_scope.universal
         assert float(r.model_bound[0]) <= obj * (1 + 1e-9)
@@ -138,7 +140,7 @@ def test_hierarchical_matches_brute_force(name, budget):
         expected = brute_force(w, R, P, model="hierarchical", num_groups=G, num_nodes=N, node_budget=budget)
         r = solve(p, name, policy="hierarchical", node_budget=budget, time_limit=20)
         if math.isinf(expected):
-            assert r.termination is Termination.INFEASIBLE
+            assert r.termination is Termination.INFEASIBLE and r.status is SolutionStatus.NONE and r.plan is None
             continue
         assert r.policy == "hierarchical"
         check(r, p, expected, (w, R, G, N, P, budget), universal=False)

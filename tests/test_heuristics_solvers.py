@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solvers import OptionError, Problem, Termination, get_solver, solve, solver_names
+from solvers import OptionError, Problem, SolutionStatus, Termination, get_solver, solve, solver_names
 from solvers.heuristics.relaxed import home_nodes
 
 HEURISTICS = {"kk_swap": {}, "joint": {"rounds": 4}, "best": {"time_limit": 0.05}}
@@ -47,7 +47,8 @@ def problems(draw):
 def test_valid_and_never_worse_than_greedy(problem, name, policy):
     greedy = solve(problem, "deepseek", policy=policy)
     res = solve(problem, name, policy=policy, **HEURISTICS[name])   # scorer validates the plan
-    assert res.termination in (Termination.FEASIBLE, Termination.OPTIMAL)
+    assert res.termination is Termination.COMPLETED         # a heuristic runs to its end
+    assert res.status in (SolutionStatus.FEASIBLE, SolutionStatus.PROVEN_OPTIMAL)
     assert res.policy == greedy.policy
     assert bool((res.score.max_load <= greedy.score.max_load * (1 + 1e-12)).all())
 
@@ -108,7 +109,7 @@ def test_tiny_instances_never_beat_the_exact_optimum_and_claims_hold(P, seed):
         res = solve(problem, name, **opts)
         obj = float(res.score.max_load[0])
         assert obj >= opt * (1 - 1e-12)
-        if res.termination is Termination.OPTIMAL:              # proven via the bound: must be exact
+        if res.status is SolutionStatus.PROVEN_OPTIMAL:         # proven via the bound: must be exact
             assert obj == pytest.approx(opt, rel=1e-9)
 
 
@@ -248,7 +249,7 @@ def test_portfolio_exact_rung_proves_the_eight_expert_optimum():
     assert res.info["rungs_run"][-1] == "cpsat"
     assert float(res.score.max_load[0]) == pytest.approx(590 / 3)
     assert float(res.lower_bound[0]) == pytest.approx(590 / 3, rel=1e-6)   # proven, not 1450 / 8
-    assert res.termination is Termination.OPTIMAL
+    assert res.termination is Termination.COMPLETED and res.status is SolutionStatus.PROVEN_OPTIMAL
 
 
 def test_portfolio_exact_option_is_checked():
@@ -293,7 +294,7 @@ def test_agrees_with_cpsat_on_tiny_instances(seed):
         res = solve(problem, name, **opts)
         obj = float(res.score.max_load[0])
         assert obj >= opt * (1 - 1e-6)
-        if res.termination is Termination.OPTIMAL:
+        if res.status is SolutionStatus.PROVEN_OPTIMAL:
             assert obj == pytest.approx(opt, rel=1e-6)
     best = solve(problem, "best", time_limit=10.0)
     assert float(best.score.max_load[0]) <= opt * 1.02                 # within 2 % of optimal
@@ -318,7 +319,7 @@ def test_portfolio_exact_bound_carries_its_model_scope():
     assert res.model_scope.policy == "hierarchical" and not res.model_scope.universal
     assert float(res.model_bound[0]) == pytest.approx(200.0, rel=1e-9)
     assert float(res.lower_bound[0]) <= 101.0                  # a lower bound holds for global plans too
-    assert res.termination is Termination.OPTIMAL_IN_MODEL
+    assert res.termination is Termination.COMPLETED and res.status is SolutionStatus.OPTIMAL_IN_MODEL
     assert solve(p, "deepseek", policy="global").objective.tolist() == [101.0]
 
 

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 import solvers.registry as registry
-from solvers import (BoundViolation, InvalidSolverPlan, OptionError, Plan, Problem, SolverOutput, Termination,
-                     get_solver, lower_bound, rebalance_experts, register, solve, solver_names)
+from solvers import (BoundViolation, InvalidSolverPlan, OptionError, Plan, Problem, SolutionStatus, SolverOutput,
+                     Termination, get_solver, lower_bound, rebalance_experts, register, solve, solver_names)
 
 W = [[90, 132, 40, 61, 104, 165, 39, 4, 73, 56, 183, 86],
      [20, 107, 104, 64, 19, 197, 187, 157, 172, 86, 16, 27]]
@@ -32,20 +32,23 @@ def test_deepseek_is_registered_with_its_options():
 def test_result_is_scored_by_the_shared_scorer():
     problem = Problem(W, 16, 4, 2, 8)
     res = solve(problem, "deepseek")
-    assert res.termination is Termination.FEASIBLE and res.policy == "hierarchical"
+    assert res.termination is Termination.COMPLETED and res.status is SolutionStatus.FEASIBLE
+    assert res.policy == "hierarchical"
     expected = Plan(*rebalance_experts(W, 16, 4, 2, 8))
     assert torch.equal(res.plan.phy2log, expected.phy2log)
     assert res.objective.tolist() == res.score.gpu_load.max(1).values.tolist()
     assert torch.equal(res.lower_bound, lower_bound(problem))
     assert bool((res.gap >= 0).all()) and res.gap_max == pytest.approx(float(res.gap.max()))
     assert res.wall_time > 0
-    assert res.summary()["termination"] == "feasible"
+    assert res.summary()["termination"] == "completed" and res.summary()["status"] == "feasible"
 
 
 def test_optimal_when_the_bound_is_met():
     # 8 equal experts on 8 GPUs: every GPU carries the mean, which is the average bound
     res = solve(Problem(torch.full((3, 8), 5.0), 8, 1, 1, 8))
-    assert res.termination is Termination.OPTIMAL and res.gap_max == pytest.approx(0.0, abs=1e-9)
+    # a heuristic ran to its end (why it stopped); its plan meets the bound (what it has)
+    assert res.termination is Termination.COMPLETED and res.status is SolutionStatus.PROVEN_OPTIMAL
+    assert res.summary()["status"] == "proven_optimal" and res.gap_max == pytest.approx(0.0, abs=1e-9)
 
 
 def test_unknown_solver_and_option():
@@ -76,7 +79,7 @@ def test_backend_crash_is_an_error_result(temporary_solver):
 
     temporary_solver("test-crash", crashing)
     res = solve(Problem(W, 16, 4, 2, 8), "test-crash")
-    assert res.termination is Termination.ERROR and res.plan is None
+    assert res.termination is Termination.ERROR and res.status is SolutionStatus.NONE and res.plan is None
     assert "backend exploded" in res.message
 
 

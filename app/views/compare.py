@@ -90,7 +90,7 @@ def _solve_all(runs, problem, held) -> dict:
                 outcome = cache.solve(problem, name, options)
             except Exception as exc:  # noqa: BLE001  shown in its status box, the others still run
                 box.update(label=f"{label}: {exc}", state="error")
-                rows.append({"solver": label, "termination": "error", "message": str(exc)})
+                rows.append({"solver": label, "termination": "error", "status": "none", "message": str(exc)})
                 show_error(exc)
                 continue
             r = outcome.result
@@ -98,7 +98,7 @@ def _solve_all(runs, problem, held) -> dict:
             rows.append({**compare_row(label, outcome, h), "options": options_text(options)})
             outcomes[label], held_scores[label] = outcome, h
             state = "complete" if r.plan is not None else "error"
-            box.update(label=f"{label}: {r.termination} in {r.wall_time:.3g} s"
+            box.update(label=f"{label}: {r.termination}, {r.status} in {r.wall_time:.3g} s"
                              + (f", imbalance {r.score.imbalance_mean:.4f}" if r.score else ""), state=state)
         progress.progress((k + 1) / len(runs), text=f"{k + 1} of {len(runs)} solvers done")
     progress.empty()

@@ -108,7 +108,7 @@ def main() -> None:
         return
     result = outcome.result
     if result.plan is None:
-        st.error(f"{solver}: no plan ({result.termination}). {result.message}")
+        st.error(f"{solver}: no plan (stopped: {result.termination}). {result.message}")
         return
     moves = None
     if previous is not None:

@@ -127,7 +127,7 @@ def solver_table(df: pd.DataFrame) -> pd.DataFrame:
         ok = g[has_plan(g)]
         out.append({
             "solver": name, "kind": g["kind"].iloc[0], "runs": len(g), "plans": len(ok),
-            "optimal": int((g["status"] == "optimal").sum()),
+            "optimal": int((g["status"] == "proven_optimal").sum()),
             "optimal_in_model": int((g["status"] == "optimal_in_model").sum()),
             "failed": int((~has_plan(g)).sum()),
             "time_sgm_s": shifted_geomean(g["wall_time_s"]),

@@ -59,7 +59,7 @@ def dynamics_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
                "solver": r.solver, "trigger": _trigger(r), "window": int(r.window),
                "slack": "plain" if pd.isna(r.migration_slack) else f"{r.migration_slack:g}"
                + ("" if pd.isna(getattr(r, "migration_budget", math.nan)) else f", budget {r.migration_budget:g}"),
-               "status": r.status, "rebalances": r.rebalances, "moves": r.total_moves,
+               "status": r.termination, "rebalances": r.rebalances, "moves": r.total_moves,
                "gb": r.total_bytes / 1e9 if pd.notna(r.total_bytes) else math.nan,
                "mean": r.realised_imbalance_mean, "p99": r.realised_imbalance_p99,
                "tokens_lost": r.tokens_lost, "wall": r.wall_time_s, "_key": (r.instance, int(r.seed), r.solver,

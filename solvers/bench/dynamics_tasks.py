@@ -28,11 +28,10 @@ from solvers.errors import EPLBError, OptionError
 from solvers.cluster import MODELS, Cluster, cluster_preset_of, get_cluster, get_model
 
 from .instances import TOKENS_PER_STEP
-from .rowkeys import BAD_INPUT, options_key
+from .rowkeys import BAD_INPUT, SIMULATED, options_key
 
 # Keys of a dynamics task's options that set the rebalancing (the others go to the solver).
 SETTING_KEYS = ("every", "threshold", "window", "migration_slack", "migration", "migration_budget", "cooldown")
-SIMULATED = "simulated"       # status of a finished replay
 
 _ID = re.compile(r"^(?:dataset:(?P<dataset>[A-Za-z0-9._\-]+)"
                  r"|generated:(?P<model>[a-z0-9.\-]+):(?P<scenario>[a-z0-9.\-]+):L(?P<layers>\d+):T(?P<steps>\d+))"
@@ -167,9 +166,9 @@ def run_dynamics_task(task, threads: int = 1) -> dict[str, Any]:
     except OptionError:
         raise  # a mistake in the suite: stop the run
     except EPLBError as exc:
-        return {**row, "status": BAD_INPUT, "message": str(exc)}
+        return {**row, "termination": BAD_INPUT, "status": "", "message": str(exc)}
     tot = res.totals()
-    row.update(status=SIMULATED, message="", wall_time_s=res.wall_seconds, window=res.settings["window"],
+    row.update(termination=SIMULATED, status="", message="", wall_time_s=res.wall_seconds, window=res.settings["window"],
                realised_imbalance_mean=tot["mean_imbalance"], realised_imbalance_p99=tot["p99_imbalance"],
                realised_imbalance_worst=tot["worst_imbalance"], total_moves=tot["total_moves"],
                total_bytes=tot["total_bytes"], rebalances=tot["rebalances"], tokens_lost=tot["tokens_lost"],

@@ -27,7 +27,7 @@ from .store import read_results
 
 # Package data: the same directory in a checkout, an editable install and an installed wheel.
 SHIPPED_RESULTS = Path(str(resources.files(__package__).joinpath("results")))
-EVIDENCE_COLS = ["instance", "seed", "solver", "policy", "status", "gap_mean", "gap_max", "gap_in_policy_mean",
+EVIDENCE_COLS = ["instance", "seed", "solver", "policy", "termination", "status", "gap_mean", "gap_max", "gap_in_policy_mean",
                  "off_node_share_mean", "wall_time_s", "num_layers", "proven_optimum"]
 
 
@@ -159,6 +159,6 @@ def format_recommendation(rec: Recommendation) -> str:
         for r in rec.evidence.itertuples():
             opt = " (vs proven optimum)" if r.proven_optimum else ""
             scaled = f" (scaled to {rec.layers} layers)" if rec.layers is not None else ""
-            lines.append(f"  {r.instance} seed {r.seed}: {r.status}, gap {100 * r.gap_mean:.3f}%{opt}, "
+            lines.append(f"  {r.instance} seed {r.seed}: {r.termination}, {r.status}, gap {100 * r.gap_mean:.3f}%{opt}, "
                          f"{r.wall_time_s:.3g} s{scaled}, measured on {r.num_layers} layers")
     return "\n".join(lines)

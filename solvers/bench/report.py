@@ -192,7 +192,8 @@ def render_summary(df: pd.DataFrame, meta: dict[str, Any], violations: list[str]
     lines += ["## Per solver", "",
               f"time: shifted geometric mean of wall time with shift {TIME_SHIFT_S} s, and the maximum; "
               "`plans`: runs that returned a valid plan; `optimal`: runs whose plan meets the lower bound "
-              "valid for every plan; `optimal_in_model`: runs proven optimal only within the solver's "
+              "valid for every plan (solution status `proven_optimal`, whatever stopped the solver); "
+              "`optimal_in_model`: runs proven optimal only within the solver's "
               "restricted model (a policy, fixed counts, no colocation; its bound is kept apart from the "
               "lower bound).", ""]
     st = solver_table(df)
@@ -224,7 +225,7 @@ def render_summary(df: pd.DataFrame, meta: dict[str, Any], violations: list[str]
     failed = df[~has_plan(df)]
     if len(failed):
         lines += ["", "## Runs without a plan", ""]
-        lines.append(markdown_table(failed[["instance", "seed", "solver", "status", "message"]]
+        lines.append(markdown_table(failed[["instance", "seed", "solver", "termination", "message"]]
                                     .assign(message=lambda d: d["message"].str.slice(0, 120))))
     return "\n".join(lines) + "\n"
 

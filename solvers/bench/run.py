@@ -186,9 +186,9 @@ def run_parsed(args: argparse.Namespace, prog: str, argv: Sequence[str] | None =
         for row in run_tasks(todo, args.executor, jobs=args.jobs, address=args.address, threads=args.threads):
             store.append(row)
             bar.update(1)
-            bar.set_postfix_str(f"{row['solver']} {row.get('status')}", refresh=False)
-            if row.get("status") in HARD_FAILURES:
-                msg = f"HARD FAILURE {row['status']}: {row['solver']} on {row['instance']} seed {row['seed']}: {row.get('message')}"
+            bar.set_postfix_str(f"{row['solver']} {row.get('termination')}", refresh=False)
+            if row.get("termination") in HARD_FAILURES:
+                msg = f"HARD FAILURE {row['termination']}: {row['solver']} on {row['instance']} seed {row['seed']}: {row.get('message')}"
                 tqdm.write(msg, file=sys.stderr)
     except KeyboardInterrupt:
         bar.close()
@@ -200,8 +200,8 @@ def run_parsed(args: argparse.Namespace, prog: str, argv: Sequence[str] | None =
     df, violations = derive(store.frame())
     store.write_final(df)
     # every stored hard failure, this invocation's and those of a run it resumed
-    stored = df[df["status"].isin(HARD_FAILURES)]
-    violations = [f"HARD FAILURE {r.status}: {r.solver} on {r.instance} seed {r.seed}: {r.message}"
+    stored = df[df["termination"].isin(HARD_FAILURES)]
+    violations = [f"HARD FAILURE {r.termination}: {r.solver} on {r.instance} seed {r.seed}: {r.message}"
                   for r in stored.itertuples()] + violations
     # solver rows get the solver tables and profiles; replays of the dynamics suite their own table
     solved, replays = split_dynamics(df)
@@ -214,8 +214,8 @@ def run_parsed(args: argparse.Namespace, prog: str, argv: Sequence[str] | None =
     (out / SUMMARY_NAME).write_text(summary_text(df, meta, violations, figure))
 
     failures = list(violations)
-    crashed = df[df["status"].isin(["error", "bad_input"])]
-    failures += [f"{r.solver} on {r.instance} seed {r.seed}: {r.status}: {r.message}" for r in crashed.itertuples()]
+    crashed = df[df["termination"].isin(["error", "bad_input"])]
+    failures += [f"{r.solver} on {r.instance} seed {r.seed}: {r.termination}: {r.message}" for r in crashed.itertuples()]
     if args.fail_if_gap_above is not None:
         over = df[df["gap_mean"] > args.fail_if_gap_above]
         failures += [f"{r.solver} on {r.instance} seed {r.seed}: gap {100 * r.gap_mean:.3f}% > "

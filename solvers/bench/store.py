@@ -17,13 +17,15 @@ import pandas as pd
 
 from solvers.errors import LoadFileError, OptionError
 
+from .rowkeys import legacy_rows
+
 # Column order of the tidy table (one row per instance x solver x options x seed).
 COLUMNS = [
     # instance
     "instance", "model", "num_layers", "num_experts", "num_groups", "num_replicas", "num_nodes",
     "num_gpus", "slots_per_gpu", "shape", "scenario", "steps", "window", "seed",
     # solver
-    "solver", "kind", "options", "policy", "status", "message",
+    "solver", "kind", "options", "policy", "termination", "status", "message",
     # objective and bounds: sums over layers; per-layer values as JSON lists. lower_bound holds
     # for every plan; model_bound only for the solver's restricted model (model_* = its scope)
     "objective", "lower_bound", "gap_own_mean", "gap_own_max",
@@ -52,7 +54,7 @@ NUMERIC = ["num_layers", "num_experts", "num_groups", "num_replicas", "num_nodes
            "every", "threshold", "migration_slack", "migration_budget", "expert_bytes", "realised_imbalance_mean",
            "realised_imbalance_p99", "realised_imbalance_worst", "total_moves", "total_bytes", "rebalances",
            "tokens_lost", "steps_scored"]
-TEXT = ["instance", "model", "shape", "scenario", "solver", "kind", "options", "policy", "status",
+TEXT = ["instance", "model", "shape", "scenario", "solver", "kind", "options", "policy", "termination", "status",
         "message", "host", "objective_layers", "lower_bound_layers", "structure_bound_layers",
         "model_policy", "model_counts", "model_colocation", "model_node_budget", "model_bound_layers",
         "trace", "setting", "migration"]
@@ -73,7 +75,7 @@ OWN_FILES = (CSV_NAME, PARQUET_NAME, META_NAME, SUMMARY_NAME, "profile.png", "pr
 def normalise(df: pd.DataFrame) -> pd.DataFrame:
     """Column order and dtypes of a results table (so CSV and Parquet read back alike)."""
     cols = COLUMNS + [c for c in DERIVED if c in df.columns]
-    df = df.reindex(columns=cols)
+    df = legacy_rows(df).reindex(columns=cols)      # old rows: one status for why and what (rowkeys)
     for c in NUMERIC:
         if c in df.columns:
             df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
@@ -137,7 +139,7 @@ class ResultStore:
         if existing:
             # the CSV is appended and synced per row, so it is the record; Parquet only without it
             old = _read_csv(self.csv_path) if has_csv else read_results(self.dir)
-            old = old.drop(columns=[c for c in DERIVED if c in old.columns])
+            old = legacy_rows(old.drop(columns=[c for c in DERIVED if c in old.columns]))
             self.rows = [{k: v for k, v in r.items() if k in COLUMNS} for r in old.to_dict("records")]
         self._rewrite_csv()    # drops any partial line and fixes the header
         if self.rows:

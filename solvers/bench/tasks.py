@@ -64,15 +64,15 @@ def run_task(task: Task, threads: int = 1) -> dict[str, Any]:
     try:
         result = solve(loaded.problem, task.solver, **task.options)
     except BoundViolation as exc:
-        return {**row, "status": BOUND_VIOLATION, "message": str(exc)}
+        return {**row, "termination": BOUND_VIOLATION, "status": "none", "message": str(exc)}
     except (InvalidSolverPlan, PlanError) as exc:
-        return {**row, "status": INVALID_PLAN, "message": str(exc)}
+        return {**row, "termination": INVALID_PLAN, "status": "none", "message": str(exc)}
     except OptionError:
         raise  # a mistake in the suite or the command line: stop the run
     except EPLBError as exc:
-        return {**row, "status": BAD_INPUT, "message": str(exc)}
-    row.update(status=str(result.termination), message=result.message, policy=result.policy,
-               wall_time_s=result.wall_time,
+        return {**row, "termination": BAD_INPUT, "status": "none", "message": str(exc)}
+    row.update(termination=str(result.termination), status=str(result.status), message=result.message,
+               policy=result.policy, wall_time_s=result.wall_time,
                lower_bound=float(result.lower_bound.sum()), lower_bound_layers=_layers(result.lower_bound))
     if result.model_bound is not None:           # a restricted model's bound, with its typed scope
         scope = result.model_scope

@@ -77,7 +77,7 @@ def _progress(total: int):
                 print(f"\r[{state['done']}/{total}] running {name} ({policy})...", end="", file=sys.stderr, flush=True)
             return
         state["done"] += 1
-        text = f"[{state['done']}/{total}] {name} ({row['policy']}): {row['termination']} in {row['wall_time_s']:.3g} s"
+        text = f"[{state['done']}/{total}] {name} ({row['policy']}): {row['termination']}, {row['status']} in {row['wall_time_s']:.3g} s"
         print(("\r" + text.ljust(60)) if tty else text, end="\n", file=sys.stderr, flush=True)
 
     return report
@@ -93,6 +93,7 @@ def _fmt(v: Any, pct: bool = False) -> str:
 
 def _compare_table(rows: list[dict], holdout: bool, moves: bool) -> str:
     cols = [("solver", "solver", False), ("policy", "policy", False), ("termination", "termination", False),
+            ("status", "status", False),
             ("wall_time_s", "time s", False), ("imbalance_mean", "imb mean", False),
             ("imbalance_worst", "imb worst", False)]
     if holdout:

@@ -48,6 +48,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps(metrics, indent=2))
     else:
         print(f"wrote {args.out}: {problem.num_layers} MoE layers{dropped_note(info)}, policy {result.policy}, "
-              f"solver {args.solver}, {result.termination}")
+              f"solver {args.solver}, stopped {result.termination}, plan {result.status}")
         print(format_metrics(metrics))
     return 0

@@ -221,7 +221,7 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
         else:
             out = run(problem, solver, step_opts)
         if out.plan is None:
-            raise OptionError("solver", f"{solver!r} found no plan at step {t} ({out.status}): {out.message}")
+            raise OptionError("solver", f"{solver!r} found no plan at step {t} ({out.termination}): {out.message}")
         sc = score(problem, out.plan, previous=current, expert_bytes=expert_bytes)
         record = {"step": t, "plan_seconds": time.perf_counter() - began,
                   "moves": sc.moves or 0, "bytes": sc.moves_bytes, "in_sample_imbalance": sc.imbalance_mean}

@@ -6,7 +6,7 @@ themselves load lazily (``import solvers`` never imports ortools, pulp or highsp
     from solvers import Problem, solve
     p = Problem([[600, 560, 120, 120, 20, 10, 10, 10]], num_replicas=16, num_gpus=8)
     r = solve(p, "cpsat", model="joint", time_limit=10)
-    r.termination, r.objective, r.lower_bound, r.gap_max   # optimal, 196.67, 196.67, 0
+    r.termination, r.status, r.objective, r.gap_max   # optimal, proven_optimal, 196.67, 0
 
 Models and options: :mod:`solvers.exact.api`; formulation: :mod:`solvers.exact.model`;
 backend probes and the ortools/highspy pairing: :mod:`solvers.exact.backends`;

@@ -98,7 +98,10 @@ def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, options:
         return SolverOutput(None, policy, Termination.TIME_LIMIT, message=f"layer {bad}: no plan found "
                             "within the time limit", info=info, **bound_kw)
     plan = Plan.from_phy2log(torch.from_numpy(phy2log).to(problem.device), problem.num_experts)
-    term = Termination.TIME_LIMIT if "time_limit" in statuses else None   # None: solve() checks the bound
+    # Why it stopped: a layer on the time limit; else every layer proved optimal in the model;
+    # else it ran to its end (a layer stopped at the requested gap, or failed the re-check).
+    term = (Termination.TIME_LIMIT if "time_limit" in statuses else
+            Termination.OPTIMAL if all(st == "optimal" for st in statuses) else Termination.COMPLETED)
     if opts.model == "replication":
         info["replication_objective"] = [i["backend_bound"] if i["status"] == "optimal" else None
                                          for i in layers_info]

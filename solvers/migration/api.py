@@ -164,7 +164,7 @@ def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: 
     began = time.perf_counter()
     fresh = run(problem, base, base_options)
     if fresh.plan is None:
-        raise OptionError("solver", f"{base!r} found no fresh plan ({fresh.status}): {fresh.message}")
+        raise OptionError("solver", f"{base!r} found no fresh plan ({fresh.termination}): {fresh.message}")
     fresh_seconds = time.perf_counter() - began
     policy = fresh.policy
     zones = _zones(policy, problem)
@@ -258,7 +258,7 @@ def solve_migration(problem: Problem, o: SolverOptions) -> SolverOutput:
     if o.current is None:
         fresh = run(problem, o.base, base_options)
         if fresh.plan is None:
-            raise OptionError("base", f"{o.base!r} found no plan ({fresh.status}): {fresh.message}")
+            raise OptionError("base", f"{o.base!r} found no plan ({fresh.termination}): {fresh.message}")
         return SolverOutput(fresh.plan, fresh.policy, info={"base": o.base, "note": "no placement in force: "
                                                             "the fresh plan"})
     return migrate(problem, o.current, base=o.base, slack=o.slack, method=o.method, time_limit=o.time_limit,

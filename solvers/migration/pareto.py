@@ -37,7 +37,7 @@ def pareto(problem: Problem, solver: str, previous: Plan, slacks: Sequence[float
     total = problem.num_layers * problem.num_replicas
     fresh = run(problem, solver, solver_options)
     if fresh.plan is None:
-        raise OptionError("solver", f"{solver!r} found no plan ({fresh.status}): {fresh.message}")
+        raise OptionError("solver", f"{solver!r} found no plan ({fresh.termination}): {fresh.message}")
     rows = [_row("fresh", None, score(problem, fresh.plan, previous=previous), total, expert_bytes)]
     nodes = problem.num_nodes if fresh.policy == "hierarchical" else 1
     rel = relabel(fresh.plan, previous, problem.num_gpus, nodes)
