@@ -9,8 +9,8 @@ exactly, whatever precision a solver used internally.
 from __future__ import annotations
 
 import numbers
-
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -135,27 +135,28 @@ def off_node_share_of_slots(per_slot: torch.Tensor, phy2log: torch.Tensor, num_e
 
 
 SPLITS = ("even", "scheduled")
+# Micro-batch token counts and the scheduled split live in :mod:`solvers.dispatch`, a feature
+# the core scorer does not import: importing it (every front end does, through
+# solvers.builtin) sets this hook, fn(problem, plan, split, tokens) -> [B, L, R] float64.
+MICROBATCH_SLOT_LOADS: dict[str, Any] = {}
 
 
 def slot_loads(problem: Problem, plan: Plan, split: str, tokens) -> torch.Tensor:
     """[B, L, R] float64 tokens each slot serves in each micro-batch under ``split``.
 
     tokens: [B, L, E] token counts per micro-batch (or [L, E]); None grades the problem's
-    weights as one micro-batch. The scheduled split needs whole token counts.
+    weights as one micro-batch (the even split is computed here, the rest by the hook).
     """
-    from .dispatch.schedule import check_tokens, schedule_tokens
+    if split != "even" or tokens is not None:
+        if "fn" not in MICROBATCH_SLOT_LOADS:
+            raise OptionError("split", "micro-batch tokens and the scheduled split need solvers.dispatch "
+                              "(import solvers.dispatch)")
+        return MICROBATCH_SLOT_LOADS["fn"](problem, plan, split, tokens)
+    return even_slot_loads(problem.weights.unsqueeze(0), plan)
 
-    if tokens is None:
-        t = problem.weights.unsqueeze(0)
-        if split == "scheduled":
-            if not bool((t == t.round()).all()):
-                raise ProblemError("weights", "the scheduled split needs whole token counts, the problem's "
-                                   "loads are fractional (pass tokens=[micro-batches, layers, experts])")
-            t = t.to(torch.int64)
-    else:
-        t = check_tokens(tokens, plan).to(problem.device)
-    if split == "scheduled":
-        return schedule_tokens(plan, t, problem.num_gpus).to(torch.float64)
+
+def even_slot_loads(t: torch.Tensor, plan: Plan) -> torch.Tensor:
+    """[B, L, R] float64: each replica of e serves t_e / c_e. t: [B, L, E] on the plan's device."""
     t = t.to(torch.float64)
     p2l = plan.phy2log.unsqueeze(0).expand(t.shape[0], -1, -1)
     return t.gather(2, p2l) / plan.logcnt.to(torch.float64).unsqueeze(0).expand(t.shape[0], -1, -1).gather(2, p2l)

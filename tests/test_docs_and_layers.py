@@ -109,7 +109,13 @@ def test_readme_says_what_ci_runs():
 # Layers ------------------------------------------------------------------------------------
 
 CORE = ("solvers.problem", "solvers.plan", "solvers.scoring", "solvers.bounds", "solvers.registry",
-        "solvers.solve", "solvers.result", "solvers.options", "solvers.errors", "solvers.tolerances")
+        "solvers.grading", "solvers.result", "solvers.options", "solvers.errors", "solvers.tolerances",
+        "solvers.cluster")
+# What the core may never reach, function-level imports included: the solver families, the
+# workloads, the session layer (solve, compare, files) and the front ends.
+FEATURES = ("solvers.heuristics", "solvers.exact", "solvers.certify", "solvers.dispatch", "solvers.dynamics",
+            "solvers.migration", "solvers.workloads", "solvers.bench", "solvers.cli", "solvers.builtin",
+            "solvers.solve", "solvers.compare", "solvers.io", "solvers.loadfiles", "solvers.planfile")
 
 
 def _import_graph():
@@ -149,6 +155,26 @@ def test_core_modules_import_neither_workloads_nor_the_cli():
     for core in CORE:
         bad = {m for m in _reach(graph, core) if m.startswith(("solvers.workloads", "solvers.cli", "solvers.bench"))}
         assert not bad, (core, bad)
+
+
+def test_core_imports_no_feature_package():
+    """Layers point one way: the core (problem, cluster, plan, options, scorer, bounds,
+    registry, grading) reaches no solver family, workload, session or front-end module,
+    not even through an import inside a function."""
+    graph = _import_graph()
+    for core in CORE:
+        bad = {m for m in _reach(graph, core) if m.startswith(FEATURES)}
+        assert not bad, (core, bad)
+
+
+def test_solvers_never_call_solve():
+    """Solvers compose through solvers.registry.run; only front ends call solve()."""
+    graph = _import_graph()
+    families = ("solvers.heuristics", "solvers.exact", "solvers.certify", "solvers.dispatch", "solvers.dynamics",
+                "solvers.migration", "solvers.deepseek")
+    for m, targets in graph.items():
+        if m.startswith(families):
+            assert "solvers.solve" not in targets, m
 
 
 def test_workloads_do_not_import_cli_internals():

@@ -49,6 +49,8 @@ import torch
 
 from ..errors import PlanError, ProblemError
 from ..plan import Plan, replica_ranks
+from ..problem import Problem
+from ..scoring import MICROBATCH_SLOT_LOADS, even_slot_loads
 
 PULSES_PER_ROUND = 3
 FIRST_DEPTH = 4
@@ -696,3 +698,24 @@ def schedule_tokens(plan: Plan, tokens, num_gpus: int) -> torch.Tensor:
 def gpu_loads_of(split: torch.Tensor, num_gpus: int) -> torch.Tensor:
     """[..., R] tokens per slot -> [..., P] tokens per GPU."""
     return split.view(*split.shape[:-1], num_gpus, split.shape[-1] // num_gpus).sum(-1)
+
+
+def microbatch_slot_loads(problem: Problem, plan: Plan, split: str, tokens) -> torch.Tensor:
+    """The scorer's hook (:data:`solvers.scoring.MICROBATCH_SLOT_LOADS`): [B, L, R] float64
+    tokens each slot serves per micro-batch under ``split``; ``tokens`` None grades the
+    problem's weights as one micro-batch. The scheduled split needs whole token counts."""
+    if tokens is None:
+        t = problem.weights.unsqueeze(0)
+        if split == "scheduled":
+            if not bool((t == t.round()).all()):
+                raise ProblemError("weights", "the scheduled split needs whole token counts, the problem's "
+                                   "loads are fractional (pass tokens=[micro-batches, layers, experts])")
+            t = t.to(torch.int64)
+    else:
+        t = check_tokens(tokens, plan).to(problem.device)
+    if split == "scheduled":
+        return schedule_tokens(plan, t, problem.num_gpus).to(torch.float64)
+    return even_slot_loads(t, plan)
+
+
+MICROBATCH_SLOT_LOADS["fn"] = microbatch_slot_loads
