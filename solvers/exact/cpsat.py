@@ -192,7 +192,7 @@ def _solve_units(lm: LayerModel, *, time_limit: float, threads: int, seed: int, 
     stats = {"build_s": build, "scale": float(scale), "exact_coefficients": exact, "variables": len(m.proto.variables),
              "constraints": len(m.proto.constraints), "wall": solver.wall_time,
              "conflicts": solver.num_conflicts}
-    st = _status(cp_model, status, solver, time_limit)
+    st = _status(cp_model, status)
     if st in ("infeasible", "error") or status == cp_model.UNKNOWN:
         return LayerResult(st, bound=_bound(solver, scale, st), stats=stats,
                            message=solver.status_name(status))
@@ -214,7 +214,7 @@ def _solver(cp_model, time_limit: float, threads: int, seed: int, gap: float):
     return solver
 
 
-def _status(cp_model, status, solver, time_limit: float) -> str:
+def _status(cp_model, status) -> str:
     if status == cp_model.OPTIMAL:
         # relative_gap_limit > 0 also reports OPTIMAL; the caller's bound settles it.
         return "optimal"
@@ -255,7 +255,7 @@ def _solve_replication(m, cp_model, lm, q, y, scale, exact, time_limit, threads,
         m.add_hint(T, max(q[e][int(lm.warm_counts[e])] for e in range(E)))
     solver = _solver(cp_model, time_limit, threads, seed, gap)
     status = solver.solve(m)
-    st = _status(cp_model, status, solver, time_limit)
+    st = _status(cp_model, status)
     stats = {"scale": float(scale), "exact_coefficients": exact, "wall": solver.wall_time}
     if st in ("infeasible", "error") or status == cp_model.UNKNOWN:
         return LayerResult(st, bound=_bound(solver, scale, st), stats=stats, message=solver.status_name(status))

@@ -25,7 +25,7 @@ from .packing import clock, local_search
 REL_TOL = 1e-12
 
 
-def home_nodes(phy2log: torch.Tensor, num_experts: int, num_gpus: int, num_nodes: int) -> torch.Tensor:
+def home_nodes(phy2log: torch.Tensor, num_experts: int, num_nodes: int) -> torch.Tensor:
     """[L, E] node holding the first replica of each expert (its group's node in a strict plan)."""
     L, R = phy2log.shape
     node_of_slot = torch.arange(R, device=phy2log.device) // (R // num_nodes)
@@ -110,7 +110,7 @@ def relax_plan(problem: Problem, phy2log: torch.Tensor, budget: int, *, nodup: b
     S = R // P
     dev = phy2log.device
     w = problem.weights.to(torch.float64).to(dev)
-    home = home_nodes(phy2log, E, P, N)
+    home = home_nodes(phy2log, E, N)
     gpu_of = torch.arange(R, device=dev) // S                                         # [R]
     node_of_gpu = torch.arange(P, device=dev) // (P // N)
     node_of_slot = node_of_gpu[gpu_of]
