@@ -31,13 +31,13 @@ bound each closed.
 """
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..bounds import lower_bound
+from ..clock import clock
 from ..errors import OptionError
 from ..options import Option, policy_option, seed_option, threads_option, time_limit_option
 from ..plan import Plan
@@ -80,7 +80,7 @@ def _available() -> bool:
 def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float = 60.0, threads: int = 1,
                   seed: int = 0, heuristic_share: float = 0.2) -> SolverOutput:
     from ..heuristics.portfolio import run_portfolio
-    start = time.perf_counter()
+    start = clock()
     deadline = start + time_limit
     resolved = problem.resolve_policy(policy)
     base = run_portfolio(problem, policy=resolved, nodup=False, relax=0, time_limit=time_limit * heuristic_share)
@@ -97,7 +97,7 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
         node = torch.arange(P) // (P // problem.num_nodes)
         p2l = _best_assignment_plan(problem, p2l, time_limit * heuristic_share)
     for layer in range(L):
-        now = time.perf_counter()
+        now = clock()
         layer_end = now + (deadline - now) / (L - layer)
         # On one node the hierarchical policy constrains nothing: its plans are the global ones.
         if (resolved == "global" or problem.num_nodes == 1) and S == 2:
@@ -151,7 +151,7 @@ def solve_certify(problem: Problem, *, policy: str = "auto", time_limit: float =
     plan = Plan.from_phy2log(p2l.to(problem.device), E)
     info = dict(base.info)
     info.update(baseline_objective=baseline.tolist(), baseline_bound=universal.tolist(),
-                certify_seconds=time.perf_counter() - start)
+                certify_seconds=clock() - start)
     model_bound = model_scope = None
     if resolved == "hierarchical":
         model_bound = lower_bound(problem, policy="hierarchical")
@@ -190,7 +190,7 @@ def _balance_busiest_node(row: torch.Tensor, weights: torch.Tensor, node: torch.
         return row
     for _ in range(int(node.max()) + 1):
         found = _closed_busiest(row, weights, node, S)
-        if found is None or time.perf_counter() >= deadline:
+        if found is None or clock() >= deadline:
             break
         slots, ids, local = found
         rows = residues.balance_gpus(weights[ids].numpy(), local.numpy(), deadline=deadline, threads=threads,
@@ -210,7 +210,7 @@ def _exact_busiest_node(problem: Problem, row: torch.Tensor, weights: torch.Tens
     the plan; kept only where it lowers that node's max load."""
     from ..registry import get_solver
     from ..solve import solve
-    left = deadline - time.perf_counter()
+    left = deadline - clock()
     spec = get_solver("cpsat")
     if left < 1.0 or not spec.is_available():
         return row

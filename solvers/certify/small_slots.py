@@ -21,12 +21,12 @@ allowed), found by bisection (:func:`lp_bound`).
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from ..clock import clock
 from ..bounds import replica_items
 
 # A T proven infeasible in float64 is reported rounded down by this much (load tests
@@ -71,7 +71,7 @@ def count_search(weights: torch.Tensor, counts: torch.Tensor, *, deadline: float
     distinct = recv_all != donor_all
     recv_all, donor_all = recv_all[distinct], donor_all[distinct]          # [E(E-1)]
     cur = pair_values(w, c[None])[0, :top]
-    while time.perf_counter() < deadline:
+    while clock() < deadline:
         ok = c[donor_all] > 1
         recv, donor = recv_all[ok], donor_all[ok]                           # [M]
         if recv.numel() == 0:
@@ -101,7 +101,7 @@ def iterated_count_search(weights: torch.Tensor, counts: torch.Tensor, *, deadli
     best = cur = count_search(w, counts, deadline=deadline)
     best_v = float(pair_values(w, best[None])[0, 0])
     E = w.shape[0]
-    while time.perf_counter() < deadline and bool((cur > 1).any()):
+    while clock() < deadline and bool((cur > 1).any()):
         c = cur.clone()
         for _ in range(kick):
             donors = torch.nonzero(c > 1).flatten()
@@ -303,7 +303,7 @@ def lns_counts(weights: torch.Tensor, counts: torch.Tensor, *, deadline: float, 
     value = float(pair_values(w, best[None])[0, 0])
     E, R = len(wn), int(counts.sum())
     first_step, first_size = step, free_size
-    while time.perf_counter() < deadline:
+    while clock() < deadline:
         if step < 1e-7:
             if free_size >= min(E, 3 * first_size):
                 break
@@ -313,7 +313,7 @@ def lns_counts(weights: torch.Tensor, counts: torch.Tensor, *, deadline: float, 
         free[heavy] = True
         rest = np.flatnonzero(~free)
         free[gen.choice(rest, size=min(len(rest), max(0, free_size - int(free.sum()))), replace=False)] = True
-        limit = min(10.0, deadline - time.perf_counter())
+        limit = min(10.0, deadline - clock())
         found = exact_decide(wn, R, value * (1 - step), time_limit=limit, threads=threads,
                              counts=best.numpy(), free=free)[1]
         if found is None:
@@ -344,12 +344,12 @@ def window_search(weights: torch.Tensor, counts: torch.Tensor, *, deadline: floa
     best = counts.clone()
     value = float(pair_values(w, best[None])[0, 0])
     first = step
-    while time.perf_counter() < deadline:
+    while clock() < deadline:
         if step < 1e-6:
             if window >= max_window:
                 break
             window, step = window + 1, first / 4
-        limit = min(call_limit, deadline - time.perf_counter())
+        limit = min(call_limit, deadline - clock())
         ok, found = exact_decide(wn, R, value * (1 - step), time_limit=limit, threads=threads,
                                  counts=best.numpy(), window=window)
         if ok:
@@ -368,9 +368,9 @@ def lp_bound(weights: np.ndarray, num_replicas: int, lower: float, upper: float,
     largest T proven infeasible (rounded down), a lower bound for every plan; ``lower``
     if none."""
     lo, hi = float(lower), float(upper)
-    while hi > lo * (1 + rtol) and time.perf_counter() < deadline:
+    while hi > lo * (1 + rtol) and clock() < deadline:
         t = (lo + hi) / 2
-        ok = lp_feasible(weights, num_replicas, t, time_limit=deadline - time.perf_counter(), threads=threads,
+        ok = lp_feasible(weights, num_replicas, t, time_limit=deadline - clock(), threads=threads,
                          presolve=False)
         if ok is None:
             break
@@ -509,13 +509,13 @@ def exact_search(weights: torch.Tensor, counts: torch.Tensor, lower: float, *, d
     best = counts.clone()
     value = float(pair_values(w, best[None])[0, 0])
     lo, step = float(lower), 0.0
-    while time.perf_counter() < deadline:
+    while clock() < deadline:
         x = value - step * (value - lo)
         target, bound = _decision_below(wn, R, x)
         if target < lo * (1 - 2 * ROUND_DOWN):           # no possible load in [lo, x): every plan >= x
             lo, step = max(lo, bound), 0.0
         else:
-            left = deadline - time.perf_counter()       # a deep probe gets half the time, the proof all of it
+            left = deadline - clock()       # a deep probe gets half the time, the proof all of it
             ok, found = exact_decide(wn, R, target, time_limit=left if step == 0 else left / 2, threads=threads,
                                      counts=best.numpy())
             if ok is None:

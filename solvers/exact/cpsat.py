@@ -17,10 +17,10 @@ float64; nothing here grades it, and "optimal" is re-checked against the unscale
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
+from ..clock import clock
 from ..tolerances import CPSAT_EXACT_LIMIT, CPSAT_LOAD_UNITS
 from .model import LayerModel, LayerResult, canonical_gpu_order
 from .scaling import certified, solve_scaled, with_counts
@@ -87,7 +87,7 @@ def _solve_units(lm: LayerModel, *, time_limit: float, threads: int, seed: int, 
                  params: dict | None = None) -> LayerResult:
     from ortools.sat.python import cp_model
 
-    start = time.perf_counter()
+    start = clock()
     why = lm.too_big(SECONDS_PER_VARIABLE, time_limit)
     if why:
         return LayerResult("time_limit", message=why, stats={"variables": lm.placement_variables})
@@ -184,7 +184,7 @@ def _solve_units(lm: LayerModel, *, time_limit: float, threads: int, seed: int, 
                     on = bool(warm_perm_xg[list(members), n * gpn:(n + 1) * gpn].sum() > 0)
                     m.add_hint(a[k, n], int(on))
 
-    build = time.perf_counter() - start
+    build = clock() - start
     solver = _solver(cp_model, max(0.05, time_limit - build), threads, seed, gap)
     for key, value in (params or {}).items():
         setattr(solver.parameters, key, value)

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import torch
 
+from ..clock import clock
 from ..errors import OptionError
 from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput, get_solver
 from .common import positive_float
-from .packing import clock
 from .pipeline import Effort, check_common, greedy_phy2log, heuristic_phy2log, keep_best
 
 # Rungs, cheapest first: (name, effort). Each later rung runs only while budget is left.

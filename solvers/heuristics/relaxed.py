@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import torch
 
+from ..clock import clock
 from ..problem import Problem
 from .common import presence_counts
-from .packing import clock, local_search
+from .packing import local_search
 
 REL_TOL = 1e-12
 
@@ -103,7 +104,7 @@ def relax_plan(problem: Problem, phy2log: torch.Tensor, budget: int, *, nodup: b
                steps: int = 64, receivers: int = 8, deadline: float | None = None) -> tuple[torch.Tensor, dict]:
     """Improve a strict hierarchical phy2log [L, R] with at most ``budget`` off-node replicas
     per layer. Never raises any layer's max GPU load. Returns (phy2log, info). ``deadline``
-    (a :func:`~solvers.heuristics.packing.clock` value): no move step starts after it, and
+    (a :func:`~solvers.clock.clock` value): no move step starts after it, and
     the node repacks stop at it (every step keeps a valid plan)."""
     L, R = phy2log.shape
     E, P, N = problem.num_experts, problem.num_gpus, problem.num_nodes
