@@ -108,8 +108,7 @@ def gpu_presence(phy2log: torch.Tensor, num_experts: int, num_gpus: int) -> torc
     return pres
 
 
-def off_node_share(weights: torch.Tensor, plan: Plan, num_groups: int, num_gpus: int,
-                   num_nodes: int) -> torch.Tensor:
+def off_node_share(weights: torch.Tensor, plan: Plan, num_groups: int, num_nodes: int) -> torch.Tensor:
     """[L] share of tokens served outside their group's home node (no routing statistics
     needed: with group-limited routing a token stays on few nodes exactly when its groups'
     replicas stay home). weights: [L, E]."""
@@ -234,7 +233,7 @@ def score_validated(problem: Problem, plan: Plan, previous: Plan | None = None,
     off = None
     if problem.num_groups > 1 and problem.num_experts % problem.num_groups == 0:
         if per_slot is None:
-            off = off_node_share(problem.weights, plan, problem.num_groups, P, N)
+            off = off_node_share(problem.weights, plan, problem.num_groups, N)
         else:
             off = off_node_share_of_slots(per_slot, plan.phy2log, problem.num_experts, problem.num_groups, N)
     total_max = float(max_load.sum())

@@ -94,18 +94,20 @@ def test_server_warm_up_solves_exactly_what_the_first_explore_render_asks_for(mo
     calls = []
     real = cache.solve
 
-    def spy(weights, cluster, solver, options, extra=None):
-        calls.append((weights.clone(), cluster, solver, dict(options), extra or {}))
-        return real(weights, cluster, solver, options, extra)
+    def spy(problem, solver, options, extra=None):
+        calls.append((problem.weights.clone(), problem.cluster, problem.num_groups, solver, dict(options),
+                      extra or {}))
+        return real(problem, solver, options, extra)
 
     monkeypatch.setattr(cache, "solve", spy)
     at = _app().run()
     _clean(at)
     assert len(calls) == 1
-    weights, cluster, solver, options = cache.default_explore_inputs()
-    got_w, got_cluster, got_solver, got_options, got_extra = calls[0]
-    assert (got_cluster, got_solver, got_options, got_extra) == (cluster, solver, options, {})
-    assert torch.equal(got_w, weights)
+    problem, solver, options = cache.default_explore_inputs()
+    got_w, got_cluster, got_groups, got_solver, got_options, got_extra = calls[0]
+    assert (got_cluster, got_groups, got_solver, got_options, got_extra) == (
+        problem.cluster, problem.num_groups, solver, options, {})
+    assert torch.equal(got_w, problem.weights)
 
 
 def test_server_warm_up_before_the_runtime_fills_the_store_sessions_read(monkeypatch):

@@ -202,24 +202,51 @@ def test_resume_after_interrupted_run_runs_only_missing_rows(tmp_path, tiny_run)
     assert len(read_results(out)) == 4
 
 
+# A runner with one more solver, ``zz_bench_gated`` (its tasks run after deepseek's): deepseek's
+# plan, except that its second call blocks (while RUNNER_GATE is set) so a test can kill the
+# process at a known point.
+_GATED_RUNNER = """
+import os, sys, time
+import solvers
+from solvers.options import policy_option
+from solvers.registry import SolverOutput, register
+calls = []
+
+@register("zz_bench_gated", kind="heuristic", description="test: deepseek, blocking on its second call",
+          options=(policy_option(),))
+def _gated(problem, *, policy="auto"):
+    calls.append(1)
+    while len(calls) == 2 and os.environ.get("RUNNER_GATE"):
+        time.sleep(0.05)
+    return SolverOutput(solvers.solve(problem, "deepseek").plan, "global")
+
+from solvers.bench.run import main
+sys.exit(main())
+"""
+
+
 @pytest.mark.slow
 def test_killed_process_resumes(tmp_path):
-    """A real run killed with SIGKILL loses nothing: --resume completes it."""
+    """A real run killed with SIGKILL loses nothing: --resume completes it. The kill lands
+    while the fourth task blocks (not after some time), so the test does not depend on the
+    machine's speed."""
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "benchmarks.run", "--suite", "tiny", "--out", str(out),
-           "--solvers", "deepseek,cpsat", "--time-limit", "1", "--no-progress"]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cmd = [sys.executable, "-c", _GATED_RUNNER, "--suite", "tiny", "--out", str(out),
+           "--solvers", "deepseek,zz_bench_gated", "--no-progress"]
+    env = dict(os.environ, RUNNER_GATE="1", PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     csv = out / "results.csv"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        if csv.is_file() and len(csv.read_text().splitlines()) >= 3:   # header + 2 rows
+    deadline = time.time() + 300                  # a bound on start-up, not a speed assumption
+    while time.time() < deadline and proc.poll() is None:
+        if csv.is_file() and len(csv.read_text().splitlines()) >= 4:   # header + 3 rows; the 4th blocks
             break
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     kept = len(ResultStore(out, resume=True).rows)
-    assert 2 <= kept < 4
-    assert subprocess.run(cmd + ["--resume"], cwd=REPO, capture_output=True).returncode == 0
+    assert kept == 3
+    env.pop("RUNNER_GATE")
+    assert subprocess.run(cmd + ["--resume"], cwd=REPO, env=env, capture_output=True).returncode == 0
     df = read_results(out)
     assert len(df) == 4 and json.loads((out / "meta.json").read_text())["settings"]["skipped_done"] == kept
 

@@ -124,13 +124,16 @@ def test_large_integer_loads_are_handled_exactly():
     assert _max_load(w, rows) == 1e12 + 2 / 3                          # the mean: the 2 in thirds
 
 
-def test_a_gap_of_whole_tokens_is_left_to_the_packing_search():
+def test_a_gap_of_whole_tokens_is_left_to_the_packing_search(monkeypatch):
     w = np.array([10.0, 10.0, 10.0, 1.0]) * 100                          # start 100 tokens above the mean
     start = np.array([[0, 3], [1, 3], [2, 2]])
     assert _max_load(w, start) - w.sum() / 3 > residues.MAX_EXCESS_TOKENS
-    t = time.perf_counter()
-    assert np.array_equal(residues.balance_gpus(w, start, deadline=t + 30), start)
-    assert time.perf_counter() - t < 5
+    # left at once: no design is tried (checked by making one fail, not by timing the call)
+
+    def no_design(*args, **kwargs):
+        raise AssertionError("a design was tried")
+    monkeypatch.setattr(residues, "design", no_design)
+    assert np.array_equal(residues.balance_gpus(w, start, deadline=time.perf_counter() + 30), start)
 
 
 def test_a_hint_from_the_plan_is_accepted_and_changes_no_answer():

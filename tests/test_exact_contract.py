@@ -4,6 +4,7 @@ import time
 import pytest
 import torch
 
+import solvers.clock as solvers_clock
 from solvers import OptionError, Plan, Problem, ProblemError, SolutionStatus, Termination, get_solver, solve
 
 BACKENDS = ["cpsat", "highs", "cbc"]
@@ -64,8 +65,7 @@ def test_time_limit_holds_and_returns_incumbent_and_bound(name, monkeypatch):
     # The injected clock spends the limit after a few readings: layer 1 is never started,
     # whatever the machine's speed, and the result is the incumbent with a bound.
     backend(name)
-    from solvers.exact import model
-    monkeypatch.setattr(model, "now", FakeClock(0.4))
+    monkeypatch.setattr(solvers_clock, "CLOCK", FakeClock(0.4))
     p = hard_instance()
     greedy = solve(p, "deepseek", policy="global")
     r = solve(p, name, model="packing", time_limit=1.0)
@@ -79,8 +79,7 @@ def test_time_limit_holds_and_returns_incumbent_and_bound(name, monkeypatch):
 @pytest.mark.parametrize("name", BACKENDS)
 def test_model_too_big_for_the_limit_returns_the_warm_start(name, monkeypatch):
     backend(name)
-    from solvers.exact import model
-    monkeypatch.setattr(model, "now", FakeClock(0.5))      # the limit is spent before any layer starts
+    monkeypatch.setattr(solvers_clock, "CLOCK", FakeClock(0.5))      # the limit is spent before any layer starts
     p = hard_instance()
     r = solve(p, name, model="joint", time_limit=0.5)
     assert r.termination is Termination.TIME_LIMIT
@@ -206,11 +205,10 @@ def many_layers(layers=64):
 
 
 @pytest.fixture
-def fake_clock(monkeypatch):
-    from solvers.exact import model
-    clock = FakeClock(0.1)
-    monkeypatch.setattr(model, "now", clock)
-    return clock
+def fake_clock():
+    from solvers.clock import fake_clock as installed
+    with installed(FakeClock(0.1)) as clock:
+        yield clock
 
 
 @pytest.mark.parametrize("name", BACKENDS)

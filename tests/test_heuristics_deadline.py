@@ -2,7 +2,7 @@
 portfolio stop at their deadline (at most one chunk of work past it), keep the best found
 so far, and are never worse than the rung before them.
 
-Time is a fake clock (``solvers.heuristics.packing.CLOCK``) that advances only when work
+Time is a fake clock (``solvers.clock.CLOCK``) that advances only when work
 is done: a fixed cost per candidate row the count search packs, and per packing (plus,
 where a test says so, per swap step until the deadline). Nothing
 here depends on the speed of the machine.
@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+import solvers.clock as solvers_clock
 from solvers import Problem
 from solvers.registry import SolverOutput
 from solvers.heuristics import joint, packing, pipeline, portfolio
@@ -40,7 +41,7 @@ class Work:
     def __init__(self, monkeypatch, pack_seconds: float = PACK_SECONDS, step_seconds: float = 0.0):
         self.clock = FakeClock()
         self.evals: list[tuple[float, int, float]] = []
-        monkeypatch.setattr(packing, "CLOCK", self.clock)
+        monkeypatch.setattr(solvers_clock, "CLOCK", self.clock)
         quick, pack = joint.quick_objective, pipeline.pack_counts
 
         def counted_quick(weight, logcnt, num_packs, steps):
@@ -259,7 +260,7 @@ def test_portfolio_gives_the_time_an_exact_rung_leaves_to_the_rungs_not_run_yet(
 
 def test_local_search_checks_its_deadline_before_every_step(monkeypatch):
     clock = FakeClock()
-    monkeypatch.setattr(packing, "CLOCK", clock)
+    monkeypatch.setattr(solvers_clock, "CLOCK", clock)
     calls = []
     for name in ("step_pairs", "step11", "step22"):
         step = getattr(packing._Swapper, name)
@@ -306,7 +307,7 @@ def test_relaxed_pass_stops_at_its_deadline(monkeypatch):
     problem = Problem(w, 48, 4, 2, 8)
     strict = solve_kk_swap(problem, policy="hierarchical").plan.phy2log
     clock = FakeClock()
-    monkeypatch.setattr(packing, "CLOCK", clock)
+    monkeypatch.setattr(solvers_clock, "CLOCK", clock)
     steps = []
     evaluate = relaxed.evaluate_moves
 

@@ -143,7 +143,7 @@ def test_hierarchical_strict_and_relaxed():
     p2l = relaxed.plan.phy2log
     R, N = problem.num_replicas, problem.num_nodes
     node_of_slot = torch.arange(R) // (R // N)
-    home = home_nodes(strict.plan.phy2log, problem.num_experts, problem.num_gpus, N)
+    home = home_nodes(strict.plan.phy2log, problem.num_experts, N)
     off = node_of_slot.unsqueeze(0) != home.gather(1, p2l)
     assert int(off.sum(1).max()) <= budget
     at_home = torch.zeros(problem.num_layers, problem.num_experts, dtype=torch.int64)
@@ -271,7 +271,7 @@ def test_relaxed_respects_budget_and_home_replicas(problem, budget, nodup):
     relaxed = solve(problem, "kk_swap", policy="hierarchical", colocation="forbidden" if nodup else "allowed", relax=budget)
     assert bool((relaxed.score.max_load <= strict.score.max_load * (1 + 1e-9)).all())
     R, N = problem.num_replicas, problem.num_nodes
-    home = home_nodes(strict.plan.phy2log, problem.num_experts, problem.num_gpus, N)
+    home = home_nodes(strict.plan.phy2log, problem.num_experts, N)
     off = (torch.arange(R) // (R // N)).unsqueeze(0) != home.gather(1, relaxed.plan.phy2log)
     assert int(off.sum(1).max()) <= budget
     if nodup:

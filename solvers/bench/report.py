@@ -112,9 +112,6 @@ def profile_figure(df: pd.DataFrame):
     return fig
 
 
-FIGURE_KINDS = ("auto", "png", "html", "none")
-
-
 def write_profile(df: pd.DataFrame, out_dir: Path, kind: str = "auto") -> Path | None:
     """The profile figure: ``auto`` writes profile.png (kaleido + chromium) or profile.html
     when no browser renders it; ``png`` / ``html`` force one (png still falls back to HTML

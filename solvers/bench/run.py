@@ -12,8 +12,9 @@
     --fail-if-gap-above X  exit 1 if any run's mean gap to the best bound exceeds X (0.05 = 5%)
     --figure auto|png|html|none  the performance-profile figure (auto: PNG via chromium, else HTML)
 
-Writes DIR/results.csv and DIR/results.parquet as rows arrive, DIR/meta.json, DIR/summary.md
-and DIR/profile.png (or profile.html). Exits 1 when the gate fails: a plan is invalid, an
+Appends each row to DIR/results.csv as it arrives (fsync'ed: a killed run loses at most the
+rows in flight) and writes DIR/results.parquet, DIR/meta.json, DIR/summary.md and
+DIR/profile.png (or profile.html) when the run ends. Exits 1 when the gate fails: a plan is invalid, an
 objective is below a proven lower bound, a solver crashed, or a gap exceeds the threshold;
 2 on bad input (one line on stderr).
 """

@@ -1,8 +1,12 @@
-"""Result rows on disk: appended to CSV and Parquet as they arrive, read back to resume.
+"""Result rows on disk: appended to a CSV journal as they arrive, read back to resume.
 
-``results.csv`` is the durable log: one line per finished task, flushed and fsync'ed, so a
-killed run loses at most the task in flight. ``results.parquet`` is rewritten (atomically)
-after each row. A truncated last line (a kill mid-write) is dropped when the store reopens.
+``results.csv`` is the durable log: one record per finished task, appended, flushed and
+fsync'ed, so a killed run loses at most the task in flight; appending a row costs the same
+whatever the number of rows before it. ``results.parquet`` is the finished table, written
+(atomically) once when the run finishes (:meth:`ResultStore.write_final`); a run that
+appends to a directory removes the then stale Parquet first, so a killed run's directory
+holds only the CSV (which :func:`read_results` reads) until ``--resume`` finishes it. A torn
+last record (a kill mid-write) is dropped when the store reopens.
 """
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import io
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pandas as pd
 
@@ -106,10 +110,28 @@ def read_results(directory: str | Path) -> pd.DataFrame:
     return normalise(df)
 
 
-def _read_csv(path: Path) -> pd.DataFrame:
-    text = path.read_text()
+def _complete_records(text: str) -> str:
+    """``text`` (CSV with a header) without a torn last record: a kill mid-write leaves a
+    partial line, or a partial record that ends inside a quoted field spanning lines."""
     if text and not text.endswith("\n"):          # killed mid-write: drop the partial line
         text = text[: text.rfind("\n") + 1]
+    lines = text.splitlines(keepends=True)
+    reader = csv.reader(iter(lines), strict=True)
+    width, kept = None, 0                          # lines of the complete records so far
+    try:
+        for record in reader:
+            if width is None:
+                width = len(record)
+            elif len(record) != width:             # the last record, cut at a quoted newline
+                break
+            kept = reader.line_num
+    except csv.Error:                              # e.g. the file ends inside a quoted field
+        pass
+    return "".join(lines[:kept])
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    text = _complete_records(path.read_text())
     if not text.strip():
         return pd.DataFrame(columns=COLUMNS)
     return pd.read_csv(io.StringIO(text), dtype={c: str for c in TEXT}, keep_default_na=False,
@@ -141,9 +163,10 @@ class ResultStore:
             old = _read_csv(self.csv_path) if has_csv else read_results(self.dir)
             old = legacy_rows(old.drop(columns=[c for c in DERIVED if c in old.columns]))
             self.rows = [{k: v for k, v in r.items() if k in COLUMNS} for r in old.to_dict("records")]
-        self._rewrite_csv()    # drops any partial line and fixes the header
-        if self.rows:
-            self._write_parquet()
+        self._rewrite_csv()    # drops any partial record and fixes the header
+        if has_csv:            # the CSV is the record; a Parquet beside it may be behind it
+            self.parquet_path.unlink(missing_ok=True)
+        self._parquet_stale = False          # set by the first append (until write_final)
 
     def done_keys(self) -> set[tuple]:
         return {(str(r["instance"]), str(r["solver"]), str(r["options"]), int(r["seed"])) for r in self.rows}
@@ -152,6 +175,9 @@ class ResultStore:
         unknown = set(row) - set(COLUMNS)
         if unknown:
             raise ValueError(f"row has columns the store does not know: {sorted(unknown)}")
+        if not self._parquet_stale:      # readers get the CSV until write_final
+            self.parquet_path.unlink(missing_ok=True)
+            self._parquet_stale = True
         self.rows.append(row)
         buf = io.StringIO()
         csv.DictWriter(buf, COLUMNS, lineterminator="\n").writerow(row)
@@ -159,7 +185,6 @@ class ResultStore:
             fh.write(buf.getvalue())
             fh.flush()
             os.fsync(fh.fileno())
-        self._write_parquet()
 
     def frame(self) -> pd.DataFrame:
         return normalise(pd.DataFrame(self.rows, columns=COLUMNS))
@@ -170,11 +195,13 @@ class ResultStore:
             w = csv.DictWriter(fh, COLUMNS, lineterminator="\n")
             w.writeheader()
             w.writerows(self.rows)
+            fh.flush()
+            os.fsync(fh.fileno())            # on disk before a stale Parquet may be removed
         tmp.replace(self.csv_path)
 
-    def _write_parquet(self, df: pd.DataFrame | None = None) -> None:
+    def _write_parquet(self, df: pd.DataFrame) -> None:
         tmp = self.parquet_path.with_suffix(".parquet.tmp")
-        (self.frame() if df is None else df).to_parquet(tmp, index=False)
+        df.to_parquet(tmp, index=False)
         tmp.replace(self.parquet_path)
 
     def write_final(self, df: pd.DataFrame) -> None:
@@ -184,6 +211,7 @@ class ResultStore:
         df.to_csv(tmp, index=False)
         tmp.replace(self.csv_path)
         self._write_parquet(df)
+        self._parquet_stale = False
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -191,6 +219,3 @@ def write_json(path: Path, data: Any) -> None:
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     tmp.replace(path)
 
-
-def to_records(df: pd.DataFrame, columns: Iterable[str]) -> list[dict[str, Any]]:
-    return df.reindex(columns=list(columns)).to_dict("records")

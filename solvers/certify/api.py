@@ -31,13 +31,13 @@ bound each closed.
 """
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..bounds import lower_bound
+from ..clock import clock
 from ..errors import OptionError
 from ..exact import backends
 from ..heuristics.portfolio import run_portfolio
@@ -81,7 +81,7 @@ def _available() -> bool:
                       "exact count-choice model that proves optima")
 def solve_certify(problem: Problem, o: SolverOptions) -> SolverOutput:
     policy, time_limit, threads, seed, heuristic_share = o.policy, o.time_limit, o.threads, o.seed, o.heuristic_share
-    start = time.perf_counter()
+    start = clock()
     deadline = start + time_limit
     resolved = problem.resolve_policy(policy)
     base = run_portfolio(problem, policy=resolved, nodup=False, relax=0, time_limit=time_limit * heuristic_share)
@@ -98,7 +98,7 @@ def solve_certify(problem: Problem, o: SolverOptions) -> SolverOutput:
         node = torch.arange(P) // (P // problem.num_nodes)
         p2l = _best_assignment_plan(problem, p2l, time_limit * heuristic_share)
     for layer in range(L):
-        now = time.perf_counter()
+        now = clock()
         layer_end = now + (deadline - now) / (L - layer)
         # On one node the hierarchical policy constrains nothing: its plans are the global ones.
         if (resolved == "global" or problem.num_nodes == 1) and S == 2:
@@ -152,7 +152,7 @@ def solve_certify(problem: Problem, o: SolverOptions) -> SolverOutput:
     plan = Plan.from_phy2log(p2l.to(problem.device), E)
     info = dict(base.info)
     info.update(baseline_objective=baseline.tolist(), baseline_bound=universal.tolist(),
-                certify_seconds=time.perf_counter() - start)
+                certify_seconds=clock() - start)
     model_bound = model_scope = None
     if resolved == "hierarchical":
         model_bound = lower_bound(problem, policy="hierarchical")
@@ -191,7 +191,7 @@ def _balance_busiest_node(row: torch.Tensor, weights: torch.Tensor, node: torch.
         return row
     for _ in range(int(node.max()) + 1):
         found = _closed_busiest(row, weights, node, S)
-        if found is None or time.perf_counter() >= deadline:
+        if found is None or clock() >= deadline:
             break
         slots, ids, local = found
         rows = residues.balance_gpus(weights[ids].numpy(), local.numpy(), deadline=deadline, threads=threads,
@@ -209,7 +209,7 @@ def _exact_busiest_node(problem: Problem, row: torch.Tensor, weights: torch.Tens
     """phy2log [R] of one layer with the GPUs of the busiest node (all GPUs when ``node``
     is None) repacked by CP-SAT's packing model for the plan's counts, warm-started from
     the plan; kept only where it lowers that node's max load."""
-    left = deadline - time.perf_counter()
+    left = deadline - clock()
     spec = get_solver("cpsat")
     if left < 1.0 or not spec.is_available():
         return row

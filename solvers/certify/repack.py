@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from functools import lru_cache
 
 import torch
 
+from ..clock import clock
 from .repartition import busiest_and_others, polish
 
 # Splits times partner pairs evaluated per round at most (memory and time of one round).
@@ -68,7 +68,7 @@ def polish_three(loads: torch.Tensor, experts: torch.Tensor, *, deadline: float,
     loads, experts = loads.clone(), experts.clone()
     mask = three_way_masks(S).to(loads.device)                                   # [3S, 3M]
     for _ in range(max_rounds):
-        if time.perf_counter() >= deadline:
+        if clock() >= deadline:
             break
         gpu, g, others = busiest_and_others(loads, group)                       # [P], g, [H]
         if others.numel() < 2:
@@ -125,7 +125,7 @@ def count_moves(weights: torch.Tensor, experts: torch.Tensor, *, deadline: float
         return (w / cnt.clamp(min=1)).gather(-1, ex.flatten(-2)).view(ex.shape).sum(-1)
 
     cur = _max_and_top(gpu_loads(best))
-    while time.perf_counter() < deadline:
+    while clock() < deadline:
         gpu = gpu_loads(best)                                                       # [P]
         g = int(gpu.argmax())
         flat = best.reshape(-1)                                                     # [R]
@@ -152,7 +152,7 @@ def count_moves(weights: torch.Tensor, experts: torch.Tensor, *, deadline: float
         score = loads.max(1).values + 1e-9 * loads.topk(min(4, P), 1).values.sum(1) / max(float(gpu.max()), 1e-300)
         found = None
         for i in score.argsort()[:candidates].tolist():
-            if time.perf_counter() >= deadline:
+            if clock() >= deadline:
                 break
             ex = cand[i]
             cnt_i = torch.bincount(ex.reshape(-1), minlength=E).to(torch.float64)

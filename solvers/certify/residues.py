@@ -37,11 +37,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from fractions import Fraction
 from functools import lru_cache
 
 import numpy as np
+
+from ..clock import clock
 
 # Largest replica count a design gives one expert (D = lcm(2..16) = 720720 keeps the
 # residue sums far inside int64).
@@ -213,7 +214,7 @@ def pack_whole(items: np.ndarray, caps: np.ndarray, room: np.ndarray, *, deadlin
         if over.max() < best:
             best, since = over.max(), 0
         since += 1
-        if time.perf_counter() >= deadline or n < 2 or since > STALL * n * n:
+        if clock() >= deadline or n < 2 or since > STALL * n * n:
             return None
         step += 1
         a = int(over.argmax()) if step % 2 else int(rng.integers(n))
@@ -237,7 +238,7 @@ def balance_at(weights: np.ndarray, num_gpus: int, slots: int, target: float | F
                hint: np.ndarray | None = None) -> np.ndarray | None:
     """A packing of the set with max GPU load <= ``target``: [n, S] local expert ids per
     GPU, or None. weights: [I] integer loads; candidates, hint: as in :func:`design`."""
-    left = deadline - time.perf_counter()
+    left = deadline - clock()
     found = design(weights, num_gpus, slots, target, time_limit=left, threads=threads, seed=seed,
                    candidates=candidates, hint=hint)
     if found is None:
@@ -286,7 +287,7 @@ def balance_gpus(weights: np.ndarray, experts: np.ndarray, *, deadline: float, t
     if value - lo > MAX_EXCESS_TOKENS:
         return best
     attempt = 0
-    while value > lo + 4 * np.spacing(lo) and time.perf_counter() < deadline:
+    while value > lo + 4 * np.spacing(lo) and clock() < deadline:
         # The mean itself exactly (float division may round it down, below every plan).
         target = Fraction(sum(int(x) for x in weights), n) if attempt == 0 else lo + (value - lo) * 0.5
         candidates = None
@@ -295,7 +296,7 @@ def balance_gpus(weights: np.ndarray, experts: np.ndarray, *, deadline: float, t
             order = np.concatenate([rng.permutation(np.flatnonzero(split)), rng.permutation(np.flatnonzero(~split))])
             candidates = np.zeros(I, dtype=bool)
             candidates[order[:room]] = True
-        now = time.perf_counter()
+        now = clock()
         stop = min(deadline, now + max(2.0, 0.5 * (deadline - now)))    # a hard target must not take it all
         rows = balance_at(weights, n, S, target, deadline=stop, threads=threads, seed=seed + attempt,
                           candidates=candidates, hint=None if candidates is None else best)

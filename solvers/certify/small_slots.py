@@ -21,12 +21,12 @@ allowed), found by bisection (:func:`lp_bound`).
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from ..clock import clock
 from ..bounds import replica_items
 
 # A T proven infeasible in float64 is reported rounded down by this much (load tests
@@ -71,7 +71,7 @@ def count_search(weights: torch.Tensor, counts: torch.Tensor, *, deadline: float
     distinct = recv_all != donor_all
     recv_all, donor_all = recv_all[distinct], donor_all[distinct]          # [E(E-1)]
     cur = pair_values(w, c[None])[0, :top]
-    while time.perf_counter() < deadline:
+    while clock() < deadline:
         ok = c[donor_all] > 1
         recv, donor = recv_all[ok], donor_all[ok]                           # [M]
         if recv.numel() == 0:
@@ -101,7 +101,7 @@ def iterated_count_search(weights: torch.Tensor, counts: torch.Tensor, *, deadli
     best = cur = count_search(w, counts, deadline=deadline)
     best_v = float(pair_values(w, best[None])[0, 0])
     E = w.shape[0]
-    while time.perf_counter() < deadline and bool((cur > 1).any()):
+    while clock() < deadline and bool((cur > 1).any()):
         c = cur.clone()
         for _ in range(kick):
             donors = torch.nonzero(c > 1).flatten()
@@ -198,14 +198,14 @@ def count_options(weights: np.ndarray, num_replicas: int, target: float) -> Coun
                         len(levels))
 
 
-def _solve_model(o: CountOptions, num_experts: int, num_replicas: int, *, time_limit: float, threads: int,
-                 integral: bool, allowed: np.ndarray | None = None, presolve: bool = True):
-    """Build and run the count-choice model with HiGHS: (status, choice values [K]).
+def _solve_lp(o: CountOptions, num_experts: int, num_replicas: int, *, time_limit: float, threads: int,
+              presolve: bool = True) -> str:
+    """Build and run the LP relaxation of the count-choice model with HiGHS: its status,
+    "infeasible", "feasible" or "unknown".
 
     Columns: one [0, 1] variable per choice, the spare replicas y, the running balance
     D_l per level. Rows: one choice per expert; slots <= R; y only beside a full choice;
-    D_l = D_{l-1} + supply - demand at level l; D_l + y >= 0. ``allowed``: [K] bool,
-    choices left open (the others are fixed to 0).
+    D_l = D_{l-1} + supply - demand at level l; D_l + y >= 0.
     """
     from ..exact import backends
     backends.highs_available()           # OR-Tools' HiGHS symbols first (see solvers.exact.backends)
@@ -221,7 +221,7 @@ def _solve_model(o: CountOptions, num_experts: int, num_replicas: int, *, time_l
         h.setOptionValue("presolve", "off")
     n = K + 1 + L
     lower = np.concatenate([np.zeros(K + 1), np.full(L, -inf)])
-    upper = np.concatenate([np.ones(K) if allowed is None else allowed.astype(float), [R], np.full(L, inf)])
+    upper = np.concatenate([np.ones(K), [R], np.full(L, inf)])
     h.addCols(n, np.zeros(n), lower, upper, 0, np.array([], np.int32), np.array([], np.int32), np.array([]))
     lo_, hi_, starts, idx, val = [], [], [], [], []
 
@@ -248,16 +248,13 @@ def _solve_model(o: CountOptions, num_experts: int, num_replicas: int, *, time_l
         row(0, inf, [K + 1 + lv, K], [1.0, 1.0])
     h.addRows(len(lo_), np.array(lo_, float), np.array(hi_, float), len(idx), np.array(starts, np.int32),
               np.array(idx, np.int32), np.array(val, float))
-    if integral:
-        h.changeColsIntegrality(K + 1, np.arange(K + 1, dtype=np.int32),
-                                np.array([highspy.HighsVarType.kInteger] * (K + 1)))
     h.run()
     status = h.getModelStatus()
     if status == highspy.HighsModelStatus.kInfeasible:
-        return "infeasible", None
+        return "infeasible"
     if status == highspy.HighsModelStatus.kOptimal:
-        return "feasible", np.array(h.getSolution().col_value[:K + 1])
-    return "unknown", None
+        return "feasible"
+    return "unknown"
 
 
 def lp_feasible(weights: np.ndarray, num_replicas: int, target: float, *, time_limit: float,
@@ -269,35 +266,8 @@ def lp_feasible(weights: np.ndarray, num_replicas: int, target: float, *, time_l
     o = count_options(weights, num_replicas, target)
     if o is None or any(not (o.expert == e).any() for e in range(len(weights))):
         return False
-    status, _ = _solve_model(o, len(weights), num_replicas, time_limit=time_limit, threads=threads,
-                             integral=False, presolve=presolve)
+    status = _solve_lp(o, len(weights), num_replicas, time_limit=time_limit, threads=threads, presolve=presolve)
     return {"infeasible": False, "feasible": True}.get(status)
-
-
-def neighbourhood_counts(weights: np.ndarray, num_replicas: int, counts: np.ndarray, target: float,
-                         free: np.ndarray, *, time_limit: float, threads: int = 1) -> np.ndarray | None:
-    """Counts [E] of a plan with max load <= target in which only the experts ``free``
-    ([E] bool) may change count (the exact model as a MIP, the rest fixed); None if
-    HiGHS finds none in time. Fixed experts whose count is no choice at ``target`` are freed."""
-    o = count_options(weights, num_replicas, target)
-    if o is None:
-        return None
-    free = free.copy()
-    match = o.count == counts[o.expert]
-    has = np.zeros(len(weights), dtype=bool)
-    has[o.expert[match]] = True
-    free |= ~has
-    allowed = free[o.expert] | match
-    status, x = _solve_model(o, len(weights), num_replicas, time_limit=time_limit, threads=threads,
-                             integral=True, allowed=allowed)
-    if status != "feasible":
-        return None
-    out = np.zeros(len(weights), dtype=np.int64)
-    pick = x[:-1] > 0.5
-    out[o.expert[pick]] = o.count[pick]
-    full = np.zeros(len(weights), dtype=bool)
-    full[o.expert[pick & o.full]] = True
-    return fill_spare(weights, out, num_replicas, target, full)
 
 
 def fill_spare(weights: np.ndarray, counts: np.ndarray, num_replicas: int, target: float,
@@ -319,13 +289,13 @@ def fill_spare(weights: np.ndarray, counts: np.ndarray, num_replicas: int, targe
 
 
 def lns_counts(weights: torch.Tensor, counts: torch.Tensor, *, deadline: float, free_size: int = 12,
-               step: float = 1e-3, seed: int = 0, threads: int = 1, backend: str = "cpsat") -> torch.Tensor:
+               step: float = 1e-3, seed: int = 0, threads: int = 1) -> torch.Tensor:
     """Large-neighbourhood search with the exact model: free the experts of the heaviest
     GPUs plus random others (``free_size`` in all), ask for a plan ``step`` (relative)
     below the incumbent, keep it when found; halve the step after a miss, and when it
     gets below 1e-7 start again from ``step`` with a neighbourhood half as large again (at
-    most 3 x ``free_size``), until ``deadline``. ``backend``: "cpsat" (:func:`exact_decide`
-    on the neighbourhood) or "highs" (:func:`neighbourhood_counts`, a MIP)."""
+    most 3 x ``free_size``), until ``deadline``. Each neighbourhood is decided by CP-SAT
+    (:func:`exact_decide` with the other experts' counts fixed)."""
     gen = np.random.default_rng(seed)
     w = weights.to(torch.float64)
     wn = w.numpy()
@@ -333,7 +303,7 @@ def lns_counts(weights: torch.Tensor, counts: torch.Tensor, *, deadline: float, 
     value = float(pair_values(w, best[None])[0, 0])
     E, R = len(wn), int(counts.sum())
     first_step, first_size = step, free_size
-    while time.perf_counter() < deadline:
+    while clock() < deadline:
         if step < 1e-7:
             if free_size >= min(E, 3 * first_size):
                 break
@@ -343,13 +313,9 @@ def lns_counts(weights: torch.Tensor, counts: torch.Tensor, *, deadline: float, 
         free[heavy] = True
         rest = np.flatnonzero(~free)
         free[gen.choice(rest, size=min(len(rest), max(0, free_size - int(free.sum()))), replace=False)] = True
-        limit = min(10.0, deadline - time.perf_counter())
-        if backend == "cpsat":
-            found = exact_decide(wn, R, value * (1 - step), time_limit=limit, threads=threads,
-                                 counts=best.numpy(), free=free)[1]
-        else:
-            found = neighbourhood_counts(wn, R, best.numpy(), value * (1 - step), free, time_limit=limit,
-                                         threads=threads)
+        limit = min(10.0, deadline - clock())
+        found = exact_decide(wn, R, value * (1 - step), time_limit=limit, threads=threads,
+                             counts=best.numpy(), free=free)[1]
         if found is None:
             step /= 2
             continue
@@ -378,12 +344,12 @@ def window_search(weights: torch.Tensor, counts: torch.Tensor, *, deadline: floa
     best = counts.clone()
     value = float(pair_values(w, best[None])[0, 0])
     first = step
-    while time.perf_counter() < deadline:
+    while clock() < deadline:
         if step < 1e-6:
             if window >= max_window:
                 break
             window, step = window + 1, first / 4
-        limit = min(call_limit, deadline - time.perf_counter())
+        limit = min(call_limit, deadline - clock())
         ok, found = exact_decide(wn, R, value * (1 - step), time_limit=limit, threads=threads,
                                  counts=best.numpy(), window=window)
         if ok:
@@ -402,9 +368,9 @@ def lp_bound(weights: np.ndarray, num_replicas: int, lower: float, upper: float,
     largest T proven infeasible (rounded down), a lower bound for every plan; ``lower``
     if none."""
     lo, hi = float(lower), float(upper)
-    while hi > lo * (1 + rtol) and time.perf_counter() < deadline:
+    while hi > lo * (1 + rtol) and clock() < deadline:
         t = (lo + hi) / 2
-        ok = lp_feasible(weights, num_replicas, t, time_limit=deadline - time.perf_counter(), threads=threads,
+        ok = lp_feasible(weights, num_replicas, t, time_limit=deadline - clock(), threads=threads,
                          presolve=False)
         if ok is None:
             break
@@ -543,13 +509,13 @@ def exact_search(weights: torch.Tensor, counts: torch.Tensor, lower: float, *, d
     best = counts.clone()
     value = float(pair_values(w, best[None])[0, 0])
     lo, step = float(lower), 0.0
-    while time.perf_counter() < deadline:
+    while clock() < deadline:
         x = value - step * (value - lo)
         target, bound = _decision_below(wn, R, x)
         if target < lo * (1 - 2 * ROUND_DOWN):           # no possible load in [lo, x): every plan >= x
             lo, step = max(lo, bound), 0.0
         else:
-            left = deadline - time.perf_counter()       # a deep probe gets half the time, the proof all of it
+            left = deadline - clock()       # a deep probe gets half the time, the proof all of it
             ok, found = exact_decide(wn, R, target, time_limit=left if step == 0 else left / 2, threads=threads,
                                      counts=best.numpy())
             if ok is None:

@@ -695,11 +695,6 @@ def schedule_tokens(plan: Plan, tokens, num_gpus: int) -> torch.Tensor:
     return schedule_with_bound(plan, tokens, num_gpus)[0]
 
 
-def gpu_loads_of(split: torch.Tensor, num_gpus: int) -> torch.Tensor:
-    """[..., R] tokens per slot -> [..., P] tokens per GPU."""
-    return split.view(*split.shape[:-1], num_gpus, split.shape[-1] // num_gpus).sum(-1)
-
-
 def microbatch_slot_loads(problem: Problem, plan: Plan, split: str, tokens) -> torch.Tensor:
     """The scorer's hook (:data:`solvers.scoring.MICROBATCH_SLOT_LOADS`): [B, L, R] float64
     tokens each slot serves per micro-batch under ``split``; ``tokens`` None grades the

@@ -17,10 +17,10 @@ float64; nothing here grades it, and "optimal" is re-checked against the unscale
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
+from ..clock import clock
 from ..tolerances import CPSAT_EXACT_LIMIT, CPSAT_LOAD_UNITS
 from .model import LayerModel, LayerResult, canonical_gpu_order
 from .scaling import certified, solve_scaled, with_counts
@@ -87,7 +87,7 @@ def _solve_units(lm: LayerModel, *, time_limit: float, threads: int, seed: int, 
                  params: dict | None = None) -> LayerResult:
     from ortools.sat.python import cp_model
 
-    start = time.perf_counter()
+    start = clock()
     why = lm.too_big(SECONDS_PER_VARIABLE, time_limit)
     if why:
         return LayerResult("time_limit", message=why, stats={"variables": lm.placement_variables})
@@ -184,7 +184,7 @@ def _solve_units(lm: LayerModel, *, time_limit: float, threads: int, seed: int, 
                     on = bool(warm_perm_xg[list(members), n * gpn:(n + 1) * gpn].sum() > 0)
                     m.add_hint(a[k, n], int(on))
 
-    build = time.perf_counter() - start
+    build = clock() - start
     solver = _solver(cp_model, max(0.05, time_limit - build), threads, seed, gap)
     for key, value in (params or {}).items():
         setattr(solver.parameters, key, value)
@@ -192,7 +192,7 @@ def _solve_units(lm: LayerModel, *, time_limit: float, threads: int, seed: int, 
     stats = {"build_s": build, "scale": float(scale), "exact_coefficients": exact, "variables": len(m.proto.variables),
              "constraints": len(m.proto.constraints), "wall": solver.wall_time,
              "conflicts": solver.num_conflicts}
-    st = _status(cp_model, status, solver, time_limit)
+    st = _status(cp_model, status)
     if st in ("infeasible", "error") or status == cp_model.UNKNOWN:
         return LayerResult(st, bound=_bound(solver, scale, st), stats=stats,
                            message=solver.status_name(status))
@@ -214,7 +214,7 @@ def _solver(cp_model, time_limit: float, threads: int, seed: int, gap: float):
     return solver
 
 
-def _status(cp_model, status, solver, time_limit: float) -> str:
+def _status(cp_model, status) -> str:
     if status == cp_model.OPTIMAL:
         # relative_gap_limit > 0 also reports OPTIMAL; the caller's bound settles it.
         return "optimal"
@@ -255,7 +255,7 @@ def _solve_replication(m, cp_model, lm, q, y, scale, exact, time_limit, threads,
         m.add_hint(T, max(q[e][int(lm.warm_counts[e])] for e in range(E)))
     solver = _solver(cp_model, time_limit, threads, seed, gap)
     status = solver.solve(m)
-    st = _status(cp_model, status, solver, time_limit)
+    st = _status(cp_model, status)
     stats = {"scale": float(scale), "exact_coefficients": exact, "wall": solver.wall_time}
     if st in ("infeasible", "error") or status == cp_model.UNKNOWN:
         return LayerResult(st, bound=_bound(solver, scale, st), stats=stats, message=solver.status_name(status))

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +29,7 @@ import numpy as np
 import torch
 
 from ..bounds import lower_bound, optimal_counts
+from ..clock import clock
 from ..deepseek import balanced_packing, deepseek_plan
 from ..errors import OptionError, PlanError
 from ..plan import Plan
@@ -410,19 +410,15 @@ def replication_plan(w: np.ndarray, counts: np.ndarray, num_gpus: int, forbid: b
     return p2l
 
 
-def now() -> float:
-    """The driver's clock (a module function so that tests can inject a deterministic one)."""
-    return time.perf_counter()
-
-
 class Deadline:
-    """The time left for the whole solve, shared out over the layers still to solve."""
+    """The time left for the whole solve, shared out over the layers still to solve (on
+    :func:`solvers.clock.clock`, which tests replace with a deterministic one)."""
 
     def __init__(self, seconds: float):
-        self.end = now() + seconds
+        self.end = clock() + seconds
 
     def left(self) -> float:
-        return self.end - now()
+        return self.end - clock()
 
     def share(self, layers_left: int, reserve: float = 0.0) -> float:
         return max(0.05, (self.left() - reserve) / max(1, layers_left))

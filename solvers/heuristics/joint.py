@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import torch
 
+from ..clock import clock
 from .common import expand_items, pack_loads, slots_from_packs
-from .packing import clock, kk_pack, local_search
+from .packing import kk_pack, local_search
 
 REL_TOL = 1e-12
 
@@ -74,7 +75,7 @@ def joint_counts(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int, *, 
     batch; the ``beam`` best distinct ones survive (so the search can cross a worse
     state: a pure hill climb stalls at 210 on the 8-expert example, the beam reaches 200).
     Stops after ``patience`` rounds without a better best. ``deadline`` (a
-    :func:`~.packing.clock` value): the candidates are evaluated in chunks (see
+    :func:`~solvers.clock.clock` value): the candidates are evaluated in chunks (see
     :data:`CHUNK_SHARE`), a chunk starts only when its cost, estimated from the previous
     one, fits before the deadline, and a round cut short keeps its best evaluated
     candidate and ends the search (it counts in the rounds returned).

@@ -15,23 +15,15 @@ other pack, cardinality preserving, optionally duplicate-free) and
 from __future__ import annotations
 
 import itertools
-import time
 
 import torch
 
+from ..clock import clock
 from ..scoring import duplicates_per_row
 from .common import expand_items, pack_loads, pick_best, presence_counts, slots_from_packs
 
 # Relative improvement a swap must bring (guards against float noise loops).
 REL_TOL = 1e-12
-
-# The clock every deadline of the heuristics is read on (a time.perf_counter value);
-# tests substitute a fake one to check the deadline logic independently of machine speed.
-CLOCK = time.perf_counter
-
-
-def clock() -> float:
-    return CLOCK()
 
 
 def lpt_pack(item_w: torch.Tensor, item_e: torch.Tensor, num_packs: int, num_experts: int,

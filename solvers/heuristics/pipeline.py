@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..clock import clock
 from ..deepseek import deepseek_plan
 from ..errors import OptionError
 from ..plan import Plan
@@ -26,7 +27,7 @@ from ..scoring import duplicates_per_row
 from .common import replicate_counts
 from .hierarchical import group_node_candidates, node_experts
 from .joint import joint_counts
-from .packing import clock, pack_counts
+from .packing import pack_counts
 
 
 # Up to this many slots per GPU the joint search packs every candidate (the packing then

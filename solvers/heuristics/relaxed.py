@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import torch
 
+from ..clock import clock
 from ..problem import Problem
 from .common import presence_counts
-from .packing import clock, local_search
+from .packing import local_search
 
 REL_TOL = 1e-12
 
 
-def home_nodes(phy2log: torch.Tensor, num_experts: int, num_gpus: int, num_nodes: int) -> torch.Tensor:
+def home_nodes(phy2log: torch.Tensor, num_experts: int, num_nodes: int) -> torch.Tensor:
     """[L, E] node holding the first replica of each expert (its group's node in a strict plan)."""
     L, R = phy2log.shape
     node_of_slot = torch.arange(R, device=phy2log.device) // (R // num_nodes)
@@ -103,14 +104,14 @@ def relax_plan(problem: Problem, phy2log: torch.Tensor, budget: int, *, nodup: b
                steps: int = 64, receivers: int = 8, deadline: float | None = None) -> tuple[torch.Tensor, dict]:
     """Improve a strict hierarchical phy2log [L, R] with at most ``budget`` off-node replicas
     per layer. Never raises any layer's max GPU load. Returns (phy2log, info). ``deadline``
-    (a :func:`~solvers.heuristics.packing.clock` value): no move step starts after it, and
+    (a :func:`~solvers.clock.clock` value): no move step starts after it, and
     the node repacks stop at it (every step keeps a valid plan)."""
     L, R = phy2log.shape
     E, P, N = problem.num_experts, problem.num_gpus, problem.num_nodes
     S = R // P
     dev = phy2log.device
     w = problem.weights.to(torch.float64).to(dev)
-    home = home_nodes(phy2log, E, P, N)
+    home = home_nodes(phy2log, E, N)
     gpu_of = torch.arange(R, device=dev) // S                                         # [R]
     node_of_gpu = torch.arange(P, device=dev) // (P // N)
     node_of_slot = node_of_gpu[gpu_of]

@@ -17,13 +17,13 @@ Per layer, with ``T = (1 + slack) x`` the max GPU load of a fresh plan by ``solv
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
+from ..clock import clock
 from ..errors import OptionError, PlanError
 from ..options import Option, SolverOptions, seed_option, threads_option, time_limit_option
 from ..plan import Plan
@@ -126,9 +126,9 @@ def _exact_pass(problem: Problem, previous: Plan, start: torch.Tensor, fresh: Pl
     P = problem.num_gpus
     out = start.clone().cpu()
     reports = []
-    deadline = time.perf_counter() + time_limit
+    deadline = clock() + time_limit
     for layer in range(L):
-        left = deadline - time.perf_counter()
+        left = deadline - clock()
         if left <= 0:
             reports.append({"layer": layer, "status": "NOT_RUN", "moves": None, "bound": 0, "proven": False,
                             "full_window": False})
@@ -161,23 +161,23 @@ def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: 
     """The migration-aware plan and its report (see the module docstring). The options come
     checked by the ``migration`` solver's schema; ``previous`` is checked against the problem here."""
     previous = check_previous(problem, previous)
-    began = time.perf_counter()
+    began = clock()
     fresh = run(problem, base, base_options)
     if fresh.plan is None:
         raise OptionError("solver", f"{base!r} found no fresh plan ({fresh.termination}): {fresh.message}")
-    fresh_seconds = time.perf_counter() - began
+    fresh_seconds = clock() - began
     policy = fresh.policy
     zones = _zones(policy, problem)
     E, P = problem.num_experts, problem.num_gpus
     fresh_max = gpu_loads(problem.weights, fresh.plan, P).max(1).values                # [L] float64
     target = fresh_max * (1 + slack)                                                   # [L]
     old = previous.phy2log
-    t0 = time.perf_counter()
+    t0 = clock()
     relabelled = relabel(fresh.plan, previous, P, problem.num_nodes if zones > 1 else 1).phy2log
-    relabel_seconds = time.perf_counter() - t0
+    relabel_seconds = clock() - t0
     fresh_moves = moves_per_layer(fresh.plan.phy2log, old, E, P)
     relabel_moves = moves_per_layer(relabelled, old, E, P)
-    t0 = time.perf_counter()
+    t0 = clock()
     fresh_cnt = fresh.plan.logcnt.to(torch.float64)
     item_cap = (problem.weights.to(torch.float64) / fresh_cnt).max(1).values * (1 + slack) * (1 + ITEM_MARGIN)
     fixed = repair(problem.weights, old, target, P, zones, item_cap=item_cap)
@@ -198,7 +198,7 @@ def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: 
         repaired[ok] = again.phy2log[again.met]
         met[ok] = True
         recounted = ok.tolist()
-    repair_seconds = time.perf_counter() - t0
+    repair_seconds = clock() - t0
     repaired_moves = moves_per_layer(repaired, old, E, P)
     use = met & (repaired_moves <= relabel_moves)                                    # [L]
     p2l = torch.where(use.unsqueeze(1), repaired, relabelled)
@@ -217,9 +217,9 @@ def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: 
         "seconds": {"fresh": fresh_seconds, "relabel": relabel_seconds, "heuristic": repair_seconds},
     }
     if method == "exact":
-        t0 = time.perf_counter()
+        t0 = clock()
         p2l, reports = _exact_pass(problem, previous, p2l, fresh.plan, target, zones, time_limit, threads, seed)
-        info["seconds"]["exact"] = time.perf_counter() - t0
+        info["seconds"]["exact"] = clock() - t0
         info["exact_layers"] = reports
         info["exact_proven_layers"] = sum(1 for r in reports if r.get("proven"))
     moves = moves_per_layer(p2l, old, E, P)

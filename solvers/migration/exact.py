@@ -23,10 +23,11 @@ is a proven lower bound on the moves of any plan in the model.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
+
+from ..clock import clock
 
 # Scaled GPU capacity: coefficients are about this / S; large enough that rounding costs
 # a relative 1e-11 of a GPU's load, small enough that sums stay far inside int64.
@@ -92,7 +93,7 @@ def solve_layer(w: np.ndarray, old: np.ndarray, cap: float, num_gpus: int, *, gr
     """
     from ortools.sat.python import cp_model
 
-    began = time.perf_counter()
+    began = clock()
     E, R, P = len(w), len(old), num_gpus
     S = R // P
     had = _presence(old, E, P) > 0
@@ -168,7 +169,7 @@ def solve_layer(w: np.ndarray, old: np.ndarray, cap: float, num_gpus: int, *, gr
     m.Minimize(objective)
     solver = cp_model.CpSolver()
     # the time limit covers building the model too (Python, seconds on a big layer)
-    solver.parameters.max_time_in_seconds = max(0.05, float(time_limit) - (time.perf_counter() - began))
+    solver.parameters.max_time_in_seconds = max(0.05, float(time_limit) - (clock() - began))
     solver.parameters.num_workers = int(threads)
     solver.parameters.random_seed = int(seed)
     status = solver.Solve(m)
