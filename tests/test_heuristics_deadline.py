@@ -211,13 +211,13 @@ class FakeExact:
     def is_available(self) -> bool:
         return True
 
-    def check_options(self, options: dict) -> dict:
+    def parse(self, options: dict) -> dict:
         return options
 
-    def fn(self, problem, *, time_limit, warm_start, **_):
-        self.time_limits.append(time_limit)
-        self.work.clock.now += self.spend * time_limit
-        return SolverOutput(warm_start, "global")
+    def fn(self, problem, options):
+        self.time_limits.append(options["time_limit"])
+        self.work.clock.now += self.spend * options["time_limit"]
+        return SolverOutput(options["warm_start"], "global")
 
 
 def test_portfolio_leaves_half_the_budget_to_its_exact_rung(work, monkeypatch):
@@ -300,12 +300,12 @@ def test_relaxed_pass_stops_at_its_deadline(monkeypatch):
     """relax_plan: no move step starts after the deadline (each step costs fake time), and
     with time it still moves replicas off-node within the budget."""
     from solvers.heuristics import relaxed
-    from solvers.heuristics.registered import solve_kk_swap
+    from solvers.registry import run
 
     g = torch.Generator().manual_seed(5)
     w = torch.exp(2 * torch.randn(3, 32, generator=g, dtype=torch.float64)) * 100
     problem = Problem(w, 48, 4, 2, 8)
-    strict = solve_kk_swap(problem, policy="hierarchical").plan.phy2log
+    strict = run(problem, "kk_swap", {"policy": "hierarchical"}).plan.phy2log
     clock = FakeClock()
     monkeypatch.setattr(solvers_clock, "CLOCK", clock)
     steps = []

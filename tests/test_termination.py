@@ -49,7 +49,7 @@ def test_a_heuristic_completes_and_its_plan_is_graded(weights, status):
     (Termination.OPTIMAL, SolutionStatus.FEASIBLE),         # a solver's word is not a proof: graded here
     (None, SolutionStatus.FEASIBLE)])
 def test_termination_is_the_solvers_word_status_is_graded(temporary_solver, said, status):
-    temporary_solver("test-term-said", lambda problem: SolverOutput(_greedy(problem), "global", termination=said))
+    temporary_solver("test-term-said", lambda problem, options: SolverOutput(_greedy(problem), "global", termination=said))
     res = solve(Problem(W, 16, 1, 1, 8), "test-term-said")
     assert res.termination is (said or Termination.COMPLETED) and res.status is status
     assert res.plan is not None
@@ -60,7 +60,7 @@ def test_termination_is_the_solvers_word_status_is_graded(temporary_solver, said
                                       (Termination.TIME_LIMIT, Termination.TIME_LIMIT),
                                       (None, Termination.ERROR)])      # no plan and no word: an error
 def test_no_plan_has_status_none(temporary_solver, said, why):
-    temporary_solver("test-term-none", lambda problem: SolverOutput(None, "global", termination=said,
+    temporary_solver("test-term-none", lambda problem, options: SolverOutput(None, "global", termination=said,
                                                                      message="nothing"))
     res = solve(Problem(W, 16, 1, 1, 8), "test-term-none")
     assert res.termination is why and res.status is SolutionStatus.NONE and res.plan is None
@@ -68,7 +68,7 @@ def test_no_plan_has_status_none(temporary_solver, said, why):
 
 
 def test_a_crash_is_error_with_status_none(temporary_solver):
-    def crash(problem):
+    def crash(problem, options):
         raise RuntimeError("boom")
 
     temporary_solver("test-term-crash", crash)

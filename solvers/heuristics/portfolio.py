@@ -53,7 +53,7 @@ RELAX_SHARE = 0.3
 
 def check_exact(exact: str, relax: int):
     """The exact solver's spec, or None; checks what the schema cannot (installed, no relax)."""
-    if exact == "none":
+    if exact in (None, "none"):
         return None
     spec = get_solver(exact)
     if not spec.is_available():
@@ -108,7 +108,7 @@ def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
         t0 = clock()
         opts = {"policy": resolved, "model": "joint", "colocation": "forbidden" if nodup else "allowed",
                 "time_limit": left, "threads": 1, "warm_start": Plan.from_phy2log(p2l, problem.num_experts)}
-        out = run(problem, exact_spec.name, opts)
+        out = exact_spec.fn(problem, exact_spec.parse(opts))
         rung_seconds[exact_spec.name] = clock() - t0
         ran.append(exact_spec.name)
         if out.plan is not None:
