@@ -48,16 +48,12 @@ from ..registry import SolverOutput, get_solver, register, run
 from ..scoring import gpu_loads, score
 from ..result import ModelScope, SolveResult, ratio_gap
 from ..tolerances import BOUND_RTOL
-from . import residues
+from . import residues, shares
 from .hierarchical import best_assignment, hierarchical_bound, plan_on_assignment
 from .repack import count_moves, polish_three
 from .repartition import polish
 from .small_slots import (exact_search, iterated_count_search, lns_counts, lp_bound, pair_phy2log, pair_values,
                           window_search)
-
-# At two slots per GPU, the window search runs from this many experts on (fewer: the exact
-# bisection gets its time instead).
-WINDOW_FROM_EXPERTS = 64
 
 CERTIFY_OPTIONS = (
     policy_option(),
@@ -105,22 +101,21 @@ def solve_certify(problem: Problem, o: SolverOptions) -> SolverOutput:
             span = layer_end - now
             # Plans: count search, then neighbourhoods of the exact model (CP-SAT); bounds: the LP;
             # then CP-SAT bisects with the exact model from the best plan (proofs, better plans).
-            # Shares (docs/certify.md): from 64 experts on, CP-SAT decides the full model near
-            # the optimum rarely, and the window search gains most (128 experts at 288 slots,
-            # 4 s a layer); below, the exact bisection proves optima in seconds and gets more.
-            large = E >= WINDOW_FROM_EXPERTS
-            c = iterated_count_search(w[layer], counts[layer], deadline=now + (0.1 if large else 0.2) * span,
+            # Phase ends: the table of solvers.certify.shares (why: docs/certify.md).
+            ends = shares.two_slot_phases(E)
+            c = iterated_count_search(w[layer], counts[layer], deadline=now + ends.count_search * span,
                                       seed=seed + layer)
             value = float(pair_values(w[layer], c[None])[0, 0])
             lp = lp_bound(w[layer].numpy(), R, float(bound[layer]), value,
-                          deadline=now + (0.2 if large else 0.4) * span, threads=threads)
-            if large:
-                c = window_search(w[layer], c, deadline=now + 0.65 * span, window=3,
-                                  call_limit=max(0.5, 0.1 * span), threads=threads)
-            c = lns_counts(w[layer], c, deadline=now + (0.75 if large else 0.7) * span, seed=seed + layer,
+                          deadline=now + ends.lp_bound * span, threads=threads)
+            if ends.window_search is not None:
+                c = window_search(w[layer], c, deadline=now + ends.window_search * span, window=3,
+                                  call_limit=max(shares.WINDOW_CALL_MIN_S, shares.WINDOW_CALL_SHARE * span),
+                                  threads=threads)
+            c = lns_counts(w[layer], c, deadline=now + ends.neighbourhoods * span, seed=seed + layer,
                            threads=threads)
             c, proven_bound, proven = exact_search(w[layer], c, max(lp, float(bound[layer])),
-                                                   deadline=now + 0.9 * span, threads=threads)
+                                                   deadline=now + ends.exact_bisection * span, threads=threads)
             bound[layer] = max(float(bound[layer]), proven_bound)
             if not proven:           # CP-SAT undecided (64+ experts): back to the neighbourhoods
                 c = lns_counts(w[layer], c, deadline=layer_end, seed=seed + layer + 1, threads=threads)
@@ -142,12 +137,15 @@ def solve_certify(problem: Problem, o: SolverOptions) -> SolverOutput:
                 p2l[layer] = _balance_busiest_node(p2l[layer], w[layer], torch.zeros(P, dtype=torch.long),
                                                    layer_end, threads, seed + layer)
             else:
-                loads, experts = polish(loads, experts, deadline=now + (layer_end - now) * 0.2, group=node)
-                _, experts = polish_three(loads, experts, deadline=now + (layer_end - now) * 0.3, group=node)
-                experts = count_moves(w[layer], experts, deadline=now + (layer_end - now) * 0.45, group=node)
+                ends = shares.NODE_PHASES
+                loads, experts = polish(loads, experts, deadline=now + (layer_end - now) * ends.polish, group=node)
+                _, experts = polish_three(loads, experts, deadline=now + (layer_end - now) * ends.polish_three,
+                                          group=node)
+                experts = count_moves(w[layer], experts, deadline=now + (layer_end - now) * ends.count_moves,
+                                      group=node)
                 p2l[layer] = experts.reshape(-1)
-                p2l[layer] = _balance_busiest_node(p2l[layer], w[layer], node, now + (layer_end - now) * 0.95,
-                                                   threads, seed + layer)
+                p2l[layer] = _balance_busiest_node(p2l[layer], w[layer], node,
+                                                   now + (layer_end - now) * ends.residues, threads, seed + layer)
                 p2l[layer] = _exact_busiest_node(problem, p2l[layer], w[layer], node, layer_end, threads)
     plan = Plan.from_phy2log(p2l.to(problem.device), E)
     info = dict(base.info)

@@ -43,6 +43,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..clock import clock
+from . import shares
 
 # Largest replica count a design gives one expert (D = lcm(2..16) = 720720 keeps the
 # residue sums far inside int64).
@@ -297,7 +298,8 @@ def balance_gpus(weights: np.ndarray, experts: np.ndarray, *, deadline: float, t
             candidates = np.zeros(I, dtype=bool)
             candidates[order[:room]] = True
         now = clock()
-        stop = min(deadline, now + max(2.0, 0.5 * (deadline - now)))    # a hard target must not take it all
+        # a hard target must not take it all
+        stop = min(deadline, now + max(shares.RESIDUE_ATTEMPT_MIN_S, shares.RESIDUE_ATTEMPT_SHARE * (deadline - now)))
         rows = balance_at(weights, n, S, target, deadline=stop, threads=threads, seed=seed + attempt,
                           candidates=candidates, hint=None if candidates is None else best)
         attempt += 1

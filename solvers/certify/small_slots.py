@@ -26,8 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..clock import clock
 from ..bounds import replica_items
+from ..clock import clock
+from . import shares
 
 # A T proven infeasible in float64 is reported rounded down by this much (load tests
 # "w/c + w'/c' <= T" are exact to ~1e-16), so rounding never lifts a bound.
@@ -313,7 +314,7 @@ def lns_counts(weights: torch.Tensor, counts: torch.Tensor, *, deadline: float, 
         free[heavy] = True
         rest = np.flatnonzero(~free)
         free[gen.choice(rest, size=min(len(rest), max(0, free_size - int(free.sum()))), replace=False)] = True
-        limit = min(10.0, deadline - clock())
+        limit = min(shares.LNS_CALL_MAX_S, deadline - clock())
         found = exact_decide(wn, R, value * (1 - step), time_limit=limit, threads=threads,
                              counts=best.numpy(), free=free)[1]
         if found is None:
@@ -516,8 +517,8 @@ def exact_search(weights: torch.Tensor, counts: torch.Tensor, lower: float, *, d
             lo, step = max(lo, bound), 0.0
         else:
             left = deadline - clock()       # a deep probe gets half the time, the proof all of it
-            ok, found = exact_decide(wn, R, target, time_limit=left if step == 0 else left / 2, threads=threads,
-                                     counts=best.numpy())
+            ok, found = exact_decide(wn, R, target, time_limit=left if step == 0 else left * shares.DEEP_PROBE_SHARE,
+                                     threads=threads, counts=best.numpy())
             if ok is None:
                 if step == 0:
                     break
