@@ -13,7 +13,6 @@ count is kept (``dense_layers``) so exported maps get the engine's row count bac
 """
 from __future__ import annotations
 
-import io as _io
 import os
 import tempfile
 from dataclasses import dataclass, field

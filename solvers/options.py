@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
-from . import safejson
 from .cluster import POLICIES
 from .errors import OptionError
 
@@ -51,7 +49,7 @@ class Option:
     nullable: bool = False
     advanced: bool = False
     role: str | None = None
-    pattern: str | None = None       # str options: a regular expression the whole value must match
+    items: tuple[str, ...] | None = None   # str options: a comma-separated list of these names
 
     def __post_init__(self) -> None:
         if self.type not in TYPES:
@@ -79,8 +77,8 @@ class Option:
                 raise OptionError(name, f"must be a string, got {value!r}")
             if self.choices is not None and value not in self.choices:
                 raise OptionError(name, f"must be one of {', '.join(map(str, self.choices))}, got {value!r}")
-            if self.pattern is not None and re.fullmatch(self.pattern, value) is None:
-                raise OptionError(name, f"{self.help.split(':')[0]}; got {value!r}")
+            if self.items is not None and any(n.strip() not in self.items for n in value.split(",")):
+                raise OptionError(name, f"must name {', '.join(self.items)} (comma-separated), got {value!r}")
             return value
         integer = self.type is int
         kinds = numbers.Integral if integer else numbers.Real

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from .errors import OptionError, PlanError, ProblemError
+from .errors import OptionError, PlanError
 from .plan import Plan
 from .problem import Problem
 

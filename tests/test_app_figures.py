@@ -17,7 +17,7 @@ from app.widgets import describe_cluster  # noqa: E402
 from app.compute import compare_row, held_out, metric_cards, plan_table, run_solver  # noqa: E402
 from app.exports import plan_downloads  # noqa: E402
 from app.loads import content_hash, from_upload  # noqa: E402
-from solvers import Problem, score, solve  # noqa: E402
+from solvers import score, solve  # noqa: E402
 from solvers.errors import LoadFileError  # noqa: E402
 
 

@@ -13,7 +13,7 @@ from solvers.bench.dynamics_tasks import TraceInstance, load_trace, setting_labe
 from solvers.bench.executors import run_tasks
 from solvers.bench.store import COLUMNS, ResultStore, is_dynamics, read_results
 from solvers.bench.suites import SUITES, DynamicsGroup, get_suite
-from solvers.bench.tasks import Task, run_task, suite_tasks
+from solvers.bench.tasks import run_task, suite_tasks
 from solvers.cli import main as eplb
 from solvers.dynamics import simulate
 from solvers.errors import OptionError

@@ -381,3 +381,11 @@ def test_plan_with_previous_records_moves_and_migration_slack_cuts_them(tmp_path
     assert main(["plan", *later, "--previous", str(old), "--migration-slack", "0.01", "--migration-budget", "-1",
                  "--out", str(aware)]) == 2
     assert "budget" in capsys.readouterr().err
+
+
+def test_an_option_of_comma_separated_names_is_checked_name_by_name():
+    opt = Option("starts", str, "kk", "h", items=("kk", "lpt", "rr"))
+    assert opt.validate("kk, lpt") == "kk, lpt"
+    for bad in ("kk,x", "", "kk,,rr"):
+        with pytest.raises(OptionError, match="^starts: must name kk, lpt, rr"):
+            opt.validate(bad)

@@ -3,7 +3,6 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
 
 from solvers.cli import build_parser, solver_catalogue_markdown
 

@@ -16,7 +16,7 @@ from functools import lru_cache
 
 import torch
 
-from solvers.cluster import CLUSTERS, MODELS, Cluster, cluster_preset_of, get_cluster, get_model
+from solvers.cluster import MODELS, Cluster, cluster_preset_of, get_cluster, get_model
 from solvers.errors import OptionError
 from solvers.problem import Problem
 

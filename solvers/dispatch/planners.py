@@ -26,7 +26,6 @@ of many experts (``t(I(U)) / |U|``). So these planners
 """
 from __future__ import annotations
 
-from typing import Any
 
 import torch
 

@@ -29,7 +29,6 @@ counts, duplicates allowed; or the replication model) gives a lower bound.
 """
 from __future__ import annotations
 
-from typing import Any
 
 from ..options import Option, SolverOptions, colocation_option, policy_option, seed_option, threads_option, time_limit_option
 from ..problem import Problem

@@ -21,7 +21,6 @@ lower bound on the max GPU load, and its plan places the counts with DeepSeek's 
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,12 +34,6 @@ from ..errors import OptionError, PlanError
 from ..plan import Plan
 from ..problem import Problem
 from ..registry import run
-
-MODELS = ("joint", "packing", "replication", "hierarchical")
-COLOCATION = ("allowed", "forbidden")
-COUNTS = ("free", "fixed")
-NODE_BUDGET = ("fixed", "free")
-
 
 @dataclass(frozen=True)
 class ExactOptions:

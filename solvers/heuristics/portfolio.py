@@ -11,13 +11,12 @@ duplicate-free under ``colocation="forbidden"``), the class the portfolio's plan
 """
 from __future__ import annotations
 
-import torch
 
 from ..clock import clock
 from ..errors import OptionError
 from ..plan import Plan
 from ..problem import Problem
-from ..registry import SolverOutput, get_solver, run
+from ..registry import SolverOutput, get_solver
 from .pipeline import Effort, check_common, greedy_phy2log, heuristic_phy2log, keep_best
 
 # Rungs, cheapest first: (name, effort). Each later rung runs only while budget is left.

@@ -34,7 +34,7 @@ _RELAX = Option("relax", int, 0, "hierarchical only: redundant replicas per laye
 _STEPS = Option("steps", int, 8, "swap local-search rounds", minimum=0, maximum=100_000, advanced=True)
 _STARTS = Option("starts", str, "kk", "constructions the swap search starts from, comma-separated: "
                  "kk (balanced differencing), lpt (largest first), rr (round robin)", advanced=True,
-                 pattern=r"^\s*(kk|lpt|rr)\s*(,\s*(kk|lpt|rr)\s*)*$")
+                 items=START_NAMES)
 _COMMON = (policy_option(), colocation_option(), _RELAX)
 
 
