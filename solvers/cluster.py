@@ -138,8 +138,13 @@ class Cluster:
 
     @property
     def id(self) -> str:
-        """``N<nodes>xP<gpus>xR<replicas>``: the cluster part of a benchmark instance id."""
-        return f"N{self.num_nodes}xP{self.num_gpus}xR{self.num_replicas}"
+        return cluster_id(self.num_nodes, self.num_gpus, self.num_replicas)
+
+
+def cluster_id(nodes: int, gpus: int, replicas: int) -> str:
+    """``N<nodes>xP<gpus>xR<replicas>``: the cluster part of a benchmark instance id (ids
+    are parsed before they are checked, so this formats without building a Cluster)."""
+    return f"N{nodes}xP{gpus}xR{replicas}"
 
 
 # Presets ---------------------------------------------------------------------------------
@@ -240,6 +245,7 @@ def get_cluster(name: str) -> ClusterPreset:
     return CLUSTERS[name]
 
 
-def cluster_preset_of(num_nodes: int, num_gpus: int) -> ClusterPreset | None:
-    """The preset with these nodes and GPUs, if one exists."""
-    return next((c for c in CLUSTERS.values() if (c.nodes, c.gpus) == (num_nodes, num_gpus)), None)
+def shape_name(num_nodes: int, num_gpus: int) -> str:
+    """The :data:`CLUSTERS` name of these nodes and GPUs, or ``N<n>xP<p>`` for an ad-hoc shape."""
+    preset = next((c for c in CLUSTERS.values() if (c.nodes, c.gpus) == (num_nodes, num_gpus)), None)
+    return preset.name if preset is not None else f"N{num_nodes}xP{num_gpus}"

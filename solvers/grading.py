@@ -9,18 +9,19 @@ and says what the solve has. No solver grades itself.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from .bounds import lower_bound
-from .errors import EPLBError, PlanError
+from .errors import EPLBError, OptionError, PlanError
 from .options import SolverOptions
 from .plan import Plan
 from .problem import Problem
-from .registry import SolverOutput, SolverSpec
+from .registry import SolverOutput, get_solver
 from .result import SolutionStatus, SolveResult, Termination
-from .scoring import score_validated
+from .scoring import check_expert_bytes, score_validated
 from .tolerances import BOUND_RTOL, VIOLATION_RTOL
 
 
@@ -43,10 +44,21 @@ def _check_above(solver: str, obj: torch.Tensor, bound: torch.Tensor, what: str)
                              f"below the proven {what} {float(bound[layer])!r}")
 
 
-def graded_run(problem: Problem, spec: SolverSpec, options: SolverOptions, *, previous: Plan | None = None,
-               expert_bytes: int | None = None) -> SolveResult:
-    """Run ``spec`` with options already parsed, grade its plan. The universal lower bound is
-    computed once here; a backend crash becomes a result with termination ``error``."""
+def graded_run(problem: Problem, solver: str, options: Mapping[str, Any] | SolverOptions, *,
+               previous: Plan | None = None, expert_bytes: int | None = None) -> SolveResult:
+    """Check the inputs at the edge (once), parse ``options`` against ``solver``'s schema,
+    run it and grade its plan: what :func:`solvers.solve` and
+    :func:`solvers.migration.plan_with_migration` do. The universal lower bound is computed
+    once here; a backend crash becomes a result with termination ``error``."""
+    if not isinstance(problem, Problem):
+        raise OptionError("problem", f"must be a solvers.Problem, got {type(problem).__name__}")
+    if previous is not None and not isinstance(previous, Plan):
+        raise OptionError("previous", f"must be a solvers.Plan, got {type(previous).__name__}")
+    expert_bytes = check_expert_bytes(expert_bytes)
+    spec = get_solver(solver)
+    options = spec.parse(options)
+    if not spec.is_available():
+        raise OptionError("solver", f"{solver!r} is not available here: {spec.requires}")
     bound = lower_bound(problem)
     start = time.perf_counter()
     try:

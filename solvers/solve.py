@@ -9,13 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from . import builtin  # noqa: F401  registers every solver (their modules call @register on import)
-from .errors import OptionError
 from .grading import BoundViolation, InvalidSolverPlan, SolverBug, graded_run
 from .plan import Plan
 from .problem import Problem
-from .registry import get_solver
 from .result import SolveResult
-from .scoring import check_expert_bytes
 
 __all__ = ["solve", "BoundViolation", "InvalidSolverPlan", "SolverBug"]
 
@@ -30,13 +27,4 @@ def solve(problem: Problem, solver: str = "deepseek", /, *, previous: Plan | Non
     score. Bad input raises a ``ValueError`` subclass; a backend failure gives
     ``termination == "error"``.
     """
-    if not isinstance(problem, Problem):
-        raise OptionError("problem", f"must be a solvers.Problem, got {type(problem).__name__}")
-    if previous is not None and not isinstance(previous, Plan):
-        raise OptionError("previous", f"must be a solvers.Plan, got {type(previous).__name__}")
-    expert_bytes = check_expert_bytes(expert_bytes)
-    spec = get_solver(solver)
-    opts = spec.parse(options)
-    if not spec.is_available():
-        raise OptionError("solver", f"{solver!r} is not available here: {spec.requires}")
-    return graded_run(problem, spec, opts, previous=previous, expert_bytes=expert_bytes)
+    return graded_run(problem, solver, options, previous=previous, expert_bytes=expert_bytes)

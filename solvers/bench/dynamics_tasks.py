@@ -25,7 +25,7 @@ import torch
 
 from solvers.errors import EPLBError, OptionError
 
-from solvers.cluster import MODELS, Cluster, cluster_preset_of, get_cluster, get_model
+from solvers.cluster import MODELS, cluster_id, get_cluster, get_model, shape_name
 
 from .instances import TOKENS_PER_STEP
 from .rowkeys import BAD_INPUT, SIMULATED, options_key
@@ -75,7 +75,7 @@ class TraceInstance:
 
     @property
     def id(self) -> str:
-        cluster = Cluster(self.nodes, self.gpus, self.replicas).id
+        cluster = cluster_id(self.nodes, self.gpus, self.replicas)
         if self.dataset is not None:
             return f"dataset:{self.dataset}|{cluster}"
         return f"generated:{self.model}:{self.scenario}:L{self.layers}:T{self.steps}|{cluster}"
@@ -142,8 +142,7 @@ def run_dynamics_task(task, threads: int = 1) -> dict[str, Any]:
     solver_options = {k: v for k, v in task.options.items() if k not in SETTING_KEYS}
     preset = MODELS.get(model)
     expert_bytes = int(preset.expert_bytes) if preset is not None and preset.expert_bytes else None
-    preset_shape = cluster_preset_of(inst.nodes, inst.gpus)
-    shape = preset_shape.name if preset_shape is not None else f"N{inst.nodes}xP{inst.gpus}"
+    shape = shape_name(inst.nodes, inst.gpus)
     row: dict[str, Any] = {
         "instance": task.instance, "model": model or "", "num_layers": L, "num_experts": E, "num_groups": groups,
         "num_replicas": inst.replicas, "num_nodes": inst.nodes, "num_gpus": inst.gpus,

@@ -16,7 +16,7 @@ from functools import lru_cache
 
 import torch
 
-from solvers.cluster import MODELS, Cluster, cluster_preset_of, get_cluster, get_model
+from solvers.cluster import MODELS, Cluster, cluster_id, get_cluster, get_model, shape_name
 from solvers.errors import OptionError
 from solvers.problem import Problem
 
@@ -58,7 +58,7 @@ class Instance:
 
     @property
     def id(self) -> str:
-        return (f"{self.model}|L{self.layers}|{self.cluster.id}"
+        return (f"{self.model}|L{self.layers}|{cluster_id(self.nodes, self.gpus, self.replicas)}"
                 f"|{self.scenario}|T{self.steps}W{self.window}")
 
     @classmethod
@@ -74,8 +74,7 @@ class Instance:
     @property
     def shape_name(self) -> str:
         """The CLUSTERS name of this cluster, or ``N<n>xP<p>`` for an ad-hoc one."""
-        preset = cluster_preset_of(self.nodes, self.gpus)
-        return preset.name if preset is not None else f"N{self.nodes}xP{self.gpus}"
+        return shape_name(self.nodes, self.gpus)
 
     @property
     def cluster(self) -> Cluster:

@@ -31,7 +31,7 @@ from ..problem import Problem
 from ..grading import graded_run
 from ..registry import SolverOutput, get_solver, register, run
 from ..result import SolveResult
-from ..scoring import check_expert_bytes, gpu_loads
+from ..scoring import gpu_loads
 from .exact import count_window, solve_layer
 from .minmoves import TARGET_RTOL, repair
 from .moves import moves_per_layer
@@ -283,16 +283,12 @@ def plan_with_migration(problem: Problem, solver: str, previous: Plan, *, slack:
     (``info["relaxed_layers"]``: layer -> slack used); their max load may then exceed
     ``(1 + slack)`` x the fresh plan's. None: the slack is a hard limit.
     """
-    if not isinstance(problem, Problem):
-        raise OptionError("problem", f"must be a solvers.Problem, got {type(problem).__name__}")
-    if not isinstance(previous, Plan):
+    if not isinstance(previous, Plan):     # required here (solve's previous is optional)
         raise OptionError("previous", f"must be a solvers.Plan (the placement in force), got "
                           f"{type(previous).__name__}")
     if not isinstance(solver, str) or solver == "migration":
         raise OptionError("solver", f"must name a registered solver other than 'migration', got {solver!r}")
     get_solver(solver)
-    spec = get_solver("migration")
-    opts = spec.parse(dict(base=solver, current=previous, slack=slack, method=method, time_limit=time_limit,
-                           budget=budget, base_options=solver_options or None))
-    return graded_run(problem, spec, opts, previous=previous.to(problem.device),
-                      expert_bytes=check_expert_bytes(expert_bytes))
+    options = dict(base=solver, current=previous, slack=slack, method=method, time_limit=time_limit, budget=budget,
+                   base_options=solver_options or None)
+    return graded_run(problem, "migration", options, previous=previous, expert_bytes=expert_bytes)
