@@ -196,10 +196,6 @@ class SolverOptions(Mapping):
         """Checked against the schema (unknown names and bad values raise OptionError), defaults filled."""
         return cls(**validate_options(cls.solver, cls.schema, dict(values or {})))
 
-    def replace(self, **changes: Any) -> "SolverOptions":
-        """A copy with ``changes`` checked against the schema."""
-        return type(self).parse({**dict(self), **changes})
-
     def as_dict(self) -> dict[str, Any]:
         return dict(self)
 
