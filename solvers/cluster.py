@@ -149,6 +149,12 @@ def cluster_id(nodes: int, gpus: int, replicas: int) -> str:
 
 # Presets ---------------------------------------------------------------------------------
 
+def slots_for(num_experts: int, num_gpus: int, spare_per_gpu: int = 1) -> int:
+    """The slot rule of the presets: the smallest multiple of the GPUs holding every expert
+    plus ``spare_per_gpu`` redundant slots per GPU."""
+    return num_gpus * math.ceil((num_experts + spare_per_gpu * num_gpus) / num_gpus)
+
+
 @dataclass(frozen=True)
 class ClusterPreset:
     """A public cluster shape: ``nodes`` nodes, ``gpus`` GPUs in all, ``spare_per_gpu``
@@ -164,7 +170,7 @@ class ClusterPreset:
     def replicas(self, num_experts: int) -> int:
         """Slots for ``num_experts`` experts: the smallest multiple of the GPUs holding every
         expert plus the spare slots."""
-        return self.gpus * math.ceil((num_experts + self.spare_per_gpu * self.gpus) / self.gpus)
+        return slots_for(num_experts, self.gpus, self.spare_per_gpu)
 
     def cluster(self, num_experts: int) -> Cluster:
         return Cluster(self.nodes, self.gpus, self.replicas(num_experts))

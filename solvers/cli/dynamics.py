@@ -19,7 +19,7 @@ from typing import Any
 from ..dynamics.simulate import simulate
 from ..dynamics.sweep import frontier, frontier_table, suggest, sweep
 from ..errors import OptionError
-from ..cluster import CLUSTERS, Cluster, ClusterPreset, get_model
+from ..cluster import CLUSTERS, Cluster, get_model, slots_for
 from .args import options_dict
 from .inputs import dropped_note, read_trace_arg
 
@@ -49,7 +49,7 @@ def cluster_from_args(args: argparse.Namespace, num_experts: int) -> tuple[dict[
     if replicas is None:
         if args.model is None:
             raise OptionError("replicas", "give --replicas (or --model NAME for a default cluster)")
-        replicas = ClusterPreset("", "", nodes or 1, gpus).replicas(num_experts)    # one spare slot per GPU
+        replicas = slots_for(num_experts, gpus)                 # one spare slot per GPU
     return {"cluster": Cluster(nodes or 1, gpus, replicas), "num_groups": groups or 1}, nbytes
 
 
