@@ -6,7 +6,7 @@ None; the caller stops drawing what depends on it.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import streamlit as st
 
@@ -121,11 +121,20 @@ def _fill_groups(page: str) -> None:
         st.session_state[f"{page}:groups"] = preset.num_groups
 
 
-def cluster_picker(page: str, loads: Loads, default_cluster: str = DEFAULT_CLUSTER
-                   ) -> tuple[Cluster | None, int, str | None]:
-    """(cluster, expert groups, model preset key or None) from the sidebar. The cluster is
-    None when its shape is impossible (the library's error is shown); the groups are checked
-    against the loads when the problem is built."""
+class ClusterPick(NamedTuple):
+    """What the sidebar's cluster widgets say: the cluster (None when its shape is
+    impossible, ``error`` then says why: the page shows it where its results would be),
+    the expert groups (checked against the loads when the problem is built) and the model
+    preset key or None."""
+
+    cluster: Cluster | None
+    groups: int
+    model: str | None
+    error: EPLBError | None = None
+
+
+def cluster_picker(page: str, loads: Loads, default_cluster: str = DEFAULT_CLUSTER) -> ClusterPick:
+    """The sidebar's cluster widgets (see :class:`ClusterPick`)."""
     E = loads.num_experts
     st.subheader("Cluster")
     models = matching_models(E)
@@ -161,11 +170,9 @@ def cluster_picker(page: str, loads: Loads, default_cluster: str = DEFAULT_CLUST
                f"({int(gpus) * int(slots) - E} redundant)")
     model = model if model in MODELS else None
     try:
-        cluster = Cluster(int(nodes), int(gpus), int(gpus) * int(slots))
+        return ClusterPick(Cluster(int(nodes), int(gpus), int(gpus) * int(slots)), int(groups), model)
     except EPLBError as exc:
-        show_error(exc)
-        return None, int(groups), model
-    return cluster, int(groups), model
+        return ClusterPick(None, int(groups), model, exc)
 
 
 # ---------------------------------------------------------------------------------------

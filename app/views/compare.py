@@ -34,13 +34,11 @@ def main() -> None:
             return
         T = loads.num_steps
         window = window_picker(PAGE, loads, default=(0, max(1, T // 2)))
-        cluster, groups, _ = cluster_picker(PAGE, loads)
-        if cluster is None:
-            return
+        cluster, groups, _, cluster_error = cluster_picker(PAGE, loads)
     heldout = _held_out_window(loads, window)
     st.caption(describe_loads(loads) + f" · planning on steps {window[0]}..{window[1] - 1}"
                + (f", held out {heldout[0]}..{heldout[1] - 1}" if heldout else ", no held-out steps after it")
-               + " · " + describe_cluster(cluster, groups))
+               + ("" if cluster is None else " · " + describe_cluster(cluster, groups)))
 
     names = solver_names(available_only=True)
     chosen = st.multiselect("Solvers", names, default=[n for n in DEFAULT_SOLVERS if n in names], key=f"{PAGE}:solvers")
@@ -57,6 +55,9 @@ def main() -> None:
     run = c1.button("Run comparison", type="primary", key=f"{PAGE}:run", width="stretch")
     c2.button("Stop", key=f"{PAGE}:stop", width="stretch",
               help="stops after the solver that is running (each respects its time limit)")
+    if cluster_error is not None:
+        show_error(cluster_error)
+        return
     try:
         weights = loads.window(*window)
         problem = Problem(weights, cluster=cluster, num_groups=groups)

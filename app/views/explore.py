@@ -71,9 +71,7 @@ def main() -> None:
         if loads is None:
             return
         window = window_picker(PAGE, loads)
-        cluster, groups, model = cluster_picker(PAGE, loads)
-        if cluster is None:
-            return
+        cluster, groups, model, cluster_error = cluster_picker(PAGE, loads)
         st.subheader("Solver")
         solver = solver_select(PAGE)
         try:
@@ -85,8 +83,11 @@ def main() -> None:
         run = st.button("Run solver", type="primary", key=f"{PAGE}:run", width="stretch",
                         help="heuristics re-run on every change; exact solvers run when you press this")
 
-    st.caption(describe_loads(loads) + f" · planning on steps {window[0]}..{window[1] - 1} · "
-               + describe_cluster(cluster, groups))
+    st.caption(describe_loads(loads) + f" · planning on steps {window[0]}..{window[1] - 1}"
+               + ("" if cluster is None else " · " + describe_cluster(cluster, groups)))
+    if cluster_error is not None:
+        show_error(cluster_error)
+        return
     try:
         weights = loads.window(*window)                                        # [L, E]
         problem = Problem(weights, cluster=cluster, num_groups=groups)

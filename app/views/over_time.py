@@ -50,9 +50,7 @@ def main() -> None:
         loads = loads_picker(PAGE, DEFAULT_DATASET)
         if loads is None:
             return
-        cluster, groups, model = cluster_picker(PAGE, loads, "node-8")
-        if cluster is None:
-            return
+        cluster, groups, model, cluster_error = cluster_picker(PAGE, loads, "node-8")
         st.subheader("Planner")
         names = [n for n in solver_names(available_only=True) if get_solver(n).kind == "heuristic"]
         solver = st.selectbox("Solver", names, index=names.index("deepseek") if "deepseek" in names else 0,
@@ -60,9 +58,12 @@ def main() -> None:
                                                          "slow to re-run at every rebalance)")
         size = st.number_input("Bytes per expert", 0, 10**12, expert_bytes(model) or 0, step=1_000_000,
                                key=f"{PAGE}:bytes:{model}", help="weights of one expert (moves x this = bytes moved)")
-    st.caption(describe_loads(loads) + " · " + describe_cluster(cluster, groups))
+    st.caption(describe_loads(loads) + ("" if cluster is None else " · " + describe_cluster(cluster, groups)))
     if loads.num_steps < 3:
         st.error(f"loads: a replay needs a trace of several steps; {loads.name} has {loads.num_steps}")
+        return
+    if cluster_error is not None:
+        show_error(cluster_error)
         return
     try:
         Problem(loads.window(0, 1), cluster=cluster, num_groups=groups)   # checked before any replay
