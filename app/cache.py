@@ -14,11 +14,14 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from . import loads as loads_mod
 from solvers import Cluster, Problem
+from solvers.bench.analysis import derive
+from solvers.bench.store import read_results
 from solvers.cluster import CLUSTERS
 from solvers.dynamics import simulate as run_simulation
 
+from . import compute, figures
+from . import loads as loads_mod
 from .cluster import DEFAULT_CLUSTER, expert_groups
 from .compute import HeldOut, Outcome, held_out, run_solver
 
@@ -71,9 +74,8 @@ def solve(problem: Problem, solver: str, options: dict[str, Any], extra: dict[st
 @st.cache_resource(show_spinner=False, max_entries=128)
 def _gpu_figure(key: str, title: str, num_gpus: int, num_nodes: int, _weights: torch.Tensor, _phy2log: torch.Tensor,
                 _logcnt: torch.Tensor, _node_load: torch.Tensor):
-    from .figures import gpu_load_figure
 
-    return gpu_load_figure(_weights, _phy2log, _logcnt, num_gpus, num_nodes, title=title, node_load=_node_load)
+    return figures.gpu_load_figure(_weights, _phy2log, _logcnt, num_gpus, num_nodes, title=title, node_load=_node_load)
 
 
 def gpu_figure(problem, result, layer: int):
@@ -117,8 +119,6 @@ def _shape_key(problem: Problem) -> tuple:
 def results(directory: str, stamp: float) -> pd.DataFrame:
     """The benchmark results table of ``directory`` (``stamp``: its files' latest mtime, so a
     rerun of the benchmark is picked up)."""
-    from solvers.bench.analysis import derive
-    from solvers.bench.store import read_results
 
     df = read_results(directory)
     if "gap_mean" not in df.columns or "proven_optimum" not in df.columns:
@@ -147,9 +147,8 @@ def simulate(trace: torch.Tensor, cluster: Cluster, groups: int, solver: str, se
 
 @st.cache_data(show_spinner="Dispatching the micro-batches...", max_entries=32)
 def _microbatch(plan_sha: str, tokens_sha: str, num_gpus: int, model: str, _plan, _tokens: torch.Tensor) -> torch.Tensor:
-    from .compute import microbatch_imbalance
 
-    return microbatch_imbalance(_plan, _tokens, num_gpus, model)
+    return compute.microbatch_imbalance(_plan, _tokens, num_gpus, model)
 
 
 def microbatch_imbalance(plan, tokens: torch.Tensor, num_gpus: int, model: str) -> torch.Tensor:

@@ -18,6 +18,7 @@ import torch
 
 from solvers import Problem, SolveResult, lower_bound, score, solve
 from solvers.bounds import structure_bound
+from solvers.dispatch.microbatches import microbatch_imbalance as imbalance
 from solvers.plan import Plan
 from solvers.result import ratio_gap
 from solvers.scoring import Score
@@ -162,7 +163,6 @@ def microbatch_imbalance(plan: Plan, tokens: torch.Tensor, num_gpus: int, model:
     (:func:`solvers.dispatch.microbatches.microbatch_imbalance`). tokens: [B, L, E] counts.
     "even split": each replica serves t_e / c_e; "scheduled split": per micro-batch, the split
     of each expert's tokens over its replicas with the smallest max GPU load."""
-    from solvers.dispatch.microbatches import microbatch_imbalance as imbalance
 
     if model not in DISPATCH_MODELS:
         raise ValueError(f"dispatch: must be one of {', '.join(DISPATCH_MODELS)}, got {model!r}")

@@ -15,7 +15,11 @@ from typing import Any
 import torch
 
 from solvers.errors import LoadFileError, OptionError
+from solvers.io import read_loads
+from solvers.workloads.catalog import list_datasets
 from solvers.workloads.formats import SUFFIX_FORMAT
+from solvers.workloads.generators import generate
+from solvers.workloads.importers import as_trace
 
 DEFAULT_DATASET = "deepseek-v3-skewed"
 UPLOAD_SUFFIXES = tuple(s.lstrip(".") for s in SUFFIX_FORMAT)       # the importers' one suffix table
@@ -70,13 +74,10 @@ def content_hash(*tensors: torch.Tensor) -> str:
 def from_dataset(name: str) -> Loads:
     """A shipped dataset by name (``eplb datasets`` lists them), read like every ``--loads``
     (:func:`solvers.io.read_loads`: leading all-zero layers dropped and counted)."""
-    from solvers.io import read_loads
-    from solvers.workloads.catalog import list_datasets
 
     entry = next((e for e in list_datasets() if e.get("name") == name), None)
     if entry is None:
         raise OptionError("dataset", f"unknown dataset {name!r}")
-    from solvers.workloads.importers import as_trace
 
     info = read_loads(name)
     trace = as_trace(info.trace if info.trace is not None else info.weights, info.meta)    # integer counts
@@ -87,7 +88,6 @@ def from_dataset(name: str) -> Loads:
 def from_generator(model: str, scenario: str, steps: int, seed: int, tokens_per_step: int,
                    num_layers: int | None = None) -> Loads:
     """A seeded synthetic trace (:func:`solvers.workloads.generators.generate`)."""
-    from solvers.workloads.generators import generate
 
     trace = generate(model, scenario, steps=steps, seed=seed, tokens_per_step=tokens_per_step,
                      num_layers=num_layers)
@@ -99,7 +99,6 @@ def from_upload(filename: str, data: bytes, format: str | None = None) -> Loads:
     """An uploaded loads file in any importer format (SGLang ``.pt``, vLLM JSON, Megatron
     ``.npz``, CSV, ``.npz``, ``.pt``, JSON), read by :func:`solvers.io.read_loads`; leading
     all-zero (dense) layers are dropped and counted."""
-    from solvers.io import read_loads
 
     suffix = Path(filename).suffix.lower()
     if suffix.lstrip(".") not in UPLOAD_SUFFIXES:

@@ -15,26 +15,26 @@ import logging
 import sys
 from pathlib import Path
 
+# What every page needs, imported here, in the server process, before the first session
+# (kept in sys.modules for every session).
+import pandas  # noqa: F401
+import plotly.graph_objects  # noqa: F401
+import torch  # noqa: F401
+
+import solvers.bench.analysis  # noqa: F401
+import solvers.builtin  # noqa: F401  registers every solver
+import solvers.compare  # noqa: F401
+import solvers.io  # noqa: F401
+from app import cache, compute, exports, figures, loads  # noqa: F401
+from app.compute import worst_layer
+from solvers.registry import solver_names
+
 ROOT = Path(__file__).resolve().parents[1]
 MAIN = ROOT / "app" / "main.py"
 
 
 def preload() -> None:
-    """Import what every page needs (kept in sys.modules for every session)."""
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    import pandas  # noqa: F401
-    import plotly.graph_objects  # noqa: F401
-    import torch  # noqa: F401
-
-    import solvers.builtin  # noqa: F401  registers every solver
-    import solvers.bench.analysis  # noqa: F401
-    import solvers.compare  # noqa: F401
-    import solvers.io  # noqa: F401
-    # not app.cache or app.widgets: st.cache_data wants the runtime, which starts later
-    from app import compute, exports, figures, loads  # noqa: F401
-    from solvers.registry import solver_names
-
+    """Probe the optional backends and freeze what the imports above made."""
     solver_names(available_only=True)      # probes (imports) the optional exact backends once
     # Everything imported so far lives as long as the server: move it out of the collector's
     # generations so that later collections, during page runs, do not walk it again.
@@ -57,9 +57,6 @@ def warm() -> None:
     for q in quiet:
         q.setLevel(logging.ERROR)
     try:
-        from app import cache, figures
-        from app.compute import worst_layer
-
         problem, solver, options = cache.default_explore_inputs()
         outcome = cache.solve(problem, solver, options)               # the page's first solve, cached
         result = outcome.result

@@ -11,12 +11,20 @@ from typing import Any, NamedTuple
 import streamlit as st
 
 from solvers import get_solver, solver_names
+from solvers.cluster import CLUSTERS, MODELS, Cluster
 from solvers.errors import EPLBError
 from solvers.options import Option
-from solvers.cluster import CLUSTERS, MODELS, Cluster
+from solvers.workloads.catalog import dataset_names
+from solvers.workloads.generators import SCENARIOS
 
 from . import cache
-from .cluster import CUSTOM, DEFAULT_CLUSTER, expert_groups, matching_models, model_label
+from .cluster import (
+    CUSTOM,
+    DEFAULT_CLUSTER,
+    expert_groups,
+    matching_models,
+    model_label,
+)
 from .loads import DEFAULT_DATASET, UPLOAD_SUFFIXES, Loads
 
 SOURCES = ("Dataset", "Generate", "Upload")
@@ -33,8 +41,6 @@ def show_error(exc: BaseException) -> None:
 
 def loads_picker(page: str, default_dataset: str = DEFAULT_DATASET) -> Loads | None:
     """Loads from a shipped dataset, a generated trace or an upload (sidebar)."""
-    from solvers.workloads.catalog import dataset_names
-    from solvers.workloads.generators import SCENARIOS
 
     st.subheader("Loads")
     source = st.radio("Source", SOURCES, horizontal=True, key=f"{page}:source")

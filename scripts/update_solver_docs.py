@@ -4,7 +4,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from solvers.cli import solver_catalogue_markdown  # noqa: E402
+from solvers.cli.catalogue import solver_catalogue_markdown  # noqa: E402
 
 START, END = "<!-- catalogue:start -->", "<!-- catalogue:end -->"
 path = Path(__file__).resolve().parent.parent / "docs" / "solvers.md"

@@ -24,7 +24,7 @@ import torch
 from .errors import LoadFileError
 from .loadfiles import LoadsSpec, resolve_spec
 from .workloads.formats import FORMATS, suffix_of
-
+from .workloads.importers import read_loads as read_raw
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,6 @@ def read_loads(source: str | os.PathLike | LoadsSpec | bytes | BinaryIO, format:
     name: the original file name of bytes or a file object (its suffix helps detection).
     drop_dense: drop leading all-zero layers (engines' dense layers).
     """
-    from .workloads.importers import read_loads as read_raw
 
     if format is not None and format not in FORMATS:
         raise LoadFileError("format", f"must be one of {', '.join(FORMATS)}, got {format!r}")

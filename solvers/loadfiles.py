@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import LoadFileError
+from .workloads.catalog import dataset_names, dataset_path
+from .workloads.formats import FORMATS
 
 
 def _split_format(spec: str | Path) -> tuple[str | None, str]:
     """(forced format or None, the rest) for ``FORMAT:SPEC``."""
-    from .workloads.formats import FORMATS
 
     text = str(spec)
     head, sep, rest = text.partition(":")
@@ -71,7 +72,6 @@ class LoadsSpec:
 
 def resolve_loads(spec: str | Path) -> tuple[str | None, str | list[Path]]:
     """(format or None, what to read: the spec itself, or the dataset file for a name)."""
-    from .workloads.catalog import dataset_names, dataset_path
 
     fmt, text = _split_format(spec)
     if _is_files(text):

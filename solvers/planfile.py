@@ -25,11 +25,10 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from . import safejson
-from .errors import LoadFileError, PlanError
-from .plan import Plan
-from .errors import ProblemError
+from . import __version__, safejson
 from .cluster import Cluster, as_count
+from .errors import LoadFileError, PlanError, ProblemError
+from .plan import Plan
 from .problem import Problem
 
 FORMAT = "eplb-plan"
@@ -52,7 +51,6 @@ def plan_document(plan: Plan, problem: Problem, *, policy: str, solver: str,
     """The plan document. ``result``: the :class:`solvers.SolveResult` the plan came from
     (its bounds and termination are recorded). ``dense_layers``: leading dense layers of
     the model that engines count in their per-layer maps (exports write them back)."""
-    from . import __version__
 
     prov = {"created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "version": __version__}

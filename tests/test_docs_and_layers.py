@@ -3,8 +3,8 @@ import ast
 import re
 from pathlib import Path
 
-
-from solvers.cli import build_parser, solver_catalogue_markdown
+from solvers.cli import build_parser
+from solvers.cli.catalogue import solver_catalogue_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -214,3 +214,39 @@ def test_no_import_cycles():
         if v not in index:
             visit(v)
     assert cycles == [], cycles
+
+
+# The one function-level import between project modules: the CLI loads its command
+# implementations (torch, every solver) only after parsing, so --help and --version answer
+# without torch.
+DEFERRED_IMPORTS = {("solvers/cli/__init__.py", "main", ".commands")}
+
+
+def _function_level_project_imports(root=ROOT):
+    found = set()
+    for f in sorted([*(root / "solvers").rglob("*.py"), *(root / "app").rglob("*.py")]):
+        rel = str(f.relative_to(root))
+        for fn in ast.walk(ast.parse(f.read_text())):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith(("solvers", "app"))):
+                    found.add((rel, fn.name, "." * node.level + (node.module or "")))
+                elif isinstance(node, ast.Import):
+                    found |= {(rel, fn.name, a.name) for a in node.names if a.name.startswith(("solvers", "app"))}
+    return found
+
+
+def test_no_function_level_imports_between_project_modules():
+    """Imports between project modules sit at the top of the module, where the layering and
+    cycle tests above (and a reader) see them; optional third-party packages may load late."""
+    assert _function_level_project_imports() - DEFERRED_IMPORTS == set()
+
+
+def test_function_level_import_check_catches_one(tmp_path):
+    (tmp_path / "solvers").mkdir()
+    (tmp_path / "app").mkdir()
+    (tmp_path / "solvers" / "late.py").write_text("def f():\n    from .plan import Plan\n    return Plan\n")
+    (tmp_path / "app" / "late.py").write_text("def g():\n    import solvers.io\n    import json\n")
+    assert _function_level_project_imports(tmp_path) == {("solvers/late.py", "f", ".plan"),
+                                                          ("app/late.py", "g", "solvers.io")}

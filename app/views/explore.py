@@ -7,15 +7,29 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from solvers import Problem, get_solver, score
-from solvers.errors import EPLBError
-
 from app import cache, figures
 from app.cluster import dense_layers, expert_bytes
 from app.compute import DISPATCH_MODELS, metric_cards, plan_table, worst_layer
 from app.exports import plan_downloads
-from app.widgets import (cluster_picker, describe_cluster, describe_loads, loads_picker, show_error, solver_options, solver_select,
-                         window_picker)
+from app.widgets import (
+    cluster_picker,
+    describe_cluster,
+    describe_loads,
+    loads_picker,
+    show_error,
+    solver_options,
+    solver_select,
+    window_picker,
+)
+from solvers import Problem, get_solver, score
+from solvers.cluster import MODELS
+from solvers.dispatch.microbatches import (
+    imbalance_stats,
+    sample_microbatches,
+    steps_as_microbatches,
+)
+from solvers.errors import EPLBError
+from solvers.workloads.exporters import read_plan_for_loads
 
 PAGE = "explore"
 PLAN_SUFFIXES = ("json", "yaml", "yml", "csv")
@@ -36,7 +50,6 @@ def _current_placement(problem, model):
                                                                      "preset's size in its usual dtype)")
     if up is None:
         return None, int(size)
-    from solvers.workloads.exporters import read_plan_for_loads
 
     with tempfile.TemporaryDirectory(prefix="eplb-plan-") as tmp:
         path = Path(tmp) / ("plan" + Path(up.name).suffix.lower())
@@ -173,8 +186,6 @@ def _per_gpu(problem, result) -> None:
 def _micro_batches(problem, result, loads, window, model) -> None:
     """The plan under each dispatch model, micro-batch by micro-batch: the window's steps
     taken as micro-batches, or micro-batches sampled from them."""
-    from solvers.dispatch.microbatches import imbalance_stats, sample_microbatches, steps_as_microbatches
-    from solvers.cluster import MODELS
 
     c1, c2 = st.columns([2, 3])
     chosen = c1.pills("Dispatch model", list(DISPATCH_MODELS), selection_mode="multi", default=list(DISPATCH_MODELS),

@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import streamlit as st
 
-from solvers.errors import EPLBError
-
 from app import cache, figures
 from app.widgets import show_error
+from solvers.bench.analysis import (
+    best_per_shape,
+    performance_profile,
+    shape_label,
+    solver_table,
+)
+from solvers.bench.recommend import SHIPPED_RESULTS, format_recommendation, recommend
+from solvers.bench.report import profile_sets
+from solvers.errors import EPLBError
 
 PAGE = "results"
 
 
 def main() -> None:
-    from solvers.bench.analysis import best_per_shape, performance_profile, shape_label, solver_table
-    from solvers.bench.recommend import SHIPPED_RESULTS
-    from solvers.bench.report import profile_sets
 
     st.title("Benchmark results")
     directory = st.text_input("Results directory", str(SHIPPED_RESULTS), key=f"{PAGE}:dir",
@@ -69,7 +73,6 @@ def main() -> None:
 
 
 def _recommender(df) -> None:
-    from solvers.bench.recommend import format_recommendation, recommend
 
     with st.form(f"{PAGE}:recommend"):
         c = st.columns(6)

@@ -23,9 +23,11 @@ from typing import Any
 
 import torch
 
-from solvers.errors import EPLBError, OptionError
-
 from solvers.cluster import MODELS, cluster_id, get_cluster, get_model, shape_name
+from solvers.dynamics import simulate
+from solvers.errors import EPLBError, OptionError
+from solvers.registry import get_solver
+from solvers.workloads import generate, list_datasets, load_dataset
 
 from .instances import TOKENS_PER_STEP
 from .rowkeys import BAD_INPUT, SIMULATED, options_key
@@ -96,7 +98,6 @@ class TraceInstance:
 @lru_cache(maxsize=8)
 def load_trace(instance_id: str, seed: int):
     """(TraceInstance, loads [T, L, E] int64, model preset name, num_groups) of a trace id."""
-    from solvers.workloads import generate, load_dataset
 
     inst = TraceInstance.from_id(instance_id)
     if inst.dataset is not None:
@@ -130,8 +131,6 @@ def setting_label(options: dict[str, Any]) -> str:
 
 def run_dynamics_task(task, threads: int = 1) -> dict[str, Any]:
     """Replay the task's trace under its setting; one row (plain numbers and strings only)."""
-    from solvers.dynamics import simulate
-    from solvers.registry import get_solver
 
     if threads:
         torch.set_num_threads(threads)
@@ -176,7 +175,6 @@ def run_dynamics_task(task, threads: int = 1) -> dict[str, Any]:
 
 
 def _dataset_scenario(name: str | None) -> str:
-    from solvers.workloads import list_datasets
 
     entry = next((e for e in list_datasets() if e["name"] == name), {})
     return str(entry.get("scenario") or "")

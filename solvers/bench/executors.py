@@ -13,6 +13,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
+from solvers.childproc import die_with_parent
 from solvers.errors import OptionError
 
 from .tasks import Task, run_task
@@ -71,7 +72,6 @@ def _run_inline(tasks: Sequence[Task], threads: int) -> Iterator[dict[str, Any]]
 def _init_worker(threads: int, parent: int | None = None) -> None:
     # A worker (and, through it, any CBC child) dies with the run: kill -9 of the runner
     # leaves no process behind.
-    from solvers.childproc import die_with_parent
 
     die_with_parent(parent)
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))

@@ -16,9 +16,17 @@ from functools import lru_cache
 
 import torch
 
-from solvers.cluster import MODELS, Cluster, cluster_id, get_cluster, get_model, shape_name
+from solvers.cluster import (
+    MODELS,
+    Cluster,
+    cluster_id,
+    get_cluster,
+    get_model,
+    shape_name,
+)
 from solvers.errors import OptionError
 from solvers.problem import Problem
+from solvers.workloads import generate, windows
 
 # Tokens routed per generated step: a realistic micro-batch, small enough to generate fast.
 TOKENS_PER_STEP = 4096
@@ -102,7 +110,6 @@ class LoadedInstance:
 @lru_cache(maxsize=8)
 def load_instance(instance_id: str, seed: int) -> LoadedInstance:
     """Generate the instance's trace (deterministic in ``seed``) and cut its windows."""
-    from solvers.workloads import generate, windows
 
     inst = Instance.from_id(instance_id)
     if inst.model not in MODELS:

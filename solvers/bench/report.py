@@ -14,8 +14,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .analysis import (CERTIFIED_TARGET, DEFAULT_BUDGETS_S, TIME_SHIFT_S, VERDICTS, best_per_shape,
-                       certified_table, has_plan, performance_profile, solver_table)
+from .analysis import (
+    CERTIFIED_TARGET,
+    DEFAULT_BUDGETS_S,
+    TIME_SHIFT_S,
+    VERDICTS,
+    best_per_shape,
+    certified_table,
+    derive,
+    has_plan,
+    performance_profile,
+    solver_table,
+)
+from .dynamics_report import dynamics_section, dynamics_summary, split_dynamics
+from .store import META_NAME, SUMMARY_NAME, read_results
 
 GAP_DEFINITION = (
     "**Gap to bound** (per layer): `objective / best lower bound - 1`, where objective is the plan's "
@@ -230,7 +242,6 @@ def render_summary(df: pd.DataFrame, meta: dict[str, Any], violations: list[str]
 def summary_text(df: pd.DataFrame, meta: dict[str, Any], violations: list[str], figure: Path | None) -> str:
     """summary.md of a run: the solver tables for solver rows, the dynamics table for the
     replays of a dynamics suite (a run holding only replays gets the dynamics summary)."""
-    from .dynamics_report import dynamics_section, dynamics_summary, split_dynamics
 
     solved, replays = split_dynamics(df)
     if len(solved) or not len(replays):
@@ -244,14 +255,11 @@ def rerender(directory: str | Path, figure: str = "auto") -> Path:
     changing the report, or after adding rows with --resume from another machine)."""
     import json
 
-    from .analysis import derive
-    from .store import META_NAME, SUMMARY_NAME, read_results
 
     d = Path(directory)
     df, violations = derive(read_results(d))
     meta_path = d / META_NAME
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-    from .dynamics_report import split_dynamics
 
     fig = write_profile(split_dynamics(df)[0], d, figure)
     out = d / SUMMARY_NAME

@@ -33,61 +33,18 @@ from typing import Any, Sequence
 
 from solvers.errors import EPLBError, OptionError
 
+from .analysis import derive
+from .arguments import build_parser, parse_seeds
+from .dynamics_report import split_dynamics
+from .executors import check_executor, run_tasks
+from .report import summary_text, write_profile
+from .store import META_NAME, SUMMARY_NAME, ResultStore, write_json
+from .suites import get_suite
+from .tasks import HARD_FAILURES, suite_tasks
+
 EXIT_GATE, EXIT_USAGE = 1, 2
 VERSIONED = ("torch", "numpy", "pandas", "pyarrow", "ortools", "pulp", "highspy", "plotly", "kaleido",
              "dask", "distributed", "ray", "eplb-workbench")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise OptionError("arguments", message)
-
-
-def parse_seeds(text: str) -> list[int]:
-    seeds: list[int] = []
-    for part in text.replace(" ", "").split(","):
-        if not part:
-            continue
-        try:
-            if "-" in part:
-                lo, hi = part.split("-", 1)
-                seeds.extend(range(int(lo), int(hi) + 1))
-            else:
-                seeds.append(int(part))
-        except ValueError:
-            raise OptionError("seeds", f"expected integers like 0,1,2 or 0-4, got {text!r}") from None
-    if not seeds or any(s < 0 for s in seeds):
-        raise OptionError("seeds", f"expected non-negative integers like 0,1,2 or 0-4, got {text!r}")
-    return sorted(set(seeds))
-
-
-def build_parser(prog: str = "python -m benchmarks.run") -> argparse.ArgumentParser:
-    p = _Parser(prog=prog, description=DESCRIPTION)
-    add_run_arguments(p)
-    return p
-
-
-DESCRIPTION = "Run an EPLB benchmark suite."
-
-
-def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    """The runner's options, on its own parser and on ``eplb bench run`` alike (torch-free)."""
-    p.add_argument("--suite", required=True, help="suite name (tiny, ci, full, dynamics, dynamics-tiny)")
-    p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--solvers", help="comma-separated solver names (default: every available one)")
-    p.add_argument("--time-limit", type=float, help="seconds, for solvers with a time_limit option")
-    p.add_argument("--seeds", help="workload seeds, e.g. 0,1,2 or 0-4 (default: the suite's)")
-    p.add_argument("--jobs", type=int, default=1, help="parallel jobs (default 1)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads per job (default 1)")
-    p.add_argument("--executor", default="local", help="local (default), dask or ray")
-    p.add_argument("--address", help="scheduler address for dask (tcp://host:8786) or ray (host:6379, auto)")
-    p.add_argument("--resume", action="store_true", help="continue the run already in --out")
-    p.add_argument("--overwrite", action="store_true", help="replace the results already in --out")
-    p.add_argument("--fail-if-gap-above", type=float, metavar="X",
-                   help="exit 1 if any run's mean gap to the best bound exceeds X (fraction)")
-    p.add_argument("--figure", default="auto", choices=("auto", "png", "html", "none"),
-                   help="performance profile: PNG via chromium, HTML, or none (default auto: PNG, else HTML)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _git() -> dict[str, Any]:
@@ -136,13 +93,6 @@ def run(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks.run
 def run_parsed(args: argparse.Namespace, prog: str, argv: Sequence[str] | None = None) -> int:
     """Run the suite ``args`` name (parsed by a parser with :func:`add_run_arguments`); argv is
     recorded as the command line (default: sys.argv)."""
-    from .analysis import derive
-    from .dynamics_report import split_dynamics
-    from .executors import check_executor, run_tasks
-    from .report import summary_text, write_profile
-    from .store import META_NAME, SUMMARY_NAME, ResultStore, write_json
-    from .suites import get_suite
-    from .tasks import HARD_FAILURES, suite_tasks
 
     suite = get_suite(args.suite)
     solvers = [s.strip() for s in args.solvers.split(",") if s.strip()] if args.solvers else None

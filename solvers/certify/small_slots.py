@@ -28,6 +28,7 @@ import torch
 
 from ..bounds import replica_items
 from ..clock import clock
+from ..exact import backends
 from . import shares
 
 # A T proven infeasible in float64 is reported rounded down by this much (load tests
@@ -208,7 +209,6 @@ def _solve_lp(o: CountOptions, num_experts: int, num_replicas: int, *, time_limi
     D_l per level. Rows: one choice per expert; slots <= R; y only beside a full choice;
     D_l = D_{l-1} + supply - demand at level l; D_l + y >= 0.
     """
-    from ..exact import backends
     backends.highs_available()           # OR-Tools' HiGHS symbols first (see solvers.exact.backends)
     import highspy
 

@@ -50,12 +50,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(f"{exc.filename or ''}: {exc.strerror or exc}".strip(": "))
 
 
-def solver_catalogue_markdown() -> str:
-    """The registered solvers and their option schemas as Markdown (docs/solvers.md embeds it);
-    :func:`solvers.cli.catalogue.solver_catalogue_markdown`, loaded on call like ``main``'s commands."""
-    from .catalogue import solver_catalogue_markdown as markdown
-
-    return markdown()
-
-
-__all__ = ["main", "build_parser", "solver_catalogue_markdown", "LOADS_HELP", "SOLVER_OPTIONS_HELP", "EXIT_USAGE"]
+__all__ = ["main", "build_parser", "LOADS_HELP", "SOLVER_OPTIONS_HELP", "EXIT_USAGE"]

@@ -7,13 +7,22 @@ from __future__ import annotations
 import argparse
 
 from .. import __version__
-from ..bench.run import DESCRIPTION as BENCH_RUN_DESCRIPTION
-from ..bench.run import add_run_arguments
-from ..workloads.formats import FORMATS, PLAN_FORMATS, TRACE_FORMATS
+from ..bench.arguments import DESCRIPTION as BENCH_RUN_DESCRIPTION
+from ..bench.arguments import add_run_arguments
 from ..cluster import MODELS
+from ..workloads.formats import FORMATS, PLAN_FORMATS, TRACE_FORMATS
 from ..workloads.scenarios import SCENARIOS
-from .args import (LOADS_HELP, POLICIES, Parser, add_cluster_args, add_json, add_loads, add_options, add_out,
-                   key_value)
+from .args import (
+    LOADS_HELP,
+    POLICIES,
+    Parser,
+    add_cluster_args,
+    add_json,
+    add_loads,
+    add_options,
+    add_out,
+    key_value,
+)
 
 SOLVER_OPTIONS_HELP = ("solver options: every solver declares its options (type, default, allowed values); "
                        "`eplb solvers` prints them as a table. Pass them with -O KEY=VALUE.")

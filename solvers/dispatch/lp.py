@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..exact.backends import cpsat_available
 from ..plan import Plan
 
 
@@ -27,7 +28,6 @@ class LPSolution:
 
 
 def _highspy():
-    from ..exact.backends import cpsat_available
 
     cpsat_available()          # OR-Tools first: it bundles HiGHS' symbols (see exact.backends)
     import highspy

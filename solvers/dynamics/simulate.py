@@ -32,6 +32,7 @@ from ..plan import Plan
 from ..problem import Problem
 from ..registry import get_solver, run
 from ..scoring import score
+from ..workloads.trace import Trace
 
 DEFAULT_WINDOW = 16
 # Steps scored in one batch (bounds memory: steps x layers x slots float64).
@@ -129,7 +130,6 @@ SETTINGS = {o.name: o for o in (
 
 
 def _check(loads: Any) -> torch.Tensor:
-    from ..workloads.trace import Trace
 
     if isinstance(loads, Trace):
         loads = loads.loads

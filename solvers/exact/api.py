@@ -29,11 +29,18 @@ counts, duplicates allowed; or the replication model) gives a lower bound.
 """
 from __future__ import annotations
 
-
-from ..options import Option, SolverOptions, colocation_option, policy_option, seed_option, threads_option, time_limit_option
+from ..options import (
+    Option,
+    SolverOptions,
+    colocation_option,
+    policy_option,
+    seed_option,
+    threads_option,
+    time_limit_option,
+)
 from ..problem import Problem
 from ..registry import SolverOutput, register
-from . import backends
+from . import backends, cpsat, milp
 from .driver import run_exact
 
 EXACT_OPTIONS = (
@@ -66,13 +73,11 @@ def _exact_solver(backend: str, layer_solver, probe):
 
 
 def _cpsat_layer():
-    from . import cpsat
     return cpsat.solve_layer
 
 
 def _milp_layer(backend: str):
     def layer():
-        from . import milp
         return milp.layer_solver(backend)
     return layer
 

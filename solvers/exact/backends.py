@@ -15,6 +15,8 @@ from __future__ import annotations
 import functools
 import importlib
 
+from ..childproc import tied_subprocess_module
+
 _reasons: dict[str, str] = {}
 
 
@@ -65,7 +67,6 @@ def cbc_command(**kwargs):
     import pulp
     from pulp.apis import coin_api
 
-    from ..childproc import tied_subprocess_module
 
     if not getattr(coin_api.subprocess, "_eplb_tied", False):
         tied = tied_subprocess_module()

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..clock import clock
 from ..tolerances import MIP_BOUND_ABS_DISCOUNT, MIP_BOUND_REL_DISCOUNT
+from . import backends
 from .backends import cbc_command
 from .model import LayerModel, LayerResult, canonical_gpu_order
 from .scaling import solve_scaled
@@ -309,7 +310,6 @@ def _highs_class():
     global _HIGHS_CLS
     if _HIGHS_CLS is not None:
         return _HIGHS_CLS
-    from . import backends
     backends.highs_available()          # imports OR-Tools before highspy (see backends)
     import highspy
     import pulp

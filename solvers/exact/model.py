@@ -31,9 +31,11 @@ from ..bounds import lower_bound, optimal_counts
 from ..clock import clock
 from ..deepseek import balanced_packing, deepseek_plan
 from ..errors import OptionError, PlanError
+from ..heuristics.packing import pack_counts
 from ..plan import Plan
 from ..problem import Problem
 from ..registry import run
+
 
 @dataclass(frozen=True)
 class ExactOptions:
@@ -277,7 +279,6 @@ def fit_warm_to_counts(problem: Problem, opts: ExactOptions, warm_plan: Plan | N
         (warm_plan.logcnt.cpu() != fixed).any(1)
     if not bool(differ.any()):
         return warm_plan
-    from ..heuristics.packing import pack_counts
 
     rows = differ.nonzero().flatten()
     e_slots, obj = pack_counts(problem.weights.cpu()[rows].to(torch.float64), fixed[rows], problem.num_gpus,
@@ -385,7 +386,6 @@ def replication_plan(w: np.ndarray, counts: np.ndarray, num_gpus: int, forbid: b
     count is <= the GPUs, which the model's counts are).
     """
     if forbid:
-        from ..heuristics.packing import pack_counts
 
         e_slots, obj = pack_counts(torch.from_numpy(np.ascontiguousarray(w, dtype=np.float64)).unsqueeze(0),
                                    torch.from_numpy(np.asarray(counts, dtype=np.int64)).unsqueeze(0),

@@ -16,6 +16,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..bounds import optimal_counts
 from ..tolerances import BOUND_RTOL, SCALED_LOAD_TARGET
 from .model import LayerModel, LayerResult
 
@@ -87,7 +88,6 @@ def with_counts(lm: LayerModel, res: LayerResult) -> LayerResult:
         return res
     import torch
 
-    from ..bounds import optimal_counts
 
     counts = lm.warm_counts
     if counts is None:

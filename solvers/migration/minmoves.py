@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..heuristics.common import presence_counts
+
 # A load within this relative margin of its target meets it (float64 sums of a few
 # hundred terms are exact to far better; the shared scorer does the same arithmetic).
 TARGET_RTOL = 1e-12
@@ -43,7 +45,6 @@ class RepairOutcome:
 
 def _copies(p2l: torch.Tensor, num_experts: int, num_gpus: int) -> torch.Tensor:
     """[X, P, E] int64 replicas of each expert on each GPU. p2l: [X, R]."""
-    from ..heuristics.common import presence_counts
 
     return presence_counts(p2l, num_experts, num_gpus)
 

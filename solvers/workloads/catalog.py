@@ -22,7 +22,9 @@ from typing import Any
 
 from ..errors import LoadFileError, OptionError
 from ..planfile import file_sha256
-from .trace import Trace
+from .generators import SCENARIOS, generate
+from .importers import read_trace
+from .trace import Trace, save_trace
 
 CATALOG_FILE = "catalog.json"
 PACKAGE_DATA = "data"   # solvers/workloads/data -> ../../datasets in the repository
@@ -124,7 +126,6 @@ def dataset_path(name: str) -> Path:
 
 def load_dataset(name: str) -> Trace:
     """The shipped dataset ``name`` as a :class:`Trace` (loads ``[steps, layers, experts]``)."""
-    from .importers import read_trace
 
     trace = read_trace(dataset_path(name))
     trace.meta = {**trace.meta, "dataset": name}
@@ -141,8 +142,6 @@ def loads_sha256(loads) -> str:
 
 def build_catalog(names: list[str] | None = None) -> list[dict[str, Any]]:
     """(Re)generate the generated datasets and write ``catalog.json`` (keeps other entries)."""
-    from .generators import SCENARIOS, generate
-    from .trace import save_trace
 
     root = datasets_dir()
     root.mkdir(parents=True, exist_ok=True)

@@ -26,9 +26,10 @@ from .. import safejson
 from ..errors import LoadFileError, OptionError
 from ..plan import Plan, replica_ranks
 from ..planfile import FORMAT as EPLB_FORMAT
-from ..planfile import plan_document, read_plan, write_plan
+from ..planfile import plan_document, read_plan, write_plan, write_text_atomic
 from ..problem import Problem
 from .formats import PLAN_FORMATS, TRACE_FORMATS, trace_format_of
+from .trace import save_trace
 
 _SUFFIX = {".json": "json", ".yaml": "trtllm", ".yml": "trtllm", ".csv": "csv"}
 PARAM = "plan"
@@ -40,7 +41,6 @@ def _fail(path: Any, message: str) -> LoadFileError:
 
 
 def _write_text(path: Path, text: str) -> None:
-    from ..planfile import write_text_atomic
 
     write_text_atomic(path, text)
 
@@ -291,7 +291,6 @@ def write_vllm_json(loads: torch.Tensor, path: str | Path, chunk_steps: int = 64
 def write_trace(trace: Any, path: str | Path, format: str | None = None) -> Path:
     """Write a :class:`Trace` as ``npz``/``pt`` (ours, with meta), ``vllm`` JSON history,
     ``sglang`` stat dump (``.pt`` with ``logical_count``) or long ``csv`` (step,layer,expert,load)."""
-    from .trace import save_trace
 
     path = Path(path)
     if format is None:
