@@ -23,7 +23,7 @@ from solvers.dynamics import simulate as run_simulation
 from . import compute, figures
 from . import loads as loads_mod
 from .cluster import DEFAULT_CLUSTER, expert_groups
-from .compute import HeldOut, Outcome, held_out, run_solver
+from .compute import Holdout, Outcome, run_solver, score_holdout
 
 
 @st.cache_data(show_spinner="Reading the dataset...", max_entries=16)
@@ -101,13 +101,13 @@ def mark_solved(problem: Problem, solver: str, options: dict[str, Any]) -> None:
 
 
 @st.cache_data(show_spinner=False, max_entries=128)
-def _held_out(weights_sha: str, plan_sha: str, shape: tuple, _problem: Problem, _plan) -> HeldOut:
-    return held_out(_problem, _plan)
+def _holdout(weights_sha: str, plan_sha: str, shape: tuple, _problem: Problem, _plan) -> Holdout:
+    return score_holdout(_problem, _plan)
 
 
-def held_out_score(problem: Problem, plan) -> HeldOut:
+def holdout_score(problem: Problem, plan) -> Holdout:
     """``plan`` scored on ``problem`` (held-out loads), cached by content."""
-    return _held_out(loads_mod.content_hash(problem.weights), loads_mod.content_hash(plan.phy2log),
+    return _holdout(loads_mod.content_hash(problem.weights), loads_mod.content_hash(plan.phy2log),
                      _shape_key(problem), problem, plan)
 
 

@@ -2,7 +2,7 @@
 
 The sidebar's :class:`solvers.Cluster` and expert groups plus loads make a
 :class:`solvers.Problem`; :func:`run_solver` is
-:func:`solvers.solve` plus the gap within the plan's own policy; :func:`held_out` scores a
+:func:`solvers.solve` plus the gap within the plan's own policy; :func:`score_holdout` scores a
 plan on loads it was not planned on. Tables for the pages come from :func:`metric_cards`,
 :func:`plan_table` and :func:`compare_row`.
 """
@@ -17,38 +17,33 @@ import pandas as pd
 import torch
 
 from solvers import Problem, SolveResult, lower_bound, score, solve
-from solvers.bounds import structure_bound
+from solvers.compare import COLUMNS
 from solvers.dispatch.microbatches import microbatch_imbalance as imbalance
 from solvers.plan import Plan
 from solvers.result import ratio_gap
-from solvers.scoring import Score
+from solvers.scoring import Score, per_slot_loads
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """A solve with what the pages show beside it.
-
-    result: the SolveResult (plan graded by the shared scorer). gap_in_policy: [L] gap
-    against the bound for every plan of the plan's own node structure (None without a
-    plan).
-    """
+    """A solve as the pages hold it: the SolveResult (plan graded by the shared scorer)."""
 
     result: SolveResult
-    gap_in_policy: torch.Tensor | None
+
+    @property
+    def gap_in_policy(self) -> torch.Tensor | None:
+        """[L] gap against the bound for every plan of the plan's own node structure (None
+        without a plan): :attr:`solvers.SolveResult.gap_in_policy`."""
+        return self.result.gap_in_policy
 
 
 def run_solver(problem: Problem, solver: str, options: dict[str, Any]) -> Outcome:
-    """:func:`solvers.solve` plus the gap within the plan's policy (the structure bound)."""
-    result = solve(problem, solver, **options)
-    gip = None
-    if result.plan is not None:
-        gip = ratio_gap(result.score.max_load, torch.maximum(structure_bound(problem, result.plan),
-                                                             result.lower_bound))
-    return Outcome(result, gip)
+    """:func:`solvers.solve`, for the pages' cache."""
+    return Outcome(solve(problem, solver, **options))
 
 
 @dataclass(frozen=True)
-class HeldOut:
+class Holdout:
     """A plan scored on held-out loads: score, the bound valid there, and the gap [L]."""
 
     score: Score
@@ -56,12 +51,12 @@ class HeldOut:
     gap: torch.Tensor
 
 
-def held_out(problem: Problem, plan: Plan) -> HeldOut:
+def score_holdout(problem: Problem, plan: Plan) -> Holdout:
     """Score ``plan`` on ``problem`` (loads it was not planned on) and its gap to the bound
     that holds for every plan on those loads."""
     sc = score(problem, plan)
     lb = lower_bound(problem)
-    return HeldOut(sc, lb, ratio_gap(sc.max_load, lb))
+    return Holdout(sc, lb, ratio_gap(sc.max_load, lb))
 
 
 def _pct(x: float | None) -> str:
@@ -115,7 +110,7 @@ def plan_table(weights: torch.Tensor, plan: Plan, layer: int, num_gpus: int, num
     w = weights[layer].cpu().to(torch.float64)
     R = p2l.shape[0]
     S = R // num_gpus
-    per_slot = (w[p2l] / cnt[p2l]).view(num_gpus, S)
+    per_slot = per_slot_loads(w, p2l, cnt).view(num_gpus, S)
     load = per_slot.sum(1)
     mean = float(load.mean()) or 1.0
     rows = []
@@ -133,26 +128,20 @@ def options_text(options: dict[str, Any]) -> str:
     return json.dumps({k: v for k, v in sorted(options.items())}, separators=(", ", "="))[1:-1].replace('"', "")
 
 
-def compare_row(name: str, outcome: Outcome, holdout: HeldOut | None) -> dict[str, Any]:
-    """One row of the Compare table, in the columns of :mod:`solvers.compare` (fractions for
-    gaps) plus the held-out gaps."""
+# solvers.compare's columns, with the held-out gaps after the in-sample ones.
+_AT = COLUMNS.index("gap_in_policy_mean") + 1
+COMPARE_COLUMNS = (*COLUMNS[:_AT], "holdout_gap_mean", "holdout_gap_max", *COLUMNS[_AT:])
+
+
+def compare_row(name: str, outcome: Outcome, holdout: Holdout | None) -> dict[str, Any]:
+    """One row of the Compare table: :meth:`solvers.SolveResult.summary`, the columns of
+    :mod:`solvers.compare` (fractions for gaps), plus the held-out gaps."""
     r = outcome.result
-    row: dict[str, Any] = {"solver": name, "policy": r.policy, "termination": str(r.termination),
-                           "status": str(r.status), "wall_time_s": r.wall_time}
-    if r.score is None:
-        return {**row, "message": r.message}
-    m = r.score.metrics()
-    row.update({"imbalance_mean": m["imbalance_mean"], "imbalance_worst": m["imbalance_worst"]})
-    if holdout is not None:
-        hm = holdout.score.metrics()
-        row.update({"holdout_imbalance_mean": hm["imbalance_mean"], "holdout_imbalance_worst": hm["imbalance_worst"]})
-    row.update({"gap_mean": r.gap_mean, "gap_max": r.gap_max,
-                "gap_in_policy_mean": None if outcome.gap_in_policy is None else float(outcome.gap_in_policy.mean())})
-    if holdout is not None:
+    row = r.summary(holdout=None if holdout is None or r.score is None else holdout.score)
+    row["solver"] = name
+    if holdout is not None and r.score is not None:
         row.update({"holdout_gap_mean": float(holdout.gap.mean()), "holdout_gap_max": float(holdout.gap.max())})
-    row.update({"off_node_share_mean": m.get("off_node_share_mean"), "duplicates": m["duplicates"],
-                "message": r.message})
-    return row
+    return {c: row.get(c) for c in COMPARE_COLUMNS if c in row}
 
 
 DISPATCH_MODELS = {"even split": "even", "scheduled split": "scheduled"}

@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 import torch
 
 from solvers.plan import replica_ranks
+from solvers.scoring import per_slot_loads
 
 TEMPLATE = "plotly_white"
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
@@ -67,7 +68,7 @@ def replica_loads(weights: torch.Tensor, phy2log: torch.Tensor, logcnt: torch.Te
     p2l = phy2log.detach().cpu().to(torch.int64)
     w = weights.detach().cpu().to(torch.float64)
     cnt = logcnt.detach().cpu().to(torch.float64)
-    per_slot = w[p2l] / cnt[p2l]                                          # [R]
+    per_slot = per_slot_loads(w, p2l, cnt)                                # [R]
     rank = replica_ranks(p2l.unsqueeze(0), w.shape[0])[0][0]              # [R]
     shape = (num_gpus, p2l.shape[0] // num_gpus)
     return per_slot.view(shape).numpy(), p2l.view(shape).numpy(), rank.view(shape).numpy()

@@ -211,7 +211,7 @@ def lower_bound(problem: Problem, **kwargs: Any) -> torch.Tensor:
     return torch.stack(list(lower_bounds(problem, **kwargs).values())).max(0).values
 
 
-def structure_bound(problem: Problem, plan: Any) -> torch.Tensor:
+def structure_bound(problem: Problem, plan: Any, *, base: torch.Tensor | None = None) -> torch.Tensor:
     """[layers] bound for every plan with this plan's node structure, per layer.
 
     Where a layer keeps each group's replicas on a single node (a strict hierarchical
@@ -219,9 +219,13 @@ def structure_bound(problem: Problem, plan: Any) -> torch.Tensor:
     exactly G/N groups, else with the "free" one. Elsewhere it is the bound for any plan.
     So ``objective / structure_bound - 1`` is the gap *within* the plan's policy, while
     the gap to :func:`lower_bound` also counts what the policy itself costs.
+
+    base: [layers] a bound valid for every plan, already computed for this problem (the
+    grader's), with ``plan`` already validated; the result is never below it.
     """
-    plan.validate(problem.num_layers, problem.num_experts, problem.num_replicas, problem.num_gpus)
-    base = lower_bound(problem)
+    if base is None:
+        plan.validate(problem.num_layers, problem.num_experts, problem.num_replicas, problem.num_gpus)
+        base = lower_bound(problem)
     G, N = problem.num_groups, problem.num_nodes
     if G == 1 or N == 1 or problem.num_experts % G != 0:
         return base

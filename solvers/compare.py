@@ -11,15 +11,11 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Iterable, Sequence
 
-import torch
-
 from . import builtin  # noqa: F401  registers every solver a comparison may name
-from .bounds import structure_bound
 from .errors import OptionError
 from .plan import Plan
 from .problem import Problem
 from .registry import get_solver
-from .result import ratio_gap
 from .scoring import score
 from .solve import solve
 
@@ -79,19 +75,7 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
         if on_progress:
             on_progress(name, policy or "-", None)
         res = solve(problem, name, previous=previous, expert_bytes=expert_bytes, **opts)
-        row: dict[str, Any] = {"solver": name, "policy": res.policy, "termination": str(res.termination),
-                               "status": str(res.status), "wall_time_s": res.wall_time, "message": res.message}
-        if res.score is not None:
-            m = res.score.metrics()
-            within = torch.maximum(structure_bound(problem, res.plan), res.lower_bound)
-            row.update(imbalance_mean=m["imbalance_mean"], imbalance_worst=m["imbalance_worst"],
-                       gap_mean=res.gap_mean, gap_max=res.gap_max,
-                       gap_in_policy_mean=float(ratio_gap(res.objective, within).mean()),
-                       off_node_share_mean=m.get("off_node_share_mean"), duplicates=m["duplicates"],
-                       moves=m.get("moves"), moves_bytes=m.get("moves_bytes"))
-            if holdout is not None:
-                h = score(holdout, res.plan)
-                row.update(holdout_imbalance_mean=h.imbalance_mean, holdout_imbalance_worst=h.imbalance_worst)
+        row = res.summary(holdout=None if holdout is None or res.plan is None else score(holdout, res.plan))
         row["_result"] = res
         rows.append(row)
         if on_progress:

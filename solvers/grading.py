@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from .bounds import lower_bound
+from .bounds import lower_bound, structure_bound
 from .errors import EPLBError, OptionError, PlanError
 from .options import SolverOptions
 from .plan import Plan
@@ -115,4 +115,5 @@ def grade(problem: Problem, solver: str, out: SolverOutput, bound: torch.Tensor,
     else:
         status = SolutionStatus.FEASIBLE
     return SolveResult(solver, termination, status, out.plan, sc, bound, wall, out.policy, proven_optimal=proven,
-                       optimal_in_model=in_model, **common)
+                       optimal_in_model=in_model, policy_bound=structure_bound(problem, out.plan, base=bound),
+                       **common)

@@ -113,6 +113,7 @@ class SolveResult:
     model_scope: ModelScope | None = None
     proven_optimal: torch.Tensor | None = None     # [layers] bool
     optimal_in_model: torch.Tensor | None = None   # [layers] bool
+    policy_bound: torch.Tensor | None = None       # [layers] bound for every plan of this plan's node structure
 
     @property
     def objective(self) -> torch.Tensor | None:
@@ -132,6 +133,15 @@ class SolveResult:
         return ratio_gap(self.score.max_load, self.model_bound)
 
     @property
+    def gap_in_policy(self) -> torch.Tensor | None:
+        """[layers] objective / policy_bound - 1: the gap within the plan's own node structure
+        (for a strict hierarchical plan, against the node-level bound); the gap minus this is
+        what the policy itself costs."""
+        if self.score is None or self.policy_bound is None:
+            return None
+        return ratio_gap(self.score.max_load, self.policy_bound)
+
+    @property
     def gap_mean(self) -> float | None:
         g = self.gap
         return None if g is None else float(g.mean())
@@ -141,14 +151,22 @@ class SolveResult:
         g = self.gap
         return None if g is None else float(g.max())
 
-    def summary(self) -> dict[str, Any]:
-        """Plain-number summary for tables and JSON."""
+    def summary(self, holdout: Score | None = None) -> dict[str, Any]:
+        """The one flat row of a result, for every table and JSON (the CLI, ``compare``, the
+        app and the benchmark store use these names). holdout: the plan's score on loads it
+        was not planned on (same cluster), reported as ``holdout_*``."""
         out: dict[str, Any] = {"solver": self.solver, "termination": str(self.termination),
                                "status": str(self.status), "policy": self.policy, "wall_time_s": self.wall_time,
                                "lower_bound_sum": float(self.lower_bound.sum())}
         if self.score is not None:
             out.update(self.score.metrics())
             out["gap_mean"], out["gap_max"] = self.gap_mean, self.gap_max
+            gp = self.gap_in_policy
+            if gp is not None:
+                out["gap_in_policy_mean"] = float(gp.mean())
+            if holdout is not None:
+                out["holdout_imbalance_mean"] = holdout.imbalance_mean
+                out["holdout_imbalance_worst"] = holdout.imbalance_worst
             if self.proven_optimal is not None:
                 out["layers_proven_optimal"] = int(self.proven_optimal.sum())
         if self.model_bound is not None:

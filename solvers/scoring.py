@@ -76,14 +76,24 @@ class Score:
         return dict(self.summary)
 
 
+def per_slot_loads(weights: torch.Tensor, phy2log: torch.Tensor, logcnt: torch.Tensor) -> torch.Tensor:
+    """[..., R] load each slot serves under the even split: slot r holds expert e = phy2log[..., r]
+    and serves weights[..., e] / logcnt[..., e]. weights: [..., E], phy2log: [..., R],
+    logcnt: [..., E] on one device; leading dimensions broadcast (steps, candidates, layers);
+    the result has the weights' dtype. Every per-slot load in the project is this one."""
+    lead = torch.broadcast_shapes(weights.shape[:-1], phy2log.shape[:-1], logcnt.shape[:-1])
+    p2l = phy2log.expand(*lead, phy2log.shape[-1])
+    return (weights.expand(*lead, weights.shape[-1]).gather(-1, p2l)
+            / logcnt.expand(*lead, logcnt.shape[-1]).gather(-1, p2l).to(weights.dtype))
+
+
 def gpu_loads(weights: torch.Tensor, plan: Plan, num_gpus: int) -> torch.Tensor:
     """gpu_load: [L, P] float64 under the even split. weights: [L, E], plan on any device."""
     w = weights.to(torch.float64)
     p2l = plan.phy2log.to(w.device)
     cnt = plan.logcnt.to(w.device)
     L, R = p2l.shape
-    per_slot = w.gather(1, p2l) / cnt.gather(1, p2l).to(torch.float64)      # [L, R]
-    return per_slot.view(L, num_gpus, R // num_gpus).sum(-1)
+    return per_slot_loads(w, p2l, cnt).view(L, num_gpus, R // num_gpus).sum(-1)
 
 
 def duplicates_per_row(phy2log: torch.Tensor, num_gpus: int) -> torch.Tensor:
@@ -114,7 +124,7 @@ def off_node_share(weights: torch.Tensor, plan: Plan, num_groups: int, num_nodes
     replicas stay home). weights: [L, E]."""
     w = weights.to(torch.float64)
     p2l, cnt = plan.phy2log.to(w.device), plan.logcnt.to(w.device)
-    per_slot = w.gather(1, p2l) / cnt.gather(1, p2l).to(torch.float64)      # [L, R]
+    per_slot = per_slot_loads(w, p2l, cnt)                                   # [L, R]
     return off_node_share_of_slots(per_slot, p2l, w.shape[1], num_groups, num_nodes)
 
 
@@ -156,9 +166,7 @@ def slot_loads(problem: Problem, plan: Plan, split: str, tokens) -> torch.Tensor
 
 def even_slot_loads(t: torch.Tensor, plan: Plan) -> torch.Tensor:
     """[B, L, R] float64: each replica of e serves t_e / c_e. t: [B, L, E] on the plan's device."""
-    t = t.to(torch.float64)
-    p2l = plan.phy2log.unsqueeze(0).expand(t.shape[0], -1, -1)
-    return t.gather(2, p2l) / plan.logcnt.to(torch.float64).unsqueeze(0).expand(t.shape[0], -1, -1).gather(2, p2l)
+    return per_slot_loads(t.to(torch.float64), plan.phy2log, plan.logcnt)
 
 
 def score(problem: Problem, plan: Plan, previous: Plan | None = None,

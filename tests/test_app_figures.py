@@ -12,12 +12,11 @@ import torch
 pytest.importorskip("plotly")
 
 from app import figures  # noqa: E402
-from solvers import Cluster, Problem  # noqa: E402
-from app.widgets import describe_cluster  # noqa: E402
-from app.compute import compare_row, held_out, metric_cards, plan_table, run_solver  # noqa: E402
+from app.compute import compare_row, metric_cards, plan_table, run_solver, score_holdout  # noqa: E402
 from app.exports import plan_downloads  # noqa: E402
 from app.loads import content_hash, from_upload  # noqa: E402
-from solvers import score, solve  # noqa: E402
+from app.widgets import describe_cluster  # noqa: E402
+from solvers import Cluster, Problem, score, solve  # noqa: E402
 from solvers.errors import LoadFileError  # noqa: E402
 
 
@@ -166,7 +165,7 @@ def test_outcome_cards_and_gap_within_policy():
 def test_held_out_scores_the_plan_on_other_loads():
     problem, later = _problem(seed=0), _problem(seed=1)
     out = run_solver(problem, "deepseek", {})
-    h = held_out(later, out.result.plan)
+    h = score_holdout(later, out.result.plan)
     assert torch.equal(h.score.gpu_load, score(later, out.result.plan).gpu_load)
     row = compare_row("deepseek", out, h)
     assert row["holdout_imbalance_mean"] == pytest.approx(h.score.imbalance_mean)

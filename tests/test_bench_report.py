@@ -30,7 +30,7 @@ def _row(instance, solver, kind, obj, lb, t, *, seed=0, status="feasible", E=8, 
     if obj is not None:
         r.update(objective=float(sum(obj)), objective_layers=json.dumps(obj), imbalance_mean=1.1,
                  imbalance_worst=1.2, balancedness=0.9, node_imbalance_mean=1.0, duplicates=0,
-                 oos_imbalance_mean=1.2, oos_imbalance_worst=1.3)
+                 holdout_imbalance_mean=1.2, holdout_imbalance_worst=1.3)
     return r
 
 

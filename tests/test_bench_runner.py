@@ -142,7 +142,7 @@ def test_task_row_is_scored_by_the_shared_scorer():
     assert json.loads(row["objective_layers"]) == pytest.approx(result.objective.tolist(), rel=1e-6)
     assert row["imbalance_mean"] == pytest.approx(result.score.imbalance_mean)
     oos = solvers.score(loaded.eval_problem, result.plan)
-    assert row["oos_imbalance_mean"] == pytest.approx(oos.imbalance_mean)
+    assert row["holdout_imbalance_mean"] == pytest.approx(oos.imbalance_mean)
     assert row["seed"] == 3 and row["termination"] == "completed"
     assert row["status"] in ("feasible", "proven_optimal") and row["status"] == str(result.status)
     assert set(row) <= set(COLUMNS)
@@ -209,16 +209,16 @@ _GATED_RUNNER = """
 import os, sys, time
 import solvers
 from solvers.options import policy_option
-from solvers.registry import SolverOutput, register
+from solvers.registry import SolverOutput, register, run
 calls = []
 
 @register("zz_bench_gated", kind="heuristic", description="test: deepseek, blocking on its second call",
           options=(policy_option(),))
-def _gated(problem, *, policy="auto"):
+def _gated(problem, options):
     calls.append(1)
     while len(calls) == 2 and os.environ.get("RUNNER_GATE"):
         time.sleep(0.05)
-    return SolverOutput(solvers.solve(problem, "deepseek").plan, "global")
+    return SolverOutput(run(problem, "deepseek", {}).plan, "global")
 
 from solvers.bench.run import main
 sys.exit(main())

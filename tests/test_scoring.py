@@ -98,3 +98,15 @@ def test_library_misuse_names_the_parameter(kwargs, param):
     with pytest.raises(EPLBError) as err:
         score(p, args.pop("plan"), **args)
     assert err.value.param == param
+
+
+def test_per_slot_loads_broadcasts_over_steps_and_candidates():
+    from solvers.scoring import per_slot_loads
+
+    w = torch.tensor([[4.0, 2.0, 6.0]], dtype=torch.float64)            # [L=1, E=3]
+    p2l = torch.tensor([[0, 2, 0, 1]])                                   # [L, R=4]
+    cnt = torch.tensor([[2, 1, 1]])                                      # [L, E]
+    assert per_slot_loads(w, p2l, cnt).tolist() == [[2.0, 6.0, 2.0, 2.0]]
+    steps = torch.stack([w, 2 * w])                                      # [T=2, L, E]
+    assert per_slot_loads(steps, p2l, cnt).tolist() == [[[2.0, 6.0, 2.0, 2.0]], [[4.0, 12.0, 4.0, 4.0]]]
+    assert per_slot_loads(w[0], p2l[0], cnt[0]).tolist() == [2.0, 6.0, 2.0, 2.0]

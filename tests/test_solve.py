@@ -122,3 +122,26 @@ def test_cli_reports_a_solver_bug_in_one_line_exit_1(temporary_solver, capsys, t
                  "--solver", "test-broken-cli", "--out", str(tmp_path / "p.json")])
     err = capsys.readouterr().err
     assert code == 1 and err.startswith("eplb: internal error:") and err.count("\n") == 1
+
+
+def test_one_result_row_for_compare_the_app_and_the_benchmark():
+    """The gap within policy is graded once (SolveResult.policy_bound) and every front end
+    flattens a result through SolveResult.summary: same names, same numbers."""
+    from app.compute import Outcome, compare_row, score_holdout
+    from solvers.bounds import structure_bound
+    from solvers.compare import compare_solvers, table_rows
+    from solvers.result import ratio_gap
+
+    g = torch.Generator().manual_seed(3)
+    w = torch.rand(3, 16, generator=g, dtype=torch.float64) * 100
+    later = torch.rand(3, 16, generator=g, dtype=torch.float64) * 100
+    problem = Problem(w, num_replicas=24, num_groups=4, num_nodes=2, num_gpus=4)
+    held = problem.with_weights(later)
+    res = solve(problem, "deepseek", policy="hierarchical")
+    within = torch.maximum(structure_bound(problem, res.plan), res.lower_bound)
+    assert torch.allclose(res.gap_in_policy, ratio_gap(res.objective, within))
+    assert bool((res.gap_in_policy <= res.gap + 1e-12).all())
+    cli = table_rows(compare_solvers(problem, ["deepseek"], policies=["hierarchical"], holdout=held))[0]
+    app = compare_row("deepseek", Outcome(res), score_holdout(held, res.plan))
+    for key in ("imbalance_mean", "gap_mean", "gap_in_policy_mean", "holdout_imbalance_mean", "policy"):
+        assert cli[key] == pytest.approx(app[key]), key

@@ -18,7 +18,7 @@ PAGE = "compare"
 DEFAULT_SOLVERS = ("deepseek", "kk_swap", "joint", "best")
 
 
-def _held_out_window(loads, window) -> tuple[int, int] | None:
+def _holdout_window(loads, window) -> tuple[int, int] | None:
     """The steps after the planning window, as many as it has (fewer at the trace's end)."""
     start, stop = window
     if stop >= loads.num_steps:
@@ -35,9 +35,9 @@ def main() -> None:
         T = loads.num_steps
         window = window_picker(PAGE, loads, default=(0, max(1, T // 2)))
         cluster, groups, _, cluster_error = cluster_picker(PAGE, loads)
-    heldout = _held_out_window(loads, window)
+    holdout_steps = _holdout_window(loads, window)
     st.caption(describe_loads(loads) + f" · planning on steps {window[0]}..{window[1] - 1}"
-               + (f", held out {heldout[0]}..{heldout[1] - 1}" if heldout else ", no held-out steps after it")
+               + (f", held out {holdout_steps[0]}..{holdout_steps[1] - 1}" if holdout_steps else ", no held-out steps after it")
                + ("" if cluster is None else " · " + describe_cluster(cluster, groups)))
 
     names = solver_names(available_only=True)
@@ -61,14 +61,14 @@ def main() -> None:
     try:
         weights = loads.window(*window)
         problem = Problem(weights, cluster=cluster, num_groups=groups)
-        held = problem.with_weights(loads.window(*heldout)) if heldout else None
+        held = problem.with_weights(loads.window(*holdout_steps)) if holdout_steps else None
     except EPLBError as exc:
         show_error(exc)
         return
     if not runs:
         st.info("Pick at least one solver.")
         return
-    request = (cache.loads_mod.content_hash(weights), window, heldout, cluster, groups, tuple(
+    request = (cache.loads_mod.content_hash(weights), window, holdout_steps, cluster, groups, tuple(
         (n, cache.options_key(o)) for _, n, o in runs))
     done = st.session_state.setdefault(f"{PAGE}:done", {})
     if run:
@@ -77,7 +77,7 @@ def main() -> None:
         st.info("Press **Run comparison** to solve with every chosen solver "
                 f"({sum(get_solver(n).kind == 'exact' for _, n, _ in runs)} exact).")
         return
-    _show(done[request], problem, heldout is not None)
+    _show(done[request], problem, holdout_steps is not None)
 
 
 def _solve_all(runs, problem, held) -> dict:
@@ -95,7 +95,7 @@ def _solve_all(runs, problem, held) -> dict:
                 show_error(exc)
                 continue
             r = outcome.result
-            h = cache.held_out_score(held, r.plan) if held is not None and r.plan is not None else None
+            h = cache.holdout_score(held, r.plan) if held is not None and r.plan is not None else None
             rows.append({**compare_row(label, outcome, h), "options": options_text(options)})
             outcomes[label], held_scores[label] = outcome, h
             state = "complete" if r.plan is not None else "error"

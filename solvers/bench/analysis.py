@@ -137,7 +137,7 @@ def solver_table(df: pd.DataFrame) -> pd.DataFrame:
             "gap_in_policy": float(ok["gap_in_policy_mean"].mean()) if len(ok) else math.nan,
             "gap_best_known": float(ok["gap_best_known"].mean()) if len(ok) else math.nan,
             "imbalance_mean": float(ok["imbalance_mean"].mean()) if len(ok) else math.nan,
-            "oos_imbalance_mean": float(ok["oos_imbalance_mean"].mean()) if len(ok) else math.nan,
+            "holdout_imbalance_mean": float(ok["holdout_imbalance_mean"].mean()) if len(ok) else math.nan,
         })
     return pd.DataFrame(out)
 

@@ -209,7 +209,7 @@ def render_summary(df: pd.DataFrame, meta: dict[str, Any], violations: list[str]
     st = st.rename(columns={"time_sgm_s": f"time sgm (shift {TIME_SHIFT_S} s)", "time_max_s": "time max",
                             "gap_mean": "gap mean", "gap_max": "gap max", "gap_in_policy": "gap within policy",
                             "gap_best_known": "gap to best known",
-                            "imbalance_mean": "imbalance", "oos_imbalance_mean": "out-of-sample imbalance"})
+                            "imbalance_mean": "imbalance", "holdout_imbalance_mean": "out-of-sample imbalance"})
     lines.append(markdown_table(st, {f"time sgm (shift {TIME_SHIFT_S} s)": "s", "time max": "s",
                                      "gap mean": "pct", "gap max": "pct", "gap within policy": "pct",
                                      "gap to best known": "pct",

@@ -26,15 +26,22 @@ _LEGACY = {"optimal": (None, "proven_optimal"), "optimal_in_model": (None, "opti
            BAD_INPUT: (BAD_INPUT, "none"), SIMULATED: (SIMULATED, "")}
 
 
+# Columns renamed since: the held-out window is "holdout" everywhere (CLI --holdout, compare).
+RENAMED = {"oos_imbalance_mean": "holdout_imbalance_mean", "oos_imbalance_worst": "holdout_imbalance_worst"}
+
+
 def legacy_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with rows of the old layout (an empty or missing ``termination``) given both
-    columns; rows of the new layout are left as they are, so it may run twice.
+    """``df`` with old column names renamed (:data:`RENAMED`) and rows of the old layout (an
+    empty or missing ``termination``) given both columns; rows of the new layout are left as they are, so it may run twice.
 
     Old optimal / optimal_in_model: the plan met the solver's proven bound, so an exact
     solver proved its optimum (termination "optimal") and a heuristic ran to its end
     ("completed"). Old feasible: "completed" (the old rows did not record an exact backend
     stopping at its gap apart). Old time_limit: the incumbent is counted "feasible" (as the
     old tables counted it: not optimal), "none" without a plan."""
+    renamed = {old: new for old, new in RENAMED.items() if old in df.columns and new not in df.columns}
+    if renamed:
+        df = df.rename(columns=renamed)
     if "status" not in df.columns:
         return df
     term = df["termination"] if "termination" in df.columns else pd.Series("", index=df.index, dtype=object)

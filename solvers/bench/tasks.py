@@ -15,7 +15,6 @@ from typing import Any, Iterable
 import torch
 
 from solvers import builtin  # noqa: F401  registers every solver a suite may name
-from solvers.bounds import structure_bound
 from solvers.cluster import auto_policy
 from solvers.errors import EPLBError, OptionError, PlanError
 from solvers.options import option_by_role
@@ -26,6 +25,7 @@ from solvers.solve import BoundViolation, InvalidSolverPlan, solve
 from .dynamics_tasks import is_trace_id, run_dynamics_task
 from .instances import load_instance
 from .rowkeys import BAD_INPUT, BOUND_VIOLATION, HARD_FAILURES, INVALID_PLAN, options_key  # noqa: F401
+from .store import COLUMNS
 from .suites import DynamicsGroup, Group, Suite
 
 
@@ -71,8 +71,13 @@ def run_task(task: Task, threads: int = 1) -> dict[str, Any]:
         raise  # a mistake in the suite or the command line: stop the run
     except EPLBError as exc:
         return {**row, "termination": BAD_INPUT, "status": "none", "message": str(exc)}
-    row.update(termination=str(result.termination), status=str(result.status), message=result.message,
-               policy=result.policy, wall_time_s=result.wall_time,
+    holdout = None
+    if loaded.eval_problem is not None and result.plan is not None:   # out of sample: plan on window 0, score on 1
+        holdout = score(loaded.eval_problem, result.plan)
+    summary = result.summary(holdout=holdout)        # the one result vocabulary (solvers.result)
+    # gap_mean / gap_max / gap_in_policy_mean are DERIVED here, against the best bound of every
+    # solver on the instance: the solver's own gaps are kept as gap_own_*.
+    row.update({k: v for k, v in summary.items() if k in COLUMNS},
                lower_bound=float(result.lower_bound.sum()), lower_bound_layers=_layers(result.lower_bound))
     if result.model_bound is not None:           # a restricted model's bound, with its typed scope
         scope = result.model_scope
@@ -81,20 +86,11 @@ def run_task(task: Task, threads: int = 1) -> dict[str, Any]:
                    model_node_budget=scope.node_budget or "")
     if result.score is None:
         return row
-    m = result.score.metrics()
     row.update(objective=float(result.objective.sum()), objective_layers=_layers(result.objective),
-               gap_own_mean=result.gap_mean, gap_own_max=result.gap_max,
-               imbalance_mean=m["imbalance_mean"], imbalance_worst=m["imbalance_worst"],
-               balancedness=m["balancedness"], node_imbalance_mean=m["node_imbalance_mean"],
-               duplicates=m["duplicates"], off_node_share_mean=m.get("off_node_share_mean"),
-               # bound for every plan of this plan's node structure (hierarchical: node bounds)
-               structure_bound_layers=_layers(torch.maximum(structure_bound(loaded.problem, result.plan),
-                                                            result.lower_bound)))
+               gap_own_mean=summary["gap_mean"], gap_own_max=summary["gap_max"],
+               structure_bound_layers=_layers(result.policy_bound))
     if bool((loaded.problem.weights == loaded.problem.weights.round()).all()):   # token counts: schedulable
         row.update(scheduled_imbalance_mean=score(loaded.problem, result.plan, split="scheduled").imbalance_mean)
-    if loaded.eval_problem is not None:  # out of sample: plan on window 0, score on window 1
-        oos = score(loaded.eval_problem, result.plan)
-        row.update(oos_imbalance_mean=oos.imbalance_mean, oos_imbalance_worst=oos.imbalance_worst)
     return row
 
 

@@ -12,6 +12,7 @@ import torch
 
 from ..errors import ProblemError
 from ..plan import Plan
+from ..scoring import per_slot_loads
 from .schedule import check_tokens, schedule_tokens
 
 
@@ -86,9 +87,7 @@ def microbatch_imbalance(plan: Plan, tokens: torch.Tensor, num_gpus: int, split:
     if split == "scheduled":
         per_slot = schedule_tokens(plan, t, num_gpus).to(torch.float64)
     elif split == "even":
-        B = t.shape[0]
-        p2l = plan.phy2log.expand(B, -1, -1)
-        per_slot = t.to(torch.float64).gather(2, p2l) / plan.logcnt.to(torch.float64).expand(B, -1, -1).gather(2, p2l)
+        per_slot = per_slot_loads(t.to(torch.float64), plan.phy2log, plan.logcnt)      # [B, L, R]
     else:
         raise ProblemError("split", f"must be even or scheduled, got {split!r}")
     gpu = per_slot.view(*per_slot.shape[:2], num_gpus, -1).sum(-1)

@@ -27,6 +27,7 @@ from ..options import Option, SolverOptions, policy_option
 from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput, register, run
+from ..scoring import per_slot_loads
 
 _HISTORY = Option("history", object, None, "the window's steps [W, layers, experts] (default: the "
                   "problem's weights as one step)", nullable=True, advanced=True)
@@ -104,7 +105,7 @@ def time_robust_search(hist: torch.Tensor, phy2log: torch.Tensor, num_gpus: int,
         rounds += 1
         X = rows.numel()
         sp = p2l[rows]
-        per = w[rows].gather(2, sp.unsqueeze(1).expand(X, B, R)) / cnt[rows].gather(1, sp).unsqueeze(1)   # [X, B, R]
+        per = per_slot_loads(w[rows], sp.unsqueeze(1), cnt[rows].unsqueeze(1))      # [X, B, R]
         load = per.view(X, B, P, S).sum(-1)                                        # [X, B, P]
         padded = torch.nn.functional.pad(load, (0, pad), value=-math.inf)
         vals, idx = padded.topk(3, dim=-1)                                         # [X, B, 3]

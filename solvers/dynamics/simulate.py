@@ -31,7 +31,7 @@ from ..options import Option
 from ..plan import Plan
 from ..problem import Problem
 from ..registry import get_solver, run
-from ..scoring import score
+from ..scoring import per_slot_loads, score
 from ..workloads.trace import Trace
 
 DEFAULT_WINDOW = 16
@@ -106,7 +106,7 @@ def step_scores(loads: torch.Tensor, plan: Plan, num_gpus: int) -> tuple[torch.T
     p2l = plan.phy2log.to(w.device)
     cnt = plan.logcnt.to(w.device, torch.float64)
     R = p2l.shape[1]
-    per_slot = w.gather(2, p2l.expand(n, L, R)) / cnt.gather(1, p2l).unsqueeze(0)    # [n, L, R]
+    per_slot = per_slot_loads(w, p2l, cnt)                                           # [n, L, R]
     gpu = per_slot.view(n, L, num_gpus, R // num_gpus).sum(-1)                        # [n, L, P]
     mx, mean = gpu.max(-1).values, gpu.mean(-1)
     imb = torch.where(mean > 0, mx / mean.clamp_min(torch.finfo(torch.float64).tiny), torch.ones_like(mx))

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..heuristics.common import presence_counts
+from ..scoring import per_slot_loads
 
 # A load within this relative margin of its target meets it (float64 sums of a few
 # hundred terms are exact to far better; the shared scorer does the same arithmetic).
@@ -156,7 +157,7 @@ def _count_change(w: torch.Tensor, p2l: torch.Tensor, cnt: torch.Tensor, load: t
     trial = p2l.clone()
     trial.scatter_(1, j.unsqueeze(1), x.unsqueeze(1))
     tcnt = _counts(trial, E)
-    new_load = (w.gather(1, trial) / tcnt.gather(1, trial).to(w.dtype)).view(X, P, S).sum(-1)
+    new_load = per_slot_loads(w, trial, tcnt).view(X, P, S).sum(-1)
     ok = have & (new_load.max(1).values < load.max(1).values * (1 - TARGET_RTOL))
     return ok, j, x
 
@@ -175,7 +176,7 @@ def _spread_hot_experts(w: torch.Tensor, p2l: torch.Tensor, item_cap: torch.Tens
     zone = slot_gpu // (P // num_zones)
     for _ in range(limit):
         cnt = _counts(p2l, E)
-        per = w.gather(1, p2l) / cnt.gather(1, p2l).to(w.dtype)                   # [L, R]
+        per = per_slot_loads(w, p2l, cnt)                                          # [L, R]
         top, heavy = per.max(1)
         x = p2l.gather(1, heavy.unsqueeze(1)).squeeze(1)
         c_slot = cnt.gather(1, p2l)
@@ -222,7 +223,7 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
     while rounds < limit:                            # a row within target never changes again)
         sp = p2l[live]
         cnt = _counts(sp, E)
-        sper = w[live].gather(1, sp) / cnt.gather(1, sp).to(w.dtype)             # [X, R]
+        sper = per_slot_loads(w[live], sp, cnt)                                    # [X, R]
         sload = sper.view(len(live), P, -1).sum(-1)
         over = (sload.max(1).values > target[live] * (1 + TARGET_RTOL)) & ~stuck[live]
         keep = over.nonzero().squeeze(1)
@@ -251,7 +252,7 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
         swaps[rows] += found.to(torch.int64)
         p2l[rows] = new
     cnt = _counts(p2l, E)
-    load = (w.gather(1, p2l) / cnt.gather(1, p2l).to(w.dtype)).view(L, P, -1).sum(-1)
+    load = per_slot_loads(w, p2l, cnt).view(L, P, -1).sum(-1)
     met = load.max(1).values <= target * (1 + TARGET_RTOL)
     # Polish: swaps that add no move and still lower the max (a plan whose top GPUs all sit
     # at the target is fragile on the next steps' loads).
@@ -263,7 +264,7 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
             break
         polish += 1
         sp = p2l[rows]
-        per = w[rows].gather(1, sp) / _counts(sp, E).gather(1, sp).to(w.dtype)
+        per = per_slot_loads(w[rows], sp, _counts(sp, E))
         sload = per.view(len(rows), P, -1).sum(-1)
         found, slot_g, slot_h, _ = _best_swaps(per, sp, sload, old[rows], sload.max(1).values, P, num_zones,
                                                width, max_cost=0)
