@@ -23,11 +23,11 @@ from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput
 from ..scoring import duplicates_per_row, gpu_loads
+from . import relaxed
 from .common import replicate_counts
 from .hierarchical import group_node_candidates, node_experts
 from .joint import joint_counts
 from .packing import pack_counts
-from .relaxed import relax_plan
 
 # Up to this many slots per GPU the joint search packs every candidate (the packing then
 # decides); above it a fixed-count lower bound steers the counts (much cheaper).
@@ -179,7 +179,7 @@ def run_pipeline(problem: Problem, *, policy: str, nodup: bool, relax: int, effo
     p2l, chosen = keep_best(problem, cands, nodup)
     info["greedy_kept_layers"] = int((chosen == 0).sum())
     if relax:
-        p2l, rinfo = relax_plan(problem, p2l, relax, nodup=nodup, steps=max(effort.steps, 64))
+        p2l, rinfo = relaxed.relax_plan(problem, p2l, relax, nodup=nodup, steps=max(effort.steps, 64))
         info.update(rinfo)
     info["heuristic_seconds"] = clock() - start
     plan = Plan.from_phy2log(p2l, problem.num_experts)

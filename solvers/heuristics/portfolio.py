@@ -16,8 +16,8 @@ from ..errors import OptionError
 from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput, get_solver
+from . import relaxed
 from .pipeline import Effort, check_common, greedy_phy2log, heuristic_phy2log, keep_best
-from .relaxed import relax_plan
 
 # Rungs, cheapest first: (name, effort). Each later rung runs only while budget is left.
 LADDER: tuple[tuple[str, Effort], ...] = (
@@ -122,7 +122,7 @@ def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
     info = {"rungs_run": ran, "rung_seconds": rung_seconds,
             "layers_won": {n: int((chosen == i).sum()) for i, n in enumerate(names)}}
     if relax:        # the relaxed pass runs on the best strict plan, in the RELAX_SHARE left
-        p2l, rinfo = relax_plan(problem, p2l, relax, nodup=nodup, steps=64, deadline=deadline)
+        p2l, rinfo = relaxed.relax_plan(problem, p2l, relax, nodup=nodup, steps=64, deadline=deadline)
         info.update(rinfo)
     info["heuristic_seconds"] = clock() - start
     plan = Plan.from_phy2log(p2l, problem.num_experts)
