@@ -59,6 +59,7 @@ def graded_run(problem: Problem, solver: str, options: Mapping[str, Any] | Solve
     options = spec.parse(options)
     if not spec.is_available():
         raise OptionError("solver", f"{solver!r} is not available here: {spec.requires}")
+    spec.check_cluster(problem)
     bound = lower_bound(problem)
     start = time.perf_counter()
     try:
@@ -93,11 +94,11 @@ def grade(problem: Problem, solver: str, out: SolverOutput, bound: torch.Tensor,
         termination = out.termination or Termination.ERROR
         return SolveResult(solver, termination, SolutionStatus.NONE, None, None, bound, wall, out.policy, **common)
     try:
-        out.plan.validate(problem.num_layers, problem.num_experts, problem.num_replicas, problem.num_gpus)
+        problem.validate_plan(out.plan)
     except PlanError as exc:
         raise InvalidSolverPlan(f"solver {solver!r} returned an invalid plan: {exc}") from None
     sc = score_validated(problem, out.plan, previous=previous, expert_bytes=expert_bytes)
-    obj = sc.max_load.to(bound.device, torch.float64)
+    obj = sc.max_time.to(bound.device, torch.float64)
     _check_above(solver, obj, bound, "lower bound")
     if model_bound is not None:
         _check_above(solver, obj, model_bound, "model bound")

@@ -1,0 +1,167 @@
+"""Real clusters: per-GPU speeds, uneven slot counts and failed GPUs (cluster model,
+shared scorer in time, bounds checked against brute force on tiny instances)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from solvers import Cluster, Plan, Problem, score
+from solvers.bounds import lower_bound, lower_bounds
+from solvers.errors import PlanError, ProblemError
+from solvers.exact.brute import brute_force, cluster_brute_force
+
+
+# Cluster model -----------------------------------------------------------------------
+
+def test_homogeneous_cluster_is_unchanged():
+    c = Cluster(4, 32, 288)
+    assert c.homogeneous and c.slots_per_gpu == 9 and c.failed == ()
+    assert c.as_dict() == {"num_replicas": 288, "num_nodes": 4, "num_gpus": 32}
+    assert c.id == "N4xP32xR288"
+    assert c.gpu_speed == (1.0,) * 32 and c.gpu_slots == (9,) * 32
+
+
+def test_uneven_slots_and_failed_gpus():
+    c = Cluster(1, 4, gpu_slots=[3, 2, 3, 2], gpu_speed=[1, 1, 2, 2], failed=[1])
+    assert c.gpu_slots == (3, 0, 3, 2) and c.failed == (1,) and c.num_replicas == 8
+    assert c.slot_gpus() == [0, 0, 0, 2, 2, 2, 3, 3]
+    assert c.slot_starts == (0, 3, 3, 6, 8)
+    assert c.total_speed == 5.0 and not c.homogeneous
+    assert c.live_gpus == (0, 2, 3)
+    with pytest.raises(ProblemError, match="gpu_slots"):
+        c.slots_per_gpu
+    # a failed GPU of a homogeneous shape takes its R/P slots with it
+    assert Cluster(4, 32, 288, failed=[3, 17]).num_replicas == 270
+    assert Cluster(1, 2, 4, failed=[0]).id != Cluster(1, 2, 4).id
+
+
+@pytest.mark.parametrize("kwargs, param", [
+    (dict(gpu_speed=[1, 0], num_replicas=4), "gpu_speed"),
+    (dict(gpu_speed=[1, float("nan")], num_replicas=4), "gpu_speed"),
+    (dict(gpu_speed=[1, 1, 1], num_replicas=4), "gpu_speed"),
+    (dict(gpu_speed="fast", num_replicas=4), "gpu_speed"),
+    (dict(gpu_slots=[2, -1]), "gpu_slots"),
+    (dict(gpu_slots=[2, 1.5]), "gpu_slots"),
+    (dict(gpu_slots=[2, 2], num_replicas=5), "num_replicas"),
+    (dict(gpu_slots=[0, 0]), "gpu_slots"),
+    (dict(num_replicas=4, failed=[2]), "failed"),
+    (dict(num_replicas=4, failed=[1, 1]), "failed"),
+    (dict(num_replicas=4, failed=[0, 1]), "failed"),
+    (dict(num_replicas=5), "num_replicas"),
+])
+def test_bad_cluster_names_the_parameter(kwargs, param):
+    with pytest.raises(ProblemError) as err:
+        Cluster(1, 2, **kwargs)
+    assert err.value.param == param
+
+
+def test_problem_passes_the_cluster_fields():
+    w = torch.tensor([[5.0, 3.0, 1.0]])
+    p = Problem(w, num_gpus=2, gpu_slots=[2, 1], gpu_speed=[2.0, 1.0])
+    assert p.num_replicas == 3 and p.cluster.gpu_slots == (2, 1)
+    with pytest.raises(ProblemError, match="cluster"):
+        Problem(w, cluster=Cluster(1, 2, 4), gpu_speed=[1, 2])
+    with pytest.raises(ProblemError, match="num_replicas"):
+        Problem(w, num_gpus=2, gpu_slots=[1, 1])            # 2 slots for 3 experts
+    with pytest.raises(ProblemError, match="policy"):
+        p.resolve_policy("hierarchical")
+    assert p.resolve_policy("auto") == "global"
+
+
+def test_preset_mixed_pool():
+    from solvers.cluster import CLUSTERS
+    c = CLUSTERS["mixed-4x8"].cluster(256)
+    assert c.num_replicas == 288 and c.total_speed == pytest.approx(38.4)
+    assert c.gpu_speed[:8] == (1.0,) * 8 and c.gpu_speed[-8:] == (1.4,) * 8
+
+
+# Scorer in time -----------------------------------------------------------------------
+
+def test_score_maps_uneven_slots_and_divides_by_speed():
+    w = torch.tensor([[6.0, 4.0, 2.0, 1.0]])
+    p = Problem(w, num_gpus=3, gpu_slots=[2, 0, 3], gpu_speed=[2.0, 1.0, 1.0], failed=[1])
+    plan = Plan.from_phy2log([[0, 1, 2, 3, 0]], 4)           # slots 0-1 on GPU 0, 2-4 on GPU 2
+    sc = score(p, plan)
+    assert sc.gpu_load[0].tolist() == [3.0 + 4.0, 0.0, 2.0 + 1.0 + 3.0]
+    assert sc.gpu_time[0].tolist() == [3.5, 0.0, 6.0]
+    assert float(sc.max_time[0]) == 6.0 and float(sc.max_load[0]) == 7.0
+    # the best time is W / (2 + 1) (failed GPU 1 excluded): 13 / 3
+    assert float(sc.time_imbalance[0]) == pytest.approx(6.0 / (13 / 3))
+    # the token mean is over the two live GPUs
+    assert float(sc.mean_load[0]) == 6.5
+    assert sc.summary["max_time_worst"] == 6.0 and "time_imbalance_mean" in sc.summary
+    # duplicates follow the real slot-to-GPU map: expert 0 twice... on different GPUs
+    assert sc.duplicates == 0
+    assert score(p, Plan.from_phy2log([[0, 0, 1, 2, 3]], 4)).duplicates == 1
+
+
+def test_homogeneous_score_has_time_equal_to_load_and_no_time_keys():
+    w = torch.rand(3, 8, generator=torch.Generator().manual_seed(0))
+    p = Problem(w, 8, 1, 1, 4)
+    sc = score(p, Plan.from_phy2log(torch.arange(8).expand(3, 8), 8))
+    assert sc.gpu_time is sc.gpu_load and torch.equal(sc.max_time, sc.max_load)
+    assert not any(k.startswith(("max_time", "time_imb")) for k in sc.summary)
+
+
+def test_plan_of_wrong_width_is_refused_on_uneven_cluster():
+    p = Problem(torch.ones(1, 3), num_gpus=2, gpu_slots=[3, 1])
+    with pytest.raises(PlanError, match="num_replicas"):
+        score(p, Plan.from_phy2log([[0, 1, 2]], 3))
+
+
+def test_moves_against_a_plan_of_the_healthy_cluster():
+    healthy = Cluster(1, 2, 4)
+    degraded = Cluster(1, 2, 4, failed=[1])
+    prev = Plan.from_phy2log([[0, 1, 1, 0]], 2)               # GPU 0: {0, 1}, GPU 1: {0, 1}
+    p = Problem(torch.tensor([[3.0, 1.0]]), cluster=degraded)
+    sc = score(p, Plan.from_phy2log([[0, 1]], 2), previous=prev, previous_cluster=healthy)
+    assert sc.moves == 0
+    prev = Plan.from_phy2log([[0, 0, 1, 1]], 2)               # GPU 0: {0}, GPU 1 (now dead): {1}
+    sc = score(p, Plan.from_phy2log([[1, 0]], 2), previous=prev, previous_cluster=healthy)
+    assert sc.moves == 1
+
+
+# Bounds against brute force -----------------------------------------------------------
+
+def _best_time_by_enumeration(w, slots, speed):
+    """Every phy2log of the tiny instance scored by the shared scorer: the true optimum."""
+    import itertools
+    p = Problem(torch.tensor([w], dtype=torch.float64), num_gpus=len(slots), gpu_slots=slots, gpu_speed=speed)
+    E, R = len(w), p.num_replicas
+    best = math.inf
+    for row in itertools.product(range(E), repeat=R):
+        if len(set(row)) == E:
+            best = min(best, float(score(p, Plan.from_phy2log([list(row)], E)).max_time[0]))
+    return p, best
+
+
+def test_cluster_brute_force_matches_enumeration_of_every_plan():
+    for w, slots, speed in [([5, 3, 1], [2, 1, 0], [1.0, 2.0, 1.0]), ([4, 4, 2], [1, 2, 1], [1.5, 1.0, 0.5]),
+                            ([7, 1], [2, 2], [1.0, 1.4])]:
+        _, best = _best_time_by_enumeration(w, slots, speed)
+        assert cluster_brute_force(w, slots, speed) == pytest.approx(best, rel=1e-12)
+
+
+def test_cluster_brute_force_equals_the_homogeneous_reference():
+    w = [9.0, 5.0, 3.0, 2.0]
+    assert cluster_brute_force(w, [3, 3], [1.0, 1.0]) == pytest.approx(brute_force(w, 6, 2), rel=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 30), min_size=1, max_size=4),
+       st.lists(st.tuples(st.integers(0, 3), st.sampled_from([0.5, 1.0, 1.4, 2.0])), min_size=1, max_size=3))
+def test_bounds_never_exceed_the_optimum(w, gpus):
+    slots = [c for c, _ in gpus]
+    speed = [s for _, s in gpus]
+    if sum(slots) < len(w) or sum(slots) > 8:
+        return
+    p = Problem(torch.tensor([w], dtype=torch.float64), num_gpus=len(gpus), gpu_slots=slots, gpu_speed=speed)
+    opt = cluster_brute_force(w, slots, speed)
+    for name, b in lower_bounds(p).items():
+        assert float(b[0]) <= opt * (1 + 1e-9) + 1e-12, name
+    # the bound is not vacuous: at least the average time
+    assert float(lower_bound(p)[0]) >= sum(w) / p.cluster.total_speed * (1 - 1e-9)
