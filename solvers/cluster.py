@@ -230,7 +230,8 @@ class Cluster:
             text = f"{N} node(s) x {P // N} GPUs = {P} GPUs, {R} slots ({R // P} per GPU)"
         else:
             live = [c for c in self.gpu_slots if c > 0]
-            text = f"{N} node(s) x {P // N} GPUs = {P} GPUs, {R} slots ({min(live)}-{max(live)} per GPU)"
+            each = f"{min(live)}" if min(live) == max(live) else f"{min(live)}-{max(live)}"
+            text = f"{N} node(s) x {P // N} GPUs = {P} GPUs, {R} slots ({each} per live GPU)"
         if self.failed:
             text += f", failed GPU(s) {','.join(map(str, self.failed))}"
         if not self.uniform_speed:
