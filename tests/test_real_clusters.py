@@ -165,3 +165,69 @@ def test_bounds_never_exceed_the_optimum(w, gpus):
         assert float(b[0]) <= opt * (1 + 1e-9) + 1e-12, name
     # the bound is not vacuous: at least the average time
     assert float(lower_bound(p)[0]) >= sum(w) / p.cluster.total_speed * (1 - 1e-9)
+
+
+# Solvers on real clusters ---------------------------------------------------------------
+
+def _loads(L=4, E=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.exp(torch.randn(L, E, generator=g, dtype=torch.float64)).mul(1000).round()
+
+
+MIXED = dict(num_nodes=2, num_gpus=4, num_replicas=20, gpu_speed=[1.0, 1.0, 1.4, 1.4])
+UNEVEN = dict(num_nodes=2, num_gpus=4, gpu_slots=[6, 4, 6, 4])
+FAILED = dict(num_nodes=2, num_gpus=4, num_replicas=24, failed=[1])
+
+
+@pytest.mark.parametrize("shape", [MIXED, UNEVEN, FAILED])
+@pytest.mark.parametrize("solver", ["kk_swap", "joint", "best"])
+def test_heuristics_plan_real_clusters(shape, solver):
+    from solvers import solve
+    p = Problem(_loads(), **shape)
+    opts = {"time_limit": 0.5} if solver == "best" else {}
+    r = solve(p, solver, **opts)
+    assert r.plan.num_replicas == p.num_replicas
+    assert bool((r.plan.logcnt >= 1).all())
+    # graded in time, never below the bound, and close to it on these easy loads
+    assert bool((r.score.max_time >= r.lower_bound * (1 - 1e-9)).all())
+    assert r.gap_max < 0.05
+
+
+def test_speed_aware_plan_beats_the_token_balanced_greedy_in_time():
+    from solvers import solve
+    p = Problem(_loads(L=6, E=32, seed=3), **MIXED | {"num_replicas": 40})
+    ds, ks = solve(p, "deepseek"), solve(p, "kk_swap")
+    # the greedy balances tokens: its slow GPUs finish last, ~W/P against W/sum(speed)
+    assert bool((ks.score.max_time <= ds.score.max_time).all())
+    assert float(ks.score.max_time.sum()) < 0.9 * float(ds.score.max_time.sum())
+    # deepseek plans the homogeneous view: the same plan as on speed-1 GPUs
+    homog = solve(Problem(p.weights, 40, 1, 2, 4), "deepseek")
+    assert torch.equal(ds.plan.phy2log, homog.plan.phy2log)
+
+
+def test_heuristic_close_to_brute_force_on_tiny_instances():
+    from solvers import solve
+    for w, slots, speed in [([9, 5, 3, 2], [2, 3, 1], [1.0, 1.4, 2.0]), ([7, 7, 1], [2, 2, 0], [1.0, 1.5, 1.0]),
+                            ([20, 3, 2, 1, 1], [3, 4], [1.0, 2.0])]:
+        p = Problem(torch.tensor([w], dtype=torch.float64), num_gpus=len(slots), gpu_slots=slots, gpu_speed=speed)
+        opt = cluster_brute_force(w, slots, speed)
+        got = float(solve(p, "best", time_limit=0.3).score.max_time[0])
+        assert opt * (1 - 1e-9) <= got <= opt * 1.15
+
+
+def test_solvers_refuse_what_they_cannot_plan():
+    from solvers import solve
+    from solvers.errors import OptionError
+    p = Problem(_loads(), **UNEVEN)
+    with pytest.raises(ProblemError) as err:
+        solve(p, "deepseek")
+    assert err.value.param == "gpu_slots"
+    with pytest.raises(OptionError) as err:
+        solve(p, "certify")
+    assert err.value.param == "solver" and "identical GPUs" in str(err.value)
+    with pytest.raises(ProblemError) as err:
+        solve(p, "kk_swap", policy="hierarchical")
+    assert err.value.param == "policy"
+    with pytest.raises(OptionError) as err:
+        solve(p, "kk_swap", colocation="forbidden")
+    assert err.value.param == "colocation"

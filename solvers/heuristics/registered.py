@@ -8,8 +8,8 @@ node; 0 = strict), and is never worse than the greedy it starts from on any laye
 "kk" (balanced differencing), "lpt" (largest first, DeepSeek's rule), "rr" (round robin).
 
 On clusters with per-GPU speeds, uneven slot counts or failed GPUs all three balance time
-instead (:mod:`.speed_pipeline`; global policy, ``starts`` unused, ``steps`` counts blocks
-of eight paired swap steps).
+instead (:mod:`.speed_pipeline`; global policy, ``starts`` unused, ``steps`` counts
+four paired swap steps each).
 """
 from __future__ import annotations
 

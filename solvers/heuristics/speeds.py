@@ -12,8 +12,8 @@ rows (layers) like the rest of the package, loops only over construction steps:
 3. :class:`TimeSwapper`: swap local search in time (1-1 swaps of the slowest GPU against
    every slot, all heavy/light GPU pairs at once, 2-2 swaps against the lightest GPUs);
    swaps keep every GPU's slot count, so every plan is valid on the cluster;
-4. :func:`count_moves`: replica counts improved with the packing in the loop (a replica
-   of a cold expert on the slowest GPU becomes another replica of a hot one).
+4. :func:`count_search` (joint, best): replica counts improved with the packing in the
+   loop (a replica of a cold expert becomes another replica of a hot one).
 
 A *slot layout* is ``w: [X, R]`` (load of each slot's replica) and ``e: [X, R]`` (its
 expert), slots in the cluster's order (GPU by GPU, failed GPUs hold none): ``e`` is a
@@ -111,7 +111,13 @@ def _swap(t: torch.Tensor, qa: torch.Tensor, qb: torch.Tensor, ok: torch.Tensor)
 
 
 class TimeSwapper:
-    """Cardinality-preserving swap moves that lower GPU times, for slot layouts [X, R]."""
+    """Cardinality-preserving swap moves that lower GPU times, for slot layouts [X, R].
+
+    No move is masked: a swap is taken only when its cost (the larger of the two GPUs' new
+    times) is below the slower GPU's time, which a swap moving load the wrong way (d <= 0)
+    or inside one GPU never achieves; and a GPU's padding slots (it holds fewer than
+    Smax) weigh -inf on the giving side and +inf on the taking side, so their cost is +inf.
+    """
 
     def __init__(self, gpus: LiveGPUs):
         self.g = gpus
@@ -121,56 +127,59 @@ class TimeSwapper:
         self.pa = torch.tensor(pa, dtype=torch.int64, device=dev)
         self.pb = torch.tensor(pb, dtype=torch.int64, device=dev)
 
+    def _grid(self, w: torch.Tensor):
+        """(give [X, Q, S], take [X, Q, S]): slot weights per GPU, padding -inf / +inf."""
+        g = self.g
+        cells = w[:, g.grid]                                                       # [X, Q, S]
+        return (cells.masked_fill(~g.valid, -float("inf")), cells.masked_fill(~g.valid, float("inf")))
+
     def step11(self, w: torch.Tensor, e: torch.Tensor):
         """The slowest GPU's best 1-1 swap against any slot of another GPU."""
         g = self.g
         X, R = w.shape
         loads = g.loads(w)
-        sp = g.speed.to(w.dtype)
-        t = loads / sp
+        inv = 1 / g.speed.to(w.dtype)
+        t = loads * inv
         th, h = t.max(1)
-        qh = g.grid[h]                                                         # [X, S]
-        vh = g.valid[h]
-        d = w.gather(1, qh).unsqueeze(2) - w.unsqueeze(1)                      # [X, S, R] load leaving h
-        new_h = (loads.gather(1, h.unsqueeze(1)).unsqueeze(2) - d) / sp[h].view(X, 1, 1)
-        new_g = (loads[:, g.gpu_of].unsqueeze(1) + d) / g.slot_speed.to(w.dtype)
-        cost = torch.maximum(new_h, new_g)
-        bad = (d <= 0) | (g.gpu_of.unsqueeze(0) == h.unsqueeze(1)).unsqueeze(1) | ~vh.unsqueeze(2)
-        cost = cost.masked_fill(bad, float("inf")).view(X, -1)
-        best_cost, best = cost.min(1)
+        give, _ = self._grid(w)
+        wa = give.gather(1, h.view(X, 1, 1).expand(X, 1, g.S)).squeeze(1)       # [X, S]
+        d = wa.unsqueeze(2) - w.unsqueeze(1)                                   # [X, S, R] load leaving h
+        new_h = (loads.gather(1, h.unsqueeze(1)).unsqueeze(2) - d).mul_(inv[h].view(X, 1, 1))
+        new_g = (loads[:, g.gpu_of].unsqueeze(1) + d).mul_(inv[g.gpu_of])
+        best_cost, best = torch.maximum(new_h, new_g).view(X, -1).min(1)
         ok = best_cost < th * (1 - REL_TOL)
-        qa = qh.gather(1, (best // R).unsqueeze(1))
+        qa = g.grid[h].gather(1, (best // R).unsqueeze(1))
         qb = (best % R).unsqueeze(1)
         return _swap(w, qa, qb, ok), _swap(e, qa, qb, ok), ok
 
-    def step_pairs(self, w: torch.Tensor, e: torch.Tensor):
-        """Pair the i-th slowest GPU with the i-th fastest-finishing one (disjoint pairs) and
-        apply in every pair its best 1-1 swap if it lowers the pair's max time."""
+    def step_pairs(self, w: torch.Tensor, e: torch.Tensor, shift: int = 0):
+        """Pair the i-th slowest GPU with the (i + shift)-th fastest-finishing one (mod the
+        pairs; disjoint pairs) and apply in every pair its best 1-1 swap if it lowers the
+        pair's max time. Successive steps shift the pairing, so a pair that has no useful
+        swap is not offered again and again."""
         g = self.g
         X, R = w.shape
         k = g.Q // 2
         if k == 0:
             return w, e, torch.zeros(X, dtype=torch.bool, device=w.device)
         loads = g.loads(w)
-        sp = g.speed.to(w.dtype)
-        t = loads / sp
+        inv = 1 / g.speed.to(w.dtype)
+        t = loads * inv
         order = t.argsort(dim=1, descending=True, stable=True)
         hi, lo = order[:, :k], order[:, g.Q - k:].flip(1)                    # [X, k]
-        sh, sl = g.grid[hi], g.grid[lo]                                       # [X, k, S]
-        vh, vl = g.valid[hi], g.valid[lo]
-        wh = w.gather(1, sh.view(X, -1)).view_as(sh)
-        wl = w.gather(1, sl.view(X, -1)).view_as(sl)
+        if shift % k:
+            lo = lo.roll(-(shift % k), dims=1)
+        give, take = self._grid(w)
+        S = g.S
+        wh = give.gather(1, hi.unsqueeze(2).expand(X, k, S))                  # [X, k, S]
+        wl = take.gather(1, lo.unsqueeze(2).expand(X, k, S))
         d = wh.unsqueeze(3) - wl.unsqueeze(2)                                 # [X, k, S, S]
         lh, ll = loads.gather(1, hi)[..., None, None], loads.gather(1, lo)[..., None, None]
-        ih, il = (1 / sp[hi])[..., None, None], (1 / sp[lo])[..., None, None]
-        cost = torch.maximum((lh - d).mul_(ih), (ll + d).mul_(il))
-        bad = (d <= 0).logical_or_(~(vh.unsqueeze(3) & vl.unsqueeze(2)))
-        S = sh.shape[2]
-        cost = cost.masked_fill_(bad, float("inf")).view(X, k, S * S)
-        best_cost, best = cost.min(2)                                        # [X, k]
+        cost = torch.maximum((lh - d).mul_(inv[hi][..., None, None]), (ll + d).mul_(inv[lo][..., None, None]))
+        best_cost, best = cost.view(X, k, S * S).min(2)                      # [X, k]
         ok = best_cost < t.gather(1, hi) * (1 - REL_TOL)
-        qa = sh.gather(2, (best // S).unsqueeze(2)).squeeze(2)
-        qb = sl.gather(2, (best % S).unsqueeze(2)).squeeze(2)
+        qa = g.grid[hi].gather(2, (best // S).unsqueeze(2)).squeeze(2)
+        qb = g.grid[lo].gather(2, (best % S).unsqueeze(2)).squeeze(2)
         return _swap(w, qa, qb, ok), _swap(e, qa, qb, ok), ok.any(1)
 
     def step22(self, w: torch.Tensor, e: torch.Tensor, partners: int = 4):
@@ -181,30 +190,31 @@ class TimeSwapper:
         if npair == 0 or g.Q < 2:
             return w, e, torch.zeros(X, dtype=torch.bool, device=w.device)
         loads = g.loads(w)
-        sp = g.speed.to(w.dtype)
-        t = loads / sp
+        inv = 1 / g.speed.to(w.dtype)
+        t = loads * inv
         th, h = t.max(1)
         k = min(partners, g.Q - 1)
         light = t.topk(k, dim=1, largest=False).indices                       # [X, k]
-        sh, vh = g.grid[h], g.valid[h]                                        # [X, S]
-        sg, vg = g.grid[light], g.valid[light]                                # [X, k, S]
-        qh1, qh2 = sh[:, self.pa], sh[:, self.pb]                             # [X, np]
-        okh = vh[:, self.pa] & vh[:, self.pb]
-        qg1, qg2 = sg[:, :, self.pa].reshape(X, -1), sg[:, :, self.pb].reshape(X, -1)   # [X, k*np]
-        okg = (vg[:, :, self.pa] & vg[:, :, self.pb]).reshape(X, -1)
+        give, take = self._grid(w)
+        S = g.S
+        wh = give.gather(1, h.view(X, 1, 1).expand(X, 1, S)).squeeze(1)       # [X, S]
+        wg = take.gather(1, light.unsqueeze(2).expand(X, k, S))               # [X, k, S]
+        ph = wh[:, self.pa] + wh[:, self.pb]                                  # [X, np]
+        pg = (wg[:, :, self.pa] + wg[:, :, self.pb]).reshape(X, -1)           # [X, k*np]
         gc = light.repeat_interleave(npair, dim=1)                            # [X, k*np]
-        d = (w.gather(1, qh1) + w.gather(1, qh2)).unsqueeze(2) - (w.gather(1, qg1) + w.gather(1, qg2)).unsqueeze(1)
-        new_h = (loads.gather(1, h.unsqueeze(1)).unsqueeze(2) - d) / sp[h].view(X, 1, 1)
-        new_g = (loads.gather(1, gc).unsqueeze(1) + d) / sp[gc].unsqueeze(1)
-        cost = torch.maximum(new_h, new_g)
-        bad = (d <= 0) | (gc == h.unsqueeze(1)).unsqueeze(1) | ~okh.unsqueeze(2) | ~okg.unsqueeze(1)
-        cost = cost.masked_fill(bad, float("inf")).view(X, -1)
-        best_cost, best = cost.min(1)
+        d = ph.unsqueeze(2) - pg.unsqueeze(1)                                 # [X, np, k*np]
+        new_h = (loads.gather(1, h.unsqueeze(1)).unsqueeze(2) - d).mul_(inv[h].view(X, 1, 1))
+        new_g = (loads.gather(1, gc).unsqueeze(1) + d).mul_(inv[gc].unsqueeze(1))
+        best_cost, best = torch.maximum(new_h, new_g).view(X, -1).min(1)
         ok = best_cost < th * (1 - REL_TOL)
         i = (best // (k * npair)).unsqueeze(1)
-        j = (best % (k * npair)).unsqueeze(1)
-        qa = torch.cat([qh1.gather(1, i), qh2.gather(1, i)], 1)
-        qb = torch.cat([qg1.gather(1, j), qg2.gather(1, j)], 1)
+        j = best % (k * npair)
+        sh = g.grid[h]                                                        # [X, S]
+        sg = g.grid[light]                                                    # [X, k, S]
+        gi, pj = j // npair, j % npair
+        rows = torch.arange(X, device=w.device)
+        qa = torch.stack([sh.gather(1, self.pa[i]).squeeze(1), sh.gather(1, self.pb[i]).squeeze(1)], 1)
+        qb = torch.stack([sg[rows, gi, self.pa[pj]], sg[rows, gi, self.pb[pj]]], 1)
         return _swap(w, qa, qb, ok), _swap(e, qa, qb, ok), ok
 
 
@@ -226,8 +236,8 @@ def local_search(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, *, max_steps:
     while steps < max_steps and active.numel() and (deadline is None or clock() < deadline):
         wa, ea = w[active], e[active]
         any_ok = torch.zeros(active.numel(), dtype=torch.bool, device=w.device)
-        for _ in range(min(block, max_steps - steps)):
-            wa, ea, ok = sw.step_pairs(wa, ea)
+        for i in range(min(block, max_steps - steps)):
+            wa, ea, ok = sw.step_pairs(wa, ea, shift=i)
             any_ok |= ok
             steps += 1
         wa, ea, ok = sw.step11(wa, ea)
@@ -262,52 +272,48 @@ def max_time(weight: torch.Tensor, counts: torch.Tensor, e: torch.Tensor, gpus: 
     return gpus.times(per.gather(1, e)).max(1).values
 
 
-def count_moves(weight: torch.Tensor, counts: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, *,
-                rounds: int = 16, max_steps: int = 16, deadline: float | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def count_search(weight: torch.Tensor, counts: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, *,
+                 rounds: int = 16, width: int = 3, steps: int = 16, deadline: float | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Replica counts searched with the packing in the loop.
 
-    Each round, in every row: on the slowest GPU, the replica whose expert has the most
-    replicas and the lowest load per replica gives its slot to the expert with the highest
-    load per replica (which gains a replica there; the donor's other replicas grow); the
-    layout is then improved by swaps, and kept where the max time fell. weight, counts,
-    e: [X, E], [X, E], [X, R]. Returns (counts, e, max time [X])."""
-    X, R = e.shape
+    Each round, in every row, ``width`` x ``width`` candidate count vectors: one replica
+    moves from a donor (the experts with >= 2 replicas whose replicas would grow least) to
+    a taker (the experts with the highest load per replica); each candidate is packed (LPT
+    in time and ``steps`` swap steps) and the best is kept where it lowers the row's max
+    time. weight, counts, e: [X, E], [X, E], [X, R]. Returns (counts, e, max time [X])."""
+    X, E = weight.shape
     best = max_time(weight, counts, e, gpus)
-    rows = torch.arange(X, device=e.device)
     w64 = weight.to(torch.float64)
+    k = min(width, E)
+    last = 0.0
     for _ in range(rounds):
-        if deadline is not None and clock() >= deadline:
+        began = clock()
+        if deadline is not None and began + last >= deadline:   # a round is not cut short
             break
-        per = w64 / counts.to(torch.float64)                                 # [X, E]
-        t = gpus.times(per.gather(1, e))
-        h = t.argmax(1)
-        qh, vh = gpus.grid[h], gpus.valid[h]                                 # [X, S]
-        eh = e.gather(1, qh)
-        # donor: a replica on h of an expert with >= 2 replicas, the lightest per replica
-        key = per.gather(1, eh).masked_fill(~vh | (counts.gather(1, eh) < 2), float("inf"))
-        kd = key.argmin(1)
-        has = torch.isfinite(key.min(1).values)
-        slot = qh[rows, kd]
-        donor = e[rows, slot]
-        taker = per.argmax(1)
-        ok = has & (taker != donor)
-        if not bool(ok.any()):
-            break
-        c2 = counts.clone()
-        c2[rows[ok], donor[ok]] -= 1
-        c2[rows[ok], taker[ok]] += 1
-        e2 = e.clone()
-        e2[rows[ok], slot[ok]] = taker[ok]
-        per2 = w64 / c2.to(torch.float64)
-        w2, e2 = local_search(per2.gather(1, e2), e2, gpus, max_steps=max_steps, two_swaps=False, deadline=deadline)
-        obj2 = max_time(weight, c2, e2, gpus)
-        better = ok & (obj2 < best * (1 - REL_TOL))
+        c64 = counts.to(torch.float64)
+        takers = (w64 / c64).topk(k, dim=1).indices                                 # [X, k]
+        grow = (w64 / (c64 - 1).clamp_min(1)).masked_fill(counts < 2, float("inf"))
+        dkey, donors = grow.topk(k, dim=1, largest=False)                           # [X, k]
+        t = takers.unsqueeze(2).expand(X, k, k).reshape(X, -1)                     # [X, k*k]
+        d = donors.unsqueeze(1).expand(X, k, k).reshape(X, -1)
+        ok = (t != d) & torch.isfinite(dkey).unsqueeze(1).expand(X, k, k).reshape(X, -1)
+        cand = counts.unsqueeze(1).repeat(1, k * k, 1)                               # [X, k*k, E]
+        cand.scatter_add_(2, t.unsqueeze(2), ok.to(torch.int64).unsqueeze(2))
+        cand.scatter_add_(2, d.unsqueeze(2), -ok.to(torch.int64).unsqueeze(2))
+        wc = w64.unsqueeze(1).expand(X, k * k, E).reshape(-1, E)
+        e2, obj2 = pack_time(wc, cand.view(-1, E), gpus, max_steps=steps, deadline=deadline)
+        obj2 = obj2.view(X, k * k).masked_fill(~ok, float("inf"))
+        o, j = obj2.min(1)
+        better = o < best * (1 - REL_TOL)
         if not bool(better.any()):
             break
-        counts = torch.where(better.unsqueeze(1), c2, counts)
-        e = torch.where(better.unsqueeze(1), e2, e)
-        best = torch.where(better, obj2, best)
+        rows = better.nonzero().squeeze(1)
+        pick = rows * (k * k) + j[rows]
+        counts = counts.index_copy(0, rows, cand.view(-1, E)[pick])
+        e = e.index_copy(0, rows, e2[pick])
+        best = torch.where(better, o, best)
+        last = clock() - began
     return counts, e, best
 
 
@@ -319,5 +325,8 @@ def speed_plan(weight: torch.Tensor, cluster, *, steps: int = 64, joint: bool = 
     counts = replicate_counts(w, gpus.R)
     e, obj = pack_time(w, counts, gpus, max_steps=steps, deadline=deadline)
     if joint:
-        counts, e, obj = count_moves(w, counts, e, gpus, rounds=rounds, deadline=deadline)
+        counts, e, obj = count_search(w, counts, e, gpus, rounds=rounds, deadline=deadline)
+        # the winners were packed with a short search: finish it
+        _, e = local_search(((w / counts).gather(1, e)).float(), e, gpus, max_steps=steps, deadline=deadline)
+        obj = max_time(w, counts, e, gpus)
     return e, obj
