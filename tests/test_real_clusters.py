@@ -231,3 +231,73 @@ def test_solvers_refuse_what_they_cannot_plan():
     with pytest.raises(OptionError) as err:
         solve(p, "kk_swap", colocation="forbidden")
     assert err.value.param == "colocation"
+
+
+# CLI -----------------------------------------------------------------------------------
+
+def _loads_file(tmp_path, L=3, E=12, seed=1):
+    import numpy as np
+    path = tmp_path / "loads.npz"
+    np.savez(path, loads=_loads(L, E, seed).numpy().astype("int64"))
+    return path
+
+
+def test_cli_plan_and_score_uneven_slots_end_to_end(tmp_path, capsys):
+    import json
+    from solvers.cli import main
+    loads, out = _loads_file(tmp_path), tmp_path / "plan.json"
+    slots = tmp_path / "slots.txt"
+    slots.write_text("5 3\n5 3\n")                                  # a file of numbers
+    assert main(["plan", "--loads", str(loads), "--nodes", "2", "--gpus", "4", "--gpu-slots", str(slots),
+                 "--solver", "kk_swap", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["problem"]["gpu_slots"] == [5, 3, 5, 3] and doc["problem"]["num_replicas"] == 16
+    assert len(doc["phy2log"][0]) == 16
+    capsys.readouterr()
+    # scored on the cluster it was made for (read from the file), then on a mixed pool
+    assert main(["score", "--loads", str(loads), "--plan", str(out), "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)
+    assert "max_time_sum" not in m and m["imbalance_worst"] >= 1
+    assert main(["score", "--loads", str(loads), "--plan", str(out), "--gpu-speed", "1*2,1.4*2", "--json",
+                 "--per-gpu"]) == 0
+    m = json.loads(capsys.readouterr().out)
+    assert m["max_time_sum"] < m["max_load_sum"] and len(m["gpu_time"][0]) == 4
+
+
+def test_cli_failed_gpus_and_speeds(tmp_path, capsys):
+    import json
+    from solvers.cli import main
+    loads, out = _loads_file(tmp_path), tmp_path / "plan.json"
+    assert main(["plan", "--loads", str(loads), "--nodes", "2", "--gpus", "4", "--replicas", "16", "--failed", "2",
+                 "--gpu-speed", "1,1,1,1.4", "--solver", "kk_swap", "--out", str(out), "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)
+    doc = json.loads(out.read_text())
+    assert doc["problem"]["gpu_slots"] == [4, 4, 0, 4] and "time_imbalance_mean" in m
+
+
+@pytest.mark.parametrize("flags, param", [
+    (["--replicas", "16", "--gpu-speed", "1,1,fast,1"], "gpu_speed"),
+    (["--replicas", "16", "--gpu-speed", "1,1"], "gpu_speed"),
+    (["--replicas", "16", "--failed", "x"], "failed"),
+    (["--replicas", "16", "--failed", "9"], "failed"),
+    (["--gpu-slots", "4,4,4,-1"], "gpu_slots"),
+])
+def test_cli_bad_real_cluster_arguments_are_one_line(tmp_path, capsys, flags, param):
+    from solvers.cli import main
+    loads = _loads_file(tmp_path)
+    rc = main(["plan", "--loads", str(loads), "--nodes", "2", "--gpus", "4", *flags, "--solver", "kk_swap",
+               "--out", str(tmp_path / "p.json")])
+    err = capsys.readouterr().err.strip()
+    assert rc != 0 and len(err.splitlines()) == 1 and param in err
+
+
+def test_cli_compare_on_uneven_slots_records_refusals(tmp_path, capsys):
+    import json
+    from solvers.cli import main
+    loads = _loads_file(tmp_path)
+    assert main(["compare", "--loads", str(loads), "--nodes", "2", "--gpus", "4", "--gpu-slots", "5,3,5,3",
+                 "--solvers", "deepseek,kk_swap", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    by = {r["solver"]: r for r in doc["rows"]}
+    assert by["deepseek"]["termination"] == "refused" and "gpu_slots" in by["deepseek"]["message"]
+    assert doc["pick"]["solver"] == "kk_swap"

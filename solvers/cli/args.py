@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from pathlib import Path
 from typing import Any
 
 from .. import safejson                    # json with a depth limit (numpy, no torch)
@@ -50,13 +51,80 @@ def add_loads(p: argparse.ArgumentParser, extra: str = "") -> None:
 # Cluster arguments -------------------------------------------------------------------------
 
 def add_cluster_args(p: argparse.ArgumentParser, replicas_required: bool = True) -> None:
-    """--model, --replicas, --groups, --nodes, --gpus (plan and compare)."""
+    """--model, --replicas, --groups, --nodes, --gpus and the real-cluster arguments (plan
+    and compare). --replicas may be left out when --gpu-slots gives the slots."""
     p.add_argument("--model", default=None, choices=sorted(MODELS), metavar="NAME",
                    help=f"model preset ({', '.join(sorted(MODELS))}): fills experts, groups and dense layers")
-    p.add_argument("--replicas", type=int, required=replicas_required, help="physical expert slots R")
+    p.add_argument("--replicas", type=int, default=None,
+                   help="physical expert slots R" + ("" if replicas_required else " (engine maps)")
+                   + " (optional with --gpu-slots)")
     p.add_argument("--groups", type=int, default=None, help="expert groups G (default: the model's, else 1)")
     p.add_argument("--nodes", type=int, default=1, help="nodes N (default 1)")
     p.add_argument("--gpus", type=int, required=replicas_required, help="GPUs P")
+    add_real_cluster_args(p)
+
+
+PER_GPU_HELP = ("one value per GPU: a comma list (VALUE*COUNT repeats: 1*16,1.4*16) or a file of numbers "
+                "separated by commas, spaces or lines")
+
+
+def add_real_cluster_args(p: argparse.ArgumentParser) -> None:
+    """--gpu-speed, --gpu-slots, --failed (docs/problem.md, "Real clusters")."""
+    p.add_argument("--gpu-speed", default=None, metavar="LIST",
+                   help="relative speed of every GPU (> 0; time = load / speed): " + PER_GPU_HELP)
+    p.add_argument("--gpu-slots", default=None, metavar="LIST",
+                   help="expert slots of every GPU (>= 0; default R/P each; they sum to R): " + PER_GPU_HELP)
+    p.add_argument("--failed", default=None, metavar="IDS",
+                   help="failed GPUs, comma-separated ids (e.g. 3,17): they hold no slot")
+
+
+def per_gpu_values(text: str | None, param: str) -> list[float] | None:
+    """The numbers of a --gpu-speed / --gpu-slots argument: a comma list with optional
+    ``VALUE*COUNT`` repeats, or the path of a file holding such numbers. Raises
+    :class:`OptionError` naming ``param`` on anything else (the values are checked by
+    :class:`solvers.Cluster`)."""
+    if text is None:
+        return None
+    source = text
+    if Path(text).is_file():
+        try:
+            source = Path(text).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise OptionError(param, f"{text}: cannot read ({exc})") from None
+    out: list[float] = []
+    for item in source.replace("\n", ",").replace(" ", ",").replace("\t", ",").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        value, _, count = item.partition("*")
+        try:
+            number = float(value)
+            times = int(count) if count else 1
+        except ValueError:
+            raise OptionError(param, f"expected numbers (VALUE or VALUE*COUNT), got {item!r}") from None
+        if times < 0 or times > 1 << 16:
+            raise OptionError(param, f"repeat count out of range in {item!r}")
+        out.extend([int(number) if number.is_integer() else number] * times)
+    if not out:
+        raise OptionError(param, f"no numbers in {text!r}")
+    return out
+
+
+def gpu_ids(text: str | None, param: str = "failed") -> list[int] | None:
+    """The GPU ids of --failed (comma-separated integers)."""
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise OptionError(param, f"expected comma-separated GPU ids, got {text!r}") from None
+
+
+def real_cluster_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """gpu_speed, gpu_slots and failed of the parsed arguments, for Problem/Cluster."""
+    return {"gpu_speed": per_gpu_values(getattr(args, "gpu_speed", None), "gpu_speed"),
+            "gpu_slots": per_gpu_values(getattr(args, "gpu_slots", None), "gpu_slots"),
+            "failed": gpu_ids(getattr(args, "failed", None))}
 
 
 # -O KEY=VALUE --------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from ..planfile import file_sha256
 from ..problem import Problem
 from ..workloads.exporters import read_plan_for_loads
 from ..cluster import get_model
+from .args import real_cluster_kwargs
 
 
 def read_loads_arg(spec: str) -> tuple[LoadsInfo, LoadsSpec]:
@@ -63,8 +64,9 @@ def problem_from_args(args: argparse.Namespace, info: LoadsInfo):
                               f"{args.model} has {preset.dense_layers} dense layers")
         if info.num_layers == preset.num_layers:
             dense = preset.dense_layers           # a whole model: engines count its dense layers
-    return Problem(info.weights, args.replicas, 1 if groups is None else groups, args.nodes, args.gpus), dense, \
-        expert_bytes
+    problem = Problem(info.weights, args.replicas, 1 if groups is None else groups, args.nodes, args.gpus,
+                      **real_cluster_kwargs(args))
+    return problem, dense, expert_bytes
 
 
 def format_metrics(metrics: dict[str, Any]) -> str:
