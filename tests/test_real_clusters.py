@@ -301,3 +301,45 @@ def test_cli_compare_on_uneven_slots_records_refusals(tmp_path, capsys):
     by = {r["solver"]: r for r in doc["rows"]}
     assert by["deepseek"]["termination"] == "refused" and "gpu_slots" in by["deepseek"]["message"]
     assert doc["pick"]["solver"] == "kk_swap"
+
+
+# Elastic re-planning -------------------------------------------------------------------
+
+def test_elastic_replan_keeps_survivors_and_meets_the_target():
+    from solvers import solve
+    from solvers.migration import replan_after_failure
+    w = _loads(L=5, E=24, seed=7)
+    healthy = Problem(w, 32, 1, 2, 8)
+    before = solve(healthy, "kk_swap")
+    p = Problem(w, 32, 1, 2, 8, failed=[5])
+    r = replan_after_failure(p, before.plan, slack=0.02)
+    assert r.plan.num_replicas == 28 and bool((r.plan.logcnt >= 1).all())   # every expert alive
+    fresh = torch.tensor(r.info["fresh_max_time"], dtype=torch.float64)
+    assert bool((r.score.max_time <= fresh * 1.02 * (1 + 1e-9)).all())
+    # the scorer counts the moves against the plan in force on the healthy cluster
+    assert r.score.moves == r.info["moves"] <= r.info["fresh_moves"]
+    assert r.score.moves < r.info["fresh_moves"] / 2
+    # the survivors' own replicas mostly stay: at least the orphans move, not much more
+    assert r.score.moves >= r.info["orphans"]
+
+
+def test_elastic_without_failure_keeps_a_plan_that_meets_the_target():
+    from solvers import solve
+    from solvers.migration import replan_after_failure
+    w = _loads(L=3, E=16, seed=2)
+    p = Problem(w, 24, 1, 2, 4, gpu_speed=[1, 1, 1.4, 1.4])
+    fresh = solve(p, "kk_swap")
+    r = replan_after_failure(p, fresh.plan, slack=0.01)
+    assert r.score.moves == 0
+
+
+def test_elastic_refuses_a_plan_of_another_cluster():
+    from solvers.errors import OptionError
+    from solvers.migration import replan_after_failure
+    p = Problem(_loads(L=1, E=8), num_gpus=4, gpu_slots=[3, 3, 2, 4])
+    with pytest.raises(OptionError) as err:
+        replan_after_failure(p, Plan.from_phy2log([list(range(8)) * 2], 8))
+    assert err.value.param == "previous_cluster"
+    with pytest.raises(OptionError) as err:
+        replan_after_failure(p, Plan.from_phy2log([list(range(8)) * 2], 8), Cluster(1, 2, 16))
+    assert err.value.param == "previous_cluster"
