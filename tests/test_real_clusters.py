@@ -343,3 +343,21 @@ def test_elastic_refuses_a_plan_of_another_cluster():
     with pytest.raises(OptionError) as err:
         replan_after_failure(p, Plan.from_phy2log([list(range(8)) * 2], 8), Cluster(1, 2, 16))
     assert err.value.param == "previous_cluster"
+
+
+def test_cli_elastic_replan_after_failure(tmp_path, capsys):
+    import json
+    from solvers.cli import main
+    loads, old, new = _loads_file(tmp_path, L=2, E=24), tmp_path / "old.json", tmp_path / "new.json"
+    shape = ["--nodes", "2", "--gpus", "8", "--replicas", "32"]
+    assert main(["plan", "--loads", str(loads), *shape, "--solver", "kk_swap", "--out", str(old)]) == 0
+    assert main(["plan", "--loads", str(loads), *shape, "--failed", "5", "--solver", "kk_swap",
+                 "--previous", str(old), "--migration-slack", "0.02", "--out", str(new), "--json"]) == 0
+    capsys.readouterr()
+    doc = json.loads(new.read_text())
+    assert doc["problem"]["num_replicas"] == 28 and doc["problem"]["gpu_slots"][5] == 0
+    assert 0 < doc["metrics"]["moves"] < 2 * 28 and doc["options"]["base"] == "kk_swap"
+    # scoring the new plan against the old one counts the same moves
+    assert main(["score", "--loads", str(loads), "--plan", str(new), "--previous", str(old), "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)
+    assert m["moves"] == doc["metrics"]["moves"]

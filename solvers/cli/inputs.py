@@ -11,7 +11,7 @@ from ..loadfiles import LoadsSpec, resolve_spec
 from ..planfile import file_sha256
 from ..problem import Problem
 from ..workloads.exporters import read_plan_for_loads
-from ..cluster import get_model
+from ..cluster import Cluster, get_model
 from .args import real_cluster_kwargs
 
 
@@ -41,6 +41,18 @@ def read_any_plan(path: str, info: LoadsInfo, param: str = "plan"):
     its last rows, one per MoE layer of the loads)."""
     plan, shape, doc, _ = read_plan_for_loads(path, info.num_layers, info.num_experts, param)
     return plan, shape, doc
+
+
+def plan_cluster(shape: dict | None, problem: Problem, plan) -> Any:
+    """The cluster a plan read from a file was made for: its recorded shape when it has one
+    and it differs from the problem's slots (a plan in force before GPUs failed), else None
+    (the problem's own cluster)."""
+    if plan.num_replicas == problem.num_replicas:
+        return None
+    if shape and {"num_nodes", "num_gpus", "num_replicas"} <= set(shape):
+        return Cluster(shape["num_nodes"], shape["num_gpus"], shape["num_replicas"],
+                       gpu_speed=shape.get("gpu_speed"), gpu_slots=shape.get("gpu_slots"))
+    return None
 
 
 def problem_from_args(args: argparse.Namespace, info: LoadsInfo):

@@ -9,7 +9,7 @@ from ..problem import Problem
 from ..scoring import score
 from ..cluster import get_model
 from .args import real_cluster_kwargs
-from .inputs import dropped_note, format_metrics, read_any_plan, read_loads_arg
+from .inputs import dropped_note, format_metrics, plan_cluster, read_any_plan, read_loads_arg
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -36,8 +36,11 @@ def cmd_score(args: argparse.Namespace) -> int:
         real = real_cluster_kwargs(args)
         problem = Problem(info.weights, None if real["gpu_slots"] is not None else plan.num_replicas, groups or 1,
                           args.nodes, gpus, **real)
-    previous = read_any_plan(args.previous, info, "previous")[0] if args.previous else None
-    sc = score(problem, plan, previous=previous, expert_bytes=args.expert_bytes)
+    previous = previous_cluster = None
+    if args.previous:
+        previous, prev_shape, _ = read_any_plan(args.previous, info, "previous")
+        previous_cluster = plan_cluster(prev_shape, problem, previous)
+    sc = score(problem, plan, previous=previous, expert_bytes=args.expert_bytes, previous_cluster=previous_cluster)
     metrics = sc.metrics()
     if args.per_gpu:
         metrics["gpu_load"] = sc.gpu_load.tolist()
