@@ -361,3 +361,46 @@ def test_cli_elastic_replan_after_failure(tmp_path, capsys):
     assert main(["score", "--loads", str(loads), "--plan", str(new), "--previous", str(old), "--json"]) == 0
     m = json.loads(capsys.readouterr().out)
     assert m["moves"] == doc["metrics"]["moves"]
+
+
+# Exact model in time -------------------------------------------------------------------
+
+def _cpsat_available():
+    from solvers.exact import backends
+    return backends.cpsat_available()
+
+
+needs_cpsat = pytest.mark.skipif(not _cpsat_available(), reason="needs OR-Tools (pip install ortools)")
+
+
+@needs_cpsat
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=2, max_size=4),
+       st.lists(st.tuples(st.integers(0, 3), st.sampled_from([0.5, 1.0, 1.4, 2.0])), min_size=2, max_size=3))
+def test_cpsat_in_time_proves_the_brute_force_optimum(w, gpus):
+    from solvers import solve
+    slots = [c for c, _ in gpus]
+    speed = [s for _, s in gpus]
+    if sum(slots) < len(w) or sum(slots) > 7 or sum(w) == 0:
+        return
+    p = Problem(torch.tensor([w], dtype=torch.float64), num_gpus=len(gpus), gpu_slots=slots, gpu_speed=speed)
+    opt = cluster_brute_force(w, slots, speed)
+    r = solve(p, "cpsat", time_limit=5, threads=1)
+    assert str(r.status) == "proven_optimal"
+    assert float(r.score.max_time[0]) == pytest.approx(opt, rel=1e-9)
+    # its certified bound never exceeds the optimum
+    assert float(r.lower_bound[0]) <= opt * (1 + 1e-12)
+
+
+@needs_cpsat
+def test_cpsat_in_time_refuses_models_it_lacks():
+    from solvers import solve
+    from solvers.errors import OptionError
+    p = Problem(_loads(L=1, E=6), num_gpus=2, gpu_slots=[4, 3])
+    for opts, param in ((dict(model="packing"), "model"), (dict(colocation="forbidden"), "colocation")):
+        with pytest.raises(OptionError) as err:
+            solve(p, "cpsat", **opts)
+        assert err.value.param == param
+    with pytest.raises(OptionError) as err:
+        solve(p, "highs")
+    assert err.value.param == "solver"
