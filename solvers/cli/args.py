@@ -8,12 +8,12 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from pathlib import Path
 from typing import Any
 
 from .. import safejson                    # json with a depth limit (numpy, no torch)
 from ..errors import OptionError
 from ..cluster import MODELS
+from ..cluster_text import per_gpu_values
 
 EXIT_USAGE = 2
 POLICIES = ("auto", "hierarchical", "global")        # solvers.problem.POLICIES, without torch
@@ -76,38 +76,6 @@ def add_real_cluster_args(p: argparse.ArgumentParser) -> None:
                    help="expert slots of every GPU (>= 0; default R/P each; they sum to R): " + PER_GPU_HELP)
     p.add_argument("--failed", default=None, metavar="IDS",
                    help="failed GPUs, comma-separated ids (e.g. 3,17): they hold no slot")
-
-
-def per_gpu_values(text: str | None, param: str) -> list[float] | None:
-    """The numbers of a --gpu-speed / --gpu-slots argument: a comma list with optional
-    ``VALUE*COUNT`` repeats, or the path of a file holding such numbers. Raises
-    :class:`OptionError` naming ``param`` on anything else (the values are checked by
-    :class:`solvers.Cluster`)."""
-    if text is None:
-        return None
-    source = text
-    if Path(text).is_file():
-        try:
-            source = Path(text).read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise OptionError(param, f"{text}: cannot read ({exc})") from None
-    out: list[float] = []
-    for item in source.replace("\n", ",").replace(" ", ",").replace("\t", ",").split(","):
-        item = item.strip()
-        if not item:
-            continue
-        value, _, count = item.partition("*")
-        try:
-            number = float(value)
-            times = int(count) if count else 1
-        except ValueError:
-            raise OptionError(param, f"expected numbers (VALUE or VALUE*COUNT), got {item!r}") from None
-        if times < 0 or times > 1 << 16:
-            raise OptionError(param, f"repeat count out of range in {item!r}")
-        out.extend([int(number) if number.is_integer() else number] * times)
-    if not out:
-        raise OptionError(param, f"no numbers in {text!r}")
-    return out
 
 
 def gpu_ids(text: str | None, param: str = "failed") -> list[int] | None:
