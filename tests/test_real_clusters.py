@@ -404,3 +404,23 @@ def test_cpsat_in_time_refuses_models_it_lacks():
     with pytest.raises(OptionError) as err:
         solve(p, "highs")
     assert err.value.param == "solver"
+
+
+def test_exports_of_uneven_plans_keep_the_gpu_map_or_refuse(tmp_path, capsys):
+    import json
+    from solvers.cli import main
+    from solvers.errors import OptionError
+    from solvers.workloads.exporters import export_plan
+    loads, plan = _loads_file(tmp_path), tmp_path / "plan.json"
+    assert main(["plan", "--loads", str(loads), "--nodes", "2", "--gpus", "4", "--gpu-slots", "5,3,5,3",
+                 "--solver", "kk_swap", "--out", str(plan)]) == 0
+    capsys.readouterr()
+    assert main(["convert", str(plan), "--out", str(tmp_path / "plan.csv")]) == 0
+    rows = (tmp_path / "plan.csv").read_text().splitlines()[1:17]             # layer 0
+    assert [int(r.split(",")[2]) for r in rows] == [0] * 5 + [1] * 3 + [2] * 5 + [3] * 3
+    assert main(["convert", str(plan), "--out", str(tmp_path / "sglang.json"), "--to", "sglang"]) == 2
+    assert "format" in capsys.readouterr().err
+    doc = json.loads(plan.read_text())
+    p = Problem(_loads(L=3, E=12, seed=1), num_nodes=2, num_gpus=4, gpu_slots=[5, 3, 5, 3])
+    with pytest.raises(OptionError):
+        export_plan(Plan.from_phy2log(doc["phy2log"], 12), tmp_path / "x.yaml", "trtllm", problem=p)
