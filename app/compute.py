@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 
 from solvers import Problem, SolveResult, lower_bound, score, solve
-from solvers.compare import COLUMNS
+from solvers.compare import COLUMNS, TIME_COLUMNS
 from solvers.dispatch.microbatches import microbatch_imbalance as imbalance
 from solvers.plan import Plan
 from solvers.result import ratio_gap
@@ -56,7 +56,7 @@ def score_holdout(problem: Problem, plan: Plan) -> Holdout:
     that holds for every plan on those loads."""
     sc = score(problem, plan)
     lb = lower_bound(problem)
-    return Holdout(sc, lb, ratio_gap(sc.max_load, lb))
+    return Holdout(sc, lb, ratio_gap(sc.max_time, lb))
 
 
 def _pct(x: float | None) -> str:
@@ -94,6 +94,10 @@ def metric_cards(outcome: Outcome, moves: Score | None = None) -> list[tuple[str
         ("Solution", str(r.status), "what the plan is worth: proven_optimal (meets the bound valid for every "
                                     "plan), optimal_in_model (only within the solver's restricted model), feasible"),
     ]
+    if "time_imbalance_mean" in m:      # GPUs of different speeds: the objective is time
+        cards.append(("Time imbalance", f"{m['time_imbalance_mean']:.4f}",
+                      "max GPU time (load / speed) over the best possible time (W / total speed), mean over "
+                      f"layers (worst {m['time_imbalance_worst']:.4f})"))
     if moves is not None and moves.moves is not None:
         size = "-" if moves.moves_bytes is None else f"{moves.moves_bytes / 1e9:,.2f} GB"
         cards.append(("Moves", f"{moves.moves:,}", "replicas a GPU must load because the current placement's GPU "
@@ -102,19 +106,24 @@ def metric_cards(outcome: Outcome, moves: Score | None = None) -> list[tuple[str
     return cards
 
 
-def plan_table(weights: torch.Tensor, plan: Plan, layer: int, num_gpus: int, num_nodes: int) -> pd.DataFrame:
+def plan_table(weights: torch.Tensor, plan: Plan, layer: int, num_gpus: int, num_nodes: int,
+               slot_gpus: list[int] | None = None) -> pd.DataFrame:
     """One layer of the plan, GPU by GPU: node, experts held (``e×k`` = k replicas), load,
-    load / mean. weights: [L, E]."""
+    load / mean. weights: [L, E]. slot_gpus: the GPU of every slot (Cluster.slot_gpus();
+    default R/P consecutive slots per GPU)."""
     p2l = plan.phy2log[layer].cpu()
     cnt = plan.logcnt[layer].cpu().to(torch.float64)
     w = weights[layer].cpu().to(torch.float64)
     R = p2l.shape[0]
-    S = R // num_gpus
-    per_slot = per_slot_loads(w, p2l, cnt).view(num_gpus, S)
-    load = per_slot.sum(1)
+    gpu_of = slot_gpus if slot_gpus is not None else [p // (R // num_gpus) for p in range(R)]
+    per_slot = per_slot_loads(w, p2l, cnt)
+    load = torch.zeros(num_gpus, dtype=torch.float64).index_add_(0, torch.tensor(gpu_of), per_slot)
     mean = float(load.mean()) or 1.0
+    held_by = [[] for _ in range(num_gpus)]
+    for p, e in enumerate(p2l.tolist()):
+        held_by[gpu_of[p]].append(e)
     rows = []
-    for g, experts in enumerate(p2l.view(num_gpus, S).tolist()):
+    for g, experts in enumerate(held_by):
         held: dict[int, int] = {}
         for e in experts:
             held[e] = held.get(e, 0) + 1
@@ -130,7 +139,7 @@ def options_text(options: dict[str, Any]) -> str:
 
 # solvers.compare's columns, with the held-out gaps after the in-sample ones.
 _AT = COLUMNS.index("gap_in_policy_mean") + 1
-COMPARE_COLUMNS = (*COLUMNS[:_AT], "holdout_gap_mean", "holdout_gap_max", *COLUMNS[_AT:])
+COMPARE_COLUMNS = (*COLUMNS[:_AT], "holdout_gap_mean", "holdout_gap_max", *COLUMNS[_AT:], *TIME_COLUMNS)
 
 
 def compare_row(name: str, outcome: Outcome, holdout: Holdout | None) -> dict[str, Any]:

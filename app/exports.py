@@ -41,7 +41,9 @@ def plan_downloads(plan: Plan, problem: Problem, *, policy: str, solver: str, op
         return dumps_plan(doc).encode()
 
     redundant = problem.num_replicas - problem.num_experts
-    return [
+    # uneven slot counts or failed GPUs: engine maps cannot say so (docs/formats.md)
+    slot_gpus = None if problem.cluster.uniform_slots else problem.cluster.slot_gpus()
+    downloads = [
         Download("EPLB plan (JSON)", "plan.json", "application/json",
                  eplb_json,
                  "`eplb score --loads LOADS --plan plan.json` re-scores it; `eplb convert plan.json --to sglang` "
@@ -55,8 +57,11 @@ def plan_downloads(plan: Plan, problem: Problem, *, policy: str, solver: str, op
                  f"`{engine_flags('trtllm', 'moe_load_balancer.yaml', problem.num_replicas, problem.num_experts)}` "
                  f"({problem.num_replicas} slots; MoE layers keyed from {layer_offset})."),
         Download("Slot table (CSV)", "plan.csv", "text/csv",
-                 lambda: engine_text(plan, "csv", num_gpus=problem.num_gpus).encode(),
+                 lambda: engine_text(plan, "csv", num_gpus=problem.num_gpus, slot_gpus=slot_gpus).encode(),
                  "`layer,slot,gpu,expert,replica`, one row per slot: for review, spreadsheets and custom "
                  "loaders (vLLM computes its own placement: `--enable-eplb --num-redundant-experts "
                  f"{redundant}`)."),
     ]
+    if slot_gpus is not None:
+        downloads = [d for d in downloads if d.filename in ("plan.json", "plan.csv")]
+    return downloads

@@ -119,6 +119,41 @@ def gpu_load_figure(weights: torch.Tensor, phy2log: torch.Tensor, logcnt: torch.
     return fig
 
 
+def gpu_time_figure(gpu_load: torch.Tensor | np.ndarray, speed: Sequence[float], slots: Sequence[int],
+                    num_nodes: int, title: str = "") -> go.Figure:
+    """One layer on a real cluster: each GPU's *time* (its load over its relative speed) as
+    a bar coloured by speed, failed GPUs (no slot) marked, and the best possible time
+    (W / the live GPUs' total speed) dashed. gpu_load: [P] tokens; speed, slots: [P]."""
+    load = _np(gpu_load).astype(np.float64)
+    sp = np.asarray(speed, dtype=np.float64)
+    sl = np.asarray(slots, dtype=np.int64)
+    P = len(load)
+    live = sl > 0
+    time = np.where(live, load / sp, 0.0)
+    levels = sorted(set(sp[live].tolist()))
+    colors = [color_for(levels.index(x)) if ok else "lightgrey" for x, ok in zip(sp, live)]
+    custom = np.stack([load, sp, sl], axis=-1)
+    fig = go.Figure(go.Bar(x=np.arange(P), y=time, marker={"color": colors}, customdata=custom, showlegend=False,
+                           hovertemplate="GPU %{x}<br>time %{y:,.1f}<br>%{customdata[0]:,.1f} tokens · speed "
+                                         "%{customdata[1]:g} · %{customdata[2]:.0f} slots<extra></extra>"))
+    for k, x in enumerate(levels):           # legend: one entry per speed
+        fig.add_trace(go.Bar(x=[None], y=[None], marker={"color": color_for(k)}, name=f"speed {x:g}"))
+    if not live.all():
+        dead = np.flatnonzero(~live)
+        fig.add_trace(go.Scatter(x=dead, y=np.zeros(len(dead)), mode="markers", name="failed",
+                                 marker={"symbol": "x", "size": 11, "color": "crimson"}, hoverinfo="skip"))
+    ideal = float(load.sum() / sp[live].sum()) if live.any() else 0.0
+    fig.add_hline(y=ideal, line={"color": "black", "dash": "dash", "width": 1.5},
+                  annotation_text=f"best possible {ideal:,.0f}", annotation_position="top left",
+                  annotation={"bgcolor": "rgba(255,255,255,0.85)"})
+    _node_boundaries(fig, P, num_nodes)
+    fig.update_layout(template=TEMPLATE, title=title or None, barmode="overlay",
+                      xaxis={"title": "GPU", "tickmode": "linear" if P <= 48 else "auto", "range": [-0.6, P - 0.4]},
+                      yaxis={"title": "time (tokens / speed)"}, margin={"t": 60 if title else 40, "b": 40},
+                      height=430, legend={"orientation": "h", "y": 1.08})
+    return fig
+
+
 GPU_DOMAIN = 0.75        # share of the width for the per-GPU bars when a node panel is drawn
 
 

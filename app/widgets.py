@@ -12,7 +12,8 @@ import streamlit as st
 
 from solvers import get_solver, solver_names
 from solvers.cluster import CLUSTERS, MODELS, Cluster
-from solvers.errors import EPLBError
+from solvers.cluster_text import per_gpu_values
+from solvers.errors import EPLBError, OptionError
 from solvers.options import Option
 from solvers.workloads.catalog import dataset_names
 from solvers.workloads.generators import SCENARIOS
@@ -118,6 +119,10 @@ def _fill_cluster(page: str, num_experts: int) -> None:
     st.session_state[f"{page}:nodes"] = preset.nodes
     st.session_state[f"{page}:gpus"] = preset.gpus
     st.session_state[f"{page}:slots"] = preset.replicas(num_experts) // preset.gpus
+    # a mixed pool's speeds go to the real-cluster panel; a homogeneous preset clears it
+    st.session_state[f"{page}:node_speeds"] = ",".join(f"{x:g}" for x in preset.node_speeds)
+    st.session_state[f"{page}:gpu_slots"] = ""
+    st.session_state[f"{page}:failed"] = []
 
 
 def _fill_groups(page: str) -> None:
@@ -176,9 +181,43 @@ def cluster_picker(page: str, loads: Loads, default_cluster: str = DEFAULT_CLUST
                f"({int(gpus) * int(slots) - E} redundant)")
     model = model if model in MODELS else None
     try:
-        return ClusterPick(Cluster(int(nodes), int(gpus), int(gpus) * int(slots)), int(groups), model)
+        real = real_cluster_panel(page, int(nodes), int(gpus))
+        return ClusterPick(Cluster(int(nodes), int(gpus), None if real["gpu_slots"] else int(gpus) * int(slots),
+                                   **real), int(groups), model)
     except EPLBError as exc:
         return ClusterPick(None, int(groups), model, exc)
+
+
+def real_cluster_panel(page: str, nodes: int, gpus: int) -> dict[str, Any]:
+    """The real-cluster editor (an expander under the cluster): relative speed per node (or
+    per GPU), uneven slot counts and failed GPUs. Returns Cluster's gpu_speed, gpu_slots and
+    failed keywords (None where left at the homogeneous default); the values are checked by
+    :class:`Cluster` (bad ones raise, and the page shows the error)."""
+    for key, default in (("node_speeds", ""), ("gpu_speeds", ""), ("gpu_slots", ""), ("failed", [])):
+        st.session_state.setdefault(f"{page}:{key}", default)
+    failed_now = [g for g in st.session_state[f"{page}:failed"] if g < gpus]
+    st.session_state[f"{page}:failed"] = failed_now
+    edited = bool(st.session_state[f"{page}:node_speeds"] or st.session_state[f"{page}:gpu_speeds"]
+                  or st.session_state[f"{page}:gpu_slots"] or failed_now)
+    with st.expander("Real cluster: speeds, slots, failed GPUs", expanded=edited):
+        node_speeds = st.text_input("Speed per node", key=f"{page}:node_speeds", placeholder="1 (all nodes)",
+                                    help=f"relative speed of each node's GPUs, {nodes} comma-separated values "
+                                         "(1.4 for H200 beside H100 at 1); a GPU's time is its load / its speed")
+        gpu_speeds = st.text_input("Speed per GPU (overrides)", key=f"{page}:gpu_speeds", placeholder="",
+                                   help=f"{gpus} values, VALUE*COUNT repeats (1*16,1.4*16)")
+        gpu_slots = st.text_input("Slots per GPU (uneven)", key=f"{page}:gpu_slots", placeholder="the same on every GPU",
+                                  help=f"{gpus} slot counts, VALUE*COUNT repeats (10,8 alternating: "
+                                       f"{','.join(['10,8'] * min(2, gpus // 2))},...); replaces 'Slots per GPU'")
+        failed = st.multiselect("Failed GPUs", list(range(gpus)), key=f"{page}:failed",
+                                help="GPUs that hold no slot (their replicas are gone)")
+    speed = per_gpu_values(gpu_speeds or None, "gpu_speed", files=False)
+    if speed is None and node_speeds:
+        per_node = per_gpu_values(node_speeds, "node_speeds", files=False)
+        if len(per_node) != nodes:
+            raise OptionError("node_speeds", f"must give one speed per node ({nodes}), got {len(per_node)}")
+        speed = [x for x in per_node for _ in range(gpus // nodes)]
+    return {"gpu_speed": speed, "gpu_slots": per_gpu_values(gpu_slots or None, "gpu_slots", files=False),
+            "failed": failed or None}
 
 
 # ---------------------------------------------------------------------------------------

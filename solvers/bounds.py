@@ -1,4 +1,10 @@
-"""Certified lower bounds on the optimal max GPU load (even split; docs/bounds.md).
+"""Certified lower bounds on the optimal max GPU time (even split; docs/bounds.md).
+
+A GPU's time is its load over its relative speed; on a cluster of speed-1 GPUs with R/P
+slots each (homogeneous) that is the load, and every bound here is the classical one,
+computed exactly as before speeds existed. On other clusters each bound is generalised
+(``W / sum of speeds``, the hottest expert over the fastest GPUs, the replication bound
+over the fastest speed) and holds for every plan of the heterogeneous problem.
 
 Each bound is a tensor ``[layers]`` in float64, computed for all layers at once.
 
@@ -13,6 +19,7 @@ Scope of each bound (a bound for a wider problem holds for every narrower one):
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -30,17 +37,34 @@ def _weights(problem: Problem) -> torch.Tensor:
 
 
 def average_bound(problem: Problem) -> torch.Tensor:
-    """W / P: the busiest GPU carries at least the mean."""
-    return _weights(problem).sum(1) / problem.num_gpus
+    """W / P: the busiest GPU carries at least the mean. With speeds, W / (sum of the live
+    GPUs' speeds): the loads sum to W and GPU g carries at most T * s_g in time T."""
+    c = problem.cluster
+    if c.homogeneous:
+        return _weights(problem).sum(1) / problem.num_gpus
+    return _weights(problem).sum(1) / c.total_speed
+
+
+def fastest_speeds(problem: Problem, m: int) -> float:
+    """Sum of the ``m`` fastest live GPUs' speeds."""
+    c = problem.cluster
+    return math.fsum(sorted((c.gpu_speed[g] for g in c.live_gpus), reverse=True)[:m])
 
 
 def hottest_expert_bound(problem: Problem) -> torch.Tensor:
     """max_e w_e / min(P, R - E + 1): the hottest expert spreads over at most that many GPUs.
 
     With more replicas than GPUs some GPU holds ceil(c/P) of them, i.e. at least w/P.
+    With speeds: an expert on a set of GPUs H, each holding k_g of its c replicas, has
+    k_g * w / c <= T * s_g on each, so summing, T >= w / sum_H s_g; H has at most
+    min(live GPUs, R - E + 1) GPUs, so T >= w / (sum of that many fastest speeds).
     """
-    spread = min(problem.num_gpus, problem.num_replicas - problem.num_experts + 1)
-    return _weights(problem).max(1).values / spread
+    c = problem.cluster
+    if c.homogeneous:
+        spread = min(problem.num_gpus, problem.num_replicas - problem.num_experts + 1)
+        return _weights(problem).max(1).values / spread
+    m = min(len(c.live_gpus), problem.num_replicas - problem.num_experts + 1)
+    return _weights(problem).max(1).values / fastest_speeds(problem, m)
 
 
 def optimal_counts(weights: torch.Tensor, num_replicas: int, max_count: int | None = None) -> torch.Tensor:
@@ -102,9 +126,12 @@ def replication_value(weights: torch.Tensor, num_replicas: int) -> torch.Tensor:
 def replication_bound(problem: Problem) -> torch.Tensor:
     """min over counts of max_e w_e / c_e: every GPU carries at least its heaviest replica.
 
-    Dominates the R - E + 1 half of :func:`hottest_expert_bound`.
+    Dominates the R - E + 1 half of :func:`hottest_expert_bound`. With speeds the heaviest
+    replica takes at least its load over the fastest speed.
     """
-    return replication_value(_weights(problem), problem.num_replicas)
+    value = replication_value(_weights(problem), problem.num_replicas)
+    c = problem.cluster
+    return value if c.uniform_speed else value / max(c.gpu_speed[g] for g in c.live_gpus)
 
 
 def item_bounds(items: torch.Tensor, num_bins: int) -> torch.Tensor:
@@ -193,7 +220,8 @@ def lower_bounds(problem: Problem, *, counts: Any = None, policy: str = "global"
             raise OptionError("counts", f"must have shape {tuple(problem.weights.shape)}, got {tuple(c.shape)}")
         if bool((c < 1).any()) or bool((c.sum(1) != problem.num_replicas).any()):
             raise OptionError("counts", f"must be >= 1 and sum to {problem.num_replicas} per layer")
-        out["pigeonhole"] = fixed_counts_bound(problem, c)
+        if problem.cluster.homogeneous:   # the pigeonhole argument needs equal bins
+            out["pigeonhole"] = fixed_counts_bound(problem, c)
     if policy == "hierarchical":
         problem.resolve_policy("hierarchical")
         if node_budget not in ("fixed", "free"):
@@ -224,10 +252,10 @@ def structure_bound(problem: Problem, plan: Any, *, base: torch.Tensor | None = 
     grader's), with ``plan`` already validated; the result is never below it.
     """
     if base is None:
-        plan.validate(problem.num_layers, problem.num_experts, problem.num_replicas, problem.num_gpus)
+        problem.validate_plan(plan)
         base = lower_bound(problem)
     G, N = problem.num_groups, problem.num_nodes
-    if G == 1 or N == 1 or problem.num_experts % G != 0:
+    if G == 1 or N == 1 or problem.num_experts % G != 0 or not problem.cluster.homogeneous:
         return base
     p2l = plan.phy2log.to(problem.device)
     L, R = p2l.shape

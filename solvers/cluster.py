@@ -18,6 +18,8 @@ list them without loading it):
 """
 from __future__ import annotations
 
+import hashlib
+import itertools
 import math
 import numbers
 from dataclasses import dataclass
@@ -64,23 +66,52 @@ def auto_policy(num_groups: int, num_nodes: int) -> str:
 
 @dataclass(frozen=True)
 class Cluster:
-    """N nodes, P GPUs (P/N per node) and R physical expert slots (S = R/P per GPU).
+    """N nodes, P GPUs (P/N per node) and R physical expert slots.
 
-    Slot ``p`` lives on GPU ``p // S``, GPU ``g`` on node ``g // (P/N)``. Construction
-    checks the shape once; every front end builds its cluster here.
+    A homogeneous cluster has S = R/P slots on every GPU, each of speed 1. A real one may
+    give every GPU its own relative speed (``gpu_speed``, > 0; a GPU's time for a layer is
+    its load over its speed) and its own slot count (``gpu_slots``, >= 0), and may have
+    failed or drained GPUs (``failed``, or a slot count of 0), which hold no slot.
+
+    Slots are numbered GPU by GPU: slot ``p`` lives on the GPU whose cumulative slot range
+    holds ``p`` (``p // S`` on a homogeneous cluster), GPU ``g`` on node ``g // (P/N)``.
+    ``num_replicas`` is the number of live slots: a failed GPU takes its slots with it.
+    Construction checks everything once; every front end builds its cluster here.
     """
 
     num_nodes: int
     num_gpus: int
     num_replicas: int
+    gpu_speed: tuple[float, ...] = ()
+    gpu_slots: tuple[int, ...] = ()
+    failed: tuple[int, ...] = ()
 
-    def __init__(self, num_nodes: Any = 1, num_gpus: Any = 1, num_replicas: Any = 1, *,
+    def __init__(self, num_nodes: Any = 1, num_gpus: Any = 1, num_replicas: Any = None, *,
+                 gpu_speed: Any = None, gpu_slots: Any = None, failed: Any = None,
                  nodes_must_divide_gpus: bool = True):
         N = as_count(num_nodes, "num_nodes", maximum=MAX_REPLICAS)
         P = as_count(num_gpus, "num_gpus", maximum=MAX_REPLICAS)
-        R = as_count(num_replicas, "num_replicas", maximum=MAX_REPLICAS)
-        if R % P != 0:
-            raise ProblemError("num_replicas", f"must be a multiple of num_gpus ({P}), got {R}")
+        if gpu_slots is None:
+            R = as_count(1 if num_replicas is None else num_replicas, "num_replicas", maximum=MAX_REPLICAS)
+            if R % P != 0:
+                raise ProblemError("num_replicas", f"must be a multiple of num_gpus ({P}), got {R} "
+                                   "(or give gpu_slots, one slot count per GPU)")
+            slots = [R // P] * P
+        else:
+            slots = _per_gpu(gpu_slots, "gpu_slots", P, integer=True)
+            if num_replicas is not None:
+                R = as_count(num_replicas, "num_replicas", maximum=MAX_REPLICAS)
+                if R != sum(slots):
+                    raise ProblemError("num_replicas", f"must equal the sum of gpu_slots ({sum(slots)}), got {R}")
+        speed = [1.0] * P if gpu_speed is None else _per_gpu(gpu_speed, "gpu_speed", P, integer=False)
+        for g in _gpu_ids(failed, P):
+            slots[g] = 0
+        R = sum(slots)
+        if R < 1:
+            raise ProblemError("failed" if failed is not None else "gpu_slots", "no GPU has a slot left")
+        if R > MAX_REPLICAS:
+            raise ProblemError("gpu_slots", f"at most {MAX_REPLICAS} slots in all (the largest size the "
+                               f"solvers serve), got {R}")
         # A Problem maps slots to nodes, so it needs whole GPUs per node; the drop-in global
         # policy (rebalance_experts with nodes that do not divide the GPUs) does not.
         if nodes_must_divide_gpus and P % N != 0:
@@ -88,21 +119,72 @@ class Cluster:
         object.__setattr__(self, "num_nodes", N)
         object.__setattr__(self, "num_gpus", P)
         object.__setattr__(self, "num_replicas", R)
+        object.__setattr__(self, "gpu_speed", tuple(speed))
+        object.__setattr__(self, "gpu_slots", tuple(slots))
+        object.__setattr__(self, "failed", tuple(g for g in range(P) if slots[g] == 0))
+
+    # What is uniform: the solvers written for identical GPUs serve exactly the clusters
+    # with ``homogeneous`` True, and their numbers there are the same as before speeds existed.
+    @property
+    def uniform_slots(self) -> bool:
+        """Every GPU holds the same number of slots (so none has failed)."""
+        return len(set(self.gpu_slots)) == 1
+
+    @property
+    def uniform_speed(self) -> bool:
+        return all(s == 1.0 for s in self.gpu_speed)
+
+    @property
+    def homogeneous(self) -> bool:
+        """P identical GPUs of speed 1 with R/P slots each."""
+        return self.uniform_slots and self.uniform_speed
 
     @property
     def slots_per_gpu(self) -> int:
+        """S = R/P; only defined when every GPU holds the same number of slots."""
+        if not self.uniform_slots:
+            raise ProblemError("gpu_slots", "GPUs hold different slot counts (or some failed): "
+                               "there is no one slots-per-GPU figure")
         return self.num_replicas // self.num_gpus
 
     @property
     def gpus_per_node(self) -> int:
         return self.num_gpus // self.num_nodes
 
+    @property
+    def live_gpus(self) -> tuple[int, ...]:
+        """GPUs holding at least one slot."""
+        return tuple(g for g, c in enumerate(self.gpu_slots) if c > 0)
+
+    @property
+    def slot_starts(self) -> tuple[int, ...]:
+        """First slot of every GPU, and R last: GPU g holds slots [starts[g], starts[g+1])."""
+        return tuple(itertools.accumulate(self.gpu_slots, initial=0))
+
+    def slot_gpus(self) -> list[int]:
+        """The GPU of every slot (length R)."""
+        return [g for g, c in enumerate(self.gpu_slots) for _ in range(c)]
+
+    @property
+    def total_speed(self) -> float:
+        """Sum of the live GPUs' speeds: W / total_speed is the best possible time."""
+        return math.fsum(self.gpu_speed[g] for g in self.live_gpus)
+
+    def homogeneous_view(self) -> "Cluster":
+        """The same nodes, GPUs and slots, every speed 1: what a token-balancing solver plans
+        on. Only when every GPU holds the same number of slots."""
+        if not self.uniform_slots:
+            raise ProblemError("gpu_slots", "a cluster with uneven slot counts or failed GPUs has no "
+                               "homogeneous view")
+        return Cluster(self.num_nodes, self.num_gpus, self.num_replicas)
+
     def check_experts(self, num_experts: int, num_groups: Any = 1) -> int:
         """The groups, validated against ``num_experts`` experts on this cluster."""
         G = as_count(num_groups, "num_groups", maximum=MAX_REPLICAS)
         if self.num_replicas < num_experts:
+            what = "live slots" if self.failed else "slots"
             raise ProblemError("num_replicas", f"must be >= the number of experts ({num_experts}), "
-                               f"got {self.num_replicas}")
+                               f"got {self.num_replicas} {what}")
         if G > num_experts:
             raise ProblemError("num_groups", f"must be <= the number of experts ({num_experts}), got {G}")
         return G
@@ -110,13 +192,16 @@ class Cluster:
     def resolve_policy(self, policy: str, num_experts: int, num_groups: int) -> str:
         """The policy that will run: ``auto`` follows :func:`auto_policy`. Raises
         :class:`ProblemError` when a requested or auto-selected hierarchical policy cannot
-        be built for this shape."""
+        be built for this shape. A heterogeneous cluster plans globally (``auto``)."""
         if policy not in POLICIES:
             raise ProblemError("policy", f"must be one of {', '.join(POLICIES)}, got {policy!r}")
         N, P = self.num_nodes, self.num_gpus
         if policy == "auto":
-            policy = auto_policy(num_groups, N)
+            policy = auto_policy(num_groups, N) if self.homogeneous else "global"
         if policy == "hierarchical":
+            if not self.homogeneous:
+                raise ProblemError("policy", "the hierarchical policy needs identical GPUs (speed 1, "
+                                   "the same slot count each); use the global policy")
             if num_groups % N != 0:
                 raise ProblemError("num_groups", f"hierarchical policy needs num_groups ({num_groups}) "
                                    f"to be a multiple of num_nodes ({N})")
@@ -128,17 +213,97 @@ class Cluster:
                                    f"to be a multiple of num_nodes ({N})")
         return policy
 
-    def as_dict(self) -> dict[str, int]:
-        return {"num_replicas": self.num_replicas, "num_nodes": self.num_nodes, "num_gpus": self.num_gpus}
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data; the per-GPU lists only where they differ from the homogeneous default."""
+        out: dict[str, Any] = {"num_replicas": self.num_replicas, "num_nodes": self.num_nodes,
+                               "num_gpus": self.num_gpus}
+        if not self.uniform_speed:
+            out["gpu_speed"] = list(self.gpu_speed)
+        if not self.uniform_slots:
+            out["gpu_slots"] = list(self.gpu_slots)
+        return out
 
     def describe(self) -> str:
         """One line for captions and reports."""
         N, P, R = self.num_nodes, self.num_gpus, self.num_replicas
-        return f"{N} node(s) x {P // N} GPUs = {P} GPUs, {R} slots ({R // P} per GPU)"
+        if self.uniform_slots:
+            text = f"{N} node(s) x {P // N} GPUs = {P} GPUs, {R} slots ({R // P} per GPU)"
+        else:
+            live = [c for c in self.gpu_slots if c > 0]
+            each = f"{min(live)}" if min(live) == max(live) else f"{min(live)}-{max(live)}"
+            text = f"{N} node(s) x {P // N} GPUs = {P} GPUs, {R} slots ({each} per live GPU)"
+        if self.failed:
+            text += f", failed GPU(s) {','.join(map(str, self.failed))}"
+        if not self.uniform_speed:
+            live = [self.gpu_speed[g] for g in self.live_gpus]
+            text += f", speeds {min(live):g}-{max(live):g} (total {self.total_speed:g})"
+        return text
 
     @property
     def id(self) -> str:
-        return cluster_id(self.num_nodes, self.num_gpus, self.num_replicas)
+        base = cluster_id(self.num_nodes, self.num_gpus, self.num_replicas)
+        if self.homogeneous:
+            return base
+        # per-GPU details in a short digest: ids stay readable and distinct
+        digest = hashlib.sha1(repr((self.gpu_speed, self.gpu_slots)).encode()).hexdigest()[:8]
+        return f"{base}-het{digest}"
+
+
+def _per_gpu(value: Any, param: str, num_gpus: int, *, integer: bool) -> list:
+    """One number per GPU: a sequence of ``num_gpus`` numbers (a scalar means the same for all)."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, (str, bytes)) or isinstance(value, bool):
+        raise ProblemError(param, f"must be {num_gpus} numbers, one per GPU, got {value!r}")
+    if isinstance(value, numbers.Real):
+        value = [value] * num_gpus
+    try:
+        items = list(value)
+    except TypeError:
+        raise ProblemError(param, f"must be {num_gpus} numbers, one per GPU, got {value!r}") from None
+    if len(items) != num_gpus:
+        raise ProblemError(param, f"must give one value per GPU ({num_gpus}), got {len(items)}")
+    out = []
+    for g, v in enumerate(items):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise ProblemError(param, f"GPU {g}: must be a number, got {v!r}")
+        if integer:
+            if isinstance(v, numbers.Integral) or float(v).is_integer():
+                v = int(v)
+            else:
+                raise ProblemError(param, f"GPU {g}: slot counts must be whole numbers, got {v!r}")
+            if v < 0:
+                raise ProblemError(param, f"GPU {g}: must be >= 0 (0 = failed or drained), got {v}")
+            if v > MAX_REPLICAS:
+                raise ProblemError(param, f"GPU {g}: must be <= {MAX_REPLICAS}, got {v}")
+        else:
+            v = float(v)
+            if not math.isfinite(v) or v <= 0:
+                raise ProblemError(param, f"GPU {g}: speeds must be finite and > 0, got {v!r} "
+                                   "(mark a dead GPU with failed instead)")
+        out.append(v)
+    return out
+
+
+def _gpu_ids(value: Any, num_gpus: int) -> list[int]:
+    """Distinct GPU ids in [0, num_gpus) (None or empty: none)."""
+    if value is None:
+        return []
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, (str, bytes, bool)) or isinstance(value, numbers.Real):
+        value = [value]
+    out: list[int] = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise ProblemError("failed", f"GPU ids must be integers, got {v!r}")
+        v = int(v)
+        if not 0 <= v < num_gpus:
+            raise ProblemError("failed", f"GPU ids must be in [0, {num_gpus}), got {v}")
+        if v in out:
+            raise ProblemError("failed", f"GPU {v} is listed twice")
+        out.append(v)
+    return out
 
 
 def cluster_id(nodes: int, gpus: int, replicas: int) -> str:
@@ -166,6 +331,7 @@ class ClusterPreset:
     nodes: int
     gpus: int
     spare_per_gpu: int = 1
+    node_speeds: tuple[float, ...] = ()   # mixed pools: relative speed of each node's GPUs
 
     def replicas(self, num_experts: int) -> int:
         """Slots for ``num_experts`` experts: the smallest multiple of the GPUs holding every
@@ -173,7 +339,11 @@ class ClusterPreset:
         return slots_for(num_experts, self.gpus, self.spare_per_gpu)
 
     def cluster(self, num_experts: int) -> Cluster:
-        return Cluster(self.nodes, self.gpus, self.replicas(num_experts))
+        speed = None
+        if self.node_speeds:
+            per_node = self.gpus // self.nodes
+            speed = [s for s in self.node_speeds for _ in range(per_node)]
+        return Cluster(self.nodes, self.gpus, self.replicas(num_experts), gpu_speed=speed)
 
 
 # Single node, DeepSeek prefill (4 nodes x 8 GPUs), decode-like EP; and two small
@@ -188,6 +358,13 @@ CLUSTERS: dict[str, ClusterPreset] = {c.name: c for c in (
     ClusterPreset("prefill-4x8", "DeepSeek-V3 prefill: 4 nodes x 8 GPUs", 4, 32),
     ClusterPreset("decode-ep64", "Decode EP64: 8 nodes x 8 GPUs", 8, 64),
     ClusterPreset("decode-ep144", "Decode EP144: 18 nodes x 8 GPUs", 18, 144),
+    # Mixed pools: H200 nodes beside H100 ones. Decode is memory-bound and H200's HBM3e
+    # gives about 4.8 / 3.35 = 1.4x the bandwidth, hence speed 1.4 (a relative figure:
+    # measure your own pool and give --gpu-speed).
+    ClusterPreset("mixed-2x8", "Mixed pool: 1 H100 node + 1 H200 node (speed 1.4)", 2, 16,
+                  node_speeds=(1.0, 1.4)),
+    ClusterPreset("mixed-4x8", "Mixed pool: 2 H100 nodes + 2 H200 nodes (speed 1.4)", 4, 32,
+                  node_speeds=(1.0, 1.0, 1.4, 1.4)),
 )}
 
 
@@ -253,5 +430,6 @@ def get_cluster(name: str) -> ClusterPreset:
 
 def shape_name(num_nodes: int, num_gpus: int) -> str:
     """The :data:`CLUSTERS` name of these nodes and GPUs, or ``N<n>xP<p>`` for an ad-hoc shape."""
-    preset = next((c for c in CLUSTERS.values() if (c.nodes, c.gpus) == (num_nodes, num_gpus)), None)
+    preset = next((c for c in CLUSTERS.values()
+                   if (c.nodes, c.gpus) == (num_nodes, num_gpus) and not c.node_speeds), None)
     return preset.name if preset is not None else f"N{num_nodes}xP{num_gpus}"

@@ -12,7 +12,7 @@ import math
 from typing import Any, Callable, Iterable, Sequence
 
 from . import builtin  # noqa: F401  registers every solver a comparison may name
-from .errors import OptionError
+from .errors import EPLBError, OptionError
 from .plan import Plan
 from .problem import Problem
 from .registry import get_solver
@@ -23,6 +23,10 @@ DEFAULT_SOLVERS = ("deepseek", "kk_swap", "joint", "best")
 COLUMNS = ("solver", "policy", "termination", "status", "wall_time_s", "imbalance_mean", "imbalance_worst",
            "holdout_imbalance_mean", "holdout_imbalance_worst", "gap_mean", "gap_max", "gap_in_policy_mean",
            "off_node_share_mean", "duplicates", "moves", "moves_bytes", "message")
+# On a cluster with per-GPU speeds the rows also carry the imbalance in time (max time over
+# W / total speed), and the pick goes by it: time is what the cluster pays.
+TIME_COLUMNS = ("time_imbalance_mean", "time_imbalance_worst", "holdout_time_imbalance_mean",
+                "holdout_time_imbalance_worst")
 
 
 def solver_options(name: str, common: dict[str, Any], time_limit: float | None) -> dict[str, Any]:
@@ -74,7 +78,18 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
             opts["policy"] = policy
         if on_progress:
             on_progress(name, policy or "-", None)
-        res = solve(problem, name, previous=previous, expert_bytes=expert_bytes, **opts)
+        try:
+            res = solve(problem, name, previous=previous, expert_bytes=expert_bytes, **opts)
+        except EPLBError as exc:
+            # a solver for identical GPUs on a real cluster: a row saying so, not an abort
+            if problem.cluster.homogeneous or exc.param not in ("solver", "gpu_slots"):
+                raise
+            row = {"solver": name, "policy": policy or "-", "termination": "refused", "status": "none",
+                   "wall_time_s": None, "message": str(exc)}
+            rows.append(row)
+            if on_progress:
+                on_progress(name, policy or "-", row)
+            continue
         row = res.summary(holdout=None if holdout is None or res.plan is None else score(holdout, res.plan))
         row["_result"] = res
         rows.append(row)
@@ -96,15 +111,20 @@ def pick(rows: Sequence[dict[str, Any]]) -> tuple[dict[str, Any] | None, str]:
         return None, "no solver returned a plan"
     holdout = all(r.get("holdout_imbalance_mean") is not None for r in planned)
     key = "holdout_imbalance_mean" if holdout else "imbalance_mean"
+    timed = all(r.get("time_imbalance_mean") is not None for r in planned)
+    if timed:
+        key = "holdout_time_imbalance_mean" if holdout else "time_imbalance_mean"
     best = min(planned, key=lambda r: (_num(r[key]), _num(r["wall_time_s"])))
     others = sorted(_num(r[key]) for r in planned if r is not best)
     where = "on the held-out window" if holdout else "in sample (no held-out window given)"
     margin = f"; next best {others[0]:.4f}" if others else ""
-    reason = (f"lowest mean imbalance {where}: {_num(best[key]):.4f}{margin}; {best['wall_time_s']:.3g} s, "
+    what = "lowest mean imbalance in time" if timed else "lowest mean imbalance"
+    reason = (f"{what} {where}: {_num(best[key]):.4f}{margin}; {best['wall_time_s']:.3g} s, "
               f"policy {best['policy']}, gap to bound {100 * _num(best.get('gap_mean')):.3f}%")
     return best, reason
 
 
 def table_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows with the plain columns only (for CSV and JSON)."""
-    return [{c: r.get(c) for c in COLUMNS} for r in rows]
+    """Rows with the plain columns only (for CSV and JSON); the time columns where any row has them."""
+    cols = COLUMNS + tuple(c for c in TIME_COLUMNS if any(r.get(c) is not None for r in rows))
+    return [{c: r.get(c) for c in cols} for r in rows]

@@ -29,6 +29,7 @@ from .cluster import Cluster
 from .problem import Problem, as_weights
 from .options import SolverOptions, policy_option
 from .registry import SolverOutput, register
+from .errors import ProblemError
 
 
 def inverse_permutation(perm: torch.Tensor) -> torch.Tensor:
@@ -166,9 +167,17 @@ def rebalance_experts(weight: Any, num_replicas: int, num_groups: int, num_nodes
     return deepseek_plan(w, cluster.num_replicas, G, cluster.num_nodes, cluster.num_gpus, resolved).as_tuple()
 
 
-@register("deepseek", kind="heuristic", options=(policy_option(),),
+@register("deepseek", kind="heuristic", options=(policy_option(),), heterogeneous=True,
           description="DeepSeek's greedy EPLB (replicate, balanced packing, hierarchical/global)")
 def _solve_deepseek(problem: Problem, opts: SolverOptions) -> SolverOutput:
+    """On GPUs of different speeds (the same slot count each) it plans the homogeneous view,
+    balancing tokens as the public algorithm does, and the scorer grades that plan in time;
+    uneven slot counts and failed GPUs it refuses (the algorithm packs R/P items per GPU)."""
+    if not problem.cluster.homogeneous:
+        if not problem.cluster.uniform_slots:
+            raise ProblemError("gpu_slots", "deepseek packs the same number of slots on every GPU; this "
+                               f"cluster is {problem.cluster.describe()}: use kk_swap, joint or best")
+        problem = Problem._trusted(problem.weights, problem.cluster.homogeneous_view(), problem.num_groups)
     resolved = problem.resolve_policy(opts.policy)
     plan = deepseek_plan(problem.weights, problem.num_replicas, problem.num_groups,
                          problem.num_nodes, problem.num_gpus, resolved)

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from .bounds import lower_bound, structure_bound
+from .cluster import Cluster
 from .errors import EPLBError, OptionError, PlanError
 from .options import SolverOptions
 from .plan import Plan
@@ -45,7 +46,8 @@ def _check_above(solver: str, obj: torch.Tensor, bound: torch.Tensor, what: str)
 
 
 def graded_run(problem: Problem, solver: str, options: Mapping[str, Any] | SolverOptions, *,
-               previous: Plan | None = None, expert_bytes: int | None = None) -> SolveResult:
+               previous: Plan | None = None, expert_bytes: int | None = None,
+               previous_cluster: Cluster | None = None) -> SolveResult:
     """Check the inputs at the edge (once), parse ``options`` against ``solver``'s schema,
     run it and grade its plan: what :func:`solvers.solve` and
     :func:`solvers.migration.plan_with_migration` do. The universal lower bound is computed
@@ -59,6 +61,7 @@ def graded_run(problem: Problem, solver: str, options: Mapping[str, Any] | Solve
     options = spec.parse(options)
     if not spec.is_available():
         raise OptionError("solver", f"{solver!r} is not available here: {spec.requires}")
+    spec.check_cluster(problem)
     bound = lower_bound(problem)
     start = time.perf_counter()
     try:
@@ -70,11 +73,12 @@ def graded_run(problem: Problem, solver: str, options: Mapping[str, Any] | Solve
         return SolveResult(spec.name, Termination.ERROR, SolutionStatus.NONE, None, None, bound, wall, "unknown",
                            options.as_dict(), f"{type(exc).__name__}: {exc}")
     wall = time.perf_counter() - start
-    return grade(problem, spec.name, out, bound, wall, options.as_dict(), previous, expert_bytes)
+    return grade(problem, spec.name, out, bound, wall, options.as_dict(), previous, expert_bytes, previous_cluster)
 
 
 def grade(problem: Problem, solver: str, out: SolverOutput, bound: torch.Tensor, wall: float,
-           options: dict[str, Any], previous: Plan | None, expert_bytes: int | None) -> SolveResult:
+           options: dict[str, Any], previous: Plan | None, expert_bytes: int | None,
+           previous_cluster: Cluster | None = None) -> SolveResult:
     """Combine the solver's bounds with the universal one, score its plan, say why it stopped
     (the solver's word; a solver that says nothing ran to its end: COMPLETED) and what it has
     (graded here from the shared scorer's objective against the bounds)."""
@@ -93,11 +97,12 @@ def grade(problem: Problem, solver: str, out: SolverOutput, bound: torch.Tensor,
         termination = out.termination or Termination.ERROR
         return SolveResult(solver, termination, SolutionStatus.NONE, None, None, bound, wall, out.policy, **common)
     try:
-        out.plan.validate(problem.num_layers, problem.num_experts, problem.num_replicas, problem.num_gpus)
+        problem.validate_plan(out.plan)
     except PlanError as exc:
         raise InvalidSolverPlan(f"solver {solver!r} returned an invalid plan: {exc}") from None
-    sc = score_validated(problem, out.plan, previous=previous, expert_bytes=expert_bytes)
-    obj = sc.max_load.to(bound.device, torch.float64)
+    sc = score_validated(problem, out.plan, previous=previous, expert_bytes=expert_bytes,
+                         previous_cluster=previous_cluster)
+    obj = sc.max_time.to(bound.device, torch.float64)
     _check_above(solver, obj, bound, "lower bound")
     if model_bound is not None:
         _check_above(solver, obj, model_bound, "model bound")

@@ -153,14 +153,16 @@ def _from_document(doc: Any, path: Path) -> tuple[Plan, dict[str, Any]]:
     if missing:
         raise LoadFileError("plan", f"{path}: missing {', '.join(missing)}")
     try:
-        Cluster(shape["num_nodes"], shape["num_gpus"], shape["num_replicas"]).check_experts(
-            as_count(shape["num_experts"], "problem.num_experts"), shape["num_groups"])
+        cluster = Cluster(shape["num_nodes"], shape["num_gpus"], shape["num_replicas"],
+                          gpu_speed=shape.get("gpu_speed"), gpu_slots=shape.get("gpu_slots"))
+        cluster.check_experts(as_count(shape["num_experts"], "problem.num_experts"), shape["num_groups"])
         as_count(shape["num_layers"], "problem.num_layers")
     except ProblemError as exc:
         raise LoadFileError("plan", f"{path}: invalid problem shape ({exc})") from None
     try:
         plan = Plan.from_tensors(doc["phy2log"], doc["log2phy"], doc["logcnt"])
-        plan.validate(shape["num_layers"], shape["num_experts"], shape["num_replicas"], shape["num_gpus"])
+        plan.validate(shape["num_layers"], shape["num_experts"], shape["num_replicas"],
+                      shape["num_gpus"] if cluster.uniform_slots else None)
     except PlanError as exc:
         raise LoadFileError("plan", f"{path}: invalid plan ({exc})") from None
     return plan, doc

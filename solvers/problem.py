@@ -14,6 +14,7 @@ import torch
 
 from .cluster import MAX_REPLICAS, Cluster
 from .errors import ProblemError
+from .plan import Plan
 
 # Layers of one problem: every solver is batched over layers (memory grows with L * R).
 MAX_LAYERS = 1 << 14
@@ -73,7 +74,8 @@ class Problem:
     groups of E/G consecutive ids (1 = none).
 
     ``Problem(weights, cluster=Cluster(...), num_groups=G)``, or the flat form
-    ``Problem(weights, num_replicas, num_groups, num_nodes, num_gpus)``.
+    ``Problem(weights, num_replicas, num_groups, num_nodes, num_gpus, gpu_speed=...,
+    gpu_slots=..., failed=...)`` (the keywords are :class:`Cluster`'s).
     """
 
     weights: torch.Tensor
@@ -81,16 +83,20 @@ class Problem:
     num_groups: int
 
     def __init__(self, weights: Any, num_replicas: Any = None, num_groups: Any = 1,
-                 num_nodes: Any = 1, num_gpus: Any = 1, *, cluster: Cluster | None = None):
+                 num_nodes: Any = 1, num_gpus: Any = 1, *, gpu_speed: Any = None, gpu_slots: Any = None,
+                 failed: Any = None, cluster: Cluster | None = None):
         w = as_weights(weights)
         if cluster is None:
-            if num_replicas is None:
-                raise ProblemError("num_replicas", "give the slots (num_replicas) or a cluster")
-            cluster = Cluster(num_nodes, num_gpus, num_replicas)
+            if num_replicas is None and gpu_slots is None:
+                raise ProblemError("num_replicas", "give the slots (num_replicas or gpu_slots) or a cluster")
+            cluster = Cluster(num_nodes, num_gpus, num_replicas, gpu_speed=gpu_speed, gpu_slots=gpu_slots,
+                              failed=failed)
         elif not isinstance(cluster, Cluster):
             raise ProblemError("cluster", f"must be a solvers.Cluster, got {type(cluster).__name__}")
-        elif num_replicas is not None or num_nodes != 1 or num_gpus != 1:
-            raise ProblemError("cluster", "give either a cluster or num_replicas/num_nodes/num_gpus, not both")
+        elif (num_replicas is not None or num_nodes != 1 or num_gpus != 1 or gpu_speed is not None
+              or gpu_slots is not None or failed is not None):
+            raise ProblemError("cluster", "give either a cluster or num_replicas/num_nodes/num_gpus/"
+                               "gpu_speed/gpu_slots/failed, not both")
         G = cluster.check_experts(w.shape[1], num_groups)
         object.__setattr__(self, "weights", w)
         object.__setattr__(self, "cluster", cluster)
@@ -141,11 +147,31 @@ class Problem:
     def resolve_policy(self, policy: str = "auto") -> str:
         return self.cluster.resolve_policy(policy, self.num_experts, self.num_groups)
 
-    def shape_dict(self) -> dict[str, int]:
-        """The cluster shape as plain ints (for JSON, reports and cache keys)."""
-        return {"num_layers": self.num_layers, "num_experts": self.num_experts,
-                "num_replicas": self.num_replicas, "num_groups": self.num_groups,
-                "num_nodes": self.num_nodes, "num_gpus": self.num_gpus}
+    def shape_dict(self) -> dict[str, Any]:
+        """The cluster shape as plain data (for JSON, reports and cache keys); per-GPU
+        speeds and slot counts only where the cluster has them."""
+        out: dict[str, Any] = {"num_layers": self.num_layers, "num_experts": self.num_experts,
+                               "num_replicas": self.num_replicas, "num_groups": self.num_groups,
+                               "num_nodes": self.num_nodes, "num_gpus": self.num_gpus}
+        out.update({k: v for k, v in self.cluster.as_dict().items() if k.startswith("gpu_")})
+        return out
+
+    def validate_plan(self, plan: Plan, param: str = "plan") -> Plan:
+        """Raise :class:`PlanError` unless ``plan`` is a well-formed plan of this problem."""
+        plan.validate(self.num_layers, self.num_experts, self.num_replicas,
+                      self.num_gpus if self.cluster.uniform_slots else None)
+        return plan
+
+    def slot_gpu(self) -> torch.Tensor:
+        """[R] int64 GPU of every slot, on the problem's device."""
+        c = self.cluster
+        if c.uniform_slots:
+            return torch.arange(c.num_replicas, device=self.device) // (c.num_replicas // c.num_gpus)
+        return torch.tensor(c.slot_gpus(), dtype=torch.int64, device=self.device)
+
+    def gpu_speed(self) -> torch.Tensor:
+        """[P] float64 relative speed of every GPU, on the problem's device."""
+        return torch.tensor(self.cluster.gpu_speed, dtype=torch.float64, device=self.device)
 
     def with_weights(self, weights: Any) -> "Problem":
         """The same cluster and groups on other loads (another window of steps)."""

@@ -62,6 +62,17 @@ class SolverSpec:
     # need more than that to mean anything (a placement in force, the window's steps).
     in_suites: bool = True
     options_type: type[SolverOptions] = SolverOptions
+    # Whether it plans clusters with per-GPU speeds, uneven slot counts or failed GPUs
+    # (``Cluster.homogeneous`` False); the others are refused there by check_cluster.
+    heterogeneous: bool = False
+
+    def check_cluster(self, problem: Problem) -> None:
+        """Raise :class:`OptionError` if this solver cannot plan ``problem``'s cluster."""
+        if not self.heterogeneous and not problem.cluster.homogeneous:
+            able = ", ".join(n for n, s in sorted(_REGISTRY.items()) if s.heterogeneous)
+            raise OptionError("solver", f"{self.name!r} plans identical GPUs only (speed 1, the same slot "
+                              f"count each, none failed); this cluster is {problem.cluster.describe()}. "
+                              f"Solvers for it: {able}")
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -88,11 +99,13 @@ _REGISTRY: dict[str, SolverSpec] = {}
 
 
 def register(name: str, *, kind: str, description: str, options: Sequence[Option] = (),
-             is_available: Callable[[], bool] = lambda: True, requires: str = "", in_suites: bool = True):
+             is_available: Callable[[], bool] = lambda: True, requires: str = "", in_suites: bool = True,
+             heterogeneous: bool = False):
     """Decorator adding ``fn(problem, options)`` to the registry under ``name``.
 
     ``options`` is the schema: one :class:`Option` per option; ``fn`` receives them as an
-    instance of the schema's frozen dataclass. ``in_suites=False`` keeps it out of the benchmark suites' solver sweeps (it needs inputs
+    instance of the schema's frozen dataclass. ``heterogeneous=True``: it plans clusters with
+    per-GPU speeds, uneven slot counts or failed GPUs (others are refused there). ``in_suites=False`` keeps it out of the benchmark suites' solver sweeps (it needs inputs
     the suites do not give, e.g. a placement in force or the window's steps).
     """
     if kind not in ("heuristic", "exact"):
@@ -109,7 +122,7 @@ def register(name: str, *, kind: str, description: str, options: Sequence[Option
         if len(set(declared)) != len(declared):
             raise ValueError(f"solver {name!r}: an option is declared twice in {declared}")
         _REGISTRY[name] = SolverSpec(name, fn, kind, description, is_available, requires, schema, in_suites,
-                                     options_class(name, schema))
+                                     options_class(name, schema), heterogeneous)
         return fn
 
     return deco
@@ -130,6 +143,7 @@ def run(problem: Problem, solver: str, options: Mapping[str, Any] | SolverOption
     spec = get_solver(solver)
     if not spec.is_available():
         raise OptionError("solver", f"{solver!r} is not available here: {spec.requires}")
+    spec.check_cluster(problem)
     return spec.fn(problem, spec.parse(options))
 
 

@@ -117,20 +117,21 @@ class SolveResult:
 
     @property
     def objective(self) -> torch.Tensor | None:
-        """[layers] max GPU load of the plan, from the shared scorer."""
-        return None if self.score is None else self.score.max_load
+        """[layers] the plan's objective from the shared scorer: the max GPU time (load over
+        speed), which is the max GPU load on a cluster of speed-1 GPUs."""
+        return None if self.score is None else self.score.max_time
 
     @property
     def gap(self) -> torch.Tensor | None:
         """[layers] objective / lower_bound - 1: against the bound valid for every plan."""
-        return None if self.score is None else ratio_gap(self.score.max_load, self.lower_bound)
+        return None if self.score is None else ratio_gap(self.score.max_time, self.lower_bound)
 
     @property
     def gap_in_model(self) -> torch.Tensor | None:
         """[layers] objective / model_bound - 1 (None without a model bound)."""
         if self.score is None or self.model_bound is None:
             return None
-        return ratio_gap(self.score.max_load, self.model_bound)
+        return ratio_gap(self.score.max_time, self.model_bound)
 
     @property
     def gap_in_policy(self) -> torch.Tensor | None:
@@ -139,7 +140,7 @@ class SolveResult:
         what the policy itself costs."""
         if self.score is None or self.policy_bound is None:
             return None
-        return ratio_gap(self.score.max_load, self.policy_bound)
+        return ratio_gap(self.score.max_time, self.policy_bound)
 
     @property
     def gap_mean(self) -> float | None:
@@ -167,6 +168,9 @@ class SolveResult:
             if holdout is not None:
                 out["holdout_imbalance_mean"] = holdout.imbalance_mean
                 out["holdout_imbalance_worst"] = holdout.imbalance_worst
+                if "time_imbalance_mean" in holdout.summary:     # GPUs of different speeds
+                    out["holdout_time_imbalance_mean"] = holdout.summary["time_imbalance_mean"]
+                    out["holdout_time_imbalance_worst"] = holdout.summary["time_imbalance_worst"]
             if self.proven_optimal is not None:
                 out["layers_proven_optimal"] = int(self.proven_optimal.sum())
         if self.model_bound is not None:

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from .errors import OptionError, PlanError
+from .cluster import Cluster
 from .plan import Plan
 from .problem import Problem
 
@@ -38,6 +39,11 @@ class Score:
     moves: (layer, GPU, expert) replicas to load because the previous plan's GPU did not
         hold that expert (None without a previous plan); moves_bytes with an expert size
     split: the dispatch model, "even" or "scheduled".
+    gpu_time:  [layers, gpus]  each GPU's load over its relative speed (the cluster's
+        ``gpu_speed``); the same tensor as gpu_load on a cluster of speed-1 GPUs
+    max_time:  [layers]        the objective: max over GPUs of gpu_time
+    time_imbalance: [layers]   max_time over the best possible time, W / (sum of the live
+        GPUs' speeds); equal to imbalance on a homogeneous cluster
     microbatch_imbalance: [micro-batches, layers] max / mean GPU load of every micro-batch
         when the plan was scored on ``tokens`` (None otherwise). Then gpu_load sums the
         micro-batches and max_load / mean_load sum each micro-batch's max / mean (the time
@@ -62,6 +68,14 @@ class Score:
     summary: dict = field(default_factory=dict)
     split: str = "even"
     microbatch_imbalance: torch.Tensor | None = None
+    gpu_time: torch.Tensor | None = None
+    max_time: torch.Tensor | None = None
+    time_imbalance: torch.Tensor | None = None
+
+    @property
+    def objective(self) -> torch.Tensor:
+        """[layers] what every solver minimises and every bound bounds: the max GPU time."""
+        return self.max_time
 
     @property
     def imbalance_mean(self) -> float:
@@ -96,45 +110,75 @@ def gpu_loads(weights: torch.Tensor, plan: Plan, num_gpus: int) -> torch.Tensor:
     return per_slot_loads(w, p2l, cnt).view(L, num_gpus, R // num_gpus).sum(-1)
 
 
-def duplicates_per_row(phy2log: torch.Tensor, num_gpus: int) -> torch.Tensor:
-    """[L] int64: (GPU, expert) pairs with >= 2 replicas on that GPU, per row of phy2log [L, R]."""
+def slots_to_gpus(per_slot: torch.Tensor, slot_gpu: torch.Tensor | None, num_gpus: int) -> torch.Tensor:
+    """[..., P]: per-slot values [..., R] summed per GPU. slot_gpu: [R] GPU of every slot,
+    None when every GPU holds R/P consecutive slots (a reshape then does it)."""
+    if slot_gpu is None:
+        return per_slot.view(*per_slot.shape[:-1], num_gpus, -1).sum(-1)
+    out = torch.zeros(*per_slot.shape[:-1], num_gpus, dtype=per_slot.dtype, device=per_slot.device)
+    return out.index_add_(per_slot.dim() - 1, slot_gpu.to(per_slot.device), per_slot)
+
+
+def uneven_slot_gpu(problem: Problem) -> torch.Tensor | None:
+    """[R] GPU of every slot when GPUs hold different slot counts, else None (the reshape
+    of :func:`slots_to_gpus` is the fast path)."""
+    return None if problem.cluster.uniform_slots else problem.slot_gpu()
+
+
+def duplicates_per_row(phy2log: torch.Tensor, num_gpus: int, slot_gpu: torch.Tensor | None = None) -> torch.Tensor:
+    """[L] int64: (GPU, expert) pairs with >= 2 replicas on that GPU, per row of phy2log [L, R].
+    slot_gpu: [R] the GPU of every slot when GPUs hold different slot counts."""
     L, R = phy2log.shape
+    if slot_gpu is not None:
+        key = (slot_gpu.to(phy2log.device) * (int(phy2log.max()) + 1 if phy2log.numel() else 1)
+               + phy2log).sort(1).values
+        same = key[:, 1:] == key[:, :-1]                                      # [L, R-1]
+        run_start = same & ~torch.nn.functional.pad(same, (1, 0))[:, :-1]
+        return run_start.sum(1)
     s = phy2log.view(L, num_gpus, R // num_gpus).sort(-1).values
     same = s[..., 1:] == s[..., :-1]                                      # [L, P, S-1]
     run_start = same & ~torch.nn.functional.pad(same, (1, 0))[..., :-1]
     return run_start.flatten(1).sum(1)
 
 
-def count_duplicates(phy2log: torch.Tensor, num_gpus: int) -> int:
+def count_duplicates(phy2log: torch.Tensor, num_gpus: int, slot_gpu: torch.Tensor | None = None) -> int:
     """Number of (layer, GPU, expert) with >= 2 replicas on that GPU."""
-    return int(duplicates_per_row(phy2log, num_gpus).sum())
+    return int(duplicates_per_row(phy2log, num_gpus, slot_gpu).sum())
 
 
-def gpu_presence(phy2log: torch.Tensor, num_experts: int, num_gpus: int) -> torch.Tensor:
-    """[L, P, E] bool: GPU g holds at least one replica of expert e."""
+def gpu_presence(phy2log: torch.Tensor, num_experts: int, num_gpus: int,
+                 slot_gpu: torch.Tensor | None = None) -> torch.Tensor:
+    """[L, P, E] bool: GPU g holds at least one replica of expert e (slot_gpu: [R] the GPU
+    of every slot when GPUs hold different slot counts)."""
     L, R = phy2log.shape
     pres = torch.zeros(L, num_gpus, num_experts, dtype=torch.bool, device=phy2log.device)
+    if slot_gpu is not None:
+        pres.view(L, -1).scatter_(1, slot_gpu.to(phy2log.device) * num_experts + phy2log, True)
+        return pres
     pres.scatter_(2, phy2log.view(L, num_gpus, R // num_gpus), True)
     return pres
 
 
-def off_node_share(weights: torch.Tensor, plan: Plan, num_groups: int, num_nodes: int) -> torch.Tensor:
+def off_node_share(weights: torch.Tensor, plan: Plan, num_groups: int, num_nodes: int,
+                   slot_node: torch.Tensor | None = None) -> torch.Tensor:
     """[L] share of tokens served outside their group's home node (no routing statistics
     needed: with group-limited routing a token stays on few nodes exactly when its groups'
-    replicas stay home). weights: [L, E]."""
+    replicas stay home). weights: [L, E]. slot_node: [R] node of every slot (default
+    R/N consecutive slots per node)."""
     w = weights.to(torch.float64)
     p2l, cnt = plan.phy2log.to(w.device), plan.logcnt.to(w.device)
     per_slot = per_slot_loads(w, p2l, cnt)                                   # [L, R]
-    return off_node_share_of_slots(per_slot, p2l, w.shape[1], num_groups, num_nodes)
+    return off_node_share_of_slots(per_slot, p2l, w.shape[1], num_groups, num_nodes, slot_node)
 
 
 def off_node_share_of_slots(per_slot: torch.Tensor, phy2log: torch.Tensor, num_experts: int,
-                            num_groups: int, num_nodes: int) -> torch.Tensor:
+                            num_groups: int, num_nodes: int, slot_node: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`off_node_share` from the tokens each slot serves, per_slot: [L, R] float64
     (any dispatch model)."""
     L, R = phy2log.shape
     E = num_experts
-    node = torch.arange(R, device=per_slot.device) // (R // num_nodes)
+    node = (torch.arange(R, device=per_slot.device) // (R // num_nodes) if slot_node is None
+            else slot_node.to(per_slot.device))
     cell = (phy2log // (E // num_groups)) * num_nodes + node                # (group, node) of each slot
     group_node = torch.zeros(L, num_groups * num_nodes, dtype=torch.float64, device=per_slot.device)
     group_node.scatter_add_(1, cell, per_slot)
@@ -156,6 +200,9 @@ def slot_loads(problem: Problem, plan: Plan, split: str, tokens) -> torch.Tensor
     tokens: [B, L, E] token counts per micro-batch (or [L, E]); None grades the problem's
     weights as one micro-batch (the even split is computed here, the rest by the hook).
     """
+    if split != "even" and not problem.cluster.homogeneous:
+        raise OptionError("split", "the scheduled split balances identical GPUs; on a cluster with speeds, "
+                          "uneven slot counts or failed GPUs use the even split (for now)")
     if split != "even" or tokens is not None:
         if "fn" not in MICROBATCH_SLOT_LOADS:
             raise OptionError("split", "micro-batch tokens and the scheduled split need solvers.dispatch "
@@ -170,22 +217,28 @@ def even_slot_loads(t: torch.Tensor, plan: Plan) -> torch.Tensor:
 
 
 def score(problem: Problem, plan: Plan, previous: Plan | None = None,
-          expert_bytes: int | None = None, *, split: str = "even", tokens=None) -> Score:
+          expert_bytes: int | None = None, *, split: str = "even", tokens=None,
+          previous_cluster: Cluster | None = None) -> Score:
     """Score ``plan`` on ``problem``; ``previous`` adds migration moves (same layers and GPUs).
 
     split: the dispatch model, "even" (default) or "scheduled" (the optimal split of every
     micro-batch, :func:`solvers.dispatch.schedule_tokens`). tokens: [B, L, E] token counts
     of B micro-batches to grade on instead of the problem's weights (the loads the plan was
     made for); without it the weights are one micro-batch. Raises :class:`PlanError` unless
-    ``plan`` is a valid plan of ``problem``."""
+    ``plan`` is a valid plan of ``problem``. previous_cluster: the cluster ``previous`` was
+    made for, when it was another (the plan in force before GPUs failed): moves count the
+    (GPU, expert) pairs new to a GPU, each plan's slots mapped to GPUs by its own cluster.
+
+    On a cluster with per-GPU speeds the objective is time (gpu_time = gpu_load / speed);
+    the summary adds the time metrics (``max_time_*``, ``time_imbalance_*``) only there."""
     if not isinstance(problem, Problem):
         raise PlanError("problem", f"must be a solvers.Problem, got {type(problem).__name__}")
     for name, value in (("plan", plan), ("previous", previous)):
         if not isinstance(value, Plan) and not (name == "previous" and value is None):
             raise PlanError(name, f"must be a solvers.Plan, got {type(value).__name__}")
-    plan = plan.to(problem.device)
-    plan.validate(problem.num_layers, problem.num_experts, problem.num_replicas, problem.num_gpus)
-    return score_validated(problem, plan, previous, check_expert_bytes(expert_bytes), split=split, tokens=tokens)
+    plan = problem.validate_plan(plan.to(problem.device))
+    return score_validated(problem, plan, previous, check_expert_bytes(expert_bytes), split=split, tokens=tokens,
+                           previous_cluster=previous_cluster)
 
 
 def check_expert_bytes(value) -> int | None:
@@ -200,39 +253,61 @@ def check_expert_bytes(value) -> int | None:
 
 
 def score_validated(problem: Problem, plan: Plan, previous: Plan | None = None,
-                    expert_bytes: int | None = None, *, split: str = "even", tokens=None) -> Score:
+                    expert_bytes: int | None = None, *, split: str = "even", tokens=None,
+                    previous_cluster: Cluster | None = None) -> Score:
     """:func:`score` for a plan already validated against ``problem`` (``solve`` checks a
     solver's plan itself, to tell a solver bug from bad user input)."""
     if split not in SPLITS:
         raise OptionError("split", f"must be one of {', '.join(SPLITS)}, got {split!r}")
     P, N = problem.num_gpus, problem.num_nodes
+    L = problem.num_layers
     plan = plan.to(problem.device)
+    cluster = problem.cluster
+    slot_gpu = uneven_slot_gpu(problem)                                          # [R] or None
+    live = len(cluster.live_gpus)
+    speed = None if cluster.uniform_speed else problem.gpu_speed()               # [P] or None
     per_slot = None
     mb_imb = None
-    if split == "even" and tokens is None:
+    if split == "even" and tokens is None and slot_gpu is None:
         gpu = gpu_loads(problem.weights, plan, P)
-        node = gpu.view(problem.num_layers, N, P // N).sum(-1)
-        max_load, mean_load = gpu.max(1).values, gpu.mean(1)
-        node_max, node_mean = node.max(1).values, node.mean(1)
+        mb = gpu.unsqueeze(0)                                                    # [1, L, P]
     else:
         per_slot = slot_loads(problem, plan, split, tokens)                     # [B, L, R]
-        B = per_slot.shape[0]
-        gpu_mb = per_slot.view(B, problem.num_layers, P, -1).sum(-1)            # [B, L, P]
-        node_mb = gpu_mb.view(B, problem.num_layers, N, P // N).sum(-1)
-        mb_imb = _ratio(gpu_mb.max(-1).values, gpu_mb.mean(-1))               # [B, L]
-        gpu, node = gpu_mb.sum(0), node_mb.sum(0)
-        max_load, mean_load = gpu_mb.max(-1).values.sum(0), gpu_mb.mean(-1).sum(0)
-        node_max, node_mean = node_mb.max(-1).values.sum(0), node_mb.mean(-1).sum(0)
+        mb = slots_to_gpus(per_slot, slot_gpu, P)                               # [B, L, P]
+        gpu = mb.sum(0)
         per_slot = per_slot.sum(0)
+    B = mb.shape[0]
+    node_mb = mb.view(B, L, N, P // N).sum(-1)
+    # means over the live GPUs (a failed GPU serves nothing and is not waiting for work)
+    mb_mean = mb.mean(-1) if live == P else mb.sum(-1) / live
+    max_load, mean_load = mb.max(-1).values.sum(0), mb_mean.sum(0)
+    node_max, node_mean = node_mb.max(-1).values.sum(0), node_mb.mean(-1).sum(0)
+    if B > 1 or tokens is not None or split != "even":
+        mb_imb = _ratio(mb.max(-1).values, mb_mean)                              # [B, L]
+    node = node_mb.sum(0)
+    if speed is None:
+        gpu_time, max_time = gpu, max_load
+        ideal = mean_load
+    else:
+        mb_time = mb / speed                                                     # [B, L, P]
+        gpu_time = gpu / speed
+        max_time = mb_time.max(-1).values.sum(0)
+        ideal = mb.sum(-1).sum(0) / cluster.total_speed                          # W / sum of speeds
     imb = _ratio(max_load, mean_load)
+    time_imb = imb if speed is None else _ratio(max_time, ideal)
     node_imb = _ratio(node_max, node_mean)
-    dups = count_duplicates(plan.phy2log, P)
+    dups = count_duplicates(plan.phy2log, P, slot_gpu)
     moves = moves_bytes = None
     if previous is not None:
         previous = previous.to(problem.device)
-        previous.validate(problem.num_layers, problem.num_experts, None, P)
-        new = gpu_presence(plan.phy2log, problem.num_experts, P)
-        old = gpu_presence(previous.phy2log, problem.num_experts, P)
+        pc = cluster if previous_cluster is None else previous_cluster
+        previous.validate(L, problem.num_experts, pc.num_replicas if previous_cluster is not None else None,
+                          P if pc.uniform_slots else None)
+        if pc.num_gpus != P:
+            raise PlanError("previous_cluster", f"must have the problem's {P} GPUs, got {pc.num_gpus}")
+        prev_gpu = None if pc.uniform_slots else torch.tensor(pc.slot_gpus(), device=problem.device)
+        new = gpu_presence(plan.phy2log, problem.num_experts, P, slot_gpu)
+        old = gpu_presence(previous.phy2log, problem.num_experts, P, prev_gpu)
         moves = int((new & ~old).sum())
         if expert_bytes is not None:
             if expert_bytes < 0:
@@ -240,10 +315,12 @@ def score_validated(problem: Problem, plan: Plan, previous: Plan | None = None,
             moves_bytes = moves * int(expert_bytes)
     off = None
     if problem.num_groups > 1 and problem.num_experts % problem.num_groups == 0:
+        slot_node = None if slot_gpu is None else slot_gpu // cluster.gpus_per_node
         if per_slot is None:
             off = off_node_share(problem.weights, plan, problem.num_groups, N)
         else:
-            off = off_node_share_of_slots(per_slot, plan.phy2log, problem.num_experts, problem.num_groups, N)
+            off = off_node_share_of_slots(per_slot, plan.phy2log, problem.num_experts, problem.num_groups, N,
+                                          slot_node)
     total_max = float(max_load.sum())
     summary = {
         "max_load_sum": total_max,
@@ -263,10 +340,15 @@ def score_validated(problem: Problem, plan: Plan, previous: Plan | None = None,
         summary["moves"] = moves
     if moves_bytes is not None:
         summary["moves_bytes"] = moves_bytes
+    if speed is not None:
+        time_sum = float(max_time.sum())
+        summary.update({"max_time_sum": time_sum, "max_time_worst": float(max_time.max()),
+                        "time_imbalance_mean": float(time_imb.mean()),
+                        "time_imbalance_worst": float(time_imb.max())})
     if mb_imb is not None:
         summary.update(microbatch_summary(mb_imb))
     return Score(gpu, node, max_load, mean_load, imb, node_imb, dups, moves, moves_bytes, off, summary,
-                 split, mb_imb)
+                 split, mb_imb, gpu_time, max_time, time_imb)
 
 
 def microbatch_summary(imbalance: torch.Tensor, prefix: str = "microbatch_imbalance") -> dict:

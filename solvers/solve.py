@@ -10,6 +10,7 @@ from typing import Any
 
 from . import builtin  # noqa: F401  registers every solver (their modules call @register on import)
 from .grading import BoundViolation, InvalidSolverPlan, SolverBug, graded_run
+from .cluster import Cluster
 from .plan import Plan
 from .problem import Problem
 from .result import SolveResult
@@ -18,13 +19,15 @@ __all__ = ["solve", "BoundViolation", "InvalidSolverPlan", "SolverBug"]
 
 
 def solve(problem: Problem, solver: str = "deepseek", /, *, previous: Plan | None = None,
-          expert_bytes: int | None = None, **options: Any) -> SolveResult:
+          expert_bytes: int | None = None, previous_cluster: Cluster | None = None, **options: Any) -> SolveResult:
     """Run ``solver`` on ``problem`` and score its plan with the shared scorer.
 
     Options are parsed once against the solver's schema (``get_solver(name).schema``) into
     its typed options; the result's ``options`` holds every option in effect, defaults
     included. ``previous`` (a plan of the same layers and GPUs) adds migration moves to the
     score. Bad input raises a ``ValueError`` subclass; a backend failure gives
-    ``termination == "error"``.
+    ``termination == "error"``. ``previous_cluster``: the cluster ``previous`` was made for
+    when it is another (before GPUs failed); moves map each plan's slots by its own cluster.
     """
-    return graded_run(problem, solver, options, previous=previous, expert_bytes=expert_bytes)
+    return graded_run(problem, solver, options, previous=previous, expert_bytes=expert_bytes,
+                      previous_cluster=previous_cluster)

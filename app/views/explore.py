@@ -176,6 +176,15 @@ def _per_gpu(problem, result) -> None:
     L, worst = problem.num_layers, worst_layer(result)
     layer = st.slider("Layer", 0, L - 1, worst, key=f"{PAGE}:layer:{L}",
                       help=f"MoE layer to draw (starts at the worst layer, {worst})")
+    c = problem.cluster
+    if not c.homogeneous:     # a real cluster: time per GPU (load / speed), failed GPUs marked
+        sc = result.score
+        st.plotly_chart(figures.gpu_time_figure(sc.gpu_load[layer], c.gpu_speed, c.gpu_slots, problem.num_nodes,
+                                                f"Layer {layer}: time imbalance {float(sc.time_imbalance[layer]):.4f}"),
+                        width="stretch", key=f"{PAGE}:chart:time")
+        st.caption("Bars: each GPU's time (its tokens over its relative speed), coloured by speed; the dashed line "
+                   "is the best possible time, the layer's tokens over the live GPUs' total speed.")
+        return
     fig = cache.gpu_figure(problem, result, layer)
     st.plotly_chart(fig, width="stretch", key=f"{PAGE}:chart:bars")
     if problem.num_nodes > 1:
@@ -222,7 +231,8 @@ def _micro_batches(problem, result, loads, window, model) -> None:
 def _plan_table(problem, result) -> None:
     L = problem.num_layers
     layer = st.number_input("Layer", 0, L - 1, worst_layer(result), key=f"{PAGE}:table_layer:{L}")
-    st.dataframe(plan_table(problem.weights, result.plan, int(layer), problem.num_gpus, problem.num_nodes),
+    st.dataframe(plan_table(problem.weights, result.plan, int(layer), problem.num_gpus, problem.num_nodes,
+                            problem.cluster.slot_gpus()),
                  hide_index=True, width="stretch",
                  column_config={"tokens": st.column_config.NumberColumn(format="%.0f"),
                                 "load / mean": st.column_config.NumberColumn(format="%.4f")})

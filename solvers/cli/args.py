@@ -13,6 +13,7 @@ from typing import Any
 from .. import safejson                    # json with a depth limit (numpy, no torch)
 from ..errors import OptionError
 from ..cluster import MODELS
+from ..cluster_text import per_gpu_values
 
 EXIT_USAGE = 2
 POLICIES = ("auto", "hierarchical", "global")        # solvers.problem.POLICIES, without torch
@@ -50,13 +51,48 @@ def add_loads(p: argparse.ArgumentParser, extra: str = "") -> None:
 # Cluster arguments -------------------------------------------------------------------------
 
 def add_cluster_args(p: argparse.ArgumentParser, replicas_required: bool = True) -> None:
-    """--model, --replicas, --groups, --nodes, --gpus (plan and compare)."""
+    """--model, --replicas, --groups, --nodes, --gpus and the real-cluster arguments (plan
+    and compare). --replicas may be left out when --gpu-slots gives the slots."""
     p.add_argument("--model", default=None, choices=sorted(MODELS), metavar="NAME",
                    help=f"model preset ({', '.join(sorted(MODELS))}): fills experts, groups and dense layers")
-    p.add_argument("--replicas", type=int, required=replicas_required, help="physical expert slots R")
+    p.add_argument("--replicas", type=int, default=None,
+                   help="physical expert slots R" + ("" if replicas_required else " (engine maps)")
+                   + " (optional with --gpu-slots)")
     p.add_argument("--groups", type=int, default=None, help="expert groups G (default: the model's, else 1)")
     p.add_argument("--nodes", type=int, default=1, help="nodes N (default 1)")
     p.add_argument("--gpus", type=int, required=replicas_required, help="GPUs P")
+    add_real_cluster_args(p)
+
+
+PER_GPU_HELP = ("one value per GPU: a comma list (VALUE*COUNT repeats: 1*16,1.4*16) or a file of numbers "
+                "separated by commas, spaces or lines")
+
+
+def add_real_cluster_args(p: argparse.ArgumentParser) -> None:
+    """--gpu-speed, --gpu-slots, --failed (docs/problem.md, "Real clusters")."""
+    p.add_argument("--gpu-speed", default=None, metavar="LIST",
+                   help="relative speed of every GPU (> 0; time = load / speed): " + PER_GPU_HELP)
+    p.add_argument("--gpu-slots", default=None, metavar="LIST",
+                   help="expert slots of every GPU (>= 0; default R/P each; they sum to R): " + PER_GPU_HELP)
+    p.add_argument("--failed", default=None, metavar="IDS",
+                   help="failed GPUs, comma-separated ids (e.g. 3,17): they hold no slot")
+
+
+def gpu_ids(text: str | None, param: str = "failed") -> list[int] | None:
+    """The GPU ids of --failed (comma-separated integers)."""
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise OptionError(param, f"expected comma-separated GPU ids, got {text!r}") from None
+
+
+def real_cluster_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """gpu_speed, gpu_slots and failed of the parsed arguments, for Problem/Cluster."""
+    return {"gpu_speed": per_gpu_values(getattr(args, "gpu_speed", None), "gpu_speed"),
+            "gpu_slots": per_gpu_values(getattr(args, "gpu_slots", None), "gpu_slots"),
+            "failed": gpu_ids(getattr(args, "failed", None))}
 
 
 # -O KEY=VALUE --------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ from ..errors import OptionError
 from ..io import read_loads
 from ..loadfiles import split_range
 from ..planfile import write_text_atomic
-from ..problem import Problem
 from .inputs import problem_from_args, read_any_plan, read_loads_arg
 from .args import options_dict
 
@@ -40,7 +39,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         h = read_loads(dataclasses.replace(spec, steps=None), steps=window)
         if (h.num_layers, h.num_experts) != (info.num_layers, info.num_experts):
             raise OptionError("holdout", "the held-out window has another shape than the loads")
-        holdout = Problem(h.weights, problem.num_replicas, problem.num_groups, problem.num_nodes, problem.num_gpus)
+        holdout = problem.with_weights(h.weights)
     previous = read_any_plan(args.previous, info, "previous")[0] if args.previous else None
     expert_bytes = args.expert_bytes if args.expert_bytes is not None else preset_bytes
     names = _split_names(args.solvers, "solvers") or list(DEFAULT_SOLVERS)
@@ -77,7 +76,8 @@ def _progress(total: int):
                 print(f"\r[{state['done']}/{total}] running {name} ({policy})...", end="", file=sys.stderr, flush=True)
             return
         state["done"] += 1
-        text = f"[{state['done']}/{total}] {name} ({row['policy']}): {row['termination']}, {row['status']} in {row['wall_time_s']:.3g} s"
+        took = "" if row["wall_time_s"] is None else f" in {row['wall_time_s']:.3g} s"
+        text = f"[{state['done']}/{total}] {name} ({row['policy']}): {row['termination']}, {row['status']}{took}"
         print(("\r" + text.ljust(60)) if tty else text, end="\n", file=sys.stderr, flush=True)
 
     return report
@@ -98,6 +98,10 @@ def _compare_table(rows: list[dict], holdout: bool, moves: bool) -> str:
             ("imbalance_worst", "imb worst", False)]
     if holdout:
         cols += [("holdout_imbalance_mean", "holdout mean", False), ("holdout_imbalance_worst", "holdout worst", False)]
+    if any(r.get("time_imbalance_mean") is not None for r in rows):      # GPUs of different speeds
+        cols += [("time_imbalance_mean", "time imb mean", False), ("time_imbalance_worst", "time imb worst", False)]
+        if holdout:
+            cols += [("holdout_time_imbalance_mean", "holdout time mean", False)]
     cols += [("gap_mean", "gap to bound", True), ("gap_in_policy_mean", "gap in policy", True),
              ("off_node_share_mean", "off-node", True), ("duplicates", "dups", False)]
     if moves:

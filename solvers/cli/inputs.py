@@ -11,7 +11,8 @@ from ..loadfiles import LoadsSpec, resolve_spec
 from ..planfile import file_sha256
 from ..problem import Problem
 from ..workloads.exporters import read_plan_for_loads
-from ..cluster import get_model
+from ..cluster import Cluster, get_model
+from .args import real_cluster_kwargs
 
 
 def read_loads_arg(spec: str) -> tuple[LoadsInfo, LoadsSpec]:
@@ -42,6 +43,18 @@ def read_any_plan(path: str, info: LoadsInfo, param: str = "plan"):
     return plan, shape, doc
 
 
+def plan_cluster(shape: dict | None, problem: Problem, plan) -> Any:
+    """The cluster a plan read from a file was made for: its recorded shape when it has one
+    and it differs from the problem's slots (a plan in force before GPUs failed), else None
+    (the problem's own cluster)."""
+    if plan.num_replicas == problem.num_replicas:
+        return None
+    if shape and {"num_nodes", "num_gpus", "num_replicas"} <= set(shape):
+        return Cluster(shape["num_nodes"], shape["num_gpus"], shape["num_replicas"],
+                       gpu_speed=shape.get("gpu_speed"), gpu_slots=shape.get("gpu_slots"))
+    return None
+
+
 def problem_from_args(args: argparse.Namespace, info: LoadsInfo):
     """(Problem, dense layers for engine maps, expert bytes or None) from the cluster args
     and the loads read."""
@@ -63,8 +76,9 @@ def problem_from_args(args: argparse.Namespace, info: LoadsInfo):
                               f"{args.model} has {preset.dense_layers} dense layers")
         if info.num_layers == preset.num_layers:
             dense = preset.dense_layers           # a whole model: engines count its dense layers
-    return Problem(info.weights, args.replicas, 1 if groups is None else groups, args.nodes, args.gpus), dense, \
-        expert_bytes
+    problem = Problem(info.weights, args.replicas, 1 if groups is None else groups, args.nodes, args.gpus,
+                      **real_cluster_kwargs(args))
+    return problem, dense, expert_bytes
 
 
 def format_metrics(metrics: dict[str, Any]) -> str:

@@ -12,17 +12,8 @@ from ..bench.arguments import add_run_arguments
 from ..cluster import MODELS
 from ..workloads.formats import FORMATS, PLAN_FORMATS, TRACE_FORMATS
 from ..workloads.scenarios import SCENARIOS
-from .args import (
-    LOADS_HELP,
-    POLICIES,
-    Parser,
-    add_cluster_args,
-    add_json,
-    add_loads,
-    add_options,
-    add_out,
-    key_value,
-)
+from .args import (LOADS_HELP, POLICIES, Parser, add_cluster_args, add_json, add_loads, add_options, add_out,
+                   add_real_cluster_args, key_value)
 
 SOLVER_OPTIONS_HELP = ("solver options: every solver declares its options (type, default, allowed values); "
                        "`eplb solvers` prints them as a table. Pass them with -O KEY=VALUE.")
@@ -77,7 +68,8 @@ def add_score(sub) -> None:
     s.add_argument("--gpus", type=int, default=None, help="engine maps without GPUs (SGLang, TensorRT-LLM): GPUs P")
     s.add_argument("--nodes", type=int, default=1, help="engine maps: nodes N (default 1)")
     s.add_argument("--groups", type=int, default=None, help="engine maps: expert groups G (default 1)")
-    s.add_argument("--per-gpu", action="store_true", help="also print every GPU's load")
+    add_real_cluster_args(s)
+    s.add_argument("--per-gpu", action="store_true", help="also print every GPU's load (and time, with speeds)")
     add_json(s)
     s.set_defaults(handler="score")
 

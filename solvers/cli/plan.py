@@ -5,11 +5,12 @@ import argparse
 import json
 
 from ..errors import OptionError
-from ..migration import plan_with_migration
+from ..migration import plan_with_migration, replan_after_failure
 from ..planfile import plan_document, write_plan
 from ..solve import solve
 from .args import command_line, fail, options_dict
-from .inputs import dropped_note, format_metrics, loads_sha256, problem_from_args, read_any_plan, read_loads_arg
+from .inputs import (dropped_note, format_metrics, loads_sha256, plan_cluster, problem_from_args, read_any_plan,
+                     read_loads_arg)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -20,7 +21,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if "policy" in options:
             raise OptionError("policy", "given both as --policy and -O policy=")
         options["policy"] = args.policy
-    previous = read_any_plan(args.previous, info, "previous")[0] if args.previous else None
+    previous = previous_cluster = None
+    if args.previous:
+        previous, prev_shape, _ = read_any_plan(args.previous, info, "previous")
+        previous_cluster = plan_cluster(prev_shape, problem, previous)
     expert_bytes = args.expert_bytes if args.expert_bytes is not None else preset_bytes
     if previous is None and (args.migration_slack is not None or args.migration is not None
                              or args.migration_budget is not None):
@@ -28,12 +32,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
                                       "(the placement in force)")
     if args.migration_budget is not None and args.migration_slack is None:
         raise OptionError("migration_budget", "needs --migration-slack (the budget widens it layer by layer)")
-    if previous is not None and args.migration_slack is not None:
+    if previous is not None and args.migration_slack is not None and not problem.cluster.homogeneous:
+        # GPUs failed (or the cluster is not one of identical GPUs): the elastic re-plan
+        if args.migration is not None or args.migration_budget is not None:
+            raise OptionError("migration", "on a cluster with failed GPUs, speeds or uneven slots the re-plan is "
+                              "the elastic heuristic: --migration and --migration-budget do not apply")
+        result = replan_after_failure(problem, previous, previous_cluster, solver=args.solver,
+                                      slack=args.migration_slack, expert_bytes=expert_bytes, **options)
+    elif previous is not None and args.migration_slack is not None:
         result = plan_with_migration(problem, args.solver, previous, slack=args.migration_slack,
                                      method=args.migration or "heuristic", budget=args.migration_budget,
                                      expert_bytes=expert_bytes, **options)
     else:
-        result = solve(problem, args.solver, previous=previous, expert_bytes=expert_bytes, **options)
+        result = solve(problem, args.solver, previous=previous, expert_bytes=expert_bytes,
+                       previous_cluster=previous_cluster, **options)
     if result.plan is None:
         return fail(f"solver {args.solver!r} found no plan ({result.termination}): {result.message}")
     metrics = result.summary()

@@ -8,7 +8,8 @@ from ..errors import LoadFileError, OptionError
 from ..problem import Problem
 from ..scoring import score
 from ..cluster import get_model
-from .inputs import dropped_note, format_metrics, read_any_plan, read_loads_arg
+from .args import real_cluster_kwargs
+from .inputs import dropped_note, format_metrics, plan_cluster, read_any_plan, read_loads_arg
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -18,8 +19,11 @@ def cmd_score(args: argparse.Namespace) -> int:
         if (shape["num_layers"], shape["num_experts"]) != (info.num_layers, info.num_experts):
             raise OptionError("loads", f"{args.loads} has shape ({info.num_layers}, {info.num_experts}) (MoE layers, "
                               f"experts) but the plan is for [{shape['num_layers']}, {shape['num_experts']}]")
-        problem = Problem(info.weights, shape["num_replicas"], shape["num_groups"], shape["num_nodes"],
-                          shape["num_gpus"])
+        real = {k: shape.get(k) for k in ("gpu_speed", "gpu_slots")}
+        # the cluster the plan was made for, unless the command names another (speeds, slots)
+        real.update({k: v for k, v in real_cluster_kwargs(args).items() if v is not None})
+        problem = Problem(info.weights, None if real["gpu_slots"] is not None else shape["num_replicas"],
+                          shape["num_groups"], shape["num_nodes"], shape["num_gpus"], **real)
     else:
         gpus = args.gpus or (shape or {}).get("num_gpus")
         if not gpus:
@@ -29,19 +33,29 @@ def cmd_score(args: argparse.Namespace) -> int:
             groups = groups or get_model(args.model).num_groups
         if plan.num_layers != info.num_layers:
             raise LoadFileError("plan", f"{args.plan} has {plan.num_layers} layers, the loads {info.num_layers}")
-        problem = Problem(info.weights, plan.num_replicas, groups or 1, args.nodes, gpus)
-    previous = read_any_plan(args.previous, info, "previous")[0] if args.previous else None
-    sc = score(problem, plan, previous=previous, expert_bytes=args.expert_bytes)
+        real = real_cluster_kwargs(args)
+        problem = Problem(info.weights, None if real["gpu_slots"] is not None else plan.num_replicas, groups or 1,
+                          args.nodes, gpus, **real)
+    previous = previous_cluster = None
+    if args.previous:
+        previous, prev_shape, _ = read_any_plan(args.previous, info, "previous")
+        previous_cluster = plan_cluster(prev_shape, problem, previous)
+    sc = score(problem, plan, previous=previous, expert_bytes=args.expert_bytes, previous_cluster=previous_cluster)
     metrics = sc.metrics()
     if args.per_gpu:
         metrics["gpu_load"] = sc.gpu_load.tolist()
+        if sc.gpu_time is not sc.gpu_load:
+            metrics["gpu_time"] = sc.gpu_time.tolist()
     if args.json:
         print(json.dumps(metrics, indent=2))
     else:
         print(f"plan {args.plan} ({doc.get('solver', '?')}, policy {doc.get('policy', '?')}) "
               f"on loads {args.loads}{dropped_note(info)}")
-        print(format_metrics({k: v for k, v in metrics.items() if k != "gpu_load"}))
+        print(format_metrics({k: v for k, v in metrics.items() if k not in ("gpu_load", "gpu_time")}))
         if args.per_gpu:
+            timed = sc.gpu_time is not sc.gpu_load
             for layer, row in enumerate(sc.gpu_load.tolist()):
                 print(f"layer {layer}: " + " ".join(f"{x:.6g}" for x in row))
+                if timed:
+                    print(f"  time {layer}: " + " ".join(f"{x:.6g}" for x in sc.gpu_time[layer].tolist()))
     return 0

@@ -106,8 +106,11 @@ def _convert_plan(args: argparse.Namespace) -> int:
     if fmt == "eplb" and problem is None:
         write_plan(out, doc)
     else:
+        slot_gpus = None
+        if shape.get("gpu_slots"):          # a plan for uneven slot counts or failed GPUs
+            slot_gpus = [g for g, c in enumerate(shape["gpu_slots"]) for _ in range(int(c))]
         export_plan(plan, out, fmt, problem=problem, num_gpus=gpus, layer_offset=offset,
-                    solver="import", provenance={"converted_from": str(args.input)})
+                    solver="import", provenance={"converted_from": str(args.input)}, slot_gpus=slot_gpus)
     rows = plan.num_layers + (offset if fmt in ("sglang",) else 0)
     print(f"wrote {out}: plan of {plan.num_layers} MoE layers ({rows} rows), {plan.num_replicas} slots, "
           f"{plan.num_experts} experts")

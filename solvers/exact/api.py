@@ -26,6 +26,10 @@ warm_start: "auto" (DeepSeek's plan for the policy, used when it is feasible for
 A bound proven for a restricted model (hierarchical, fixed counts, forbidden colocation)
 is returned as a *model bound* with its scope; only a model of every plan (global, free
 counts, duplicates allowed; or the replication model) gives a lower bound.
+
+On a cluster with per-GPU speeds, uneven slot counts or failed GPUs, ``cpsat`` solves the
+joint model in time (:mod:`.timed`; global, duplicates allowed, a lower bound); the MILP
+backends plan identical GPUs only.
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ from ..problem import Problem
 from ..registry import SolverOutput, register
 from . import backends, cpsat, milp
 from .driver import run_exact
+from .timed import run_timed
 
 EXACT_OPTIONS = (
     policy_option(),
@@ -66,6 +71,8 @@ def _exact_solver(backend: str, layer_solver, probe):
     """The registered function of one backend: every backend takes the same options."""
     def solve_exact(problem: Problem, options: SolverOptions) -> SolverOutput:
         probe()             # import the backend (OR-Tools first, about 1 s) before the clock starts
+        if not problem.cluster.homogeneous:        # only cpsat is registered for real clusters
+            return run_timed(problem, options)
         return run_exact(problem, backend, layer_solver(), options)
 
     solve_exact.__name__ = f"solve_{backend}"
@@ -83,9 +90,9 @@ def _milp_layer(backend: str):
 
 
 solve_cpsat = register("cpsat", kind="exact", options=EXACT_OPTIONS, is_available=backends.cpsat_available,
-                       requires="pip install ortools",
+                       requires="pip install ortools", heterogeneous=True,
                        description="OR-Tools CP-SAT: joint/packing/replication models, global or hierarchical, "
-                                   "proven bounds")(_exact_solver("cpsat", _cpsat_layer, backends.cpsat_available))
+                                   "proven bounds; the joint model in time on real clusters")(_exact_solver("cpsat", _cpsat_layer, backends.cpsat_available))
 solve_highs = register("highs", kind="exact", options=EXACT_OPTIONS, is_available=backends.highs_available,
                        requires="pip install pulp 'highspy==<the HiGHS version your ortools bundles, 1.12.* for "
                                 "ortools 9.15>'",

@@ -119,3 +119,63 @@ def brute_force(weights: Sequence[float], num_replicas: int, num_gpus: int, *, m
                 break
         best = min(best, value)
     return best
+
+
+def cluster_brute_force(weights: Sequence[float], gpu_slots: Sequence[int], gpu_speed: Sequence[float], *,
+                        colocation: str = "allowed") -> float:
+    """Optimal max GPU *time* of one layer on a heterogeneous cluster, by enumeration.
+
+    GPU g holds ``gpu_slots[g]`` slots (0 = failed) and runs at ``gpu_speed[g]``; every
+    expert needs a replica, replicas carry ``w_e / c_e`` (even split). Every GPU's
+    multiset of experts is enumerated (GPUs of equal slots and speed in non-increasing
+    order), with pruning by the best value found. For tests: at most about 5 experts and
+    10 slots. inf = infeasible (fewer slots than experts, or colocation impossible).
+    """
+    w = [float(x) for x in weights]
+    E = len(w)
+    live = [(int(c), float(s)) for c, s in zip(gpu_slots, gpu_speed) if int(c) > 0]
+    R = sum(c for c, _ in live)
+    forbid = colocation == "forbidden"
+    best = math.inf
+    if R < E:
+        return best
+    for counts in compositions(R, E, [R - E + 1] * E):
+        if forbid and max(counts) > len(live):
+            continue
+        per = [x / c for x, c in zip(w, counts)]
+        best = min(best, _timed_packing(per, counts, live, forbid, best))
+    return best
+
+
+def _timed_packing(per: Sequence[float], counts: Sequence[int], live: Sequence[tuple[int, float]],
+                   forbid: bool, cutoff: float) -> float:
+    """min over placements of max_g load_g / speed_g for fixed counts, or >= cutoff."""
+    E = len(per)
+    best = [cutoff]
+
+    def choices(left: tuple[int, ...], room: int):
+        def rec(e: int, room: int, acc: tuple[int, ...]):
+            if e == E:
+                if room == 0:
+                    yield acc
+                return
+            for v in range(min(left[e], room, 1 if forbid else room), -1, -1):
+                yield from rec(e + 1, room - v, acc + (v,))
+        yield from rec(0, room, ())
+
+    def place(g: int, left: tuple[int, ...], prev: tuple[int, ...] | None, worst: float):
+        if worst >= best[0]:
+            return
+        if g == len(live):
+            best[0] = worst
+            return
+        slots, speed = live[g]
+        same = g > 0 and live[g - 1] == live[g]      # interchangeable with the previous GPU
+        for v in choices(left, slots):
+            if same and prev is not None and v > prev:
+                continue
+            t = sum(per[e] * v[e] for e in range(E)) / speed
+            place(g + 1, tuple(left[e] - v[e] for e in range(E)), v, max(worst, t))
+
+    place(0, tuple(counts), None, 0.0)
+    return best[0]

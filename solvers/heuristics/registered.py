@@ -6,6 +6,10 @@ Every one takes ``policy`` ("auto" | "hierarchical" | "global"), ``colocation``
 node; 0 = strict), and is never worse than the greedy it starts from on any layer.
 ``starts`` (kk_swap, joint): the constructions the swap search starts from, best kept:
 "kk" (balanced differencing), "lpt" (largest first, DeepSeek's rule), "rr" (round robin).
+
+On clusters with per-GPU speeds, uneven slot counts or failed GPUs all three balance time
+instead (:mod:`.speed_pipeline`; global policy, ``starts`` unused, ``steps`` counts
+four paired swap steps each).
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from ..options import Option, SolverOptions, colocation_option, policy_option, t
 from ..registry import SolverOutput, register
 from .pipeline import Effort, run_pipeline
 from .portfolio import run_portfolio
+from .speed_pipeline import run_speed_pipeline, run_speed_portfolio
 
 
 START_NAMES = ("kk", "lpt", "rr")
@@ -38,9 +43,12 @@ _STARTS = Option("starts", str, "kk", "constructions the swap search starts from
 _COMMON = (policy_option(), colocation_option(), _RELAX)
 
 
-@register("kk_swap", kind="heuristic", options=_COMMON + (_STEPS, _STARTS),
+@register("kk_swap", kind="heuristic", options=_COMMON + (_STEPS, _STARTS), heterogeneous=True,
           description="greedy counts; balanced Karmarkar-Karp packing + 1-1/2-2 swap local search")
 def solve_kk_swap(problem: Problem, o: SolverOptions) -> SolverOutput:
+    if not problem.cluster.homogeneous:   # speeds, uneven slots or failed GPUs: balance time
+        return run_speed_pipeline(problem, policy=o.policy, nodup=_nodup(o.colocation), relax=o.relax,
+                                  steps=o.steps)
     effort = Effort(steps=o.steps, starts=parse_starts(o.starts))
     return run_pipeline(problem, policy=o.policy, nodup=_nodup(o.colocation), relax=o.relax, effort=effort)
 
@@ -51,9 +59,12 @@ def solve_kk_swap(problem: Problem, o: SolverOptions) -> SolverOutput:
                                     advanced=True),
                              Option("width", int, 4, "count-search beam width", minimum=1, maximum=1000,
                                     advanced=True),
-                             _STARTS),
+                             _STARTS), heterogeneous=True,
           description="replica counts searched with the packing in the loop, then KK + swaps")
 def solve_joint(problem: Problem, o: SolverOptions) -> SolverOutput:
+    if not problem.cluster.homogeneous:
+        return run_speed_pipeline(problem, policy=o.policy, nodup=_nodup(o.colocation), relax=o.relax,
+                                  steps=o.steps, joint=True, rounds=o.rounds)
     effort = Effort(steps=o.steps, starts=parse_starts(o.starts), joint=True, joint_rounds=o.rounds,
                     joint_width=o.width)
     return run_pipeline(problem, policy=o.policy, nodup=_nodup(o.colocation), relax=o.relax, effort=effort)
@@ -65,9 +76,13 @@ def solve_joint(problem: Problem, o: SolverOptions) -> SolverOutput:
                              Option("exact", str, "none", "exact solver warm-started from the best plan: the ladder "
                                     "stops before half the time limit (at least 0.5 s left to it), and the "
                                     "time it leaves goes to rungs not run yet", choices=("none", "cpsat", "highs", "cbc"))),
+          heterogeneous=True,
           description="portfolio: the heuristic ladder within a time limit, best plan per layer")
 def solve_best(problem: Problem, o: SolverOptions) -> SolverOutput:
     """``exact``: "none" or an exact solver ("cpsat", "highs", "cbc") that gets the time left
     after the heuristic ladder, warm-started from the best plan (its proven bound is returned)."""
+    if not problem.cluster.homogeneous:
+        return run_speed_portfolio(problem, policy=o.policy, nodup=_nodup(o.colocation), relax=o.relax,
+                                   time_limit=o.time_limit, exact=o.exact)
     return run_portfolio(problem, policy=o.policy, nodup=_nodup(o.colocation), relax=o.relax,
                          time_limit=o.time_limit, exact=o.exact)

@@ -70,14 +70,18 @@ def plan_to_trtllm(plan: Plan, layer_offset: int = 0) -> dict[str, Any]:
             "layer_updates_per_iter": 0}
 
 
-def plan_to_csv(plan: Plan, num_gpus: int) -> str:
-    """``layer,slot,gpu,expert,replica`` rows, one per physical slot."""
+def plan_to_csv(plan: Plan, num_gpus: int, slot_gpus: list[int] | None = None) -> str:
+    """``layer,slot,gpu,expert,replica`` rows, one per physical slot. slot_gpus: the GPU of
+    every slot on a cluster with uneven slot counts or failed GPUs (Cluster.slot_gpus())."""
     L, R = plan.phy2log.shape
-    if num_gpus < 1 or R % num_gpus:
+    if slot_gpus is None and (num_gpus < 1 or R % num_gpus):
         raise OptionError("num_gpus", f"must divide the {R} slots, got {num_gpus}")
+    if slot_gpus is not None and len(slot_gpus) != R:
+        raise OptionError("slot_gpus", f"must give the GPU of each of the {R} slots, got {len(slot_gpus)}")
     rank, _ = replica_ranks(plan.phy2log.cpu(), plan.num_experts)
     slot = np.arange(R)
-    table = np.stack([np.repeat(np.arange(L), R), np.tile(slot, L), np.tile(slot // (R // num_gpus), L),
+    gpu = slot // (R // num_gpus) if slot_gpus is None else np.asarray(slot_gpus, dtype=np.int64)
+    table = np.stack([np.repeat(np.arange(L), R), np.tile(slot, L), np.tile(gpu, L),
                       plan.phy2log.cpu().numpy().reshape(-1), rank.numpy().reshape(-1)], axis=1)
     buf = io.StringIO()
     buf.write("layer,slot,gpu,expert,replica\n")
@@ -91,9 +95,10 @@ def plan_to_csv(plan: Plan, num_gpus: int) -> str:
 def export_plan(plan: Plan, path: str | Path, format: str | None = None, *, problem: Problem | None = None,
                 num_gpus: int | None = None, layer_offset: int = 0, policy: str = "unknown",
                 solver: str = "unknown", options: dict | None = None, metrics: dict | None = None,
-                provenance: dict | None = None) -> Path:
+                provenance: dict | None = None, slot_gpus: list[int] | None = None) -> Path:
     """Write ``plan`` to ``path`` as ``format`` (default from the suffix: .json -> eplb when a
-    problem is given, else sglang; .yaml -> trtllm; .csv -> csv)."""
+    problem is given, else sglang; .yaml -> trtllm; .csv -> csv). slot_gpus: the GPU of every
+    slot of a plan for uneven slot counts or failed GPUs (from ``problem`` when given)."""
     path = Path(path)
     if format is None:
         kind = _SUFFIX.get(path.suffix.lower())
@@ -105,17 +110,27 @@ def export_plan(plan: Plan, path: str | Path, format: str | None = None, *, prob
     if format == "eplb":
         if problem is None:
             raise OptionError("problem", "the eplb plan format records the problem; pass problem=")
-        plan.validate(problem.num_layers, problem.num_experts, problem.num_replicas, problem.num_gpus)
+        problem.validate_plan(plan)
         write_plan(path, plan_document(plan, problem, policy=policy, solver=solver, options=options,
                                        metrics=metrics, provenance=provenance))
     else:
         gpus = num_gpus if num_gpus is not None else (problem.num_gpus if problem is not None else None)
-        _write_text(path, engine_text(plan, format, layer_offset=layer_offset, num_gpus=gpus))
+        if problem is not None and not problem.cluster.uniform_slots:
+            slot_gpus = problem.cluster.slot_gpus()
+        _write_text(path, engine_text(plan, format, layer_offset=layer_offset, num_gpus=gpus, slot_gpus=slot_gpus))
     return path
 
 
-def engine_text(plan: Plan, format: str, *, layer_offset: int = 0, num_gpus: int | None = None) -> str:
-    """The text of an engine map: "sglang" (JSON), "trtllm" (YAML) or "csv" (needs num_gpus)."""
+def engine_text(plan: Plan, format: str, *, layer_offset: int = 0, num_gpus: int | None = None,
+                slot_gpus: list[int] | None = None) -> str:
+    """The text of an engine map: "sglang" (JSON), "trtllm" (YAML) or "csv" (needs num_gpus).
+
+    slot_gpus: the GPU of every slot when GPUs hold different slot counts or some failed
+    (docs/formats.md): only the CSV table can say that; SGLang and TensorRT-LLM maps put
+    R/P consecutive slots on every rank, so they are refused rather than written wrong."""
+    if slot_gpus is not None and format in ("sglang", "trtllm"):
+        raise OptionError("format", f"{format} maps give every rank the same number of slots; this plan's GPUs "
+                          "hold different counts (or some failed): export it as eplb or csv")
     if format == "sglang":
         return json.dumps(plan_to_sglang(plan, layer_offset), separators=(",", ":")) + "\n"
     if format == "trtllm":
@@ -126,7 +141,7 @@ def engine_text(plan: Plan, format: str, *, layer_offset: int = 0, num_gpus: int
     if format == "csv":
         if num_gpus is None:
             raise OptionError("num_gpus", "the csv plan format lists each slot's GPU; pass num_gpus= or problem=")
-        return plan_to_csv(plan, num_gpus)
+        return plan_to_csv(plan, num_gpus, slot_gpus)
     raise OptionError("format", f"engine maps are sglang, trtllm or csv, got {format!r}")
 
 
