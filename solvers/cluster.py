@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import OptionError, ProblemError
+from .network import DEFAULT_NETWORK, Network
 
 POLICIES = ("auto", "hierarchical", "global")
 
@@ -73,9 +74,10 @@ class Cluster:
     num_nodes: int
     num_gpus: int
     num_replicas: int
+    network: Network = DEFAULT_NETWORK     # link bandwidths (solvers.network): what moves cost in seconds
 
     def __init__(self, num_nodes: Any = 1, num_gpus: Any = 1, num_replicas: Any = 1, *,
-                 nodes_must_divide_gpus: bool = True):
+                 nodes_must_divide_gpus: bool = True, network: Network | None = None):
         N = as_count(num_nodes, "num_nodes", maximum=MAX_REPLICAS)
         P = as_count(num_gpus, "num_gpus", maximum=MAX_REPLICAS)
         R = as_count(num_replicas, "num_replicas", maximum=MAX_REPLICAS)
@@ -88,6 +90,9 @@ class Cluster:
         object.__setattr__(self, "num_nodes", N)
         object.__setattr__(self, "num_gpus", P)
         object.__setattr__(self, "num_replicas", R)
+        if network is not None and not isinstance(network, Network):
+            raise ProblemError("network", f"must be a solvers.network.Network, got {type(network).__name__}")
+        object.__setattr__(self, "network", network or DEFAULT_NETWORK)
 
     @property
     def slots_per_gpu(self) -> int:
