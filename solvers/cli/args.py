@@ -13,6 +13,7 @@ from typing import Any
 from .. import safejson                    # json with a depth limit (numpy, no torch)
 from ..errors import OptionError
 from ..cluster import MODELS
+from ..network import DEFAULT_INTER_NODE_BW, DEFAULT_INTRA_NODE_BW, Network
 
 EXIT_USAGE = 2
 POLICIES = ("auto", "hierarchical", "global")        # solvers.problem.POLICIES, without torch
@@ -57,6 +58,24 @@ def add_cluster_args(p: argparse.ArgumentParser, replicas_required: bool = True)
     p.add_argument("--groups", type=int, default=None, help="expert groups G (default: the model's, else 1)")
     p.add_argument("--nodes", type=int, default=1, help="nodes N (default 1)")
     p.add_argument("--gpus", type=int, required=replicas_required, help="GPUs P")
+
+
+# Network (what a move costs in seconds) -------------------------------------------------------
+
+def add_network_args(p: argparse.ArgumentParser) -> None:
+    """--intra-node-bw, --inter-node-bw, --host-bw in GB/s per GPU (solvers.network)."""
+    p.add_argument("--intra-node-bw", type=float, default=None, metavar="GBPS",
+                   help=f"GPU-to-GPU bandwidth inside a node, GB/s per GPU (default {DEFAULT_INTRA_NODE_BW / 1e9:g}: "
+                        "NVLink 4)")
+    p.add_argument("--inter-node-bw", type=float, default=None, metavar="GBPS",
+                   help=f"GPU-to-GPU bandwidth across nodes, GB/s per GPU (default {DEFAULT_INTER_NODE_BW / 1e9:g}: "
+                        "one 400 Gb/s InfiniBand NIC per GPU)")
+    p.add_argument("--host-bw", type=float, default=None, metavar="GBPS",
+                   help="host memory as a copy source at this many GB/s per GPU (default: not a source)")
+
+
+def network_from_args(args: argparse.Namespace) -> Network:
+    return Network.from_gbps(args.intra_node_bw, args.inter_node_bw, args.host_bw)
 
 
 # -O KEY=VALUE --------------------------------------------------------------------------------

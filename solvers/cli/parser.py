@@ -12,8 +12,8 @@ from ..bench.run import add_run_arguments
 from ..workloads.formats import FORMATS, PLAN_FORMATS, TRACE_FORMATS
 from ..cluster import MODELS
 from ..workloads.scenarios import SCENARIOS
-from .args import (LOADS_HELP, POLICIES, Parser, add_cluster_args, add_json, add_loads, add_options, add_out,
-                   key_value)
+from .args import (LOADS_HELP, POLICIES, Parser, add_cluster_args, add_json, add_loads, add_network_args,
+                   add_options, add_out, key_value)
 
 SOLVER_OPTIONS_HELP = ("solver options: every solver declares its options (type, default, allowed values); "
                        "`eplb solvers` prints them as a table. Pass them with -O KEY=VALUE.")
@@ -62,13 +62,17 @@ def add_score(sub) -> None:
     add_loads(s)
     s.add_argument("--plan", required=True, help="plan: eplb JSON, or an exported SGLang JSON, TensorRT-LLM YAML "
                                                   "or CSV map")
-    s.add_argument("--previous", help="previous plan (same formats), to count migration moves")
-    s.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert, for moves in bytes")
+    s.add_argument("--previous", help="previous plan (same formats): migration moves and, with an expert size, "
+                                      "the weight-transfer schedule (makespan and its lower bound)")
+    s.add_argument("--expert-bytes", type=int, default=None,
+                   help="bytes per expert, for moves in bytes and transfer times (default: --model's)")
     s.add_argument("--model", default=None, help="engine maps: model preset for the expert groups")
     s.add_argument("--gpus", type=int, default=None, help="engine maps without GPUs (SGLang, TensorRT-LLM): GPUs P")
     s.add_argument("--nodes", type=int, default=1, help="engine maps: nodes N (default 1)")
     s.add_argument("--groups", type=int, default=None, help="engine maps: expert groups G (default 1)")
     s.add_argument("--per-gpu", action="store_true", help="also print every GPU's load")
+    add_network_args(s)
+    add_out(s, "with --previous: write the transfer schedule, .json or .csv (docs/formats.md)", metavar="FILE")
     add_json(s)
     s.set_defaults(handler="score")
 

@@ -5,9 +5,11 @@ import argparse
 import json
 
 from ..errors import LoadFileError, OptionError
+from ..migration.transfers import schedule_transfers, write_schedule
 from ..problem import Problem
 from ..scoring import score
 from ..cluster import get_model
+from .args import network_from_args
 from .inputs import dropped_note, format_metrics, read_any_plan, read_loads_arg
 
 
@@ -30,17 +32,41 @@ def cmd_score(args: argparse.Namespace) -> int:
         if plan.num_layers != info.num_layers:
             raise LoadFileError("plan", f"{args.plan} has {plan.num_layers} layers, the loads {info.num_layers}")
         problem = Problem(info.weights, plan.num_replicas, groups or 1, args.nodes, gpus)
+    network = network_from_args(args)                       # checked before any work
+    if args.out and not args.previous:
+        raise OptionError("out", "writes the transfer schedule: give --previous (the plan in force)")
     previous = read_any_plan(args.previous, info, "previous")[0] if args.previous else None
-    sc = score(problem, plan, previous=previous, expert_bytes=args.expert_bytes)
+    nbytes = args.expert_bytes
+    if nbytes is None and args.model is not None:
+        nbytes = get_model(args.model).expert_bytes or None
+    if args.out and nbytes is None:
+        raise OptionError("expert_bytes", "the transfer schedule needs the bytes of one expert (--expert-bytes "
+                                          "or --model)")
+    sc = score(problem, plan, previous=previous, expert_bytes=nbytes)
     metrics = sc.metrics()
     if args.per_gpu:
         metrics["gpu_load"] = sc.gpu_load.tolist()
+    sched = None
+    if previous is not None and nbytes:
+        sched = schedule_transfers(previous, plan, problem.num_gpus, problem.num_gpus // problem.num_nodes, nbytes,
+                                   network, num_experts=problem.num_experts)
+        metrics["transfers"] = sched.summary()
+        if args.out:
+            write_schedule(args.out, sched)
     if args.json:
         print(json.dumps(metrics, indent=2))
     else:
         print(f"plan {args.plan} ({doc.get('solver', '?')}, policy {doc.get('policy', '?')}) "
               f"on loads {args.loads}{dropped_note(info)}")
-        print(format_metrics({k: v for k, v in metrics.items() if k != "gpu_load"}))
+        print(format_metrics({k: v for k, v in metrics.items() if k not in ("gpu_load", "transfers")}))
+        if sched is not None:
+            t = sched.summary()
+            print(f"transfers: {t['moves']} copies ({t['copies_intra']} intra-node, {t['copies_inter']} inter-node, "
+                  f"{t['copies_host']} from host), {t['bytes'] / 1e9:.3f} GB in {t['rounds']} rounds; makespan "
+                  f"{t['makespan_seconds']:.4g} s, lower bound {t['bound_seconds']:.4g} s (gap "
+                  f"{100 * t['gap']:.2f} %; any source {t['bound_any_source_seconds']:.4g} s); {network.describe()}")
+            if args.out:
+                print(f"wrote {args.out}")
         if args.per_gpu:
             for layer, row in enumerate(sc.gpu_load.tolist()):
                 print(f"layer {layer}: " + " ".join(f"{x:.6g}" for x in row))

@@ -36,8 +36,11 @@ small instances; it proves the optimum or reports its bound.
 """
 from __future__ import annotations
 
+import csv
+import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -127,7 +130,9 @@ class TransferSchedule:
 
     @property
     def gap(self) -> float:
-        return self.makespan / self.bound - 1 if self.bound > 0 else 0.0
+        """makespan / bound - 1 (0 within float rounding: the makespan is never below a bound)."""
+        gap = self.makespan / self.bound - 1 if self.bound > 0 else 0.0
+        return 0.0 if abs(gap) < 1e-12 else gap
 
     @property
     def moves(self) -> int:
@@ -438,3 +443,35 @@ def exact_schedule(copies: Copies, network: Network, expert_bytes: int, *, time_
     if out.makespan > hint.makespan:                   # grid rounding can only tie; keep the better
         return hint
     return out
+
+
+# Files -----------------------------------------------------------------------------------------
+
+SCHEDULE_FORMAT = "eplb-transfers"
+
+
+def schedule_document(sched: TransferSchedule) -> dict[str, Any]:
+    """The JSON document of a schedule (docs/formats.md): format, version, the network in
+    bytes/s, the summary (moves, bytes, rounds, makespan, bounds, gap, copies per link) and
+    one row per copy in round order."""
+    return {"format": SCHEDULE_FORMAT, "version": 1, "network": sched.network.as_dict(),
+            "expert_bytes": sched.expert_bytes, "summary": sched.summary(),
+            "round_seconds": sched.round_seconds.tolist(), "copies": sched.rows()}
+
+
+COPY_COLUMNS = ("round", "start_s", "end_s", "layer", "expert", "src_gpu", "dst_gpu", "link", "bytes")
+
+
+def write_schedule(path: Any, sched: TransferSchedule) -> None:
+    """Write ``sched`` to ``path``: ``.json`` (:func:`schedule_document`) or ``.csv`` (one row
+    per copy, columns :data:`COPY_COLUMNS`)."""
+    path = Path(path)
+    if path.suffix == ".json":
+        path.write_text(json.dumps(schedule_document(sched), indent=1))
+    elif path.suffix == ".csv":
+        with path.open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(COPY_COLUMNS))
+            writer.writeheader()
+            writer.writerows(sched.rows())
+    else:
+        raise OptionError("out", f"a transfer schedule is written as .json or .csv, got {path.name!r}")
