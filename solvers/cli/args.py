@@ -75,7 +75,9 @@ def add_network_args(p: argparse.ArgumentParser) -> None:
 
 
 def network_from_args(args: argparse.Namespace) -> Network:
-    return Network.from_gbps(args.intra_node_bw, args.inter_node_bw, args.host_bw)
+    """The network of --intra-node-bw, --inter-node-bw, --host-bw (defaults where a command has none)."""
+    return Network.from_gbps(getattr(args, "intra_node_bw", None), getattr(args, "inter_node_bw", None),
+                             getattr(args, "host_bw", None))
 
 
 # -O KEY=VALUE --------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ from ..loadfiles import LoadsSpec, resolve_spec
 from ..planfile import file_sha256
 from ..problem import Problem
 from ..workloads.exporters import read_plan_for_loads
-from ..cluster import get_model
+from ..cluster import Cluster, get_model
+from .args import network_from_args
 
 
 def read_loads_arg(spec: str) -> tuple[LoadsInfo, LoadsSpec]:
@@ -63,8 +64,8 @@ def problem_from_args(args: argparse.Namespace, info: LoadsInfo):
                               f"{args.model} has {preset.dense_layers} dense layers")
         if info.num_layers == preset.num_layers:
             dense = preset.dense_layers           # a whole model: engines count its dense layers
-    return Problem(info.weights, args.replicas, 1 if groups is None else groups, args.nodes, args.gpus), dense, \
-        expert_bytes
+    cluster = Cluster(args.nodes, args.gpus, args.replicas, network=network_from_args(args))
+    return Problem(info.weights, cluster=cluster, num_groups=1 if groups is None else groups), dense, expert_bytes
 
 
 def format_metrics(metrics: dict[str, Any]) -> str:

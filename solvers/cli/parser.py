@@ -51,6 +51,10 @@ def add_plan(sub) -> None:
     p.add_argument("--migration-budget", type=float, default=None, metavar="F",
                    help="migration-aware: at most F x a fresh plan's moves; the layers saving most get wider "
                         "slacks until it fits (docs/dynamics.md)")
+    p.add_argument("--migration-objective", choices=("moves", "makespan"), default=None,
+                   help="migration-aware: minimise the moves (default) or the transfer makespan over the network "
+                        "within the slack (docs/dynamics.md)")
+    add_network_args(p)
     p.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert for moves (default: the model's)")
     add_out(p, "plan JSON to write", required=True)
     add_json(p)
@@ -213,6 +217,8 @@ def add_simulate(sub) -> None:
     s.add_argument("--migration-budget", type=float, default=None, metavar="F",
                    help="with --migration-slack: move at most F x a fresh plan's moves per rebalance, widening "
                         "the slack of the layers that save most (0.25 with slack 0.01: docs/dynamics.md)")
+    s.add_argument("--migration-objective", choices=("moves", "makespan"), default="moves",
+                   help="with --migration-slack: minimise the moves (default) or the transfer makespan")
     s.set_defaults(handler="simulate")
 
 

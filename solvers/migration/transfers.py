@@ -135,6 +135,11 @@ class TransferSchedule:
         return 0.0 if abs(gap) < 1e-12 else gap
 
     @property
+    def copy_seconds(self) -> np.ndarray:
+        """[M] seconds of each copy over its link."""
+        return self.expert_bytes / _bandwidths(self.network)[self.link] if len(self.link) else np.zeros(0)
+
+    @property
     def moves(self) -> int:
         return len(self.copies)
 
@@ -156,7 +161,7 @@ class TransferSchedule:
         source GPU (-1: host), destination GPU, link, bytes."""
         start = np.concatenate([[0.0], np.cumsum(self.round_seconds)])
         order = np.lexsort((self.copies.dst, self.round))
-        dur = self.expert_bytes / _bandwidths(self.network)[self.link] if len(self.link) else np.zeros(0)
+        dur = self.copy_seconds
         return [{"round": int(self.round[i]), "start_s": float(start[self.round[i]]),
                  "end_s": float(start[self.round[i]] + dur[i]), "layer": int(self.copies.layer[i]),
                  "expert": int(self.copies.expert[i]), "src_gpu": int(self.src[i]), "dst_gpu": int(self.copies.dst[i]),
