@@ -199,6 +199,12 @@ def _add_replay(p: argparse.ArgumentParser) -> None:
                                                         "get the window's steps)")
     p.add_argument("--window", type=int, default=None, help="steps each plan is made on (default: the period)")
     p.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert (default: the model's)")
+    p.add_argument("--stall", choices=("sync", "async"), default="sync",
+                   help="a rebalance's weight copies stall serving for their makespan (sync, default) or run in the "
+                        "background while the old plan serves (async)")
+    p.add_argument("--step-seconds", type=float, default=1.0, metavar="S",
+                   help="seconds one trace step takes at perfect balance (default 1): stalls against serving time")
+    add_network_args(p)
     add_options(p, "planner option, repeatable")
     add_json(p, "print the totals as JSON")
     add_out(p, "write tables (and a figure) there", metavar="DIR")
@@ -219,6 +225,9 @@ def add_simulate(sub) -> None:
                         "the slack of the layers that save most (0.25 with slack 0.01: docs/dynamics.md)")
     s.add_argument("--migration-objective", choices=("moves", "makespan"), default="moves",
                    help="with --migration-slack: minimise the moves (default) or the transfer makespan")
+    s.add_argument("--gain-horizon", type=int, default=None, metavar="H",
+                   help="stall-aware trigger: at each trigger, put the new plan in force only when its predicted gain "
+                        "over H steps exceeds its stall (needs an expert size)")
     s.set_defaults(handler="simulate")
 
 
@@ -229,6 +238,9 @@ def add_sweep(sub) -> None:
     w.add_argument("--thresholds", default=None, help="comma-separated imbalance thresholds")
     w.add_argument("--slacks", default="plain,0,0.01,0.03",
                    help="comma-separated migration slacks, 'plain' = plain re-planning (default plain,0,0.01,0.03)")
+    w.add_argument("--horizons", default="8",
+                   help="stall-aware rows: comma-separated gain horizons H in steps, checked at the smallest period "
+                        "(default 8; needs an expert size; empty: none)")
     w.add_argument("--budget-gb", type=float, default=None, help="suggest the best setting within this many GB")
     w.set_defaults(handler="sweep")
 
