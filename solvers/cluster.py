@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import OptionError, ProblemError
+from .network import DEFAULT_NETWORK, Network
 
 POLICIES = ("auto", "hierarchical", "global")
 
@@ -85,10 +86,11 @@ class Cluster:
     gpu_speed: tuple[float, ...] = ()
     gpu_slots: tuple[int, ...] = ()
     failed: tuple[int, ...] = ()
+    network: Network = DEFAULT_NETWORK     # link bandwidths (solvers.network): what moves cost in seconds
 
     def __init__(self, num_nodes: Any = 1, num_gpus: Any = 1, num_replicas: Any = None, *,
                  gpu_speed: Any = None, gpu_slots: Any = None, failed: Any = None,
-                 nodes_must_divide_gpus: bool = True):
+                 nodes_must_divide_gpus: bool = True, network: Network | None = None):
         N = as_count(num_nodes, "num_nodes", maximum=MAX_REPLICAS)
         P = as_count(num_gpus, "num_gpus", maximum=MAX_REPLICAS)
         if gpu_slots is None:
@@ -119,6 +121,10 @@ class Cluster:
         object.__setattr__(self, "num_nodes", N)
         object.__setattr__(self, "num_gpus", P)
         object.__setattr__(self, "num_replicas", R)
+        if network is not None and not isinstance(network, Network):
+            raise ProblemError("network", f"must be a solvers.network.Network, got {type(network).__name__}")
+        object.__setattr__(self, "network", network or DEFAULT_NETWORK)
+
         object.__setattr__(self, "gpu_speed", tuple(speed))
         object.__setattr__(self, "gpu_slots", tuple(slots))
         object.__setattr__(self, "failed", tuple(g for g in range(P) if slots[g] == 0))
@@ -176,7 +182,7 @@ class Cluster:
         if not self.uniform_slots:
             raise ProblemError("gpu_slots", "a cluster with uneven slot counts or failed GPUs has no "
                                "homogeneous view")
-        return Cluster(self.num_nodes, self.num_gpus, self.num_replicas)
+        return Cluster(self.num_nodes, self.num_gpus, self.num_replicas, network=self.network)
 
     def check_experts(self, num_experts: int, num_groups: Any = 1) -> int:
         """The groups, validated against ``num_experts`` experts on this cluster."""

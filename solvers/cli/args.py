@@ -14,6 +14,7 @@ from .. import safejson                    # json with a depth limit (numpy, no 
 from ..errors import OptionError
 from ..cluster import MODELS
 from ..cluster_text import per_gpu_values
+from ..network import DEFAULT_INTER_NODE_BW, DEFAULT_INTRA_NODE_BW, Network
 
 EXIT_USAGE = 2
 POLICIES = ("auto", "hierarchical", "global")        # solvers.problem.POLICIES, without torch
@@ -93,6 +94,26 @@ def real_cluster_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return {"gpu_speed": per_gpu_values(getattr(args, "gpu_speed", None), "gpu_speed"),
             "gpu_slots": per_gpu_values(getattr(args, "gpu_slots", None), "gpu_slots"),
             "failed": gpu_ids(getattr(args, "failed", None))}
+
+
+# Network (what a move costs in seconds) -------------------------------------------------------
+
+def add_network_args(p: argparse.ArgumentParser) -> None:
+    """--intra-node-bw, --inter-node-bw, --host-bw in GB/s per GPU (solvers.network)."""
+    p.add_argument("--intra-node-bw", type=float, default=None, metavar="GBPS",
+                   help=f"GPU-to-GPU bandwidth inside a node, GB/s per GPU (default {DEFAULT_INTRA_NODE_BW / 1e9:g}: "
+                        "NVLink 4)")
+    p.add_argument("--inter-node-bw", type=float, default=None, metavar="GBPS",
+                   help=f"GPU-to-GPU bandwidth across nodes, GB/s per GPU (default {DEFAULT_INTER_NODE_BW / 1e9:g}: "
+                        "one 400 Gb/s InfiniBand NIC per GPU)")
+    p.add_argument("--host-bw", type=float, default=None, metavar="GBPS",
+                   help="host memory as a copy source at this many GB/s per GPU (default: not a source)")
+
+
+def network_from_args(args: argparse.Namespace) -> Network:
+    """The network of --intra-node-bw, --inter-node-bw, --host-bw (defaults where a command has none)."""
+    return Network.from_gbps(getattr(args, "intra_node_bw", None), getattr(args, "inter_node_bw", None),
+                             getattr(args, "host_bw", None))
 
 
 # -O KEY=VALUE --------------------------------------------------------------------------------

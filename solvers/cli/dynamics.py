@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from ..dynamics.simulate import simulate
-from ..dynamics.sweep import frontier, frontier_table, suggest, sweep
+from ..dynamics.sweep import best_net, frontier, frontier_table, suggest, sweep
 from ..errors import OptionError
 from ..cluster import CLUSTERS, Cluster, get_model, slots_for
-from .args import options_dict
+from .args import network_from_args, options_dict
 from .inputs import dropped_note, read_trace_arg
 
 
@@ -49,7 +49,8 @@ def cluster_from_args(args: argparse.Namespace, num_experts: int) -> tuple[dict[
         if args.model is None:
             raise OptionError("replicas", "give --replicas (or --model NAME for a default cluster)")
         replicas = slots_for(num_experts, gpus)                 # one spare slot per GPU
-    return {"cluster": Cluster(nodes or 1, gpus, replicas), "num_groups": groups or 1}, nbytes
+    cluster = Cluster(nodes or 1, gpus, replicas, network=network_from_args(args))
+    return {"cluster": cluster, "num_groups": groups or 1}, nbytes
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -109,7 +110,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     res = simulate(loads, solver=args.solver, every=args.every, threshold=args.threshold, window=args.window,
                    migration_slack=args.migration_slack, migration=args.migration,
                    migration_budget=args.migration_budget, expert_bytes=nbytes,
-                   solver_options=options_dict(args.option), progress=not args.json, **shape)
+                   solver_options=options_dict(args.option), progress=not args.json, stall=args.stall,
+                   step_seconds=args.step_seconds, gain_horizon=args.gain_horizon,
+                   migration_objective=args.migration_objective, **shape)
     totals = res.totals()
     if args.out:
         for path in write_outputs(Path(args.out), res):
@@ -129,6 +132,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     print(f"realised imbalance: mean {totals['mean_imbalance']:.4f}, p99 {totals['p99_imbalance']:.4f}; "
           f"{totals['rebalances']} rebalances, {totals['total_moves']} replicas moved ({gb}); "
           f"tokens lost to imbalance {totals['tokens_lost']:.4g}; {totals['wall_seconds']:.2f} s")
+    if totals["stall_seconds"] is not None:
+        skipped = f"; {totals['skipped_rebalances']} rebalances declined (gain below stall)" if args.gain_horizon else ""
+        print(f"time ({args.stall} copies, {args.step_seconds:g} s per balanced step, "
+              f"{shape['cluster'].network.describe()}): stalls {totals['stall_seconds']:.4g} s, serving "
+              f"{totals['serving_seconds']:.4g} s, load lost to stalls {totals['tokens_lost_stall']:.4g}; net "
+              f"efficiency {totals['net_efficiency']:.4f} of the balanced stall-free ideal{skipped}")
     return 0
 
 
@@ -155,9 +164,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     periods = [int(p) for p in _floats(args.periods, "periods")]
     if any(p < 1 for p in periods):
         raise OptionError("periods", f"must be integers >= 1, got {args.periods!r}")
+    horizons = [int(h) for h in _floats(args.horizons, "horizons")] if nbytes else []
+    if any(h < 1 for h in horizons):
+        raise OptionError("horizons", f"must be integers >= 1, got {args.horizons!r}")
     rows = sweep(loads, periods=periods, thresholds=_floats(args.thresholds, "thresholds"),
                  slacks=_floats(args.slacks, "slacks", allow_plain=True) or [None], window=args.window,
-                 solver=args.solver, expert_bytes=nbytes, solver_options=options_dict(args.option), **shape)
+                 solver=args.solver, expert_bytes=nbytes, solver_options=options_dict(args.option),
+                 horizons=horizons, stall=args.stall, step_seconds=args.step_seconds, **shape)
     pick = None
     if args.budget_gb is not None:
         budget = args.budget_gb * 1e9 if nbytes is not None else args.budget_gb
@@ -167,9 +180,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         _write_csv(out / "sweep.csv", rows)
     if args.json:
-        print(json.dumps({"rows": rows, "frontier": frontier(rows), "suggested": pick}, indent=2))
+        print(json.dumps({"rows": rows, "frontier": frontier(rows), "suggested": pick, "best_net": best_net(rows)},
+                         indent=2))
         return 0
     print(frontier_table(rows))
+    top = best_net(rows)
+    if top is not None:
+        slack = "plain re-planning" if top["migration_slack"] is None else f"--migration-slack {top['migration_slack']:g}"
+        print(f"highest net throughput with {shape['cluster'].network.describe()} and {args.step_seconds:g} s steps: "
+              f"{top['trigger']}, {slack} (net efficiency {top['net_efficiency']:.4f}, stalls "
+              f"{top['stall_seconds']:.3g} s)")
     if args.budget_gb is not None:
         if pick is None:
             print(f"no setting moves at most {args.budget_gb:g} {'GB' if nbytes else 'replicas'}")

@@ -12,7 +12,7 @@ from ..planfile import file_sha256
 from ..problem import Problem
 from ..workloads.exporters import read_plan_for_loads
 from ..cluster import Cluster, get_model
-from .args import real_cluster_kwargs
+from .args import network_from_args, real_cluster_kwargs
 
 
 def read_loads_arg(spec: str) -> tuple[LoadsInfo, LoadsSpec]:
@@ -76,9 +76,8 @@ def problem_from_args(args: argparse.Namespace, info: LoadsInfo):
                               f"{args.model} has {preset.dense_layers} dense layers")
         if info.num_layers == preset.num_layers:
             dense = preset.dense_layers           # a whole model: engines count its dense layers
-    problem = Problem(info.weights, args.replicas, 1 if groups is None else groups, args.nodes, args.gpus,
-                      **real_cluster_kwargs(args))
-    return problem, dense, expert_bytes
+    cluster = Cluster(args.nodes, args.gpus, args.replicas, **real_cluster_kwargs(args), network=network_from_args(args))
+    return Problem(info.weights, cluster=cluster, num_groups=1 if groups is None else groups), dense, expert_bytes
 
 
 def format_metrics(metrics: dict[str, Any]) -> str:

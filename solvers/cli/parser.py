@@ -12,8 +12,8 @@ from ..bench.arguments import add_run_arguments
 from ..cluster import MODELS
 from ..workloads.formats import FORMATS, PLAN_FORMATS, TRACE_FORMATS
 from ..workloads.scenarios import SCENARIOS
-from .args import (LOADS_HELP, POLICIES, Parser, add_cluster_args, add_json, add_loads, add_options, add_out,
-                   add_real_cluster_args, key_value)
+from .args import (LOADS_HELP, POLICIES, Parser, add_cluster_args, add_json, add_loads, add_network_args,
+                   add_options, add_out, add_real_cluster_args, key_value)
 
 SOLVER_OPTIONS_HELP = ("solver options: every solver declares its options (type, default, allowed values); "
                        "`eplb solvers` prints them as a table. Pass them with -O KEY=VALUE.")
@@ -51,6 +51,10 @@ def add_plan(sub) -> None:
     p.add_argument("--migration-budget", type=float, default=None, metavar="F",
                    help="migration-aware: at most F x a fresh plan's moves; the layers saving most get wider "
                         "slacks until it fits (docs/dynamics.md)")
+    p.add_argument("--migration-objective", choices=("moves", "makespan"), default=None,
+                   help="migration-aware: minimise the moves (default) or the transfer makespan over the network "
+                        "within the slack (docs/dynamics.md)")
+    add_network_args(p)
     p.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert for moves (default: the model's)")
     add_out(p, "plan JSON to write", required=True)
     add_json(p)
@@ -62,14 +66,18 @@ def add_score(sub) -> None:
     add_loads(s)
     s.add_argument("--plan", required=True, help="plan: eplb JSON, or an exported SGLang JSON, TensorRT-LLM YAML "
                                                   "or CSV map")
-    s.add_argument("--previous", help="previous plan (same formats), to count migration moves")
-    s.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert, for moves in bytes")
+    s.add_argument("--previous", help="previous plan (same formats): migration moves and, with an expert size, "
+                                      "the weight-transfer schedule (makespan and its lower bound)")
+    s.add_argument("--expert-bytes", type=int, default=None,
+                   help="bytes per expert, for moves in bytes and transfer times (default: --model's)")
     s.add_argument("--model", default=None, help="engine maps: model preset for the expert groups")
     s.add_argument("--gpus", type=int, default=None, help="engine maps without GPUs (SGLang, TensorRT-LLM): GPUs P")
     s.add_argument("--nodes", type=int, default=1, help="engine maps: nodes N (default 1)")
     s.add_argument("--groups", type=int, default=None, help="engine maps: expert groups G (default 1)")
     add_real_cluster_args(s)
     s.add_argument("--per-gpu", action="store_true", help="also print every GPU's load (and time, with speeds)")
+    add_network_args(s)
+    add_out(s, "with --previous: write the transfer schedule, .json or .csv (docs/formats.md)", metavar="FILE")
     add_json(s)
     s.set_defaults(handler="score")
 
@@ -192,6 +200,12 @@ def _add_replay(p: argparse.ArgumentParser) -> None:
                                                         "get the window's steps)")
     p.add_argument("--window", type=int, default=None, help="steps each plan is made on (default: the period)")
     p.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert (default: the model's)")
+    p.add_argument("--stall", choices=("sync", "async"), default="sync",
+                   help="a rebalance's weight copies stall serving for their makespan (sync, default) or run in the "
+                        "background while the old plan serves (async)")
+    p.add_argument("--step-seconds", type=float, default=1.0, metavar="S",
+                   help="seconds one trace step takes at perfect balance (default 1): stalls against serving time")
+    add_network_args(p)
     add_options(p, "planner option, repeatable")
     add_json(p, "print the totals as JSON")
     add_out(p, "write tables (and a figure) there", metavar="DIR")
@@ -210,6 +224,11 @@ def add_simulate(sub) -> None:
     s.add_argument("--migration-budget", type=float, default=None, metavar="F",
                    help="with --migration-slack: move at most F x a fresh plan's moves per rebalance, widening "
                         "the slack of the layers that save most (0.25 with slack 0.01: docs/dynamics.md)")
+    s.add_argument("--migration-objective", choices=("moves", "makespan"), default="moves",
+                   help="with --migration-slack: minimise the moves (default) or the transfer makespan")
+    s.add_argument("--gain-horizon", type=int, default=None, metavar="H",
+                   help="stall-aware trigger: at each trigger, put the new plan in force only when its predicted gain "
+                        "over H steps exceeds its stall (needs an expert size)")
     s.set_defaults(handler="simulate")
 
 
@@ -220,6 +239,9 @@ def add_sweep(sub) -> None:
     w.add_argument("--thresholds", default=None, help="comma-separated imbalance thresholds")
     w.add_argument("--slacks", default="plain,0,0.01,0.03",
                    help="comma-separated migration slacks, 'plain' = plain re-planning (default plain,0,0.01,0.03)")
+    w.add_argument("--horizons", default="8",
+                   help="stall-aware rows: comma-separated gain horizons H in steps, checked at the smallest period "
+                        "(default 8; needs an expert size; empty: none)")
     w.add_argument("--budget-gb", type=float, default=None, help="suggest the best setting within this many GB")
     w.set_defaults(handler="sweep")
 

@@ -27,9 +27,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         previous_cluster = plan_cluster(prev_shape, problem, previous)
     expert_bytes = args.expert_bytes if args.expert_bytes is not None else preset_bytes
     if previous is None and (args.migration_slack is not None or args.migration is not None
-                             or args.migration_budget is not None):
-        raise OptionError("previous", "--migration-slack, --migration and --migration-budget need --previous "
-                                      "(the placement in force)")
+                             or args.migration_budget is not None or args.migration_objective is not None):
+        raise OptionError("previous", "--migration-slack, --migration, --migration-budget and --migration-objective "
+                                      "need --previous (the placement in force)")
+    if args.migration_objective is not None and args.migration_slack is None:
+        raise OptionError("migration_objective", "needs --migration-slack (it chooses a plan within the slack)")
     if args.migration_budget is not None and args.migration_slack is None:
         raise OptionError("migration_budget", "needs --migration-slack (the budget widens it layer by layer)")
     if previous is not None and args.migration_slack is not None and not problem.cluster.homogeneous:
@@ -42,7 +44,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     elif previous is not None and args.migration_slack is not None:
         result = plan_with_migration(problem, args.solver, previous, slack=args.migration_slack,
                                      method=args.migration or "heuristic", budget=args.migration_budget,
-                                     expert_bytes=expert_bytes, **options)
+                                     objective=args.migration_objective or "moves", expert_bytes=expert_bytes,
+                                     **options)
     else:
         result = solve(problem, args.solver, previous=previous, expert_bytes=expert_bytes,
                        previous_cluster=previous_cluster, **options)

@@ -5,10 +5,11 @@ import argparse
 import json
 
 from ..errors import LoadFileError, OptionError
+from ..migration.transfers import schedule_transfers, write_schedule
 from ..problem import Problem
 from ..scoring import score
 from ..cluster import get_model
-from .args import real_cluster_kwargs
+from .args import network_from_args, real_cluster_kwargs
 from .inputs import dropped_note, format_metrics, plan_cluster, read_any_plan, read_loads_arg
 
 
@@ -36,22 +37,51 @@ def cmd_score(args: argparse.Namespace) -> int:
         real = real_cluster_kwargs(args)
         problem = Problem(info.weights, None if real["gpu_slots"] is not None else plan.num_replicas, groups or 1,
                           args.nodes, gpus, **real)
+    network = network_from_args(args)                       # checked before any work
+    if args.out and not args.previous:
+        raise OptionError("out", "writes the transfer schedule: give --previous (the plan in force)")
     previous = previous_cluster = None
     if args.previous:
         previous, prev_shape, _ = read_any_plan(args.previous, info, "previous")
         previous_cluster = plan_cluster(prev_shape, problem, previous)
-    sc = score(problem, plan, previous=previous, expert_bytes=args.expert_bytes, previous_cluster=previous_cluster)
+    nbytes = args.expert_bytes
+    if nbytes is None and args.model is not None:
+        nbytes = get_model(args.model).expert_bytes or None
+    if args.out and nbytes is None:
+        raise OptionError("expert_bytes", "the transfer schedule needs the bytes of one expert (--expert-bytes "
+                                          "or --model)")
+    # Transfer schedules map slots to GPUs R/P at a time: GPUs with uneven slot counts (or
+    # failed ones) on either side are not scheduled, and asking for the file says so.
+    uniform = problem.cluster.uniform_slots and (previous_cluster is None or previous_cluster.uniform_slots)
+    if args.out and not uniform:
+        raise OptionError("out", "transfer schedules need the same slot count on every GPU in both plans")
+    sc = score(problem, plan, previous=previous, expert_bytes=nbytes, previous_cluster=previous_cluster)
     metrics = sc.metrics()
     if args.per_gpu:
         metrics["gpu_load"] = sc.gpu_load.tolist()
         if sc.gpu_time is not sc.gpu_load:
             metrics["gpu_time"] = sc.gpu_time.tolist()
+    sched = None
+    if previous is not None and nbytes and uniform:
+        sched = schedule_transfers(previous, plan, problem.num_gpus, problem.num_gpus // problem.num_nodes, nbytes,
+                                   network, num_experts=problem.num_experts)
+        metrics["transfers"] = sched.summary()
+        if args.out:
+            write_schedule(args.out, sched)
     if args.json:
         print(json.dumps(metrics, indent=2))
     else:
         print(f"plan {args.plan} ({doc.get('solver', '?')}, policy {doc.get('policy', '?')}) "
               f"on loads {args.loads}{dropped_note(info)}")
-        print(format_metrics({k: v for k, v in metrics.items() if k not in ("gpu_load", "gpu_time")}))
+        print(format_metrics({k: v for k, v in metrics.items() if k not in ("gpu_load", "gpu_time", "transfers")}))
+        if sched is not None:
+            t = sched.summary()
+            print(f"transfers: {t['moves']} copies ({t['copies_intra']} intra-node, {t['copies_inter']} inter-node, "
+                  f"{t['copies_host']} from host), {t['bytes'] / 1e9:.3f} GB in {t['rounds']} rounds; makespan "
+                  f"{t['makespan_seconds']:.4g} s, lower bound {t['bound_seconds']:.4g} s (gap "
+                  f"{100 * t['gap']:.2f} %; any source {t['bound_any_source_seconds']:.4g} s); {network.describe()}")
+            if args.out:
+                print(f"wrote {args.out}")
         if args.per_gpu:
             timed = sc.gpu_time is not sc.gpu_load
             for layer, row in enumerate(sc.gpu_load.tolist()):

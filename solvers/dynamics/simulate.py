@@ -13,6 +13,27 @@ split, float64), batched over all steps of a segment and all layers:
 ``imbalance[t] = mean over layers of max / mean GPU load``; tokens lost to imbalance are
 ``sum over layers of (max - mean) x GPUs``. Every rebalance's moves and bytes come from
 the shared scorer (:func:`solvers.score` with the plan in force as ``previous``).
+
+Time (docs/dynamics.md, "Does it pay?"). A step lasts ``step_seconds`` at perfect balance
+and ``step_seconds x sum_l max_l / sum_l mean_l`` under the plan in force (each layer waits
+for its busiest GPU). With an expert size, every rebalance's weight copies are scheduled
+over the cluster's network (:func:`solvers.migration.transfers.schedule_transfers`) and:
+
+- ``stall="sync"``: serving stops for the schedule's makespan, then the new plan runs;
+- ``stall="async"``: copies run in the background layer by layer (vLLM's async EPLB):
+  no stall, but the old plan serves until they finish (``ceil(makespan / step_seconds)``
+  steps later); a trigger while copies are in flight is ignored.
+
+Totals add the stall seconds, the tokens lost to stalls (the load the idle cluster would
+have served) beside those lost to imbalance, and the net throughput: routed load served per
+second of serving plus stalls, and as a share of the balanced, stall-free ideal.
+
+Stall-aware trigger (``gain_horizon=H``): at each period or threshold trigger the new plan
+is made as usual, but it is put in force only when its predicted gain exceeds its stall:
+``H x step_seconds x (r_now - r_new)``, with ``r`` the time ratio ``sum_l max_l / sum_l mean_l``:
+``r_now`` its mean over the last ``window`` steps the plan in force served, ``r_new`` the new
+plan's in-sample ratio on its window plus the optimism learnt on the run (the mean, over
+earlier plans, of how much worse they ran over their first H steps than in sample).
 """
 from __future__ import annotations
 
@@ -27,6 +48,7 @@ import torch
 
 from ..cluster import Cluster
 from ..errors import OptionError
+from ..migration.transfers import schedule_transfers
 from ..options import Option
 from ..plan import Plan
 from ..problem import Problem
@@ -47,12 +69,17 @@ class SimulationResult:
     NaN for warm-up steps); imbalance_worst: [T] the worst layer's; tokens_lost: [T] sum
     over layers of (max - mean) x GPUs; rebalance_steps: steps where a new plan took
     effect; rebalances: one dict per rebalance (step, reason, moves, bytes, plan seconds,
-    imbalance of the planning window in sample); totals: see :meth:`totals`.
+    imbalance of the planning window in sample, and with an expert size its transfer
+    makespan, bound and stall); step_time: [T] seconds each step served (NaN for warm-up
+    steps); step_load: [T] routed load of each step (sum over layers and experts); totals:
+    see :meth:`totals`. info["skipped"]: the stall-aware trigger's declined rebalances.
     """
 
     imbalance: torch.Tensor
     imbalance_worst: torch.Tensor
     tokens_lost: torch.Tensor
+    step_time: torch.Tensor
+    step_load: torch.Tensor
     rebalances: list[dict[str, Any]]
     settings: dict[str, Any]
     wall_seconds: float
@@ -77,30 +104,69 @@ class SimulationResult:
                 "worst_imbalance": float(self.imbalance_worst[self.first_step:].max()) if s.numel() else math.nan,
                 "total_moves": int(moves), "total_bytes": nbytes, "rebalances": len(self.rebalances),
                 "tokens_lost": float(self.tokens_lost[self.first_step:].sum()),
-                "steps_scored": int(s.numel()), "wall_seconds": self.wall_seconds}
+                "steps_scored": int(s.numel()), "wall_seconds": self.wall_seconds, **self.time_totals()}
+
+    def time_totals(self) -> dict[str, Any]:
+        """stall_seconds (None without an expert size), serving_seconds, tokens_lost_stall (the
+        load the stalled cluster would have served), net_throughput (routed load per second of
+        serving and stalls), net_efficiency (the balanced, stall-free time over that time),
+        skipped_rebalances (stall-aware trigger)."""
+        first = self.first_step
+        step = float(self.settings.get("step_seconds") or 1.0)
+        stalls = [r.get("stall_seconds") for r in self.rebalances]
+        known = all(x is not None for x in stalls)
+        stall = float(sum(stalls)) if known else None
+        serving = float(self.step_time[first:].sum())
+        load = float(self.step_load[first:].sum())
+        rate = self.step_load[first:] / step                                  # [n] balanced load per second
+        lost_stall = None
+        if known:
+            at = torch.tensor([r["step"] for r in self.rebalances], dtype=torch.int64)
+            secs = torch.tensor(stalls, dtype=torch.float64)
+            lost_stall = float((secs * self.step_load[at] / step).sum()) if len(at) else 0.0
+        busy = serving + (stall or 0.0)
+        n = self.step_time.shape[0] - first
+        return {"stall_seconds": stall, "serving_seconds": serving, "tokens_lost_stall": lost_stall,
+                "net_throughput": load / busy if busy > 0 else math.nan,
+                "net_efficiency": n * step / busy if busy > 0 and rate.numel() else math.nan,
+                "skipped_rebalances": len(self.info.get("skipped", []))}
 
     def step_rows(self) -> list[dict[str, Any]]:
         """One row per step: step, imbalance, worst layer's imbalance, tokens lost, rebalanced
         (this step runs a new plan), moves and bytes of that rebalance, cumulative bytes."""
         by_step = {r["step"]: r for r in self.rebalances}
-        rows, cum_moves, cum_bytes = [], 0, 0
+        step = float(self.settings.get("step_seconds") or 1.0)
+        rows, cum_moves, cum_bytes, clock_s, served = [], 0, 0, 0.0, 0.0
         for t in range(self.first_step, self.imbalance.shape[0]):
             r = by_step.get(t)
             moves = r["moves"] if r else 0
             nbytes = (r["bytes"] or 0) if r else 0
             cum_moves += moves
             cum_bytes += nbytes
+            stall = float(r.get("stall_seconds") or 0.0) if r else 0.0
+            seconds = float(self.step_time[t])
+            clock_s += stall + seconds
+            served += float(self.step_load[t])
             rows.append({"step": t, "imbalance": float(self.imbalance[t]),
                          "imbalance_worst": float(self.imbalance_worst[t]),
                          "tokens_lost": float(self.tokens_lost[t]), "rebalanced": r is not None,
                          "moves": moves, "bytes": nbytes, "cumulative_moves": cum_moves,
-                         "cumulative_bytes": cum_bytes})
+                         "cumulative_bytes": cum_bytes, "stall_seconds": stall, "step_seconds": seconds,
+                         "efficiency": step / (seconds + stall) if seconds + stall > 0 else math.nan,
+                         "cumulative_efficiency": (t - self.first_step + 1) * step / clock_s if clock_s else math.nan})
         return rows
 
 
 def step_scores(loads: torch.Tensor, plan: Plan, num_gpus: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Realised scores of ``plan`` on steps ``loads [n, L, E]``: (imbalance [n], worst layer's
     imbalance [n], tokens lost [n]), the shared scorer's even-split arithmetic in float64."""
+    return step_stats(loads, plan, num_gpus)[:3]
+
+
+def step_stats(loads: torch.Tensor, plan: Plan,
+               num_gpus: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`step_scores` and the time ratio [n] ``sum_l max_l / sum_l mean_l`` (a step's
+    time over its time at perfect balance; 1 for an empty step)."""
     n, L, E = loads.shape
     w = loads.to(torch.float64)
     p2l = plan.phy2log.to(w.device)
@@ -111,7 +177,10 @@ def step_scores(loads: torch.Tensor, plan: Plan, num_gpus: int) -> tuple[torch.T
     mx, mean = gpu.max(-1).values, gpu.mean(-1)
     imb = torch.where(mean > 0, mx / mean.clamp_min(torch.finfo(torch.float64).tiny), torch.ones_like(mx))
     lost = ((mx - mean) * num_gpus).sum(-1)
-    return imb.mean(-1), imb.max(-1).values, lost
+    total = mean.sum(-1)
+    ratio = torch.where(total > 0, mx.sum(-1) / total.clamp_min(torch.finfo(torch.float64).tiny),
+                        torch.ones_like(total))
+    return imb.mean(-1), imb.max(-1).values, lost, ratio
 
 
 # The replay's own settings, checked once by the same schema type as solver options.
@@ -126,6 +195,14 @@ SETTINGS = {o.name: o for o in (
     Option("migration_budget", float, None, "at most this fraction of a fresh plan's moves", minimum=0.0,
            exclusive_minimum=True, maximum=1.0, nullable=True),
     Option("expert_bytes", int, None, "bytes per expert", minimum=0, maximum=2**62, nullable=True),
+    Option("stall", str, "sync", "how a rebalance's weight copies meet serving: sync (serving stops for the "
+           "makespan) or async (background copies; the new plan runs when they finish)", choices=("sync", "async")),
+    Option("step_seconds", float, 1.0, "seconds one step takes at perfect balance", minimum=0.0,
+           exclusive_minimum=True, maximum=1e9),
+    Option("gain_horizon", int, None, "stall-aware trigger: put a new plan in force only when its predicted "
+           "gain over this many steps exceeds its stall", minimum=1, maximum=10**9, nullable=True),
+    Option("migration_objective", str, "moves", "what a migration-aware plan minimises within its slack",
+           choices=("moves", "makespan")),
 )}
 
 
@@ -168,18 +245,23 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
              window: int | None = None, migration_slack: float | None = None, migration: str = "heuristic",
              migration_budget: float | None = None, expert_bytes: int | None = None,
              solver_options: dict[str, Any] | None = None, cooldown: int = 1,
-             progress: bool = False) -> SimulationResult:
+             progress: bool = False, stall: str = "sync", step_seconds: float = 1.0, gain_horizon: int | None = None,
+             migration_objective: str = "moves") -> SimulationResult:
     """Replay ``loads`` ([T, L, E] token counts or a Trace) with rebalancing (module docstring).
 
     The cluster: a :class:`solvers.Cluster` (or the flat num_replicas / num_nodes /
-    num_gpus), and the expert groups.
+    num_gpus; its ``network`` times the weight copies), and the expert groups.
     every: rebalance every N steps. threshold: rebalance after a step whose realised
     imbalance (mean over layers) exceeds X, at most once per ``cooldown`` steps. window:
     steps a plan is made on (default ``every``, else 16). migration_slack: None for plain
-    re-planning, else the slack of a migration-aware plan (``migration``: heuristic | exact).
+    re-planning, else the slack of a migration-aware plan (``migration``: heuristic | exact;
+    ``migration_objective``: moves | makespan).
     migration_budget: with a slack, at most this fraction of a fresh plan's moves per layer
     (:func:`solvers.migration.plan_with_migration`'s ``budget``).
-    expert_bytes: bytes per expert (moves in bytes). solver_options: options of ``solver``.
+    expert_bytes: bytes per expert (moves in bytes, and the transfer schedule of every
+    rebalance: its makespan is the stall). stall: sync | async. step_seconds: seconds of one
+    step at perfect balance. gain_horizon: the stall-aware trigger's horizon in steps (needs
+    expert_bytes). solver_options: options of ``solver``.
     """
     loads = _check(loads)
     T, L, E = loads.shape
@@ -189,11 +271,17 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
         SETTINGS[k].validate(v) for k, v in (("every", every), ("threshold", threshold), ("cooldown", cooldown),
                                              ("migration_slack", migration_slack),
                                              ("migration_budget", migration_budget), ("expert_bytes", expert_bytes)))
+    stall, step_seconds, gain_horizon, migration_objective = (
+        SETTINGS[k].validate(v) for k, v in (("stall", stall), ("step_seconds", step_seconds),
+                                             ("gain_horizon", gain_horizon),
+                                             ("migration_objective", migration_objective)))
     window = SETTINGS["window"].validate(window if window is not None else (every or DEFAULT_WINDOW))
     if window >= T:
         raise OptionError("window", f"the first plan needs {window} steps and the trace has {T}: nothing left to score")
     if migration_budget is not None and migration_slack is None:
         raise OptionError("migration_budget", "needs a migration slack (plain re-planning has no budget)")
+    if gain_horizon is not None and not expert_bytes:
+        raise OptionError("gain_horizon", "the stall-aware trigger weighs gains against stalls: give expert_bytes")
     spec = get_solver(solver)
     opts = spec.parse(solver_options)                     # checked once for every re-plan
     takes_history = "history" in spec.options
@@ -203,12 +291,14 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
         cluster = Cluster(num_nodes, num_gpus, num_replicas)
     problem0 = Problem(torch.ones(1, E), cluster=cluster, num_groups=num_groups)   # checked before any work
     num_gpus = cluster.num_gpus
+    per_node = num_gpus // cluster.num_nodes
     migration_opts = None
     if migration_slack is not None:
         if solver == "migration":
             raise OptionError("solver", "must be another solver than 'migration' (the simulator adds migration)")
         migration_opts = get_solver("migration").parse(
-            {"base": solver, "slack": migration_slack, "method": migration, "budget": migration_budget})
+            {"base": solver, "slack": migration_slack, "method": migration, "budget": migration_budget,
+             "objective": migration_objective})
 
     def plan_at(t: int, current: Plan | None) -> tuple[Plan, dict[str, Any]]:
         hist = loads[t - window:t]
@@ -224,50 +314,115 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
             raise OptionError("solver", f"{solver!r} found no plan at step {t} ({out.termination}): {out.message}")
         sc = score(problem, out.plan, previous=current, expert_bytes=expert_bytes)
         record = {"step": t, "plan_seconds": time.perf_counter() - began,
-                  "moves": sc.moves or 0, "bytes": sc.moves_bytes, "in_sample_imbalance": sc.imbalance_mean}
+                  "moves": sc.moves or 0, "bytes": sc.moves_bytes, "in_sample_imbalance": sc.imbalance_mean,
+                  "stall_seconds": None, "makespan_seconds": None, "bound_seconds": None}
         if current is None:
             record["bytes"] = 0 if expert_bytes is not None else None
+            record["stall_seconds"] = 0.0 if expert_bytes else None
+        elif expert_bytes:
+            sched = schedule_transfers(current, out.plan, num_gpus, per_node, expert_bytes, cluster.network,
+                                       num_experts=E)
+            record.update(makespan_seconds=sched.makespan, bound_seconds=sched.bound,
+                          stall_seconds=sched.makespan if stall == "sync" else 0.0)
         return out.plan, record
+
+    in_force: list[tuple[int, float]] = []           # (step a plan took effect, its in-sample time ratio)
+
+    def in_sample(t: int, p: Plan) -> float:
+        return float(step_stats(loads[t - window:t], p, num_gpus)[3].mean())
+
+    def optimism(t: int) -> float:
+        """How much worse plans ran than their in-sample ratio, over their first ``gain_horizon``
+        steps (mean over the plans put in force so far; learnt on the run, known before t)."""
+        seen = []
+        for k, (start, r_in) in enumerate(in_force):
+            stop = min(start + gain_horizon, t, in_force[k + 1][0] if k + 1 < len(in_force) else t)
+            if stop > start:
+                seen.append(float(ratio[start:stop].mean()) - r_in)
+        return sum(seen) / len(seen) if seen else 0.0
+
+    def pays(t: int, current: Plan, new: Plan, record: dict[str, Any]) -> bool:
+        """The stall-aware rule: predicted gain over the horizon against the stall (async: no
+        stall, but no gain while the copies run). The new plan's ratio is its in-sample one
+        plus the optimism measured on earlier plans; the plan in force's is how it ran over
+        the last ``window`` steps it served."""
+        since = in_force[-1][0]                      # the plan in force: how it ran lately
+        r_now = float(ratio[max(since, t - window):t].mean()) if t > since else in_sample(t, current)
+        r_new = in_sample(t, new) + optimism(t)
+        delay = _delay(record["makespan_seconds"], step_seconds) if stall == "async" else 0
+        gain = max(gain_horizon - delay, 0) * step_seconds * (r_now - r_new)
+        record["predicted_gain_seconds"] = gain
+        return gain > (record["stall_seconds"] or 0.0)
 
     imb = torch.full((T,), math.nan, dtype=torch.float64)
     worst = torch.full((T,), math.nan, dtype=torch.float64)
     lost = torch.zeros(T, dtype=torch.float64)
+    ratio = torch.full((T,), math.nan, dtype=torch.float64)
     rebalances: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
     began = time.perf_counter()
     bar = _Progress(T - window, progress and T * L * E > 5_000_000)
     plan, first = plan_at(window, None)
+    in_force.append((window, in_sample(window, plan)))
+    pending: tuple[Plan, int] | None = None            # async: (plan, step it takes effect)
     t = window
     last = window
     while t < T:
+        if pending is not None and t >= pending[1]:
+            plan, pending = pending[0], None
         end = T if every is None else min(T, last + every)
         chunk = min(end, t + CHUNK_STEPS)
-        seg_imb, seg_worst, seg_lost = step_scores(loads[t:chunk], plan, num_gpus)
+        if pending is not None:
+            chunk = min(chunk, pending[1])
+        seg_imb, seg_worst, seg_lost, seg_ratio = step_stats(loads[t:chunk], plan, num_gpus)
         stop = chunk
         reason = "period"
-        if threshold is not None:
+        if threshold is not None and pending is None:
             over = (seg_imb > threshold).nonzero()
             over = over[over.squeeze(1) + t + 1 >= last + cooldown] if over.numel() else over
             if over.numel():
                 stop = t + int(over[0, 0]) + 1
                 reason = "threshold"
         n = stop - t
-        imb[t:stop], worst[t:stop], lost[t:stop] = seg_imb[:n], seg_worst[:n], seg_lost[:n]
+        imb[t:stop], worst[t:stop], lost[t:stop], ratio[t:stop] = seg_imb[:n], seg_worst[:n], seg_lost[:n], seg_ratio[:n]
         bar.update(n)
         t = stop
         if t >= T:
             break
         if reason != "threshold" and t < end:
-            continue                       # the next chunk of steps, same plan
+            continue                       # the next chunk of steps (or the pending plan's switch)
+        if pending is not None:            # copies in flight: this trigger is ignored
+            last = t
+            continue
         plan_new, record = plan_at(t, plan)
         record["reason"] = reason
+        last = t
+        if gain_horizon is not None and not pays(t, plan, plan_new, record):
+            skipped.append(record)
+            continue
         rebalances.append(record)
-        plan, last = plan_new, t
+        if stall == "async" and record["makespan_seconds"]:
+            record["effective_step"] = t + _delay(record["makespan_seconds"], step_seconds)
+            pending = (plan_new, record["effective_step"])
+        else:
+            record["effective_step"] = t
+            plan = plan_new
+        in_force.append((record["effective_step"], in_sample(t, plan_new)))
     bar.close()
     settings = {"solver": solver, "every": every, "threshold": threshold, "window": window,
                 "migration_slack": migration_slack, "migration": migration if migration_slack is not None else None,
                 "migration_budget": migration_budget,
-                "expert_bytes": expert_bytes, "solver_options": {k: v for k, v in (solver_options or {}).items()
-                                                                 if isinstance(v, (int, float, str, bool))},
+                "migration_objective": migration_objective if migration_slack is not None else None,
+                "expert_bytes": expert_bytes, "stall": stall, "step_seconds": step_seconds,
+                "gain_horizon": gain_horizon, "network": cluster.network.as_dict(),
+                "solver_options": {k: v for k, v in (solver_options or {}).items()
+                                   if isinstance(v, (int, float, str, bool))},
                 **cluster.as_dict(), "num_groups": problem0.num_groups}
-    return SimulationResult(imb, worst, lost, rebalances, settings, time.perf_counter() - began, window,
-                            info={"first_plan": first})
+    step_load = loads.to(torch.float64).sum((1, 2))                                      # [T]
+    return SimulationResult(imb, worst, lost, ratio * step_seconds, step_load, rebalances, settings,
+                            time.perf_counter() - began, window, info={"first_plan": first, "skipped": skipped})
+
+
+def _delay(makespan: float | None, step_seconds: float) -> int:
+    """Steps the old plan keeps serving while background copies run (async)."""
+    return 0 if not makespan else max(1, math.ceil(makespan / step_seconds))

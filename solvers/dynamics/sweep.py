@@ -5,6 +5,11 @@ slack (None = plain re-planning) is simulated on the same trace; a setting is on
 frontier when no other setting moves fewer bytes at a lower-or-equal realised mean
 imbalance. :func:`suggest` picks, within a byte budget, the setting with the lowest mean
 imbalance (fewest bytes on ties).
+
+With an expert size every row also has its stalls and net throughput (the simulator's
+time model over the cluster's network); ``horizons`` adds stall-aware rows (checked at the
+smallest period, rebalancing only when the predicted gain over H steps exceeds the stall),
+and :func:`best_net` picks the setting with the highest net throughput.
 """
 from __future__ import annotations
 
@@ -17,24 +22,42 @@ from .simulate import simulate
 def sweep(loads: Any, *, periods: Sequence[int] = (), thresholds: Sequence[float] = (),
           slacks: Sequence[float | None] = (None,), window: int | None = None, solver: str = "deepseek",
           expert_bytes: int | None = None, solver_options: dict[str, Any] | None = None,
-          progress: bool = False, **shape: int) -> list[dict[str, Any]]:
-    """One row per setting: trigger ("every N" or "threshold X"), every, threshold,
-    migration_slack, then the totals of :meth:`SimulationResult.totals`. ``shape``:
-    num_replicas, num_groups, num_nodes, num_gpus."""
-    triggers = [("every", int(p)) for p in periods] + [("threshold", float(x)) for x in thresholds]
+          progress: bool = False, horizons: Sequence[int] = (), stall: str = "sync", step_seconds: float = 1.0,
+          migration_objective: str = "moves", **shape: Any) -> list[dict[str, Any]]:
+    """One row per setting: trigger ("every N", "threshold X" or "stall-aware H"), every,
+    threshold, gain_horizon, migration_slack, then the totals of :meth:`SimulationResult.totals`.
+    ``shape``: the cluster (or num_replicas, num_nodes, num_gpus) and num_groups. A stall-aware
+    row is checked at the smallest period (``window`` or that period steps per plan)."""
+    triggers = ([("every", int(p)) for p in periods] + [("threshold", float(x)) for x in thresholds]
+                + [("stall-aware", int(h)) for h in horizons])
     if not triggers:
         raise OptionError("periods", "give at least one period or threshold to sweep")
+    if horizons and not periods:
+        raise OptionError("horizons", "stall-aware rows check at the smallest period: give periods too")
     rows = []
     for kind, value in triggers:
         for slack in slacks:
-            kw = {"every": value} if kind == "every" else {"threshold": value, "window": window or 16}
-            if kind == "every" and window is not None:
+            if kind == "every":
+                kw: dict[str, Any] = {"every": value}
+            elif kind == "threshold":
+                kw = {"threshold": value, "window": window or 16}
+            else:
+                kw = {"every": min(periods), "gain_horizon": value}
+            if kind != "threshold" and window is not None:
                 kw["window"] = window
             res = simulate(loads, solver=solver, migration_slack=slack, expert_bytes=expert_bytes,
-                           solver_options=solver_options, progress=progress, **kw, **shape)
+                           solver_options=solver_options, progress=progress, stall=stall, step_seconds=step_seconds,
+                           migration_objective=migration_objective, **kw, **shape)
             rows.append({"trigger": f"{kind} {value:g}", "every": kw.get("every"), "threshold": kw.get("threshold"),
-                         "window": res.settings["window"], "migration_slack": slack, **res.totals()})
+                         "gain_horizon": kw.get("gain_horizon"), "window": res.settings["window"],
+                         "migration_slack": slack, **res.totals()})
     return rows
+
+
+def best_net(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The setting with the highest net throughput (serving and stalls; None without stalls)."""
+    timed = [r for r in rows if r.get("stall_seconds") is not None]
+    return max(timed, key=lambda r: (r["net_throughput"], -_cost(r))) if timed else None
 
 
 def _cost(row: dict[str, Any]) -> float:
@@ -63,11 +86,15 @@ def suggest(rows: list[dict[str, Any]], byte_budget: float) -> dict[str, Any] | 
 def frontier_table(rows: list[dict[str, Any]]) -> str:
     """Markdown table of sweep rows (frontier rows marked)."""
     front = {id(r) for r in frontier(rows)}
-    out = ["| trigger | slack | rebalances | moves | GB moved | mean imbalance | p99 | frontier |",
-           "|---|---|---|---|---|---|---|---|"]
+    best = best_net(rows)
+    out = ["| trigger | slack | rebalances | moves | GB moved | mean imbalance | p99 | stall s | net efficiency "
+           "| frontier |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=_cost):
         gb = "-" if r["total_bytes"] is None else f"{r['total_bytes'] / 1e9:.1f}"
         slack = "plain" if r["migration_slack"] is None else f"{r['migration_slack']:g}"
+        stall = "-" if r.get("stall_seconds") is None else f"{r['stall_seconds']:.3g}"
+        net = "-" if r.get("stall_seconds") is None else f"{r['net_efficiency']:.4f}{' (best)' if r is best else ''}"
         out.append(f"| {r['trigger']} | {slack} | {r['rebalances']} | {r['total_moves']} | {gb} | "
-                   f"{r['mean_imbalance']:.4f} | {r['p99_imbalance']:.4f} | {'*' if id(r) in front else ''} |")
+                   f"{r['mean_imbalance']:.4f} | {r['p99_imbalance']:.4f} | {stall} | {net} | "
+                   f"{'*' if id(r) in front else ''} |")
     return "\n".join(out)

@@ -9,6 +9,9 @@
 - :func:`replan_after_failure`: elastic re-planning when GPUs fail (fewest moves, every
   expert alive, each layer within ``(1 + slack)`` x a fresh plan on the survivors in
   time); registered as the solver ``elastic``.
+- :func:`schedule_transfers`: the weight copies a re-plan needs, their sources and rounds
+  (each GPU sends one and receives one copy per round), the makespan in seconds and its
+  lower bound (:mod:`.transfers`).
 
 Moves are always counted by the shared scorer: (layer, GPU, expert) pairs the GPU did not
 hold before, one weight transfer each.
@@ -18,6 +21,7 @@ from .elastic import replan_after_failure
 from .moves import moves_per_layer
 from .pareto import pareto, pareto_figure, pareto_table
 from .relabel import relabel
+from .transfers import TransferSchedule, schedule_transfers
 
 __all__ = ["replan_after_failure", "relabel", "plan_with_migration", "migrate", "moves_per_layer", "METHODS", "pareto",
-           "pareto_table", "pareto_figure"]
+           "pareto_table", "pareto_figure", "schedule_transfers", "TransferSchedule"]

@@ -14,6 +14,15 @@ Per layer, with ``T = (1 + slack) x`` the max GPU load of a fresh plan by ``solv
    replicas than (1);
 3. ``method="exact"``: a CP-SAT model per layer (:mod:`.exact`), warm-started from the
    best of (1) and (2), within ``time_limit`` for all layers; proven optimum or gap per layer.
+
+``objective="makespan"`` plans for transfer time instead of the move count: every new
+(GPU, expert) pair weighs what its copy takes over the cluster's network
+(:func:`copy_costs`: an inter-node copy costs ``intra_node_bw / inter_node_bw`` intra-node
+ones), in the relabelling, the repair's swaps and the choice between (1) and (2). Then,
+since the makespan is set by the busiest GPU (:mod:`.transfers`), the copies onto the GPUs
+that receive most are made dearer and the plan is made again (``MAKESPAN_PASSES`` times);
+the plan with the shortest schedule wins. Same slack and targets: only which plan within
+them is chosen changes.
 """
 from __future__ import annotations
 
@@ -31,15 +40,23 @@ from ..problem import Problem
 from ..grading import graded_run
 from ..registry import SolverOutput, get_solver, register, run
 from ..result import SolveResult
-from ..scoring import gpu_loads
+from ..scoring import gpu_loads, gpu_presence
 from .exact import count_window, solve_layer
 from .minmoves import TARGET_RTOL, repair
 from .moves import moves_per_layer
 from .recount import recount
 from .regroup import regroup
 from .relabel import relabel
+from .transfers import presence, schedule_transfers
 
 METHODS = ("heuristic", "exact")
+OBJECTIVES = ("moves", "makespan")
+# Passes of the makespan objective: each makes the copies onto the GPUs that receive most
+# dearer (by their share of the busiest GPU's receive time) and plans again.
+MAKESPAN_PASSES = 3
+# How much dearer a pass makes the copies onto the busiest receiver (others in proportion):
+# measured on DeepSeek-V3 drifting re-plans, 0.25 and 1 differ by a few percent either way.
+RECEIVER_WEIGHT = 0.25
 # An expert gets another replica when its replicas are this much heavier than the fresh
 # plan's heaviest (times 1 + slack): stale counts on hot experts cost balance on the next
 # steps' loads, while chasing every count change costs moves for little (measured on the
@@ -100,6 +117,27 @@ def _within_budget(problem: Problem, old: torch.Tensor, p2l: torch.Tensor, fresh
     return out, relaxed
 
 
+def copy_costs(previous: torch.Tensor, num_experts: int, num_gpus: int, num_nodes: int, network) -> torch.Tensor:
+    """[L, P, E] float64: what a copy of expert e onto GPU g costs in units of an intra-node
+    copy: 0 where g held e in ``previous`` ([L, R] phy2log), 1 where another GPU of g's node
+    held it, else the inter-node (or host, when faster) copy's time over the intra-node one."""
+    old = presence(previous.cpu().numpy(), num_experts, num_gpus)                  # [L, P, E]
+    L, P, E = old.shape
+    node_has = old.reshape(L, num_nodes, P // num_nodes, E).any(2)                    # [L, N, E]
+    on_node = np.repeat(node_has, P // num_nodes, axis=1)                             # [L, P, E]
+    far = network.intra_node_bw / network.inter_node_bw
+    if network.host_bw is not None:
+        far = min(far, network.intra_node_bw / network.host_bw)
+    cost = np.where(old, 0.0, np.where(on_node, 1.0, far))
+    return torch.from_numpy(cost).to(previous.device)
+
+
+def _pair_cost(p2l: torch.Tensor, cost: torch.Tensor, num_experts: int, num_gpus: int) -> torch.Tensor:
+    """[L] the copies' cost of ``p2l`` [L, R] under ``cost`` [L, P, E] (units of an intra copy)."""
+    new = gpu_presence(p2l, num_experts, num_gpus)
+    return (new.to(cost.dtype) * cost).flatten(1).sum(1)
+
+
 def _zones(policy: str, problem: Problem) -> int:
     """Node zones replicas must stay in: the nodes under a strict hierarchical plan, else 1."""
     return problem.num_nodes if policy == "hierarchical" else 1
@@ -155,17 +193,18 @@ def _exact_pass(problem: Problem, previous: Plan, start: torch.Tensor, fresh: Pl
     return out.to(start.device), reports
 
 
-def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: float = 0.01,
-            method: str = "heuristic", time_limit: float = 10.0, threads: int = 2, seed: int = 0,
-            base_options: dict | None = None, budget: float | None = None) -> SolverOutput:
-    """The migration-aware plan and its report (see the module docstring). The options come
-    checked by the ``migration`` solver's schema; ``previous`` is checked against the problem here."""
-    previous = check_previous(problem, previous)
+def _fresh(problem: Problem, base: str, base_options: dict | None) -> tuple[SolverOutput, float]:
     began = clock()
     fresh = run(problem, base, base_options)
     if fresh.plan is None:
         raise OptionError("solver", f"{base!r} found no fresh plan ({fresh.termination}): {fresh.message}")
-    fresh_seconds = clock() - began
+    return fresh, clock() - began
+
+
+def _heuristic(problem: Problem, previous: Plan, fresh: SolverOutput, slack: float, budget: float | None,
+               copy_cost: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Steps (1) and (2) of the module docstring (and the budget): phy2log [L, R] and the report.
+    copy_cost: [L, P, E] what each new (GPU, expert) pair costs (None: every move 1)."""
     policy = fresh.policy
     zones = _zones(policy, problem)
     E, P = problem.num_experts, problem.num_gpus
@@ -173,40 +212,43 @@ def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: 
     target = fresh_max * (1 + slack)                                                   # [L]
     old = previous.phy2log
     t0 = clock()
-    relabelled = relabel(fresh.plan, previous, P, problem.num_nodes if zones > 1 else 1).phy2log
+    relabelled = relabel(fresh.plan, previous, P, problem.num_nodes if zones > 1 else 1, copy_cost).phy2log
     relabel_seconds = clock() - t0
     fresh_moves = moves_per_layer(fresh.plan.phy2log, old, E, P)
     relabel_moves = moves_per_layer(relabelled, old, E, P)
     t0 = clock()
     fresh_cnt = fresh.plan.logcnt.to(torch.float64)
     item_cap = (problem.weights.to(torch.float64) / fresh_cnt).max(1).values * (1 + slack) * (1 + ITEM_MARGIN)
-    fixed = repair(problem.weights, old, target, P, zones, item_cap=item_cap)
+    fixed = repair(problem.weights, old, target, P, zones, item_cap=item_cap, copy_cost=copy_cost)
     repaired = fixed.phy2log.clone()
     met = fixed.met.clone()
     regrouped: list[int] = []
     if zones > 1 and not bool(met.all()):     # nodes drifted apart: move whole groups
         for layer, row in regroup(problem.weights, old, target, (~met).nonzero().squeeze(1).tolist(),
-                                  problem.num_groups, problem.num_nodes, P, item_cap=item_cap).items():
+                                  problem.num_groups, problem.num_nodes, P, item_cap=item_cap,
+                                  copy_cost=copy_cost).items():
             repaired[layer], met[layer] = row, True
             regrouped.append(layer)
     recounted: list[int] = []
     if zones == 1 and not bool(met.all()):    # counts drifted: start again with the fresh counts
         rows = (~met).nonzero().squeeze(1)
         again = repair(problem.weights[rows], recount(problem.weights[rows], old[rows], fresh.plan.logcnt[rows], P),
-                       target[rows], P, zones)
+                       target[rows], P, zones, copy_cost=None if copy_cost is None else copy_cost[rows])
         ok = rows[again.met]
         repaired[ok] = again.phy2log[again.met]
         met[ok] = True
         recounted = ok.tolist()
     repair_seconds = clock() - t0
-    repaired_moves = moves_per_layer(repaired, old, E, P)
-    use = met & (repaired_moves <= relabel_moves)                                    # [L]
+    if copy_cost is None:
+        use = met & (moves_per_layer(repaired, old, E, P) <= relabel_moves)           # [L]
+    else:
+        use = met & (_pair_cost(repaired, copy_cost, E, P) <= _pair_cost(relabelled, copy_cost, E, P))
     p2l = torch.where(use.unsqueeze(1), repaired, relabelled)
     relaxed: dict[int, float] = {}
     if budget is not None:
         p2l, relaxed = _within_budget(problem, old, p2l, fresh_moves, fresh_max, slack, budget, zones, item_cap)
     info: dict[str, Any] = {
-        "base": base, "slack": slack, "method": method, "policy": policy,
+        "slack": slack, "policy": policy,
         "fresh_max_load": fresh_max.tolist(), "target_max_load": target.tolist(),
         "fresh_moves": int(fresh_moves.sum()), "relabelled_moves": int(relabel_moves.sum()),
         "heuristic_moves": int(moves_per_layer(p2l, old, E, P).sum()),
@@ -214,9 +256,32 @@ def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: 
         "repair_count_changes": int(fixed.count_changes.sum()),
         "budget": budget, "relaxed_layers": relaxed,
         "regrouped_layers": regrouped, "recounted_layers": recounted, "fallback_layers": (~use).nonzero().squeeze(1).tolist(),
-        "seconds": {"fresh": fresh_seconds, "relabel": relabel_seconds, "heuristic": repair_seconds},
+        "seconds": {"relabel": relabel_seconds, "heuristic": repair_seconds},
     }
+    return p2l, info
+
+
+def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: float = 0.01,
+            method: str = "heuristic", time_limit: float = 10.0, threads: int = 2, seed: int = 0,
+            base_options: dict | None = None, budget: float | None = None,
+            objective: str = "moves") -> SolverOutput:
+    """The migration-aware plan and its report (see the module docstring). The options come
+    checked by the ``migration`` solver's schema; ``previous`` is checked against the problem here."""
+    previous = check_previous(problem, previous)
+    if objective == "makespan" and method == "exact":
+        raise OptionError("objective", "the exact method minimises moves; plan for makespan with "
+                          "method='heuristic'")
+    fresh, fresh_seconds = _fresh(problem, base, base_options)
+    if objective == "makespan":
+        return _for_makespan(problem, previous, fresh, fresh_seconds, base, slack, budget)
+    E, P = problem.num_experts, problem.num_gpus
+    old = previous.phy2log
+    p2l, info = _heuristic(problem, previous, fresh, slack, budget)
+    info = {"base": base, "method": method, "objective": objective, **info}
+    info["seconds"]["fresh"] = fresh_seconds
     if method == "exact":
+        zones = _zones(fresh.policy, problem)
+        target = torch.tensor(info["target_max_load"], dtype=torch.float64, device=problem.weights.device)
         t0 = clock()
         p2l, reports = _exact_pass(problem, previous, p2l, fresh.plan, target, zones, time_limit, threads, seed)
         info["seconds"]["exact"] = clock() - t0
@@ -224,7 +289,39 @@ def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: 
         info["exact_proven_layers"] = sum(1 for r in reports if r.get("proven"))
     moves = moves_per_layer(p2l, old, E, P)
     info["moves_per_layer"] = moves.tolist()
-    return SolverOutput(Plan.from_phy2log(p2l, E), policy, info=info)
+    return SolverOutput(Plan.from_phy2log(p2l, E), fresh.policy, info=info)
+
+
+def _for_makespan(problem: Problem, previous: Plan, fresh: SolverOutput, fresh_seconds: float, base: str,
+                  slack: float, budget: float | None) -> SolverOutput:
+    """The plan within ``slack`` whose transfer schedule is shortest (module docstring): the
+    move-count plan, then ``MAKESPAN_PASSES`` plans with copies weighed by their time, each
+    pass making the copies onto the busiest receivers dearer; the shortest schedule wins
+    (so never longer than the move-count plan's). Schedules are timed with one-byte experts:
+    every copy time scales with the expert size."""
+    E, P, N = problem.num_experts, problem.num_gpus, problem.num_nodes
+    network = problem.cluster.network
+    old = previous.phy2log
+    base_cost = copy_costs(old, E, P, N, network)                                       # [L, P, E]
+    cost: torch.Tensor | None = None
+    best = None
+    passes = []
+    for k in range(MAKESPAN_PASSES + 1):
+        p2l, info = _heuristic(problem, previous, fresh, slack, budget, cost)
+        sched = schedule_transfers(old, p2l, P, P // N, 1, network, num_experts=E)
+        passes.append({"copy_cost": "moves" if cost is None else "time", "makespan_per_byte": sched.makespan,
+                       "moves": sched.moves})
+        if best is None or sched.makespan < best[2].makespan:
+            best = (p2l, info, sched, k)
+        recv = np.bincount(sched.copies.dst, weights=sched.copy_seconds, minlength=P)       # [P] seconds
+        weight = np.ones(P) + (RECEIVER_WEIGHT * recv / recv.max() if cost is not None and recv.max() > 0 else 0.0)
+        cost = base_cost * torch.as_tensor(weight, dtype=base_cost.dtype, device=base_cost.device).view(-1, P, 1)
+    p2l, info, sched, k = best
+    info = {"base": base, "method": "heuristic", "objective": "makespan", **info,
+            "makespan_passes": passes, "makespan_pass_used": k}
+    info["seconds"]["fresh"] = fresh_seconds
+    info["moves_per_layer"] = moves_per_layer(p2l, old, E, P).tolist()
+    return SolverOutput(Plan.from_phy2log(p2l, E), fresh.policy, info=info)
 
 
 _SCHEMA = (
@@ -238,6 +335,9 @@ _SCHEMA = (
     Option("budget", float, None, "at most this fraction of a fresh plan's moves (all layers): the layers "
            "saving the most moves take wider slacks until the plan fits (none: the slack is a hard limit)",
            nullable=True, minimum=0.0, exclusive_minimum=True, maximum=1.0),
+    Option("objective", str, "moves", "what the plan within the slack minimises: moves (the copies) or "
+           "makespan (the transfer schedule's seconds over the cluster's network; heuristic method only)",
+           choices=OBJECTIVES),
     time_limit_option(10.0, "seconds for the exact models (all layers)"),
     threads_option(), seed_option(),
     Option("base_options", object, None, "options of the base solver (a dict)", nullable=True,
@@ -262,12 +362,14 @@ def solve_migration(problem: Problem, o: SolverOptions) -> SolverOutput:
         return SolverOutput(fresh.plan, fresh.policy, info={"base": o.base, "note": "no placement in force: "
                                                             "the fresh plan"})
     return migrate(problem, o.current, base=o.base, slack=o.slack, method=o.method, time_limit=o.time_limit,
-                   threads=o.threads, seed=o.seed, base_options=base_options, budget=o.budget)
+                   threads=o.threads, seed=o.seed, base_options=base_options, budget=o.budget,
+                   objective=o.objective)
 
 
 def plan_with_migration(problem: Problem, solver: str, previous: Plan, *, slack: float = 0.01,
                         method: str = "heuristic", time_limit: float = 10.0, budget: float | None = None,
-                        expert_bytes: int | None = None, **solver_options: Any) -> SolveResult:
+                        expert_bytes: int | None = None, objective: str = "moves",
+                        **solver_options: Any) -> SolveResult:
     """A plan of ``problem`` with the fewest moves from ``previous`` such that every layer's
     max GPU load is at most ``(1 + slack)`` x that of a fresh plan by ``solver``.
 
@@ -282,6 +384,10 @@ def plan_with_migration(problem: Problem, solver: str, previous: Plan, *, slack:
     repaired at wider slacks (``BUDGET_SLACKS``, level by level) until it fits
     (``info["relaxed_layers"]``: layer -> slack used); their max load may then exceed
     ``(1 + slack)`` x the fresh plan's. None: the slack is a hard limit.
+
+    objective: ``moves`` (default) or ``makespan``: within the same slack, the plan whose
+    weight-transfer schedule over ``problem.cluster.network`` is shortest (module docstring;
+    ``info["makespan_passes"]``).
     """
     if not isinstance(previous, Plan):     # required here (solve's previous is optional)
         raise OptionError("previous", f"must be a solvers.Plan (the placement in force), got "
@@ -290,5 +396,5 @@ def plan_with_migration(problem: Problem, solver: str, previous: Plan, *, slack:
         raise OptionError("solver", f"must name a registered solver other than 'migration', got {solver!r}")
     get_solver(solver)
     options = dict(base=solver, current=previous, slack=slack, method=method, time_limit=time_limit, budget=budget,
-                   base_options=solver_options or None)
+                   base_options=solver_options or None, objective=objective)
     return graded_run(problem, "migration", options, previous=previous, expert_bytes=expert_bytes)

@@ -55,7 +55,7 @@ def healthy_cluster(problem: Problem, previous: Plan) -> Cluster:
         return c
     live = {c.gpu_slots[g] for g in c.live_gpus}
     if len(live) == 1 and previous.num_replicas == c.num_gpus * next(iter(live)):
-        return Cluster(c.num_nodes, c.num_gpus, previous.num_replicas, gpu_speed=list(c.gpu_speed))
+        return Cluster(c.num_nodes, c.num_gpus, previous.num_replicas, gpu_speed=list(c.gpu_speed), network=c.network)
     raise OptionError("previous_cluster", f"the plan in force has {previous.num_replicas} slots, the cluster "
                       f"{c.num_replicas}: give the cluster it was made for (previous_cluster)")
 

@@ -12,7 +12,10 @@ layer still above target, the heaviest GPU ``g`` sheds load by one of:
   lightest GPU) is given to g's heaviest expert, so all of that expert's replicas get lighter.
 
 Moves are counted as the shared scorer counts them, per (GPU, expert) the old plan did not
-hold; a swap's cost is its change of that count (undoing an earlier move is a gain).
+hold; a swap's cost is its change of that count (undoing an earlier move is a gain). With
+``copy_cost`` (planning for transfer time) each such pair weighs what its copy costs
+instead (an inter-node copy several intra-node ones, :func:`solvers.migration.api.copy_costs`),
+and swap partners are searched on every GPU of the zone (a near one is worth the search).
 Under the hierarchical policy replicas never leave their node (``num_zones`` = nodes),
 so whole groups stay together. Layers the repair cannot bring within target are reported
 (the caller falls back to the relabelled fresh plan there).
@@ -65,7 +68,8 @@ def _holds(p2l: torch.Tensor, experts: torch.Tensor, gpus: torch.Tensor, num_gpu
 
 
 def _held_before(old: torch.Tensor, experts: torch.Tensor, gpus: torch.Tensor) -> torch.Tensor:
-    """[X, A, B] bool: the old plan had experts[x, a] on GPU gpus[x, b]. old: [X, P, E] bool."""
+    """[X, A, B]: old[x, gpus[x, b], experts[x, a]] (the old plan had the expert there, or with a
+    float [X, P, E] cost table, what a copy there costs)."""
     X, P, E = old.shape
     idx = gpus.unsqueeze(1) * E + experts.unsqueeze(2)                              # [X, A, B]
     return old.view(X, P * E).gather(1, idx.view(X, -1)).view(idx.shape)
@@ -73,12 +77,13 @@ def _held_before(old: torch.Tensor, experts: torch.Tensor, gpus: torch.Tensor) -
 
 def _best_swaps(w_slot: torch.Tensor, p2l: torch.Tensor, load: torch.Tensor, old: torch.Tensor,
                 target: torch.Tensor, num_gpus: int, num_zones: int, width: int,
-                max_cost: float | None = None):
+                max_cost: float | None = None, copy_cost: torch.Tensor | None = None):
     """For each row, the best swap between its heaviest GPU and one of the ``width`` lightest
     GPUs of its zone.
 
     w_slot: [X, R] load of every replica, p2l: [X, R], load: [X, P], old: [X, P, E] bool,
-    target: [X]. max_cost: only swaps adding at most this many moves. Returns (found [X]
+    target: [X]. max_cost: only swaps adding at most this many moves. copy_cost: [X, P, E]
+    float, what a new (GPU, expert) pair costs (None: 1, the move count). Returns (found [X]
     bool, slot on g [X], other slot [X], heaviest GPU g [X]).
     """
     X, R = p2l.shape
@@ -115,6 +120,14 @@ def _best_swaps(w_slot: torch.Tensor, p2l: torch.Tensor, load: torch.Tensor, old
     lose_b = same_b.view(X, K * S) & ~old_b
     cost = (gain_a.to(d.dtype) + gain_b.unsqueeze(1).to(d.dtype) - lose_a.unsqueeze(2).to(d.dtype)
             - lose_b.unsqueeze(1).to(d.dtype))
+    if copy_cost is not None:        # each pair weighs its copy's cost (same signs, other weights)
+        E = copy_cost.shape[2]
+        c_a_h = _held_before(copy_cost, ea, hs).repeat_interleave(S, dim=2)                # [X, S, C]
+        c_b_g = _held_before(copy_cost, eb, gset).squeeze(2)                             # [X, C]
+        c_a_g = _held_before(copy_cost, ea, gset).squeeze(2)                             # [X, S]
+        c_b_h = copy_cost.view(X, -1).gather(1, hs.repeat_interleave(S, dim=1) * E + eb)  # [X, C]
+        cost = (gain_a.to(d.dtype) * c_a_h + (gain_b.to(d.dtype) * c_b_g).unsqueeze(1)
+                - (lose_a.to(d.dtype) * c_a_g).unsqueeze(2) - (lose_b.to(d.dtype) * c_b_h).unsqueeze(1))
     if max_cost is not None:
         ok &= cost <= max_cost
     t = target.view(X, 1, 1)
@@ -197,19 +210,23 @@ def _spread_hot_experts(w: torch.Tensor, p2l: torch.Tensor, item_cap: torch.Tens
 
 def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, num_gpus: int,
            num_zones: int = 1, max_rounds: int | None = None, width: int = 8,
-           polish_rounds: int = 64, item_cap: torch.Tensor | None = None) -> RepairOutcome:
+           polish_rounds: int = 64, item_cap: torch.Tensor | None = None,
+           copy_cost: torch.Tensor | None = None) -> RepairOutcome:
     """Repair ``previous`` (phy2log [L, R]) on ``weights`` [L, E] until every layer's max GPU
     load is <= ``target`` [L], with few moves. ``num_zones``: replicas never leave their
     zone of ``P / num_zones`` consecutive GPUs (nodes, under the hierarchical policy).
     ``width``: swap partners are searched on this many of the lightest GPUs.
     ``polish_rounds``: afterwards, rounds of swaps that add no move and lower the max.
     ``item_cap``: [L] first, count changes until no replica carries more than this (the
-    fresh plan's heaviest replica: counts follow the new loads where it matters)."""
+    fresh plan's heaviest replica: counts follow the new loads where it matters).
+    ``copy_cost``: [L, P, E] float, what a copy of e onto GPU g costs (None: every move 1)."""
     w = weights.to(torch.float64)
     L, E = w.shape
     P = num_gpus
     p2l = previous.clone()
     old = _copies(previous, E, P) > 0                                             # [L, P, E]
+    if copy_cost is not None:
+        width = max(width, P)
     target = target.to(w.device, torch.float64)
     swaps = torch.zeros(L, dtype=torch.int64, device=w.device)
     changes = torch.zeros_like(swaps)
@@ -233,7 +250,8 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
         rounds += 1
         rows = live
         sp, sper, sload, cnt = sp[keep], sper[keep], sload[keep], cnt[keep]
-        found, slot_g, slot_h, g = _best_swaps(sper, sp, sload, old[rows], target[rows], P, num_zones, width)
+        found, slot_g, slot_h, g = _best_swaps(sper, sp, sload, old[rows], target[rows], P, num_zones, width,
+                                               copy_cost=None if copy_cost is None else copy_cost[rows])
         a = sp.gather(1, slot_g.unsqueeze(1))
         b = sp.gather(1, slot_h.unsqueeze(1))
         swapped = sp.clone()
@@ -267,7 +285,8 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
         per = per_slot_loads(w[rows], sp, _counts(sp, E))
         sload = per.view(len(rows), P, -1).sum(-1)
         found, slot_g, slot_h, _ = _best_swaps(per, sp, sload, old[rows], sload.max(1).values, P, num_zones,
-                                               width, max_cost=0)
+                                               width, max_cost=0,
+                                               copy_cost=None if copy_cost is None else copy_cost[rows])
         a, b = sp.gather(1, slot_g.unsqueeze(1)), sp.gather(1, slot_h.unsqueeze(1))
         swapped = sp.clone()
         swapped.scatter_(1, slot_g.unsqueeze(1), b)

@@ -13,7 +13,8 @@ moved (then the lowest node load) that leave every node within target become sta
 - arriving replicas go heaviest first to the lightest GPU with a free slot.
 
 The caller repairs every start inside its nodes (:func:`.minmoves.repair`) and keeps,
-per layer, the start that meets the target with the fewest moves.
+per layer, the start that meets the target with the fewest moves (with a copy-cost table,
+planning for transfer time: the cheapest copies).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 
 from ..heuristics.hierarchical import balanced_partitions
+from ..scoring import gpu_presence
 from .minmoves import repair
 from .moves import moves_per_layer
 
@@ -131,11 +133,12 @@ def start_from_assignment(w: np.ndarray, p2l: np.ndarray, assign: np.ndarray, nu
 
 def regroup(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, layers: list[int],
             num_groups: int, num_nodes: int, num_gpus: int, top: int = 6,
-            item_cap: torch.Tensor | None = None) -> dict[int, torch.Tensor]:
+            item_cap: torch.Tensor | None = None, copy_cost: torch.Tensor | None = None) -> dict[int, torch.Tensor]:
     """{layer: phy2log [R]} for the ``layers`` whose best start (moved groups, then repaired
     inside the nodes) meets ``target``; weights: [L, E], previous: [L, R], target: [L].
     item_cap: [L] per-replica load the repair first brings hot experts under (as for the
-    other layers: counts follow the new loads where it matters)."""
+    other layers: counts follow the new loads where it matters). copy_cost: [L, P, E] what a
+    copy of e onto GPU g costs (None: every move 1)."""
 
     if not layers:
         return {}
@@ -154,11 +157,15 @@ def regroup(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor,
         return {}
     idx = torch.tensor(owner, device=previous.device)
     starts = torch.as_tensor(np.stack(rows), device=previous.device)
+    cost = None if copy_cost is None else copy_cost[idx]
     fixed = repair(weights[idx], starts, target[idx], num_gpus, num_nodes,
-                   item_cap=None if item_cap is None else item_cap[idx])
-    moves = moves_per_layer(fixed.phy2log, previous[idx], E, num_gpus)
-    best: dict[int, tuple[int, torch.Tensor]] = {}
+                   item_cap=None if item_cap is None else item_cap[idx], copy_cost=cost)
+    if cost is None:
+        moves = moves_per_layer(fixed.phy2log, previous[idx], E, num_gpus).to(torch.float64)
+    else:
+        moves = (gpu_presence(fixed.phy2log, E, num_gpus).to(cost.dtype) * cost).flatten(1).sum(1)
+    best: dict[int, tuple[float, torch.Tensor]] = {}
     for k, layer in enumerate(owner):
-        if bool(fixed.met[k]) and (layer not in best or int(moves[k]) < best[layer][0]):
-            best[layer] = (int(moves[k]), fixed.phy2log[k])
+        if bool(fixed.met[k]) and (layer not in best or float(moves[k]) < best[layer][0]):
+            best[layer] = (float(moves[k]), fixed.phy2log[k])
     return {layer: p2l for layer, (_, p2l) in best.items()}

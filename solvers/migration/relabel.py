@@ -89,24 +89,37 @@ def align_slots(new_slots: torch.Tensor, old_slots: torch.Tensor) -> torch.Tenso
     return torch.empty_like(new_slots).scatter_(1, pos, new_slots)
 
 
+def copy_savings(new_p2l: torch.Tensor, copy_cost: torch.Tensor, num_experts: int, num_gpus: int) -> torch.Tensor:
+    """[L, P, P]: minus what new GPU a's experts cost to copy onto old GPU position b, with
+    ``copy_cost`` [L, P, E] the cost of a copy of e onto GPU b (0 where b held e)."""
+    new = gpu_presence(new_p2l, num_experts, num_gpus).to(torch.float64)      # [L, P, E]
+    return -torch.bmm(new, copy_cost.to(torch.float64).transpose(1, 2))
+
+
 def relabel_phy2log(new_p2l: torch.Tensor, old_p2l: torch.Tensor, num_experts: int, num_gpus: int,
-                    num_nodes: int = 1) -> torch.Tensor:
-    """phy2log [L, R] of ``new_p2l`` with GPUs (and nodes) renamed and slots aligned to ``old_p2l``."""
+                    num_nodes: int = 1, copy_cost: torch.Tensor | None = None) -> torch.Tensor:
+    """phy2log [L, R] of ``new_p2l`` with GPUs (and nodes) renamed and slots aligned to ``old_p2l``.
+    ``copy_cost`` [L, P, E]: minimise what the copies cost instead of their number."""
     L, R = new_p2l.shape
     P, S = num_gpus, R // num_gpus
-    target = gpu_assignment(shared_experts(new_p2l, old_p2l, num_experts, P), num_nodes)   # [L, P]
+    value = (shared_experts(new_p2l, old_p2l, num_experts, P) if copy_cost is None
+             else copy_savings(new_p2l, copy_cost, num_experts, P))
+    target = gpu_assignment(value, num_nodes)   # [L, P]
     placed = torch.empty_like(new_p2l).view(L, P, S)
     placed.scatter_(1, target.unsqueeze(2).expand(L, P, S), new_p2l.view(L, P, S))
     aligned = align_slots(placed.view(L * P, S), old_p2l.reshape(L * P, S))
     return aligned.view(L, R)
 
 
-def relabel(plan: Plan, previous: Plan, num_gpus: int, num_nodes: int = 1) -> Plan:
+def relabel(plan: Plan, previous: Plan, num_gpus: int, num_nodes: int = 1,
+            copy_cost: torch.Tensor | None = None) -> Plan:
     """``plan`` renamed to keep the most replicas of ``previous`` in place; loads unchanged.
 
     plan, previous: plans of the same layers, experts and slots. num_nodes: 1 lets GPUs move
     anywhere (global plans); N keeps every GPU inside its node and renames whole nodes
-    (hierarchical plans keep their groups together).
+    (hierarchical plans keep their groups together). copy_cost: [L, P, E] what a copy of
+    expert e onto GPU g costs (0 where g held e): the renaming minimises the copies' total
+    cost instead of their number (planning for transfer time).
     """
     if not isinstance(plan, Plan) or not isinstance(previous, Plan):
         raise OptionError("previous", "relabelling needs two solvers.Plan objects")
@@ -117,5 +130,5 @@ def relabel(plan: Plan, previous: Plan, num_gpus: int, num_nodes: int = 1) -> Pl
         raise OptionError("num_gpus", f"{plan.num_replicas} slots, {num_gpus} GPUs and {num_nodes} nodes "
                           "do not divide evenly")
     old = previous.phy2log.to(plan.device)
-    return Plan.from_phy2log(relabel_phy2log(plan.phy2log, old, plan.num_experts, num_gpus, num_nodes),
+    return Plan.from_phy2log(relabel_phy2log(plan.phy2log, old, plan.num_experts, num_gpus, num_nodes, copy_cost),
                              plan.num_experts)

@@ -1,0 +1,482 @@
+"""Weight-transfer schedules: which copies a re-plan needs, from where, in which round, how long.
+
+From the plan in force (``previous``) and a new plan, a *copy* is a (layer, expert, GPU)
+the new plan holds and the old one did not (the shared scorer's moves). Its *source* is
+any GPU holding that (layer, expert) in the plan in force, or the receiver's host memory
+when the network has ``host_bw``. A copy's link class follows from its source: ``intra``
+(same node), ``inter`` (another node) or ``host``; it lasts ``expert_bytes / bandwidth``.
+
+Schedule model (vLLM's rule): copies run in rounds; in a round every GPU sends at most one
+copy and receives at most one (a host source is the receiver's own PCIe link, one copy at a
+time); a round lasts its longest copy; rounds run back to back; the makespan is the sum of
+the rounds' durations. Copies of all layers are scheduled together (packing P2P ops across
+layers). Senders keep their old weights readable until the swap after the last round.
+
+Lower bounds (valid for every schedule of the model):
+
+- ``load``: the busiest GPU's copy time in or out, summed per link class (bytes over
+  bandwidth); this is the issue's "busiest GPU" bound;
+- ``rounds``: with classes by decreasing duration d_1 > d_2 > ..., at least D_k rounds
+  last >= d_k, D_k the largest degree of the copies of the k slowest classes; so
+  ``makespan >= sum_k (D_k - D_(k-1)) d_k``. It is >= the load bound (Abel summation), and
+  exact for one class (König: the rounds equal the largest degree);
+- ``any_source``: the ``rounds`` bound on the receivers only, each copy counted in the
+  fastest class any of its sources offers: valid whichever sources are chosen.
+
+``bound`` is the best valid bound for the sources chosen (``rounds``); ``gap`` is
+``makespan / bound - 1``.
+
+Heuristic (:func:`schedule_transfers`): sources by an earliest-finish greedy (fewest
+candidates first; the source minimising the larger of its send time and the receiver's
+time after the copy; ties to the faster link); then per class, slowest first, König's
+colouring of that class's copies (the fewest rounds, :mod:`.colouring`), and faster copies
+are packed into those rounds greedily where both ends are free (largest remaining degree
+first). Exact (:func:`exact_schedule`): a CP-SAT model choosing sources and rounds, for
+small instances; it proves the optimum or reports its bound.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import OptionError
+from ..network import DEFAULT_NETWORK, Network
+from .colouring import colour_edges, max_degree
+
+INTRA, INTER, HOST = 0, 1, 2
+LINK_NAMES = ("intra", "inter", "host")
+
+
+@dataclass(frozen=True)
+class Copies:
+    """The copies a re-plan needs. layer, expert, dst: [M] int64; candidates: [M, P] bool,
+    the GPUs holding (layer, expert) in the plan in force; num_gpus, gpus_per_node."""
+
+    layer: np.ndarray
+    expert: np.ndarray
+    dst: np.ndarray
+    candidates: np.ndarray
+    num_gpus: int
+    gpus_per_node: int
+
+    def __len__(self) -> int:
+        return len(self.dst)
+
+
+def _p2l(plan: Any) -> np.ndarray:
+    p2l = plan.phy2log if hasattr(plan, "phy2log") else plan
+    if isinstance(p2l, torch.Tensor):
+        p2l = p2l.detach().cpu().numpy()
+    return np.asarray(p2l, dtype=np.int64)
+
+
+def presence(p2l: np.ndarray, num_experts: int, num_gpus: int) -> np.ndarray:
+    """[L, P, E] bool: GPU g holds expert e in layer l. p2l: [L, R]."""
+    L, R = p2l.shape
+    out = np.zeros((L, num_gpus, num_experts), dtype=bool)
+    gpu = np.broadcast_to(np.arange(R) // (R // num_gpus), (L, R))
+    out[np.arange(L)[:, None], gpu, p2l] = True
+    return out
+
+
+def needed_copies(previous: Any, plan: Any, num_gpus: int, gpus_per_node: int, num_experts: int | None = None) -> Copies:
+    """The copies taking ``previous`` (a Plan or phy2log [L, R]) to ``plan``: one per
+    (layer, GPU, expert) the new plan holds and the old did not, in (layer, GPU, expert) order."""
+    old, new = _p2l(previous), _p2l(plan)
+    if old.shape != new.shape:
+        raise OptionError("previous", f"has shape {tuple(old.shape)}, the plan {tuple(new.shape)}")
+    E = int(max(old.max(), new.max())) + 1 if num_experts is None else num_experts
+    had, has = presence(old, E, num_gpus), presence(new, E, num_gpus)
+    layer, dst, expert = np.nonzero(has & ~had)                                     # [M] each
+    cand = had[layer, :, expert]                                                    # [M, P]
+    return Copies(layer.astype(np.int64), expert.astype(np.int64), dst.astype(np.int64), cand, num_gpus,
+                  gpus_per_node)
+
+
+@dataclass
+class TransferSchedule:
+    """A schedule of copies (module docstring).
+
+    copies: the :class:`Copies`; src: [M] sending GPU (-1: host memory); link: [M] 0 intra,
+    1 inter, 2 host; round: [M] round of each copy; round_seconds: [K] duration of each
+    round; makespan: seconds; bounds: {"load", "rounds", "any_source"} in seconds;
+    expert_bytes; method ("heuristic" or "exact"), info (the exact model's status and bound)
+    and the network timed.
+    """
+
+    copies: Copies
+    src: np.ndarray
+    link: np.ndarray
+    round: np.ndarray
+    round_seconds: np.ndarray
+    makespan: float
+    bounds: dict[str, float]
+    expert_bytes: int
+    method: str = "heuristic"
+    info: dict[str, Any] = field(default_factory=dict)
+    network: Network = DEFAULT_NETWORK
+
+    @property
+    def bound(self) -> float:
+        """The best lower bound valid for the sources chosen (``rounds`` >= ``load``)."""
+        return max(self.bounds["rounds"], self.bounds["load"])
+
+    @property
+    def gap(self) -> float:
+        """makespan / bound - 1 (0 within float rounding: the makespan is never below a bound)."""
+        gap = self.makespan / self.bound - 1 if self.bound > 0 else 0.0
+        return 0.0 if abs(gap) < 1e-12 else gap
+
+    @property
+    def copy_seconds(self) -> np.ndarray:
+        """[M] seconds of each copy over its link."""
+        return self.expert_bytes / _bandwidths(self.network)[self.link] if len(self.link) else np.zeros(0)
+
+    @property
+    def moves(self) -> int:
+        return len(self.copies)
+
+    @property
+    def total_bytes(self) -> int:
+        return len(self.copies) * self.expert_bytes
+
+    def summary(self) -> dict[str, Any]:
+        """Plain numbers for reports and JSON."""
+        per_link = np.bincount(self.link, minlength=3) if len(self.link) else np.zeros(3, dtype=np.int64)
+        return {"moves": self.moves, "bytes": self.total_bytes, "rounds": int(len(self.round_seconds)),
+                "makespan_seconds": self.makespan, "bound_seconds": self.bound,
+                "bound_load_seconds": self.bounds["load"], "bound_any_source_seconds": self.bounds["any_source"],
+                "gap": self.gap, "copies_intra": int(per_link[INTRA]), "copies_inter": int(per_link[INTER]),
+                "copies_host": int(per_link[HOST]), "method": self.method, **self.info}
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per copy, in round order: round, start and end seconds, layer, expert,
+        source GPU (-1: host), destination GPU, link, bytes."""
+        start = np.concatenate([[0.0], np.cumsum(self.round_seconds)])
+        order = np.lexsort((self.copies.dst, self.round))
+        dur = self.copy_seconds
+        return [{"round": int(self.round[i]), "start_s": float(start[self.round[i]]),
+                 "end_s": float(start[self.round[i]] + dur[i]), "layer": int(self.copies.layer[i]),
+                 "expert": int(self.copies.expert[i]), "src_gpu": int(self.src[i]), "dst_gpu": int(self.copies.dst[i]),
+                 "link": LINK_NAMES[int(self.link[i])], "bytes": self.expert_bytes} for i in order]
+
+
+def _bandwidths(network: Network) -> np.ndarray:
+    """[3] bytes/s of intra, inter, host (host: NaN without host memory)."""
+    return np.array([network.intra_node_bw, network.inter_node_bw,
+                     network.host_bw if network.host_bw is not None else math.nan])
+
+
+def _durations(network: Network, expert_bytes: int) -> np.ndarray:
+    return expert_bytes / _bandwidths(network)
+
+
+def links_of(copies: Copies, src: np.ndarray) -> np.ndarray:
+    """[M] link class of each copy from its source (-1: host)."""
+    Q = copies.gpus_per_node
+    same = (src // Q) == (copies.dst // Q)
+    return np.where(src < 0, HOST, np.where(same, INTRA, INTER)).astype(np.int64)
+
+
+def choose_sources(copies: Copies, network: Network, expert_bytes: int) -> np.ndarray:
+    """[M] the source of every copy (-1: host memory), by the earliest-finish greedy."""
+    M, P = len(copies), copies.num_gpus
+    Q = copies.gpus_per_node
+    dur = _durations(network, expert_bytes)
+    host = network.host_bw is not None
+    src = np.full(M, -1, dtype=np.int64)
+    if M == 0:
+        return src
+    node = np.arange(P) // Q
+    # the fastest class each copy can use, and so the least time its receiver must spend
+    cand_same = copies.candidates & (node[None, :] == (copies.dst // Q)[:, None])         # [M, P]
+    best = np.where(cand_same.any(1), dur[INTRA], dur[INTER])
+    if host:
+        best = np.minimum(best, dur[HOST])
+    recv = np.bincount(copies.dst, weights=best, minlength=P)                           # [P] seconds
+    send = np.zeros(P)
+    order = np.argsort(copies.candidates.sum(1), kind="stable")
+    cand_lists = [np.flatnonzero(row) for row in copies.candidates]
+    for i in order.tolist():
+        r = int(copies.dst[i])
+        cs = cand_lists[i]
+        d = np.where(node[cs] == node[r], dur[INTRA], dur[INTER])                          # [C]
+        key = np.maximum(send[cs] + d, recv[r] + d - best[i])
+        j = int(np.lexsort((cs, d, key))[0])
+        choice, cost, extra = int(cs[j]), float(key[j]), float(d[j])
+        if host and max(recv[r] + dur[HOST] - best[i], 0.0) < cost:
+            src[i] = -1
+            recv[r] += dur[HOST] - best[i]
+            continue
+        src[i] = choice
+        send[choice] += extra
+        recv[r] += extra - best[i]
+    return src
+
+
+def _round_bound(dur_by_class: np.ndarray, link: np.ndarray, ends: list[tuple[np.ndarray, int]]) -> float:
+    """sum_k (D_k - D_(k-1)) d_k over classes by decreasing duration; ``ends``: the vertex
+    arrays (ids, count) whose degrees count (senders and receivers, or receivers only)."""
+    present = [c for c in range(3) if np.any(link == c)]
+    present.sort(key=lambda c: -dur_by_class[c])
+    total, prev = 0.0, 0
+    chosen = np.zeros(len(link), dtype=bool)
+    for c in present:
+        chosen |= link == c
+        D = max(int(np.bincount(v[chosen], minlength=n).max()) for v, n in ends)
+        total += (D - prev) * dur_by_class[c]
+        prev = D
+    return total
+
+
+def lower_bounds(copies: Copies, src: np.ndarray, link: np.ndarray, network: Network,
+                 expert_bytes: int) -> dict[str, float]:
+    """The ``load``, ``rounds`` and ``any_source`` bounds of the module docstring (seconds)."""
+    P, Q = copies.num_gpus, copies.gpus_per_node
+    dur = _durations(network, expert_bytes)
+    if len(copies) == 0:
+        return {"load": 0.0, "rounds": 0.0, "any_source": 0.0}
+    d = dur[link]
+    sender = np.where(src < 0, P + copies.dst, src)          # a host copy uses the receiver's host link
+    load = max(np.bincount(sender, weights=d, minlength=2 * P).max(), np.bincount(copies.dst, weights=d,
+                                                                                minlength=P).max())
+    rounds = _round_bound(dur, link, [(sender, 2 * P), (copies.dst, P)])
+    node = np.arange(P) // Q
+    same = (copies.candidates & (node[None, :] == (copies.dst // Q)[:, None])).any(1)
+    fastest = np.where(same, INTRA, INTER)
+    if network.host_bw is not None:
+        fastest = np.where(dur[HOST] < dur[fastest], HOST, fastest)
+    any_source = _round_bound(dur, fastest, [(copies.dst, P)])
+    return {"load": float(load), "rounds": float(rounds), "any_source": float(any_source)}
+
+
+def _greedy_pack(src: np.ndarray, dst: np.ndarray, pending: np.ndarray, busy_s: np.ndarray, busy_r: np.ndarray,
+                 priority: np.ndarray) -> np.ndarray:
+    """Indices of pending edges added to a round whose busy senders/receivers are given:
+    repeatedly every edge that comes first (by priority) at both its free ends joins."""
+    chosen = []
+    cand = pending[~busy_s[src[pending]] & ~busy_r[dst[pending]]]
+    while len(cand):
+        order = cand[np.lexsort((cand, -priority[cand]))]
+        _, first_s = np.unique(src[order], return_index=True)
+        _, first_r = np.unique(dst[order], return_index=True)
+        win_s = np.zeros(len(order), dtype=bool)
+        win_s[first_s] = True
+        win_r = np.zeros(len(order), dtype=bool)
+        win_r[first_r] = True
+        take = order[win_s & win_r]
+        chosen.append(take)
+        busy_s[src[take]] = True
+        busy_r[dst[take]] = True
+        cand = cand[~busy_s[src[cand]] & ~busy_r[dst[cand]]]
+    return np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
+
+
+def assign_rounds(copies: Copies, src: np.ndarray, link: np.ndarray, network: Network,
+                  expert_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(round [M], round_seconds [K]) for fixed sources: per class, slowest first, König's
+    colouring of its remaining copies, then faster copies packed into those rounds."""
+    M, P = len(copies), copies.num_gpus
+    dur = _durations(network, expert_bytes)
+    rnd = np.full(M, -1, dtype=np.int64)
+    seconds: list[float] = []
+    if M == 0:
+        return rnd, np.zeros(0)
+    sender = np.where(src < 0, P + copies.dst, src)
+    dst = copies.dst
+    classes = sorted({int(c) for c in link}, key=lambda c: -dur[c])
+    for c in classes:
+        todo = np.flatnonzero((link == c) & (rnd < 0))
+        if len(todo) == 0:
+            continue
+        colour, K = colour_edges(sender[todo], dst[todo], 2 * P, P)
+        base = len(seconds)
+        rnd[todo] = base + colour
+        seconds.extend([float(dur[c])] * K)
+        faster = [f for f in classes if dur[f] < dur[c]]
+        if not faster:
+            continue
+        for k in range(K):
+            pending = np.flatnonzero(np.isin(link, faster) & (rnd < 0))
+            if len(pending) == 0:
+                break
+            deg_s = np.bincount(sender[pending], minlength=2 * P)
+            deg_r = np.bincount(dst[pending], minlength=P)
+            priority = np.maximum(deg_s[sender], deg_r[dst]) * (4 * M + 1) + deg_s[sender] + deg_r[dst]
+            in_round = todo[colour == k]
+            busy_s = np.zeros(2 * P, dtype=bool)
+            busy_r = np.zeros(P, dtype=bool)
+            busy_s[sender[in_round]] = True
+            busy_r[dst[in_round]] = True
+            rnd[_greedy_pack(sender, dst, pending, busy_s, busy_r, priority)] = base + k
+    return rnd, np.asarray(seconds)
+
+
+def _finish(copies: Copies, src: np.ndarray, rnd: np.ndarray, network: Network, expert_bytes: int,
+            method: str, info: dict[str, Any] | None = None) -> TransferSchedule:
+    """Compact the rounds (drop empty ones), time them from their copies, bound them."""
+    link = links_of(copies, src)
+    dur = _durations(network, expert_bytes)
+    used, rnd = np.unique(rnd, return_inverse=True) if len(rnd) else (np.zeros(0, dtype=np.int64), rnd)
+    secs = np.zeros(len(used))
+    if len(rnd):
+        np.maximum.at(secs, rnd, dur[link])
+        order = np.argsort(-secs, kind="stable")          # slowest rounds first (any order is valid)
+        rnd = np.argsort(order)[rnd]
+        secs = secs[order]
+    return TransferSchedule(copies, src, link, rnd.astype(np.int64), secs, float(secs.sum()),
+                            lower_bounds(copies, src, link, network, expert_bytes), int(expert_bytes), method,
+                            info or {}, network)
+
+
+def check_schedule(sched: TransferSchedule) -> None:
+    """Raise AssertionError unless every copy has a valid source and every round is a
+    matching (one send and one receive per GPU, one host copy per receiver)."""
+    c = sched.copies
+    P = c.num_gpus
+    gpu = sched.src >= 0
+    assert np.all(c.candidates[np.flatnonzero(gpu), sched.src[gpu]]), "a source did not hold the expert"
+    sender = np.where(gpu, sched.src, P + c.dst)
+    for ids in (sender, c.dst):
+        pairs = np.stack([sched.round, ids], 1)
+        assert len(np.unique(pairs, axis=0)) == len(pairs), "a GPU sends or receives twice in a round"
+
+
+def schedule_transfers(previous: Any, plan: Any, num_gpus: int, gpus_per_node: int, expert_bytes: int,
+                       network: Network | None = None, num_experts: int | None = None) -> TransferSchedule:
+    """The heuristic schedule of the copies from ``previous`` to ``plan`` (Plans or phy2log
+    [L, R]) on ``num_gpus`` GPUs, ``gpus_per_node`` per node (module docstring)."""
+    network = network or DEFAULT_NETWORK
+    expert_bytes = _check_bytes(expert_bytes)
+    return schedule_copies(needed_copies(previous, plan, num_gpus, gpus_per_node, num_experts), network,
+                           expert_bytes)
+
+
+def schedule_copies(copies: Copies, network: Network, expert_bytes: int) -> TransferSchedule:
+    """The heuristic schedule of ready-made copies (sources by the greedy, rounds by class)."""
+    src = choose_sources(copies, network, expert_bytes)
+    rnd, _ = assign_rounds(copies, src, links_of(copies, src), network, expert_bytes)
+    return _finish(copies, src, rnd, network, expert_bytes, "heuristic")
+
+
+def _check_bytes(expert_bytes: Any) -> int:
+    if isinstance(expert_bytes, bool) or not isinstance(expert_bytes, (int, np.integer)) or expert_bytes <= 0:
+        raise OptionError("expert_bytes", f"must be a positive integer (bytes of one expert), got {expert_bytes!r}")
+    return int(expert_bytes)
+
+
+# Exact model ------------------------------------------------------------------------------------
+
+# Largest instance the exact model takes (copies): beyond, it would not prove anything in seconds.
+EXACT_MAX_COPIES = 200
+
+
+def exact_schedule(copies: Copies, network: Network, expert_bytes: int, *, time_limit: float = 10.0,
+                   threads: int = 1, seed: int = 0, hint: TransferSchedule | None = None) -> TransferSchedule:
+    """CP-SAT: sources and rounds minimising the makespan (durations on an integer grid of
+    1e-6 of the slowest copy; the makespan is re-timed exactly). ``hint``: a schedule to
+    start from (and its makespan caps the rounds). info: status, proven, bound_seconds."""
+    from ortools.sat.python import cp_model
+
+    expert_bytes = _check_bytes(expert_bytes)
+    M, P, Q = len(copies), copies.num_gpus, copies.gpus_per_node
+    if M > EXACT_MAX_COPIES:
+        raise OptionError("copies", f"the exact transfer model takes at most {EXACT_MAX_COPIES} copies, got {M}")
+    hint = hint or schedule_copies(copies, network, expert_bytes)
+    if M == 0:
+        return _finish(copies, hint.src, hint.round, network, expert_bytes, "exact",
+                       {"status": "OPTIMAL", "proven": True, "bound_seconds": 0.0})
+    dur = _durations(network, expert_bytes)
+    scale = 1e6 / np.nanmax(dur)
+    idur = np.where(np.isnan(dur), 0, np.round(dur * scale)).astype(np.int64)
+    # rounds: no optimal schedule has an empty round, and each lasts >= the fastest copy
+    K = int(min(M, math.floor(hint.makespan / np.nanmin(dur) + 1e-9)))
+    node = np.arange(P) // Q
+    m = cp_model.CpModel()
+    choices: list[list[tuple[int, int, Any]]] = []     # per copy: (source, round, var)
+    send: dict[tuple[int, int], list] = {}
+    recv: dict[tuple[int, int], list] = {}
+    rdur = [m.NewIntVar(0, int(idur.max()), f"d{k}") for k in range(K)]
+    for i in range(M):
+        r = int(copies.dst[i])
+        sources = [int(s) for s in np.flatnonzero(copies.candidates[i])]
+        if network.host_bw is not None:
+            sources.append(-1)
+        opts = []
+        for s in sources:
+            c = HOST if s < 0 else (INTRA if node[s] == node[r] else INTER)
+            for k in range(K):
+                x = m.NewBoolVar(f"x{i}_{s}_{k}")
+                opts.append((s, k, x))
+                send.setdefault((P + r if s < 0 else s, k), []).append(x)
+                recv.setdefault((r, k), []).append(x)
+                m.Add(rdur[k] >= int(idur[c])).OnlyEnforceIf(x)
+        m.AddExactlyOne([x for _, _, x in opts])
+        choices.append(opts)
+    for xs in list(send.values()) + list(recv.values()):
+        m.AddAtMostOne(xs)
+    for k in range(K - 1):
+        m.Add(rdur[k] >= rdur[k + 1])                  # rounds slowest first: symmetry
+    m.Minimize(sum(rdur))
+    for i, opts in enumerate(choices):                 # the hint's rounds are slowest first too
+        for s, k, x in opts:
+            m.AddHint(x, int(s == hint.src[i] and k == hint.round[i]))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = float(time_limit)
+    solver.parameters.num_workers = int(threads)
+    solver.parameters.random_seed = int(seed)
+    status = solver.Solve(m)
+    name = solver.StatusName(status)
+    bound = float(solver.BestObjectiveBound()) / scale
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return _finish(copies, hint.src, hint.round, network, expert_bytes, "heuristic",
+                       {"status": name, "proven": False, "bound_seconds": bound})
+    src = np.zeros(M, dtype=np.int64)
+    rnd = np.zeros(M, dtype=np.int64)
+    for i, opts in enumerate(choices):
+        s, k, _ = next(o for o in opts if solver.Value(o[2]))
+        src[i], rnd[i] = s, k
+    out = _finish(copies, src, rnd, network, expert_bytes, "exact",
+                  {"status": name, "proven": status == cp_model.OPTIMAL, "bound_seconds": bound})
+    if out.makespan > hint.makespan:                   # grid rounding can only tie; keep the better
+        return hint
+    return out
+
+
+# Files -----------------------------------------------------------------------------------------
+
+SCHEDULE_FORMAT = "eplb-transfers"
+
+
+def schedule_document(sched: TransferSchedule) -> dict[str, Any]:
+    """The JSON document of a schedule (docs/formats.md): format, version, the network in
+    bytes/s, the summary (moves, bytes, rounds, makespan, bounds, gap, copies per link) and
+    one row per copy in round order."""
+    return {"format": SCHEDULE_FORMAT, "version": 1, "network": sched.network.as_dict(),
+            "expert_bytes": sched.expert_bytes, "summary": sched.summary(),
+            "round_seconds": sched.round_seconds.tolist(), "copies": sched.rows()}
+
+
+COPY_COLUMNS = ("round", "start_s", "end_s", "layer", "expert", "src_gpu", "dst_gpu", "link", "bytes")
+
+
+def write_schedule(path: Any, sched: TransferSchedule) -> None:
+    """Write ``sched`` to ``path``: ``.json`` (:func:`schedule_document`) or ``.csv`` (one row
+    per copy, columns :data:`COPY_COLUMNS`)."""
+    path = Path(path)
+    if path.suffix == ".json":
+        path.write_text(json.dumps(schedule_document(sched), indent=1))
+    elif path.suffix == ".csv":
+        with path.open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(COPY_COLUMNS))
+            writer.writeheader()
+            writer.writerows(sched.rows())
+    else:
+        raise OptionError("out", f"a transfer schedule is written as .json or .csv, got {path.name!r}")

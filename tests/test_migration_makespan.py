@@ -1,0 +1,62 @@
+"""Planning for transfer time: objective="makespan" keeps the slack, never schedules longer
+than the move-count plan, and weighs copies by their link."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from solvers import OptionError, Plan, Problem, solve
+from solvers.cluster import Cluster
+from solvers.migration import plan_with_migration, schedule_transfers
+from solvers.migration.api import copy_costs
+from solvers.network import Network
+
+L, E, N, P, R = 6, 32, 2, 8, 40
+
+
+def _drifted(seed, sigma=0.4):
+    g = torch.Generator().manual_seed(seed)
+    old = torch.exp(torch.randn(L, E, generator=g, dtype=torch.float64)) * 100
+    new = old * torch.exp(sigma * torch.randn(L, E, generator=g, dtype=torch.float64))
+    return old, new
+
+
+def test_copy_costs_by_link():
+    net = Network(400e9, 50e9)
+    old = torch.tensor([[0, 1, 2, 3]])                 # 2 nodes x 1 GPU x 2 slots
+    c = copy_costs(old, 4, 2, 2, net)[0]               # [P, E]
+    assert c[0, 0] == 0 and c[0, 1] == 0                # held
+    assert c[0, 2] == pytest.approx(8.0)                # only on the other node: an inter copy
+    old2 = torch.tensor([[0, 1, 2, 3]])                 # 1 node x 2 GPUs: everything intra
+    c2 = copy_costs(old2, 4, 2, 1, net)[0]
+    assert c2[0, 2] == 1.0 and c2[1, 0] == 1.0
+    host = copy_costs(old, 4, 2, 2, Network(400e9, 50e9, 100e9))[0]
+    assert host[0, 2] == pytest.approx(4.0)             # host memory is faster than the NIC here
+
+
+@pytest.mark.parametrize("policy", ["global", "hierarchical"])
+def test_makespan_objective_within_slack_and_never_slower(policy):
+    net = Network(400e9, 50e9)
+    cluster = Cluster(N, P, R, network=net)
+    for seed in range(2):
+        old_w, new_w = _drifted(seed)
+        prev = solve(Problem(old_w, cluster=cluster, num_groups=4), "deepseek", policy=policy).plan
+        pn = Problem(new_w, cluster=cluster, num_groups=4)
+        by_moves = plan_with_migration(pn, "deepseek", prev, slack=0.02, policy=policy)
+        by_time = plan_with_migration(pn, "deepseek", prev, slack=0.02, policy=policy, objective="makespan")
+        assert by_time.termination == "completed", by_time.message
+        target = torch.tensor(by_time.info["target_max_load"], dtype=torch.float64)
+        assert bool((by_time.score.max_load <= target * (1 + 1e-9)).all())
+        t_moves = schedule_transfers(prev, by_moves.plan, P, P // N, 1000, net).makespan
+        t_time = schedule_transfers(prev, by_time.plan, P, P // N, 1000, net).makespan
+        assert t_time <= t_moves * (1 + 1e-12)
+        assert by_time.info["makespan_passes"][0]["makespan_per_byte"] == pytest.approx(t_moves / 1000)
+
+
+def test_makespan_objective_refuses_the_exact_method():
+    old_w, new_w = _drifted(0)
+    prev = solve(Problem(old_w, R, 4, N, P), "deepseek").plan
+    with pytest.raises(OptionError, match="objective"):
+        plan_with_migration(Problem(new_w, R, 4, N, P), "deepseek", prev, method="exact", objective="makespan")
+    with pytest.raises(OptionError, match="objective"):
+        plan_with_migration(Problem(new_w, R, 4, N, P), "deepseek", prev, objective="time")
