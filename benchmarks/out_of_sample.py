@@ -112,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     failures = []
     for case in cases:
         groups = 8 if case.dataset.startswith("deepseek") and args.policy == "hierarchical" else 1
+        if args.policy == "hierarchical" and groups % case.cluster.num_nodes:
+            print(f"{case.dataset:28s} skipped: the hierarchical policy needs expert groups (this model has none)")
+            continue
         for seed in seeds:
             row = run_case(case, seed, args.policy, args.repeat, groups)
             print(f"{case.dataset:28s} {seed:4d} " + " ".join(f"{row[c][0]:10.4f} ({row[c][1]:5.2f})" for c in cols),
