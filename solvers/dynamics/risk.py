@@ -32,6 +32,7 @@ import math
 import torch
 
 from ..bounds import optimal_counts
+from ..dispatch.schedule import one_intra_op_thread
 from ..options import Option, SolverOptions, policy_option
 from ..plan import Plan
 from ..problem import Problem
@@ -301,11 +302,12 @@ _BUCKETS = Option("buckets", int, 128, "the window's steps are summed into at mo
 def solve_risk_aware(problem: Problem, o: SolverOptions) -> SolverOutput:
     hist = buckets_of(check_history(problem, o.history), o.buckets)
     resolved = problem.resolve_policy(o.policy)
-    p2l, info = plan_risk_aware(problem, hist, resolved, count_risk=o.count_risk, risk=o.risk,
-                                halflife=o.halflife, steps=o.steps, noise=o.noise)
-    k = step_weights(hist.shape[0], o.halflife, hist.device)
-    # In-window gap: the plan's sum over steps of the per-step max against a bound valid for every plan.
-    gap = scenario_value(hist, p2l, problem.num_gpus) / scenario_bound(problem, hist) - 1
-    info.update(steps_in_window=hist.shape[0], window_gap_mean=float(gap.mean()),
-                window_imbalance=float(window_objective(hist, k, p2l, problem.num_experts, problem.num_gpus).mean()))
+    with one_intra_op_thread():     # hundreds of small kernels: an OpenMP team only waits on a busy machine
+        p2l, info = plan_risk_aware(problem, hist, resolved, count_risk=o.count_risk, risk=o.risk,
+                                    halflife=o.halflife, steps=o.steps, noise=o.noise)
+        k = step_weights(hist.shape[0], o.halflife, hist.device)
+        # In-window gap: the plan's sum over steps of the per-step max against a bound valid for every plan.
+        gap = scenario_value(hist, p2l, problem.num_gpus) / scenario_bound(problem, hist) - 1
+        window = window_objective(hist, k, p2l, problem.num_experts, problem.num_gpus)
+    info.update(steps_in_window=hist.shape[0], window_gap_mean=float(gap.mean()), window_imbalance=float(window.mean()))
     return SolverOutput(Plan.from_phy2log(p2l, problem.num_experts), resolved, info=info)
