@@ -1,15 +1,23 @@
 """Which solver for my loads: run several solvers on the same problem and tabulate them.
 
     rows = compare_solvers(problem, ["deepseek", "kk_swap", "best"], holdout=problem_next)
+    rows = compare_solvers(problem, ["deepseek", "risk_aware"], holdout=problem_next,
+                           history=window_steps, holdout_steps=next_steps)
     choice, reason = pick(rows)
 
 Every row is graded by the shared scorer through :func:`solvers.solve`; the held-out
-window (loads of later steps, same cluster) shows how each plan does out of sample.
+window (loads of later steps, same cluster) shows how each plan does out of sample. With
+the held-out steps one by one (``holdout_steps``) each plan is also scored per step (sum over
+steps of the busiest GPU / sum of the mean, what a served plan meets): that column comes
+first and :func:`pick` ranks by it. ``history`` (the in-sample window's steps) goes to every
+solver that takes it (the time-robust and out-of-sample planners).
 """
 from __future__ import annotations
 
 import math
 from typing import Any, Callable, Iterable, Sequence
+
+import torch
 
 from . import builtin  # noqa: F401  registers every solver a comparison may name
 from .errors import EPLBError, OptionError
@@ -20,8 +28,9 @@ from .scoring import score
 from .solve import solve
 
 DEFAULT_SOLVERS = ("deepseek", "kk_swap", "joint", "best")
-COLUMNS = ("solver", "policy", "termination", "status", "wall_time_s", "imbalance_mean", "imbalance_worst",
-           "holdout_imbalance_mean", "holdout_imbalance_worst", "gap_mean", "gap_max", "gap_in_policy_mean",
+COLUMNS = ("solver", "policy", "holdout_step_imbalance_mean", "holdout_step_imbalance_worst", "termination", "status",
+           "wall_time_s", "imbalance_mean", "imbalance_worst", "holdout_imbalance_mean", "holdout_imbalance_worst",
+           "gap_mean", "gap_max", "gap_in_policy_mean",
            "off_node_share_mean", "duplicates", "moves", "moves_bytes", "message")
 # On a cluster with per-GPU speeds the rows also carry the imbalance in time (max time over
 # W / total speed), and the pick goes by it: time is what the cluster pays.
@@ -52,11 +61,15 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
                     policies: Iterable[str] = ("auto",), holdout: Problem | None = None,
                     previous: Plan | None = None, expert_bytes: int | None = None,
                     options: dict[str, Any] | None = None, time_limit: float | None = None,
+                    history: Any = None, holdout_steps: Any = None,
                     on_progress: Callable[[str, str, dict[str, Any] | None], None] | None = None,
                     ) -> list[dict[str, Any]]:
     """One row per (solver, policy): time, in-sample and held-out imbalance, gaps, moves.
 
     holdout: the same cluster on later loads ([layers, experts] of the held-out window).
+    holdout_steps: those loads step by step [steps, layers, experts] (needs ``holdout``): adds
+    the per-step held-out imbalance. history: the in-sample window's steps [steps, layers,
+    experts], given to every solver with a ``history`` option.
     options: applied to each solver that declares them; time_limit: to each solver's
     time-limit option. on_progress(solver, policy, row or None) is called before (None)
     and after each run.
@@ -64,6 +77,15 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
     if holdout is not None and (holdout.num_layers, holdout.num_experts) != (problem.num_layers, problem.num_experts):
         raise OptionError("holdout", f"has shape ({holdout.num_layers}, {holdout.num_experts}), the loads "
                           f"({problem.num_layers}, {problem.num_experts})")
+    if holdout_steps is not None:
+        if holdout is None:
+            raise OptionError("holdout_steps", "needs the held-out problem (holdout) too")
+        holdout_steps = torch.as_tensor(holdout_steps)
+        if holdout_steps.dim() != 3 or tuple(holdout_steps.shape[1:]) != (holdout.num_layers, holdout.num_experts):
+            raise OptionError("holdout_steps", f"must have shape [steps, {holdout.num_layers}, "
+                              f"{holdout.num_experts}], got {tuple(holdout_steps.shape)}")
+    if history is not None:
+        options = {**(options or {}), "history": history}
     names = list(solvers)
     if not names:
         raise OptionError("solvers", "name at least one solver")
@@ -91,6 +113,9 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
                 on_progress(name, policy or "-", row)
             continue
         row = res.summary(holdout=None if holdout is None or res.plan is None else score(holdout, res.plan))
+        if holdout_steps is not None and res.plan is not None:
+            hs = score(holdout, res.plan, tokens=holdout_steps)
+            row.update(holdout_step_imbalance_mean=hs.imbalance_mean, holdout_step_imbalance_worst=hs.imbalance_worst)
         row["_result"] = res
         rows.append(row)
         if on_progress:
@@ -103,20 +128,23 @@ def _num(v: Any) -> float:
 
 
 def pick(rows: Sequence[dict[str, Any]]) -> tuple[dict[str, Any] | None, str]:
-    """The row to use and why: the lowest held-out mean imbalance when there is a held-out
-    window (what the plan will meet), else the lowest mean imbalance in sample; ties go to
-    the faster solver."""
+    """The row to use and why: the lowest per-step held-out imbalance when the held-out
+    steps were scored one by one (what a served plan meets), else the lowest held-out
+    imbalance of the window's sum, else the lowest mean imbalance in sample; ties go to the
+    faster solver."""
     planned = [r for r in rows if r.get("imbalance_mean") is not None]
     if not planned:
         return None, "no solver returned a plan"
-    holdout = all(r.get("holdout_imbalance_mean") is not None for r in planned)
-    key = "holdout_imbalance_mean" if holdout else "imbalance_mean"
+    # Time is what a cluster of GPUs of different speeds pays: there the pick goes by it.
     timed = all(r.get("time_imbalance_mean") is not None for r in planned)
-    if timed:
-        key = "holdout_time_imbalance_mean" if holdout else "time_imbalance_mean"
+    t = "time_" if timed else ""
+    for key, where in (("holdout_step_imbalance_mean", "per step on the held-out steps"),
+                       (f"holdout_{t}imbalance_mean", "on the held-out window"),
+                       (f"{t}imbalance_mean", "in sample (no held-out window given)")):
+        if (not timed or key != "holdout_step_imbalance_mean") and all(r.get(key) is not None for r in planned):
+            break
     best = min(planned, key=lambda r: (_num(r[key]), _num(r["wall_time_s"])))
     others = sorted(_num(r[key]) for r in planned if r is not best)
-    where = "on the held-out window" if holdout else "in sample (no held-out window given)"
     margin = f"; next best {others[0]:.4f}" if others else ""
     what = "lowest mean imbalance in time" if timed else "lowest mean imbalance"
     reason = (f"{what} {where}: {_num(best[key]):.4f}{margin}; {best['wall_time_s']:.3g} s, "

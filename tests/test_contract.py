@@ -12,11 +12,14 @@ from hypothesis import strategies as st
 
 from solvers import OptionError, Problem, SolutionStatus, Termination, get_solver, solve, solver_names
 from solvers.cli import main
+from solvers.compare import compare_solvers, pick
 from solvers.exact.brute import brute_force
 from solvers.io import read_loads
 from solvers.options import Option, validate_options
 from solvers.planfile import dumps_plan, plan_document, read_plan
 from solvers.result import ModelScope
+from solvers.scoring import score
+from solvers.workloads.catalog import load_dataset
 
 README = [[90, 132, 40, 61, 104, 165, 39, 4, 73, 56, 183, 86],
           [20, 107, 104, 64, 19, 197, 187, 157, 172, 86, 16, 27]]
@@ -339,15 +342,36 @@ def test_compare_tabulates_in_sample_and_held_out_and_picks(tmp_path, capsys):
                "--out", str(out)])
     cap = capsys.readouterr()
     assert rc == 0, cap.err
-    assert "holdout mean" in cap.out and "pick: " in cap.out and "lowest mean imbalance on the held-out" in cap.out
+    assert "holdout mean" in cap.out and "pick: " in cap.out
+    assert "lowest mean imbalance per step on the held-out steps" in cap.out      # the held-out steps one by one
+    assert cap.out.splitlines()[0].split()[:4] == ["solver", "policy", "held-out", "per"]   # that column first
     assert "[2/2] kk_swap" in cap.err                        # a progress line per solver
     rows = (out / "compare.csv").read_text().splitlines()
-    assert rows[0].startswith("solver,policy,termination") and len(rows) == 3
+    assert rows[0].startswith("solver,policy,holdout_step_imbalance_mean,") and len(rows) == 3
     assert (out / "compare.html").stat().st_size > 1000
     assert main(["compare", "--loads", "olmoe-1b-7b-drifting@0:100", "--replicas", "80", "--gpus", "16",
                  "--solvers", "deepseek", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["pick"]["solver"] == "deepseek" and "in sample" in doc["reason"]
+
+
+def test_compare_scores_held_out_steps_one_by_one_and_gives_planners_the_window(capsys):
+    trace = load_dataset("olmoe-1b-7b-drifting").loads.to(torch.float64)
+    window, held = trace[:100], trace[100:200]
+    problem = Problem(window.sum(0), 80, 1, 2, 16)
+    holdout = Problem(held.sum(0), 80, 1, 2, 16)
+    rows = compare_solvers(problem, ["deepseek", "risk_aware"], policies=["global"], holdout=holdout,
+                           history=window, holdout_steps=held)
+    for r in rows:
+        plan = r["_result"].plan
+        assert r["holdout_step_imbalance_mean"] == score(holdout, plan, tokens=held).imbalance_mean
+        assert r["holdout_imbalance_mean"] == score(holdout, plan).imbalance_mean
+    assert rows[1]["_result"].info["steps_in_window"] == 100             # risk_aware got the window's steps
+    best, reason = pick(rows)
+    assert best["holdout_step_imbalance_mean"] == min(r["holdout_step_imbalance_mean"] for r in rows)
+    assert "per step on the held-out steps" in reason
+    with pytest.raises(OptionError, match="holdout_steps"):
+        compare_solvers(problem, ["deepseek"], holdout=holdout, holdout_steps=held[:, :3])
 
 
 def test_compare_bad_input_is_one_line(capsys):

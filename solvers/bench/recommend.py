@@ -4,9 +4,11 @@
 
 Looks up the runs of that shape (E, R, P, N and G when given) in a results table (the
 shipped ``solvers/bench/results`` by default), keeps the solvers that returned a plan on every
-run with every run's wall time within the budget, and picks the lowest mean gap to the best
-lower bound (ties: the faster). With no run of exactly that shape it answers from the
-nearest benchmarked shape and says so.
+run with every run's wall time within the budget, and picks the lowest mean held-out
+imbalance (the plan of window 0 scored on window 1, what a served plan meets) when every
+candidate's rows have it, else the lowest mean gap to the best lower bound (ties: the lower
+gap, then the faster); the answer says which. With no run of exactly that shape it answers
+from the nearest benchmarked shape and says so.
 """
 from __future__ import annotations
 
@@ -46,12 +48,14 @@ class Recommendation:
     source: str
     layers: int | None = None      # timings scaled to this many layers (None: as measured)
     policy: str | None = None      # the pick's placement policy
+    ranked_by: str = "gap"         # "held-out imbalance" when every candidate has it, else "gap"
 
     def as_dict(self) -> dict[str, Any]:
         def clean(records: list[dict]) -> list[dict]:
             return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
                     for r in records]
-        return {"solver": self.solver, "policy": self.policy, "shape": self.shape, "exact_match": self.exact_match,
+        return {"solver": self.solver, "policy": self.policy, "ranked_by": self.ranked_by, "shape": self.shape,
+                "exact_match": self.exact_match,
                 "time_budget_s": self.time_budget, "source": self.source,
                 "candidates": clean(self.table.to_dict("records")),
                 "evidence": clean(self.evidence.to_dict("records"))}
@@ -108,6 +112,11 @@ def recommend(results: pd.DataFrame | str | Path | None = None, *, experts: int,
         rows = rows.assign(wall_time_s=rows["wall_time_s"] * layers / rows["num_layers"])
     shape = {c: int(v) for c, v in zip(SHAPE_COLS, shape_key)}
     table = candidates(rows, time_budget)
+    ranked_by = "gap"
+    if len(table) and not table["oos_imbalance"].isna().any():
+        ranked_by = "held-out imbalance"
+        table = table.sort_values(["fits", "oos_imbalance", "gap_mean", "time_mean_s"],
+                                  ascending=[False, True, True, True]).reset_index(drop=True)
     fit = table[table["fits"]]
     top = fit.iloc[0] if len(fit) else (table.sort_values("time_max_s").iloc[0] if len(table) else None)
     solver = None if fit.empty else str(fit.iloc[0]["solver"])
@@ -119,7 +128,7 @@ def recommend(results: pd.DataFrame | str | Path | None = None, *, experts: int,
         evidence = rows.iloc[0:0].reindex(columns=EVIDENCE_COLS)
     return Recommendation(solver, shape, bool(dist.min() == 0), time_budget, table,
                           evidence.sort_values(["instance", "seed"]).reset_index(drop=True), source, layers,
-                          None if solver is None else chosen_policy)
+                          None if solver is None else chosen_policy, ranked_by)
 
 
 def format_recommendation(rec: Recommendation) -> str:
@@ -141,17 +150,22 @@ def format_recommendation(rec: Recommendation) -> str:
             layers = f"{layers} layers, times scaled to {rec.layers}"
         else:
             layers += " layers"
+        held = (f"held-out imbalance {best.oos_imbalance:.4f} mean (ranked by it: plans of one window scored "
+                f"on the next); " if rec.ranked_by == "held-out imbalance" else "")
         lines.append(f"use {rec.solver} ({best.kind}) with the {rec.policy} policy for {shape} with {budget}: "
-                     f"expected gap to the best lower bound {100 * best.gap_mean:.3f}% mean, "
+                     f"{held}expected gap to the best lower bound {100 * best.gap_mean:.3f}% mean, "
                      f"{100 * best.gap_max:.3f}% worst layer; gap within the {rec.policy} policy "
                      f"{100 * best.gap_in_policy:.3f}%; off-node share {100 * best.off_node_share:.1f}%; "
                      f"runtime {best.time_mean_s:.3g} s mean, {best.time_max_s:.3g} s max "
                      f"over {int(best.rows)} runs of {layers}")
-    lines += ["", "candidates (best first; gap = objective / best lower bound - 1, per layer):",
-              f"{'solver':<12} {'policy':<13} {'kind':<9} {'runs':>4} {'fits':>5} {'gap mean':>9} {'gap max':>9} "
-              f"{'in policy':>9} {'off-node':>8} {'time mean':>10} {'time max':>10}"]
+    order = ("held-out imbalance first, then gap" if rec.ranked_by == "held-out imbalance"
+             else "gap first: the results have no held-out imbalance for every candidate")
+    lines += ["", f"candidates (best first, {order}; gap = objective / best lower bound - 1, per layer):",
+              f"{'solver':<12} {'policy':<13} {'kind':<9} {'runs':>4} {'fits':>5} {'held-out':>9} {'gap mean':>9} "
+              f"{'gap max':>9} {'in policy':>9} {'off-node':>8} {'time mean':>10} {'time max':>10}"]
     for r in rec.table.itertuples():
         lines.append(f"{r.solver:<12} {r.policy:<13} {r.kind:<9} {r.rows:>4} {'yes' if r.fits else 'no':>5} "
+                     f"{r.oos_imbalance:>9.4f} "
                      f"{100 * r.gap_mean:>8.3f}% {100 * r.gap_max:>8.3f}% {100 * r.gap_in_policy:>8.3f}% "
                      f"{100 * r.off_node_share:>7.1f}% {r.time_mean_s:>9.3g}s {r.time_max_s:>9.3g}s")
     if len(rec.evidence):

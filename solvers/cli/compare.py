@@ -31,7 +31,7 @@ def _split_names(text: str | None, param: str) -> list[str] | None:
 def cmd_compare(args: argparse.Namespace) -> int:
     info, spec = read_loads_arg(args.loads)
     problem, dense, preset_bytes = problem_from_args(args, info)
-    holdout = None
+    holdout = holdout_steps = None
     if args.holdout is not None:
         window = split_range(f"{spec.base}@{args.holdout}")[1]      # the same loads, another window of steps
         if window is None:
@@ -40,6 +40,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if (h.num_layers, h.num_experts) != (info.num_layers, info.num_experts):
             raise OptionError("holdout", "the held-out window has another shape than the loads")
         holdout = problem.with_weights(h.weights)
+        holdout_steps = h.trace          # scored step by step (None for a plain matrix)
     previous = read_any_plan(args.previous, info, "previous")[0] if args.previous else None
     expert_bytes = args.expert_bytes if args.expert_bytes is not None else preset_bytes
     names = _split_names(args.solvers, "solvers") or list(DEFAULT_SOLVERS)
@@ -47,7 +48,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     progress = _progress(len(planned_runs(problem, names, policies)))
     rows = compare_solvers(problem, names, policies=policies, holdout=holdout, previous=previous,
                            expert_bytes=expert_bytes if previous is not None else None,
-                           options=options_dict(args.option), time_limit=args.time_limit, on_progress=progress)
+                           options=options_dict(args.option), time_limit=args.time_limit, on_progress=progress,
+                           history=info.trace, holdout_steps=holdout_steps)
     best, reason = pick(rows)
     plain = table_rows(rows)
     if args.out:
@@ -57,7 +59,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                           {"solver": best["solver"], "policy": best["policy"]}, "reason": reason}, indent=2,
                          default=str))
         return 0
-    print(_compare_table(plain, holdout is not None, previous is not None))
+    print(_compare_table(plain, holdout is not None, previous is not None, holdout_steps is not None))
     print()
     print(f"pick: {best['solver']} (policy {best['policy']}): {reason}" if best else f"pick: none: {reason}")
     if args.out:
@@ -91,8 +93,12 @@ def _fmt(v: Any, pct: bool = False) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def _compare_table(rows: list[dict], holdout: bool, moves: bool) -> str:
-    cols = [("solver", "solver", False), ("policy", "policy", False), ("termination", "termination", False),
+def _compare_table(rows: list[dict], holdout: bool, moves: bool, per_step: bool = False) -> str:
+    cols = [("solver", "solver", False), ("policy", "policy", False)]
+    if per_step:          # what a served plan meets: first
+        cols += [("holdout_step_imbalance_mean", "held-out per step", False),
+                 ("holdout_step_imbalance_worst", "per step worst", False)]
+    cols += [("termination", "termination", False),
             ("status", "status", False),
             ("wall_time_s", "time s", False), ("imbalance_mean", "imb mean", False),
             ("imbalance_worst", "imb worst", False)]

@@ -6,11 +6,14 @@
 - :func:`sweep`: many settings, the frontier of bytes moved against realised imbalance and
   a suggested setting for a byte budget;
 - time-robust planners registered as solvers (``robust_sum``, ``robust_max``, ``ewma``,
-  ``forecast``) that plan on a window's steps rather than its sum.
+  ``forecast``) that plan on a window's steps rather than its sum, and ``risk_aware``,
+  the out-of-sample planner (risk-aware counts and placement from the steps' covariances).
 """
 from .simulate import SimulationResult, simulate, step_scores
 
 __all__ = ["simulate", "SimulationResult", "step_scores"]
 
 from . import robust  # noqa: E402,F401  registers the time-robust planners
+from . import risk  # noqa: E402,F401  registers the out-of-sample planner 'risk_aware'
+from . import scenario  # noqa: E402,F401  registers the exact scenario model 'scenario_cpsat'
 from .. import migration  # noqa: E402,F401  registers 'migration' (the simulator's migration-aware re-plans)

@@ -2,7 +2,8 @@
 
 1. policy: global = one row per layer; hierarchical = the ``top`` best group-to-node
    partitions (exact when enumerable), one row per (layer, candidate, node);
-2. replica counts per row: DeepSeek's greedy replication, optionally improved jointly
+2. replica counts per row: DeepSeek's greedy replication, at two slots per GPU improved
+   with the pairing that is optimal for them (:mod:`.pairing`), optionally improved jointly
    with the packing (:mod:`.joint`), capped at the GPUs of the row under ``nodup``;
 3. packing per row (:mod:`.packing`): several starts, swap local search, best kept;
 4. per layer the best partition candidate, then *keep-best* against the greedy the
@@ -28,6 +29,7 @@ from .common import replicate_counts
 from .hierarchical import group_node_candidates, node_experts
 from .joint import joint_counts
 from .packing import pack_counts
+from .pairing import pair_counts
 
 # Up to this many slots per GPU the joint search packs every candidate (the packing then
 # decides); above it a fixed-count lower bound steers the counts (much cheaper).
@@ -48,6 +50,7 @@ class Effort:
     joint_pack: bool = False        # packing-in-the-loop search even when GPUs hold many slots
     partitions: int = 4             # group-to-node candidates (hierarchical)
     two_swaps: bool = True
+    pair_rounds: int = 64           # two slots per GPU: count moves valued by the optimal pairing
 
 
 def check_common(problem: Problem, policy: str, nodup: bool, relax: int) -> str:
@@ -106,6 +109,10 @@ def heuristic_phy2log(problem: Problem, resolved: str, nodup: bool, effort: Effo
     starts = tuple(dict.fromkeys(starts))
     cnt = replicate_counts(wr, Rn, cap)
     info: dict = {"partition_candidates": K}
+    if Rn == 2 * Pn and effort.pair_rounds:
+        # Two slots per GPU: the greedy counts only minimise the largest replica; these minimise
+        # the largest pair of the largest-with-smallest pairing that the packing then builds.
+        cnt, info["pair_rounds"] = pair_counts(wr, cnt, cap=cap, rounds=effort.pair_rounds, deadline=deadline)
     if K > 1:
         # Rank the partition candidates by a cheap packing (construction only), then
         # search only the best one per layer: N rows per layer instead of K * N.

@@ -100,10 +100,10 @@ def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
         climb(full)
     else:
         climb(end - EXACT_MARGIN * max(time_budget * (1 - HEURISTIC_SHARE_WITH_EXACT), EXACT_MIN_SECONDS))
-    p2l, _ = keep_best(problem, cands, nodup)
     bound = model_bound = model_scope = None
     left = end - clock()
     if exact_spec is not None and left >= EXACT_MIN_SECONDS:
+        p2l, _ = keep_best(problem, cands, nodup)       # the exact rung's warm start
         t0 = clock()
         opts = {"policy": resolved, "model": "joint", "colocation": "forbidden" if nodup else "allowed",
                 "time_limit": left, "threads": 1, "warm_start": Plan.from_phy2log(p2l, problem.num_experts)}

@@ -1,0 +1,313 @@
+"""``risk_aware``: a plan for the steps to come, from the window's steps (out of sample).
+
+A plan is made on a window of past steps and served on the next ones, whose loads differ.
+What a step waits for is its busiest GPU, so a GPU whose load swings from step to step is a
+risk even when its mean is balanced. The planner works on the window's steps
+``history [W, L, E]`` (recent steps may weigh more, ``halflife``) and treats each GPU's
+per-step load as a random quantity with a mean and a standard deviation that includes the
+covariances of the experts placed together (two experts that are hot in different request
+mixes cancel out on one GPU; two hot in the same mix add up):
+
+1. replica counts: the min-max counts (:func:`solvers.bounds.optimal_counts`) of
+   ``mean + count_risk x std`` per expert: an expert that swings gets more replicas;
+2. placement: replicas by decreasing risk-adjusted load, each to the GPU whose *risk*
+   ``mean + risk x std`` of its per-step load series grows least (largest first, as LPT);
+   never two replicas of one expert on one GPU (when a GPU has at most as many slots as
+   there are experts to choose from);
+3. a swap search between the riskiest GPU and any other slot (its node's slots under the
+   hierarchical policy), every swap valued in closed form from the series' covariances,
+   until no swap lowers the largest risk or ``steps`` rounds ran.
+
+Hierarchical policy: expert groups go to nodes first (the few best-balanced assignments of
+the groups' risk-adjusted loads, :func:`solvers.heuristics.hierarchical.group_node_candidates`),
+every (layer, assignment, node) is planned as an independent row with the node's slots and
+GPUs, and per layer the assignment whose plan has the best per-step imbalance on the window
+is kept.
+All work is batched over layers (and nodes) in torch; float64 throughout.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..bounds import optimal_counts
+from ..dispatch.schedule import one_intra_op_thread
+from ..options import Option, SolverOptions, policy_option
+from ..plan import Plan
+from ..problem import Problem
+from ..registry import SolverOutput, register
+from ..heuristics.hierarchical import group_node_candidates, node_experts
+from ..heuristics.packing import repair_duplicates
+from .robust import _HISTORY, buckets_of, check_history
+from .scenario import scenario_bound, scenario_value
+
+# Defaults chosen with benchmarks/out_of_sample.py on the shipped traces and their seeds 1-4
+# (docs/dynamics.md): the counts use the upper quartile (z = 0.674) of a normal per-step load,
+# as FlashLB's public description does; the placement risk z = 1 with a halflife of 4 steps
+# had the best mean held-out imbalance over the drifting, shifting and skewed traces together
+# (a larger z helps regime shifts, a smaller one stable loads).
+DEFAULT_COUNT_RISK = 0.674
+DEFAULT_RISK = 1.0
+DEFAULT_HALFLIFE = 4.0
+# Group-to-node assignments tried under the hierarchical policy (best node balance first).
+GROUP_CANDIDATES = 4
+
+
+def step_weights(num_steps: int, halflife: float | None, device) -> torch.Tensor:
+    """[W] weights of the window's steps summing to 1; the newest weighs most with a halflife."""
+    if halflife is None:
+        return torch.full((num_steps,), 1.0 / num_steps, dtype=torch.float64, device=device)
+    age = torch.arange(num_steps - 1, -1, -1, dtype=torch.float64, device=device)
+    k = torch.pow(0.5, age / halflife)
+    return k / k.sum()
+
+
+def moments(hist: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Weighted mean and standard deviation over steps: hist [W, X, E], k [W] -> ([X, E], [X, E])."""
+    mu = torch.einsum("w,wxe->xe", k, hist)
+    var = torch.einsum("w,wxe->xe", k, (hist - mu) ** 2)
+    return mu, var.clamp_min(0).sqrt()
+
+
+def _risk(mean: torch.Tensor, var: torch.Tensor, z: float) -> torch.Tensor:
+    return mean + z * var.clamp_min(0).sqrt() if z else mean
+
+
+def centred(series: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Weighted means [X, E] and centred series [X, E, W] of per-replica loads series [X, E, W]."""
+    mean = torch.einsum("xew,w->xe", series, k)
+    return mean, series - mean.unsqueeze(-1)
+
+
+def risk_place(series: torch.Tensor, k: torch.Tensor, item_e: torch.Tensor, num_gpus: int, z: float,
+               nodup: bool, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Largest-first placement by risk.
+
+    series: [X, E, W] per-replica load of each expert in each step; k: [W] step weights;
+    item_e: [X, R] the replicas (expert ids) in placement order; noise: [X, E] the variance
+    of each replica's load that is sampling noise (left out of the risk). Each GPU keeps its mean, its
+    variance and its covariance with every expert ([X, P, E]), so a replica is valued on all
+    GPUs in O(P) and placed in O(E). Returns (phy2log [X, R], stuck [X] bool: rows where some
+    replica found no GPU without its expert and was placed anyway).
+    """
+    X, E, W = series.shape
+    R = item_e.shape[1]
+    P, S = num_gpus, R // num_gpus
+    dev = series.device
+    mean_e, cent = centred(series, k)
+    cov = torch.bmm(cent * k, cent.transpose(1, 2))                          # [X, E, E]
+    cov.diagonal(dim1=1, dim2=2).sub_(noise)
+    var_e = cov.diagonal(dim1=1, dim2=2)                                      # [X, E]
+    gm = torch.zeros(X, P, dtype=torch.float64, device=dev)                   # GPU mean
+    gv = torch.zeros(X, P, dtype=torch.float64, device=dev)                   # GPU variance
+    gcov = torch.zeros(X, P, E, dtype=torch.float64, device=dev)              # cov(GPU, expert)
+    fill = torch.zeros(X, P, dtype=torch.int64, device=dev)
+    pres = torch.zeros(X, P, E, dtype=torch.bool, device=dev)
+    p2l = torch.empty(X, R, dtype=torch.int64, device=dev)
+    stuck = torch.zeros(X, dtype=torch.bool, device=dev)
+    # Flat views and index_select/index_add: advanced indexing of [X, E, E] is far slower on CPU.
+    rows = torch.arange(X, device=dev)
+    cov_rows, gcov_rows = cov.view(X * E, E), gcov.view(X * P, E)
+    pres_flat = pres.view(-1)
+    for i in range(R):
+        e = item_e[:, i:i + 1]                                                # [X, 1]
+        me, ve = mean_e.gather(1, e), var_e.gather(1, e)                      # [X, 1]
+        cross = gcov.gather(2, e.view(X, 1, 1).expand(X, P, 1)).squeeze(2)  # [X, P]
+        cost = _risk(gm + me, gv + ve + 2 * cross, z).masked_fill(fill >= S, math.inf)
+        free = cost.masked_fill(pres.gather(2, e.view(X, 1, 1).expand(X, P, 1)).squeeze(2), math.inf) \
+            if nodup else cost
+        g = free.argmin(1, keepdim=True)                                      # [X, 1]
+        dead = torch.isinf(free.gather(1, g)).squeeze(1)
+        if bool(dead.any()):               # every GPU with room holds e: place it, repaired later
+            stuck |= dead
+            g = torch.where(dead.unsqueeze(1), cost.argmin(1, keepdim=True), g)
+        gm.scatter_add_(1, g, me)
+        gv.scatter_add_(1, g, ve + 2 * cross.gather(1, g))
+        gcov_rows.index_add_(0, rows * P + g.squeeze(1), cov_rows.index_select(0, rows * E + e.squeeze(1)))
+        p2l.scatter_(1, g * S + fill.gather(1, g), e)
+        fill.scatter_add_(1, g, torch.ones_like(g))
+        pres_flat[(rows * P + g.squeeze(1)) * E + e.squeeze(1)] = True
+    return p2l, stuck
+
+
+def risk_search(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, num_gpus: int, z: float,
+                nodup: bool, noise: torch.Tensor, steps: int) -> tuple[torch.Tensor, int]:
+    """Swaps between the riskiest GPU's slots and any other slot, lowering the largest risk.
+
+    series: [X, E, W] per-replica loads; phy2log: [X, R]. A swap of slot a (on the riskiest
+    GPU g) with slot b (on GPU h) changes g's and h's means by -+(m_a - m_b) and their
+    variances by the covariances of the items with each other and with the two GPUs' series,
+    all computed as batched matrix products; noise [X, E] as in :func:`risk_place`.
+    Returns (phy2log, rounds run).
+    """
+    X, E, W = series.shape
+    R = phy2log.shape[1]
+    P, S = num_gpus, R // num_gpus
+    dev = series.device
+    mean_e, cent_e = centred(series, k)                                      # [X, E], [X, E, W]
+    slot_gpu = torch.arange(R, device=dev) // S
+    p2l = phy2log.clone()
+    active = torch.ones(X, dtype=torch.bool, device=dev)
+    rounds = 0
+    for _ in range(steps):
+        rows = active.nonzero().squeeze(1)
+        if rows.numel() == 0:
+            break
+        rounds += 1
+        n = rows.numel()
+        ar = torch.arange(n, device=dev)
+        sp = p2l[rows]                                                        # [n, R]
+        m = mean_e[rows].gather(1, sp)                                        # [n, R] item means
+        c = cent_e[rows].gather(1, sp.unsqueeze(-1).expand(n, R, W))          # [n, R, W] centred series
+        ck = c * k                                                            # weighted
+        gm = m.view(n, P, S).sum(-1)                                          # [n, P]
+        gc = c.view(n, P, S, W).sum(2)                                        # [n, P, W]
+        gck = gc * k
+        gvar = (gc * gck).sum(-1)                                             # [n, P] raw
+        ivar = (c * ck).sum(-1)                                               # [n, R] raw
+        inoise = noise[rows].gather(1, sp)                                    # [n, R]
+        gnoise = inoise.view(n, P, S).sum(-1)                                 # [n, P]
+        risk = _risk(gm, gvar - gnoise, z)
+        cur, g = risk.max(1)
+        mine = g.unsqueeze(1) * S + torch.arange(S, device=dev)              # [n, S] slots of g
+        ca = c.gather(1, mine.unsqueeze(-1).expand(n, S, W))                   # [n, S, W]
+        ab = torch.bmm(ca * k, c.transpose(1, 2))                             # [n, S, R] <c_a, c_b>
+        gb = torch.bmm(gck.gather(1, g.view(n, 1, 1).expand(n, 1, W)), c.transpose(1, 2)).squeeze(1)  # [n, R]
+        ga = gb.gather(1, mine)                                               # [n, S]   <G_g, c_a>
+        hb = (gck[:, slot_gpu] * c).sum(-1)                                   # [n, R]   <G_h(b), c_b>
+        ha = torch.bmm(gck, ca.transpose(1, 2))[:, slot_gpu].transpose(1, 2)  # [n, S, R] <G_h(b), c_a>
+        ma, va = m.gather(1, mine).unsqueeze(2), ivar.gather(1, mine).unsqueeze(2)
+        mb, vb = m.unsqueeze(1), ivar.unsqueeze(1)
+        g_var = gvar.gather(1, g.unsqueeze(1)).unsqueeze(2)
+        g_mean = gm.gather(1, g.unsqueeze(1)).unsqueeze(2)
+        h_var, h_mean = gvar[:, slot_gpu].unsqueeze(1), gm[:, slot_gpu].unsqueeze(1)
+        na, nb = inoise.gather(1, mine).unsqueeze(2), inoise.unsqueeze(1)
+        g_noise, h_noise = gnoise.gather(1, g.unsqueeze(1)).unsqueeze(2), gnoise[:, slot_gpu].unsqueeze(1)
+        new_g = _risk(g_mean - ma + mb, g_var + va + vb - 2 * ga.unsqueeze(2) + 2 * gb.unsqueeze(1) - 2 * ab
+                      - (g_noise - na + nb), z)
+        new_h = _risk(h_mean - mb + ma, h_var + va + vb - 2 * hb.unsqueeze(1) + 2 * ha - 2 * ab
+                      - (h_noise - nb + na), z)
+        value = torch.maximum(new_g, new_h)                                   # [n, S, R]
+        ea = sp.gather(1, mine)                                               # [n, S]
+        ok = (slot_gpu.view(1, 1, R) != g.view(n, 1, 1)) & (ea.unsqueeze(2) != sp.unsqueeze(1))
+        if nodup:
+            pres = torch.zeros(n, P, E, dtype=torch.bool, device=dev)
+            pres.scatter_(2, sp.view(n, P, S), True)
+            ok &= ~pres[ar, g].gather(1, sp).unsqueeze(1)                      # b's expert already on g
+            ok &= ~pres.transpose(1, 2).gather(1, ea.unsqueeze(2).expand(n, S, P))[:, :, slot_gpu]  # a's on h
+        value = value.masked_fill(~ok, math.inf).view(n, -1)
+        best = value.argmin(1)
+        better = value.gather(1, best.unsqueeze(1)).squeeze(1) < cur * (1 - 1e-12)
+        i = mine.gather(1, (best // R).unsqueeze(1)).squeeze(1)
+        j = best % R
+        swapped = sp.clone()
+        swapped[ar, i], swapped[ar, j] = sp[ar, j], sp[ar, i]
+        p2l[rows] = torch.where(better.unsqueeze(1), swapped, sp)
+        active[rows[~better]] = False
+    return p2l, rounds
+
+
+def plan_rows(hist: torch.Tensor, k: torch.Tensor, num_slots: int, num_gpus: int, count_risk: float,
+              risk: float, noise: float, steps: int) -> tuple[torch.Tensor, int, bool]:
+    """Plan independent rows: hist [W, X, E] -> (phy2log [X, R], search rounds, nodup).
+
+    noise: the share of the Poisson variance (= the mean, for token counts) of every
+    expert's per-step load taken as sampling noise, which no placement can balance away."""
+    W, X, E = hist.shape
+    R, P = num_slots, num_gpus
+    nodup = E >= R // P                     # otherwise some GPU must hold one expert twice
+    mu, sd = moments(hist, k)
+    excess = (sd * sd - noise * mu).clamp_min(0).sqrt()
+    stat = mu + count_risk * excess                                           # [X, E]
+    cnt = optimal_counts(stat, R, max_count=P if nodup else None)            # [X, E]
+    ends = torch.cumsum(cnt, 1)
+    item_e = torch.searchsorted(ends, torch.arange(R, device=hist.device).expand(X, R).contiguous(), right=True)
+    order = torch.sort((stat / cnt).gather(1, item_e), dim=1, descending=True, stable=True).indices
+    item_e = item_e.gather(1, order)                                          # [X, R] largest first
+    series = hist.permute(1, 2, 0) / cnt.unsqueeze(-1).to(hist.dtype)         # [X, E, W] per replica
+    pois = noise * mu / (cnt * cnt).to(mu.dtype)                              # [X, E] per replica
+    p2l, stuck = risk_place(series, k, item_e, P, risk, nodup, pois)
+    if nodup and bool(stuck.any()):
+        rows = stuck.nonzero().squeeze(1)
+        w_slots = (mu[rows] / cnt[rows]).gather(1, p2l[rows])
+        _, p2l[rows] = repair_duplicates(w_slots, p2l[rows], P, E)
+    p2l, rounds = risk_search(series, k, p2l, P, risk, nodup, pois, steps)
+    return p2l, rounds, nodup
+
+
+def window_objective(hist: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, num_experts: int,
+                     num_gpus: int) -> torch.Tensor:
+    """[L] in-window per-step imbalance: sum over steps of the max GPU load / sum of the mean
+    (weighted by k), the shared scorer's even split. hist: [W, L, E]; phy2log: [L, R]."""
+    W, L, E = hist.shape
+    R = phy2log.shape[1]
+    cnt = torch.zeros(L, E, dtype=torch.float64, device=hist.device).scatter_add_(
+        1, phy2log, torch.ones(L, R, dtype=torch.float64, device=hist.device))
+    per = hist.gather(2, phy2log.unsqueeze(0).expand(W, L, R)) / cnt.gather(1, phy2log).unsqueeze(0)
+    gpu = per.view(W, L, num_gpus, R // num_gpus).sum(-1)                     # [W, L, P]
+    mx = (gpu.max(-1).values * k.view(W, 1)).sum(0)
+    mean = (gpu.mean(-1) * k.view(W, 1)).sum(0)
+    return torch.where(mean > 0, mx / mean.clamp_min(1e-300), torch.ones_like(mx))
+
+
+def plan_risk_aware(problem: Problem, hist: torch.Tensor, policy: str, *, count_risk: float, risk: float,
+                    halflife: float | None, steps: int, noise: float = 1.0) -> tuple[torch.Tensor, dict]:
+    """phy2log [L, R] of the risk-aware plan for ``hist [W, L, E]`` under ``policy`` (resolved)."""
+    W, L, E = hist.shape
+    k = step_weights(W, halflife, hist.device)
+    P, R, N = problem.num_gpus, problem.num_replicas, problem.num_nodes
+    if policy != "hierarchical" or N == 1:
+        p2l, rounds, nodup = plan_rows(hist, k, R, P, count_risk, risk, noise, steps)
+        return p2l, {"search_rounds": rounds, "colocation": "forbidden" if nodup else "allowed"}
+    G = problem.num_groups
+    grp = hist.view(W, L, G, E // G).sum(-1)                                   # [W, L, G]
+    gmu, gsd = moments(grp, k)
+    node_of_group = group_node_candidates(gmu + count_risk * gsd, N, top=GROUP_CANDIDATES)   # [L, K, G]
+    K = node_of_group.shape[1]
+    ids = node_experts(node_of_group, E, N).reshape(L * K, N, E // N)          # [L*K, N, E/N]
+    hk = hist.repeat_interleave(K, dim=1)                                     # [W, L*K, E]
+    sub = hk.gather(2, ids.reshape(1, L * K, E).expand(W, L * K, E)).view(W, L * K * N, E // N)
+    p2l, rounds, nodup = plan_rows(sub, k, R // N, P // N, count_risk, risk, noise, steps)  # [L*K*N, R/N]
+    cand = ids.reshape(L * K * N, E // N).gather(1, p2l).view(L * K, R)       # node-major = GPU order
+    # The group-to-node candidate whose plan has the best per-step imbalance on the window.
+    obj = window_objective(hk, k, cand, E, P).view(L, K)
+    pick = obj.argmin(1)
+    glob = cand.view(L, K, R)[torch.arange(L, device=hist.device), pick]
+    return glob, {"search_rounds": rounds, "colocation": "forbidden" if nodup else "allowed",
+                  "group_candidates": K}
+
+
+_BUCKETS = Option("buckets", int, 128, "the window's steps are summed into at most this many consecutive "
+                  "blocks (bounds time and memory)", minimum=1, maximum=4096, advanced=True)
+
+
+@register("risk_aware", kind="heuristic", in_suites=False,
+          options=(policy_option(), _HISTORY,
+                   Option("risk", float, DEFAULT_RISK, "z of the GPU risk mean + z x std of its per-step load "
+                          "(placement and swaps)", minimum=0.0, maximum=100.0),
+                   Option("count_risk", float, DEFAULT_COUNT_RISK, "z of the expert load mean + z x std that "
+                          "sets the replica counts", minimum=0.0, maximum=100.0),
+                   Option("halflife", float, DEFAULT_HALFLIFE, "steps after which a step's weight halves (none: every "
+                          "step of the window weighs the same)", minimum=0.0, exclusive_minimum=True,
+                          maximum=1e6, nullable=True),
+                   Option("noise", float, 1.0, "share of a step's Poisson variance (the mean, for token "
+                          "counts) taken as sampling noise and left out of the risk (0: none)", minimum=0.0,
+                          maximum=1e6, advanced=True),
+                   Option("steps", int, 64, "rounds of the risk swap search", minimum=0, maximum=100_000,
+                          advanced=True),
+                   _BUCKETS),
+          description="out of sample: risk-aware counts and placement from the window's steps "
+                      "(means and covariances), then swaps that lower the riskiest GPU")
+def solve_risk_aware(problem: Problem, o: SolverOptions) -> SolverOutput:
+    hist = buckets_of(check_history(problem, o.history), o.buckets)
+    resolved = problem.resolve_policy(o.policy)
+    with one_intra_op_thread():     # hundreds of small kernels: an OpenMP team only waits on a busy machine
+        p2l, info = plan_risk_aware(problem, hist, resolved, count_risk=o.count_risk, risk=o.risk,
+                                    halflife=o.halflife, steps=o.steps, noise=o.noise)
+        k = step_weights(hist.shape[0], o.halflife, hist.device)
+        # In-window gap: the plan's sum over steps of the per-step max against a bound valid for every plan.
+        gap = scenario_value(hist, p2l, problem.num_gpus) / scenario_bound(problem, hist) - 1
+        window = window_objective(hist, k, p2l, problem.num_experts, problem.num_gpus)
+    info.update(steps_in_window=hist.shape[0], window_gap_mean=float(gap.mean()), window_imbalance=float(window.mean()))
+    return SolverOutput(Plan.from_phy2log(p2l, problem.num_experts), resolved, info=info)

@@ -1,0 +1,137 @@
+"""The scenario objective of a window: the sum over its steps of each step's max GPU load.
+
+A plan made on a window of steps ``history [W, L, E]`` is one placement for all of them;
+each step waits for its busiest GPU. The *scenario objective* of a plan is, per layer,
+``sum_t max_g load[t, g]`` (even split). Out-of-sample planners (``risk_aware``,
+``robust_sum``) aim at it on the window; this module gives
+
+- :func:`scenario_value`: the objective of a plan, ``[L]``;
+- :func:`scenario_bound`: a lower bound ``[L]`` valid for **every** plan: each step's max is
+  at least that step's best combinatorial bound (:func:`solvers.bounds.lower_bound`: the
+  average ``W_t / P``, the hottest expert, the replication bound), summed over steps;
+- ``scenario_cpsat``: the exact scenario model in CP-SAT for small instances (a count per
+  expert chosen by binaries, replicas per (expert, GPU), one max per step), global policy.
+  Its optimum and CP-SAT's proven bound are on the scenario objective, so they are reported
+  in ``info`` (``scenario_value``, ``scenario_bound``, ``scenario_optimal``), never as
+  bounds of the problem's own objective (the max of the summed loads, which is smaller).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..bounds import lower_bound
+from ..clock import clock
+from ..errors import OptionError
+from ..exact import backends
+from ..options import Option, SolverOptions, colocation_option, threads_option, time_limit_option
+from ..plan import Plan
+from ..problem import Problem
+from ..registry import SolverOutput, register
+from .robust import _HISTORY, check_history
+
+
+def scenario_value(hist: torch.Tensor, phy2log: torch.Tensor, num_gpus: int) -> torch.Tensor:
+    """[L] float64: sum over steps of the max GPU load of ``phy2log [L, R]`` under ``hist [W, L, E]``."""
+    W, L, E = hist.shape
+    R = phy2log.shape[1]
+    cnt = torch.zeros(L, E, dtype=torch.float64, device=hist.device).scatter_add_(
+        1, phy2log, torch.ones(L, R, dtype=torch.float64, device=hist.device))
+    per = hist.to(torch.float64).gather(2, phy2log.unsqueeze(0).expand(W, L, R)) / cnt.gather(1, phy2log)
+    return per.view(W, L, num_gpus, R // num_gpus).sum(-1).max(-1).values.sum(0)
+
+
+def scenario_bound(problem: Problem, hist: torch.Tensor) -> torch.Tensor:
+    """[L] float64 lower bound on :func:`scenario_value` for every plan of ``problem``'s cluster:
+    the sum over steps of each step's best combinatorial bound (each >= W_t / P)."""
+    W, L, E = hist.shape
+    steps = Problem._trusted(hist.reshape(W * L, E), problem.cluster, problem.num_groups)  # steps x layers as rows
+    return lower_bound(steps).view(W, L).sum(0)
+
+
+# At most this many integer variables per layer model (E x P x counts): tiny instances only.
+MAX_MODEL_VARIABLES = 20000
+
+
+def _layer_model(w: np.ndarray, num_replicas: int, num_gpus: int, nodup: bool, time_limit: float,
+                 threads: int) -> tuple[np.ndarray | None, float, float, bool]:
+    """One layer: w [W, E] integer loads. Returns (phy2log row [R] or None, scenario value,
+    proven bound, optimal) in load units."""
+    from ortools.sat.python import cp_model     # optional dependency (the "exact" extra)
+
+    W, E = w.shape
+    P, R = num_gpus, num_replicas
+    S = R // P
+    ub = 1 if nodup else S
+    kmax = min(R - E + 1, P if nodup else R)
+    unit = math.lcm(*range(1, kmax + 1))         # w * unit / k is an integer for every count k
+    m = cp_model.CpModel()
+    n = [[m.NewIntVar(0, ub, f"n{e}_{g}") for g in range(P)] for e in range(E)]
+    b = [[m.NewBoolVar(f"b{e}_{k}") for k in range(1, kmax + 1)] for e in range(E)]
+    for e in range(E):
+        m.AddExactlyOne(b[e])
+        m.Add(sum(n[e]) == sum((k + 1) * b[e][k] for k in range(kmax)))
+    for g in range(P):
+        m.Add(sum(n[e][g] for e in range(E)) == S)
+    y = [[[None] * kmax for _ in range(P)] for _ in range(E)]   # y = n[e][g] if c_e = k + 1 else 0
+    for e in range(E):
+        for g in range(P):
+            for k in range(kmax):
+                v = m.NewIntVar(0, ub, f"y{e}_{g}_{k}")
+                m.Add(v == n[e][g]).OnlyEnforceIf(b[e][k])
+                m.Add(v == 0).OnlyEnforceIf(b[e][k].Not())
+                y[e][g][k] = v
+    top = int(w.sum(1).max()) * unit
+    z = [m.NewIntVar(0, top, f"z{t}") for t in range(W)]
+    for t in range(W):
+        for g in range(P):
+            m.Add(z[t] >= sum(int(w[t, e]) * (unit // (k + 1)) * y[e][g][k]
+                              for e in range(E) for k in range(kmax) if w[t, e]))
+    m.Minimize(sum(z))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit
+    solver.parameters.num_workers = threads
+    status = solver.Solve(m)
+    bound = solver.BestObjectiveBound() / unit
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None, math.inf, bound, False
+    row = [e for g in range(P) for e in range(E) for _ in range(solver.Value(n[e][g]))]
+    return np.array(row, dtype=np.int64), solver.ObjectiveValue() / unit, bound, status == cp_model.OPTIMAL
+
+
+@register("scenario_cpsat", kind="exact", in_suites=False, is_available=backends.cpsat_available,
+          requires="pip install ortools",
+          options=(_HISTORY, colocation_option("forbidden"), time_limit_option(10.0), threads_option()),
+          description="exact scenario model (CP-SAT, small instances, global policy): minimise the sum over "
+                      "the window's steps of each step's max GPU load")
+def solve_scenario_cpsat(problem: Problem, o: SolverOptions) -> SolverOutput:
+    hist = check_history(problem, o.history)
+    if not bool((hist == hist.round()).all()):
+        raise OptionError("history", "the exact scenario model needs integer loads (token counts)")
+    W, L, E = hist.shape
+    P, R = problem.num_gpus, problem.num_replicas
+    nodup = o.colocation == "forbidden"
+    if nodup and E < R // P:
+        raise OptionError("colocation", f"forbidden: a GPU has {R // P} slots but there are only {E} experts")
+    if E * P * min(R - E + 1, R) > MAX_MODEL_VARIABLES:
+        raise OptionError("problem", f"the scenario model is for small instances: {E} experts x {P} GPUs x "
+                          f"counts exceeds {MAX_MODEL_VARIABLES} variables per layer")
+    deadline = clock() + o.time_limit
+    rows, values, bounds, optimal = [], [], [], []
+    w = hist.cpu().numpy()
+    for layer in range(L):
+        left = max(deadline - clock(), 1e-3)
+        row, value, bound, opt = _layer_model(w[:, layer], R, P, nodup, left, o.threads)
+        if row is None:
+            return SolverOutput(None, "global", message=f"no scenario plan found for layer {layer} in time")
+        rows.append(row)
+        values.append(value)
+        bounds.append(bound)
+        optimal.append(opt)
+    p2l = torch.as_tensor(np.stack(rows), device=problem.device)
+    info: dict[str, Any] = {"scenario_value": values, "scenario_bound": bounds, "scenario_optimal": optimal,
+                            "steps_in_window": W}
+    return SolverOutput(Plan.from_phy2log(p2l, E), "global", info=info)

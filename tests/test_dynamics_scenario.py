@@ -1,0 +1,77 @@
+"""The scenario objective (sum over a window's steps of each step's max GPU load): its bound
+never exceeds the brute-force optimum, and the exact CP-SAT scenario model finds that optimum."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from solvers import OptionError, Problem, get_solver, solve
+from solvers.dynamics.scenario import scenario_bound, scenario_value
+from solvers.scoring import count_duplicates
+
+
+def _history(W, E, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 40, (W, 1, E), generator=g).to(torch.float64) * torch.randint(
+        1, 4, (1, 1, E), generator=g)
+
+
+def _brute_force(hist, R, P, nodup):
+    """min over every phy2log row (each expert at least once) of the scenario value (batched)."""
+    W, _, E = hist.shape
+    rows = torch.tensor(list(itertools.product(range(E), repeat=R)))             # [E^R, R]
+    present = torch.zeros(rows.shape[0], E, dtype=torch.bool).scatter_(1, rows, True).all(1)
+    rows = rows[present]
+    if nodup:
+        s = rows.view(-1, P, R // P).sort(-1).values
+        rows = rows[~(s[..., 1:] == s[..., :-1]).flatten(1).any(1)]
+    return float(scenario_value(hist.expand(W, rows.shape[0], E), rows, P).min())
+
+
+CASES = [(3, 4, 2, 3, False), (3, 4, 2, 3, True), (4, 6, 2, 3, True), (4, 6, 3, 2, False), (5, 6, 3, 4, True)]
+
+
+@pytest.mark.parametrize("E,R,P,W,nodup", CASES)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_scenario_bound_never_exceeds_the_brute_force_optimum(E, R, P, W, nodup, seed):
+    hist = _history(W, E, seed)
+    p = Problem(hist.sum(0), R, 1, 1, P)
+    opt = _brute_force(hist, R, P, nodup)
+    bound = float(scenario_bound(p, hist)[0])
+    assert bound <= opt * (1 + 1e-12)
+    per_step_average = float((hist.sum(2) / P).sum())
+    assert bound >= per_step_average * (1 - 1e-9)                     # at least sum_t W_t / P
+
+
+@pytest.mark.parametrize("E,R,P,W,nodup", CASES)
+def test_exact_scenario_model_finds_the_brute_force_optimum(E, R, P, W, nodup):
+    if not get_solver("scenario_cpsat").is_available():
+        pytest.skip("ortools is not installed")
+    hist = _history(W, E, seed=3)
+    p = Problem(hist.sum(0), R, 1, 1, P)
+    res = solve(p, "scenario_cpsat", history=hist, colocation="forbidden" if nodup else "allowed",
+                time_limit=20.0)
+    opt = _brute_force(hist, R, P, nodup)
+    assert res.info["scenario_optimal"] == [True]
+    assert res.info["scenario_value"][0] == pytest.approx(opt, rel=1e-9)
+    assert float(scenario_value(hist, res.plan.phy2log, P)[0]) == pytest.approx(opt, rel=1e-9)
+    assert float(scenario_bound(p, hist)[0]) <= res.info["scenario_bound"][0] * (1 + 1e-9)
+    if nodup:
+        assert count_duplicates(res.plan.phy2log, P) == 0
+
+
+def test_bound_is_tighter_than_the_average_when_one_expert_dominates_a_step():
+    hist = torch.tensor([[[90.0, 5, 5, 0]], [[0, 5, 5, 90]]])          # 2 steps, 4 experts, 4 slots, 2 GPUs
+    p = Problem(hist.sum(0), 4, 1, 1, 2)
+    assert float(scenario_bound(p, hist)[0]) == pytest.approx(180, rel=1e-9)   # the hot expert, each step
+    assert float((hist.sum(2) / 2).sum()) == 100
+
+
+def test_exact_scenario_model_rejects_fractional_loads():
+    if not get_solver("scenario_cpsat").is_available():
+        pytest.skip("ortools is not installed")
+    hist = torch.full((2, 1, 3), 1.5, dtype=torch.float64)
+    with pytest.raises(OptionError, match="history"):
+        solve(Problem(hist.sum(0), 4, 1, 1, 2), "scenario_cpsat", history=hist, colocation="allowed")

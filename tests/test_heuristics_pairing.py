@@ -1,0 +1,68 @@
+"""Two slots per GPU: the largest-with-smallest pairing is optimal for a fixed multiset (checked
+against every pairing), the count search never raises its value and respects caps and
+deadlines, and kk_swap improves on the greedy with it."""
+from __future__ import annotations
+
+import torch
+
+from solvers import Problem, solve
+from solvers.clock import FakeClock, fake_clock
+from solvers.heuristics.common import replicate_counts
+from solvers.heuristics.pairing import pair_counts, pair_value, sorted_items
+
+
+def _matchings(items):
+    """Every perfect matching of a list (as lists of pairs)."""
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for k in range(len(rest)):
+        for m in _matchings(rest[:k] + rest[k + 1:]):
+            yield [(first, rest[k])] + m
+
+
+def test_largest_with_smallest_is_the_best_pairing():
+    g = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        a = torch.rand(8, generator=g, dtype=torch.float64).sort(descending=True).values
+        best = min(max(x + y for x, y in m) for m in _matchings(a.tolist()))
+        assert float(pair_value(a.unsqueeze(0))[0][0]) == best
+
+
+def test_sorted_items_expand_counts():
+    items, experts = sorted_items(torch.tensor([[6.0, 1.0, 4.0]]), torch.tensor([[3, 1, 2]]), 6)
+    assert items.tolist() == [[2.0, 2.0, 2.0, 2.0, 2.0, 1.0]]
+    assert sorted(experts[0].tolist()) == [0, 0, 0, 1, 2, 2]
+
+
+def _weights(L=6, E=24, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.exp(torch.randn(L, E, generator=g, dtype=torch.float64)) * 100
+
+
+def test_pair_counts_never_raise_the_pairing_value_and_keep_the_slots():
+    w = _weights()
+    start = replicate_counts(w, 64, 12)
+    out, rounds = pair_counts(w, start, cap=12)
+    before = pair_value(sorted_items(w, start, 64)[0])[0]
+    after = pair_value(sorted_items(w, out, 64)[0])[0]
+    assert rounds >= 1
+    assert bool((after <= before).all()) and bool((after < before * (1 - 1e-6)).any())
+    assert torch.equal(out.sum(1), torch.full((6,), 64)) and int(out.min()) >= 1 and int(out.max()) <= 12
+
+
+def test_pair_counts_check_the_deadline_before_every_round():
+    w = _weights()
+    start = replicate_counts(w, 64, None)
+    with fake_clock(FakeClock(start=10.0)):
+        out, rounds = pair_counts(w, start, deadline=5.0)
+    assert rounds == 0 and torch.equal(out, start)
+
+
+def test_kk_swap_at_two_slots_per_gpu_beats_the_greedy():
+    p = Problem(_weights(L=4, E=32), 64, 1, 1, 32)
+    greedy, kk = solve(p, "deepseek"), solve(p, "kk_swap")
+    assert kk.info["pair_rounds"] >= 1
+    assert bool((kk.objective <= greedy.objective).all())
+    assert kk.score.imbalance_mean < greedy.score.imbalance_mean - 0.005
