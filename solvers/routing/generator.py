@@ -5,9 +5,14 @@ The model behind it, and the real behaviour each part mimics:
 - **Popularity.** Every layer has its own per-expert base logit (normal, ``popularity``
   spread): some experts are hot in every context, as measured loads show.
 - **Topics.** ``num_topics`` topics (a domain, a language, code vs prose); in every layer
-  each topic favours its own random set of ``topic_experts`` experts by ``topic_bias``
-  logits. Experts of one set are co-activated by the same tokens (what Occult and the
-  affinity placements exploit); the sets cross the expert groups, as a learned router's do.
+  each topic favours a set of experts by ``topic_bias`` logits. Experts of one set are
+  co-activated by the same tokens (what Occult and the affinity placements exploit); the
+  sets cross the expert groups, as a learned router's do. With ``communities`` > 0 the
+  experts of every layer form that many communities (a random partition, independent of
+  the groups: experts that specialise in the same domains) and a topic favours
+  ``topic_communities`` of them plus ``topic_experts`` random other experts; with
+  ``communities = 0`` a topic favours ``topic_experts`` random experts (weaker structure:
+  the sets of different topics overlap at random).
 - **Requests and drift.** Tokens come in requests (``request_tokens`` long on average,
   geometric), each of one topic and from one source rank; the topic mix follows a random
   walk in logit space (``drift`` per request), so the traffic pattern moves over time.
@@ -36,7 +41,10 @@ class RoutingSpec:
 
     num_tokens: int = 3072
     num_topics: int = 16
-    topic_experts: int = 0          # experts a topic favours per layer; 0 = num_experts // 8
+    communities: int = 8            # expert communities per layer (0: topics favour random sets)
+    topic_communities: int = 1      # communities a topic favours
+    topic_experts: int = 0          # random experts a topic favours besides; 0 = num_experts // 8 without
+                                    # communities, none with them
     topic_bias: float = 3.0         # logits added to a topic's experts
     popularity: float = 0.6         # std of the per-expert base logits
     request_tokens: int = 16        # mean tokens per request in the trace (one topic, one source rank)
@@ -51,7 +59,7 @@ class RoutingSpec:
                 raise OptionError(name, f"must be an integer >= 1, got {v!r}")
         if self.num_tokens > 1 << 22:
             raise OptionError("num_tokens", f"must be <= {1 << 22}, got {self.num_tokens}")
-        for name in ("topic_experts", "num_ranks"):
+        for name in ("topic_experts", "num_ranks", "communities", "topic_communities"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise OptionError(name, f"must be an integer >= 0, got {v!r}")
@@ -85,9 +93,13 @@ def generate_routing(model: str = "deepseek-v3", seed: int = 0, spec: RoutingSpe
     spec = RoutingSpec(**{**asdict(spec or RoutingSpec()), **overrides}).check()
     L, E, G, k = preset.num_layers, preset.num_experts, preset.num_groups, preset.top_k
     T, C = spec.num_tokens, spec.num_topics
-    m = spec.topic_experts or max(k, E // 8)
+    m = spec.topic_experts or (0 if spec.communities else max(k, E // 8))
     if m > E:
         raise OptionError("topic_experts", f"must be <= the number of experts ({E}), got {m}")
+    if spec.communities > E or spec.topic_communities > max(spec.communities, 1) or \
+            (spec.communities and not spec.topic_communities):
+        raise OptionError("communities", f"need 1 <= topic_communities <= communities <= experts ({E}), got "
+                          f"{spec.topic_communities} of {spec.communities}")
     limit = spec.group_limit if spec.group_limit >= 0 else (4 if G > 4 else 0)
     if limit > G:
         raise OptionError("group_limit", f"must be <= the number of groups ({G}), got {limit}")
@@ -97,9 +109,17 @@ def generate_routing(model: str = "deepseek-v3", seed: int = 0, spec: RoutingSpe
     rng = np.random.default_rng(seed)
 
     base = (spec.popularity * rng.standard_normal((L, E))).astype(np.float32)          # [L, E]
-    members = np.argsort(rng.random((L, C, E)), axis=-1)[..., :m]                       # [L, C, m]
     favour = np.zeros((L, C, E), dtype=np.float32)
-    np.put_along_axis(favour, members, np.float32(spec.topic_bias), axis=-1)
+    if m:
+        members = np.argsort(rng.random((L, C, E)), axis=-1)[..., :m]                   # [L, C, m]
+        np.put_along_axis(favour, members, np.float32(spec.topic_bias), axis=-1)
+    if spec.communities:
+        # community of every expert (a random balanced partition per layer), and the
+        # communities each topic favours
+        community = np.argsort(rng.random((L, E)), axis=-1) % spec.communities          # [L, E]
+        chosen = np.argsort(rng.random((L, C, spec.communities)), axis=-1)[..., :spec.topic_communities]
+        liked = (community[:, None, :, None] == chosen[:, :, None, :]).any(-1)          # [L, C, E]
+        favour = np.where(liked, np.float32(spec.topic_bias), favour)
 
     # Requests: geometric lengths, each with one topic from the drifting mix and one rank.
     lengths = rng.geometric(1.0 / spec.request_tokens, size=T // spec.request_tokens * 4 + 16)
