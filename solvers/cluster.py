@@ -385,6 +385,9 @@ class ModelPreset:
     bytes of one routed expert (3 matrices hidden x expert-intermediate, in the dtype the
     model is usually served in), what one migration move transfers. cluster: the
     :data:`CLUSTERS` shape it is served on when a command names only the model.
+    hidden_size: the model dimension (one token's activation vector), activation_bytes:
+    bytes per element of it on the wire (2: BF16); their product is what a dispatch sends
+    per token and destination (the traffic metric, :mod:`solvers.traffic`).
     """
 
     name: str
@@ -395,6 +398,13 @@ class ModelPreset:
     dense_layers: int = 0
     expert_bytes: int = 0
     cluster: str = "node-8"
+    hidden_size: int = 0
+    activation_bytes: int = 2
+
+    @property
+    def token_bytes(self) -> int:
+        """Bytes of one token's activations (hidden_size x activation_bytes)."""
+        return self.hidden_size * self.activation_bytes
 
     @property
     def engine_layers(self) -> int:
@@ -407,16 +417,19 @@ class ModelPreset:
 
 # expert_bytes: DeepSeek-V3 and Kimi-K2 3 x 7168 x 2048 in FP8; Qwen3-235B 3 x 4096 x 1536,
 # Mixtral 3 x 4096 x 14336 and OLMoE 3 x 2048 x 1024 in BF16. Default clusters: DeepSeek's
-# prefill shape for the 256/384-expert models, one spare slot per GPU.
+# prefill shape for the 256/384-expert models, one spare slot per GPU. hidden_size from each
+# model's config.json (DeepSeek-V3 and Kimi-K2 7168, Qwen3-235B and Mixtral 4096, OLMoE 2048).
 MODELS: dict[str, ModelPreset] = {
     "deepseek-v3": ModelPreset("DeepSeek-V3 / R1", 58, 256, 8, 8, dense_layers=3, expert_bytes=3 * 7168 * 2048,
-                               cluster="prefill-4x8"),
+                               cluster="prefill-4x8", hidden_size=7168),
     "qwen3-235b": ModelPreset("Qwen3-235B-A22B", 94, 128, 1, 8, expert_bytes=2 * 3 * 4096 * 1536,
-                              cluster="nodes-2x8"),
-    "mixtral-8x7b": ModelPreset("Mixtral-8x7B", 32, 8, 1, 2, expert_bytes=2 * 3 * 4096 * 14336),
-    "olmoe-1b-7b": ModelPreset("OLMoE-1B-7B", 16, 64, 1, 8, expert_bytes=2 * 3 * 2048 * 1024),
+                              cluster="nodes-2x8", hidden_size=4096),
+    "mixtral-8x7b": ModelPreset("Mixtral-8x7B", 32, 8, 1, 2, expert_bytes=2 * 3 * 4096 * 14336,
+                                 hidden_size=4096),
+    "olmoe-1b-7b": ModelPreset("OLMoE-1B-7B", 16, 64, 1, 8, expert_bytes=2 * 3 * 2048 * 1024,
+                                hidden_size=2048),
     "kimi-k2": ModelPreset("Kimi-K2", 60, 384, 1, 8, dense_layers=1, expert_bytes=3 * 7168 * 2048,
-                           cluster="prefill-4x8"),
+                           cluster="prefill-4x8", hidden_size=7168),
 }
 
 

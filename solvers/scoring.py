@@ -8,16 +8,19 @@ exactly, whatever precision a solver used internally.
 """
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from .cluster import MODELS, Cluster
 from .errors import OptionError, PlanError
-from .cluster import Cluster
 from .plan import Plan
 from .problem import Problem
+from .routing.trace import RoutingTrace
+from .traffic import Traffic, traffic
 
 
 def _ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
@@ -48,6 +51,9 @@ class Score:
         when the plan was scored on ``tokens`` (None otherwise). Then gpu_load sums the
         micro-batches and max_load / mean_load sum each micro-batch's max / mean (the time
         a layer takes is the sum of its micro-batches' slowest GPUs).
+    traffic: the dispatch traffic on a per-token routing trace (:class:`solvers.traffic.Traffic`:
+        distinct remote nodes and GPUs per token, bytes per link class, node x node matrix),
+        when the plan was scored with ``routing``; its headline numbers join the summary.
     off_node_share: [layers] inter-node traffic proxy: the share of tokens served by a
         replica outside its group's home node (the node serving most of that group's
         tokens); 0 for a strict hierarchical plan. None without groups (G = 1) or when
@@ -76,6 +82,7 @@ class Score:
     def objective(self) -> torch.Tensor:
         """[layers] what every solver minimises and every bound bounds: the max GPU time."""
         return self.max_time
+    traffic: Traffic | None = None
 
     @property
     def imbalance_mean(self) -> float:
@@ -218,7 +225,8 @@ def even_slot_loads(t: torch.Tensor, plan: Plan) -> torch.Tensor:
 
 def score(problem: Problem, plan: Plan, previous: Plan | None = None,
           expert_bytes: int | None = None, *, split: str = "even", tokens=None,
-          previous_cluster: Cluster | None = None) -> Score:
+          previous_cluster: Cluster | None = None, routing: RoutingTrace | None = None,
+          token_bytes: int | None = None) -> Score:
     """Score ``plan`` on ``problem``; ``previous`` adds migration moves (same layers and GPUs).
 
     split: the dispatch model, "even" (default) or "scheduled" (the optimal split of every
@@ -228,6 +236,9 @@ def score(problem: Problem, plan: Plan, previous: Plan | None = None,
     ``plan`` is a valid plan of ``problem``. previous_cluster: the cluster ``previous`` was
     made for, when it was another (the plan in force before GPUs failed): moves count the
     (GPU, expert) pairs new to a GPU, each plan's slots mapped to GPUs by its own cluster.
+    routing: a per-token routing trace (same layers and experts) adds the dispatch traffic
+    (:func:`solvers.traffic.traffic`); token_bytes: bytes per token and destination (None:
+    the trace's model preset's ``token_bytes`` when it names one, else 1, i.e. token copies).
 
     On a cluster with per-GPU speeds the objective is time (gpu_time = gpu_load / speed);
     the summary adds the time metrics (``max_time_*``, ``time_imbalance_*``) only there."""
@@ -237,8 +248,27 @@ def score(problem: Problem, plan: Plan, previous: Plan | None = None,
         if not isinstance(value, Plan) and not (name == "previous" and value is None):
             raise PlanError(name, f"must be a solvers.Plan, got {type(value).__name__}")
     plan = problem.validate_plan(plan.to(problem.device))
-    return score_validated(problem, plan, previous, check_expert_bytes(expert_bytes), split=split, tokens=tokens,
-                           previous_cluster=previous_cluster)
+    if routing is not None and not isinstance(routing, RoutingTrace):
+        raise PlanError("routing", f"must be a solvers.routing.RoutingTrace, got {type(routing).__name__}")
+    result = score_validated(problem, plan, previous, check_expert_bytes(expert_bytes), split=split, tokens=tokens,
+                             previous_cluster=previous_cluster)
+    if routing is None:
+        return result
+    return with_traffic(result, plan, problem, routing, token_bytes)
+
+
+def with_traffic(result: Score, plan: Plan, problem: Problem, routing: RoutingTrace,
+                 token_bytes: int | None = None) -> Score:
+    """``result`` with the traffic of ``plan`` on ``routing`` added (summary keys too)."""
+    tb = token_bytes if token_bytes is not None else trace_token_bytes(routing)
+    t = traffic(plan, problem.cluster, routing, tb)
+    return dataclasses.replace(result, traffic=t, summary={**result.summary, **t.summary})
+
+
+def trace_token_bytes(routing: RoutingTrace) -> int:
+    """Bytes per token of the trace's model preset (``meta['model']``), else 1."""
+    preset = MODELS.get(routing.meta.get("model", ""))
+    return preset.token_bytes if preset is not None and preset.token_bytes > 0 else 1
 
 
 def check_expert_bytes(value) -> int | None:

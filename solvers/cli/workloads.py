@@ -15,7 +15,7 @@ from ..errors import OptionError
 from ..io import read_loads
 from ..planfile import read_plan, write_plan
 from ..problem import Problem
-from ..workloads.catalog import GENERATED, build_catalog, list_datasets
+from ..workloads.catalog import GENERATED, ROUTING, build_catalog, list_datasets
 from ..workloads.exporters import (PLAN_FORMATS, TRACE_FORMATS, detect_plan_format, engine_flags, export_plan,
                                    read_exported_plan, write_trace)
 from ..workloads.generators import generate
@@ -134,9 +134,10 @@ def cmd_convert(args: argparse.Namespace) -> int:
 def cmd_datasets(args: argparse.Namespace) -> int:
     if args.rebuild is not None:
         names = args.rebuild or None
-        unknown = sorted(set(names or []) - set(GENERATED))
+        unknown = sorted(set(names or []) - set(GENERATED) - set(ROUTING))
         if unknown:
-            raise OptionError("rebuild", f"unknown generated dataset {unknown[0]!r}; known: {', '.join(GENERATED)}")
+            raise OptionError("rebuild", f"unknown generated dataset {unknown[0]!r}; known: "
+                              f"{', '.join([*GENERATED, *ROUTING])}")
         entries = build_catalog(names)
     else:
         entries = list_datasets()

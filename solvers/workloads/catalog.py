@@ -20,8 +20,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..errors import LoadFileError, OptionError
 from ..planfile import file_sha256
+from ..routing.generator import generate_routing
+from ..routing.trace import save_routing
 from .generators import SCENARIOS, generate
 from .importers import read_trace
 from .trace import Trace, save_trace
@@ -43,6 +47,20 @@ GENERATED: dict[str, dict[str, Any]] = {
     "mixtral-8x7b-shifting-mix": dict(model="mixtral-8x7b", scenario="shifting-mix", steps=500,
                                       tokens_per_step=4096, seed=0),
 }
+
+
+# name -> generate_routing() arguments: per-token routing traces (kind "routing"; read by
+# --routing, and by --loads as their load counts). Small: uint8 ids, a few thousand tokens.
+ROUTING: dict[str, dict[str, Any]] = {
+    "deepseek-v3-routing": dict(model="deepseek-v3", seed=0, num_tokens=3072),
+}
+
+
+def routing_command(name: str) -> str:
+    """The ``eplb routing generate`` command line that writes routing dataset ``name``."""
+    spec = ROUTING[name]
+    return (f"eplb routing generate {spec['model']} --tokens {spec['num_tokens']} --seed {spec['seed']} "
+            f"--out datasets/{name}.npz")
 
 
 # Hand-made examples kept in the catalog (not regenerated).
@@ -154,7 +172,7 @@ def build_catalog(names: list[str] | None = None) -> list[dict[str, Any]]:
         if (root / entry["file"]).is_file():
             entries[name]["bytes"] = (root / entry["file"]).stat().st_size
             entries[name]["sha256"] = file_sha256(root / entry["file"])
-    for name in names or list(GENERATED):
+    for name in [n for n in (names or list(GENERATED)) if n in GENERATED]:
         spec = GENERATED[name]
         trace = generate(spec["model"], spec["scenario"], steps=spec["steps"], seed=spec["seed"],
                          tokens_per_step=spec["tokens_per_step"], **spec.get("overrides", {}))
@@ -171,6 +189,23 @@ def build_catalog(names: list[str] | None = None) -> list[dict[str, Any]]:
             "overrides": spec.get("overrides", {}), "bytes": path.stat().st_size,
             "sha256": file_sha256(path), "loads_sha256": loads_sha256(trace.loads),
             "command": generate_command(name),
+        }
+    for name in [n for n in (names or list(ROUTING)) if n in ROUTING]:
+        spec = ROUTING[name]
+        routing = generate_routing(spec["model"], spec["seed"], num_tokens=spec["num_tokens"])
+        path = save_routing(routing, root / f"{name}.npz")
+        entries[name] = {
+            "name": name, "file": path.name, "kind": "routing",
+            "description": f"{routing.meta['model_name']}: per-token top-{routing.top_k} routing of "
+                           f"{routing.num_tokens} tokens from a seeded generator with co-activation "
+                           f"structure (topics favouring expert sets, a drifting topic mix, group-limited "
+                           f"routing) and source ranks of {routing.num_ranks} GPUs.",
+            "model": spec["model"], "steps": 1, "num_layers": routing.num_layers,
+            "num_experts": routing.num_experts, "num_groups": routing.meta["num_groups"],
+            "top_k": routing.top_k, "tokens": routing.num_tokens, "seed": spec["seed"],
+            "bytes": path.stat().st_size, "sha256": file_sha256(path),
+            "topk_sha256": hashlib.sha256(routing.topk_ids.numpy().astype(np.int64).tobytes()).hexdigest(),
+            "command": routing_command(name),
         }
     doc = {"format": "eplb-datasets", "version": 1,
            "datasets": sorted(entries.values(), key=lambda e: (e.get("kind") != "example", e["name"]))}

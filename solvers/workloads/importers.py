@@ -45,6 +45,7 @@ import torch
 
 from .. import safejson
 from ..errors import LoadFileError
+from ..routing.trace import routing_from_arrays
 from .trace import Trace
 
 from .formats import FORMATS, SUFFIX_FORMAT  # noqa: F401  (FORMATS re-exported)
@@ -606,6 +607,10 @@ def read_npz(path: str | Path) -> tuple[torch.Tensor, dict[str, Any]]:
     """(loads, meta) from an ``.npz`` (meta is the trace's metadata when it has one)."""
     path = Path(path)
     a = _npz_arrays(path)
+    if "topk_ids" in a:
+        # A per-token routing trace (solvers.routing): its load counts, one step.
+        trace = routing_from_arrays(a, path)
+        return trace.loads().unsqueeze(0), {**trace.meta, "routing_tokens": trace.num_tokens}
     meta: dict[str, Any] = {}
     if "meta" in a:
         try:

@@ -1,0 +1,278 @@
+"""The all-to-all traffic a plan causes on a per-token routing trace (docs/problem.md "Traffic").
+
+What a DeepEP-style dispatch pays for is, per token and layer, the set of distinct GPUs and
+nodes its top-k experts are served on. That needs per-token routing (a
+:class:`solvers.routing.RoutingTrace`), not load counts.
+
+**Source rank.** Every token starts on one GPU: its recorded rank mapped onto the plan's
+GPUs (:meth:`RoutingTrace.source_gpus`: rank ``r`` of ``R`` ranks on GPU ``r * P // R``),
+or, for traces without ranks, block ``t * P // T`` of consecutive tokens.
+
+**Dispatcher (nearest replica first).** A source GPU ``g`` sends the tokens of expert ``e``
+to one replica, fixed per (layer, e, g), as a static per-rank dispatch map does:
+
+1. a replica on ``g`` itself, if any (no traffic);
+2. else a replica on ``g``'s node: the ``(g mod n)``-th of the ``n`` there, in rank order;
+3. else the ``(g mod c)``-th of all ``c`` replicas of ``e`` (rank order).
+
+The mod rule spreads the source GPUs evenly over equally near replicas.
+
+**Link classes** (dispatch; the combine returns the same bytes the other way), per token
+and layer, ``token_bytes = hidden_size x bytes per element`` (the model preset):
+
+- ``inter_node``: one copy per distinct remote node (DeepEP sends a token once over RDMA
+  to each node and forwards it inside that node over NVLink);
+- ``intra_node``: one copy per distinct other GPU on the source node (NVLink);
+- ``inter_node_flat``: one copy per distinct GPU on another node (an all-to-all without
+  node deduplication), for comparison.
+
+Everything is vectorised over layers and tokens (layers in chunks, to bound memory); the
+distinct sets are bitmasks (one int64 per token) when the cluster has at most 62 GPUs, and
+sorted rows otherwise.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .cluster import Cluster
+from .errors import PlanError
+from .plan import Plan
+from .routing.trace import RoutingTrace
+
+# Layers scored at once: [chunk, tokens, top_k] int64 index tensors (8 layers of 100k
+# tokens x top-8 are 51 MB each).
+LAYER_CHUNK = 8
+# Bitmask sets: destination GPUs in bits 0..31 of an int64, their nodes in bits 32..; the
+# remote-node sets are counted per (layer, source node, set), 2**N of them.
+BITMASK_GPUS = 32
+BITMASK_NODES = 16
+
+_M1, _M2, _M4, _H01 = 0x5555555555555555, 0x3333333333333333, 0x0F0F0F0F0F0F0F0F, 0x0101010101010101
+
+
+def popcount(x: torch.Tensor) -> torch.Tensor:
+    """Set bits of non-negative int64 values below 2**62 (SWAR; int64 products wrap)."""
+    x = x - ((x >> 1) & _M1)
+    x = (x & _M2) + ((x >> 2) & _M2)
+    x = (x + (x >> 4)) & _M4
+    return (x * _H01) >> 56
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """The dispatch traffic of one plan on one routing trace.
+
+    remote_nodes: [L] mean distinct remote nodes per token; remote_nodes_p99: [L] its 99th
+        percentile; remote_gpus / remote_gpus_p99: the same for distinct GPUs other than
+        the source (any node).
+    nodes_hist: [L, N] tokens reaching 0, 1, ... N-1 remote nodes (per layer).
+    node_matrix: [N, N] float64 inter-node bytes from source node (row) to destination node
+        (column), summed over layers; the diagonal is 0 (intra-node bytes are ``intra_node``).
+    bytes: link class -> total bytes over all layers and tokens (``inter_node``,
+        ``intra_node``, ``inter_node_flat``).
+    layer_bytes: [L] inter-node bytes per layer.
+    dispatched_load: [L, P] float64 tokens each GPU serves under this dispatcher (it is not
+        the even split the balance metrics assume; ``dispatched_imbalance`` says how far).
+    token_bytes: bytes one token sends per destination.
+    """
+
+    remote_nodes: torch.Tensor
+    remote_nodes_p99: torch.Tensor
+    remote_gpus: torch.Tensor
+    remote_gpus_p99: torch.Tensor
+    nodes_hist: torch.Tensor
+    node_matrix: torch.Tensor
+    bytes: dict
+    layer_bytes: torch.Tensor
+    dispatched_load: torch.Tensor
+    token_bytes: int
+    num_tokens: int
+    summary: dict = field(default_factory=dict)
+
+
+def dispatch_table(plan: Plan, cluster: Cluster) -> torch.Tensor:
+    """[L, E, P] int64: the GPU serving expert e for tokens from source GPU g (rule above).
+
+    Gathers over [L, E, P] only: the slots sorted by (expert, node) give each expert's
+    replicas on each node in rank order (slot order), so "the j-th replica on node n" is one
+    offset plus j.
+    """
+    N, P, S, gpn = cluster.num_nodes, cluster.num_gpus, cluster.slots_per_gpu, cluster.gpus_per_node
+    p2l = plan.phy2log                                                     # [L, R]
+    L, R = p2l.shape
+    E = plan.num_experts
+    slot = torch.arange(R, dtype=torch.int64)
+    slot_node = slot // S // gpn                                            # [R]
+    g = torch.arange(P, dtype=torch.int64)
+    g_node = g // gpn
+    # Replicas of e on node n, in slot order: sort slots by (e, n).
+    key = p2l * N + slot_node                                               # [L, R]
+    order = torch.sort(key, dim=1, stable=True).indices                     # slots sorted by (e, n)
+    cnt_en = torch.zeros(L, E * N, dtype=torch.int64).scatter_add_(1, key, torch.ones_like(key))
+    start_en = cnt_en.cumsum(1) - cnt_en                                    # [L, E*N]
+    cell = (torch.arange(E).view(E, 1) * N + g_node.view(1, P)).view(1, E * P).expand(L, -1)   # (e, node of g)
+    n_node = cnt_en.gather(1, cell).view(L, E, P)
+    pos = start_en.gather(1, cell).view(L, E, P) + g.view(1, 1, P) % n_node.clamp_min(1)
+    on_node = order.gather(1, pos.view(L, -1).clamp_max(R - 1)).view(L, E, P) // S
+    # Any replica: the (g mod c)-th in rank order (log2phy).
+    c = plan.logcnt.view(L, E, 1)
+    anywhere = plan.log2phy.gather(2, (g.view(1, 1, P) % c).clamp_max(plan.log2phy.shape[2] - 1)) // S
+    out = torch.where(n_node > 0, on_node, anywhere)
+    # A replica on the source GPU itself wins.
+    here = torch.zeros(L, P * E, dtype=torch.bool)
+    here.scatter_(1, (slot // S).view(1, R) * E + p2l, True)
+    here = here.view(L, P, E).transpose(1, 2)                               # [L, E, P]
+    return torch.where(here, g.view(1, 1, P).expand(L, E, P), out).contiguous()
+
+
+def _hist_quantile(hist: torch.Tensor, q: float) -> torch.Tensor:
+    """[L] the q-quantile of integer values 0..B-1 from their histogram [L, B]."""
+    cum = hist.cumsum(1)
+    need = q * hist.sum(1, keepdim=True)
+    return (cum < need).sum(1).to(torch.float64)
+
+
+def _distinct_sorted(values: torch.Tensor, exclude: torch.Tensor) -> torch.Tensor:
+    """Distinct values per row of [M, k] other than ``exclude`` [M] (any range)."""
+    s = values.sort(-1).values
+    new = torch.ones_like(s, dtype=torch.bool)
+    new[:, 1:] = s[:, 1:] != s[:, :-1]
+    return (new & (s != exclude.unsqueeze(1))).sum(1)
+
+
+def traffic(plan: Plan, cluster: Cluster, trace: RoutingTrace, token_bytes: int = 1, *,
+            bitmask: bool | None = None) -> Traffic:
+    """The dispatch traffic of ``plan`` (valid for ``cluster``) on ``trace``.
+
+    The trace must have the plan's layers and experts. ``token_bytes``: bytes per token and
+    destination (the model preset's ``token_bytes``; 1 counts token copies). ``bitmask``
+    forces the set representation (None: bitmasks when the cluster allows), for tests.
+    """
+    L, E = plan.num_layers, plan.num_experts
+    if trace.num_layers != L or trace.num_experts != E:
+        raise PlanError("routing", f"the trace has {trace.num_layers} layers of {trace.num_experts} experts, "
+                        f"the plan {L} layers of {E}")
+    if isinstance(token_bytes, bool) or not isinstance(token_bytes, int) or token_bytes < 1:
+        raise PlanError("token_bytes", f"must be an integer >= 1, got {token_bytes!r}")
+    plan = plan.to("cpu")
+    N, P, gpn = cluster.num_nodes, cluster.num_gpus, cluster.gpus_per_node
+    T, k = trace.num_tokens, trace.top_k
+    fits = P <= BITMASK_GPUS and N <= BITMASK_NODES and gpn <= 16
+    use_bits = fits if bitmask is None else bitmask
+    if use_bits and not fits:
+        raise PlanError("bitmask", f"bitmasks hold at most {BITMASK_GPUS} GPUs, {BITMASK_NODES} nodes and 16 "
+                        f"GPUs per node; the cluster has {P}, {N} and {gpn}")
+    table = dispatch_table(plan, cluster)                                   # [L, E, P]
+    src = trace.source_gpus(P)                                             # [T]
+    src_node = src // gpn
+    idx_dtype = torch.int32 if L * E * P < 1 << 31 else torch.int64
+    lay_off = torch.arange(L, dtype=torch.int64)
+    layer_src = ((lay_off[:LAYER_CHUNK] * E * P).view(-1, 1) + src.view(1, T)).to(idx_dtype).unsqueeze(-1)
+
+    # Per (layer, source node, remote-node set): tokens. It gives the remote-node counts, their
+    # histogram and the node x node matrix in one bincount (2**N sets per node).
+    node_sets = torch.zeros(L * N << N if use_bits else 0, dtype=torch.int64)
+    to_node = torch.zeros(T if not use_bits else 0, N, dtype=torch.int64)
+    node_sum = torch.zeros(L, dtype=torch.int64)
+    nodes_hist = torch.zeros(L, N, dtype=torch.int64)
+    gpus_hist = torch.zeros(L * P, dtype=torch.int64)
+    intra = torch.zeros(L, dtype=torch.int64)
+    flat = torch.zeros(L, dtype=torch.int64)
+    per_src_expert = torch.zeros(L * E * P, dtype=torch.int64)
+    if use_bits:
+        # One word per (layer, expert, source): the destination GPU's bit (bits 0..31) and
+        # its node's bit (bits 32..), so one gather and one OR pass give both sets.
+        word = ((1 << table) | (1 << (32 + table // gpn))).view(-1)
+        keep = ~((1 << src) | (1 << (32 + src_node)))                      # [T] drop the source's own
+        shift = (src_node * gpn).view(1, T)
+        lut = torch.tensor([bin(i).count("1") for i in range(1 << gpn)], dtype=torch.int64)
+        low = (1 << 32) - 1
+    for a in range(0, L, LAYER_CHUNK):
+        b = min(L, a + LAYER_CHUNK)
+        Lc = b - a
+        # idx = ((layer * E + expert) * P + source GPU) in one fused add (ids promote from int16).
+        idx = torch.add(layer_src[:Lc] + a * E * P, trace.topk_ids[a:b], alpha=P)    # [Lc, T, k]
+        per_src_expert += torch.bincount(idx.view(-1), minlength=L * E * P)
+        rows = (lay_off[a:b]).view(Lc, 1)
+        if use_bits:
+            wb = word[idx]                                                 # [Lc, T, k]
+            w = wb[..., 0].clone()
+            for j in range(1, k):
+                w |= wb[..., j]
+            w &= keep                                                      # [Lc, T]
+            key = ((rows * N + src_node.view(1, T)) << N) + (w >> 32)
+            node_sets += torch.bincount(key.view(-1), minlength=L * N << N)
+            gbits = w & low
+            x = gbits - ((gbits >> 1) & _M1)
+            x = (x & _M2) + ((x >> 2) & _M2)
+            x = (x + (x >> 4)) & _M4
+            g_cnt = ((x * 0x01010101) & low) >> 24                          # bytes 0..3 summed
+            in_node = lut[(gbits >> shift) & ((1 << gpn) - 1)]
+            intra[a:b] = in_node.sum(1)
+            flat[a:b] = (g_cnt - in_node).sum(1)
+        else:
+            dest = table.view(-1)[idx].view(Lc * T, k)
+            dnode = dest // gpn
+            srcr = src.repeat(Lc)
+            srcn = src_node.repeat(Lc)
+            n_cnt = _distinct_sorted(dnode, srcn).view(Lc, T)
+            g_cnt = _distinct_sorted(dest, srcr).view(Lc, T)
+            same = dnode == srcn.unsqueeze(1)
+            intra_rows = _distinct_sorted(torch.where(same, dest, srcr.unsqueeze(1)), srcr)
+            intra[a:b] = intra_rows.view(Lc, T).sum(1)
+            flat[a:b] = (g_cnt.view(-1) - intra_rows).view(Lc, T).sum(1)
+            s = dnode.sort(-1).values
+            new = torch.ones_like(s, dtype=torch.bool)
+            new[:, 1:] = s[:, 1:] != s[:, :-1]
+            new &= s != srcn.unsqueeze(1)
+            hit = torch.zeros(Lc * T, N, dtype=torch.int64).scatter_add_(1, s, new.to(torch.int64))
+            to_node += hit.view(Lc, T, N).sum(0)
+            node_sum[a:b] = n_cnt.sum(1)
+            nodes_hist.view(-1).add_(torch.bincount((rows * N + n_cnt).view(-1), minlength=L * N))
+        gpus_hist.add_(torch.bincount((rows * P + g_cnt).view(-1), minlength=L * P))
+
+    if use_bits:
+        sets = node_sets.view(L, N, 1 << N)                                # [L, source node, set]
+        bits = ((torch.arange(1 << N).view(-1, 1) >> torch.arange(N)) & 1)   # [2**N, N]
+        size = bits.sum(1)                                                  # nodes in each set
+        node_matrix = torch.einsum("lsv,vn->sn", sets.to(torch.float64), bits.to(torch.float64))
+        per_layer_sets = sets.sum(1)                                       # [L, 2**N]
+        node_sum = per_layer_sets @ size
+        nodes_hist = torch.zeros(L, N, dtype=torch.int64).index_add_(1, size.clamp_max(N - 1), per_layer_sets)
+    else:
+        node_matrix = torch.zeros(N, N, dtype=torch.float64).index_add_(0, src_node, to_node.to(torch.float64))
+    node_matrix = node_matrix * token_bytes
+    gpus_hist = gpus_hist.view(L, P)
+    # Tokens each GPU serves: the (layer, expert, source) counts sent where the table says.
+    dispatched = torch.zeros(L * P, dtype=torch.float64)
+    dest_rows = table + (lay_off * P).view(L, 1, 1)
+    dispatched.index_add_(0, dest_rows.view(-1), per_src_expert.to(torch.float64))
+    dispatched = dispatched.view(L, P)
+    mean = dispatched.mean(1)
+    disp_imb = torch.where(mean > 0, dispatched.max(1).values / mean.clamp_min(1e-300), torch.ones_like(mean))
+    gpu_sum = (gpus_hist * torch.arange(P)).sum(1)
+    remote_nodes = node_sum.to(torch.float64) / T
+    remote_gpus = gpu_sum.to(torch.float64) / T
+    layer_bytes = node_sum.to(torch.float64) * token_bytes
+    totals = {"inter_node": int(node_sum.sum()) * token_bytes,
+              "intra_node": int(intra.sum()) * token_bytes,
+              "inter_node_flat": int(flat.sum()) * token_bytes}
+    nodes_p99 = _hist_quantile(nodes_hist, 0.99)
+    gpus_p99 = _hist_quantile(gpus_hist, 0.99)
+    summary = {
+        "traffic_tokens": T,
+        "token_bytes": token_bytes,
+        "remote_nodes_mean": float(remote_nodes.mean()),
+        "remote_nodes_p99": float(nodes_p99.max()),
+        "remote_gpus_mean": float(remote_gpus.mean()),
+        "remote_gpus_p99": float(gpus_p99.max()),
+        "inter_node_bytes": totals["inter_node"],
+        "intra_node_bytes": totals["intra_node"],
+        "inter_node_flat_bytes": totals["inter_node_flat"],
+        "dispatched_imbalance_mean": float(disp_imb.mean()),
+        "dispatched_imbalance_worst": float(disp_imb.max()),
+    }
+    return Traffic(remote_nodes, nodes_p99, remote_gpus, gpus_p99, nodes_hist, node_matrix, totals,
+                   layer_bytes, dispatched, token_bytes, T, summary)
