@@ -20,8 +20,10 @@ from .problem import Problem
 
 
 def _ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
-    """num / den with 0 / 0 = 1 (an all-zero layer is perfectly balanced)."""
-    return torch.where(den > 0, num / den.clamp_min(torch.finfo(den.dtype).tiny), torch.ones_like(num))
+    """num / den with 0 / 0 = 1 (an all-zero layer is perfectly balanced). A positive denominator
+    is used as it is, subnormal included (clamping it to the smallest normal made the imbalance
+    of denormal loads 1e-13)."""
+    return torch.where(den > 0, num / torch.where(den > 0, den, torch.ones_like(den)), torch.ones_like(num))
 
 
 @dataclass(frozen=True)
@@ -216,8 +218,9 @@ def score_validated(problem: Problem, plan: Plan, previous: Plan | None = None,
         max_load, mean_load = gpu_mb.max(-1).values.sum(0), gpu_mb.mean(-1).sum(0)
         node_max, node_mean = node_mb.max(-1).values.sum(0), node_mb.mean(-1).sum(0)
         per_slot = per_slot.sum(0)
-    imb = _ratio(max_load, mean_load)
-    node_imb = _ratio(node_max, node_mean)
+    # max >= mean exactly; a rounded mean may pass the max by an ulp: the ratios keep their range.
+    imb = _ratio(max_load, mean_load).clamp_min(1.0)
+    node_imb = _ratio(node_max, node_mean).clamp_min(1.0)
     dups = count_duplicates(plan.phy2log, P)
     moves = moves_bytes = None
     if previous is not None:
@@ -242,8 +245,8 @@ def score_validated(problem: Problem, plan: Plan, previous: Plan | None = None,
         "max_load_worst": float(max_load.max()),
         "imbalance_mean": float(imb.mean()),
         "imbalance_worst": float(imb.max()),
-        "balancedness": float(_ratio(mean_load, max_load).mean()),
-        "balancedness_sum": float(mean_load.sum() / total_max) if total_max > 0 else 1.0,
+        "balancedness": float(_ratio(mean_load, max_load).clamp(0.0, 1.0).mean()),
+        "balancedness_sum": min(float(mean_load.sum() / total_max), 1.0) if total_max > 0 else 1.0,
         "node_imbalance_mean": float(node_imb.mean()),
         "node_imbalance_worst": float(node_imb.max()),
         "duplicates": dups,
