@@ -87,6 +87,12 @@ class SolverSpec:
 _REGISTRY: dict[str, SolverSpec] = {}
 
 
+# solve()'s own parameters: a solver option of one of these names could never be passed
+# (``solve(problem, name, previous=..., **options)``), so none may be declared; a front end
+# refuses them in ``-O`` as unknown options of the chosen solver.
+RESERVED_OPTION_NAMES = ("problem", "solver", "previous", "expert_bytes")
+
+
 def register(name: str, *, kind: str, description: str, options: Sequence[Option] = (),
              is_available: Callable[[], bool] = lambda: True, requires: str = "", in_suites: bool = True):
     """Decorator adding ``fn(problem, options)`` to the registry under ``name``.
@@ -106,6 +112,9 @@ def register(name: str, *, kind: str, description: str, options: Sequence[Option
         if len(params) != 2 or any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
             raise ValueError(f"solver {name!r}: must be a function of (problem, options)")
         declared = [o.name for o in schema]
+        reserved = sorted(set(declared) & set(RESERVED_OPTION_NAMES))
+        if reserved:
+            raise ValueError(f"solver {name!r}: {reserved[0]!r} is a keyword of solve(), not an option name")
         if len(set(declared)) != len(declared):
             raise ValueError(f"solver {name!r}: an option is declared twice in {declared}")
         _REGISTRY[name] = SolverSpec(name, fn, kind, description, is_available, requires, schema, in_suites,
