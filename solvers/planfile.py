@@ -23,9 +23,10 @@ import datetime as _dt
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from . import safejson
+from .safewrite import write_atomic, write_text_atomic  # noqa: F401  (re-exported: the write API)
 from .errors import LoadFileError, PlanError
 from .plan import Plan
 from .errors import ProblemError
@@ -93,30 +94,6 @@ def _jsonable(v: Any) -> Any:
 def dumps_plan(document: dict[str, Any]) -> str:
     """The document as compact JSON text (what :func:`write_plan` writes)."""
     return json.dumps(document, separators=(",", ":")) + "\n"
-
-
-def write_atomic(path: str | Path, write: Callable[[Path], None], param: str = "out") -> Path:
-    """``write(tmp)`` then rename ``tmp`` into place: a crash never leaves half a file, a
-    failed write leaves no temporary file behind, and errors name the file. The temporary
-    name keeps the suffix (some writers look at it)."""
-    path = Path(path)
-    if not str(path) or path.name == "":
-        raise LoadFileError(param, "an output file name is needed, got an empty path")
-    if path.is_dir():
-        raise LoadFileError(param, f"{path}: is a directory, not a file name")
-    tmp = path.with_name(path.name + ".tmp" + path.suffix)
-    try:
-        write(tmp)
-        tmp.replace(path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise LoadFileError(param, f"{path}: cannot write ({exc.strerror or exc})") from None
-    return path
-
-
-def write_text_atomic(path: str | Path, text: str, param: str = "out") -> Path:
-    """:func:`write_atomic` of a text."""
-    return write_atomic(path, lambda tmp: tmp.write_text(text), param)
 
 
 def write_plan(path: str | Path, document: dict[str, Any]) -> Path:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from solvers.errors import EPLBError, OptionError
+from solvers.safewrite import write_text_atomic
 
 EXIT_GATE, EXIT_USAGE = 1, 2
 VERSIONED = ("torch", "numpy", "pandas", "pyarrow", "ortools", "pulp", "highspy", "plotly", "kaleido",
@@ -212,7 +213,7 @@ def run_parsed(args: argparse.Namespace, prog: str, argv: Sequence[str] | None =
     meta["rows"] = len(df)
     meta["figure"] = figure.name if figure else None
     write_json(out / META_NAME, meta)
-    (out / SUMMARY_NAME).write_text(summary_text(df, meta, violations, figure))
+    write_text_atomic(out / SUMMARY_NAME, summary_text(df, meta, violations, figure))
 
     failures = list(violations)
     crashed = df[df["termination"].isin(["error", "bad_input"])]

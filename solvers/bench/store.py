@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from solvers.errors import LoadFileError, OptionError
+from solvers.safewrite import write_atomic, write_text_atomic
 
 from .rowkeys import legacy_rows
 
@@ -190,32 +191,25 @@ class ResultStore:
         return normalise(pd.DataFrame(self.rows, columns=COLUMNS))
 
     def _rewrite_csv(self) -> None:
-        tmp = self.csv_path.with_suffix(".csv.tmp")
-        with tmp.open("w") as fh:
-            w = csv.DictWriter(fh, COLUMNS, lineterminator="\n")
-            w.writeheader()
-            w.writerows(self.rows)
-            fh.flush()
-            os.fsync(fh.fileno())            # on disk before a stale Parquet may be removed
-        tmp.replace(self.csv_path)
+        def write(tmp: Path) -> None:       # on disk (fsync) before a stale Parquet may be removed
+            with tmp.open("w") as fh:
+                w = csv.DictWriter(fh, COLUMNS, lineterminator="\n")
+                w.writeheader()
+                w.writerows(self.rows)
+
+        write_atomic(self.csv_path, write)
 
     def _write_parquet(self, df: pd.DataFrame) -> None:
-        tmp = self.parquet_path.with_suffix(".parquet.tmp")
-        df.to_parquet(tmp, index=False)
-        tmp.replace(self.parquet_path)
+        write_atomic(self.parquet_path, lambda tmp: df.to_parquet(tmp, index=False))
 
     def write_final(self, df: pd.DataFrame) -> None:
         """Replace both files with the finished table (rows plus the DERIVED columns)."""
         df = normalise(df)
-        tmp = self.csv_path.with_suffix(".csv.tmp")
-        df.to_csv(tmp, index=False)
-        tmp.replace(self.csv_path)
+        write_atomic(self.csv_path, lambda tmp: df.to_csv(tmp, index=False))
         self._write_parquet(df)
         self._parquet_stale = False
 
 
 def write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 

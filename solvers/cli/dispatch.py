@@ -19,6 +19,7 @@ from ..dispatch.microbatches import imbalance_stats, microbatch_imbalance, sampl
 from ..errors import OptionError
 from ..io import read_loads
 from ..planfile import read_plan
+from ..safewrite import write_text_atomic
 from .inputs import dropped_note
 
 
@@ -50,9 +51,9 @@ def cmd_microbatch(args: argparse.Namespace) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        write_text_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
         write_csv(out / "imbalance.csv", imbalance)
-        (out / "histogram.svg").write_text(histogram_svg(imbalance))
+        write_text_atomic(out / "histogram.svg", histogram_svg(imbalance))
         summary["written"] = [str(out / n) for n in ("summary.json", "imbalance.csv", "histogram.svg")]
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -75,7 +76,7 @@ def write_csv(path: Path, imbalance: dict[str, torch.Tensor]) -> None:
     for b in range(first.shape[0]):
         for layer in range(first.shape[1]):
             lines.append(f"{b},{layer}," + ",".join(f"{c[b][layer]:.6f}" for c in cols))
-    path.write_text("\n".join(lines) + "\n")
+    write_text_atomic(path, "\n".join(lines) + "\n")
 
 
 def histogram_svg(imbalance: dict[str, torch.Tensor], bins: int = 40, width: int = 640, height: int = 320) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..errors import LoadFileError, OptionError
 from ..planfile import file_sha256
+from ..safewrite import write_text_atomic
 from .trace import Trace
 
 CATALOG_FILE = "catalog.json"
@@ -175,8 +176,6 @@ def build_catalog(names: list[str] | None = None) -> list[dict[str, Any]]:
         }
     doc = {"format": "eplb-datasets", "version": 1,
            "datasets": sorted(entries.values(), key=lambda e: (e.get("kind") != "example", e["name"]))}
-    tmp = root / (CATALOG_FILE + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n")
-    tmp.replace(root / CATALOG_FILE)
+    write_text_atomic(root / CATALOG_FILE, json.dumps(doc, indent=2) + "\n")
     return doc["datasets"]
 

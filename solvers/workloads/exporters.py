@@ -28,6 +28,7 @@ from ..plan import Plan, replica_ranks
 from ..planfile import FORMAT as EPLB_FORMAT
 from ..planfile import plan_document, read_plan, write_plan
 from ..problem import MAX_LAYERS, Problem
+from ..safewrite import write_atomic, write_text_atomic
 from .formats import PLAN_FORMATS, TRACE_FORMATS, trace_format_of
 
 _SUFFIX = {".json": "json", ".yaml": "trtllm", ".yml": "trtllm", ".csv": "csv"}
@@ -40,8 +41,6 @@ def _fail(path: Any, message: str) -> LoadFileError:
 
 
 def _write_text(path: Path, text: str) -> None:
-    from ..planfile import write_text_atomic
-
     write_text_atomic(path, text)
 
 
@@ -304,17 +303,16 @@ def _csv_gpus(path: Path) -> int:
 def write_vllm_json(loads: torch.Tensor, path: str | Path, chunk_steps: int = 64) -> Path:
     """loads [steps, layers, experts] as ``{"load_history": [{"logical_expert_load": ...}]}``,
     written a few steps at a time (the text is never built whole)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w") as fh:
-        fh.write('{"load_history": [')
-        for t0 in range(0, loads.shape[0], chunk_steps):
-            block = loads[t0:t0 + chunk_steps].tolist()
-            text = ",".join(json.dumps({"logical_expert_load": step}, separators=(",", ":")) for step in block)
-            fh.write(("," if t0 else "") + text)
-        fh.write("]}\n")
-    tmp.replace(path)
-    return path
+    def write(tmp: Path) -> None:
+        with tmp.open("w") as fh:
+            fh.write('{"load_history": [')
+            for t0 in range(0, loads.shape[0], chunk_steps):
+                block = loads[t0:t0 + chunk_steps].tolist()
+                text = ",".join(json.dumps({"logical_expert_load": step}, separators=(",", ":")) for step in block)
+                fh.write(("," if t0 else "") + text)
+            fh.write("]}\n")
+
+    return write_atomic(path, write)
 
 
 def write_trace(trace: Any, path: str | Path, format: str | None = None) -> Path:
@@ -334,11 +332,9 @@ def write_trace(trace: Any, path: str | Path, format: str | None = None) -> Path
     if format == "vllm":
         return write_vllm_json(trace.loads, path)
     if format == "sglang":
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save({"rank": 0, "logical_count": trace.loads.to(torch.int32),
-                    "average_utilization_rate_over_window": None}, tmp)
-        tmp.replace(path)
-        return path
+        counts = trace.loads.to(torch.int32)
+        return write_atomic(path, lambda tmp: torch.save({"rank": 0, "logical_count": counts,
+                                                           "average_utilization_rate_over_window": None}, tmp))
     T, L, E = trace.loads.shape
     idx = np.indices((T, L, E)).reshape(3, -1).T
     table = np.concatenate([idx, trace.loads.numpy().reshape(-1, 1)], axis=1)
