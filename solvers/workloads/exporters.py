@@ -248,8 +248,9 @@ def read_exported_plan(path: str | Path, format: str | None = None, num_experts:
     # csv
     try:
         data = np.genfromtxt(path, delimiter=",", names=True, dtype=np.int64)
-    except (OSError, ValueError) as exc:
-        raise _fail(path, f"cannot read plan CSV ({exc})") from None
+    except (OSError, ValueError, OverflowError) as exc:
+        raise _fail(path, f"cannot read plan CSV ({type(exc).__name__}: ids must be integers below 2**63)"
+                    if isinstance(exc, OverflowError) else f"cannot read plan CSV ({exc})") from None
     names = data.dtype.names or ()
     if not {"layer", "slot", "expert"} <= set(names) or data.size == 0:
         raise _fail(path, "plan CSV needs a header with layer, slot, expert and at least one row")
@@ -293,8 +294,16 @@ def read_plan_for_loads(path: str | Path, num_layers: int, num_experts: int,
 
 
 def _csv_gpus(path: Path) -> int:
-    data = np.atleast_1d(np.genfromtxt(path, delimiter=",", names=True, dtype=np.int64))
-    return int(data["gpu"].max()) + 1 if "gpu" in (data.dtype.names or ()) else 0
+    try:
+        data = np.atleast_1d(np.genfromtxt(path, delimiter=",", names=True, dtype=np.int64))
+    except (OSError, ValueError, OverflowError) as exc:
+        raise _fail(path, f"cannot read plan CSV ({type(exc).__name__})") from None
+    if "gpu" not in (data.dtype.names or ()):
+        return 0
+    gpus = int(data["gpu"].max()) + 1
+    if not 1 <= gpus <= data.size:           # every GPU holds at least one of the rows' slots
+        raise _fail(path, f"gpu ids must be in [0, {data.size}) (one per slot at most), got up to {gpus - 1}")
+    return gpus
 
 
 # ---------------------------------------------------------------------------------------
