@@ -430,9 +430,13 @@ def _npz_arrays(path: Path) -> dict[str, np.ndarray]:
     filecheck.check_npz(path)          # sizes, dtypes and declared shapes, before numpy allocates
     try:
         with np.load(path, allow_pickle=False) as npz:
-            return {k: npz[k] for k in npz.files}
+            arrays = {k: npz[k] for k in npz.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
         raise _fail(path, f"cannot read .npz file ({type(exc).__name__}: {exc})") from None
+    raw = next((k for k, v in arrays.items() if not isinstance(v, np.ndarray)), None)
+    if raw is not None:            # numpy hands a member that is not .npy data back as bytes
+        raise _fail(path, f"{raw}: is not an .npy array")
+    return arrays
 
 
 def _scalar_int(arrays: dict[str, np.ndarray], key: str, path: Path) -> int:
