@@ -161,8 +161,9 @@ def _charts(problem, outcome, loads, model, solver, window) -> None:
 @st.fragment
 def _per_gpu(problem, result) -> None:
     L, worst = problem.num_layers, worst_layer(result)
+    # one MoE layer: no slider (Streamlit refuses a 0..0 range)
     layer = st.slider("Layer", 0, L - 1, worst, key=f"{PAGE}:layer:{L}",
-                      help=f"MoE layer to draw (starts at the worst layer, {worst})")
+                      help=f"MoE layer to draw (starts at the worst layer, {worst})") if L > 1 else 0
     fig = cache.gpu_figure(problem, result, layer)
     st.plotly_chart(fig, width="stretch", key=f"{PAGE}:chart:bars")
     if problem.num_nodes > 1:

@@ -44,6 +44,12 @@ class _Parser(argparse.ArgumentParser):
         raise OptionError("arguments", message)
 
 
+# A run's task list is held in memory (and every seed is a full sweep of the suite).
+MAX_SEEDS = 10_000
+# torch's OpenMP aborts the process (libgomp) when asked for absurd thread counts.
+MAX_THREADS = 256
+
+
 def parse_seeds(text: str) -> list[int]:
     seeds: list[int] = []
     for part in text.replace(" ", "").split(","):
@@ -52,11 +58,15 @@ def parse_seeds(text: str) -> list[int]:
         try:
             if "-" in part:
                 lo, hi = part.split("-", 1)
+                if int(hi) - int(lo) >= MAX_SEEDS:
+                    raise OptionError("seeds", f"at most {MAX_SEEDS} seeds per run, got the range {part}")
                 seeds.extend(range(int(lo), int(hi) + 1))
             else:
                 seeds.append(int(part))
         except ValueError:
             raise OptionError("seeds", f"expected integers like 0,1,2 or 0-4, got {text!r}") from None
+    if len(seeds) > MAX_SEEDS:
+        raise OptionError("seeds", f"at most {MAX_SEEDS} seeds per run, got {len(seeds)}")
     if not seeds or any(s < 0 for s in seeds):
         raise OptionError("seeds", f"expected non-negative integers like 0,1,2 or 0-4, got {text!r}")
     return sorted(set(seeds))
@@ -151,8 +161,8 @@ def run_parsed(args: argparse.Namespace, prog: str, argv: Sequence[str] | None =
         raise OptionError("solvers", "expected comma-separated solver names")
     if args.time_limit is not None and not (args.time_limit > 0):
         raise OptionError("time_limit", f"must be > 0 seconds, got {args.time_limit}")
-    if args.threads < 1:
-        raise OptionError("threads", f"must be >= 1, got {args.threads}")
+    if not 1 <= args.threads <= MAX_THREADS:
+        raise OptionError("threads", f"must be in [1, {MAX_THREADS}], got {args.threads}")
     if args.fail_if_gap_above is not None and not (args.fail_if_gap_above >= 0):
         raise OptionError("fail_if_gap_above", f"must be >= 0, got {args.fail_if_gap_above}")
     check_executor(args.executor, args.address, args.jobs)

@@ -39,7 +39,10 @@ def cmd_microbatch(args: argparse.Namespace) -> int:
         tokens = steps_as_microbatches(trace)
         source = {"microbatches": "steps", "count": int(tokens.shape[0])}
     else:
-        k, n, b = args.top_k or 8, args.tokens_per_microbatch or 4096, args.microbatches or 64
+        # "or" would turn an explicit 0 into the default: only absent flags take it
+        k, n, b = (8 if args.top_k is None else args.top_k,
+                   4096 if args.tokens_per_microbatch is None else args.tokens_per_microbatch,
+                   64 if args.microbatches is None else args.microbatches)
         tokens = sample_microbatches(trace, b, n, k, args.seed)
         source = {"microbatches": "sampled", "count": b, "tokens_per_microbatch": n, "top_k": k,
                   "seed": args.seed}
