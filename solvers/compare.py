@@ -80,7 +80,8 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
         opts = solver_options(name, options or {}, time_limit)
         if policy is not None:
             opts["policy"] = policy
-        get_solver(name).parse(opts)         # every run's options checked before the first one runs
+        get_solver(name).parse(opts)         # every run's options and work cap checked before the first one runs
+        get_solver(name).check_size(problem)
         runs.append((name, policy, opts))
     rows = []
     for name, policy, opts in runs:
