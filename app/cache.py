@@ -126,6 +126,42 @@ def results(directory: str, stamp: float) -> pd.DataFrame:
     return df
 
 
+@st.cache_data(show_spinner="Reading benchmark results...", max_entries=4)
+def _results_upload(sha: str, name: str, _data: bytes) -> pd.DataFrame:
+    from solvers.bench.analysis import derive
+    from solvers.bench.store import read_results_bytes
+
+    df = read_results_bytes(_data, name)
+    if "gap_mean" not in df.columns or "proven_optimum" not in df.columns:
+        df = derive(df)[0]
+    return df
+
+
+def results_upload(name: str, data: bytes) -> pd.DataFrame:
+    """An uploaded ``results.parquet`` / ``results.csv``, parsed once per content."""
+    return _results_upload(hashlib.sha256(data).hexdigest(), name, data)
+
+
+# The app is a shared server: the Results page reads result sets from the project's own
+# folders only (the shipped results and run directories under <checkout>/results), never
+# from a path a visitor types.
+PROJECT_RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+
+def result_sets() -> dict[str, str]:
+    """label -> directory of every result set the Results page may read: the shipped one,
+    then each directory under ``results/`` of the checkout (two levels) holding a table."""
+    from solvers.bench.recommend import SHIPPED_RESULTS
+
+    sets = {"shipped benchmark results": str(SHIPPED_RESULTS)}
+    if PROJECT_RESULTS.is_dir():
+        found = {p.parent for pattern in ("*/results.*", "*/*/results.*") for p in PROJECT_RESULTS.glob(pattern)
+                 if p.name in ("results.parquet", "results.csv")}
+        for d in sorted(found):
+            sets[f"results/{d.relative_to(PROJECT_RESULTS).as_posix()}"] = str(d)
+    return sets
+
+
 def results_stamp(directory: str) -> float:
     d = Path(directory)
     return max((p.stat().st_mtime for p in d.glob("results.*")), default=0.0) if d.is_dir() else 0.0

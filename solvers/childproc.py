@@ -10,9 +10,11 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import types
 
 _PR_SET_PDEATHSIG = 1
@@ -61,3 +63,47 @@ def tied_subprocess_module() -> types.ModuleType:
     proxy.__dict__.update({k: v for k, v in vars(subprocess).items() if not k.startswith("__")})
     proxy.Popen = _tied_popen
     return proxy
+
+
+# Scratch directories of solver backends (CBC's .mps/.mst/.sol files, up to 45 MB) carry
+# the owner's pid in their name: a process killed by SIGKILL cannot clean up, so the next
+# one removes the directories of owners that are gone.
+_SCRATCH_PREFIX = "eplb-scratch-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale_scratch(root: str | None = None) -> int:
+    """Remove scratch directories whose owning process is gone; returns how many."""
+    root = root or tempfile.gettempdir()
+    removed = 0
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return 0
+    for name in names:
+        if not name.startswith(_SCRATCH_PREFIX):
+            continue
+        try:
+            pid = int(name[len(_SCRATCH_PREFIX):].split("-", 1)[0])
+        except ValueError:
+            continue
+        if pid != os.getpid() and not _alive(pid):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            removed += 1
+    return removed
+
+
+def scratch_dir():
+    """A ``tempfile.TemporaryDirectory`` named after this process (removed on exit from the
+    ``with``, and by :func:`sweep_stale_scratch` in a later process if this one is killed)."""
+    sweep_stale_scratch()
+    return tempfile.TemporaryDirectory(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-")

@@ -93,11 +93,20 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
         spec = get_solver(n)
         if not spec.is_available():
             raise OptionError("solvers", f"{n!r} is not available here: {spec.requires}")
-    rows = []
+    declared = {k for n in names for k in get_solver(n).options}
+    unknown = sorted(set(options or {}) - declared)
+    if unknown:
+        raise OptionError(unknown[0], f"is not an option of any solver compared ({', '.join(names)})")
+    runs = []
     for name, policy in planned_runs(problem, names, policies):
         opts = solver_options(name, options or {}, time_limit)
         if policy is not None:
             opts["policy"] = policy
+        get_solver(name).parse(opts)         # every run's options and work cap checked before the first one runs
+        get_solver(name).check_size(problem)
+        runs.append((name, policy, opts))
+    rows = []
+    for name, policy, opts in runs:
         if on_progress:
             on_progress(name, policy or "-", None)
         try:

@@ -167,7 +167,7 @@ def rebalance_experts(weight: Any, num_replicas: int, num_groups: int, num_nodes
     return deepseek_plan(w, cluster.num_replicas, G, cluster.num_nodes, cluster.num_gpus, resolved).as_tuple()
 
 
-@register("deepseek", kind="heuristic", options=(policy_option(),), heterogeneous=True,
+@register("deepseek", kind="heuristic", options=(policy_option(),), heterogeneous=True, max_slots_per_gpu=None,
           description="DeepSeek's greedy EPLB (replicate, balanced packing, hierarchical/global)")
 def _solve_deepseek(problem: Problem, opts: SolverOptions) -> SolverOutput:
     """On GPUs of different speeds (the same slot count each) it plans the homogeneous view,

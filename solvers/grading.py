@@ -62,6 +62,7 @@ def graded_run(problem: Problem, solver: str, options: Mapping[str, Any] | Solve
     if not spec.is_available():
         raise OptionError("solver", f"{solver!r} is not available here: {spec.requires}")
     spec.check_cluster(problem)
+    spec.check_size(problem)           # the solver's work cap, before any work
     bound = lower_bound(problem)
     start = time.perf_counter()
     try:

@@ -13,12 +13,14 @@ count is kept (``dense_layers``) so exported maps get the engine's row count bac
 """
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import numpy as np
 import torch
 
 from .errors import LoadFileError
@@ -74,6 +76,30 @@ def leading_zero_layers(loads: torch.Tensor) -> int:
     return int(nonzero[0]) if len(nonzero) else 0
 
 
+# Float loads whose largest value lies outside [2**-100, 2**100] are multiplied by a power of
+# two that brings it into [0.5, 1): exact (only the exponents change), and every ratio the
+# project reports is scale-free. Far outside, sums underflow to denormals or overflow to inf.
+_TINY, _HUGE = 2.0**-100, 2.0**100
+
+
+def rescale_extreme(raw: torch.Tensor, source: str) -> tuple[torch.Tensor, int]:
+    """(loads, k): loads x 2**k when their largest value is denormal-small or overflow-large
+    (k = 0 otherwise). Refused (:class:`LoadFileError`) when the range is so wide that the
+    scaling would lose a value (values below 2**-1074 of the largest)."""
+    if not raw.is_floating_point() or raw.numel() == 0:
+        return raw, 0
+    top = float(raw.max())
+    if top <= 0 or _TINY <= top <= _HUGE:
+        return raw, 0
+    k = -math.frexp(top)[1]                         # top * 2**k in [0.5, 1)
+    arr = raw.detach().cpu().to(torch.float64).numpy()
+    scaled = np.ldexp(arr, k)
+    if not np.array_equal(np.ldexp(scaled, -k), arr):
+        raise LoadFileError("loads", f"{source}: loads span more than float64's range (largest {top:.3g}, "
+                            f"values below 2**-1074 of it would be lost by rescaling)")
+    return torch.from_numpy(scaled), k
+
+
 def _window(steps: Any) -> slice:
     if steps is None:
         return slice(None)
@@ -124,6 +150,9 @@ def read_loads(source: str | os.PathLike | LoadsSpec | bytes | BinaryIO, format:
     param = "loads" if spec_steps is not None else "steps"       # the window's origin: SPEC@A:B or steps=
     raw, meta = read_raw(spec.target, format or spec.format)
     fmt_used = meta.get("format", format or spec.format or "?")
+    raw, scale = rescale_extreme(raw, str(spec.spec))
+    if scale:
+        meta = {**meta, "rescaled_by_pow2": scale}
     dense = leading_zero_layers(raw) if drop_dense else 0
     file_layers = raw.shape[-2]
     if raw.dim() == 3:

@@ -23,13 +23,14 @@ import datetime as _dt
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from . import __version__, safejson
+from . import __version__, filecheck, safejson
 from .cluster import Cluster, as_count
 from .errors import LoadFileError, PlanError, ProblemError
 from .plan import Plan
-from .problem import Problem
+from .problem import MAX_LAYERS, Problem
+from .safewrite import write_atomic, write_text_atomic  # noqa: F401  (re-exported: the write API)
 
 FORMAT = "eplb-plan"
 VERSION = 1
@@ -92,30 +93,6 @@ def dumps_plan(document: dict[str, Any]) -> str:
     return json.dumps(document, separators=(",", ":")) + "\n"
 
 
-def write_atomic(path: str | Path, write: Callable[[Path], None], param: str = "out") -> Path:
-    """``write(tmp)`` then rename ``tmp`` into place: a crash never leaves half a file, a
-    failed write leaves no temporary file behind, and errors name the file. The temporary
-    name keeps the suffix (some writers look at it)."""
-    path = Path(path)
-    if not str(path) or path.name == "":
-        raise LoadFileError(param, "an output file name is needed, got an empty path")
-    if path.is_dir():
-        raise LoadFileError(param, f"{path}: is a directory, not a file name")
-    tmp = path.with_name(path.name + ".tmp" + path.suffix)
-    try:
-        write(tmp)
-        tmp.replace(path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise LoadFileError(param, f"{path}: cannot write ({exc.strerror or exc})") from None
-    return path
-
-
-def write_text_atomic(path: str | Path, text: str, param: str = "out") -> Path:
-    """:func:`write_atomic` of a text."""
-    return write_atomic(path, lambda tmp: tmp.write_text(text), param)
-
-
 def write_plan(path: str | Path, document: dict[str, Any]) -> Path:
     """Write atomically (a temporary file renamed), so a crash never leaves half a plan."""
     return write_text_atomic(path, dumps_plan(document))
@@ -142,6 +119,53 @@ def read_plan(source: str | Path | bytes) -> tuple[Plan, dict[str, Any]]:
     return _from_document(doc, path)
 
 
+# The document's other sections and their types: readers (score, convert, the app) take them
+# on trust once the document passed here. A section may be absent; when present it must be this.
+_SECTIONS: dict[str, tuple[type, ...]] = {"engine": (dict,), "policy": (str,), "solver": (str,),
+                                          "options": (dict,), "bounds": (dict,), "metrics": (dict,),
+                                          "provenance": (dict,)}
+_ENGINE_COUNTS = ("dense_layers", "engine_layers")
+
+
+def _check_sections(doc: dict[str, Any], path: Path) -> None:
+    """Types of the optional sections, depth and finite numbers of what they hold
+    (:func:`solvers.filecheck.check_meta`), the engine row counts as bounded integers."""
+    for key, types in _SECTIONS.items():
+        if key in doc and not isinstance(doc[key], types):
+            raise LoadFileError("plan", f"{path}: {key}: must be {'an object' if dict in types else 'a string'}, "
+                                f"got {type(doc[key]).__name__}")
+    for key in ("engine", "options", "bounds", "metrics", "provenance"):
+        if key in doc:
+            try:
+                filecheck.check_meta(doc[key], path, key, finite=key not in ("metrics", "bounds"))
+            except LoadFileError as exc:
+                raise LoadFileError("plan", str(exc).removeprefix("loads: ")) from None
+    engine = doc.get("engine") or {}
+    for key in _ENGINE_COUNTS:
+        v = engine.get(key, 0)
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_LAYERS + MAX_LAYERS:
+            raise LoadFileError("plan", f"{path}: engine.{key}: must be an integer in [0, {2 * MAX_LAYERS}], "
+                                f"got {str(v)[:40]!r}")
+
+
+def _check_int_array(value: Any, path: Path, field: str, depth: int = 3) -> None:
+    """A plan tensor in JSON: nested lists (at most ``depth`` levels) of integers; refused
+    before anything converts it (a string, a float or a deeper nest names the field)."""
+    if not isinstance(value, list):
+        raise LoadFileError("plan", f"{path}: {field}: must be a nested list of integers, got {type(value).__name__}")
+    stack = [(value, 1)]
+    while stack:
+        items, level = stack.pop()
+        for v in items:
+            if isinstance(v, list):
+                if level >= depth:
+                    raise LoadFileError("plan", f"{path}: {field}: nested deeper than {depth} levels")
+                stack.append((v, level + 1))
+            elif isinstance(v, bool) or not isinstance(v, int) or not -1 <= v < 2**31:
+                raise LoadFileError("plan", f"{path}: {field}: holds {type(v).__name__} {str(v)[:40]!r}, "
+                                    f"not an integer id in [-1, 2**31)")
+
+
 def _from_document(doc: Any, path: Path) -> tuple[Plan, dict[str, Any]]:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise LoadFileError("plan", f"{path}: not an {FORMAT} file (missing \"format\": \"{FORMAT}\")")
@@ -152,6 +176,7 @@ def _from_document(doc: Any, path: Path) -> tuple[Plan, dict[str, Any]]:
     missing += [f"problem.{k}" for k in SHAPE_KEYS if k not in shape]
     if missing:
         raise LoadFileError("plan", f"{path}: missing {', '.join(missing)}")
+    _check_sections(doc, path)
     try:
         cluster = Cluster(shape["num_nodes"], shape["num_gpus"], shape["num_replicas"],
                           gpu_speed=shape.get("gpu_speed"), gpu_slots=shape.get("gpu_slots"))
@@ -159,6 +184,8 @@ def _from_document(doc: Any, path: Path) -> tuple[Plan, dict[str, Any]]:
         as_count(shape["num_layers"], "problem.num_layers")
     except ProblemError as exc:
         raise LoadFileError("plan", f"{path}: invalid problem shape ({exc})") from None
+    for key in ("phy2log", "log2phy", "logcnt"):
+        _check_int_array(doc[key], path, key)
     try:
         plan = Plan.from_tensors(doc["phy2log"], doc["log2phy"], doc["logcnt"])
         plan.validate(shape["num_layers"], shape["num_experts"], shape["num_replicas"],

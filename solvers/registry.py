@@ -17,7 +17,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .errors import OptionError
+from .cluster import MAX_REPLICAS
+from .errors import OptionError, ProblemError
 from .options import Option, SolverOptions, options_class
 from .plan import Plan
 from .problem import Problem
@@ -73,6 +74,17 @@ class SolverSpec:
             raise OptionError("solver", f"{self.name!r} plans identical GPUs only (speed 1, the same slot "
                               f"count each, none failed); this cluster is {problem.cluster.describe()}. "
                               f"Solvers for it: {able}")
+    # Work cap: the most slots per GPU it plans (None: the Problem's own caps, the greedy's).
+    max_slots_per_gpu: int | None = None
+
+    def check_size(self, problem: Problem) -> None:
+        """Refuse a problem beyond this solver's work cap, naming the cap (before it runs)."""
+        cap = self.max_slots_per_gpu
+        S = max(problem.cluster.gpu_slots)                  # the fullest GPU
+        if cap is not None and S > cap:
+            raise ProblemError("num_replicas", f"solver {self.name!r} plans at most {cap} slots per GPU (its work "
+                               f"grows faster than the slots), got {S} ({problem.num_replicas} slots on "
+                               f"{problem.num_gpus} GPUs); the greedy 'deepseek' serves up to {MAX_REPLICAS} slots")
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -98,9 +110,23 @@ class SolverSpec:
 _REGISTRY: dict[str, SolverSpec] = {}
 
 
+# Work cap of every solver but the greedy, in slots per GPU: the greedy (deepseek) is linear in
+# the slots and serves the Problem's own caps; the others pack, swap or model each GPU's
+# slots, and their work grows faster (on 2 shared cores, 2 layers x 32 experts on 2 GPUs:
+# kk_swap 38 s at 1024 slots per GPU and past 600 s at 32768; best with time_limit=1 24 s at
+# 1024). Real clusters hold 1-64 experts per GPU. ``register(..., max_slots_per_gpu=None)``
+# lifts it for a solver as cheap as the greedy.
+MAX_SLOTS_PER_GPU = 256
+
+# solve()'s own parameters: a solver option of one of these names could never be passed
+# (``solve(problem, name, previous=..., **options)``), so none may be declared; a front end
+# refuses them in ``-O`` as unknown options of the chosen solver.
+RESERVED_OPTION_NAMES = ("problem", "solver", "previous", "expert_bytes")
+
+
 def register(name: str, *, kind: str, description: str, options: Sequence[Option] = (),
              is_available: Callable[[], bool] = lambda: True, requires: str = "", in_suites: bool = True,
-             heterogeneous: bool = False):
+             heterogeneous: bool = False, max_slots_per_gpu: int | None = MAX_SLOTS_PER_GPU):
     """Decorator adding ``fn(problem, options)`` to the registry under ``name``.
 
     ``options`` is the schema: one :class:`Option` per option; ``fn`` receives them as an
@@ -119,10 +145,13 @@ def register(name: str, *, kind: str, description: str, options: Sequence[Option
         if len(params) != 2 or any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
             raise ValueError(f"solver {name!r}: must be a function of (problem, options)")
         declared = [o.name for o in schema]
+        reserved = sorted(set(declared) & set(RESERVED_OPTION_NAMES))
+        if reserved:
+            raise ValueError(f"solver {name!r}: {reserved[0]!r} is a keyword of solve(), not an option name")
         if len(set(declared)) != len(declared):
             raise ValueError(f"solver {name!r}: an option is declared twice in {declared}")
         _REGISTRY[name] = SolverSpec(name, fn, kind, description, is_available, requires, schema, in_suites,
-                                     options_class(name, schema), heterogeneous)
+                                     options_class(name, schema), heterogeneous, max_slots_per_gpu)
         return fn
 
     return deco
@@ -144,6 +173,7 @@ def run(problem: Problem, solver: str, options: Mapping[str, Any] | SolverOption
     if not spec.is_available():
         raise OptionError("solver", f"{solver!r} is not available here: {spec.requires}")
     spec.check_cluster(problem)
+    spec.check_size(problem)
     return spec.fn(problem, spec.parse(options))
 
 

@@ -24,8 +24,10 @@ from .traffic import Traffic, traffic
 
 
 def _ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
-    """num / den with 0 / 0 = 1 (an all-zero layer is perfectly balanced)."""
-    return torch.where(den > 0, num / den.clamp_min(torch.finfo(den.dtype).tiny), torch.ones_like(num))
+    """num / den with 0 / 0 = 1 (an all-zero layer is perfectly balanced). A positive denominator
+    is used as it is, subnormal included (clamping it to the smallest normal made the imbalance
+    of denormal loads 1e-13)."""
+    return torch.where(den > 0, num / torch.where(den > 0, den, torch.ones_like(den)), torch.ones_like(num))
 
 
 @dataclass(frozen=True)
@@ -323,9 +325,10 @@ def score_validated(problem: Problem, plan: Plan, previous: Plan | None = None,
         gpu_time = gpu / speed
         max_time = mb_time.max(-1).values.sum(0)
         ideal = mb.sum(-1).sum(0) / cluster.total_speed                          # W / sum of speeds
-    imb = _ratio(max_load, mean_load)
-    time_imb = imb if speed is None else _ratio(max_time, ideal)
-    node_imb = _ratio(node_max, node_mean)
+    # max >= mean exactly; a rounded mean may pass the max by an ulp: the ratios keep their range.
+    imb = _ratio(max_load, mean_load).clamp_min(1.0)
+    time_imb = imb if speed is None else _ratio(max_time, ideal).clamp_min(1.0)
+    node_imb = _ratio(node_max, node_mean).clamp_min(1.0)
     dups = count_duplicates(plan.phy2log, P, slot_gpu)
     moves = moves_bytes = None
     if previous is not None:
@@ -357,8 +360,8 @@ def score_validated(problem: Problem, plan: Plan, previous: Plan | None = None,
         "max_load_worst": float(max_load.max()),
         "imbalance_mean": float(imb.mean()),
         "imbalance_worst": float(imb.max()),
-        "balancedness": float(_ratio(mean_load, max_load).mean()),
-        "balancedness_sum": float(mean_load.sum() / total_max) if total_max > 0 else 1.0,
+        "balancedness": float(_ratio(mean_load, max_load).clamp(0.0, 1.0).mean()),
+        "balancedness_sum": min(float(mean_load.sum() / total_max), 1.0) if total_max > 0 else 1.0,
         "node_imbalance_mean": float(node_imb.mean()),
         "node_imbalance_worst": float(node_imb.max()),
         "duplicates": dups,

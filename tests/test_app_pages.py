@@ -291,12 +291,24 @@ def test_results_default_render_and_recommender():
     assert at.success and at.success[0].value.startswith("use ")
 
 
-def test_results_missing_directory_shows_an_error(tmp_path):
+def test_results_reads_no_typed_path_and_uploads_are_checked():
+    from solvers.bench.recommend import SHIPPED_RESULTS
+
     at = _app().run()
     at.switch_page("views/results.py").run()
-    at.text_input(key="results:dir").set_value(str(tmp_path / "nowhere")).run()
+    assert not at.text_input                     # a shared server: no path box reaching its files
+    assert "shipped benchmark results" in at.selectbox(key="results:set_choice").options
+    at.selectbox(key="results:set_choice").set_value("Upload a results table").run()
     _clean(at)
-    assert len(at.error) == 1 and at.error[0].value.startswith("results")
+    for name, data in [("results.csv", b'a,b\n"1,2\n'), ("results.parquet", b"PAR1 not parquet PAR1"),
+                       ("results.csv", b"\xff\xfe\x00garbage")]:
+        at.file_uploader(key="results:upload").set_value((name, data, "application/octet-stream")).run()
+        _clean(at)
+        assert len(at.error) == 1 and at.error[0].value.startswith("results"), at.error
+    good = (Path(str(SHIPPED_RESULTS)) / "results.parquet").read_bytes()
+    at.file_uploader(key="results:upload").set_value(("results.parquet", good, "application/octet-stream")).run()
+    _clean(at)
+    assert not at.error and len(at.dataframe) >= 2
 
 
 # ---------------------------------------------------------------------------------------

@@ -35,6 +35,20 @@ def _make(spec: dict, tmp: Path) -> Path:
                                                       "shape": tuple(spec["shape"])})
         with zipfile.ZipFile(path, "w") as zf:
             zf.writestr("loads.npy", header.getvalue() + b"\0" * 64)
+    elif make == "zip_bomb":
+        # one member of zeros, deflated: decompresses to spec["bytes"] from a few KB
+        header = b""
+        if spec.get("npy"):
+            buf = io.BytesIO()
+            np.lib.format.write_array_header_1_0(buf, {"descr": "<f8", "fortran_order": False,
+                                                       "shape": (spec["bytes"] // 8,)})
+            header = buf.getvalue()
+        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            with zf.open(spec.get("member", "loads.npy"), "w", force_zip64=True) as fh:
+                fh.write(header)
+                block = b"\0" * (1 << 22)
+                for _ in range(spec["bytes"] // len(block)):
+                    fh.write(block)
     elif make == "pickle":
         path.write_bytes(pickle.dumps({"loads": [[1, 2, 3, 4]]}))
     elif "hex" in spec:

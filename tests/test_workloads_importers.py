@@ -354,11 +354,15 @@ def test_loads_spec_step_ranges(tmp_path):
 def test_csv_matrix_headers_and_index_columns(tmp_path):
     want = [[10, 20, 30, 40], [5, 6, 7, 8]]
     for name, text in [("pandas.csv", ",0,1,2,3\n0,10,20,30,40\n1,5,6,7,8\n"),
-                       ("ids.csv", "0,1,2,3\n10,20,30,40\n5,6,7,8\n"),
                        ("named.csv", "e0,e1,e2,e3\n10,20,30,40\n5,6,7,8\n"),
-                       ("bare.csv", "10,20,30,40\n5,6,7,8\n")]:
-        (tmp_path / name).write_text(text)
+                       ("bom.csv", "\ufeffe0,e1,e2,e3\n10,20,30,40\n5,6,7,8\n"),
+                       ("bare.csv", "10,20,30,40\n5,6,7,8\n"),
+                       ("bare-bom.csv", "\ufeff10,20,30,40\n5,6,7,8\n")]:
+        (tmp_path / name).write_text(text, encoding="utf-8")
         assert cli_read_weights(tmp_path / name).tolist() == want, name
+    # A header is told by its text, never by position: a numeric first row is loads.
+    (tmp_path / "ids.csv").write_text("0,1,2,3\n10,20,30,40\n5,6,7,8\n")
+    assert cli_read_weights(tmp_path / "ids.csv").tolist() == [[0, 1, 2, 3]] + want
 
 
 def test_long_csv_with_sparse_huge_ids_is_refused(tmp_path):

@@ -142,7 +142,7 @@ def _per_layer(outcomes, held, problem, has_held: bool) -> None:
     first = next(iter(outcomes.values())).result.score
     worst = int(torch.argmax(first.imbalance)) if first is not None else 0
     layer = st.slider("Layer for the per-GPU loads", 0, L - 1, worst, key=f"{PAGE}:layer:{L}",
-                      help=f"starts at the worst layer of the first solver ({worst})")
+                      help=f"starts at the worst layer of the first solver ({worst})") if L > 1 else 0
     loads = {n: o.result.score.gpu_load[layer] for n, o in outcomes.items() if o.result.score is not None}
     st.markdown(f"**Per-GPU load, layer {layer} (in sample)**")
     st.plotly_chart(figures.gpu_loads_side_by_side(loads, problem.num_nodes), width="stretch",

@@ -174,8 +174,9 @@ def _charts(problem, outcome, loads, model, solver, window) -> None:
 @st.fragment
 def _per_gpu(problem, result) -> None:
     L, worst = problem.num_layers, worst_layer(result)
+    # one MoE layer: no slider (Streamlit refuses a 0..0 range)
     layer = st.slider("Layer", 0, L - 1, worst, key=f"{PAGE}:layer:{L}",
-                      help=f"MoE layer to draw (starts at the worst layer, {worst})")
+                      help=f"MoE layer to draw (starts at the worst layer, {worst})") if L > 1 else 0
     c = problem.cluster
     if not c.homogeneous:     # a real cluster: time per GPU (load / speed), failed GPUs marked
         sc = result.score

@@ -13,7 +13,7 @@ from solvers.bench.analysis import (
     shape_label,
     solver_table,
 )
-from solvers.bench.recommend import SHIPPED_RESULTS, format_recommendation, recommend
+from solvers.bench.recommend import format_recommendation, recommend
 from solvers.bench.report import profile_sets
 from solvers.errors import EPLBError
 
@@ -23,13 +23,8 @@ PAGE = "results"
 def main() -> None:
 
     st.title("Benchmark results")
-    directory = st.text_input("Results directory", str(SHIPPED_RESULTS), key=f"{PAGE}:dir",
-                              help="a directory written by `python -m benchmarks.run --out DIR` "
-                                   "(results.parquet or results.csv)")
-    try:
-        df = cache.results(directory, cache.results_stamp(directory))
-    except EPLBError as exc:
-        show_error(exc)
+    df = _result_set()
+    if df is None:
         return
     if df.empty:
         st.warning("The results table is empty.")
@@ -70,6 +65,31 @@ def main() -> None:
         st.plotly_chart(figures.gap_time_scatter(rows, title=shape), width="stretch", key=f"{PAGE}:chart:scatter")
     with tabs[4]:
         _recommender(df)
+
+
+UPLOAD = "Upload a results table"
+
+
+def _result_set():
+    """The results table chosen: a result set of the project's own folders, or an upload
+    (no path box: a shared server reads no path a visitor types). None after an error."""
+    sets = cache.result_sets()
+    choice = st.selectbox("Result set", [*sets, UPLOAD], key=f"{PAGE}:set_choice",
+                          help="the shipped results, run directories under the checkout's results/ "
+                               "(`python -m benchmarks.run --out results/NAME`), or a results.parquet / "
+                               "results.csv you upload")
+    try:
+        if choice == UPLOAD:
+            up = st.file_uploader("results.parquet or results.csv", type=["parquet", "csv"], key=f"{PAGE}:upload")
+            if up is None:
+                st.info("Upload a results table written by `python -m benchmarks.run`.")
+                return None
+            return cache.results_upload(up.name, up.getvalue())
+        directory = sets[choice]
+        return cache.results(directory, cache.results_stamp(directory))
+    except EPLBError as exc:
+        show_error(exc)
+        return None
 
 
 def _recommender(df) -> None:

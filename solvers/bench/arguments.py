@@ -12,6 +12,10 @@ class _Parser(argparse.ArgumentParser):
         raise OptionError("arguments", message)
 
 
+# A run's task list is held in memory (and every seed is a full sweep of the suite).
+MAX_SEEDS = 10_000
+
+
 def parse_seeds(text: str) -> list[int]:
     seeds: list[int] = []
     for part in text.replace(" ", "").split(","):
@@ -20,11 +24,15 @@ def parse_seeds(text: str) -> list[int]:
         try:
             if "-" in part:
                 lo, hi = part.split("-", 1)
+                if int(hi) - int(lo) >= MAX_SEEDS:
+                    raise OptionError("seeds", f"at most {MAX_SEEDS} seeds per run, got the range {part}")
                 seeds.extend(range(int(lo), int(hi) + 1))
             else:
                 seeds.append(int(part))
         except ValueError:
             raise OptionError("seeds", f"expected integers like 0,1,2 or 0-4, got {text!r}") from None
+    if len(seeds) > MAX_SEEDS:
+        raise OptionError("seeds", f"at most {MAX_SEEDS} seeds per run, got {len(seeds)}")
     if not seeds or any(s < 0 for s in seeds):
         raise OptionError("seeds", f"expected non-negative integers like 0,1,2 or 0-4, got {text!r}")
     return sorted(set(seeds))

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..safewrite import write_atomic, write_text_atomic
 from .analysis import (
     CERTIFIED_TARGET,
     DEFAULT_BUDGETS_S,
@@ -136,13 +137,13 @@ def write_profile(df: pd.DataFrame, out_dir: Path, kind: str = "auto") -> Path |
     if path:
         os.environ.setdefault("BROWSER_PATH", path)
         try:
-            fig.write_image(str(png), scale=1)
+            write_atomic(png, lambda tmp: fig.write_image(str(tmp), scale=1))
             (out_dir / "profile.html").unlink(missing_ok=True)
             return png
         except Exception:  # noqa: BLE001  no working browser here: fall back to HTML
             pass
     html = out_dir / "profile.html"
-    fig.write_html(str(html), include_plotlyjs="cdn")
+    write_atomic(html, lambda tmp: fig.write_html(str(tmp), include_plotlyjs="cdn"))
     png.unlink(missing_ok=True)
     return html
 
@@ -263,7 +264,7 @@ def rerender(directory: str | Path, figure: str = "auto") -> Path:
 
     fig = write_profile(split_dynamics(df)[0], d, figure)
     out = d / SUMMARY_NAME
-    out.write_text(summary_text(df, meta, violations, fig))
+    write_text_atomic(out, summary_text(df, meta, violations, fig))
     return out
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from solvers.errors import EPLBError, OptionError
+from solvers.safewrite import write_text_atomic
 
 from .analysis import derive
 from .arguments import build_parser, parse_seeds
@@ -45,6 +46,10 @@ from .tasks import HARD_FAILURES, suite_tasks
 EXIT_GATE, EXIT_USAGE = 1, 2
 VERSIONED = ("torch", "numpy", "pandas", "pyarrow", "ortools", "pulp", "highspy", "plotly", "kaleido",
              "dask", "distributed", "ray", "eplb-workbench")
+
+
+# torch's OpenMP aborts the process (libgomp) when asked for absurd thread counts.
+MAX_THREADS = 256
 
 
 def _git() -> dict[str, Any]:
@@ -100,8 +105,8 @@ def run_parsed(args: argparse.Namespace, prog: str, argv: Sequence[str] | None =
         raise OptionError("solvers", "expected comma-separated solver names")
     if args.time_limit is not None and not (args.time_limit > 0):
         raise OptionError("time_limit", f"must be > 0 seconds, got {args.time_limit}")
-    if args.threads < 1:
-        raise OptionError("threads", f"must be >= 1, got {args.threads}")
+    if not 1 <= args.threads <= MAX_THREADS:
+        raise OptionError("threads", f"must be in [1, {MAX_THREADS}], got {args.threads}")
     if args.fail_if_gap_above is not None and not (args.fail_if_gap_above >= 0):
         raise OptionError("fail_if_gap_above", f"must be >= 0, got {args.fail_if_gap_above}")
     check_executor(args.executor, args.address, args.jobs)
@@ -162,7 +167,7 @@ def run_parsed(args: argparse.Namespace, prog: str, argv: Sequence[str] | None =
     meta["rows"] = len(df)
     meta["figure"] = figure.name if figure else None
     write_json(out / META_NAME, meta)
-    (out / SUMMARY_NAME).write_text(summary_text(df, meta, violations, figure))
+    write_text_atomic(out / SUMMARY_NAME, summary_text(df, meta, violations, figure))
 
     failures = list(violations)
     crashed = df[df["termination"].isin(["error", "bad_input"])]

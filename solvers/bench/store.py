@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from solvers.errors import LoadFileError, OptionError
+from solvers.safewrite import write_atomic, write_text_atomic
 
 from .rowkeys import legacy_rows
 
@@ -98,16 +99,42 @@ def read_results(directory: str | Path) -> pd.DataFrame:
     d = Path(directory)
     if not d.is_dir():
         raise LoadFileError("results", f"{d} is not a directory of benchmark results")
-    if (d / PARQUET_NAME).is_file():
-        df = pd.read_parquet(d / PARQUET_NAME)
-    elif (d / CSV_NAME).is_file():
-        df = _read_csv(d / CSV_NAME)
-    else:
+    path = d / PARQUET_NAME if (d / PARQUET_NAME).is_file() else d / CSV_NAME
+    if not path.is_file():
         raise LoadFileError("results", f"{d} holds no {PARQUET_NAME} or {CSV_NAME}")
+    size = path.stat().st_size
+    if size > MAX_RESULTS_BYTES:
+        raise LoadFileError("results", f"{path}: {size} bytes, above the {MAX_RESULTS_BYTES}-byte limit of a results table")
+    return read_results_bytes(path.read_bytes(), path.name, str(path))
+
+
+# A results table of a long benchmark is a few MB; far larger is not one (and would be held
+# in memory whole).
+MAX_RESULTS_BYTES = 256 << 20
+
+
+def read_results_bytes(data: bytes, name: str, label: str | None = None) -> pd.DataFrame:
+    """The results table in ``data`` (a ``results.parquet`` or ``results.csv`` by ``name``'s
+    suffix, e.g. an upload); anything unreadable is one :class:`LoadFileError` line."""
+    label = label or name
+    if len(data) > MAX_RESULTS_BYTES:
+        raise LoadFileError("results", f"{label}: {len(data)} bytes, above the {MAX_RESULTS_BYTES}-byte limit")
+    kind = Path(name).suffix.lower()
+    if kind not in (".parquet", ".csv"):
+        raise LoadFileError("results", f"{label}: a results table is {PARQUET_NAME} or {CSV_NAME}, not {kind or name}")
+    try:
+        df = pd.read_parquet(io.BytesIO(data)) if kind == ".parquet" else _read_csv_text(data.decode("utf-8"))
+    except Exception as exc:  # noqa: BLE001  pandas and arrow raise many types on a malformed file
+        raise LoadFileError("results", f"{label}: not a readable {kind[1:]} results table "
+                            f"({type(exc).__name__})") from None
     missing = [c for c in KEY + ["status", "wall_time_s"] if c not in df.columns]
     if missing:
-        raise LoadFileError("results", f"{d}: not a benchmark results table (missing column {missing[0]!r})")
-    return normalise(df)
+        raise LoadFileError("results", f"{label}: not a benchmark results table (missing column {missing[0]!r})")
+    try:
+        return normalise(df)
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:
+        raise LoadFileError("results", f"{label}: a column has values of the wrong type ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0][:120] if str(exc) else ''})") from None
 
 
 def _complete_records(text: str) -> str:
@@ -131,7 +158,11 @@ def _complete_records(text: str) -> str:
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
-    text = _complete_records(path.read_text())
+    return _read_csv_text(path.read_text())
+
+
+def _read_csv_text(text: str) -> pd.DataFrame:
+    text = _complete_records(text)
     if not text.strip():
         return pd.DataFrame(columns=COLUMNS)
     return pd.read_csv(io.StringIO(text), dtype={c: str for c in TEXT}, keep_default_na=False,
@@ -190,32 +221,25 @@ class ResultStore:
         return normalise(pd.DataFrame(self.rows, columns=COLUMNS))
 
     def _rewrite_csv(self) -> None:
-        tmp = self.csv_path.with_suffix(".csv.tmp")
-        with tmp.open("w") as fh:
-            w = csv.DictWriter(fh, COLUMNS, lineterminator="\n")
-            w.writeheader()
-            w.writerows(self.rows)
-            fh.flush()
-            os.fsync(fh.fileno())            # on disk before a stale Parquet may be removed
-        tmp.replace(self.csv_path)
+        def write(tmp: Path) -> None:       # on disk (fsync) before a stale Parquet may be removed
+            with tmp.open("w") as fh:
+                w = csv.DictWriter(fh, COLUMNS, lineterminator="\n")
+                w.writeheader()
+                w.writerows(self.rows)
+
+        write_atomic(self.csv_path, write)
 
     def _write_parquet(self, df: pd.DataFrame) -> None:
-        tmp = self.parquet_path.with_suffix(".parquet.tmp")
-        df.to_parquet(tmp, index=False)
-        tmp.replace(self.parquet_path)
+        write_atomic(self.parquet_path, lambda tmp: df.to_parquet(tmp, index=False))
 
     def write_final(self, df: pd.DataFrame) -> None:
         """Replace both files with the finished table (rows plus the DERIVED columns)."""
         df = normalise(df)
-        tmp = self.csv_path.with_suffix(".csv.tmp")
-        df.to_csv(tmp, index=False)
-        tmp.replace(self.csv_path)
+        write_atomic(self.csv_path, lambda tmp: df.to_csv(tmp, index=False))
         self._write_parquet(df)
         self._parquet_stale = False
 
 
 def write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 

@@ -16,7 +16,7 @@ import math
 import torch
 
 from ..bounds import lower_bound
-from ..problem import Problem
+from ..problem import MAX_LAYERS, Problem
 
 # Balanced assignments enumerated at most (G = 8, N = 4: 105; G = 16, N = 4: 2.6 million).
 MAX_ASSIGNMENTS = 200_000
@@ -68,8 +68,10 @@ def best_assignment(problem: Problem) -> tuple[torch.Tensor, torch.Tensor] | Non
     w = problem.weights.to(torch.float64).view(L, G, per)                          # [L, G, E/G]
     members = torch.tensor(sets, device=w.device)                                  # [U, G/N]
     sub = w[:, members].reshape(L * len(sets), -1)                                  # [L*U, E/N]
-    node = Problem(sub, problem.num_replicas // N, 1, 1, problem.num_gpus // N)
-    set_bound = lower_bound(node).view(L, len(sets))                                # [L, U]
+    # L*U rows may pass a Problem's layer cap (2 layers x C(16, 8) sets = 25740): bound them in chunks
+    set_bound = torch.cat([lower_bound(Problem(sub[i:i + MAX_LAYERS], problem.num_replicas // N, 1, 1,
+                                               problem.num_gpus // N))
+                           for i in range(0, sub.shape[0], MAX_LAYERS)]).view(L, len(sets))    # [L, U]
     table = torch.tensor([[index[s] for s in split] for split in splits], device=w.device)   # [A, N]
     per_split = set_bound[:, table].max(-1).values                                 # [L, A]
     value, pick = per_split.min(-1)

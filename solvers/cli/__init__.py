@@ -17,7 +17,9 @@ Bad input prints one line on stderr and exits with status 2; never a traceback.
 """
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from typing import Sequence
 
 from ..errors import EPLBError
@@ -26,7 +28,23 @@ from .args import EXIT_USAGE, LOADS_HELP, fail
 from .parser import SOLVER_OPTIONS_HELP, build_parser
 
 
+def _terminated(signum, frame):  # noqa: ARG001
+    # SIGTERM unwinds like Ctrl-C, so temporary files and solver scratch directories are
+    # removed by their ``finally`` blocks instead of being left behind.
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
+    try:
+        return _main(argv)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     _args.ARGV[:] = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(_args.ARGV)

@@ -19,6 +19,7 @@ from ..dispatch.microbatches import imbalance_stats, microbatch_imbalance, sampl
 from ..errors import OptionError
 from ..io import read_loads
 from ..planfile import read_plan
+from ..safewrite import write_text_atomic
 from .inputs import dropped_note
 
 
@@ -38,7 +39,10 @@ def cmd_microbatch(args: argparse.Namespace) -> int:
         tokens = steps_as_microbatches(trace)
         source = {"microbatches": "steps", "count": int(tokens.shape[0])}
     else:
-        k, n, b = args.top_k or 8, args.tokens_per_microbatch or 4096, args.microbatches or 64
+        # "or" would turn an explicit 0 into the default: only absent flags take it
+        k, n, b = (8 if args.top_k is None else args.top_k,
+                   4096 if args.tokens_per_microbatch is None else args.tokens_per_microbatch,
+                   64 if args.microbatches is None else args.microbatches)
         tokens = sample_microbatches(trace, b, n, k, args.seed)
         source = {"microbatches": "sampled", "count": b, "tokens_per_microbatch": n, "top_k": k,
                   "seed": args.seed}
@@ -50,9 +54,9 @@ def cmd_microbatch(args: argparse.Namespace) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        write_text_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
         write_csv(out / "imbalance.csv", imbalance)
-        (out / "histogram.svg").write_text(histogram_svg(imbalance))
+        write_text_atomic(out / "histogram.svg", histogram_svg(imbalance))
         summary["written"] = [str(out / n) for n in ("summary.json", "imbalance.csv", "histogram.svg")]
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -75,7 +79,7 @@ def write_csv(path: Path, imbalance: dict[str, torch.Tensor]) -> None:
     for b in range(first.shape[0]):
         for layer in range(first.shape[1]):
             lines.append(f"{b},{layer}," + ",".join(f"{c[b][layer]:.6f}" for c in cols))
-    path.write_text("\n".join(lines) + "\n")
+    write_text_atomic(path, "\n".join(lines) + "\n")
 
 
 def histogram_svg(imbalance: dict[str, torch.Tensor], bins: int = 40, width: int = 640, height: int = 320) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 from ..dynamics.simulate import simulate
 from ..dynamics.sweep import best_net, frontier, frontier_table, suggest, sweep
 from ..errors import OptionError
+from ..safewrite import write_atomic, write_text_atomic
 from ..cluster import CLUSTERS, Cluster, get_model, slots_for
 from .args import network_from_args, options_dict
 from .inputs import dropped_note, read_trace_arg
@@ -54,12 +55,14 @@ def cluster_from_args(args: argparse.Namespace, num_experts: int) -> tuple[dict[
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    with path.open("w", newline="") as fh:
-        if not rows:
-            return
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    def write(tmp: Path) -> None:
+        with tmp.open("w", newline="") as fh:
+            if rows:
+                writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+                writer.writeheader()
+                writer.writerows(rows)
+
+    write_atomic(path, write)
 
 
 def simulation_figure(result):
@@ -92,12 +95,12 @@ def write_outputs(out: Path, result) -> list[Path]:
     written = [out / "steps.csv", out / "rebalances.csv", out / "totals.json"]
     _write_csv(written[0], result.step_rows())
     _write_csv(written[1], result.rebalances)
-    written[2].write_text(json.dumps({"settings": result.settings, "totals": result.totals()}, indent=2))
+    write_text_atomic(written[2], json.dumps({"settings": result.settings, "totals": result.totals()}, indent=2))
     try:
         fig = simulation_figure(result)
     except ImportError:                      # plotly is an optional extra (bench)
         return written
-    fig.write_html(out / "simulation.html", include_plotlyjs="cdn")
+    write_atomic(out / "simulation.html", lambda tmp: fig.write_html(tmp, include_plotlyjs="cdn"))
     return written + [out / "simulation.html"]
 
 

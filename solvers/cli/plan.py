@@ -7,20 +7,33 @@ import json
 from ..errors import OptionError
 from ..migration import plan_with_migration, replan_after_failure
 from ..planfile import plan_document, write_plan
+from ..registry import get_solver
 from ..solve import solve
 from .args import command_line, fail, options_dict
 from .inputs import (dropped_note, format_metrics, loads_sha256, plan_cluster, problem_from_args, read_any_plan,
                      read_loads_arg)
 
 
+# plan_with_migration's own keywords: set by --migration-slack, --migration, --migration-budget.
+_MIGRATION_KEYWORDS = ("slack", "method", "budget")
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
-    info, _ = read_loads_arg(args.loads)
-    problem, dense, preset_bytes = problem_from_args(args, info)
     options = options_dict(args.option)
     if args.policy is not None:
         if "policy" in options:
             raise OptionError("policy", "given both as --policy and -O policy=")
         options["policy"] = args.policy
+    # The schema refuses what is not an option of this solver (solve()'s own parameters
+    # problem, solver, previous, expert_bytes included) before any file is read.
+    get_solver(args.solver).parse(options)
+    if args.migration_slack is not None:
+        clash = next((k for k in _MIGRATION_KEYWORDS if k in options), None)
+        if clash:
+            raise OptionError(clash, f"-O {clash}= clashes with the migration flags; use --migration-slack, "
+                              f"--migration, --migration-budget")
+    info, _ = read_loads_arg(args.loads)
+    problem, dense, preset_bytes = problem_from_args(args, info)
     previous = previous_cluster = None
     if args.previous:
         previous, prev_shape, _ = read_any_plan(args.previous, info, "previous")

@@ -37,6 +37,11 @@ def multinomial_counts(probs: torch.Tensor, total: int, generator: torch.Generat
     return out
 
 
+# Sampled micro-batches held at once ([B, L, E] counts and their float64 shares: 16 bytes each,
+# 1 GiB at the cap).
+MAX_SAMPLED_CELLS = 1 << 26
+
+
 def sample_microbatches(trace: torch.Tensor, num_microbatches: int, tokens: int = 4096, top_k: int = 8,
                         seed: int = 0) -> torch.Tensor:
     """[B, L, E] int64 token counts of B micro-batches sampled from trace [T, L, E] (or [L, E]).
@@ -51,6 +56,11 @@ def sample_microbatches(trace: torch.Tensor, num_microbatches: int, tokens: int 
     T, L, E = t.shape
     if top_k > E:
         raise ProblemError("top_k", f"must be <= the number of experts ({E}), got {top_k}")
+    if num_microbatches * L * E > MAX_SAMPLED_CELLS:
+        raise ProblemError("microbatches", f"{num_microbatches} micro-batches x {L} layers x {E} experts is above "
+                           f"the limit of {MAX_SAMPLED_CELLS} sampled counts; sample fewer micro-batches")
+    if tokens * top_k >= 2**53:
+        raise ProblemError("tokens_per_microbatch", f"tokens x top_k must stay below 2**53, got {tokens * top_k}")
     g = torch.Generator(device="cpu").manual_seed(int(seed))
     steps = torch.randint(0, T, (num_microbatches,), generator=g)
     probs = t[steps].to(torch.float64).reshape(num_microbatches * L, E)

@@ -24,12 +24,12 @@ import contextlib
 import math
 import os
 import re
-import tempfile
 
 import numpy as np
 
 from ..clock import clock
 from ..tolerances import MIP_BOUND_ABS_DISCOUNT, MIP_BOUND_REL_DISCOUNT
+from ..childproc import scratch_dir
 from . import backends
 from .backends import cbc_command
 from .model import LayerModel, LayerResult, canonical_gpu_order
@@ -175,7 +175,7 @@ def _solve(lm: LayerModel, *, backend: str, time_limit: float, threads: int, see
         for var in prob.variables():
             if warm is not None and var.name in warm:
                 var.setInitialValue(warm[var.name])
-        with tempfile.TemporaryDirectory() as tmp:
+        with scratch_dir() as tmp:
             log = os.path.join(tmp, "cbc.log")
             # CBC checks its clock between nodes and overshot a 10 s limit by 2-3 s on
             # DeepSeek-sized models: keep a margin so the whole solve ends within the limit.
@@ -183,6 +183,7 @@ def _solve(lm: LayerModel, *, backend: str, time_limit: float, threads: int, see
             solver = cbc_command(msg=False, timeLimit=max(0.05, left - margin), gapRel=gap,
                                  threads=threads, warmStart=warm is not None, logPath=log,
                                  options=[f"randomCbcSeed {seed + 1}", "allowableGap 0"])
+            solver.tmpDir = tmp          # PuLP's .mps/.mst/.sol files: in our scratch directory
             try:
                 prob.solve(solver)
             except pulp.PulpSolverError as exc:

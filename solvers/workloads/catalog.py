@@ -29,6 +29,7 @@ from ..routing.trace import save_routing
 from .generators import SCENARIOS, generate
 from .importers import read_trace
 from .trace import Trace, save_trace
+from ..safewrite import write_text_atomic
 
 CATALOG_FILE = "catalog.json"
 PACKAGE_DATA = "data"   # solvers/workloads/data -> ../../datasets in the repository
@@ -209,8 +210,6 @@ def build_catalog(names: list[str] | None = None) -> list[dict[str, Any]]:
         }
     doc = {"format": "eplb-datasets", "version": 1,
            "datasets": sorted(entries.values(), key=lambda e: (e.get("kind") != "example", e["name"]))}
-    tmp = root / (CATALOG_FILE + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n")
-    tmp.replace(root / CATALOG_FILE)
+    write_text_atomic(root / CATALOG_FILE, json.dumps(doc, indent=2) + "\n")
     return doc["datasets"]
 

@@ -22,12 +22,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import safejson
+from .. import filecheck, safejson
 from ..errors import LoadFileError, OptionError
 from ..plan import Plan, replica_ranks
 from ..planfile import FORMAT as EPLB_FORMAT
-from ..planfile import plan_document, read_plan, write_plan, write_text_atomic
-from ..problem import Problem
+from ..planfile import plan_document, read_plan, write_plan
+from ..problem import MAX_LAYERS, Problem
+from ..safewrite import write_atomic, write_text_atomic
 from .formats import PLAN_FORMATS, TRACE_FORMATS, trace_format_of
 from .trace import save_trace
 
@@ -41,7 +42,6 @@ def _fail(path: Any, message: str) -> LoadFileError:
 
 
 def _write_text(path: Path, text: str) -> None:
-
     write_text_atomic(path, text)
 
 
@@ -54,8 +54,8 @@ def plan_to_sglang(plan: Plan, layer_offset: int = 0) -> dict[str, Any]:
     SGLang sizes the map by the model's hidden layers, dense ones included (61 for
     DeepSeek-V3, whose first 3 layers are dense): ``layer_offset`` leading rows are written
     for them with the valid round-robin map ``slot % experts``."""
-    if layer_offset < 0:
-        raise OptionError("layer_offset", f"must be >= 0, got {layer_offset}")
+    if not 0 <= layer_offset <= MAX_LAYERS:
+        raise OptionError("layer_offset", f"must be in [0, {MAX_LAYERS}] (dense rows of a model), got {layer_offset}")
     dense = [[slot % plan.num_experts for slot in range(plan.num_replicas)]] * layer_offset
     return {"physical_to_logical_map": dense + plan.phy2log.cpu().tolist()}
 
@@ -172,15 +172,38 @@ def detect_plan_format(path: str | Path) -> str:
     return "eplb" if EPLB_FORMAT.encode() in head else "sglang"
 
 
+# Largest engine map read (text): a [1000, 65536] map of 5-digit ids is about 400 MB.
+MAX_PLAN_TEXT_BYTES = 512 << 20
+
+
+def _read_capped_text(path: Path) -> str:
+    size = path.stat().st_size
+    if size > MAX_PLAN_TEXT_BYTES:
+        raise _fail(path, f"is {size} bytes (limit {MAX_PLAN_TEXT_BYTES} for a plan file)")
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise _fail(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
 def _p2l_plan(rows: Any, num_experts: int | None, path: Path) -> Plan:
     try:
-        p2l = torch.as_tensor(np.asarray(rows))
-    except (ValueError, TypeError) as exc:
-        raise _fail(path, f"the slot map is not a rectangular integer array ({exc})") from None
-    if p2l.dim() != 2 or p2l.is_floating_point() or p2l.dtype == torch.bool or p2l.numel() == 0:
+        arr = np.asarray(rows)
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        raise _fail(path, f"the slot map is not a rectangular integer array ({str(exc)[:200]})") from None
+    if arr.dtype.kind not in "iu" or arr.ndim != 2 or arr.size == 0:
         raise _fail(path, f"the slot map must be a non-empty integer [layers, slots] array, "
-                    f"got {p2l.dtype} {tuple(p2l.shape)}")
-    E = int(p2l.max()) + 1 if num_experts is None else num_experts
+                    f"got {arr.dtype} {arr.shape}")
+    if arr.dtype.kind == "u" and int(arr.max()) >= 2**63:
+        raise _fail(path, f"the slot map holds id {int(arr.max())}, beyond any expert count")
+    p2l = torch.from_numpy(arr.astype(np.int64))
+    # Every expert needs a slot: ids beyond the slot count (or the loads' experts) are not experts.
+    if num_experts is not None and not 1 <= num_experts <= p2l.shape[1]:
+        raise OptionError("num_experts", f"must be in [1, {p2l.shape[1]}] (the slots of {path}), got {num_experts}")
+    E = min(int(p2l.max()) + 1, p2l.shape[1]) if num_experts is None else num_experts
+    if int(p2l.min()) < 0 or int(p2l.max()) >= E:
+        raise _fail(path, f"invalid plan: the slot map holds expert ids outside [0, {E}) "
+                    f"({'the slots' if num_experts is None else 'the experts of the loads'})")
     try:
         plan = Plan.from_phy2log(p2l, E)
         plan.validate(num_experts=E)
@@ -205,9 +228,9 @@ def read_exported_plan(path: str | Path, format: str | None = None, num_experts:
         return read_plan(path)[0]
     if fmt == "sglang":
         try:
-            doc = safejson.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise _fail(path, f"not valid JSON ({exc})") from None
+            doc = safejson.loads(_read_capped_text(path))
+        except (OSError, ValueError, RecursionError) as exc:
+            raise _fail(path, f"not valid JSON ({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__})") from None
         if not isinstance(doc, dict) or "physical_to_logical_map" not in doc:
             raise _fail(path, "no 'physical_to_logical_map' (not an SGLang expert-location file)")
         rows = doc["physical_to_logical_map"]
@@ -215,19 +238,25 @@ def read_exported_plan(path: str | Path, format: str | None = None, num_experts:
             raise _fail(path, f"layer_offset {layer_offset} leaves no MoE layers in the map")
         return _p2l_plan(rows[layer_offset:], num_experts, path)
     if fmt == "trtllm":
-        import yaml
-
         try:
-            doc = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError) as exc:
-            raise _fail(path, f"not valid YAML ({str(exc).splitlines()[0]})") from None
+            text = _read_capped_text(path)
+            doc = filecheck.safe_yaml(text, path)
+        except OSError as exc:
+            raise _fail(path, f"cannot read ({exc.strerror or exc})") from None
+        except LoadFileError as exc:
+            raise LoadFileError(PARAM, str(exc).removeprefix("loads: ")) from None
         if not isinstance(doc, dict) or not isinstance(doc.get("initial_global_assignments"), dict):
             raise _fail(path, "no 'initial_global_assignments' mapping (not a TensorRT-LLM load-balancer config)")
         assign = doc["initial_global_assignments"]
-        try:
-            layers = sorted(assign, key=int)
-        except (TypeError, ValueError):
-            raise _fail(path, "initial_global_assignments keys must be layer indices") from None
+        if not all(isinstance(k, int) and not isinstance(k, bool) and 0 <= k < 2**31 for k in assign):
+            raise _fail(path, "initial_global_assignments keys must be layer indices (integers in [0, 2**31))")
+        layers = sorted(assign)
+        bad = next((k for k in layers if not isinstance(assign[k], list)), None)
+        if bad is not None:
+            raise _fail(path, f"initial_global_assignments.{bad}: must be a list of expert ids, "
+                        f"got {type(assign[bad]).__name__}")
+        if "num_slots" in doc and (isinstance(doc["num_slots"], bool) or not isinstance(doc["num_slots"], int)):
+            raise _fail(path, f"num_slots: must be an integer, got {type(doc['num_slots']).__name__}")
         plan = _p2l_plan([assign[k] for k in layers], num_experts, path)
         if "num_slots" in doc and doc["num_slots"] != plan.num_replicas:
             raise _fail(path, f"num_slots is {doc['num_slots']} but layers list {plan.num_replicas} slots")
@@ -235,8 +264,9 @@ def read_exported_plan(path: str | Path, format: str | None = None, num_experts:
     # csv
     try:
         data = np.genfromtxt(path, delimiter=",", names=True, dtype=np.int64)
-    except (OSError, ValueError) as exc:
-        raise _fail(path, f"cannot read plan CSV ({exc})") from None
+    except (OSError, ValueError, OverflowError) as exc:
+        raise _fail(path, f"cannot read plan CSV ({type(exc).__name__}: ids must be integers below 2**63)"
+                    if isinstance(exc, OverflowError) else f"cannot read plan CSV ({exc})") from None
     names = data.dtype.names or ()
     if not {"layer", "slot", "expert"} <= set(names) or data.size == 0:
         raise _fail(path, "plan CSV needs a header with layer, slot, expert and at least one row")
@@ -280,8 +310,16 @@ def read_plan_for_loads(path: str | Path, num_layers: int, num_experts: int,
 
 
 def _csv_gpus(path: Path) -> int:
-    data = np.atleast_1d(np.genfromtxt(path, delimiter=",", names=True, dtype=np.int64))
-    return int(data["gpu"].max()) + 1 if "gpu" in (data.dtype.names or ()) else 0
+    try:
+        data = np.atleast_1d(np.genfromtxt(path, delimiter=",", names=True, dtype=np.int64))
+    except (OSError, ValueError, OverflowError) as exc:
+        raise _fail(path, f"cannot read plan CSV ({type(exc).__name__})") from None
+    if "gpu" not in (data.dtype.names or ()):
+        return 0
+    gpus = int(data["gpu"].max()) + 1
+    if not 1 <= gpus <= data.size:           # every GPU holds at least one of the rows' slots
+        raise _fail(path, f"gpu ids must be in [0, {data.size}) (one per slot at most), got up to {gpus - 1}")
+    return gpus
 
 
 # ---------------------------------------------------------------------------------------
@@ -290,17 +328,16 @@ def _csv_gpus(path: Path) -> int:
 def write_vllm_json(loads: torch.Tensor, path: str | Path, chunk_steps: int = 64) -> Path:
     """loads [steps, layers, experts] as ``{"load_history": [{"logical_expert_load": ...}]}``,
     written a few steps at a time (the text is never built whole)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w") as fh:
-        fh.write('{"load_history": [')
-        for t0 in range(0, loads.shape[0], chunk_steps):
-            block = loads[t0:t0 + chunk_steps].tolist()
-            text = ",".join(json.dumps({"logical_expert_load": step}, separators=(",", ":")) for step in block)
-            fh.write(("," if t0 else "") + text)
-        fh.write("]}\n")
-    tmp.replace(path)
-    return path
+    def write(tmp: Path) -> None:
+        with tmp.open("w") as fh:
+            fh.write('{"load_history": [')
+            for t0 in range(0, loads.shape[0], chunk_steps):
+                block = loads[t0:t0 + chunk_steps].tolist()
+                text = ",".join(json.dumps({"logical_expert_load": step}, separators=(",", ":")) for step in block)
+                fh.write(("," if t0 else "") + text)
+            fh.write("]}\n")
+
+    return write_atomic(path, write)
 
 
 def write_trace(trace: Any, path: str | Path, format: str | None = None) -> Path:
@@ -319,11 +356,9 @@ def write_trace(trace: Any, path: str | Path, format: str | None = None) -> Path
     if format == "vllm":
         return write_vllm_json(trace.loads, path)
     if format == "sglang":
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save({"rank": 0, "logical_count": trace.loads.to(torch.int32),
-                    "average_utilization_rate_over_window": None}, tmp)
-        tmp.replace(path)
-        return path
+        counts = trace.loads.to(torch.int32)
+        return write_atomic(path, lambda tmp: torch.save({"rank": 0, "logical_count": counts,
+                                                           "average_utilization_rate_over_window": None}, tmp))
     T, L, E = trace.loads.shape
     idx = np.indices((T, L, E)).reshape(3, -1).T
     table = np.concatenate([idx, trace.loads.numpy().reshape(-1, 1)], axis=1)

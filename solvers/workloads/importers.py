@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import csv
 import glob
+import itertools
 import json
-import math
 import pickle
 import warnings
 import re
@@ -43,7 +43,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import torch
 
-from .. import safejson
+from .. import filecheck, safejson
 from ..errors import LoadFileError
 from ..routing.trace import routing_from_arrays
 from .trace import Trace
@@ -92,9 +92,19 @@ def _peek(path: Path, size: int = 1 << 16) -> bytes:
         return fh.read(size)
 
 
-def _torch_load(path: Path, mmap: bool = False) -> Any:
-    """A ``torch.save`` file (tensors, numbers, lists, dicts only); ``mmap`` maps tensor data
-    lazily instead of reading it (cheap format detection)."""
+def _torch_load(path: Path, mmap: bool = True) -> Any:
+    """A ``torch.save`` file (tensors, numbers, lists, dicts only), through the guarded
+    boundary (:mod:`solvers.filecheck`): a zip archive whose records decompress within the
+    caps, and whose tensors are dense CPU tensors of allowed dtypes with no stride 0 and no
+    overlap. ``mmap`` maps tensor data lazily instead of reading it (pages are read when
+    used; the checks read none)."""
+    filecheck.check_torch_file(path)
+    obj = _torch_load_raw(path, mmap)
+    filecheck.check_tensors(obj, path)
+    return obj
+
+
+def _torch_load_raw(path: Path, mmap: bool) -> Any:
     try:
         # torch warns (on stderr) before refusing some files, e.g. a raw pickle: the error
         # below is the one line the user gets.
@@ -106,8 +116,8 @@ def _torch_load(path: Path, mmap: bool = False) -> Any:
                 except RuntimeError:
                     pass  # a legacy (non-zip) file cannot be mapped: read it
             return torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError, ValueError, zipfile.BadZipFile, KeyError,
-            pickle.UnpicklingError) as exc:
+    except (OSError, RuntimeError, EOFError, ValueError, zipfile.BadZipFile, KeyError, IndexError,
+            TypeError, AttributeError, RecursionError, MemoryError, pickle.UnpicklingError) as exc:
         # weights_only refuses pickled classes: a dump is tensors, numbers, lists and dicts.
         if isinstance(exc, pickle.UnpicklingError) and "weights only" in str(exc).lower():
             raise _fail(path, "cannot read .pt file: it holds pickled Python objects beyond tensors, numbers, "
@@ -143,22 +153,54 @@ def detect_format(path: str | Path) -> str:
 # Shared checks
 
 def _as_tensor(raw: Any, path: Any, what: str = "loads") -> torch.Tensor:
-    try:
-        arr = raw if isinstance(raw, torch.Tensor) else torch.as_tensor(np.asarray(raw))
-    except (ValueError, TypeError) as exc:
-        raise _fail(path, f"{what} is not a rectangular numeric array ({exc})") from None
-    if arr.dtype == torch.bool or arr.is_complex() or not (arr.is_floating_point() or arr.dtype in (
-            torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)):
-        raise _fail(path, f"{what} must be real numbers, got {arr.dtype}")
+    if isinstance(raw, torch.Tensor):
+        arr = raw
+    else:
+        try:
+            a = np.asarray(raw)
+        except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+            raise _fail(path, f"{what} is not a rectangular numeric array ({exc})") from None
+        why = filecheck.dtype_refusal(a.dtype)
+        if why:
+            raise _fail(path, f"{what}: {why}")
+        if a.dtype.kind == "u" and a.itemsize == 8:
+            if a.size and int(a.max()) >= 2**63:
+                raise _fail(path, f"{what}: values reach {int(a.max())}, beyond a 64-bit signed count")
+            a = a.astype(np.int64)
+        arr = torch.from_numpy(np.ascontiguousarray(a))
+    why = filecheck.dtype_refusal(arr.dtype)
+    if why:
+        raise _fail(path, f"{what}: {why}")
+    if arr.dtype == getattr(torch, "uint64", None) and arr.numel() and int(arr.max()) >= 2**63:
+        raise _fail(path, f"{what}: values reach {int(arr.max())}, beyond a 64-bit signed count")
+    if arr.dtype in (torch.float16, torch.bfloat16):
+        arr = arr.to(torch.float32)
+    if arr.dtype not in (torch.int64, torch.float32, torch.float64) and not arr.is_floating_point():
+        arr = arr.to(torch.int64)                  # unsigned and narrow counts: sums must not wrap
     return arr
 
 
-def _check_values(arr: torch.Tensor, path: Any) -> torch.Tensor:
+# Integer token counts whose total reaches this are refused: every sum the project takes
+# (over steps, ranks, experts, GPUs) stays exact in int64 and in float64 below it.
+MAX_TOTAL_COUNT = 2**53
+
+
+def _check_values(arr: torch.Tensor, path: Any, what: str = "loads") -> torch.Tensor:
     if arr.is_floating_point() and not bool(torch.isfinite(arr).all()):
-        raise _fail(path, "loads must be finite, found NaN or infinite values")
+        raise _fail(path, f"{what} must be finite, found NaN or infinite values")
     if arr.numel() and bool((arr < 0).any()):
-        raise _fail(path, f"loads must be >= 0, found {arr.min().item()}")
+        raise _fail(path, f"{what} must be >= 0, found {arr.min().item()}")
+    if not arr.is_floating_point():
+        _check_total(float(arr.sum(dtype=torch.float64)) if arr.numel() else 0.0, path, what)
     return arr
+
+
+def _check_total(total: float, path: Any, what: str = "loads") -> None:
+    """Refuse integer counts whose sum (taken in float64, which cannot wrap) reaches
+    :data:`MAX_TOTAL_COUNT`."""
+    if total >= MAX_TOTAL_COUNT:
+        raise _fail(path, f"{what}: the token counts sum to {total:.3g}, at or above 2**53: sums over "
+                    f"steps, ranks and experts would wrap or lose exactness")
 
 
 def _pick(mapping: dict, path: Path) -> Any:
@@ -185,9 +227,11 @@ def _physical_to_logical(counts: torch.Tensor, p2l: torch.Tensor, num_experts: i
         raise _fail(path, f"physical_to_logical_map has shape {tuple(p2l.shape)} but the counts are "
                     f"[layers, physical] = {tuple(counts.shape[-2:])}")
     p2l = p2l.to(torch.int64)
-    E = int(p2l.max()) + 1 if num_experts is None else num_experts
+    # Every logical expert holds at least one slot: ids beyond the slot count are not experts.
+    E = min(int(p2l.max()) + 1, p2l.shape[1]) if num_experts is None else num_experts
     if bool((p2l < 0).any()) or int(p2l.max()) >= E:
-        raise _fail(path, f"physical_to_logical_map holds ids outside [0, {E})")
+        raise _fail(path, f"physical_to_logical_map holds ids outside [0, {E}) (experts <= the "
+                    f"{p2l.shape[1]} physical slots)")
     lead = counts.shape[:-2]
     out = torch.zeros(*lead, p2l.shape[0], E, dtype=counts.dtype)
     out.scatter_add_(-1, p2l.expand(*lead, *p2l.shape), counts)
@@ -228,6 +272,7 @@ def _read_sglang_per_pass(objs: list[tuple[Path, dict]], num_experts: int | None
     p2l = None
     passes: dict[int, torch.Tensor] = {}
     shape = None
+    total = 0.0
     for path, obj in objs:
         records = obj["records"]
         if not isinstance(records, (list, tuple)) or not records:
@@ -250,10 +295,23 @@ def _read_sglang_per_pass(objs: list[tuple[Path, dict]], num_experts: int | None
                 shape = tuple(c.shape)
             elif tuple(c.shape) != shape:
                 raise _fail(path, f"record {i}: global_physical_count is {tuple(c.shape)}, expected {shape}")
-            key = int(rec.get("forward_pass_id", i))
-            c = c.to(torch.int64)
+            key = rec.get("forward_pass_id", i)
+            if isinstance(key, torch.Tensor) and key.numel() == 1 and not key.is_floating_point() \
+                    and key.dtype != torch.bool:
+                key = int(key)
+            if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < 2**63:
+                raise _fail(path, f"record {i}: forward_pass_id must be an integer >= 0, got {type(key).__name__} "
+                            f"{str(key)[:40]!r}")
+            c = c.to(torch.float64) if c.is_floating_point() else c.to(torch.int64)
+            _check_values(c, path, f"record {i} global_physical_count")
+            total += float(c.sum(dtype=torch.float64))
+            _check_total(total if not c.is_floating_point() else 0.0, path, "global_physical_count")
+            if key in passes and passes[key].dtype != c.dtype:
+                passes[key], c = passes[key].to(torch.float64), c.to(torch.float64)
             passes[key] = passes[key] + c if key in passes else c.clone()   # sum the ranks of one pass
-    counts = torch.stack([passes[k] for k in sorted(passes)])                 # [steps, layers, physical]
+    floating = any(t.is_floating_point() for t in passes.values())
+    counts = torch.stack([passes[k].to(torch.float64) if floating else passes[k]
+                          for k in sorted(passes)])                           # [steps, layers, physical]
     return _check_values(_physical_to_logical(counts, p2l, num_experts, objs[0][0]), objs[0][0])
 
 
@@ -294,6 +352,7 @@ def iter_vllm_steps(path: str | Path) -> Iterator[np.ndarray]:
                 raise _fail(path, "no 'load_history' list")
             items, errors = iter(hist), (ValueError,)
         step = -1
+        total = 0.0
         try:
             for step, entry in enumerate(items):
                 if not isinstance(entry, dict) or "logical_expert_load" not in entry:
@@ -303,9 +362,15 @@ def iter_vllm_steps(path: str | Path) -> Iterator[np.ndarray]:
                 except ValueError as exc:
                     raise _fail(path, f"load_history[{step}] is not a rectangular [layers, experts] "
                                 f"array ({exc})") from None
-                if arr.dtype.kind not in "iuf" or arr.ndim != 2:
-                    raise _fail(path, f"load_history[{step}].logical_expert_load must be a numeric "
+                if arr.dtype.kind not in "iuf" or arr.ndim != 2 or arr.size == 0:
+                    raise _fail(path, f"load_history[{step}].logical_expert_load must be a non-empty numeric "
                                 f"[layers, experts] array, got {arr.dtype} {arr.shape}")
+                if arr.dtype.kind == "u" and int(arr.max()) >= 2**63:
+                    raise _fail(path, f"load_history[{step}]: counts reach {int(arr.max())}, beyond a 64-bit "
+                                f"signed count")
+                if arr.dtype.kind in "iu":
+                    total += float(arr.sum(dtype=np.float64))
+                    _check_total(total, path, f"load_history[0:{step + 1}]")
                 if shape is None:
                     shape = arr.shape
                 elif arr.shape != shape:
@@ -314,7 +379,9 @@ def iter_vllm_steps(path: str | Path) -> Iterator[np.ndarray]:
         except LoadFileError:
             raise
         except errors as exc:
-            raise _fail(path, f"malformed or truncated JSON after step {step + 1} ({exc})") from None
+            # yajl quotes the text around the error: keep its kind only (never echo a file's text)
+            raise _fail(path, f"malformed or truncated JSON after step {step + 1} "
+                        f"({str(exc).split('.')[0].splitlines()[0][:120] if str(exc) else type(exc).__name__})") from None
     if shape is None:
         raise _fail(path, "'load_history' is missing or empty")
 
@@ -356,46 +423,21 @@ def sum_vllm(path: str | Path) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------
 # Megatron-core per-rank .npz
 
-# Largest array a loads file may declare (a [10000, 61, 256] int64 trace is 1.2 GiB).
-MAX_ARRAY_BYTES = 4 << 30
-
-
-def _check_npz_sizes(path: Path) -> None:
-    """Refuse an ``.npz`` whose arrays declare more bytes than the archive holds (or than
-    :data:`MAX_ARRAY_BYTES`), from the ``.npy`` headers, before anything is allocated."""
-    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-    try:
-        with zipfile.ZipFile(path) as zf:
-            for info in zf.infolist():
-                if not info.filename.endswith(".npy"):
-                    continue
-                with zf.open(info) as fh:
-                    version = np.lib.format.read_magic(fh)
-                    if version not in readers:
-                        raise _fail(path, f"{info.filename}: unsupported .npy format version {version}")
-                    shape, _, dtype = readers[version](fh)
-                    header = fh.tell()
-                count = math.prod(int(d) for d in shape)
-                nbytes = count * dtype.itemsize
-                if dtype.hasobject:
-                    raise _fail(path, f"{info.filename}: holds Python objects (refused: loads are numbers)")
-                if nbytes > info.file_size - header or nbytes > MAX_ARRAY_BYTES:
-                    raise _fail(path, f"{info.filename}: the header declares a {tuple(shape)} {dtype} array "
-                                f"({nbytes} bytes) but the archive holds {max(0, info.file_size - header)} bytes "
-                                f"for it (limit {MAX_ARRAY_BYTES})")
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
-        if isinstance(exc, LoadFileError):
-            raise
-        raise _fail(path, f"cannot read .npz file ({type(exc).__name__}: {exc})") from None
+# Largest array a loads file may declare (the guarded boundary's cap, solvers.filecheck).
+MAX_ARRAY_BYTES = filecheck.MAX_ARRAY_BYTES
 
 
 def _npz_arrays(path: Path) -> dict[str, np.ndarray]:
-    _check_npz_sizes(path)
+    filecheck.check_npz(path)          # sizes, dtypes and declared shapes, before numpy allocates
     try:
         with np.load(path, allow_pickle=False) as npz:
-            return {k: npz[k] for k in npz.files}
+            arrays = {k: npz[k] for k in npz.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
         raise _fail(path, f"cannot read .npz file ({type(exc).__name__}: {exc})") from None
+    raw = next((k for k, v in arrays.items() if not isinstance(v, np.ndarray)), None)
+    if raw is not None:            # numpy hands a member that is not .npy data back as bytes
+        raise _fail(path, f"{raw}: is not an .npy array")
+    return arrays
 
 
 def _scalar_int(arrays: dict[str, np.ndarray], key: str, path: Path) -> int:
@@ -415,6 +457,7 @@ def read_megatron(spec: str | Path | Sequence[str | Path]) -> tuple[torch.Tensor
     paths = expand_paths(spec)
     per_layer: dict[int, dict[int, tuple[Path, torch.Tensor]]] = {}
     ep_size = forwards = experts = None
+    grand = 0.0
     for path in paths:
         a = _npz_arrays(path)
         missing = [k for k in ("loads", "ep_rank", "ep_size", "layer_numbers") if k not in a]
@@ -426,7 +469,10 @@ def read_megatron(spec: str | Path | Sequence[str | Path]) -> tuple[torch.Tensor
         if ep_size is not None and size != ep_size:
             raise _fail(path, f"ep_size {size} differs from {ep_size} in {paths[0]}")
         ep_size = size
-        loads = _as_tensor(a["loads"], path, "loads")
+        loads = _check_values(_as_tensor(a["loads"], path, "loads"), path)
+        if not loads.is_floating_point():
+            grand += float(loads.sum(dtype=torch.float64))
+            _check_total(grand, path, "loads of all ranks")
         if loads.dim() != 3:
             raise _fail(path, f"loads must be [local_layers, forwards, physical_experts], got {tuple(loads.shape)}")
         layers = a["layer_numbers"].reshape(-1)
@@ -446,9 +492,11 @@ def read_megatron(spec: str | Path | Sequence[str | Path]) -> tuple[torch.Tensor
             ranks[rank] = (path, loads[i])
     numbers = sorted(per_layer)
     for layer in numbers:
-        missing_ranks = sorted(set(range(ep_size)) - set(per_layer[layer]))
-        if missing_ranks:
-            raise _fail(paths[0], f"layer {layer} lacks ep_rank(s) {missing_ranks} of ep_size {ep_size}")
+        present = per_layer[layer]
+        if len(present) != ep_size:      # the first few missing ranks (ep_size may be huge: no range set)
+            missing_ranks = list(itertools.islice((r for r in range(ep_size) if r not in present), 8))
+            more = ", ..." if ep_size - len(present) > len(missing_ranks) else ""
+            raise _fail(paths[0], f"layer {layer} lacks ep_rank(s) {str(missing_ranks)[:-1]}{more}] of ep_size {ep_size}")
     out = torch.stack([torch.stack([t for _, t in per_layer[layer].values()]).sum(0) for layer in numbers], dim=1)
     return _check_values(out, paths[0]), numbers
 
@@ -495,7 +543,9 @@ def _parse_chunk(lines: list[str], usecols: Sequence[int] | None, path: Path, wh
         widths = sorted({len(next(csv.reader([ln]))) for ln in lines})
         if what == "matrix" and len(widths) > 1:
             raise _fail(path, f"CSV matrix: rows have different lengths {widths[:8]}") from None
-        detail = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        # numpy quotes the offending cell: keep its position, never the file's text (an error
+        # must not echo a line of whatever file a path names).
+        detail = re.sub(r"(string|value) '.*?' ", "", str(exc).splitlines()[0])[:200] if str(exc) else type(exc).__name__
         if what == "matrix":
             raise _fail(path, f"CSV matrix: non-numeric cell ({detail})") from None
         raise _fail(path, f"long-form CSV: short row or non-numeric cell ({detail})") from None
@@ -522,7 +572,8 @@ def read_csv(path: str | Path) -> torch.Tensor:
     is the parsed numbers plus one chunk, whatever the file's size."""
     path = Path(path)
     try:
-        with path.open(newline=None, encoding="utf-8") as fh:
+        # utf-8-sig: a byte-order mark (Excel writes one) is not part of the first cell.
+        with path.open(newline=None, encoding="utf-8-sig") as fh:
             first = next((ln for ln in fh if ln.strip() and ln.strip(", \t\r\n")), None)
             if first is None:
                 raise _fail(path, "the CSV file is empty")
@@ -537,10 +588,11 @@ def read_csv(path: str | Path) -> torch.Tensor:
 
 def _read_matrix_csv(path: Path, first: str, head: list[str], fh) -> torch.Tensor:
     index_column = head[0].strip() == ""   # pandas' to_csv: an empty corner cell, then an index column
+    # A header is recognised by its text: a row of numbers is data, whatever its position or
+    # values (a first row 0,1,2,3 is loads, not expert ids).
     try:
-        values = [float(c) for c in head[1 if index_column else 0:]]
-        # a header of expert ids 0..E-1 (numeric, but not loads)
-        header = index_column or values == [float(i) for i in range(len(values))]
+        [float(c) for c in head]
+        header = False
     except ValueError:
         header = True
     width = len(head)
@@ -613,10 +665,9 @@ def read_npz(path: str | Path) -> tuple[torch.Tensor, dict[str, Any]]:
         return trace.loads().unsqueeze(0), {**trace.meta, "routing_tokens": trace.num_tokens}
     meta: dict[str, Any] = {}
     if "meta" in a:
-        try:
-            meta = json.loads(str(a["meta"].reshape(())))
-        except ValueError:
-            meta = {}
+        if a["meta"].dtype.kind not in "US" or a["meta"].size != 1:
+            raise _fail(path, f"meta: must be one JSON string, got a {a['meta'].dtype} array of shape {a['meta'].shape}")
+        meta = filecheck.parse_meta(a["meta"].reshape(()).item(), path)
     return _check_values(_as_tensor(_pick(a, path), path), path), meta
 
 
@@ -626,11 +677,9 @@ def read_pt(path: str | Path) -> tuple[torch.Tensor, dict[str, Any]]:
     obj = _torch_load(path)
     meta: dict[str, Any] = {}
     if isinstance(obj, dict):
-        if isinstance(obj.get("meta"), str):
-            try:
-                meta = json.loads(obj["meta"])
-            except ValueError:
-                meta = {}
+        if obj.get("meta") is not None:
+            raw = obj["meta"]
+            meta = filecheck.parse_meta(raw, path) if isinstance(raw, str) else filecheck.check_meta(raw, path)
         obj = _pick(obj, path)
     return _check_values(_as_tensor(obj, path), path), meta
 

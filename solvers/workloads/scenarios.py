@@ -65,10 +65,11 @@ class Scenario:
                 raise OptionError(name, f"must be a finite number, got {v!r}")
             if v > hi or v < lo or (lo_open and v == lo):
                 raise OptionError(name, f"must be in {'(' if lo_open else '['}{lo:g}, {hi:g}], got {v!r}")
-        for name in ("num_mixes", "burst_experts", "burst_steps"):
+        # num_mixes: one [layers, experts] popularity table each is held at once
+        for name, hi in (("num_mixes", 1024), ("burst_experts", 1 << 16), ("burst_steps", 1 << 24)):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
-                raise OptionError(name, f"must be an integer >= 1, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not 1 <= v <= hi:
+                raise OptionError(name, f"must be an integer in [1, {hi}], got {v!r}")
         return self
 
     def params(self) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ..errors import LoadFileError, OptionError
-from ..planfile import write_atomic
+from ..safewrite import write_atomic
 
 
 @dataclass
@@ -63,7 +63,6 @@ def save_trace(trace: Trace, path: str | Path) -> Path:
 
     The file is written to a temporary name and renamed, so a crash never leaves half a file.
     """
-
     path = Path(path)
     suffix = path.suffix.lower()
     meta_json = json.dumps(trace.meta, sort_keys=True)
