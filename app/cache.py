@@ -16,7 +16,8 @@ import torch
 
 from solvers import Cluster, Problem
 from solvers.bench.analysis import derive
-from solvers.bench.store import read_results
+from solvers.bench.recommend import SHIPPED_RESULTS
+from solvers.bench.store import read_results, read_results_bytes
 from solvers.cluster import CLUSTERS
 from solvers.dynamics import simulate as run_simulation
 
@@ -128,8 +129,6 @@ def results(directory: str, stamp: float) -> pd.DataFrame:
 
 @st.cache_data(show_spinner="Reading benchmark results...", max_entries=4)
 def _results_upload(sha: str, name: str, _data: bytes) -> pd.DataFrame:
-    from solvers.bench.analysis import derive
-    from solvers.bench.store import read_results_bytes
 
     df = read_results_bytes(_data, name)
     if "gap_mean" not in df.columns or "proven_optimum" not in df.columns:
@@ -151,7 +150,6 @@ PROJECT_RESULTS = Path(__file__).resolve().parents[1] / "results"
 def result_sets() -> dict[str, str]:
     """label -> directory of every result set the Results page may read: the shipped one,
     then each directory under ``results/`` of the checkout (two levels) holding a table."""
-    from solvers.bench.recommend import SHIPPED_RESULTS
 
     sets = {"shipped benchmark results": str(SHIPPED_RESULTS)}
     if PROJECT_RESULTS.is_dir():
