@@ -84,8 +84,6 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
         if holdout_steps.dim() != 3 or tuple(holdout_steps.shape[1:]) != (holdout.num_layers, holdout.num_experts):
             raise OptionError("holdout_steps", f"must have shape [steps, {holdout.num_layers}, "
                               f"{holdout.num_experts}], got {tuple(holdout_steps.shape)}")
-    if history is not None:
-        options = {**(options or {}), "history": history}
     names = list(solvers)
     if not names:
         raise OptionError("solvers", "name at least one solver")
@@ -100,6 +98,8 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
     runs = []
     for name, policy in planned_runs(problem, names, policies):
         opts = solver_options(name, options or {}, time_limit)
+        if history is not None and "history" in get_solver(name).options:   # the window's steps, to planners of them
+            opts["history"] = history
         if policy is not None:
             opts["policy"] = policy
         get_solver(name).parse(opts)         # every run's options and work cap checked before the first one runs
