@@ -133,16 +133,17 @@ def results_stamp(directory: str) -> float:
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _simulate(trace_sha: str, shape: tuple, solver: str, setting: tuple, expert_bytes: int | None,
-              _trace: torch.Tensor, _cluster: Cluster, _groups: int):
+              solver_options: tuple, _trace: torch.Tensor, _cluster: Cluster, _groups: int):
     return run_simulation(_trace, cluster=_cluster, num_groups=_groups, solver=solver, expert_bytes=expert_bytes,
-                          **dict(setting))
+                          solver_options=dict(solver_options) or None, **dict(setting))
 
 
 def simulate(trace: torch.Tensor, cluster: Cluster, groups: int, solver: str, setting: dict[str, Any],
-             expert_bytes: int | None):
-    """:func:`solvers.dynamics.simulate` of ``trace [T, L, E]``, cached by content and settings."""
+             expert_bytes: int | None, solver_options: dict[str, Any] | None = None):
+    """:func:`solvers.dynamics.simulate` of ``trace [T, L, E]``, cached by content and settings;
+    ``solver_options``: the planner's (its policy)."""
     return _simulate(loads_mod.content_hash(trace), (cluster.id, groups), solver, options_key(setting), expert_bytes,
-                     trace, cluster, groups)
+                     options_key(solver_options or {}), trace, cluster, groups)
 
 
 @st.cache_data(show_spinner="Dispatching the micro-batches...", max_entries=32)

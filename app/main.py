@@ -17,6 +17,8 @@ if str(ROOT) not in sys.path:
 import streamlit as st  # noqa: E402
 import torch  # noqa: E402
 
+from app.widgets import restore_kept  # noqa: E402
+
 # The heuristics run many small kernels over [layers, slots] tensors: one intra-op thread
 # beats several (17x faster measured on a loaded 2-core machine; thread wake-ups dominate).
 # Sessions are served concurrently by the server's own threads anyway.
@@ -34,4 +36,6 @@ pages = [
     st.Page(VIEWS / "over_time.py", title="Over time", icon=":material/timeline:"),
     st.Page(VIEWS / "results.py", title="Benchmark results", icon=":material/leaderboard:"),
 ]
-st.navigation(pages).run()
+page = st.navigation(pages)
+restore_kept(page.url_path)          # widgets shared by pages, and a page's own, open as they were left
+page.run()

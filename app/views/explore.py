@@ -12,7 +12,8 @@ from solvers.errors import EPLBError
 
 from app import cache, figures
 from app.cluster import dense_layers, expert_bytes
-from app.compute import DISPATCH_MODELS, metric_cards, plan_table, worst_layer
+from app.compute import (DISPATCH_MODELS, EXACT_SCALE, exact_report, metric_cards, plan_table, policy_hint,
+                         run_line, worst_layer)
 from app.exports import plan_downloads
 from app.widgets import (cluster_picker, describe_cluster, describe_loads, loads_picker, show_error, solver_options, solver_select,
                          window_picker)
@@ -66,8 +67,9 @@ def _free_options(solver: str, loads, window, previous) -> dict:
 
 def main() -> None:
     st.title("Explore a placement")
+    body = st.container()
     with st.sidebar:
-        loads = loads_picker(PAGE)
+        loads = loads_picker(PAGE, main=body)
         if loads is None:
             return
         window = window_picker(PAGE, loads)
@@ -96,12 +98,13 @@ def main() -> None:
     except EPLBError as exc:
         show_error(exc)
         return
+    limit = options.get("time_limit", get_solver(solver).defaults().get("time_limit"))
     if exact and not run and not cache.is_solved(problem, solver, options):
-        st.info(f"{solver} is an exact solver (time limit {options.get('time_limit', get_solver(solver).defaults().get('time_limit'))} s): "
-                "press **Run solver** to start it.")
+        st.info(f"{solver} is an exact solver (time limit {limit} s): press **Run solver** to start it. "
+                + EXACT_SCALE)
         return
     try:
-        with st.spinner(f"Running {solver}..."):
+        with st.spinner(f"Running {solver}" + (f" (time limit {limit:g} s)..." if limit else "...")):
             outcome = cache.solve(problem, solver, options, _free_options(solver, loads, window, previous))
         cache.mark_solved(problem, solver, options)
     except Exception as exc:  # noqa: BLE001  the library's message, never a traceback
@@ -117,14 +120,25 @@ def main() -> None:
             moves = score(problem, result.plan, previous=previous, expert_bytes=size)
         except EPLBError as exc:
             show_error(exc)
+    st.markdown(run_line(result), help="termination: why the solver stopped; solution: what the plan is worth "
+                "(proven_optimal: meets the bound valid for every plan; optimal_in_model: only within the solver's "
+                "restricted model; feasible: a valid plan, optimality not proven)")
+    if exact or result.model_bound is not None:
+        (st.info if result.status != "feasible" else st.warning)("\n\n".join(exact_report(result)))
+    hint = policy_hint(result, outcome.gap_in_policy)
+    if hint:
+        st.info(hint, icon=":material/lightbulb:")
     _cards(metric_cards(outcome, moves))
     _charts(problem, outcome, loads, model, solver, window)
 
 
+CARDS_PER_ROW = 5     # about 150 px per card at 1280 x 800 with the sidebar open: "1.1481" fits
+
+
 def _cards(cards) -> None:
-    for start in range(0, len(cards), 6):
-        cols = st.columns(6)
-        for col, (label, value, help_text) in zip(cols, cards[start:start + 6]):
+    for start in range(0, len(cards), CARDS_PER_ROW):
+        cols = st.columns(CARDS_PER_ROW)
+        for col, (label, value, help_text) in zip(cols, cards[start:start + CARDS_PER_ROW]):
             col.metric(label, value, help=help_text, border=True)
 
 
@@ -145,9 +159,11 @@ def _charts(problem, outcome, loads, model, solver, window) -> None:
     elif view == "Per layer":
         floor = result.lower_bound / sc.mean_load.clamp_min(1e-300)
         series = {"GPU imbalance": sc.imbalance, "node imbalance": sc.node_imbalance}
-        st.plotly_chart(figures.layer_imbalance_figure(series, floor=floor), width="stretch",
-                        key=f"{PAGE}:chart:layers")
-        st.caption("The dotted line is the lower bound / mean: no plan of any policy can go below it.")
+        st.plotly_chart(figures.layer_imbalance_figure(series, floor=floor, dashed=("node imbalance",)),
+                        width="stretch", key=f"{PAGE}:chart:layers")
+        st.caption("GPU imbalance (solid) and node imbalance (dashed, drawn under it: where they coincide the node "
+                   "is the bottleneck). The dotted line is the lower bound / mean: no plan of any policy can go "
+                   "below it.")
     elif view == "Micro-batches":
         _micro_batches(problem, result, loads, window, model)
     elif view == "Plan":
@@ -161,12 +177,17 @@ def _charts(problem, outcome, loads, model, solver, window) -> None:
 @st.fragment
 def _per_gpu(problem, result) -> None:
     L, worst = problem.num_layers, worst_layer(result)
-    layer = st.slider("Layer", 0, L - 1, worst, key=f"{PAGE}:layer:{L}",
+    # keyed by the plan: a new solve opens on its own worst layer, not the last plan's
+    plan_id = cache.loads_mod.content_hash(result.plan.phy2log)[:12]
+    layer = st.slider("Layer", 0, L - 1, worst, key=f"{PAGE}:layer:{L}:{plan_id}",
                       help=f"MoE layer to draw (starts at the worst layer, {worst})")
     fig = cache.gpu_figure(problem, result, layer)
     st.plotly_chart(fig, width="stretch", key=f"{PAGE}:chart:bars")
     if problem.num_nodes > 1:
-        st.caption("Dotted lines mark node boundaries; the panel on the right is the load per node for this layer.")
+        st.caption("Dotted lines mark node boundaries; the panel on the right is the load per node for this layer. "
+                   "Segments are replicas, coloured by how many replicas their expert has (hover for the expert).")
+    else:
+        st.caption("Segments are replicas, coloured by how many replicas their expert has (hover for the expert).")
 
 
 @st.fragment
@@ -226,7 +247,7 @@ def _downloads(problem, result, loads, model, solver, window) -> None:
     for k, d in enumerate(plan_downloads(result.plan, problem, policy=result.policy, solver=solver,
                                          options=result.options, metrics=result.score.metrics(),
                                          layer_offset=int(offset), loads_name=name, result=result)):
-        c1, c2 = st.columns([1, 3])
+        c1, c2 = st.columns([2, 3])
         c1.download_button(d.label, d.build, file_name=d.filename, mime=d.mime, key=f"{PAGE}:dl:{k}",
                            width="stretch", on_click="ignore")
         c2.markdown(d.usage)
