@@ -52,6 +52,16 @@ def cluster_from_args(args: argparse.Namespace, num_experts: int) -> tuple[dict[
     return {"cluster": Cluster(nodes or 1, gpus, replicas), "num_groups": groups or 1}, nbytes
 
 
+def planner_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The planner's options: ``-O KEY=VALUE`` and ``--policy`` (the same as ``-O policy=...``)."""
+    opts = options_dict(args.option)
+    if args.policy is not None:
+        if opts.get("policy", args.policy) != args.policy:
+            raise OptionError("policy", f"--policy {args.policy} contradicts -O policy={opts['policy']}")
+        opts["policy"] = args.policy
+    return opts
+
+
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     with path.open("w", newline="") as fh:
         if not rows:
@@ -109,7 +119,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     res = simulate(loads, solver=args.solver, every=args.every, threshold=args.threshold, window=args.window,
                    migration_slack=args.migration_slack, migration=args.migration,
                    migration_budget=args.migration_budget, expert_bytes=nbytes,
-                   solver_options=options_dict(args.option), progress=not args.json, **shape)
+                   solver_options=planner_options(args), progress=not args.json, **shape)
     totals = res.totals()
     if args.out:
         for path in write_outputs(Path(args.out), res):
@@ -157,7 +167,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise OptionError("periods", f"must be integers >= 1, got {args.periods!r}")
     rows = sweep(loads, periods=periods, thresholds=_floats(args.thresholds, "thresholds"),
                  slacks=_floats(args.slacks, "slacks", allow_plain=True) or [None], window=args.window,
-                 solver=args.solver, expert_bytes=nbytes, solver_options=options_dict(args.option), **shape)
+                 solver=args.solver, expert_bytes=nbytes, solver_options=planner_options(args), **shape)
     pick = None
     if args.budget_gb is not None:
         budget = args.budget_gb * 1e9 if nbytes is not None else args.budget_gb

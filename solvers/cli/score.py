@@ -4,11 +4,33 @@ from __future__ import annotations
 import argparse
 import json
 
+import torch
+
 from ..errors import LoadFileError, OptionError
 from ..problem import Problem
 from ..scoring import score
 from ..cluster import get_model
 from .inputs import dropped_note, format_metrics, read_any_plan, read_loads_arg
+
+
+def per_gpu_summary(gpu_load: torch.Tensor, num_nodes: int, top: int = 3) -> str:
+    """Per layer: its imbalance, its hottest GPUs and its coolest GPU with load / mean (the
+    full [layers, GPUs] loads are in ``--json``). gpu_load: [L, P] tokens."""
+    L, P = gpu_load.shape
+    ratio = gpu_load / gpu_load.mean(1, keepdim=True).clamp_min(1e-300)           # [L, P]
+    order = torch.argsort(ratio, dim=1, descending=True)                          # [L, P]
+    per_node = P // num_nodes
+
+    def gpu(layer: int, g: int) -> str:
+        node = f"n{g // per_node}/" if num_nodes > 1 else ""
+        return f"{node}GPU {g} {float(ratio[layer, g]):.3f}"
+
+    lines = [f"per-GPU load / mean, by layer (hottest {min(top, P)} and the coolest GPU; --json for all "
+             f"{L} x {P} loads)", f"{'layer':>5}  {'imbalance':>9}  hottest" + " " * 40 + "coolest"]
+    for layer in range(L):
+        hot = ", ".join(gpu(layer, int(g)) for g in order[layer, :top])
+        lines.append(f"{layer:>5}  {float(ratio[layer].max()):>9.4f}  {hot:<47}{gpu(layer, int(order[layer, -1]))}")
+    return "\n".join(lines)
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -42,6 +64,6 @@ def cmd_score(args: argparse.Namespace) -> int:
               f"on loads {args.loads}{dropped_note(info)}")
         print(format_metrics({k: v for k, v in metrics.items() if k != "gpu_load"}))
         if args.per_gpu:
-            for layer, row in enumerate(sc.gpu_load.tolist()):
-                print(f"layer {layer}: " + " ".join(f"{x:.6g}" for x in row))
+            print()
+            print(per_gpu_summary(sc.gpu_load, problem.num_nodes))
     return 0
