@@ -72,29 +72,37 @@ def _recommender(df) -> None:
     from solvers.bench.recommend import format_recommendation, recommend
 
     with st.form(f"{PAGE}:recommend"):
-        c = st.columns(6)
+        c = st.columns(4)
         experts = c[0].number_input("Experts", 1, 100_000, 256)
         replicas = c[1].number_input("Slots (all GPUs)", 1, 1_000_000, 288)
         gpus = c[2].number_input("GPUs", 1, 100_000, 32)
         nodes = c[3].number_input("Nodes", 1, 100_000, 4)
-        groups = c[4].number_input("Expert groups", 1, 100_000, 8)
-        budget = c[5].number_input("Time budget (s)", 0.001, 86_400.0, 1.0, format="%g")
-        policy = st.radio("Policy of the plans", ["any", "hierarchical", "global"], horizontal=True)
+        c = st.columns(4)
+        groups = c[0].number_input("Expert groups", 1, 100_000, 8)
+        layers = c[1].number_input("MoE layers", 1, 10_000, 58, key=f"{PAGE}:layers",
+                                   help="layers planned at once: benchmark timings (often of 8-layer slices) are "
+                                        "scaled linearly to this many before the budget applies, as `eplb recommend "
+                                        "--layers` (DeepSeek-V3: 58)")
+        budget = c[2].number_input("Time budget (s)", 0.001, 86_400.0, 1.0, format="%g")
+        policy = c[3].radio("Policy of the plans", ["any", "hierarchical", "global"], horizontal=True)
         submitted = st.form_submit_button("Recommend", type="primary")
     if not submitted:
         return
-    rows = df if policy == "any" else df[df["policy"] == policy]
-    if rows.empty:
-        st.error(f"policy: no benchmark runs with policy {policy}")
-        return
     try:
-        rec = recommend(rows, experts=int(experts), replicas=int(replicas), gpus=int(gpus), nodes=int(nodes),
-                        groups=int(groups), time_budget=float(budget))
+        # the CLI's call (eplb recommend): same rows, same layer scaling, same policy filter
+        rec = recommend(df, experts=int(experts), replicas=int(replicas), gpus=int(gpus), nodes=int(nodes),
+                        groups=int(groups), time_budget=float(budget), layers=int(layers),
+                        policy=None if policy == "any" else policy)
     except EPLBError as exc:
         show_error(exc)
         return
     head = format_recommendation(rec).split("\ncandidates", 1)[0].strip()      # the tables follow as tables
     (st.success if rec.solver else st.warning)("\n\n".join(ln for ln in head.splitlines() if ln.strip()))
+    st.caption(f"The same answer as `eplb recommend --experts {int(experts)} --replicas {int(replicas)} --gpus {int(gpus)} "
+               f"--nodes {int(nodes)} --groups {int(groups)} --layers {int(layers)} --time-budget {float(budget):g}"
+               f" --policy {policy}`. The policy named is the one of the benchmark runs behind the answer: set it "
+               "as **policy** on Explore or under **Policies** on Compare (the pages' auto is hierarchical where "
+               "the groups split evenly over the nodes).")
     st.markdown("**Candidates** (best first)")
     st.dataframe(rec.table, hide_index=True, width="stretch", column_config=_shares_as_percent(rec.table))
     with st.expander(f"Evidence: the runs of {rec.solver or 'the fastest solver'}"):
