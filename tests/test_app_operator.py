@@ -1,6 +1,7 @@
 """The app and the CLI as an operator uses them (issue 25): one test or more per problem the
 issue lists. AppTest drives the pages; the browser checks (cut metric values, widgets kept
-across a solver switch and a page round trip, console errors) are in test_app_browser.py."""
+across a solver switch and a page round trip, console errors) are in test_app_browser.py.
+Tests that replay traces or run several solvers through the app are marked slow."""
 from __future__ import annotations
 
 import json
@@ -100,6 +101,7 @@ def test_2_cluster_edits_are_shared_by_the_pages():
 
 # 3. hierarchical against global ---------------------------------------------------------
 
+@pytest.mark.slow
 def test_3_compare_runs_both_policies_and_says_what_hierarchical_costs(skewed):
     at = _app().run()
     at.switch_page("views/compare.py").run()
@@ -121,6 +123,7 @@ def test_3_explore_hints_when_the_gap_is_the_policys_cost():
     assert not any("hierarchical policy's cost" in i.value for i in at.info)
 
 
+@pytest.mark.slow
 def test_3_over_time_plans_with_the_chosen_policy():
     from solvers.dynamics import simulate
 
@@ -135,8 +138,11 @@ def test_3_over_time_plans_with_the_chosen_policy():
                         solver_options={"policy": "global"})
     assert totals.iloc[0]["setting"] == "every 3"
     assert totals.iloc[0]["mean_imbalance"] == pytest.approx(float(expected.imbalance[3:].mean()))
+    reb = at.dataframe[-1].value                                            # the rebalances table, in GB
+    assert "GB" in reb.columns and np.allclose(reb["GB"], reb["bytes"] / 1e9)
 
 
+@pytest.mark.slow
 def test_3_simulate_policy_flag_is_the_planners_policy_option(capsys):
     args = ["simulate", "--loads", "deepseek-v3-skewed", "--model", "deepseek-v3", "--every", "6", "--json"]
     assert cli(args + ["--policy", "global"]) == 0
@@ -197,6 +203,7 @@ def test_5_exact_solver_reports_message_returned_layers_reason_and_proof():
 
 # 6. Over time fits the shipped traces -----------------------------------------------------
 
+@pytest.mark.slow
 def test_6_default_settings_run_on_a_32_step_trace_and_are_scored_on_the_same_steps():
     at = _app().run()
     at.switch_page("views/over_time.py").run()
@@ -235,6 +242,7 @@ def test_6_replay_totals_on_common_steps_equal_the_simulators_own_from_there():
 
 # 7. the app recommends as the CLI does --------------------------------------------------
 
+@pytest.mark.slow
 def test_7_recommender_form_gives_the_clis_answer(capsys):
     from solvers.bench.recommend import recommend
 
@@ -282,6 +290,7 @@ def test_8_sglang_export_loads_back_as_the_current_placement_and_in_eplb_score(t
 
 # 9. charts --------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_9_layer_slider_follows_a_new_solve_to_its_worst_layer(skewed):
     at = _app().run()
     first = solve(_problem(skewed), "deepseek")
@@ -323,15 +332,6 @@ def test_9_node_panel_has_axis_titles_and_no_label_over_its_bars():
     assert layout["yaxis2"]["title"]["text"] == "tokens per node"
     assert layout["xaxis2"]["title"]["text"].startswith("node (dashed: mean ")
     assert not [a for a in layout.get("annotations", []) if a.get("xref") == "x2 domain"]
-
-
-def test_9_rebalances_table_in_gb():
-    at = _app().run()
-    at.switch_page("views/over_time.py").run()
-    at.button(key="over_time:run").click().run()
-    _clean(at)
-    reb = at.dataframe[-1].value
-    assert "GB" in reb.columns and np.allclose(reb["GB"], reb["bytes"] / 1e9)
 
 
 # 10. text -----------------------------------------------------------------------------------
