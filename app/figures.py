@@ -114,8 +114,8 @@ def gpu_load_figure(weights: torch.Tensor, phy2log: torch.Tensor, logcnt: torch.
     # The colour key: empty traces that only carry legend entries, one per replica count present.
     present = sorted(set(np.clip(cnt[expert], 1, len(COUNT_COLORS)).reshape(-1).tolist()))
     for c in present:
-        label = f"{c} replicas" if c > 1 else "1 replica"
-        fig.add_trace(go.Bar(x=[None], y=[None], name=label + ("+" if c == len(COUNT_COLORS) else ""),
+        label = "1 replica" if c == 1 else f"{c}+ replicas" if c == len(COUNT_COLORS) else f"{c} replicas"
+        fig.add_trace(go.Bar(x=[None], y=[None], name=label,
                              marker={"color": count_color(c)}, showlegend=True, hoverinfo="skip"))
     mean = float(tokens.sum() / P)
     fig.add_hline(y=mean, line={"color": "black", "dash": "dash", "width": 1.5},
@@ -136,10 +136,12 @@ GPU_DOMAIN = 0.75        # share of the width for the per-GPU bars when a node p
 
 
 def _node_panel(fig: go.Figure, load: np.ndarray) -> None:
-    """Load per node ([N]) as bars on a second pair of axes at the right, mean dashed."""
+    """Load per node ([N]) as bars on a second pair of axes at the right (the busiest node
+    red, the others grey), mean dashed."""
     mean = float(load.mean())
     fig.add_trace(go.Bar(x=[f"node {n}" for n in range(len(load))], y=load, xaxis="x2", yaxis="y2",
-                         marker={"color": [color_for(n) for n in range(len(load))]}, showlegend=False,
+                         marker={"color": ["#d62728" if n == int(load.argmax()) else "#8c9bb5"
+                                           for n in range(len(load))]}, showlegend=False,
                          name="nodes", hovertemplate="%{x}: %{y:,.0f} tokens<extra></extra>"))
     fig.add_shape(type="line", xref="x2 domain", x0=0, x1=1, yref="y2", y0=mean, y1=mean,
                   line={"color": "black", "dash": "dash", "width": 1.5})

@@ -52,6 +52,12 @@ TABLE_COLUMNS = {
 }
 
 
+# What a reader compares first on the left; the rest (and the CSV) keeps every column.
+COLUMN_ORDER = ("solver", "imbalance_mean", "holdout_imbalance_mean", "gap_mean", "gap_in_policy_mean",
+                "holdout_gap_mean", "off_node_share_mean", "wall_time_s", "status", "termination", "policy",
+                "imbalance_worst", "holdout_imbalance_worst", "gap_max", "holdout_gap_max", "duplicates")
+
+
 def main() -> None:
     st.title("Compare solvers")
     body = st.container()
@@ -115,7 +121,10 @@ def main() -> None:
     if run:
         # filled run by run: a Stop (which reruns the page) keeps what finished
         done[request] = {"rows": [], "outcomes": {}, "held": {}, "total": len(todo), "complete": False}
-        _solve_all(todo, problem, held, done[request])
+        progress = st.empty()           # the status boxes, cleared once every run is done: results on top
+        with progress.container():
+            _solve_all(todo, problem, held, done[request])
+        progress.empty()
         done[request]["complete"] = True
     if request not in done:
         st.info("Press **Run comparison** to solve with every chosen solver "
@@ -159,7 +168,9 @@ def _show(done: dict, problem, has_held: bool) -> None:
     table = pd.DataFrame(done["rows"])
     outcomes, held = done["outcomes"], done["held"]
     st.subheader("Results")
-    st.dataframe(table, hide_index=True, width="stretch", column_config=TABLE_COLUMNS)
+    st.dataframe(table, hide_index=True, width="stretch", column_config=TABLE_COLUMNS,
+                 column_order=[c for c in COLUMN_ORDER if c in table.columns]
+                 + [c for c in table.columns if c not in COLUMN_ORDER])
     st.download_button("Download table (CSV)", table.to_csv(index=False).encode(), "compare.csv", "text/csv",
                        key=f"{PAGE}:csv", on_click="ignore")
     ok = table[table["solver"].isin(list(outcomes))]

@@ -113,9 +113,12 @@ def main() -> None:
                                 "window": st.column_config.NumberColumn(min_value=1, step=1,
                                                                         help="steps planned on (blank: the period, "
                                                                              f"else {DEFAULT_WINDOW})"),
-                                "migration_slack": st.column_config.NumberColumn(min_value=0.0, format="%.3f"),
+                                "migration_slack": st.column_config.NumberColumn(
+                                    "migration slack", min_value=0.0, format="%.3f",
+                                    help="blank: plain re-planning; else keep every layer within 1 + this of a "
+                                         "fresh plan's max load, moving the fewest experts"),
                                 "migration_budget": st.column_config.NumberColumn(
-                                    min_value=0.0, format="%.2f", help="at most this fraction of a fresh plan's "
+                                    "migration budget", min_value=0.0, format="%.2f", help="at most this fraction of a fresh plan's "
                                     "moves per rebalance; the layers saving most get wider slacks (needs a slack)")})
     run = st.button("Run replay", type="primary", key=f"{PAGE}:run")
     settings = [(str(r["setting"] or f"setting {k}"), _setting(r)) for k, r in edited.iterrows()]
@@ -132,8 +135,10 @@ def main() -> None:
     done = st.session_state.setdefault(f"{PAGE}:done", {})
     if run:
         results = {}
+        progress = st.empty()           # the status boxes, cleared once every replay is done
+        box_area = progress.container()
         for name, setting in settings:
-            with st.status(f"{name}: replaying {loads.num_steps} steps", expanded=False) as box:
+            with box_area.status(f"{name}: replaying {loads.num_steps} steps", expanded=False) as box:
                 try:
                     results[name] = cache.simulate(trace, cluster, groups, solver, setting, nbytes, planner_options)
                 except EPLBError as exc:
@@ -143,6 +148,8 @@ def main() -> None:
                 t = results[name].totals()
                 box.update(label=f"{name}: mean imbalance {t['mean_imbalance']:.4f}, {t['rebalances']} rebalances, "
                                  f"{t['total_moves']:,} moves in {t['wall_seconds']:.2g} s", state="complete")
+        if len(results) == len(settings):
+            progress.empty()            # errors stay in sight
         done[request] = results
     if request not in done:
         st.info("Press **Run replay** to simulate every setting.")

@@ -39,7 +39,8 @@ def main() -> None:
         table = solver_table(df)
         st.dataframe(table, hide_index=True, width="stretch", column_config=_shares_as_percent(table))
     with tabs[1]:
-        st.dataframe(best_per_shape(df), hide_index=True, width="stretch")
+        best = best_per_shape(df)
+        st.dataframe(best, hide_index=True, width="stretch", column_config=_shares_as_percent(best))
         st.caption("Per cluster shape and time budget: the solver with the lowest mean gap among those that "
                    "returned a plan on every run within the budget (its mean gap in brackets).")
     with tabs[2]:
@@ -106,13 +107,39 @@ def _recommender(df) -> None:
     st.markdown("**Candidates** (best first)")
     st.dataframe(rec.table, hide_index=True, width="stretch", column_config=_shares_as_percent(rec.table))
     with st.expander(f"Evidence: the runs of {rec.solver or 'the fastest solver'}"):
-        st.dataframe(rec.evidence, hide_index=True, width="stretch")
+        st.dataframe(rec.evidence, hide_index=True, width="stretch", column_config=_shares_as_percent(rec.evidence))
+
+
+# Headers of the results tables (the library's column names are for CSV and code).
+LABELS = {
+    "time_sgm_s": ("time, geo. mean (s)", "shifted geometric mean of the wall times"),
+    "time_max_s": ("time max (s)", None), "time_mean_s": ("time mean (s)", None),
+    "wall_time_s": ("time (s)", None),
+    "gap_mean": ("gap mean", "objective / best lower bound - 1, mean over layers"),
+    "gap_max": ("gap worst layer", None), "gap_in_policy": ("gap in policy", "against the bound of the plan's policy"),
+    "gap_in_policy_mean": ("gap in policy", None), "gap_best_known": ("gap to best known", None),
+    "imbalance_mean": ("imbalance", "max / mean GPU load, mean over layers"),
+    "oos_imbalance_mean": ("held-out imbalance", "the plan on later steps than it was made on"),
+    "off_node_share": ("off-node", None), "off_node_share_mean": ("off-node", None),
+    "optimal_in_model": ("optimal in model", None), "all_plans": ("all plans", None),
+    "num_experts": ("experts", None), "num_replicas": ("slots", None), "num_gpus": ("GPUs", None),
+    "num_nodes": ("nodes", None), "num_groups": ("groups", None), "num_layers": ("layers", None),
+    "proven_optimum": ("proven optimum", None),
+}
 
 
 def _shares_as_percent(table) -> dict:
-    """Gaps and off-node shares are fractions: show them as percentages."""
-    return {c: st.column_config.NumberColumn(format="percent") for c in table.columns
-            if c.startswith(("gap", "off_node"))}
+    """Readable headers (LABELS); gaps and off-node shares are fractions: percentages."""
+    config = {}
+    for c in table.columns:
+        label, help_text = LABELS.get(c, (c.replace("_", " "), None))
+        if c.startswith(("gap", "off_node")):
+            config[c] = st.column_config.NumberColumn(label, format="percent", help=help_text)
+        elif c in ("solver", "instance"):
+            config[c] = st.column_config.TextColumn(label, pinned=True)
+        elif c in LABELS:
+            config[c] = st.column_config.Column(label, help=help_text)
+    return config
 
 
 main()
