@@ -15,6 +15,7 @@ import streamlit as st
 import torch
 
 from . import loads as loads_mod
+from . import worker
 from solvers import Cluster, Problem
 from solvers.cluster import CLUSTERS
 from solvers.dynamics import simulate as run_simulation
@@ -66,6 +67,32 @@ def solve(problem: Problem, solver: str, options: dict[str, Any], extra: dict[st
     extra = extra or {}
     return _solve(loads_mod.content_hash(problem.weights), _shape_key(problem), solver, options_key(options),
                   _extra_key(extra), problem, extra)
+
+
+@st.cache_resource(show_spinner=False, max_entries=1)
+def _stoppable_store() -> dict:
+    """Outcomes of the solves run in a child process (:mod:`app.worker`), shared by every
+    session like st.cache_data's (which cannot hold a solve that waits with st calls)."""
+    return {}
+
+
+STOPPABLE_ENTRIES = 64
+
+
+def solve_stoppable(problem: Problem, solver: str, options: dict[str, Any], extra: dict[str, Any] | None,
+                    wait) -> Outcome:
+    """:func:`solve` in a child process that Stop ends (:func:`app.worker.run_stoppable`;
+    ``wait(elapsed_s, pid)`` is its progress call), cached by the same key."""
+    extra = extra or {}
+    key = (loads_mod.content_hash(problem.weights), _shape_key(problem), solver, options_key(options),
+           _extra_key(extra))
+    store = _stoppable_store()
+    if key not in store:
+        outcome = worker.run_stoppable(problem, solver, {**options, **extra}, wait)
+        while len(store) >= STOPPABLE_ENTRIES:
+            store.pop(next(iter(store)))
+        store[key] = outcome
+    return store[key]
 
 
 @st.cache_resource(show_spinner=False, max_entries=128)

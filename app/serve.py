@@ -85,6 +85,9 @@ class _DropWarnings(logging.Filter):
 def main(argv: list[str] | None = None) -> None:
     preload()
     warm()
+    from app import worker
+
+    worker.start_server()       # the fork server of stoppable solves imports torch now, not at the first one
     from streamlit.web import cli
 
     sys.argv = ["streamlit", "run", str(MAIN), *(sys.argv[1:] if argv is None else argv)]

@@ -90,9 +90,10 @@ def page(chromium):
     _check(seen)
 
 
-@pytest.fixture(params=list(SIZES))
+@pytest.fixture(params=["1280x800", pytest.param("1920x1080", marks=pytest.mark.slow)])
 def sized(chromium, request):
-    """A page at 1280x800 or 1920x1080 (the same checks as ``page``)."""
+    """A page at 1280x800 or 1920x1080 (the same checks as ``page``; the second size is
+    in the slow run)."""
     ctx, p, seen = _open(chromium, SIZES[request.param])
     yield request.param, p
     ctx.close()
@@ -208,7 +209,7 @@ def test_results_page_in_the_browser(app_url, page, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------
-# Issue 25: cut values, kept widgets, every page at two sizes
+# Cut values, kept widgets, every page at two sizes
 
 _CUT_JS = """(selector) => {
     const cut = [];
@@ -256,6 +257,7 @@ def _nav(page, title: str) -> None:
     wait_idle(page)
 
 
+@pytest.mark.slow
 def test_widgets_keep_their_values_across_a_solver_switch_and_a_page_round_trip(app_url, sized, tmp_path):
     name, page = sized
     page.goto(app_url)
@@ -280,6 +282,7 @@ def test_widgets_keep_their_values_across_a_solver_switch_and_a_page_round_trip(
     _shot(page, tmp_path, f"explore-round-trip-{name}", full_page=False)
 
 
+@pytest.mark.slow
 def test_every_page_at_both_sizes(app_url, sized, tmp_path):
     """A screenshot of every page, after its run, as a person sees it first (no scrolling)."""
     name, page = sized

@@ -1,5 +1,5 @@
-"""The app and the CLI as an operator uses them (issue 25): one test or more per problem the
-issue lists. AppTest drives the pages; the browser checks (cut metric values, widgets kept
+"""The app and the CLI as an operator uses them: one test or more per problem an operator
+reported (docs/app.md). AppTest drives the pages; the browser checks (cut metric values, widgets kept
 across a solver switch and a page round trip, console errors) are in test_app_browser.py.
 Tests that replay traces or run several solvers through the app are marked slow."""
 from __future__ import annotations
@@ -432,3 +432,48 @@ def test_11_compare_out_says_only_what_it_wrote(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert (tmp_path / "compare.csv").exists() and not (tmp_path / "compare.html").exists()
     assert "compare.html" not in out.replace("no compare.html", "") and "plotly is not installed" in out
+
+
+# 4. Stop ends a running solver -----------------------------------------------------------
+
+class _Stop(Exception):
+    """What Streamlit raises in the script at its next st call once Stop asked for a rerun."""
+
+
+def test_4_a_stopped_solve_is_killed_not_left_running(skewed):
+    """The child solving cpsat on DeepSeek-V3 4 x 8 with a 60 s limit (58 models of about
+    74,000 variables: nothing a quarter second builds) is killed at the first progress call
+    that raises, and the error of a bad option comes back as the library raised it."""
+    import os
+
+    from app import worker
+    from solvers.errors import OptionError
+
+    pids = []
+
+    def stop(elapsed: float, pid: int) -> None:
+        pids.append(pid)
+        raise _Stop()
+
+    with pytest.raises(_Stop):
+        worker.run_stoppable(_problem(skewed), "cpsat", {"time_limit": 60.0}, stop)
+    assert len(pids) == 1
+    with pytest.raises(ProcessLookupError):
+        os.kill(pids[0], 0)                                                 # gone, not finishing its 60 s
+    with pytest.raises(OptionError) as err:
+        worker.run_stoppable(_problem(skewed), "cpsat", {"time_limit": -1.0}, lambda e, p: None)
+    assert err.value.param == "time_limit" and str(err.value).startswith("time_limit: ")
+
+
+def test_4_explore_says_a_stopped_solver_was_stopped_and_does_not_restart_it():
+    at = _app().run()
+    assert at.button(key="explore:stop").disabled is True                   # deepseek: milliseconds, nothing to stop
+    at.session_state["explore:running"] = "best"                            # as a run that Stop ended leaves it
+    at.selectbox(key="explore:solver").set_value("best").run()
+    _clean(at)
+    assert at.button(key="explore:stop").disabled is False                  # best has a time limit
+    assert any(w.value.startswith("Stopped best") for w in at.warning)
+    assert "explore:chart:bars" not in _charts(at)                          # not restarted by the rerun
+    at.button(key="explore:run").click().run()                              # Run starts it again
+    _clean(at)
+    assert "explore:chart:bars" in _charts(at) and not at.warning

@@ -10,7 +10,7 @@ from solvers import Problem, get_solver, solver_names
 from solvers.compare import pick, planned_runs
 from solvers.errors import EPLBError, OptionError
 
-from app import cache, figures
+from app import cache, figures, worker
 from app.compute import compare_row, options_text
 from app.widgets import (cluster_picker, describe_cluster, describe_loads, keep, kept, loads_picker, show_error,
                          solver_options, window_picker)
@@ -95,8 +95,8 @@ def main() -> None:
     c1, c2, _ = st.columns([1, 1, 4])
     run = c1.button("Run comparison", type="primary", key=f"{PAGE}:run", width="stretch")
     c2.button("Stop", key=f"{PAGE}:stop", width="stretch",
-              help="ends the comparison once the solver in progress returns (it runs to its time limit at most: "
-                   "a solve cannot be interrupted) and keeps every finished result")
+              help="ends the comparison now: a solver with a time limit (best, the exact ones) is stopped, a "
+                   "heuristic without one (milliseconds) is let finish; every finished result is kept")
     if cluster_error is not None:
         show_error(cluster_error)
         return
@@ -147,7 +147,13 @@ def _solve_all(runs, problem, held, entry: dict) -> None:
         limit = options.get("time_limit", get_solver(name).defaults().get("time_limit"))
         with st.status(f"{label}: solving" + (f" (time limit {limit:g} s)" if limit else ""), expanded=False) as box:
             try:
-                outcome = cache.solve(problem, name, options)
+                if worker.stoppable(name):
+                    def wait(elapsed: float, pid: int, box=box, label=label, limit=limit) -> None:
+                        box.update(label=f"{label}: solving, {elapsed:.0f} s of {limit:g} s (Stop ends it now)")
+
+                    outcome = cache.solve_stoppable(problem, name, options, None, wait)
+                else:
+                    outcome = cache.solve(problem, name, options)
             except Exception as exc:  # noqa: BLE001  shown in its status box, the others still run
                 entry["rows"].append({"solver": label, "termination": "error", "status": "none", "message": str(exc)})
                 box.update(label=f"{label}: {exc}", state="error")

@@ -10,7 +10,7 @@ import streamlit as st
 from solvers import Problem, get_solver, score
 from solvers.errors import EPLBError
 
-from app import cache, figures
+from app import cache, figures, worker
 from app.cluster import dense_layers, expert_bytes
 from app.compute import (DISPATCH_MODELS, EXACT_SCALE, exact_report, metric_cards, plan_table, policy_hint,
                          run_line, worst_layer)
@@ -82,8 +82,11 @@ def main() -> None:
             show_error(exc)
             return
         exact = get_solver(solver).kind == "exact"
-        run = st.button("Run solver", type="primary", key=f"{PAGE}:run", width="stretch",
+        c1, c2 = st.columns([2, 1])
+        run = c1.button("Run solver", type="primary", key=f"{PAGE}:run", width="stretch",
                         help="heuristics re-run on every change; exact solvers run when you press this")
+        c2.button("Stop", key=f"{PAGE}:stop", width="stretch", disabled=not worker.stoppable(solver),
+                  help="ends a solver with a time limit now (its process is stopped; no plan)")
 
     st.caption(describe_loads(loads) + f" · planning on steps {window[0]}..{window[1] - 1}"
                + ("" if cluster is None else " · " + describe_cluster(cluster, groups)))
@@ -99,15 +102,34 @@ def main() -> None:
         show_error(exc)
         return
     limit = options.get("time_limit", get_solver(solver).defaults().get("time_limit"))
-    if exact and not run and not cache.is_solved(problem, solver, options):
-        st.info(f"{solver} is an exact solver (time limit {limit} s): press **Run solver** to start it. "
-                + EXACT_SCALE)
+    running = st.session_state.pop(f"{PAGE}:running", None)        # set while a stoppable solve runs
+    if running is not None and not run:
+        st.warning(f"Stopped {running}: its process was ended before it returned a plan. Press **Run solver** "
+                   "to start it again.", icon=":material/stop_circle:")
+    if (exact or running is not None) and not run and not cache.is_solved(problem, solver, options):
+        if running is None:
+            st.info(f"{solver} is an exact solver (time limit {limit} s): press **Run solver** to start it. "
+                    + EXACT_SCALE)
         return
     try:
-        with st.spinner(f"Running {solver}" + (f" (time limit {limit:g} s)..." if limit else "...")):
-            outcome = cache.solve(problem, solver, options, _free_options(solver, loads, window, previous))
+        extra = _free_options(solver, loads, window, previous)
+        if worker.stoppable(solver):
+            progress = st.empty()
+
+            def wait(elapsed: float, pid: int) -> None:     # an st call: where Streamlit can stop the run
+                progress.info(f"Running {solver}: {elapsed:.0f} s of its {limit:g} s time limit. **Stop** ends "
+                              "it now.", icon=":material/hourglass_top:")
+
+            st.session_state[f"{PAGE}:running"] = solver
+            outcome = cache.solve_stoppable(problem, solver, options, extra, wait)
+            st.session_state.pop(f"{PAGE}:running", None)
+            progress.empty()
+        else:
+            with st.spinner(f"Running {solver}..."):
+                outcome = cache.solve(problem, solver, options, extra)
         cache.mark_solved(problem, solver, options)
     except Exception as exc:  # noqa: BLE001  the library's message, never a traceback
+        st.session_state.pop(f"{PAGE}:running", None)
         show_error(exc)
         return
     result = outcome.result
