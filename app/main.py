@@ -5,9 +5,16 @@ same loads, replay a trace under rebalancing settings (over time), browse benchm
 """
 from __future__ import annotations
 
+import importlib.machinery
 import os
 import sys
 from pathlib import Path
+
+# Streamlit runs this file as a fresh module installed as sys.modules["__main__"], with a
+# file and no spec. A multiprocessing child (app/worker.py: stoppable solves) re-imports the
+# parent's __main__ by its spec's name, else by its file: it would run this script again,
+# outside Streamlit. The name "__main__" tells it to skip that.
+__spec__ = importlib.machinery.ModuleSpec("__main__", None)  # noqa: A001
 
 # `streamlit run app/main.py` puts app/ on sys.path, not the repository root.
 ROOT = Path(__file__).resolve().parents[1]

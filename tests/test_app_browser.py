@@ -305,8 +305,29 @@ def test_every_page_at_both_sizes(app_url, sized, tmp_path):
     _shot(page, tmp_path, f"results-{name}", full_page=False)
 
 
-def test_server_log_has_no_warnings_of_the_warm_up():
-    """`make run` used to print ten "No runtime found" lines and "missing ScriptRunContext"."""
+def test_server_log_has_no_warnings_of_the_warm_up(app_url):
+    """`make run` used to print ten "No runtime found" lines and "missing ScriptRunContext"
+    (the warm-up's cached calls; and a stoppable solve's child that ran app/main.py again).
+    Runs after the other tests of this module, on the log of the server they used."""
     text = SERVER_LOG[0].read_text() if SERVER_LOG else ""
-    assert SERVER_LOG and "Uvicorn server started" in text or "You can now view" in text
+    assert SERVER_LOG and ("Uvicorn server started" in text or "You can now view" in text)
+    assert "No runtime found" not in text and "missing ScriptRunContext" not in text, text[:3000]
     assert "No runtime found" not in text and "missing ScriptRunContext" not in text
+
+
+@pytest.mark.slow
+def test_stop_ends_a_running_exact_solver(app_url, page, tmp_path):
+    """cpsat on DeepSeek-V3 4 x 8 (10 s limit): Stop while it runs gives the "Stopped"
+    warning and no plan; a solver left running would instead draw its plan."""
+    page.goto(app_url)
+    page.wait_for_selector(CHART)
+    wait_idle(page)
+    _select(page, "Solver", "cpsat (exact)")
+    page.get_by_role("button", name="Run solver").click()
+    page.get_by_text("of its 10 s time limit").wait_for()                 # the child is running
+    page.get_by_test_id("stSidebarUserContent").get_by_role("button", name="Stop").click()
+    page.get_by_text("Stopped cpsat").wait_for()
+    wait_idle(page)
+    _no_exception(page)
+    assert page.locator(CHART).count() == 0
+    _shot(page, tmp_path, "explore-stopped")
