@@ -477,3 +477,15 @@ def test_4_explore_says_a_stopped_solver_was_stopped_and_does_not_restart_it():
     at.button(key="explore:run").click().run()                              # Run starts it again
     _clean(at)
     assert "explore:chart:bars" in _charts(at) and not at.warning
+
+
+def test_8_a_plan_of_other_loads_is_refused_with_a_hint(skewed):
+    problem = Problem(skewed[:, :50].sum(0).double(), 288, 8, 4, 32)          # 50 layers, not 58
+    doc = {"physical_to_logical_map": solve(problem, "deepseek").plan.phy2log.tolist()}
+    at = _app().run()
+    at.toggle(key="explore:previous_on").set_value(True).run()
+    at.file_uploader(key="explore:previous").set_value(("short.json", json.dumps(doc).encode(), "application/json"))
+    at.run()
+    _clean(at)
+    assert len(at.error) == 1 and at.error[0].value.startswith("previous: short.json places 256 experts on 50 layer(s)")
+    assert "plan of another model" in at.error[0].value

@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from solvers import Problem, get_solver, score
-from solvers.errors import EPLBError
+from solvers.errors import EPLBError, PlanError
 
 from app import cache, figures, worker
 from app.cluster import dense_layers, expert_bytes
@@ -47,6 +47,10 @@ def _current_placement(problem, model):
             plan, _, _, dropped = read_plan_for_loads(path, problem.num_layers, problem.num_experts, "previous")
         except EPLBError as exc:
             raise type(exc)(exc.param, str(exc).split(": ", 1)[1].replace(str(path), up.name)) from None
+    if plan.num_layers != problem.num_layers or plan.num_experts != problem.num_experts:
+        raise PlanError("previous", f"{up.name} places {plan.num_experts} experts on {plan.num_layers} layer(s); the "
+                        f"loads have {problem.num_experts} experts on {problem.num_layers} MoE layers: is it a plan "
+                        "of another model? (an engine map may have more rows, dense layers first, never fewer)")
     if dropped:
         st.caption(f"{up.name}: its first {dropped} row(s) (dense layers) skipped; the last {plan.num_layers} "
                    "rows are the MoE layers.")
