@@ -33,11 +33,18 @@ _CTX = mp.get_context("forkserver")
 _CTX.set_forkserver_preload(["torch", "solvers.builtin", "solvers.dynamics", "app.compute"])
 
 
-def stoppable(solver: str) -> bool:
-    """Whether ``solver`` runs in a child process: it has a time-limit option (the exact
-    solvers, ``best``, ``certify``: seconds to minutes; the heuristics answer in
-    milliseconds and stay in the server)."""
-    return any(o.role == "time_limit" for o in get_solver(solver).schema)
+# A solve limited to this or less runs in the server: a child's start and pickles cost more
+# than waiting for it (``best`` at its default 1 s).
+IN_PROCESS_LIMIT_S = 2.0
+
+
+def stoppable(solver: str, options: dict[str, Any] | None = None) -> bool:
+    """Whether ``solver`` with ``options`` runs in a child process: it has a time-limit
+    option (the exact solvers, ``best``, ``certify``) set above IN_PROCESS_LIMIT_S. The
+    heuristics without one answer in milliseconds and stay in the server."""
+    spec = get_solver(solver)
+    limits = [(options or {}).get(o.name, o.default) for o in spec.schema if o.role == "time_limit"]
+    return any(v is None or float(v) > IN_PROCESS_LIMIT_S for v in limits)
 
 
 def start_server() -> None:

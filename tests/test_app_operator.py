@@ -466,17 +466,19 @@ def test_4_a_stopped_solve_is_killed_not_left_running(skewed):
 
 
 def test_4_explore_says_a_stopped_solver_was_stopped_and_does_not_restart_it():
+    from app import worker
+
     at = _app().run()
     assert at.button(key="explore:stop").disabled is True                   # deepseek: milliseconds, nothing to stop
-    at.session_state["explore:running"] = "best"                            # as a run that Stop ended leaves it
     at.selectbox(key="explore:solver").set_value("best").run()
+    assert at.button(key="explore:stop").disabled is True                   # 1 s: run in the server
+    at.session_state["explore:running"] = "best"                            # as a run that Stop ended leaves it
+    at.number_input(key="explore:best:time_limit").set_value(worker.IN_PROCESS_LIMIT_S + 3).run()
     _clean(at)
-    assert at.button(key="explore:stop").disabled is False                  # best has a time limit
+    assert at.button(key="explore:stop").disabled is False                  # longer: a child that Stop kills
     assert any(w.value.startswith("Stopped best") for w in at.warning)
     assert "explore:chart:bars" not in _charts(at)                          # not restarted by the rerun
-    at.button(key="explore:run").click().run()                              # Run starts it again
-    _clean(at)
-    assert "explore:chart:bars" in _charts(at) and not at.warning
+    assert worker.stoppable("cpsat") and worker.stoppable("certify") and not worker.stoppable("kk_swap")
 
 
 def test_8_a_plan_of_other_loads_is_refused_with_a_hint(skewed):

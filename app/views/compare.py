@@ -95,8 +95,9 @@ def main() -> None:
     c1, c2, _ = st.columns([1, 1, 4])
     run = c1.button("Run comparison", type="primary", key=f"{PAGE}:run", width="stretch")
     c2.button("Stop", key=f"{PAGE}:stop", width="stretch",
-              help="ends the comparison now: a solver with a time limit (best, the exact ones) is stopped, a "
-                   "heuristic without one (milliseconds) is let finish; every finished result is kept")
+              help=f"ends the comparison now: a solver with a time limit above {worker.IN_PROCESS_LIMIT_S:g} s (the "
+                   "exact ones, best with more time) is stopped, a shorter solve is let finish; every finished "
+                   "result is kept")
     if cluster_error is not None:
         show_error(cluster_error)
         return
@@ -147,7 +148,7 @@ def _solve_all(runs, problem, held, entry: dict) -> None:
         limit = options.get("time_limit", get_solver(name).defaults().get("time_limit"))
         with st.status(f"{label}: solving" + (f" (time limit {limit:g} s)" if limit else ""), expanded=False) as box:
             try:
-                if worker.stoppable(name):
+                if worker.stoppable(name, options):
                     def wait(elapsed: float, pid: int, box=box, label=label, limit=limit) -> None:
                         box.update(label=f"{label}: solving, {elapsed:.0f} s of {limit:g} s (Stop ends it now)")
 

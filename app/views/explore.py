@@ -89,8 +89,9 @@ def main() -> None:
         c1, c2 = st.columns([2, 1])
         run = c1.button("Run solver", type="primary", key=f"{PAGE}:run", width="stretch",
                         help="heuristics re-run on every change; exact solvers run when you press this")
-        c2.button("Stop", key=f"{PAGE}:stop", width="stretch", disabled=not worker.stoppable(solver),
-                  help="ends a solver with a time limit now (its process is stopped; no plan)")
+        c2.button("Stop", key=f"{PAGE}:stop", width="stretch", disabled=not worker.stoppable(solver, options),
+                  help=f"ends a solver with a time limit above {worker.IN_PROCESS_LIMIT_S:g} s now (its process is "
+                       "stopped; no plan)")
 
     st.caption(describe_loads(loads) + f" · planning on steps {window[0]}..{window[1] - 1}"
                + ("" if cluster is None else " · " + describe_cluster(cluster, groups)))
@@ -117,7 +118,7 @@ def main() -> None:
         return
     try:
         extra = _free_options(solver, loads, window, previous)
-        if worker.stoppable(solver):
+        if worker.stoppable(solver, options):
             progress = st.empty()
 
             def wait(elapsed: float, pid: int) -> None:     # an st call: where Streamlit can stop the run
