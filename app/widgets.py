@@ -11,6 +11,7 @@ depends on it.
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any, NamedTuple, Sequence
 
@@ -80,6 +81,9 @@ FIELD_LABELS = {
 }
 
 
+_BODY_WORDS = {"num_replicas": "slots", "num_gpus": "GPUs", "num_nodes": "nodes", "num_groups": "expert groups"}
+
+
 def error_text(exc: BaseException) -> str:
     """One line for the user: the library's message (it starts with the parameter's name),
     with the parameter named by its sidebar field when it has one."""
@@ -88,7 +92,10 @@ def error_text(exc: BaseException) -> str:
     text = str(exc)
     param = getattr(exc, "param", None)
     if param in FIELD_LABELS and text.startswith(f"{param}: "):
-        text = f"{FIELD_LABELS[param]}: {text[len(param) + 2:]} ({param})"
+        body = text[len(param) + 2:]
+        for name, word in _BODY_WORDS.items():          # "a multiple of num_nodes (3)": of nodes (3)
+            body = re.sub(rf"\b{name}\b", word, body)
+        text = f"{FIELD_LABELS[param]}: {body} ({param})"
     return text
 
 
@@ -225,8 +232,10 @@ def preset_label(key: str) -> str:
         return key
     p = CLUSTERS[key]
     name = p.label.split(": ")[0] if ": " in p.label else ""
-    shape = f"{p.nodes} x {p.gpus // p.nodes} GPUs" + ("" if p.spare_per_gpu else ", no spare")
-    return f"{name} ({shape})" if name else shape
+    if name:
+        return f"{name} ({p.nodes} x {p.gpus // p.nodes} GPUs)"
+    nodes = "1 node" if p.nodes == 1 else f"{p.nodes} nodes"
+    return f"{nodes} x {p.gpus // p.nodes} GPUs" + ("" if p.spare_per_gpu else ", no spare")
 
 
 def policy_note(cluster: Cluster, num_experts: int, groups: int) -> str:
