@@ -12,6 +12,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
+import solvers.builtin  # noqa: F401  solver colours index the whole registry:
+import solvers.dynamics  # noqa: F401  the time-robust planners register here
 from solvers.plan import replica_ranks
 from solvers.registry import solver_names
 
@@ -43,6 +45,9 @@ def color_for(index: int) -> str:
     return PALETTE[index % len(PALETTE)]
 
 
+# Twenty distinct colours: one per registered solver (15 today), none shared.
+SOLVER_PALETTE = PALETTE + ("#393b79", "#e7969c", "#637939", "#ad494a", "#3182bd", "#fd8d3c", "#31a354",
+                            "#756bb1", "#636363", "#843c39")
 # Metric kinds of the gap chart (not solvers: solver colours mean a solver everywhere).
 KIND_COLORS = {"in sample": "#3b4a6b", "held out": "#c98b2b"}
 # Replica counts of the per-GPU bars: 1, 2, 3, 4 and more.
@@ -55,7 +60,7 @@ def solver_color(name: str) -> str:
     names = solver_names()
     base = name.split(" (")[0]
     k = names.index(base) if base in names else sum(map(ord, base))
-    return PALETTE[k % len(PALETTE)]
+    return SOLVER_PALETTE[k % len(SOLVER_PALETTE)]
 
 
 def solver_dash(name: str) -> str:

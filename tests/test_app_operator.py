@@ -491,3 +491,12 @@ def test_8_a_plan_of_other_loads_is_refused_with_a_hint(skewed):
     _clean(at)
     assert len(at.error) == 1 and at.error[0].value.startswith("previous: short.json places 256 experts on 50 layer(s)")
     assert "plan of another model" in at.error[0].value
+
+
+def test_9_every_registered_solver_has_its_own_colour():
+    from app import figures
+    from solvers.registry import solver_names
+
+    colours = [figures.solver_color(n) for n in solver_names()]
+    assert len(set(colours)) == len(colours)
+    assert figures.solver_color("kk_swap (global)") == figures.solver_color("kk_swap")
