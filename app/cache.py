@@ -21,7 +21,7 @@ from solvers.bench.store import read_results, read_results_bytes
 from solvers.cluster import CLUSTERS
 from solvers.dynamics import simulate as run_simulation
 
-from . import compute, figures
+from . import compute, figures, worker
 from . import loads as loads_mod
 from .cluster import DEFAULT_CLUSTER, expert_groups
 from .compute import Holdout, Outcome, run_solver, score_holdout
@@ -70,6 +70,32 @@ def solve(problem: Problem, solver: str, options: dict[str, Any], extra: dict[st
     extra = extra or {}
     return _solve(loads_mod.content_hash(problem.weights), _shape_key(problem), solver, options_key(options),
                   _extra_key(extra), problem, extra)
+
+
+@st.cache_resource(show_spinner=False, max_entries=1)
+def _stoppable_store() -> dict:
+    """Outcomes of the solves run in a child process (:mod:`app.worker`), shared by every
+    session like st.cache_data's (which cannot hold a solve that waits with st calls)."""
+    return {}
+
+
+STOPPABLE_ENTRIES = 64
+
+
+def solve_stoppable(problem: Problem, solver: str, options: dict[str, Any], extra: dict[str, Any] | None,
+                    wait) -> Outcome:
+    """:func:`solve` in a child process that Stop ends (:func:`app.worker.run_stoppable`;
+    ``wait(elapsed_s, pid)`` is its progress call), cached by the same key."""
+    extra = extra or {}
+    key = (loads_mod.content_hash(problem.weights), _shape_key(problem), solver, options_key(options),
+           _extra_key(extra))
+    store = _stoppable_store()
+    if key not in store:
+        outcome = worker.run_stoppable(problem, solver, {**options, **extra}, wait)
+        while len(store) >= STOPPABLE_ENTRIES:
+            store.pop(next(iter(store)))
+        store[key] = outcome
+    return store[key]
 
 
 @st.cache_resource(show_spinner=False, max_entries=128)
@@ -167,16 +193,17 @@ def results_stamp(directory: str) -> float:
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _simulate(trace_sha: str, shape: tuple, solver: str, setting: tuple, expert_bytes: int | None,
-              _trace: torch.Tensor, _cluster: Cluster, _groups: int):
+              solver_options: tuple, _trace: torch.Tensor, _cluster: Cluster, _groups: int):
     return run_simulation(_trace, cluster=_cluster, num_groups=_groups, solver=solver, expert_bytes=expert_bytes,
-                          **dict(setting))
+                          solver_options=dict(solver_options) or None, **dict(setting))
 
 
 def simulate(trace: torch.Tensor, cluster: Cluster, groups: int, solver: str, setting: dict[str, Any],
-             expert_bytes: int | None):
-    """:func:`solvers.dynamics.simulate` of ``trace [T, L, E]``, cached by content and settings."""
+             expert_bytes: int | None, solver_options: dict[str, Any] | None = None):
+    """:func:`solvers.dynamics.simulate` of ``trace [T, L, E]``, cached by content and settings;
+    ``solver_options``: the planner's (its policy)."""
     return _simulate(loads_mod.content_hash(trace), (cluster.id, groups), solver, options_key(setting), expert_bytes,
-                     trace, cluster, groups)
+                     options_key(solver_options or {}), trace, cluster, groups)
 
 
 @st.cache_data(show_spinner="Dispatching the micro-batches...", max_entries=32)

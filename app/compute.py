@@ -69,12 +69,14 @@ def worst_layer(result: SolveResult) -> int:
 
 
 def metric_cards(outcome: Outcome, moves: Score | None = None) -> list[tuple[str, str, str]]:
-    """(label, value, help) of the Explore page's metric cards."""
+    """(label, value, help) of the Explore page's metric cards: numbers only, with short
+    labels and values (a card is about 150 px wide at 1280 px; what the solver did is
+    :func:`run_line`)."""
     r = outcome.result
     m = r.score.metrics()
     gap, gip = r.gap, outcome.gap_in_policy
     cards = [
-        ("Imbalance (mean)", f"{m['imbalance_mean']:.4f}", "max GPU load / mean GPU load, averaged over layers (1 is perfect)"),
+        ("Imbalance", f"{m['imbalance_mean']:.4f}", "max GPU load / mean GPU load, averaged over layers (1 is perfect)"),
         ("Worst layer", f"{m['imbalance_worst']:.4f}", "the largest max / mean over layers"),
         ("Balancedness", f"{m['balancedness']:.4f}", "mean / max GPU load averaged over layers (what vLLM and SGLang log); "
                                                       f"sum form {m['balancedness_sum']:.4f}"),
@@ -82,28 +84,94 @@ def metric_cards(outcome: Outcome, moves: Score | None = None) -> list[tuple[str
                                                                 f"{m['node_imbalance_worst']:.4f})"),
         ("Gap to bound", _pct(float(gap.mean())), f"objective / lower bound - 1, mean over layers (worst layer "
                                                    f"{_pct(float(gap.max()))}); the bound holds for every plan"),
-        ("Gap within policy", _pct(None if gip is None else float(gip.mean())),
+        ("Gap in policy", _pct(None if gip is None else float(gip.mean())),
          "the same against the bound for every plan keeping this plan's node structure (for a hierarchical "
          "plan: whole groups per node); gap to bound minus this is what the policy costs"),
-        ("Duplicates", f"{m['duplicates']}", "(layer, GPU, expert) with two or more replicas on one GPU"),
         ("Off-node share", _pct(m.get("off_node_share_mean")),
          "share of tokens served outside their group's home node (inter-node traffic proxy; - without groups)"),
-        ("Time", f"{r.wall_time:.3g} s", "the solver's wall time"),
-        ("Termination", str(r.termination), "why the solver stopped; policy " + r.policy
-         + (f"; {r.message}" if r.message else "")),
-        ("Solution", str(r.status), "what the plan is worth: proven_optimal (meets the bound valid for every "
-                                    "plan), optimal_in_model (only within the solver's restricted model), feasible"),
+        ("Duplicates", f"{m['duplicates']}", "(layer, GPU, expert) with two or more replicas on one GPU"),
+        ("Time", f"{r.wall_time:.2g} s" if r.wall_time < 10 else f"{r.wall_time:.0f} s", "the solver's wall time"),
     ]
     if "time_imbalance_mean" in m:      # GPUs of different speeds: the objective is time
         cards.append(("Time imbalance", f"{m['time_imbalance_mean']:.4f}",
                       "max GPU time (load / speed) over the best possible time (W / total speed), mean over "
                       f"layers (worst {m['time_imbalance_worst']:.4f})"))
     if moves is not None and moves.moves is not None:
-        size = "-" if moves.moves_bytes is None else f"{moves.moves_bytes / 1e9:,.2f} GB"
+        size = "-" if moves.moves_bytes is None else f"{moves.moves_bytes / 1e9:,.1f} GB"
         cards.append(("Moves", f"{moves.moves:,}", "replicas a GPU must load because the current placement's GPU "
                                                    "did not hold that expert"))
-        cards.append(("Bytes moved", size, "moves x expert size"))
+        cards.append(("Moved", size, "moves x expert size"))
     return cards
+
+
+def run_line(result: SolveResult) -> str:
+    """What the solver did, in one markdown line: its policy, why it stopped (termination)
+    and what the plan is worth (solution status)."""
+    return (f"**{result.solver}** · policy **{result.policy}** · termination **{result.termination}** · "
+            f"solution **{result.status}** · {result.wall_time:.3g} s")
+
+
+def policy_hint(result: SolveResult, gap_in_policy: torch.Tensor | None) -> str | None:
+    """A hint when most of the gap to the bound is what the hierarchical policy costs
+    (whole groups per node): the bound holds for every plan, global ones included, so a
+    hierarchical plan can sit far above it while near-optimal within its policy."""
+    if result.policy != "hierarchical" or gap_in_policy is None or result.gap is None:
+        return None
+    gap, gip = float(result.gap.mean()), float(gap_in_policy.mean())
+    if gap < 0.02 or gap - gip < 0.5 * gap:
+        return None
+    return (f"Most of the {100 * gap:.1f}% gap to the bound is the hierarchical policy's cost: within that policy "
+            f"the gap is {100 * gip:.2f}%. Hierarchical keeps each expert group's replicas on one node (less "
+            "inter-node traffic); set **policy** to global to plan without that restriction and see how close a "
+            "global plan comes to the bound.")
+
+
+# What the exact models can prove, from the shipped benchmark results (docs/bounds.md).
+EXACT_SCALE = ("Exact models prove optima within seconds on small shapes (Mixtral-8x7B's 8 experts on 2 to 4 GPUs: "
+               "the `node-2` and `nodes-2x2-nospare` presets); DeepSeek-V3 on 4 x 8 GPUs has about 74,000 "
+               "placement variables per layer, more than a 10 s limit can build for 58 layers.")
+
+
+def exact_report(result: SolveResult) -> list[str]:
+    """What an exact (or bounded) solve did, as markdown lines: the library's message, per
+    layer what the solver returned (its own solution, the warm start it began from), what it
+    proved (optimal in its model, optimal for every plan, its model bound) and, when it
+    proved little, why (the backend's reason)."""
+    lines = []
+    layers = (result.info or {}).get("layers") or []
+    L = len(layers) if layers else (0 if result.score is None else result.score.imbalance.shape[0])
+    if result.message:
+        lines.append(f"**{result.solver}**: {result.message} (termination {result.termination}, "
+                     f"{result.wall_time:.3g} s, options {options_text({k: v for k, v in result.options.items() if k in ('time_limit', 'model', 'policy')})}).")
+    if layers:
+        kinds: dict[str, int] = {}
+        for layer in layers:
+            kinds[str(layer.get("solution", "?"))] = kinds.get(str(layer.get("solution", "?")), 0) + 1
+        text = ", ".join(f"{n} layer(s) {k.replace('_', ' ')}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
+        lines.append(f"Returned: {text} (warm start: the heuristic plan the model started from, unchanged).")
+        reasons: dict[str, int] = {}
+        for layer in layers:
+            why = str(layer.get("backend_status") or "")
+            if why and layer.get("status") != "optimal":
+                why = why.split(":")[0]
+                reasons[why] = reasons.get(why, 0) + 1
+        if reasons:
+            why, n = max(reasons.items(), key=lambda kv: kv[1])
+            example = next(str(x["backend_status"]) for x in layers if str(x.get("backend_status") or "").startswith(why))
+            lines.append(f"Why, on {n} of {L} layer(s): {example}.")
+    proven = 0 if result.proven_optimal is None else int(result.proven_optimal.sum())
+    in_model = 0 if result.optimal_in_model is None else int(result.optimal_in_model.sum())
+    proof = f"Proven: {proven} of {L} layer(s) optimal for every plan, {in_model} optimal within the solver's model"
+    if result.model_bound is not None and result.score is not None and float(result.model_bound.max()) > 0:
+        gim = result.gap_in_model
+        proof += (f"; the model bound ({result.model_scope}) leaves a gap of {_pct(float(gim.mean()))} on average "
+                  f"(the bound for every plan: {_pct(result.gap_mean)})")
+    else:
+        proof += "; no model bound proven (only the lower bound for every plan, from the bounds module)"
+    lines.append(proof + ".")
+    if proven + in_model < L:
+        lines.append(EXACT_SCALE)
+    return lines
 
 
 def plan_table(weights: torch.Tensor, plan: Plan, layer: int, num_gpus: int, num_nodes: int,
@@ -165,3 +233,24 @@ def microbatch_imbalance(plan: Plan, tokens: torch.Tensor, num_gpus: int, model:
     if model not in DISPATCH_MODELS:
         raise ValueError(f"dispatch: must be one of {', '.join(DISPATCH_MODELS)}, got {model!r}")
     return imbalance(plan, tokens, num_gpus, DISPATCH_MODELS[model])
+
+
+def common_start(results) -> int:
+    """The first step every replay scores: the latest first plan among them (a longer window
+    starts scoring later; totals over different steps would not compare)."""
+    return max(r.first_step for r in results)
+
+
+def replay_totals(result, start: int) -> dict[str, Any]:
+    """:meth:`SimulationResult.totals` on steps ``start..T-1`` only (``start`` >= the replay's
+    first scored step), so that several settings are scored on the same steps; moves,
+    bytes and rebalances count the whole replay."""
+    if start < result.first_step:
+        raise ValueError(f"start: must be >= the replay's first scored step {result.first_step}, got {start}")
+    s = result.imbalance[start:]                                    # [T - start]
+    out = dict(result.totals())
+    out.update(mean_imbalance=float(s.mean()) if s.numel() else math.nan,
+               p99_imbalance=float(torch.quantile(s, 0.99)) if s.numel() else math.nan,
+               worst_imbalance=float(result.imbalance_worst[start:].max()) if s.numel() else math.nan,
+               tokens_lost=float(result.tokens_lost[start:].sum()), steps_scored=int(s.numel()))
+    return out

@@ -5,22 +5,22 @@ shared scorer. Shapes: L layers, E experts, R slots, P GPUs, N nodes, S = R / P.
 """
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-import plotly.colors
 import plotly.graph_objects as go
 import torch
 
+import solvers.builtin  # noqa: F401  solver colours index the whole registry:
+import solvers.dynamics  # noqa: F401  the time-robust planners register here
 from solvers.plan import replica_ranks
+from solvers.registry import solver_names
 from solvers.scoring import per_slot_loads
 
 TEMPLATE = "plotly_white"
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
-EXPERT_SCALE = "Turbo"
 
 
 def _np(x: torch.Tensor | np.ndarray | Sequence[float]) -> np.ndarray:
@@ -46,14 +46,32 @@ def color_for(index: int) -> str:
     return PALETTE[index % len(PALETTE)]
 
 
-@lru_cache(maxsize=16)
-def expert_colors(num_experts: int) -> np.ndarray:
-    """[E] one colour string per expert, sampled from EXPERT_SCALE (expert 0 at its low end).
+# Twenty distinct colours: one per registered solver (15 today), none shared.
+SOLVER_PALETTE = PALETTE + ("#393b79", "#e7969c", "#637939", "#ad494a", "#3182bd", "#fd8d3c", "#31a354",
+                            "#756bb1", "#636363", "#843c39")
+# Metric kinds of the gap chart (not solvers: solver colours mean a solver everywhere).
+KIND_COLORS = {"in sample": "#3b4a6b", "held out": "#c98b2b"}
+# Replica counts of the per-GPU bars: 1, 2, 3, 4 and more.
+COUNT_COLORS = ("#9ecae1", "#4292c6", "#f28e2b", "#d62728", "#7b1fa2")
 
-    Bars get these strings rather than numbers on a colorscale: plotly.js warns (with a
-    stack trace) three times per bar segment given numeric colours, tens of ms per draw."""
-    points = np.arange(num_experts) / max(num_experts - 1, 1)
-    return np.asarray(plotly.colors.sample_colorscale(EXPERT_SCALE, points.tolist()), dtype=object)
+
+def solver_color(name: str) -> str:
+    """The colour of a solver on every page and chart: fixed by its place among the
+    registered solvers (a name not registered gets one from its text)."""
+    names = solver_names()
+    base = name.split(" (")[0]
+    k = names.index(base) if base in names else sum(map(ord, base))
+    return SOLVER_PALETTE[k % len(SOLVER_PALETTE)]
+
+
+def solver_dash(name: str) -> str:
+    """Line dash of a "solver (policy)" series: the same solver's global runs dotted."""
+    return "dot" if name.endswith("(global)") else "solid"
+
+
+def count_color(count: int) -> str:
+    """Colour of a replica of an expert with ``count`` replicas (COUNT_COLORS)."""
+    return COUNT_COLORS[min(max(count, 1), len(COUNT_COLORS)) - 1]
 
 
 # ---------------------------------------------------------------------------------------
@@ -76,8 +94,9 @@ def replica_loads(weights: torch.Tensor, phy2log: torch.Tensor, logcnt: torch.Te
 
 def gpu_load_figure(weights: torch.Tensor, phy2log: torch.Tensor, logcnt: torch.Tensor, num_gpus: int,
                     num_nodes: int, title: str = "", node_load: torch.Tensor | None = None) -> go.Figure:
-    """Stacked bar of one layer's per-GPU load: one segment per replica, coloured by expert
-    (hover: expert, replica, tokens), the mean GPU load as a line, node boundaries dotted;
+    """Stacked bar of one layer's per-GPU load: one segment per replica, coloured by its
+    expert's replica count (1, 2, 3, 4, 5+; a legend says which; hover: expert, replica,
+    tokens), the mean GPU load as a line, node boundaries dotted;
     with ``node_load`` ([N], N > 1) a panel on the right with the load per node.
 
     weights: [E]; phy2log: [R]; logcnt: [E]. One bar trace holds every segment (x = GPU,
@@ -86,26 +105,24 @@ def gpu_load_figure(weights: torch.Tensor, phy2log: torch.Tensor, logcnt: torch.
     ``gpu_load`` for this layer (:func:`bar_totals` reads it back)."""
     tokens, expert, rank = replica_loads(weights, phy2log, logcnt, num_gpus)   # [P, S] each
     P, S = tokens.shape
-    E = int(weights.shape[0])
     cnt = _np(logcnt).astype(np.int64)
     below = np.cumsum(tokens, axis=1) - tokens                                # [P, S] load under each segment
     custom = np.stack([expert, rank + 1, cnt[expert], tokens, np.broadcast_to(np.arange(S), (P, S))],
                       axis=-1).reshape(P * S, 5)
-    colors = expert_colors(E)
+    colors = np.asarray(COUNT_COLORS, dtype=object)[np.clip(cnt[expert], 1, len(COUNT_COLORS)) - 1]
     fig = go.Figure(go.Bar(
         x=np.repeat(np.arange(P), S), y=tokens.reshape(-1), base=below.reshape(-1), width=0.88,
         customdata=custom, showlegend=False, name="replicas",
-        marker={"color": colors[expert.reshape(-1)], "line": {"color": "white", "width": 0.6}},
+        marker={"color": colors.reshape(-1), "line": {"color": "white", "width": 0.6}},
         hovertemplate="GPU %{x}<br>expert %{customdata[0]:.0f} · replica %{customdata[1]:.0f}"
                       " of %{customdata[2]:.0f}<br>%{customdata[3]:,.1f} tokens<extra>slot %{customdata[4]:.0f}</extra>"))
     panel = node_load is not None and len(node_load) > 1
-    # The colour key: an empty trace that only carries the colorbar (left of the node panel).
-    colorbar = {"title": {"text": "expert"}, "thickness": 12}
-    if panel:
-        colorbar.update(x=GPU_DOMAIN + 0.01, xanchor="left")
-    fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", showlegend=False, hoverinfo="skip",
-                             marker={"color": [0], "colorscale": EXPERT_SCALE, "cmin": 0, "cmax": max(E - 1, 1),
-                                     "showscale": True, "colorbar": colorbar}))
+    # The colour key: empty traces that only carry legend entries, one per replica count present.
+    present = sorted(set(np.clip(cnt[expert], 1, len(COUNT_COLORS)).reshape(-1).tolist()))
+    for c in present:
+        label = "1 replica" if c == 1 else f"{c}+ replicas" if c == len(COUNT_COLORS) else f"{c} replicas"
+        fig.add_trace(go.Bar(x=[None], y=[None], name=label,
+                             marker={"color": count_color(c)}, showlegend=True, hoverinfo="skip"))
     mean = float(tokens.sum() / P)
     fig.add_hline(y=mean, line={"color": "black", "dash": "dash", "width": 1.5},
                   annotation_text=f"mean {mean:,.0f}", annotation_position="top left",
@@ -113,7 +130,9 @@ def gpu_load_figure(weights: torch.Tensor, phy2log: torch.Tensor, logcnt: torch.
     _node_boundaries(fig, P, num_nodes)
     fig.update_layout(barmode="overlay", template=TEMPLATE, title=title or None,
                       xaxis={"title": "GPU", "tickmode": "linear" if P <= 48 else "auto", "range": [-0.6, P - 0.4]},
-                      yaxis={"title": "tokens"}, margin={"t": 60 if title else 40, "b": 40}, height=430)
+                      yaxis={"title": "tokens"}, margin={"t": 60 if title else 40, "b": 40}, height=450,
+                      legend={"orientation": "h", "y": -0.14, "yanchor": "top", "x": 0,
+                              "title": {"text": "expert has"}})
     if panel:
         _node_panel(fig, _np(node_load).astype(np.float64))
     return fig
@@ -158,25 +177,27 @@ GPU_DOMAIN = 0.75        # share of the width for the per-GPU bars when a node p
 
 
 def _node_panel(fig: go.Figure, load: np.ndarray) -> None:
-    """Load per node ([N]) as bars on a second pair of axes at the right, mean dashed."""
+    """Load per node ([N]) as bars on a second pair of axes at the right (the busiest node
+    red, the others grey), mean dashed."""
     mean = float(load.mean())
     fig.add_trace(go.Bar(x=[f"node {n}" for n in range(len(load))], y=load, xaxis="x2", yaxis="y2",
-                         marker={"color": [color_for(n) for n in range(len(load))]}, showlegend=False,
+                         marker={"color": ["#d62728" if n == int(load.argmax()) else "#8c9bb5"
+                                           for n in range(len(load))]}, showlegend=False,
                          name="nodes", hovertemplate="%{x}: %{y:,.0f} tokens<extra></extra>"))
     fig.add_shape(type="line", xref="x2 domain", x0=0, x1=1, yref="y2", y0=mean, y1=mean,
                   line={"color": "black", "dash": "dash", "width": 1.5})
-    fig.add_annotation(xref="x2 domain", x=0, xanchor="left", yref="y2", y=mean, yanchor="bottom",
-                       text=f"mean {mean:,.0f}", showarrow=False, bgcolor="rgba(255,255,255,0.85)",
-                       font={"size": 10})
+    # the mean in the axis title, not as a label over the bars (it covered one)
     fig.update_layout(xaxis={"domain": [0, GPU_DOMAIN]},
-                      xaxis2={"domain": [GPU_DOMAIN + 0.08, 1.0], "anchor": "y2", "title": "per node"},
-                      yaxis2={"anchor": "x2", "rangemode": "tozero", "side": "right"})   # clear of the colorbar
+                      xaxis2={"domain": [GPU_DOMAIN + 0.06, 1.0], "anchor": "y2",
+                              "title": f"node (dashed: mean {mean:,.0f})"},
+                      yaxis2={"anchor": "x2", "rangemode": "tozero", "side": "right", "title": "tokens per node"})
 
 
 def bar_totals(fig: go.Figure) -> np.ndarray:
     """[P] the bars' totals per x position (sum of the segments there) on the per-GPU axes:
     what a reader sees per GPU."""
-    bars = [t for t in fig.data if t.type == "bar" and t.xaxis in (None, "x")]
+    bars = [t for t in fig.data if t.type == "bar" and t.xaxis in (None, "x") and t.x is not None
+            and len(t.x) and t.x[0] is not None]
     x = np.concatenate([np.asarray(t.x, dtype=np.int64) for t in bars])
     y = np.concatenate([np.asarray(t.y, dtype=np.float64) for t in bars])
     return np.bincount(x, weights=y)
@@ -207,14 +228,22 @@ def load_heatmap(gpu_load: torch.Tensor, num_nodes: int) -> go.Figure:
 
 
 def layer_imbalance_figure(series: Mapping[str, torch.Tensor | np.ndarray], title: str = "",
-                           floor: torch.Tensor | np.ndarray | None = None) -> go.Figure:
+                           floor: torch.Tensor | np.ndarray | None = None, dashed: Sequence[str] = (),
+                           solvers: bool = False) -> go.Figure:
     """Per-layer imbalance (max / mean), one line per named series ([L] each); ``floor``: [L]
-    the lower bound / mean, the best any plan can do on that layer."""
+    the lower bound / mean, the best any plan can do on that layer. ``dashed``: series drawn
+    dashed and first, under the others (node imbalance often equals GPU imbalance: drawn on
+    top it hid it). ``solvers``: the series are solvers (their colours, :func:`solver_color`)."""
     fig = go.Figure()
-    for k, (name, values) in enumerate(series.items()):
+    order = sorted(enumerate(series.items()), key=lambda kv: kv[1][0] not in dashed)
+    for k, (name, values) in order:
         v = _np(values).astype(np.float64)
+        dash = name in dashed
         fig.add_trace(go.Scatter(x=np.arange(len(v)), y=v, mode="lines+markers", name=name,
-                                 line={"color": color_for(k)}, marker={"size": 4},
+                                 line={"color": solver_color(name) if solvers else color_for(k),
+                                       "dash": "dash" if dash else (solver_dash(name) if solvers else "solid"),
+                                       "width": 3 if dash else 2},
+                                 marker={"size": 4},
                                  hovertemplate="layer %{x}: %{y:.4f}<extra>" + name + "</extra>"))
     if floor is not None:
         f = _np(floor).astype(np.float64)
@@ -237,10 +266,11 @@ def gap_figure(table: pd.DataFrame) -> go.Figure:
     fig = go.Figure()
     cols = [("gap_mean", "in sample, mean"), ("gap_max", "in sample, worst layer"),
             ("holdout_gap_mean", "held out, mean"), ("holdout_gap_max", "held out, worst layer")]
-    for k, (col, label) in enumerate(cols):
+    for col, label in cols:
         if col in table and table[col].notna().any():
             fig.add_trace(go.Bar(x=table["solver"], y=100 * table[col].astype(float), name=label,
-                                 marker={"color": PALETTE[k], "opacity": 1.0 if "mean" in col else 0.55},
+                                 marker={"color": KIND_COLORS[label.split(",")[0]],
+                                         "opacity": 1.0 if "mean" in col else 0.5},
                                  hovertemplate="%{x}: %{y:.3f}%<extra>" + label + "</extra>"))
     fig.update_layout(template=TEMPLATE, barmode="group", yaxis={"title": "gap to lower bound (%)"},
                       height=360, margin={"t": 30, "b": 40}, legend={"orientation": "h", "y": 1.02,
@@ -251,7 +281,7 @@ def gap_figure(table: pd.DataFrame) -> go.Figure:
 def runtime_figure(table: pd.DataFrame) -> go.Figure:
     """Wall time per solver on a log axis. table: ``solver``, ``wall_time_s``."""
     t = table["wall_time_s"].astype(float).clip(lower=1e-4)
-    fig = go.Figure(go.Bar(x=table["solver"], y=t, marker={"color": [color_for(k) for k in range(len(table))]},
+    fig = go.Figure(go.Bar(x=table["solver"], y=t, marker={"color": [solver_color(n) for n in table["solver"]]},
                            text=[f"{v:.3g} s" for v in t], textposition="outside",
                            hovertemplate="%{x}: %{y:.4g} s<extra></extra>"))
     fig.update_layout(template=TEMPLATE, yaxis={"title": "wall time (s, log)", "type": "log", "dtick": 1}, height=360,
@@ -261,21 +291,24 @@ def runtime_figure(table: pd.DataFrame) -> go.Figure:
 
 def gpu_loads_side_by_side(loads: Mapping[str, torch.Tensor | np.ndarray], num_nodes: int,
                            title: str = "") -> go.Figure:
-    """One layer's per-GPU loads of several plans side by side. loads: name -> [P]."""
+    """One layer's per-GPU loads of several plans: a line with markers per plan, in the
+    solvers' colours (grouped bars of 5 solvers x 32 GPUs could not be read). loads: name -> [P]."""
     fig = go.Figure()
     P = 0
     for k, (name, values) in enumerate(loads.items()):
         v = _np(values).astype(np.float64)
         P = len(v)
-        fig.add_trace(go.Bar(x=np.arange(P), y=v, name=name, marker={"color": color_for(k)},
-                             hovertemplate="GPU %{x}: %{y:,.1f} tokens<extra>" + name + "</extra>"))
+        fig.add_trace(go.Scatter(x=np.arange(P), y=v, name=name, mode="lines+markers",
+                                 line={"color": solver_color(name), "width": 1.5, "dash": solver_dash(name)},
+                                 marker={"size": 6},
+                                 hovertemplate="GPU %{x}: %{y:,.1f} tokens<extra>" + name + "</extra>"))
     if P:
         mean = float(np.mean(_np(next(iter(loads.values())))))
         fig.add_hline(y=mean, line={"color": "black", "dash": "dash", "width": 1.5},
                       annotation_text=f"mean {mean:,.0f}", annotation_position="top left",
                   annotation={"bgcolor": "rgba(255,255,255,0.85)"})
         _node_boundaries(fig, P, num_nodes)
-    fig.update_layout(template=TEMPLATE, barmode="group", title=title or None, xaxis={"title": "GPU"},
+    fig.update_layout(template=TEMPLATE, title=title or None, xaxis={"title": "GPU"},
                       yaxis={"title": "tokens"}, height=420, margin={"t": 60 if title else 40, "b": 40},
                       legend={"orientation": "h", "y": -0.18, "yanchor": "top", "x": 0})
     return fig
@@ -296,7 +329,7 @@ def profile_figure(profile: Mapping[str, tuple[np.ndarray, np.ndarray]], metric_
         y = np.concatenate([[0.0], np.where(np.isfinite(ratios), frac, np.nan), [np.nan]])
         y = pd.Series(y).ffill().fillna(0.0).to_numpy()
         fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line_shape="hv", name=solver,
-                                 line={"color": color_for(k), "width": 2},
+                                 line={"color": solver_color(solver), "width": 2},
                                  hovertemplate="tau %{x:.4g}: %{y:.0%}<extra>" + solver + "</extra>"))
     fig.update_layout(template=TEMPLATE, xaxis={"title": f"tau ({metric_label} / best)",
                                                 "type": "log" if log_x else "linear"},
@@ -312,7 +345,7 @@ def gap_time_scatter(rows: pd.DataFrame, title: str = "") -> go.Figure:
     for k, (solver, g) in enumerate(sorted(rows.groupby("solver"), key=lambda kv: kv[0])):
         fig.add_trace(go.Scatter(
             x=g["wall_time_s"].astype(float).clip(lower=1e-4), y=100 * g["gap_mean"].astype(float),
-            mode="markers", name=solver, marker={"color": color_for(k), "size": 9, "opacity": 0.8},
+            mode="markers", name=solver, marker={"color": solver_color(solver), "size": 9, "opacity": 0.8},
             customdata=np.stack([g["instance"].astype(str), g["seed"].astype(str)], axis=1),
             hovertemplate="%{customdata[0]} seed %{customdata[1]}<br>%{x:.3g} s · gap %{y:.3f}%<extra>"
                           + solver + "</extra>"))

@@ -5,9 +5,16 @@ same loads, replay a trace under rebalancing settings (over time), browse benchm
 """
 from __future__ import annotations
 
+import importlib.machinery
 import os
 import sys
 from pathlib import Path
+
+# Streamlit runs this file as a fresh module installed as sys.modules["__main__"], with a
+# file and no spec. A multiprocessing child (app/worker.py: stoppable solves) re-imports the
+# parent's __main__ by its spec's name, else by its file: it would run this script again,
+# outside Streamlit. The name "__main__" tells it to skip that.
+__spec__ = importlib.machinery.ModuleSpec("__main__", None)  # noqa: A001
 
 # `streamlit run app/main.py` puts app/ on sys.path, not the repository root.
 ROOT = Path(__file__).resolve().parents[1]
@@ -16,6 +23,8 @@ if str(ROOT) not in sys.path:
 
 import streamlit as st  # noqa: E402
 import torch  # noqa: E402
+
+from app.widgets import restore_kept  # noqa: E402
 
 # The heuristics run many small kernels over [layers, slots] tensors: one intra-op thread
 # beats several (17x faster measured on a loaded 2-core machine; thread wake-ups dominate).
@@ -34,4 +43,6 @@ pages = [
     st.Page(VIEWS / "over_time.py", title="Over time", icon=":material/timeline:"),
     st.Page(VIEWS / "results.py", title="Benchmark results", icon=":material/leaderboard:"),
 ]
-st.navigation(pages).run()
+page = st.navigation(pages)
+restore_kept(page.url_path)          # widgets shared by pages, and a page's own, open as they were left
+page.run()

@@ -50,12 +50,15 @@ def warm() -> None:
     first use: filled here, before the runtime exists, it is the store every session reads.
     A warm-up only saves time: if it fails, the page computes the same thing itself and
     shows any error there."""
-    # Cached functions called outside a session warn about the missing runtime and context.
+    # Cached functions called outside a session warn about the missing runtime and context
+    # (ten lines in `make run`'s output that mean nothing here). A filter, not a level:
+    # Streamlit resets its loggers' levels when it reads its config.
     quiet = [logging.getLogger(name) for name in ("streamlit.runtime.caching.cache_data_api",
+                                                   "streamlit.runtime.caching.cache_resource_api",
                                                    "streamlit.runtime.scriptrunner_utils.script_run_context")]
-    levels = [q.level for q in quiet]
+    drop = _DropWarnings()
     for q in quiet:
-        q.setLevel(logging.ERROR)
+        q.addFilter(drop)
     try:
         problem, solver, options = cache.default_explore_inputs()
         outcome = cache.solve(problem, solver, options)               # the page's first solve, cached
@@ -65,13 +68,23 @@ def warm() -> None:
     except Exception:  # noqa: BLE001  see the docstring
         pass
     finally:
-        for q, level in zip(quiet, levels):
-            q.setLevel(level)
+        for q in quiet:
+            q.removeFilter(drop)
+
+
+class _DropWarnings(logging.Filter):
+    """Drops warnings (and below) of the logger it is added to."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno > logging.WARNING
 
 
 def main(argv: list[str] | None = None) -> None:
     preload()
     warm()
+    from app import worker
+
+    worker.start_server()       # the fork server of stoppable solves imports torch now, not at the first one
     from streamlit.web import cli
 
     sys.argv = ["streamlit", "run", str(MAIN), *(sys.argv[1:] if argv is None else argv)]

@@ -1,12 +1,19 @@
 """Sidebar widgets shared by the pages: loads, planning window, cluster, solver options.
 
-Every widget has a key prefixed by its page, so pages keep their own settings. Invalid
-input is shown with ``st.error`` (the library's one-line message) and the picker returns
-None; the caller stops drawing what depends on it.
+The loads and the cluster are shared by every page (keys ``loads:...`` and
+``cluster:...``): what is picked on one page is what the next page opens on. The planning
+window, the solver and its options belong to a page (keys prefixed by the page). Streamlit
+forgets a widget's value when a run does not draw it (another page, another solver's
+options), so every widget here is seeded from the value it last had in this session
+(:func:`keep`) and records it (:func:`kept`). Invalid input is shown with ``st.error`` (the
+library's one-line message) and the picker returns None; the caller stops drawing what
+depends on it.
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+import re
+from functools import lru_cache
+from typing import Any, NamedTuple, Sequence
 
 import streamlit as st
 
@@ -29,56 +36,143 @@ from .cluster import (
 from .loads import DEFAULT_DATASET, UPLOAD_SUFFIXES, Loads
 
 SOURCES = ("Dataset", "Generate", "Upload")
+LOADS = "loads"         # key prefix of the loads widgets, shared by every page
+CLUSTER = "cluster"     # key prefix of the cluster widgets, shared by every page
+_KEPT = "_kept"         # session_state: widget key -> the value it last had
+
+
+def keep(key: str, default: Any, options: Sequence[Any] | None = None) -> str:
+    """Seed widget ``key`` (before drawing it) with the value it last had in this session,
+    else ``default`` (a kept value no longer in ``options`` falls back to the default).
+    Streamlit drops a widget's state at the end of a run that did not draw it; this brings
+    it back. The widget must then be drawn without its own default (``value``/``index``)."""
+    if key not in st.session_state:
+        value = st.session_state.setdefault(_KEPT, {}).get(key, default)
+        if options is not None and value not in options:
+            value = default
+        st.session_state[key] = value
+    return key
+
+
+def restore_kept(page: str) -> None:
+    """Call before a page runs: on the first run of another page, give every kept widget the
+    value it last had. A widget drawn by another page is another widget to Streamlit (its id
+    includes the page) even with the same key, so it would open on its default."""
+    if st.session_state.get("_page") != page:
+        st.session_state["_page"] = page
+        for key, value in st.session_state.get(_KEPT, {}).items():
+            st.session_state[key] = value
+
+
+def kept(key: str, value: Any) -> Any:
+    """Record a widget's value for :func:`keep`; returns it."""
+    st.session_state.setdefault(_KEPT, {})[key] = value
+    return value
+
+
+def kept_value(key: str, default: Any = None) -> Any:
+    """The value widget ``key`` had when last drawn in this session (``default`` if never)."""
+    if key in st.session_state:
+        return st.session_state[key]
+    return st.session_state.get(_KEPT, {}).get(key, default)
 UPLOAD_FORMATS = ("auto", "sglang", "vllm", "megatron", "csv", "npz", "pt", "json")
 
 
+# What the library's parameter names are called in the sidebar (errors name the field the
+# user can change; the library's name follows in brackets).
+FIELD_LABELS = {
+    "num_replicas": "Slots (GPUs x slots per GPU)",
+    "num_gpus": "GPUs (all nodes)",
+    "num_nodes": "Nodes",
+    "num_groups": "Expert groups",
+    "loads": "Loads file",
+    "window": "Steps to plan on",
+}
+
+
+_BODY_WORDS = {"num_replicas": "slots", "num_gpus": "GPUs", "num_nodes": "nodes", "num_groups": "expert groups"}
+
+
+def error_text(exc: BaseException) -> str:
+    """One line for the user: the library's message (it starts with the parameter's name),
+    with the parameter named by its sidebar field when it has one."""
+    if not isinstance(exc, ValueError):
+        return f"{type(exc).__name__}: {exc}"
+    text = str(exc)
+    param = getattr(exc, "param", None)
+    if param in FIELD_LABELS and text.startswith(f"{param}: "):
+        body = text[len(param) + 2:]
+        for name, word in _BODY_WORDS.items():          # "a multiple of num_nodes (3)": of nodes (3)
+            body = re.sub(rf"\b{name}\b", word, body)
+        text = f"{FIELD_LABELS[param]}: {body} ({param})"
+    return text
+
+
 def show_error(exc: BaseException) -> None:
-    """One line for the user: the library's message (it starts with the parameter's name)."""
-    st.error(str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}", icon=":material/error:")
+    st.error(error_text(exc), icon=":material/error:")
 
 
 # ---------------------------------------------------------------------------------------
 # Loads
 
-def loads_picker(page: str, default_dataset: str = DEFAULT_DATASET) -> Loads | None:
-    """Loads from a shipped dataset, a generated trace or an upload (sidebar)."""
+def loads_picker(page: str, default_dataset: str = DEFAULT_DATASET, main: Any = None) -> Loads | None:
+    """Loads from a shipped dataset, a generated trace or an upload (sidebar), shared by
+    every page. ``main``: a container in the page's main area where a missing upload or a
+    bad file is explained too (not only in the sidebar)."""
 
     st.subheader("Loads")
-    source = st.radio("Source", SOURCES, horizontal=True, key=f"{page}:source")
+    source = kept(f"{LOADS}:source", st.radio("Source", SOURCES, horizontal=True,
+                                                key=keep(f"{LOADS}:source", SOURCES[0], SOURCES)))
     try:
         if source == "Dataset":
             names = [n for n in dataset_names()]
             if not names:
-                st.error("dataset: no shipped datasets found (datasets/catalog.json)")
-                return None
-            index = names.index(default_dataset) if default_dataset in names else 0
-            name = st.selectbox("Dataset", names, index=index, key=f"{page}:dataset",
-                                help="the shipped catalog (`eplb datasets`)")
+                raise OptionError("dataset", "no shipped datasets found (datasets/catalog.json)")
+            default = default_dataset if default_dataset in names else names[0]
+            name = kept(f"{LOADS}:dataset", st.selectbox("Dataset", names, key=keep(f"{LOADS}:dataset", default, names),
+                                                         help="the shipped catalog (`eplb datasets`)"))
             return cache.dataset(name)
         if source == "Generate":
             models = list(MODELS)
-            model = st.selectbox("Model", models, format_func=model_label, key=f"{page}:gen_model")
-            scenario = st.selectbox("Scenario", list(SCENARIOS), index=list(SCENARIOS).index("skewed"),
-                                    key=f"{page}:gen_scenario", help=SCENARIOS["skewed"].description)
+            model = kept(f"{LOADS}:gen_model", st.selectbox("Model", models, format_func=model_label,
+                                                            key=keep(f"{LOADS}:gen_model", models[0], models)))
+            scenarios = list(SCENARIOS)
+            key = keep(f"{LOADS}:gen_scenario", "skewed", scenarios)
+            scenario = kept(key, st.selectbox("Scenario", scenarios, key=key,
+                                              help=SCENARIOS[st.session_state[key]].description))
+            st.caption(f"{scenario}: {SCENARIOS[scenario].description}")
             c1, c2 = st.columns(2)
-            steps = c1.number_input("Steps", 1, 5000, 32, key=f"{page}:gen_steps")
-            seed = c2.number_input("Seed", 0, 2**31 - 1, 0, key=f"{page}:gen_seed")
-            tokens = st.number_input("Tokens per step", 1, 10_000_000, 16384, step=1024, key=f"{page}:gen_tokens")
+            steps = kept(f"{LOADS}:gen_steps", c1.number_input("Steps", 1, 5000, key=keep(f"{LOADS}:gen_steps", 32)))
+            seed = kept(f"{LOADS}:gen_seed", c2.number_input("Seed", 0, 2**31 - 1, key=keep(f"{LOADS}:gen_seed", 0)))
+            tokens = kept(f"{LOADS}:gen_tokens", st.number_input("Tokens per step", 1, 10_000_000, step=1024,
+                                                                 key=keep(f"{LOADS}:gen_tokens", 16384)))
             return cache.generated(model, scenario, int(steps), int(seed), int(tokens))
         upload = st.file_uploader("Loads file", type=list(UPLOAD_SUFFIXES), key=f"{page}:upload",
                                   help="SGLang .pt dump, vLLM JSON history, Megatron .npz, CSV, .npz, .pt or "
                                        "JSON; [layers, experts] or [steps, layers, experts]")
-        fmt = st.selectbox("Format", UPLOAD_FORMATS, key=f"{page}:upload_format",
-                           help="auto: from the suffix and content")
-        if upload is None:
-            st.info("Upload a loads file to plan on it.")
+        fmt = kept(f"{LOADS}:upload_format", st.selectbox("Format", UPLOAD_FORMATS, help="auto: from the suffix and "
+                                                          "content", key=keep(f"{LOADS}:upload_format", "auto",
+                                                                              UPLOAD_FORMATS)))
+        # An uploader cannot be seeded: the last upload of this session (any page) is kept
+        # as bytes and used until another file is uploaded.
+        if upload is not None:
+            kept(f"{LOADS}:upload_file", (upload.name, upload.getvalue()))
+        last = kept_value(f"{LOADS}:upload_file")
+        if last is None:
+            for where in (st, main):
+                if where is not None:
+                    where.info("Upload a loads file to plan on it (sidebar, **Loads file**).")
             return None
-        loads = cache.upload(upload.name, upload.getvalue(), None if fmt == "auto" else fmt)
+        if upload is None:
+            st.caption(f"Using {last[0]}, uploaded earlier in this session.")
+        loads = cache.upload(last[0], last[1], None if fmt == "auto" else fmt)
         if loads.dense_layers:
             st.caption(f"{loads.dense_layers} leading all-zero (dense) layer(s) dropped.")
         return loads
     except EPLBError as exc:
-        show_error(exc)
+        for where in (st, main):
+            if where is not None:
+                where.error(error_text(exc), icon=":material/error:")
         return None
 
 
@@ -94,42 +188,81 @@ def describe_loads(loads: Loads) -> str:
 
 def window_picker(page: str, loads: Loads, label: str = "Steps to plan on",
                   default: tuple[int, int] | None = None) -> tuple[int, int]:
-    """(start, stop) of the planning window; the whole trace when it has one step."""
+    """(start, stop) of the planning window: steps start..stop-1 (the slider shows the first
+    and the last step, both included); the whole trace when it has one step."""
     T = loads.num_steps
     if T == 1:
         st.caption("One step of loads: the plan uses all of it.")
         return 0, 1
     lo, hi = default or (0, T)
-    start, stop = st.slider(label, 0, T, (lo, hi), key=f"{page}:window:{loads.name}:{T}",
-                            help="steps start..stop-1 are summed into the loads the solver sees")
-    if stop <= start:
-        stop = start + 1 if start < T else T
-        start = min(start, stop - 1)
-    return int(start), int(stop)
+    key = keep(f"{page}:window:{loads.name}:{T}", (lo, hi - 1))
+    first, last = kept(key, st.slider(label, 0, T - 1, key=key,
+                                      help="steps first..last (both included) are summed into the loads the "
+                                           "solver sees"))
+    return int(first), int(last) + 1
 
 
 # ---------------------------------------------------------------------------------------
 # Cluster
 
-def _fill_cluster(page: str, num_experts: int) -> None:
+def _fill_cluster(num_experts: int) -> None:
     """Callback: a cluster preset fills nodes, GPUs and slots per GPU."""
-    preset = CLUSTERS.get(st.session_state[f"{page}:cluster"])
+    preset = CLUSTERS.get(st.session_state[f"{CLUSTER}:cluster"])
     if preset is None:
         return
-    st.session_state[f"{page}:nodes"] = preset.nodes
-    st.session_state[f"{page}:gpus"] = preset.gpus
-    st.session_state[f"{page}:slots"] = preset.replicas(num_experts) // preset.gpus
+    st.session_state[f"{CLUSTER}:nodes"] = preset.nodes
+    st.session_state[f"{CLUSTER}:gpus"] = preset.gpus
+    st.session_state[f"{CLUSTER}:slots"] = preset.replicas(num_experts) // preset.gpus
     # a mixed pool's speeds go to the real-cluster panel; a homogeneous preset clears it
-    st.session_state[f"{page}:node_speeds"] = ",".join(f"{x:g}" for x in preset.node_speeds)
-    st.session_state[f"{page}:gpu_slots"] = ""
-    st.session_state[f"{page}:failed"] = []
+    st.session_state[f"{CLUSTER}:node_speeds"] = ",".join(f"{x:g}" for x in preset.node_speeds)
+    st.session_state[f"{CLUSTER}:gpu_slots"] = ""
+    st.session_state[f"{CLUSTER}:failed"] = []
 
 
-def _fill_groups(page: str) -> None:
+def _to_custom(num_experts: int) -> None:
+    """Callback: nodes, GPUs or slots edited away from the preset's shape: the preset no
+    longer describes the cluster, so it becomes Custom."""
+    preset = CLUSTERS.get(st.session_state[f"{CLUSTER}:cluster"])
+    if preset is None:
+        return
+    shape = (preset.nodes, preset.gpus, preset.replicas(num_experts) // preset.gpus)
+    if tuple(st.session_state[f"{CLUSTER}:{k}"] for k in ("nodes", "gpus", "slots")) != shape:
+        st.session_state[f"{CLUSTER}:cluster"] = CUSTOM
+
+
+def _fill_groups() -> None:
     """Callback: a model preset fills the expert groups."""
-    preset = MODELS.get(st.session_state[f"{page}:model"])
+    preset = MODELS.get(st.session_state[f"{CLUSTER}:model"])
     if preset is not None:
-        st.session_state[f"{page}:groups"] = preset.num_groups
+        st.session_state[f"{CLUSTER}:groups"] = preset.num_groups
+
+
+def preset_label(key: str) -> str:
+    """A cluster preset as the sidebar shows it: short enough for the sidebar's width."""
+    if key not in CLUSTERS:
+        return key
+    p = CLUSTERS[key]
+    name = p.label.split(": ")[0] if ": " in p.label else ""
+    if name:
+        return f"{name} ({p.nodes} x {p.gpus // p.nodes} GPUs)"
+    nodes = "1 node" if p.nodes == 1 else f"{p.nodes} nodes"
+    return f"{nodes} x {p.gpus // p.nodes} GPUs" + ("" if p.spare_per_gpu else ", no spare")
+
+
+def policy_note(cluster: Cluster, num_experts: int, groups: int) -> str:
+    """What the auto policy does on this shape, and why (a hierarchical plan keeps whole
+    expert groups on one node; it needs the groups to split evenly)."""
+    if groups == 1:
+        return "1 expert group: every policy places experts over all GPUs (global)."
+    N = cluster.num_nodes
+    if groups % N != 0:
+        return (f"auto policy: global, because {groups} expert groups do not split evenly over {N} nodes "
+                "(hierarchical needs groups divisible by nodes).")
+    if num_experts % groups != 0:
+        return (f"{groups} groups do not divide {num_experts} experts: no hierarchical plan is possible; "
+                "choose the global policy.")
+    return (f"auto policy: hierarchical, whole groups of {num_experts // groups} experts on each node. Global "
+            "balances better and sends more tokens across nodes.")
 
 
 class ClusterPick(NamedTuple):
@@ -145,47 +278,62 @@ class ClusterPick(NamedTuple):
 
 
 def cluster_picker(page: str, loads: Loads, default_cluster: str = DEFAULT_CLUSTER) -> ClusterPick:
-    """The sidebar's cluster widgets (see :class:`ClusterPick`)."""
+    """The sidebar's cluster widgets (see :class:`ClusterPick`), shared by every page."""
     E = loads.num_experts
     st.subheader("Cluster")
     models = matching_models(E)
     options = models + ["(none)"]
-    default_model = loads.model if loads.model in models else (models[0] if models else "(none)")
-    model = st.selectbox("Model preset", options, index=options.index(default_model), key=f"{page}:model",
-                         format_func=lambda k: "(none)" if k == "(none)" else model_label(k),
-                         on_change=_fill_groups, args=(page,),
-                         help=f"presets with {E} experts; fills the expert groups and the dense layers of exports")
+    # A file's own model, else none: an upload of 64 experts is not an OLMoE trace because
+    # OLMoE has 64 experts (the presets matching the expert count are offered).
+    default_model = loads.model if loads.model in models else "(none)"
+    new_loads = st.session_state.get(f"{CLUSTER}:_loads") != loads.name
+    if new_loads:                                                          # other loads: their own model
+        st.session_state[f"{CLUSTER}:_loads"] = loads.name
+        st.session_state[f"{CLUSTER}:model"] = default_model
+    model = kept(f"{CLUSTER}:model", st.selectbox(
+        "Model preset", options, key=keep(f"{CLUSTER}:model", default_model, options),
+        format_func=lambda k: "(none)" if k == "(none)" else model_label(k), on_change=_fill_groups,
+        help=f"presets with {E} experts; fills the expert groups, the expert size and the dense layers of exports"))
+    if model == "(none)" and models:
+        st.caption(f"{E} experts match {', '.join(model_label(m) for m in models)}: pick it if these are its loads.")
     names = list(CLUSTERS) + [CUSTOM]
-    preset_key = f"{page}:cluster"
-    st.selectbox("Cluster preset", names, index=names.index(default_cluster), key=preset_key,
-                 format_func=lambda k: CLUSTERS[k].label if k in CLUSTERS else k,
-                 on_change=_fill_cluster, args=(page, E))
-    # First render, new expert count, or widgets dropped by a run that did not draw them
-    # (Streamlit forgets a widget's state then): fill from the presets.
-    keys = [f"{page}:{k}" for k in ("nodes", "gpus", "slots", "groups")]
-    if st.session_state.get(f"{page}:_experts") != E or any(k not in st.session_state for k in keys):
-        st.session_state[f"{page}:_experts"] = E
+    preset_key = keep(f"{CLUSTER}:cluster", default_cluster, names)
+    st.selectbox("Cluster preset", names, key=preset_key, format_func=preset_label, on_change=_fill_cluster,
+                 args=(E,), help="fills nodes, GPUs and slots (every expert plus one spare slot per GPU); "
+                                 "editing them makes the cluster Custom")
+    kept(preset_key, st.session_state[preset_key])
+    keys = [f"{CLUSTER}:{k}" for k in ("nodes", "gpus", "slots", "groups")]
+    for k in keys:
+        keep(k, None)
+    # First render or another expert count: fill from the presets; other loads: their groups.
+    if st.session_state.get(f"{CLUSTER}:_experts") != E or any(st.session_state[k] is None for k in keys):
+        st.session_state[f"{CLUSTER}:_experts"] = E
         if st.session_state[preset_key] == CUSTOM:
             st.session_state[preset_key] = default_cluster
-        _fill_cluster(page, E)
-        st.session_state[f"{page}:groups"] = expert_groups(loads.num_groups, model)
+        _fill_cluster(E)
+        new_loads = True
+    if new_loads:
+        st.session_state[f"{CLUSTER}:groups"] = expert_groups(loads.num_groups, model)
     c1, c2 = st.columns(2)
-    nodes = c1.number_input("Nodes", 1, 4096, key=f"{page}:nodes")
-    gpus = c2.number_input("GPUs (all nodes)", 1, 65536, key=f"{page}:gpus")
-    slots = c1.number_input("Slots per GPU", 1, 4096, key=f"{page}:slots",
+    nodes = c1.number_input("Nodes", 1, 4096, key=keys[0], on_change=_to_custom, args=(E,))
+    gpus = c2.number_input("GPUs (all nodes)", 1, 65536, key=keys[1], on_change=_to_custom, args=(E,))
+    slots = c1.number_input("Slots per GPU", 1, 4096, key=keys[2], on_change=_to_custom, args=(E,),
                             help=f"physical expert slots per GPU; all slots = GPUs x this (>= {E} experts)")
-    groups = c2.number_input("Expert groups", 1, E, key=f"{page}:groups",
+    groups = c2.number_input("Expert groups", 1, E, key=keys[3],
                              help="groups of consecutive experts (group-limited routing); the hierarchical "
                                   "policy keeps whole groups on one node")
+    for k, v in zip(keys, (nodes, gpus, slots, groups)):
+        kept(k, v)
     st.caption(f"{int(gpus) * int(slots)} slots for {E} experts "
                f"({int(gpus) * int(slots) - E} redundant)")
     model = model if model in MODELS else None
     try:
         real = real_cluster_panel(page, int(nodes), int(gpus))
-        return ClusterPick(Cluster(int(nodes), int(gpus), None if real["gpu_slots"] else int(gpus) * int(slots),
-                                   **real), int(groups), model)
+        cluster = Cluster(int(nodes), int(gpus), None if real["gpu_slots"] else int(gpus) * int(slots), **real)
     except EPLBError as exc:
         return ClusterPick(None, int(groups), model, exc)
+    st.caption(policy_note(cluster, E, int(groups)))
+    return ClusterPick(cluster, int(groups), model)
 
 
 def real_cluster_panel(page: str, nodes: int, gpus: int) -> dict[str, Any]:
@@ -194,21 +342,21 @@ def real_cluster_panel(page: str, nodes: int, gpus: int) -> dict[str, Any]:
     failed keywords (None where left at the homogeneous default); the values are checked by
     :class:`Cluster` (bad ones raise, and the page shows the error)."""
     for key, default in (("node_speeds", ""), ("gpu_speeds", ""), ("gpu_slots", ""), ("failed", [])):
-        st.session_state.setdefault(f"{page}:{key}", default)
-    failed_now = [g for g in st.session_state[f"{page}:failed"] if g < gpus]
-    st.session_state[f"{page}:failed"] = failed_now
-    edited = bool(st.session_state[f"{page}:node_speeds"] or st.session_state[f"{page}:gpu_speeds"]
-                  or st.session_state[f"{page}:gpu_slots"] or failed_now)
+        st.session_state.setdefault(f"{CLUSTER}:{key}", default)
+    failed_now = [g for g in st.session_state[f"{CLUSTER}:failed"] if g < gpus]
+    st.session_state[f"{CLUSTER}:failed"] = failed_now
+    edited = bool(st.session_state[f"{CLUSTER}:node_speeds"] or st.session_state[f"{CLUSTER}:gpu_speeds"]
+                  or st.session_state[f"{CLUSTER}:gpu_slots"] or failed_now)
     with st.expander("Real cluster: speeds, slots, failed GPUs", expanded=edited):
-        node_speeds = st.text_input("Speed per node", key=f"{page}:node_speeds", placeholder="1 (all nodes)",
+        node_speeds = st.text_input("Speed per node", key=f"{CLUSTER}:node_speeds", placeholder="1 (all nodes)",
                                     help=f"relative speed of each node's GPUs, {nodes} comma-separated values "
                                          "(1.4 for H200 beside H100 at 1); a GPU's time is its load / its speed")
-        gpu_speeds = st.text_input("Speed per GPU (overrides)", key=f"{page}:gpu_speeds", placeholder="",
+        gpu_speeds = st.text_input("Speed per GPU (overrides)", key=f"{CLUSTER}:gpu_speeds", placeholder="",
                                    help=f"{gpus} values, VALUE*COUNT repeats (1*16,1.4*16)")
-        gpu_slots = st.text_input("Slots per GPU (uneven)", key=f"{page}:gpu_slots", placeholder="the same on every GPU",
+        gpu_slots = st.text_input("Slots per GPU (uneven)", key=f"{CLUSTER}:gpu_slots", placeholder="the same on every GPU",
                                   help=f"{gpus} slot counts, VALUE*COUNT repeats (10,8 alternating: "
                                        f"{','.join(['10,8'] * min(2, gpus // 2))},...); replaces 'Slots per GPU'")
-        failed = st.multiselect("Failed GPUs", list(range(gpus)), key=f"{page}:failed",
+        failed = st.multiselect("Failed GPUs", list(range(gpus)), key=f"{CLUSTER}:failed",
                                 help="GPUs that hold no slot (their replicas are gone)")
     speed = per_gpu_values(gpu_speeds or None, "gpu_speed", files=False)
     if speed is None and node_speeds:
@@ -223,54 +371,84 @@ def real_cluster_panel(page: str, nodes: int, gpus: int) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------
 # Solvers
 
-def solver_select(page: str, default: str = "deepseek") -> str:
-    names = solver_names(available_only=True)
-    return st.selectbox("Solver", names, index=names.index(default) if default in names else 0,
-                        key=f"{page}:solver", format_func=lambda n: f"{n} ({get_solver(n).kind})",
-                        help="registered solvers available here (`eplb solvers`)")
+def solver_select(page: str, default: str = "deepseek", names: Sequence[str] | None = None, help: str | None = None) -> str:
+    names = list(names) if names is not None else solver_names(available_only=True)
+    key = keep(f"{page}:solver", default if default in names else names[0], names)
+    return kept(key, st.selectbox("Solver", names, key=key, format_func=lambda n: f"{n} ({get_solver(n).kind})",
+                                  help=help or "registered solvers available here (`eplb solvers`)"))
+
+
+def _signature(opt: Option) -> tuple:
+    return (opt.type.__name__, tuple(opt.choices or ()), opt.default, opt.minimum, opt.maximum, opt.nullable)
+
+
+@lru_cache(maxsize=1)
+def _shared_options() -> frozenset[str]:
+    """Option names that several solvers declare, all alike (same type, choices, default
+    and range): ``policy`` above all."""
+    seen: dict[str, set[tuple]] = {}
+    count: dict[str, int] = {}
+    for name in solver_names():
+        for o in get_solver(name).schema:
+            seen.setdefault(o.name, set()).add(_signature(o))
+            count[o.name] = count.get(o.name, 0) + 1
+    return frozenset(n for n, sigs in seen.items() if len(sigs) == 1 and count[n] > 1)
+
+
+def option_key(page: str, solver: str, opt: Option, shared: bool = True) -> str:
+    """A solver option's widget key. An option that means the same for every solver that
+    has it (:func:`_shared_options`) has one key per page, so switching solvers keeps it (a
+    policy set to global stays global); the others are the solver's own."""
+    return f"{page}:opt:{opt.name}" if shared and opt.name in _shared_options() else f"{page}:{solver}:{opt.name}"
 
 
 def _option_widget(opt: Option, key: str) -> Any:
     """One widget for one schema option; the library validates the value."""
     label = opt.name.replace("_", " ")
     if opt.type is bool:
-        return st.checkbox(label, value=bool(opt.default), key=key, help=opt.help)
+        return kept(key, st.checkbox(label, key=keep(key, bool(opt.default)), help=opt.help))
     if opt.type is str:
         if opt.choices:
             choices = list(opt.choices)
-            return st.selectbox(label, choices, index=choices.index(opt.default) if opt.default in choices else 0,
-                                key=key, help=opt.help)
-        return st.text_input(label, value=opt.default or "", key=key, help=opt.help)
+            return kept(key, st.selectbox(label, choices, key=keep(key, opt.default if opt.default in choices
+                                                                   else choices[0], choices), help=opt.help))
+        return kept(key, st.text_input(label, key=keep(key, opt.default or ""), help=opt.help))
     integer = opt.type is int
     lo = None if opt.minimum is None else (int(opt.minimum) if integer else float(opt.minimum))
     hi = None if opt.maximum is None else (int(opt.maximum) if integer else float(opt.maximum))
     if opt.choices:
-        return st.selectbox(label, list(opt.choices), key=key, help=opt.help)
+        choices = list(opt.choices)
+        return kept(key, st.selectbox(label, choices, key=keep(key, opt.default if opt.default in choices
+                                                               else choices[0], choices), help=opt.help))
     if opt.nullable:
-        use = st.checkbox(f"set {label}", value=opt.default is not None, key=key + ":set", help=opt.help)
+        use = kept(key + ":set", st.checkbox(f"set {label}", key=keep(key + ":set", opt.default is not None),
+                                             help=opt.help))
         if not use:
             return None
     default = opt.default if opt.default is not None else (lo if lo is not None else 0)
-    value = st.number_input(label, min_value=lo, max_value=hi, value=int(default) if integer else float(default),
-                            step=1 if integer else (0.5 if opt.role == "time_limit" else None),
-                            format=None if integer else "%g", key=key, help=opt.help)
+    value = kept(key, st.number_input(label, min_value=lo, max_value=hi, key=keep(key, int(default) if integer
+                                                                                   else float(default)),
+                                      step=1 if integer else (0.5 if opt.role == "time_limit" else None),
+                                      format=None if integer else "%g", help=opt.help))
     return int(value) if integer else float(value)
 
 
-def solver_options(page: str, solver: str) -> dict[str, Any]:
+def solver_options(page: str, solver: str, skip: Sequence[str] = (), shared: bool = True) -> dict[str, Any]:
     """Widgets built from the solver's option schema; returns the options that differ from
-    their defaults (free-form ``object`` options are not widgets). Advanced ones sit in an
-    expander."""
+    their defaults (free-form ``object`` options are not widgets; ``skip``: options the page
+    sets itself; ``shared``: options alike across solvers keep one widget key, see
+    :func:`option_key`; False where several solvers' widgets are drawn at once). Advanced
+    ones sit in an expander."""
     spec = get_solver(solver)
-    shown = [o for o in spec.schema if o.type is not object]
+    shown = [o for o in spec.schema if o.type is not object and o.name not in skip]
     values: dict[str, Any] = {}
     for opt in (o for o in shown if not o.advanced):
-        values[opt.name] = _option_widget(opt, f"{page}:{solver}:{opt.name}")
+        values[opt.name] = _option_widget(opt, option_key(page, solver, opt, shared))
     advanced = [o for o in shown if o.advanced]
     if advanced:
         with st.expander("More options"):
             for opt in advanced:
-                values[opt.name] = _option_widget(opt, f"{page}:{solver}:{opt.name}")
+                values[opt.name] = _option_widget(opt, option_key(page, solver, opt, shared))
     return {k: v for k, v in values.items() if v != spec.option(k).default}
 
 

@@ -163,7 +163,9 @@ def read_loads(source: str | os.PathLike | LoadsSpec | bytes | BinaryIO, format:
             raise LoadFileError(param, "a window of steps must be contiguous")
         trace = raw[start:stop, dense:]
         if trace.shape[0] == 0:
-            raise LoadFileError(param, f"{source}: the window {start}:{stop} selects no step of {total}")
+            asked = f"{'' if window.start is None else window.start}:{'' if window.stop is None else window.stop}"
+            raise LoadFileError(param, f"{source}: the window {asked} selects no step: the trace has {total} "
+                                f"steps (0..{total - 1})")
         weights = trace.sum(0)
         win = (start, stop)
     else:

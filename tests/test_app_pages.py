@@ -46,13 +46,19 @@ def _array(v) -> np.ndarray:
 
 def _bar_totals(fig: dict) -> np.ndarray:
     """[P] the segments' sum per x position (GPU) over the bar traces."""
-    bars = [t for t in fig["data"] if t["type"] == "bar" and t.get("xaxis", "x") == "x"]   # not the node panel
+    bars = [t for t in fig["data"] if t["type"] == "bar" and t.get("xaxis", "x") == "x"   # not the node panel
+            and _array(t["x"]).size and not (isinstance(t["x"], list) and t["x"][0] is None)]   # nor the legend
     x = np.concatenate([_array(t["x"]).astype(np.int64) for t in bars])
     return np.bincount(x, weights=np.concatenate([_array(t["y"]) for t in bars]))
 
 
 def _metric(at: AppTest, label: str) -> str:
     return next(m.value for m in at.metric if m.label == label)
+
+
+def _layer_slider(at: AppTest, page: str = "explore"):
+    """The per-GPU chart's layer slider (its key names the plan, so a new plan opens on its own worst layer)."""
+    return next(s for s in at.slider if s.key and s.key.startswith(f"{page}:layer:"))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -78,8 +84,8 @@ def test_explore_default_render_shows_deepseeks_plan(default_problem):
     assert not at.error
     assert at.title[0].value == "Explore a placement"
     res = solve(default_problem, "deepseek")
-    assert _metric(at, "Imbalance (mean)") == f"{res.score.imbalance_mean:.4f}"
-    assert _metric(at, "Termination") == str(res.termination)
+    assert _metric(at, "Imbalance") == f"{res.score.imbalance_mean:.4f}"
+    assert f"termination **{res.termination}**" in at.markdown[0].value
     bars = _charts(at)["explore:chart:bars"]
     nodes = [t for t in bars["data"] if t.get("xaxis") == "x2"]                   # the node panel
     worst = int(torch.argmax(res.score.imbalance))                                # the slider starts there
@@ -146,7 +152,13 @@ def test_explore_views_show_heatmap_layers_plan_and_downloads(default_problem):
     z = np.asarray([_array(row) for row in heat["z"]]) if isinstance(heat["z"], list) else _array(heat["z"])
     np.testing.assert_allclose(z.reshape(sc.gpu_load.shape), (sc.gpu_load / sc.mean_load[:, None]).numpy())
     at.segmented_control(key="explore:view").set_value("Per layer").run()
-    np.testing.assert_allclose(_array(_charts(at)["explore:chart:layers"]["data"][0]["y"]), sc.imbalance.numpy())
+    lines = {t["name"]: t for t in _charts(at)["explore:chart:layers"]["data"]}
+    np.testing.assert_allclose(_array(lines["GPU imbalance"]["y"]), sc.imbalance.numpy())
+    np.testing.assert_allclose(_array(lines["node imbalance"]["y"]), sc.node_imbalance.numpy())
+    # the node line is dashed and drawn first, under the GPU line (it used to hide it)
+    names = [t["name"] for t in _charts(at)["explore:chart:layers"]["data"]]
+    assert names.index("node imbalance") < names.index("GPU imbalance")
+    assert lines["node imbalance"]["line"]["dash"] == "dash" and lines["GPU imbalance"]["line"]["dash"] == "solid"
     at.segmented_control(key="explore:view").set_value("Plan").run()
     table = at.dataframe[0].value
     np.testing.assert_allclose(table["tokens"].to_numpy(), sc.gpu_load[int(torch.argmax(sc.imbalance))].numpy())
@@ -160,7 +172,7 @@ def test_explore_bar_chart_equals_the_scorers_gpu_load(default_problem):
     expected = score(default_problem, solve(default_problem, "deepseek").plan).gpu_load
     worst = int(torch.argmax(expected.max(1).values / expected.mean(1)))
     np.testing.assert_allclose(_bar_totals(_charts(at)["explore:chart:bars"]), expected[worst].numpy(), rtol=1e-12)
-    at.slider(key="explore:layer:58").set_value(7).run()                    # a chart setting
+    _layer_slider(at).set_value(7).run()                    # a chart setting
     _clean(at)
     np.testing.assert_allclose(_bar_totals(_charts(at)["explore:chart:bars"]), expected[7].numpy(), rtol=1e-12)
 
@@ -172,8 +184,8 @@ def test_explore_runs_another_solver(default_problem):
     _clean(at)
     assert not at.error
     res = solve(default_problem, "kk_swap")
-    assert _metric(at, "Imbalance (mean)") == f"{res.score.imbalance_mean:.4f}"
-    layer = int(at.slider(key="explore:layer:58").value)
+    assert _metric(at, "Imbalance") == f"{res.score.imbalance_mean:.4f}"
+    layer = int(_layer_slider(at).value)
     np.testing.assert_allclose(_bar_totals(_charts(at)["explore:chart:bars"]), res.score.gpu_load[layer].numpy(),
                                rtol=1e-12)
 
@@ -188,22 +200,25 @@ def test_explore_exact_solver_waits_for_the_run_button():
 
 def test_explore_bad_upload_shows_an_error_and_the_page_stays_usable():
     at = _app().run()
-    at.radio(key="explore:source").set_value("Upload").run()
+    at.radio(key="loads:source").set_value("Upload").run()
     at.file_uploader(key="explore:upload").set_value(("broken.npz", b"this is not a zip", "application/octet-stream"))
     at.run()
     _clean(at)
-    assert len(at.error) == 1 and "broken.npz" in at.error[0].value
-    at.radio(key="explore:source").set_value("Dataset").run()               # back to a dataset: charts again
+    # in the sidebar and where the page's results would be (not only in the sidebar)
+    assert len(at.sidebar.error) == 1 and "broken.npz" in at.sidebar.error[0].value
+    assert len(at.main.error) == 1 and "broken.npz" in at.main.error[0].value
+    at.radio(key="loads:source").set_value("Dataset").run()               # back to a dataset: charts again
     _clean(at)
     assert not at.error and "explore:chart:bars" in _charts(at)
 
 
 def test_explore_impossible_cluster_shows_the_librarys_error():
     at = _app().run()
-    at.number_input(key="explore:nodes").set_value(3).run()                 # 32 GPUs on 3 nodes
+    at.number_input(key="cluster:nodes").set_value(3).run()                 # 32 GPUs on 3 nodes
     _clean(at)
-    assert len(at.error) == 1 and at.error[0].value.startswith("num_gpus")
-    at.number_input(key="explore:nodes").set_value(4).run()
+    assert len(at.error) == 1 and at.error[0].value.startswith("GPUs (all nodes): must be a multiple of")
+    assert at.error[0].value.endswith("(num_gpus)")
+    at.number_input(key="cluster:nodes").set_value(4).run()
     assert not at.error and "explore:chart:bars" in _charts(at)
 
 
@@ -212,12 +227,12 @@ def test_explore_upload_of_a_trace_and_current_placement(tmp_path):
     path = tmp_path / "t.npz"
     np.savez(path, loads=trace.numpy())
     at = _app().run()
-    at.radio(key="explore:source").set_value("Upload").run()
+    at.radio(key="loads:source").set_value("Upload").run()
     at.file_uploader(key="explore:upload").set_value(("trace.npz", path.read_bytes(), "application/octet-stream"))
     at.run()
     _clean(at)
     assert not at.error
-    assert _metric(at, "Termination")
+    assert _metric(at, "Imbalance")
     problem = Problem(trace.sum(0).double(), 96, 1, 4, 32)   # 64 experts + 1 spare slot per GPU: 3 x 32 slots
     previous = solve(problem, "kk_swap").plan
     doc = {"physical_to_logical_map": previous.phy2log.tolist()}
@@ -245,11 +260,12 @@ def test_compare_runs_solvers_in_sample_and_held_out(default_problem):
     at = _app().run()
     at.switch_page("views/compare.py").run()
     at.multiselect(key="compare:solvers").set_value(["deepseek", "kk_swap"]).run()
+    at.multiselect(key="compare:policies").set_value(["hierarchical"]).run()
     at.button(key="compare:run").click().run()
     _clean(at)
     assert not at.error
     table = at.dataframe[0].value
-    assert table["solver"].tolist() == ["deepseek", "kk_swap"]
+    assert table["solver"].tolist() == ["deepseek (hierarchical)", "kk_swap (hierarchical)"]
     trace = load_dataset(DEFAULT_DATASET).loads
     plan_on = Problem(trace[:12].sum(0).double(), 288, 8, 4, 32)
     held = Problem(trace[12:24].sum(0).double(), 288, 8, 4, 32)
@@ -260,19 +276,19 @@ def test_compare_runs_solvers_in_sample_and_held_out(default_problem):
     charts = _charts(at)
     assert {"compare:chart:gap", "compare:chart:time", "compare:chart:layers", "compare:chart:gpus"} <= set(charts)
     side = charts["compare:chart:gpus"]
-    layer = int(at.slider(key="compare:layer:58").value)
+    layer = int(_layer_slider(at, "compare").value)
     np.testing.assert_allclose(_array(side["data"][0]["y"]), res.score.gpu_load[layer].numpy(), rtol=1e-12)
     at.toggle(key="compare:held_toggle").set_value(True).run()              # a chart setting: no re-solve
     _clean(at)
-    assert at.dataframe[0].value["solver"].tolist() == ["deepseek", "kk_swap"]
+    assert at.dataframe[0].value["solver"].tolist() == ["deepseek (hierarchical)", "kk_swap (hierarchical)"]
 
 
 def test_compare_bad_option_and_impossible_cluster_show_errors():
     at = _app().run()
     at.switch_page("views/compare.py").run()
-    at.number_input(key="compare:slots").set_value(7).run()                 # 7 x 32 = 224 < 256 experts
+    at.number_input(key="cluster:slots").set_value(7).run()                 # 7 x 32 = 224 < 256 experts
     _clean(at)
-    assert len(at.error) == 1 and at.error[0].value.startswith("num_replicas")
+    assert len(at.error) == 1 and at.error[0].value.startswith("Slots (GPUs x slots per GPU): must be >=")
 
 
 # ---------------------------------------------------------------------------------------
@@ -321,6 +337,9 @@ def test_over_time_replays_every_setting_with_the_simulator():
     at.switch_page("views/over_time.py").run()
     _clean(at)
     assert at.title[0].value == "Over time" and any("Run replay" in i.value for i in at.info)
+    # the loads and cluster are Explore's (shared by the pages): pick the drifting trace on one node
+    at.selectbox(key="loads:dataset").set_value("olmoe-1b-7b-drifting").run()
+    at.selectbox(key="cluster:cluster").set_value("node-8").run()
     at.button(key="over_time:run").click().run()
     _clean(at)
     assert not at.error
@@ -346,13 +365,13 @@ def test_over_time_replays_every_setting_with_the_simulator():
 def test_over_time_single_step_loads_and_bad_settings_show_errors():
     at = _app().run()
     at.switch_page("views/over_time.py").run()
-    at.selectbox(key="over_time:dataset").set_value("readme-example").run()
+    at.selectbox(key="loads:dataset").set_value("readme-example").run()
     _clean(at)
     assert len(at.error) == 1 and at.error[0].value.startswith("loads")
-    at.selectbox(key="over_time:dataset").set_value("olmoe-1b-7b-drifting").run()
-    at.number_input(key="over_time:nodes").set_value(3).run()           # 8 GPUs on 3 nodes
+    at.selectbox(key="loads:dataset").set_value("olmoe-1b-7b-drifting").run()
+    at.number_input(key="cluster:nodes").set_value(3).run()           # 8 GPUs on 3 nodes
     _clean(at)
-    assert at.error and at.error[0].value.startswith("num_gpus")
+    assert at.error and at.error[0].value.startswith("GPUs (all nodes)")
 
 
 def test_explore_time_robust_planner_gets_the_windows_steps():
@@ -366,7 +385,7 @@ def test_explore_time_robust_planner_gets_the_windows_steps():
     trace = load_dataset(DEFAULT_DATASET).loads
     problem = Problem(trace.sum(0).double(), 288, 8, 4, 32)
     res = solve(problem, "robust_max", history=trace)
-    assert _metric(at, "Imbalance (mean)") == f"{res.score.imbalance_mean:.4f}"
+    assert _metric(at, "Imbalance") == f"{res.score.imbalance_mean:.4f}"
 
 
 def test_explore_micro_batch_view_replays_the_windows_steps(default_problem):

@@ -123,7 +123,7 @@ def test_the_apps_explore_page_says_the_dense_layers_were_dropped(dump):
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=180).run()
-    at.radio(key="explore:source").set_value("Upload").run()
+    at.radio(key="loads:source").set_value("Upload").run()
     at.file_uploader(key="explore:upload").set_value((dump.name, dump.read_bytes(), "application/octet-stream"))
     at.run()
     assert not at.exception, [e.value for e in at.exception]

@@ -7,12 +7,13 @@ import streamlit as st
 import torch
 
 from solvers import Problem, get_solver, solver_names
-from solvers.compare import pick
-from solvers.errors import EPLBError
+from solvers.compare import pick, planned_runs
+from solvers.errors import EPLBError, OptionError
 
-from app import cache, figures
+from app import cache, figures, worker
 from app.compute import compare_row, options_text
-from app.widgets import cluster_picker, describe_cluster, describe_loads, loads_picker, show_error, solver_options, window_picker
+from app.widgets import (cluster_picker, describe_cluster, describe_loads, keep, kept, loads_picker, show_error,
+                         solver_options, window_picker)
 
 PAGE = "compare"
 DEFAULT_SOLVERS = ("deepseek", "kk_swap", "joint", "best")
@@ -26,10 +27,42 @@ def _holdout_window(loads, window) -> tuple[int, int] | None:
     return stop, min(loads.num_steps, stop + (stop - start))
 
 
+POLICIES = ("auto", "hierarchical", "global")
+DEFAULT_POLICIES = ("hierarchical", "global")
+# The results table: readable headers (the CSV keeps the plain names of solvers.compare).
+_num = st.column_config.NumberColumn
+_pct = dict(format="percent")
+TABLE_COLUMNS = {
+    "solver": st.column_config.TextColumn("solver", pinned=True),
+    "policy": st.column_config.TextColumn("policy", help="hierarchical: whole expert groups per node; global: any GPU"),
+    "wall_time_s": _num("time (s)", format="%.3g"),
+    "imbalance_mean": _num("imbalance", format="%.4f", help="max / mean GPU load, mean over layers (planning window)"),
+    "imbalance_worst": _num("worst layer", format="%.4f"),
+    "holdout_imbalance_mean": _num("held out", format="%.4f", help="the plan's imbalance on the held-out steps"),
+    "holdout_imbalance_worst": _num("held out worst", format="%.4f"),
+    "gap_mean": _num("gap to bound", **_pct, help="objective / lower bound - 1 (the bound holds for every plan)"),
+    "gap_max": _num("gap worst", **_pct),
+    "gap_in_policy_mean": _num("gap in policy", **_pct, help="against the bound for plans of this policy"),
+    "holdout_gap_mean": _num("held-out gap", **_pct),
+    "holdout_gap_max": _num("held-out gap worst", **_pct),
+    "off_node_share_mean": _num("off-node", **_pct, help="tokens served outside their group's home node"),
+    "duplicates": _num("dups", help="(layer, GPU, expert) with two or more replicas on one GPU"),
+    "termination": st.column_config.TextColumn("termination", help="why the solver stopped"),
+    "status": st.column_config.TextColumn("solution", help="what the plan is worth"),
+}
+
+
+# What a reader compares first on the left; the rest (and the CSV) keeps every column.
+COLUMN_ORDER = ("solver", "imbalance_mean", "holdout_imbalance_mean", "gap_mean", "gap_in_policy_mean",
+                "holdout_gap_mean", "off_node_share_mean", "wall_time_s", "status", "termination", "policy",
+                "imbalance_worst", "holdout_imbalance_worst", "gap_max", "holdout_gap_max", "duplicates")
+
+
 def main() -> None:
     st.title("Compare solvers")
+    body = st.container()
     with st.sidebar:
-        loads = loads_picker(PAGE)
+        loads = loads_picker(PAGE, main=body)
         if loads is None:
             return
         T = loads.num_steps
@@ -41,20 +74,30 @@ def main() -> None:
                + ("" if cluster is None else " · " + describe_cluster(cluster, groups)))
 
     names = solver_names(available_only=True)
-    chosen = st.multiselect("Solvers", names, default=[n for n in DEFAULT_SOLVERS if n in names], key=f"{PAGE}:solvers")
+    c1, c2 = st.columns([3, 2])
+    key = keep(f"{PAGE}:solvers", [n for n in DEFAULT_SOLVERS if n in names])
+    chosen = kept(key, c1.multiselect("Solvers", names, key=key))
+    key = keep(f"{PAGE}:policies", list(DEFAULT_POLICIES))
+    policies = kept(key, c2.multiselect(
+        "Policies", POLICIES, key=key, help="every solver with a policy option runs once per policy (as `eplb compare "
+        "--policy hierarchical,global`): hierarchical keeps whole expert groups on one node (less inter-node "
+        "traffic), global places experts on any GPU (better balance); auto: hierarchical when the groups split "
+        "evenly over the nodes"))
     runs: list[tuple[str, str, dict]] = []
     try:
         cols = st.columns(max(1, min(4, len(chosen))))
         for k, name in enumerate(chosen):
             with cols[k % len(cols)].expander(f"{name} options", expanded=False):
-                runs.append((name, name, solver_options(PAGE, name)))
+                runs.append((name, name, solver_options(PAGE, name, skip=("policy",), shared=False)))
     except EPLBError as exc:
         show_error(exc)
         return
     c1, c2, _ = st.columns([1, 1, 4])
     run = c1.button("Run comparison", type="primary", key=f"{PAGE}:run", width="stretch")
     c2.button("Stop", key=f"{PAGE}:stop", width="stretch",
-              help="stops after the solver that is running (each respects its time limit)")
+              help=f"ends the comparison now: a solver with a time limit above {worker.IN_PROCESS_LIMIT_S:g} s (the "
+                   "exact ones, best with more time) is stopped, a shorter solve is let finish; every finished "
+                   "result is kept")
     if cluster_error is not None:
         show_error(cluster_error)
         return
@@ -62,57 +105,79 @@ def main() -> None:
         weights = loads.window(*window)
         problem = Problem(weights, cluster=cluster, num_groups=groups)
         held = problem.with_weights(loads.window(*holdout_steps)) if holdout_steps else None
+        if not policies:
+            raise OptionError("policy", "pick at least one policy")
+        planned = planned_runs(problem, [n for _, n, _ in runs], policies)
     except EPLBError as exc:
         show_error(exc)
         return
     if not runs:
         st.info("Pick at least one solver.")
         return
+    options = dict((n, o) for _, n, o in runs)
+    todo = [(f"{n} ({p})" if p else n, n, {**options[n], **({"policy": p} if p else {})}) for n, p in planned]
     request = (cache.loads_mod.content_hash(weights), window, holdout_steps, cluster, groups, tuple(
-        (n, cache.options_key(o)) for _, n, o in runs))
+        (label, cache.options_key(o)) for label, _, o in todo))
     done = st.session_state.setdefault(f"{PAGE}:done", {})
     if run:
-        done[request] = _solve_all(runs, problem, held)
+        # filled run by run: a Stop (which reruns the page) keeps what finished
+        done[request] = {"rows": [], "outcomes": {}, "held": {}, "total": len(todo), "complete": False}
+        progress = st.empty()           # the status boxes, cleared once every run is done: results on top
+        with progress.container():
+            _solve_all(todo, problem, held, done[request])
+        progress.empty()
+        done[request]["complete"] = True
     if request not in done:
         st.info("Press **Run comparison** to solve with every chosen solver "
-                f"({sum(get_solver(n).kind == 'exact' for _, n, _ in runs)} exact).")
+                f"({len(todo)} run(s), {sum(get_solver(n).kind == 'exact' for _, n, _ in todo)} exact).")
         return
-    _show(done[request], problem, holdout_steps is not None)
+    entry = done[request]
+    if not entry["complete"]:
+        st.warning(f"Stopped: {len(entry['rows'])} of {entry['total']} run(s) finished before **Stop**; their results "
+                   "are below. Press **Run comparison** to run them all.", icon=":material/stop_circle:")
+    if not entry["rows"]:
+        return
+    _show(entry, problem, holdout_steps is not None)
 
 
-def _solve_all(runs, problem, held) -> dict:
-    """Solve with each solver in turn (cached), with a status box per solver."""
-    rows, outcomes, held_scores = [], {}, {}
+def _solve_all(runs, problem, held, entry: dict) -> None:
+    """Solve with each solver in turn (cached), with a status box per solver; each result
+    goes into ``entry`` as soon as it is there."""
     progress = st.progress(0.0, text="Solving...")
     for k, (label, name, options) in enumerate(runs):
         limit = options.get("time_limit", get_solver(name).defaults().get("time_limit"))
         with st.status(f"{label}: solving" + (f" (time limit {limit:g} s)" if limit else ""), expanded=False) as box:
             try:
-                outcome = cache.solve(problem, name, options)
+                if worker.stoppable(name, options):
+                    def wait(elapsed: float, pid: int, box=box, label=label, limit=limit) -> None:
+                        box.update(label=f"{label}: solving, {elapsed:.0f} s of {limit:g} s (Stop ends it now)")
+
+                    outcome = cache.solve_stoppable(problem, name, options, None, wait)
+                else:
+                    outcome = cache.solve(problem, name, options)
             except Exception as exc:  # noqa: BLE001  shown in its status box, the others still run
+                entry["rows"].append({"solver": label, "termination": "error", "status": "none", "message": str(exc)})
                 box.update(label=f"{label}: {exc}", state="error")
-                rows.append({"solver": label, "termination": "error", "status": "none", "message": str(exc)})
                 show_error(exc)
                 continue
             r = outcome.result
             h = cache.holdout_score(held, r.plan) if held is not None and r.plan is not None else None
-            rows.append({**compare_row(label, outcome, h), "options": options_text(options)})
-            outcomes[label], held_scores[label] = outcome, h
+            entry["rows"].append({**compare_row(label, outcome, h), "options": options_text(options)})
+            entry["outcomes"][label], entry["held"][label] = outcome, h
             state = "complete" if r.plan is not None else "error"
             box.update(label=f"{label}: {r.termination}, {r.status} in {r.wall_time:.3g} s"
                              + (f", imbalance {r.score.imbalance_mean:.4f}" if r.score else ""), state=state)
         progress.progress((k + 1) / len(runs), text=f"{k + 1} of {len(runs)} solvers done")
     progress.empty()
-    return {"table": pd.DataFrame(rows), "outcomes": outcomes, "held": held_scores}
 
 
 def _show(done: dict, problem, has_held: bool) -> None:
-    table: pd.DataFrame = done["table"]
+    table = pd.DataFrame(done["rows"])
     outcomes, held = done["outcomes"], done["held"]
     st.subheader("Results")
-    pct = {c: st.column_config.NumberColumn(format="percent") for c in table.columns if "gap" in c or "share" in c}
-    st.dataframe(table, hide_index=True, width="stretch",
-                 column_config={**pct, "wall_time_s": st.column_config.NumberColumn("time (s)", format="%.4g")})
+    st.dataframe(table, hide_index=True, width="stretch", column_config=TABLE_COLUMNS,
+                 column_order=[c for c in COLUMN_ORDER if c in table.columns]
+                 + [c for c in table.columns if c not in COLUMN_ORDER])
     st.download_button("Download table (CSV)", table.to_csv(index=False).encode(), "compare.csv", "text/csv",
                        key=f"{PAGE}:csv", on_click="ignore")
     ok = table[table["solver"].isin(list(outcomes))]
@@ -121,12 +186,32 @@ def _show(done: dict, problem, has_held: bool) -> None:
     best, reason = pick(ok.to_dict("records"))
     if best is not None:
         st.success(f"**{best['solver']}**: {reason}")
+    hint = _policy_hint(ok)
+    if hint:
+        st.info(hint, icon=":material/lightbulb:")
     c1, c2 = st.columns(2)
     c1.markdown("**Gap to the lower bound**")
     c1.plotly_chart(figures.gap_figure(ok), width="stretch", key=f"{PAGE}:chart:gap")
     c2.markdown("**Runtime**")
     c2.plotly_chart(figures.runtime_figure(ok), width="stretch", key=f"{PAGE}:chart:time")
     _per_layer(outcomes, held, problem, has_held)
+
+
+def _policy_hint(rows: pd.DataFrame) -> str | None:
+    """Why hierarchical and global plans differ so much (when they do), or what the
+    comparison left out (only hierarchical plans: the bound holds for global ones too)."""
+    pol = rows["policy"].astype(str)
+    hier, glob = rows[pol == "hierarchical"], rows[pol == "global"]
+    if not hier.empty and not glob.empty:
+        h, g = hier["gap_mean"].min(), glob["gap_mean"].min()
+        if h > 2 * g + 0.01:
+            return (f"The best hierarchical plan is {100 * h:.1f}% above the bound, the best global one {100 * g:.2f}%: "
+                    "the hierarchical policy keeps each expert group's replicas on one node, which costs balance "
+                    "and saves inter-node traffic (the off-node column).")
+    elif not hier.empty and hier["gap_mean"].min() > 0.02 and (hier["gap_in_policy_mean"] < 0.5 * hier["gap_mean"]).all():
+        return ("Every plan here is hierarchical and most of its gap to the bound is the policy's cost (gap in "
+                "policy is much smaller): add global to **Policies** to see plans without that restriction.")
+    return None
 
 
 @st.fragment
@@ -137,11 +222,12 @@ def _per_layer(outcomes, held, problem, has_held: bool) -> None:
     series = {n: (held[n].score.imbalance if which == "held out" else o.result.score.imbalance)
               for n, o in outcomes.items() if o.result.score is not None}
     st.markdown(f"**Per-layer imbalance ({which})**")
-    st.plotly_chart(figures.layer_imbalance_figure(series), width="stretch", key=f"{PAGE}:chart:layers")
+    st.plotly_chart(figures.layer_imbalance_figure(series, solvers=True), width="stretch", key=f"{PAGE}:chart:layers")
     L = problem.num_layers
     first = next(iter(outcomes.values())).result.score
     worst = int(torch.argmax(first.imbalance)) if first is not None else 0
-    layer = st.slider("Layer for the per-GPU loads", 0, L - 1, worst, key=f"{PAGE}:layer:{L}",
+    layer = st.slider("Layer for the per-GPU loads", 0, L - 1, worst,
+                      key=f"{PAGE}:layer:{L}:{'/'.join(outcomes)}:{worst}",     # a new comparison: its worst layer
                       help=f"starts at the worst layer of the first solver ({worst})") if L > 1 else 0
     loads = {n: o.result.score.gpu_load[layer] for n, o in outcomes.items() if o.result.score is not None}
     st.markdown(f"**Per-GPU load, layer {layer} (in sample)**")

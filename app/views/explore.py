@@ -7,9 +7,10 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app import cache, figures
+from app import cache, figures, worker
 from app.cluster import dense_layers, expert_bytes
-from app.compute import DISPATCH_MODELS, metric_cards, plan_table, worst_layer
+from app.compute import (DISPATCH_MODELS, EXACT_SCALE, exact_report, metric_cards, plan_table, policy_hint,
+                         run_line, worst_layer)
 from app.exports import plan_downloads
 from app.widgets import (
     cluster_picker,
@@ -28,7 +29,7 @@ from solvers.dispatch.microbatches import (
     sample_microbatches,
     steps_as_microbatches,
 )
-from solvers.errors import EPLBError
+from solvers.errors import EPLBError, PlanError
 from solvers.workloads.exporters import read_plan_for_loads
 
 PAGE = "explore"
@@ -59,6 +60,10 @@ def _current_placement(problem, model):
             plan, _, _, dropped = read_plan_for_loads(path, problem.num_layers, problem.num_experts, "previous")
         except EPLBError as exc:
             raise type(exc)(exc.param, str(exc).split(": ", 1)[1].replace(str(path), up.name)) from None
+    if plan.num_layers != problem.num_layers or plan.num_experts != problem.num_experts:
+        raise PlanError("previous", f"{up.name} places {plan.num_experts} experts on {plan.num_layers} layer(s); the "
+                        f"loads have {problem.num_experts} experts on {problem.num_layers} MoE layers: is it a plan "
+                        "of another model? (an engine map may have more rows, dense layers first, never fewer)")
     if dropped:
         st.caption(f"{up.name}: its first {dropped} row(s) (dense layers) skipped; the last {plan.num_layers} "
                    "rows are the MoE layers.")
@@ -79,8 +84,9 @@ def _free_options(solver: str, loads, window, previous) -> dict:
 
 def main() -> None:
     st.title("Explore a placement")
+    body = st.container()
     with st.sidebar:
-        loads = loads_picker(PAGE)
+        loads = loads_picker(PAGE, main=body)
         if loads is None:
             return
         window = window_picker(PAGE, loads)
@@ -93,8 +99,12 @@ def main() -> None:
             show_error(exc)
             return
         exact = get_solver(solver).kind == "exact"
-        run = st.button("Run solver", type="primary", key=f"{PAGE}:run", width="stretch",
+        c1, c2 = st.columns([2, 1])
+        run = c1.button("Run solver", type="primary", key=f"{PAGE}:run", width="stretch",
                         help="heuristics re-run on every change; exact solvers run when you press this")
+        c2.button("Stop", key=f"{PAGE}:stop", width="stretch", disabled=not worker.stoppable(solver, options),
+                  help=f"ends a solver with a time limit above {worker.IN_PROCESS_LIMIT_S:g} s now (its process is "
+                       "stopped; no plan)")
 
     st.caption(describe_loads(loads) + f" · planning on steps {window[0]}..{window[1] - 1}"
                + ("" if cluster is None else " · " + describe_cluster(cluster, groups)))
@@ -109,15 +119,35 @@ def main() -> None:
     except EPLBError as exc:
         show_error(exc)
         return
-    if exact and not run and not cache.is_solved(problem, solver, options):
-        st.info(f"{solver} is an exact solver (time limit {options.get('time_limit', get_solver(solver).defaults().get('time_limit'))} s): "
-                "press **Run solver** to start it.")
+    limit = options.get("time_limit", get_solver(solver).defaults().get("time_limit"))
+    running = st.session_state.pop(f"{PAGE}:running", None)        # set while a stoppable solve runs
+    if running is not None and not run:
+        st.warning(f"Stopped {running}: its process was ended before it returned a plan. Press **Run solver** "
+                   "to start it again.", icon=":material/stop_circle:")
+    if (exact or running is not None) and not run and not cache.is_solved(problem, solver, options):
+        if running is None:
+            st.info(f"{solver} is an exact solver (time limit {limit} s): press **Run solver** to start it. "
+                    + EXACT_SCALE)
         return
     try:
-        with st.spinner(f"Running {solver}..."):
-            outcome = cache.solve(problem, solver, options, _free_options(solver, loads, window, previous))
+        extra = _free_options(solver, loads, window, previous)
+        if worker.stoppable(solver, options):
+            progress = st.empty()
+
+            def wait(elapsed: float, pid: int) -> None:     # an st call: where Streamlit can stop the run
+                progress.info(f"Running {solver}: {elapsed:.0f} s of its {limit:g} s time limit. **Stop** ends "
+                              "it now.", icon=":material/hourglass_top:")
+
+            st.session_state[f"{PAGE}:running"] = solver
+            outcome = cache.solve_stoppable(problem, solver, options, extra, wait)
+            st.session_state.pop(f"{PAGE}:running", None)
+            progress.empty()
+        else:
+            with st.spinner(f"Running {solver}..."):
+                outcome = cache.solve(problem, solver, options, extra)
         cache.mark_solved(problem, solver, options)
     except Exception as exc:  # noqa: BLE001  the library's message, never a traceback
+        st.session_state.pop(f"{PAGE}:running", None)
         show_error(exc)
         return
     result = outcome.result
@@ -130,14 +160,25 @@ def main() -> None:
             moves = score(problem, result.plan, previous=previous, expert_bytes=size)
         except EPLBError as exc:
             show_error(exc)
+    st.markdown(run_line(result), help="termination: why the solver stopped; solution: what the plan is worth "
+                "(proven_optimal: meets the bound valid for every plan; optimal_in_model: only within the solver's "
+                "restricted model; feasible: a valid plan, optimality not proven)")
+    if exact or result.model_bound is not None:
+        (st.info if result.status != "feasible" else st.warning)("\n\n".join(exact_report(result)))
+    hint = policy_hint(result, outcome.gap_in_policy)
+    if hint:
+        st.info(hint, icon=":material/lightbulb:")
     _cards(metric_cards(outcome, moves))
     _charts(problem, outcome, loads, model, solver, window)
 
 
+CARDS_PER_ROW = 5     # about 150 px per card at 1280 x 800 with the sidebar open: "1.1481" fits
+
+
 def _cards(cards) -> None:
-    for start in range(0, len(cards), 6):
-        cols = st.columns(6)
-        for col, (label, value, help_text) in zip(cols, cards[start:start + 6]):
+    for start in range(0, len(cards), CARDS_PER_ROW):
+        cols = st.columns(CARDS_PER_ROW)
+        for col, (label, value, help_text) in zip(cols, cards[start:start + CARDS_PER_ROW]):
             col.metric(label, value, help=help_text, border=True)
 
 
@@ -158,9 +199,11 @@ def _charts(problem, outcome, loads, model, solver, window) -> None:
     elif view == "Per layer":
         floor = result.lower_bound / sc.mean_load.clamp_min(1e-300)
         series = {"GPU imbalance": sc.imbalance, "node imbalance": sc.node_imbalance}
-        st.plotly_chart(figures.layer_imbalance_figure(series, floor=floor), width="stretch",
-                        key=f"{PAGE}:chart:layers")
-        st.caption("The dotted line is the lower bound / mean: no plan of any policy can go below it.")
+        st.plotly_chart(figures.layer_imbalance_figure(series, floor=floor, dashed=("node imbalance",)),
+                        width="stretch", key=f"{PAGE}:chart:layers")
+        st.caption("GPU imbalance (solid) and node imbalance (dashed, drawn under it: where they coincide the node "
+                   "is the bottleneck). The dotted line is the lower bound / mean: no plan of any policy can go "
+                   "below it.")
     elif view == "Micro-batches":
         _micro_batches(problem, result, loads, window, model)
     elif view == "Plan":
@@ -174,8 +217,10 @@ def _charts(problem, outcome, loads, model, solver, window) -> None:
 @st.fragment
 def _per_gpu(problem, result) -> None:
     L, worst = problem.num_layers, worst_layer(result)
+    # keyed by the plan: a new solve opens on its own worst layer, not the last plan's
+    plan_id = cache.loads_mod.content_hash(result.plan.phy2log)[:12]
     # one MoE layer: no slider (Streamlit refuses a 0..0 range)
-    layer = st.slider("Layer", 0, L - 1, worst, key=f"{PAGE}:layer:{L}",
+    layer = st.slider("Layer", 0, L - 1, worst, key=f"{PAGE}:layer:{L}:{plan_id}",
                       help=f"MoE layer to draw (starts at the worst layer, {worst})") if L > 1 else 0
     c = problem.cluster
     if not c.homogeneous:     # a real cluster: time per GPU (load / speed), failed GPUs marked
@@ -189,7 +234,10 @@ def _per_gpu(problem, result) -> None:
     fig = cache.gpu_figure(problem, result, layer)
     st.plotly_chart(fig, width="stretch", key=f"{PAGE}:chart:bars")
     if problem.num_nodes > 1:
-        st.caption("Dotted lines mark node boundaries; the panel on the right is the load per node for this layer.")
+        st.caption("Dotted lines mark node boundaries; the panel on the right is the load per node for this layer. "
+                   "Segments are replicas, coloured by how many replicas their expert has (hover for the expert).")
+    else:
+        st.caption("Segments are replicas, coloured by how many replicas their expert has (hover for the expert).")
 
 
 @st.fragment
@@ -248,7 +296,7 @@ def _downloads(problem, result, loads, model, solver, window) -> None:
     for k, d in enumerate(plan_downloads(result.plan, problem, policy=result.policy, solver=solver,
                                          options=result.options, metrics=result.score.metrics(),
                                          layer_offset=int(offset), loads_name=name, result=result)):
-        c1, c2 = st.columns([1, 3])
+        c1, c2 = st.columns([2, 3])
         c1.download_button(d.label, d.build, file_name=d.filename, mime=d.mime, key=f"{PAGE}:dl:{k}",
                            width="stretch", on_click="ignore")
         c2.markdown(d.usage)

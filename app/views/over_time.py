@@ -11,22 +11,37 @@ import streamlit as st
 
 from solvers import Problem, get_solver, solver_names
 from solvers.dynamics.sweep import frontier
+from solvers.dynamics.simulate import DEFAULT_WINDOW
 from solvers.errors import EPLBError
 
 from app import cache, figures
 from app.cluster import expert_bytes
-from app.widgets import REPLAY_TOTALS_COLUMNS, cluster_picker, describe_cluster, describe_loads, loads_picker, show_error
+from app.compute import common_start, replay_totals
+from app.widgets import (REPLAY_TOTALS_COLUMNS, cluster_picker, describe_cluster, describe_loads, error_text, keep, kept,
+                         loads_picker, show_error, solver_select)
+
+POLICIES = ("auto", "hierarchical", "global")
+_num = st.column_config.NumberColumn
 
 PAGE = "over_time"
 DEFAULT_DATASET = "olmoe-1b-7b-drifting"
 SETTING_COLUMNS = ("setting", "every", "threshold", "window", "migration_slack", "migration_budget")
-DEFAULT_SETTINGS = pd.DataFrame([
-    {"setting": "every 50", "every": 50},
-    {"setting": "every 50, migration 1%", "every": 50, "migration_slack": 0.01},
-    {"setting": "every 50, migration 1% + budget", "every": 50, "migration_slack": 0.01, "migration_budget": 0.25},
-    {"setting": "every 10", "every": 10},
-    {"setting": "threshold 1.25", "threshold": 1.25, "window": 50},
-], columns=SETTING_COLUMNS)
+
+
+def default_settings(num_steps: int) -> pd.DataFrame:
+    """The settings table a trace of ``num_steps`` steps opens with: periods that leave most
+    of the trace to score (a long period of T/8 steps, 50 on a 400-step trace, and a short
+    one), migration-aware variants and a threshold row with its window filled in."""
+    long = max(2, num_steps // 8)
+    short = max(1, long // 5)
+    return pd.DataFrame([
+        {"setting": f"every {long}", "every": long},
+        {"setting": f"every {long}, migration 1%", "every": long, "migration_slack": 0.01},
+        {"setting": f"every {long}, migration 1% + budget", "every": long, "migration_slack": 0.01,
+         "migration_budget": 0.25},
+        {"setting": f"every {short}", "every": short},
+        {"setting": "threshold 1.25", "threshold": 1.25, "window": long},
+    ], columns=SETTING_COLUMNS)
 
 
 def _setting(row: pd.Series) -> dict:
@@ -40,24 +55,40 @@ def _setting(row: pd.Series) -> dict:
     return out
 
 
+def blank_window_note(name: str, setting: dict) -> str | None:
+    """What a row with a blank window plans on (the simulator's rule, said out loud)."""
+    if "window" in setting or "every" in setting:       # blank with a period: the period (the column's help)
+        return None
+    return (f"{name}: window blank and no period, so each plan is made on the last {DEFAULT_WINDOW} steps "
+            "(the simulator's default); fill in **window** to choose.")
+
+
 def main() -> None:
     st.title("Over time")
     st.caption("A plan is made from past loads and used on later ones. Replay a trace step by step: re-plan every "
                "N steps or when the realised imbalance passes a threshold, on the last W steps, optionally "
                "migration-aware (keep every layer's max load within 1 + slack of a fresh plan, move the fewest "
                "experts; a move budget widens the slack where that saves most).")
+    body = st.container()
     with st.sidebar:
-        loads = loads_picker(PAGE, DEFAULT_DATASET)
+        loads = loads_picker(PAGE, DEFAULT_DATASET, main=body)
         if loads is None:
             return
         cluster, groups, model, cluster_error = cluster_picker(PAGE, loads, "node-8")
         st.subheader("Planner")
         names = [n for n in solver_names(available_only=True) if get_solver(n).kind == "heuristic"]
-        solver = st.selectbox("Solver", names, index=names.index("deepseek") if "deepseek" in names else 0,
-                              key=f"{PAGE}:solver", help="re-plans with this solver (heuristics: exact ones are too "
-                                                         "slow to re-run at every rebalance)")
-        size = st.number_input("Bytes per expert", 0, 10**12, expert_bytes(model) or 0, step=1_000_000,
-                               key=f"{PAGE}:bytes:{model}", help="weights of one expert (moves x this = bytes moved)")
+        solver = solver_select(PAGE, "deepseek", names, help="re-plans with this solver (heuristics: exact ones are "
+                                                            "too slow to re-run at every rebalance)")
+        policy = None
+        if "policy" in get_solver(solver).options:
+            key = keep(f"{PAGE}:policy", "auto", POLICIES)
+            policy = kept(key, st.selectbox("Policy", POLICIES, key=key,
+                                            help="of every plan: hierarchical keeps whole expert groups on one node, "
+                                                 "global places experts on any GPU; auto: hierarchical when the "
+                                                 "groups split evenly over the nodes (as `eplb simulate --policy`)"))
+        key = keep(f"{PAGE}:bytes:{model}", expert_bytes(model) or 0)
+        size = kept(key, st.number_input("Bytes per expert", 0, 10**12, step=1_000_000, key=key,
+                                         help="weights of one expert (moves x this = bytes moved)"))
     st.caption(describe_loads(loads) + ("" if cluster is None else " · " + describe_cluster(cluster, groups)))
     if loads.num_steps < 3:
         st.error(f"loads: a replay needs a trace of several steps; {loads.name} has {loads.num_steps}")
@@ -66,44 +97,59 @@ def main() -> None:
         show_error(cluster_error)
         return
     try:
-        Problem(loads.window(0, 1), cluster=cluster, num_groups=groups)   # checked before any replay
+        problem = Problem(loads.window(0, 1), cluster=cluster, num_groups=groups)   # checked before any replay
+        if policy is not None:
+            problem.resolve_policy(policy)
     except EPLBError as exc:
         show_error(exc)
         return
-    st.markdown("**Settings** (edit, add or delete rows; blank = not used; a threshold needs a window)")
-    edited = st.data_editor(DEFAULT_SETTINGS, num_rows="dynamic", hide_index=True, width="stretch",
-                            key=f"{PAGE}:settings", column_config={
+    T = loads.num_steps
+    st.markdown(f"**Settings** (edit, add or delete rows; blank = not used; {T} steps in this trace: a plan's "
+                "window must leave steps to score)")
+    edited = st.data_editor(default_settings(T), num_rows="dynamic", hide_index=True, width="stretch",
+                            key=f"{PAGE}:settings:{T}", column_config={
                                 "every": st.column_config.NumberColumn(min_value=1, step=1),
                                 "threshold": st.column_config.NumberColumn(min_value=1.0, format="%.3f"),
                                 "window": st.column_config.NumberColumn(min_value=1, step=1,
-                                                                        help="steps planned on (default: every)"),
-                                "migration_slack": st.column_config.NumberColumn(min_value=0.0, format="%.3f"),
+                                                                        help="steps planned on (blank: the period, "
+                                                                             f"else {DEFAULT_WINDOW})"),
+                                "migration_slack": st.column_config.NumberColumn(
+                                    "migration slack", min_value=0.0, format="%.3f",
+                                    help="blank: plain re-planning; else keep every layer within 1 + this of a "
+                                         "fresh plan's max load, moving the fewest experts"),
                                 "migration_budget": st.column_config.NumberColumn(
-                                    min_value=0.0, format="%.2f", help="at most this fraction of a fresh plan's "
+                                    "migration budget", min_value=0.0, format="%.2f", help="at most this fraction of a fresh plan's "
                                     "moves per rebalance; the layers saving most get wider slacks (needs a slack)")})
     run = st.button("Run replay", type="primary", key=f"{PAGE}:run")
     settings = [(str(r["setting"] or f"setting {k}"), _setting(r)) for k, r in edited.iterrows()]
     if not settings:
         st.info("Add at least one setting.")
         return
+    for note in filter(None, (blank_window_note(n, s) for n, s in settings)):
+        st.caption(note)
     trace = loads.trace
     nbytes = int(size) or None
-    request = (cache.loads_mod.content_hash(trace), cluster, groups, solver, nbytes,
-               tuple((n, cache.options_key(s)) for n, s in settings))
+    planner_options = {"policy": policy} if policy not in (None, "auto") else {}
+    request = (cache.loads_mod.content_hash(trace), cluster, groups, solver, cache.options_key(planner_options),
+               nbytes, tuple((n, cache.options_key(s)) for n, s in settings))
     done = st.session_state.setdefault(f"{PAGE}:done", {})
     if run:
         results = {}
+        progress = st.empty()           # the status boxes, cleared once every replay is done
+        box_area = progress.container()
         for name, setting in settings:
-            with st.status(f"{name}: replaying {loads.num_steps} steps", expanded=False) as box:
+            with box_area.status(f"{name}: replaying {loads.num_steps} steps", expanded=False) as box:
                 try:
-                    results[name] = cache.simulate(trace, cluster, groups, solver, setting, nbytes)
+                    results[name] = cache.simulate(trace, cluster, groups, solver, setting, nbytes, planner_options)
                 except EPLBError as exc:
-                    box.update(label=f"{name}: {exc}", state="error")
+                    box.update(label=f"{name}: {error_text(exc)}", state="error")
                     show_error(exc)
                     continue
                 t = results[name].totals()
                 box.update(label=f"{name}: mean imbalance {t['mean_imbalance']:.4f}, {t['rebalances']} rebalances, "
                                  f"{t['total_moves']:,} moves in {t['wall_seconds']:.2g} s", state="complete")
+        if len(results) == len(settings):
+            progress.empty()            # errors stay in sight
         done[request] = results
     if request not in done:
         st.info("Press **Run replay** to simulate every setting.")
@@ -115,20 +161,24 @@ def _show(results: dict, has_bytes: bool) -> None:
     if not results:
         return
     unit = "GB" if has_bytes else "moves"
-    rows = pd.DataFrame([{"setting": n, **{k: v for k, v in r.totals().items()}} for n, r in results.items()])
+    start = common_start(results.values())
+    rows = pd.DataFrame([{"setting": n, **replay_totals(r, start)} for n, r in results.items()])
     front = [r["setting"] for r in frontier(rows.to_dict("records"))]
-    rows["frontier"] = rows["setting"].isin(front)
+    rows.insert(1, "frontier", rows["setting"].isin(front))      # by the name, not off the right edge
     if has_bytes:
         rows.insert(rows.columns.get_loc("total_bytes"), "GB_moved", rows["total_bytes"] / 1e9)
+    T = next(iter(results.values())).imbalance.shape[0]
     st.subheader("Totals")
+    st.caption(f"Every setting is scored on the same steps, {start}..{T - 1} (from the latest first plan among "
+               "them), so the totals compare; moves count every rebalance of the replay.")
     st.dataframe(rows, hide_index=True, width="stretch", column_config=REPLAY_TOTALS_COLUMNS)
     st.download_button("Download totals (CSV)", rows.to_csv(index=False).encode(), "replay_totals.csv", "text/csv",
                        key=f"{PAGE}:csv", on_click="ignore")
     runs = {}
     cum = {}
     for name, r in results.items():
-        steps = np.arange(r.first_step, r.imbalance.shape[0])
-        runs[name] = (steps, r.scored.numpy(), [x["step"] for x in r.rebalances])
+        steps = np.arange(start, r.imbalance.shape[0])
+        runs[name] = (steps, r.imbalance[start:].numpy(), [x["step"] for x in r.rebalances])
         table = pd.DataFrame(r.step_rows())
         cum[name] = (table["step"].to_numpy(), table["cumulative_bytes" if has_bytes else "cumulative_moves"].to_numpy())
     st.markdown("**Realised imbalance per step** (triangles: a new plan takes effect)")
@@ -141,10 +191,24 @@ def _show(results: dict, has_bytes: bool) -> None:
     _rebalances(results)
 
 
+REBALANCE_COLUMNS = {
+    "step": _num("step", help="the new plan is in force from this step"),
+    "plan_seconds": _num("plan time (s)", format="%.3f"),
+    "moves": _num("moves", format="localized", help="replicas loaded onto a GPU"),
+    "bytes": None,                                               # shown as GB
+    "GB": _num("GB moved", format="%.2f"),
+    "in_sample_imbalance": _num("imbalance in sample", format="%.4f", help="of the new plan on its planning window"),
+    "reason": st.column_config.TextColumn("reason", help="period or threshold"),
+}
+
+
 @st.fragment
 def _rebalances(results: dict) -> None:
     name = st.selectbox("Rebalances of", list(results), key=f"{PAGE}:which")
-    st.dataframe(pd.DataFrame(results[name].rebalances), hide_index=True, width="stretch")
+    table = pd.DataFrame(results[name].rebalances)
+    if "bytes" in table and table["bytes"].notna().any():
+        table["GB"] = table["bytes"].astype(float) / 1e9
+    st.dataframe(table, hide_index=True, width="stretch", column_config=REBALANCE_COLUMNS)
 
 
 main()

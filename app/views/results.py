@@ -38,7 +38,8 @@ def main() -> None:
         table = solver_table(df)
         st.dataframe(table, hide_index=True, width="stretch", column_config=_shares_as_percent(table))
     with tabs[1]:
-        st.dataframe(best_per_shape(df), hide_index=True, width="stretch")
+        best = best_per_shape(df)
+        st.dataframe(best, hide_index=True, width="stretch", column_config=_shares_as_percent(best))
         st.caption("Per cluster shape and time budget: the solver with the lowest mean gap among those that "
                    "returned a plan on every run within the budget (its mean gap in brackets).")
     with tabs[2]:
@@ -95,39 +96,73 @@ def _result_set():
 def _recommender(df) -> None:
 
     with st.form(f"{PAGE}:recommend"):
-        c = st.columns(6)
+        c = st.columns(4)
         experts = c[0].number_input("Experts", 1, 100_000, 256)
         replicas = c[1].number_input("Slots (all GPUs)", 1, 1_000_000, 288)
         gpus = c[2].number_input("GPUs", 1, 100_000, 32)
         nodes = c[3].number_input("Nodes", 1, 100_000, 4)
-        groups = c[4].number_input("Expert groups", 1, 100_000, 8)
-        budget = c[5].number_input("Time budget (s)", 0.001, 86_400.0, 1.0, format="%g")
-        policy = st.radio("Policy of the plans", ["any", "hierarchical", "global"], horizontal=True)
+        c = st.columns(4)
+        groups = c[0].number_input("Expert groups", 1, 100_000, 8)
+        layers = c[1].number_input("MoE layers", 1, 10_000, 58, key=f"{PAGE}:layers",
+                                   help="layers planned at once: benchmark timings (often of 8-layer slices) are "
+                                        "scaled linearly to this many before the budget applies, as `eplb recommend "
+                                        "--layers` (DeepSeek-V3: 58)")
+        budget = c[2].number_input("Time budget (s)", 0.001, 86_400.0, 1.0, format="%g")
+        policy = c[3].radio("Policy of the plans", ["any", "hierarchical", "global"], horizontal=True)
         submitted = st.form_submit_button("Recommend", type="primary")
     if not submitted:
         return
-    rows = df if policy == "any" else df[df["policy"] == policy]
-    if rows.empty:
-        st.error(f"policy: no benchmark runs with policy {policy}")
-        return
     try:
-        rec = recommend(rows, experts=int(experts), replicas=int(replicas), gpus=int(gpus), nodes=int(nodes),
-                        groups=int(groups), time_budget=float(budget))
+        # the CLI's call (eplb recommend): same rows, same layer scaling, same policy filter
+        rec = recommend(df, experts=int(experts), replicas=int(replicas), gpus=int(gpus), nodes=int(nodes),
+                        groups=int(groups), time_budget=float(budget), layers=int(layers),
+                        policy=None if policy == "any" else policy)
     except EPLBError as exc:
         show_error(exc)
         return
     head = format_recommendation(rec).split("\ncandidates", 1)[0].strip()      # the tables follow as tables
     (st.success if rec.solver else st.warning)("\n\n".join(ln for ln in head.splitlines() if ln.strip()))
+    st.caption(f"The same answer as `eplb recommend --experts {int(experts)} --replicas {int(replicas)} --gpus {int(gpus)} "
+               f"--nodes {int(nodes)} --groups {int(groups)} --layers {int(layers)} --time-budget {float(budget):g}"
+               f" --policy {policy}`. The policy named is the one of the benchmark runs behind the answer: set it "
+               "as **policy** on Explore or under **Policies** on Compare (the pages' auto is hierarchical where "
+               "the groups split evenly over the nodes).")
     st.markdown("**Candidates** (best first)")
     st.dataframe(rec.table, hide_index=True, width="stretch", column_config=_shares_as_percent(rec.table))
     with st.expander(f"Evidence: the runs of {rec.solver or 'the fastest solver'}"):
-        st.dataframe(rec.evidence, hide_index=True, width="stretch")
+        st.dataframe(rec.evidence, hide_index=True, width="stretch", column_config=_shares_as_percent(rec.evidence))
+
+
+# Headers of the results tables (the library's column names are for CSV and code).
+LABELS = {
+    "time_sgm_s": ("time, geo. mean (s)", "shifted geometric mean of the wall times"),
+    "time_max_s": ("time max (s)", None), "time_mean_s": ("time mean (s)", None),
+    "wall_time_s": ("time (s)", None),
+    "gap_mean": ("gap mean", "objective / best lower bound - 1, mean over layers"),
+    "gap_max": ("gap worst layer", None), "gap_in_policy": ("gap in policy", "against the bound of the plan's policy"),
+    "gap_in_policy_mean": ("gap in policy", None), "gap_best_known": ("gap to best known", None),
+    "imbalance_mean": ("imbalance", "max / mean GPU load, mean over layers"),
+    "oos_imbalance_mean": ("held-out imbalance", "the plan on later steps than it was made on"),
+    "off_node_share": ("off-node", None), "off_node_share_mean": ("off-node", None),
+    "optimal_in_model": ("optimal in model", None), "all_plans": ("all plans", None),
+    "num_experts": ("experts", None), "num_replicas": ("slots", None), "num_gpus": ("GPUs", None),
+    "num_nodes": ("nodes", None), "num_groups": ("groups", None), "num_layers": ("layers", None),
+    "proven_optimum": ("proven optimum", None),
+}
 
 
 def _shares_as_percent(table) -> dict:
-    """Gaps and off-node shares are fractions: show them as percentages."""
-    return {c: st.column_config.NumberColumn(format="percent") for c in table.columns
-            if c.startswith(("gap", "off_node"))}
+    """Readable headers (LABELS); gaps and off-node shares are fractions: percentages."""
+    config = {}
+    for c in table.columns:
+        label, help_text = LABELS.get(c, (c.replace("_", " "), None))
+        if c.startswith(("gap", "off_node")):
+            config[c] = st.column_config.NumberColumn(label, format="percent", help=help_text)
+        elif c in ("solver", "instance"):
+            config[c] = st.column_config.TextColumn(label, pinned=True)
+        elif c in LABELS:
+            config[c] = st.column_config.Column(label, help=help_text)
+    return config
 
 
 main()

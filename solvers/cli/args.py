@@ -26,7 +26,8 @@ class Parser(argparse.ArgumentParser):
     """argparse whose errors are one readable line (no usage dump), exit status 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise SystemExit(fail(f"{self.prog}: {message}"))
+        # "eplb: error: argument --model: ... (eplb plan --help)": the command once, at the end
+        raise SystemExit(fail(f"{message} ({self.prog} --help)"))
 
 
 def fail(message: str) -> int:

@@ -28,7 +28,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         raise OptionError("experts", "pass --experts or --model")
     rec = recommend(args.results, experts=args.experts, replicas=args.replicas, gpus=args.gpus,
                     nodes=args.nodes, groups=args.groups, time_budget=args.time_budget,
-                    layers=args.layers, policy=args.policy)
+                    layers=args.layers, policy=None if args.policy == "any" else args.policy)
     if args.json:
         print(json.dumps(rec.as_dict(), indent=2, default=str))
     else:

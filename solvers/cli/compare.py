@@ -52,8 +52,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                            history=info.trace, holdout_steps=holdout_steps)
     best, reason = pick(rows)
     plain = table_rows(rows)
-    if args.out:
-        _write_compare(Path(args.out), plain)
+    written = _write_compare(Path(args.out), plain) if args.out else []
     if args.json:
         print(json.dumps({"rows": plain, "pick": None if best is None else
                           {"solver": best["solver"], "policy": best["policy"]}, "reason": reason}, indent=2,
@@ -62,8 +61,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(_compare_table(plain, holdout is not None, previous is not None, holdout_steps is not None))
     print()
     print(f"pick: {best['solver']} (policy {best['policy']}): {reason}" if best else f"pick: none: {reason}")
-    if args.out:
-        print(f"wrote {Path(args.out) / 'compare.csv'} and {Path(args.out) / 'compare.html'}")
+    if written:
+        print("wrote " + " and ".join(str(p) for p in written)
+              + ("" if len(written) > 1 else " (no compare.html: plotly is not installed)"))
     return 0
 
 
@@ -117,7 +117,8 @@ def _compare_table(rows: list[dict], holdout: bool, moves: bool, per_step: bool 
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table)
 
 
-def _write_compare(out: Path, rows: list[dict]) -> None:
+def _write_compare(out: Path, rows: list[dict]) -> list[Path]:
+    """compare.csv, and compare.html when plotly is installed; returns the files written."""
     if out.exists() and not out.is_dir():
         raise OptionError("out", f"{out}: exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
@@ -130,7 +131,7 @@ def _write_compare(out: Path, rows: list[dict]) -> None:
         import plotly.graph_objects as go
         from plotly.subplots import make_subplots
     except ImportError:
-        return
+        return [out / "compare.csv"]
     labels = [f"{r['solver']} ({r['policy']})" for r in rows]
     fig = make_subplots(rows=1, cols=2, subplot_titles=("mean imbalance (max / mean GPU load)", "wall time (s)"))
     fig.add_bar(x=labels, y=[r.get("imbalance_mean") for r in rows], name="in sample", row=1, col=1)
@@ -140,3 +141,4 @@ def _write_compare(out: Path, rows: list[dict]) -> None:
     fig.update_yaxes(type="log", row=1, col=2)
     fig.update_layout(title="eplb compare", barmode="group", template="plotly_white")
     write_text_atomic(out / "compare.html", fig.to_html(include_plotlyjs=True, full_html=True))
+    return [out / "compare.csv", out / "compare.html"]

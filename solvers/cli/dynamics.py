@@ -54,6 +54,16 @@ def cluster_from_args(args: argparse.Namespace, num_experts: int) -> tuple[dict[
     return {"cluster": cluster, "num_groups": groups or 1}, nbytes
 
 
+def planner_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The planner's options: ``-O KEY=VALUE`` and ``--policy`` (the same as ``-O policy=...``)."""
+    opts = options_dict(args.option)
+    if args.policy is not None:
+        if opts.get("policy", args.policy) != args.policy:
+            raise OptionError("policy", f"--policy {args.policy} contradicts -O policy={opts['policy']}")
+        opts["policy"] = args.policy
+    return opts
+
+
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     def write(tmp: Path) -> None:
         with tmp.open("w", newline="") as fh:
@@ -113,7 +123,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     res = simulate(loads, solver=args.solver, every=args.every, threshold=args.threshold, window=args.window,
                    migration_slack=args.migration_slack, migration=args.migration,
                    migration_budget=args.migration_budget, expert_bytes=nbytes,
-                   solver_options=options_dict(args.option), progress=not args.json, stall=args.stall,
+                   solver_options=planner_options(args), progress=not args.json, stall=args.stall,
                    step_seconds=args.step_seconds, gain_horizon=args.gain_horizon,
                    migration_objective=args.migration_objective, **shape)
     totals = res.totals()
@@ -172,7 +182,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise OptionError("horizons", f"must be integers >= 1, got {args.horizons!r}")
     rows = sweep(loads, periods=periods, thresholds=_floats(args.thresholds, "thresholds"),
                  slacks=_floats(args.slacks, "slacks", allow_plain=True) or [None], window=args.window,
-                 solver=args.solver, expert_bytes=nbytes, solver_options=options_dict(args.option),
+                 solver=args.solver, expert_bytes=nbytes, solver_options=planner_options(args),
                  horizons=horizons, stall=args.stall, step_seconds=args.step_seconds, **shape)
     pick = None
     if args.budget_gb is not None:

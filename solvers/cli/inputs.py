@@ -84,7 +84,8 @@ def format_metrics(metrics: dict[str, Any]) -> str:
     width = max(map(len, metrics))
     lines = []
     for key, value in metrics.items():
-        text = f"{value:.6g}" if isinstance(value, float) else str(value)
+        # round away float noise (1e-17 is a sum of shares that cancels to 0)
+        text = f"{round(value, 12) + 0.0:.6g}" if isinstance(value, float) else str(value)
         lines.append(f"{key:<{width}}  {text}")
     return "\n".join(lines)
 

@@ -169,8 +169,8 @@ def add_recommend(sub) -> None:
     r = sub.add_parser("recommend", help="which solver to use for a cluster shape (from benchmark results)")
     r.add_argument("--model", default=None, help="model preset: fills experts, groups and layers")
     r.add_argument("--experts", type=int, default=None, help="logical experts E per layer")
-    r.add_argument("--policy", choices=POLICIES, default=None,
-                   help="only runs of this placement policy (default: any; the answer names it)")
+    r.add_argument("--policy", choices=("any", "hierarchical", "global"), default="any",
+                   help="only runs of this placement policy (default any: the answer names the policy of its runs)")
     r.add_argument("--replicas", type=int, required=True, help="physical expert slots R")
     r.add_argument("--gpus", type=int, required=True, help="GPUs P")
     r.add_argument("--nodes", type=int, default=1, help="nodes N (default 1)")
@@ -198,6 +198,9 @@ def _add_replay(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus", type=int, default=None, help="GPUs P")
     p.add_argument("--solver", default="deepseek", help="planner (see `eplb solvers`; robust_sum, ewma, ... "
                                                         "get the window's steps)")
+    p.add_argument("--policy", choices=POLICIES, default=None,
+                   help="placement policy of every plan (the planner's policy option; default auto: hierarchical "
+                        "when the groups split evenly over the nodes)")
     p.add_argument("--window", type=int, default=None, help="steps each plan is made on (default: the period)")
     p.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert (default: the model's)")
     p.add_argument("--stall", choices=("sync", "async"), default="sync",

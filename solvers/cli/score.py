@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import json
 
+import torch
+
 from ..errors import LoadFileError, OptionError
 from ..migration.transfers import schedule_transfers, write_schedule
 from ..problem import Problem
@@ -11,6 +13,26 @@ from ..scoring import score
 from ..cluster import get_model
 from .args import network_from_args, real_cluster_kwargs
 from .inputs import dropped_note, format_metrics, plan_cluster, read_any_plan, read_loads_arg
+
+
+def per_gpu_summary(gpu_load: torch.Tensor, num_nodes: int, top: int = 3) -> str:
+    """Per layer: its imbalance, its hottest GPUs and its coolest GPU with load / mean (the
+    full [layers, GPUs] loads are in ``--json``). gpu_load: [L, P] tokens."""
+    L, P = gpu_load.shape
+    ratio = gpu_load / gpu_load.mean(1, keepdim=True).clamp_min(1e-300)           # [L, P]
+    order = torch.argsort(ratio, dim=1, descending=True)                          # [L, P]
+    per_node = P // num_nodes
+
+    def gpu(layer: int, g: int) -> str:
+        node = f"n{g // per_node}/" if num_nodes > 1 else ""
+        return f"{node}GPU {g} {float(ratio[layer, g]):.3f}"
+
+    lines = [f"per-GPU load / mean, by layer (hottest {min(top, P)} and the coolest GPU; --json for all "
+             f"{L} x {P} loads)", f"{'layer':>5}  {'imbalance':>9}  hottest" + " " * 40 + "coolest"]
+    for layer in range(L):
+        hot = ", ".join(gpu(layer, int(g)) for g in order[layer, :top])
+        lines.append(f"{layer:>5}  {float(ratio[layer].max()):>9.4f}  {hot:<47}{gpu(layer, int(order[layer, -1]))}")
+    return "\n".join(lines)
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -83,9 +105,10 @@ def cmd_score(args: argparse.Namespace) -> int:
             if args.out:
                 print(f"wrote {args.out}")
         if args.per_gpu:
-            timed = sc.gpu_time is not sc.gpu_load
-            for layer, row in enumerate(sc.gpu_load.tolist()):
-                print(f"layer {layer}: " + " ".join(f"{x:.6g}" for x in row))
-                if timed:
-                    print(f"  time {layer}: " + " ".join(f"{x:.6g}" for x in sc.gpu_time[layer].tolist()))
+            print()
+            print(per_gpu_summary(sc.gpu_load, problem.num_nodes))
+            if sc.gpu_time is not sc.gpu_load:      # GPUs of different speeds: the same in time
+                print()
+                print("in time (load / speed):")
+                print(per_gpu_summary(sc.gpu_time, problem.num_nodes))
     return 0

@@ -144,7 +144,8 @@ def cmd_datasets(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(entries, indent=2))
         return 0
+    print(f"{'name':<28} {'steps x layers x experts':<25} {'size':>8}  description")
     for e in entries:
-        shape = f"{e.get('steps')}x{e.get('num_layers')}x{e.get('num_experts')}"
-        print(f"{e['name']:<28} {shape:<14} {e.get('bytes', 0) / 1e6:5.2f} MB  {e.get('description', '')}")
+        shape = f"{e.get('steps')} x {e.get('num_layers')} x {e.get('num_experts')}"
+        print(f"{e['name']:<28} {shape:<25} {e.get('bytes', 0) / 1e6:5.2f} MB  {e.get('description', '')}")
     return 0

@@ -118,6 +118,12 @@ def _torch_load_raw(path: Path, mmap: bool) -> Any:
             return torch.load(path, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, EOFError, ValueError, zipfile.BadZipFile, KeyError, IndexError,
             TypeError, AttributeError, RecursionError, MemoryError, pickle.UnpicklingError) as exc:
+        # torch.save writes a zip archive (PK...) or, in its legacy format, a pickle (0x80 ...);
+        # anything else is not a torch file at all, whatever its suffix.
+        head = _peek(path, 4)
+        if not head.startswith(b"PK") and not head.startswith(b"\x80"):
+            raise _fail(path, "cannot read .pt file: it is not a torch file (torch.save writes a zip archive or a "
+                        "legacy pickle, and this file is neither; another format with a .pt suffix?)") from None
         # weights_only refuses pickled classes: a dump is tensors, numbers, lists and dicts.
         if isinstance(exc, pickle.UnpicklingError) and "weights only" in str(exc).lower():
             raise _fail(path, "cannot read .pt file: it holds pickled Python objects beyond tensors, numbers, "
