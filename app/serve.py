@@ -25,7 +25,7 @@ import solvers.bench.analysis  # noqa: F401
 import solvers.builtin  # noqa: F401  registers every solver
 import solvers.compare  # noqa: F401
 import solvers.io  # noqa: F401
-from app import cache, compute, exports, figures, loads  # noqa: F401
+from app import cache, compute, exports, figures, loads, worker  # noqa: F401
 from app.compute import worst_layer
 from solvers.registry import solver_names
 
@@ -82,7 +82,6 @@ class _DropWarnings(logging.Filter):
 def main(argv: list[str] | None = None) -> None:
     preload()
     warm()
-    from app import worker
 
     worker.start_server()       # the fork server of stoppable solves imports torch now, not at the first one
     from streamlit.web import cli
