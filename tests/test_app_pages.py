@@ -411,7 +411,7 @@ def test_explore_real_cluster_panel_draws_time(default_problem):
     """Speeds per node, uneven slots and a failed GPU from the sidebar's real-cluster panel:
     the per-GPU view draws each GPU's time as the shared scorer computes it."""
     at = _app().run()
-    at.text_input(key="explore:node_speeds").set_value("1,1,1.4,1.4").run()
+    at.text_input(key="cluster:node_speeds").set_value("1,1,1.4,1.4").run()
     at.selectbox(key="explore:solver").set_value("kk_swap").run()
     at.button(key="explore:run").click().run()
     _clean(at)
@@ -419,16 +419,16 @@ def test_explore_real_cluster_panel_draws_time(default_problem):
     p = Problem(default_problem.weights, 288, 8, 4, 32, gpu_speed=[1.0] * 16 + [1.4] * 16)
     res = solve(p, "kk_swap")
     assert _metric(at, "Time imbalance") == f"{res.score.summary['time_imbalance_mean']:.4f}"
-    layer = int(at.slider(key="explore:layer:58").value)
+    layer = int(next(s for s in at.slider if s.key.startswith("explore:layer:58")).value)   # keyed by the plan too
     bars = [t for t in _charts(at)["explore:chart:time"]["data"] if t["type"] == "bar" and t.get("x") is not None
             and t["x"] != [None]]
     np.testing.assert_allclose(_array(bars[0]["y"]), res.score.gpu_time[layer].numpy(), rtol=1e-12)
     # uneven slots and a failed GPU: planned and drawn end to end
-    at.text_input(key="explore:gpu_slots").set_value("10,8*1," * 15 + "10,8").run()
-    at.multiselect(key="explore:failed").set_value([3]).run()
+    at.text_input(key="cluster:gpu_slots").set_value("10,8*1," * 15 + "10,8").run()
+    at.multiselect(key="cluster:failed").set_value([3]).run()
     _clean(at)
     assert not at.error and "explore:chart:time" in _charts(at)
     # a bad value is the library's one-line error
-    at.text_input(key="explore:node_speeds").set_value("1,1,0,1").run()
+    at.text_input(key="cluster:node_speeds").set_value("1,1,0,1").run()
     _clean(at)
     assert len(at.error) == 1 and at.error[0].value.startswith("gpu_speed")
