@@ -32,15 +32,9 @@ import math
 import torch
 
 from ..bounds import optimal_counts
-from ..dispatch.schedule import one_intra_op_thread
-from ..options import Option, SolverOptions, policy_option
-from ..plan import Plan
-from ..problem import Problem
-from ..registry import SolverOutput, register
 from ..heuristics.hierarchical import group_node_candidates, node_experts
 from ..heuristics.packing import repair_duplicates
-from .robust import _HISTORY, buckets_of, check_history
-from .scenario import scenario_bound, scenario_value
+from ..problem import Problem
 
 # Defaults chosen with benchmarks/out_of_sample.py on the shipped traces and their seeds 1-4
 # (docs/dynamics.md): the counts use the upper quartile (z = 0.674) of a normal per-step load,
@@ -132,13 +126,16 @@ def risk_place(series: torch.Tensor, k: torch.Tensor, item_e: torch.Tensor, num_
 
 
 def risk_search(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, num_gpus: int, z: float,
-                nodup: bool, noise: torch.Tensor, steps: int) -> tuple[torch.Tensor, int]:
+                nodup: bool, noise: torch.Tensor, steps: int, *, zones: int = 1,
+                target: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
     """Swaps between the riskiest GPU's slots and any other slot, lowering the largest risk.
 
     series: [X, E, W] per-replica loads; phy2log: [X, R]. A swap of slot a (on the riskiest
     GPU g) with slot b (on GPU h) changes g's and h's means by -+(m_a - m_b) and their
     variances by the covariances of the items with each other and with the two GPUs' series,
     all computed as batched matrix products; noise [X, E] as in :func:`risk_place`.
+    zones: swaps stay inside blocks of P / zones consecutive GPUs (nodes). target: [X] a row
+    stops once its largest risk is at most this (None: when no swap helps).
     Returns (phy2log, rounds run).
     """
     X, E, W = series.shape
@@ -147,6 +144,7 @@ def risk_search(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, nu
     dev = series.device
     mean_e, cent_e = centred(series, k)                                      # [X, E], [X, E, W]
     slot_gpu = torch.arange(R, device=dev) // S
+    slot_zone = slot_gpu // (P // zones)
     p2l = phy2log.clone()
     active = torch.ones(X, dtype=torch.bool, device=dev)
     rounds = 0
@@ -157,16 +155,16 @@ def risk_search(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, nu
         rounds += 1
         n = rows.numel()
         ar = torch.arange(n, device=dev)
-        sp = p2l[rows]                                                        # [n, R]
-        m = mean_e[rows].gather(1, sp)                                        # [n, R] item means
-        c = cent_e[rows].gather(1, sp.unsqueeze(-1).expand(n, R, W))          # [n, R, W] centred series
+        sp = p2l.index_select(0, rows)                                        # [n, R]
+        m = mean_e.index_select(0, rows).gather(1, sp)                        # [n, R] item means
+        c = cent_e.index_select(0, rows).gather(1, sp.unsqueeze(-1).expand(n, R, W))   # [n, R, W] centred
         ck = c * k                                                            # weighted
         gm = m.view(n, P, S).sum(-1)                                          # [n, P]
         gc = c.view(n, P, S, W).sum(2)                                        # [n, P, W]
         gck = gc * k
         gvar = (gc * gck).sum(-1)                                             # [n, P] raw
         ivar = (c * ck).sum(-1)                                               # [n, R] raw
-        inoise = noise[rows].gather(1, sp)                                    # [n, R]
+        inoise = noise.index_select(0, rows).gather(1, sp)                                    # [n, R]
         gnoise = inoise.view(n, P, S).sum(-1)                                 # [n, P]
         risk = _risk(gm, gvar - gnoise, z)
         cur, g = risk.max(1)
@@ -175,15 +173,15 @@ def risk_search(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, nu
         ab = torch.bmm(ca * k, c.transpose(1, 2))                             # [n, S, R] <c_a, c_b>
         gb = torch.bmm(gck.gather(1, g.view(n, 1, 1).expand(n, 1, W)), c.transpose(1, 2)).squeeze(1)  # [n, R]
         ga = gb.gather(1, mine)                                               # [n, S]   <G_g, c_a>
-        hb = (gck[:, slot_gpu] * c).sum(-1)                                   # [n, R]   <G_h(b), c_b>
-        ha = torch.bmm(gck, ca.transpose(1, 2))[:, slot_gpu].transpose(1, 2)  # [n, S, R] <G_h(b), c_a>
+        hb = (gck.index_select(1, slot_gpu) * c).sum(-1)                                   # [n, R]   <G_h(b), c_b>
+        ha = torch.bmm(gck, ca.transpose(1, 2)).index_select(1, slot_gpu).transpose(1, 2)  # [n, S, R] <G_h(b), c_a>
         ma, va = m.gather(1, mine).unsqueeze(2), ivar.gather(1, mine).unsqueeze(2)
         mb, vb = m.unsqueeze(1), ivar.unsqueeze(1)
         g_var = gvar.gather(1, g.unsqueeze(1)).unsqueeze(2)
         g_mean = gm.gather(1, g.unsqueeze(1)).unsqueeze(2)
-        h_var, h_mean = gvar[:, slot_gpu].unsqueeze(1), gm[:, slot_gpu].unsqueeze(1)
+        h_var, h_mean = gvar.index_select(1, slot_gpu).unsqueeze(1), gm.index_select(1, slot_gpu).unsqueeze(1)
         na, nb = inoise.gather(1, mine).unsqueeze(2), inoise.unsqueeze(1)
-        g_noise, h_noise = gnoise.gather(1, g.unsqueeze(1)).unsqueeze(2), gnoise[:, slot_gpu].unsqueeze(1)
+        g_noise, h_noise = gnoise.gather(1, g.unsqueeze(1)).unsqueeze(2), gnoise.index_select(1, slot_gpu).unsqueeze(1)
         new_g = _risk(g_mean - ma + mb, g_var + va + vb - 2 * ga.unsqueeze(2) + 2 * gb.unsqueeze(1) - 2 * ab
                       - (g_noise - na + nb), z)
         new_h = _risk(h_mean - mb + ma, h_var + va + vb - 2 * hb.unsqueeze(1) + 2 * ha - 2 * ab
@@ -191,19 +189,23 @@ def risk_search(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, nu
         value = torch.maximum(new_g, new_h)                                   # [n, S, R]
         ea = sp.gather(1, mine)                                               # [n, S]
         ok = (slot_gpu.view(1, 1, R) != g.view(n, 1, 1)) & (ea.unsqueeze(2) != sp.unsqueeze(1))
+        if zones > 1:
+            ok &= slot_zone.view(1, 1, R) == (g // (P // zones)).view(n, 1, 1)
         if nodup:
             pres = torch.zeros(n, P, E, dtype=torch.bool, device=dev)
             pres.scatter_(2, sp.view(n, P, S), True)
             ok &= ~pres[ar, g].gather(1, sp).unsqueeze(1)                      # b's expert already on g
-            ok &= ~pres.transpose(1, 2).gather(1, ea.unsqueeze(2).expand(n, S, P))[:, :, slot_gpu]  # a's on h
+            ok &= ~pres.transpose(1, 2).gather(1, ea.unsqueeze(2).expand(n, S, P)).index_select(2, slot_gpu)  # a's on h
         value = value.masked_fill(~ok, math.inf).view(n, -1)
         best = value.argmin(1)
         better = value.gather(1, best.unsqueeze(1)).squeeze(1) < cur * (1 - 1e-12)
+        if target is not None:
+            better &= cur > target.index_select(0, rows)
         i = mine.gather(1, (best // R).unsqueeze(1)).squeeze(1)
         j = best % R
         swapped = sp.clone()
         swapped[ar, i], swapped[ar, j] = sp[ar, j], sp[ar, i]
-        p2l[rows] = torch.where(better.unsqueeze(1), swapped, sp)
+        p2l.index_copy_(0, rows, torch.where(better.unsqueeze(1), swapped, sp))
         active[rows[~better]] = False
     return p2l, rounds
 
@@ -264,6 +266,17 @@ def plan_risk_aware(problem: Problem, hist: torch.Tensor, policy: str, *, count_
     grp = hist.view(W, L, G, E // G).sum(-1)                                   # [W, L, G]
     gmu, gsd = moments(grp, k)
     node_of_group = group_node_candidates(gmu + count_risk * gsd, N, top=GROUP_CANDIDATES)   # [L, K, G]
+    return plan_on_nodes(problem, hist, k, node_of_group, count_risk=count_risk, risk=risk, noise=noise,
+                         steps=steps)
+
+
+def plan_on_nodes(problem: Problem, hist: torch.Tensor, k: torch.Tensor, node_of_group: torch.Tensor, *,
+                  count_risk: float, risk: float, noise: float, steps: int) -> tuple[torch.Tensor, dict]:
+    """Hierarchical plans for the group-to-node candidates ``node_of_group [L, K, G]``: every
+    (layer, candidate, node) planned as a row, per layer the candidate with the best per-step
+    imbalance on the window kept. Returns (phy2log [L, R], info)."""
+    W, L, E = hist.shape
+    P, R, N = problem.num_gpus, problem.num_replicas, problem.num_nodes
     K = node_of_group.shape[1]
     ids = node_experts(node_of_group, E, N).reshape(L * K, N, E // N)          # [L*K, N, E/N]
     hk = hist.repeat_interleave(K, dim=1)                                     # [W, L*K, E]
@@ -276,38 +289,3 @@ def plan_risk_aware(problem: Problem, hist: torch.Tensor, policy: str, *, count_
     glob = cand.view(L, K, R)[torch.arange(L, device=hist.device), pick]
     return glob, {"search_rounds": rounds, "colocation": "forbidden" if nodup else "allowed",
                   "group_candidates": K}
-
-
-_BUCKETS = Option("buckets", int, 128, "the window's steps are summed into at most this many consecutive "
-                  "blocks (bounds time and memory)", minimum=1, maximum=4096, advanced=True)
-
-
-@register("risk_aware", kind="heuristic", in_suites=False,
-          options=(policy_option(), _HISTORY,
-                   Option("risk", float, DEFAULT_RISK, "z of the GPU risk mean + z x std of its per-step load "
-                          "(placement and swaps)", minimum=0.0, maximum=100.0),
-                   Option("count_risk", float, DEFAULT_COUNT_RISK, "z of the expert load mean + z x std that "
-                          "sets the replica counts", minimum=0.0, maximum=100.0),
-                   Option("halflife", float, DEFAULT_HALFLIFE, "steps after which a step's weight halves (none: every "
-                          "step of the window weighs the same)", minimum=0.0, exclusive_minimum=True,
-                          maximum=1e6, nullable=True),
-                   Option("noise", float, 1.0, "share of a step's Poisson variance (the mean, for token "
-                          "counts) taken as sampling noise and left out of the risk (0: none)", minimum=0.0,
-                          maximum=1e6, advanced=True),
-                   Option("steps", int, 64, "rounds of the risk swap search", minimum=0, maximum=100_000,
-                          advanced=True),
-                   _BUCKETS),
-          description="out of sample: risk-aware counts and placement from the window's steps "
-                      "(means and covariances), then swaps that lower the riskiest GPU")
-def solve_risk_aware(problem: Problem, o: SolverOptions) -> SolverOutput:
-    hist = buckets_of(check_history(problem, o.history), o.buckets)
-    resolved = problem.resolve_policy(o.policy)
-    with one_intra_op_thread():     # hundreds of small kernels: an OpenMP team only waits on a busy machine
-        p2l, info = plan_risk_aware(problem, hist, resolved, count_risk=o.count_risk, risk=o.risk,
-                                    halflife=o.halflife, steps=o.steps, noise=o.noise)
-        k = step_weights(hist.shape[0], o.halflife, hist.device)
-        # In-window gap: the plan's sum over steps of the per-step max against a bound valid for every plan.
-        gap = scenario_value(hist, p2l, problem.num_gpus) / scenario_bound(problem, hist) - 1
-        window = window_objective(hist, k, p2l, problem.num_experts, problem.num_gpus)
-    info.update(steps_in_window=hist.shape[0], window_gap_mean=float(gap.mean()), window_imbalance=float(window.mean()))
-    return SolverOutput(Plan.from_phy2log(p2l, problem.num_experts), resolved, info=info)
