@@ -7,7 +7,8 @@ imbalance exceeds ``threshold`` (either rule, or both); it plans on the last ``w
 steps with ``solver`` (a time-robust planner gets those steps one by one, its
 ``history`` option) and, with ``migration_slack``, keeps the fewest moves within that
 slack of the fresh plan's balance (a solver with ``current`` and ``slack`` options, such as
-``risk_aware``, does that itself; any other is wrapped in the ``migration`` solver). The new plan is in force from the next step.
+``risk_aware``, does that itself when no move budget is given; otherwise the solver is
+wrapped in the ``migration`` solver). The new plan is in force from the next step.
 
 Every step is scored under the plan in force with the shared scorer's arithmetic (even
 split, float64), batched over all steps of a segment and all layers:
@@ -206,10 +207,9 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
     num_gpus = cluster.num_gpus
     migration_opts = None
     # A solver that re-plans migration-aware itself (options current and slack: risk_aware)
-    # gets the placement in force and the slack; any other is wrapped in 'migration'.
-    native = migration_slack is not None and {"current", "slack"} <= set(spec.options)
-    if native and migration_budget is not None:
-        raise OptionError("migration_budget", f"{solver!r} re-plans migration-aware itself (slack only, no budget)")
+    # gets the placement in force and the slack; any other, or any with a move budget (the
+    # 'migration' solver's), is wrapped in 'migration'.
+    native = migration_slack is not None and migration_budget is None and {"current", "slack"} <= set(spec.options)
     if migration_slack is not None and not native:
         if solver == "migration":
             raise OptionError("solver", "must be another solver than 'migration' (the simulator adds migration)")
