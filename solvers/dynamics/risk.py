@@ -75,12 +75,15 @@ def centred(series: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.
 
 
 def risk_place(series: torch.Tensor, k: torch.Tensor, item_e: torch.Tensor, num_gpus: int, z: float,
-               nodup: bool, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+               nodup: bool, noise: torch.Tensor, keep: torch.Tensor | None = None,
+               bonus: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Largest-first placement by risk.
 
     series: [X, E, W] per-replica load of each expert in each step; k: [W] step weights;
     item_e: [X, R] the replicas (expert ids) in placement order; noise: [X, E] the variance
-    of each replica's load that is sampling noise (left out of the risk). Each GPU keeps its mean, its
+    of each replica's load that is sampling noise (left out of the risk). keep: [X, P, E] bool
+    the GPUs that hold each expert now and bonus: [X] the risk a replica may add to stay on
+    such a GPU (migration-aware placement; None: none). Each GPU keeps its mean, its
     variance and its covariance with every expert ([X, P, E]), so a replica is valued on all
     GPUs in O(P) and placed in O(E). Returns (phy2log [X, R], stuck [X] bool: rows where some
     replica found no GPU without its expert and was placed anyway).
@@ -108,7 +111,10 @@ def risk_place(series: torch.Tensor, k: torch.Tensor, item_e: torch.Tensor, num_
         e = item_e[:, i:i + 1]                                                # [X, 1]
         me, ve = mean_e.gather(1, e), var_e.gather(1, e)                      # [X, 1]
         cross = gcov.gather(2, e.view(X, 1, 1).expand(X, P, 1)).squeeze(2)  # [X, P]
-        cost = _risk(gm + me, gv + ve + 2 * cross, z).masked_fill(fill >= S, math.inf)
+        cost = _risk(gm + me, gv + ve + 2 * cross, z)
+        if keep is not None:
+            cost = cost - bonus.unsqueeze(1) * keep.gather(2, e.view(X, 1, 1).expand(X, P, 1)).squeeze(2)
+        cost = cost.masked_fill(fill >= S, math.inf)
         free = cost.masked_fill(pres.gather(2, e.view(X, 1, 1).expand(X, P, 1)).squeeze(2), math.inf) \
             if nodup else cost
         g = free.argmin(1, keepdim=True)                                      # [X, 1]
@@ -211,8 +217,12 @@ def risk_search(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, nu
 
 
 def plan_rows(hist: torch.Tensor, k: torch.Tensor, num_slots: int, num_gpus: int, count_risk: float,
-              risk: float, noise: float, steps: int) -> tuple[torch.Tensor, int, bool]:
+              risk: float, noise: float, steps: int, *, keep: torch.Tensor | None = None,
+              bonus: torch.Tensor | None = None, target: torch.Tensor | None = None) -> tuple[torch.Tensor, int, bool]:
     """Plan independent rows: hist [W, X, E] -> (phy2log [X, R], search rounds, nodup).
+
+    keep, bonus: migration-aware placement (:func:`risk_place`); target: [X] the swap search
+    stops a row once its largest risk is at most this.
 
     noise: the share of the Poisson variance (= the mean, for token counts) of every
     expert's per-step load taken as sampling noise, which no placement can balance away."""
@@ -229,12 +239,12 @@ def plan_rows(hist: torch.Tensor, k: torch.Tensor, num_slots: int, num_gpus: int
     item_e = item_e.gather(1, order)                                          # [X, R] largest first
     series = hist.permute(1, 2, 0) / cnt.unsqueeze(-1).to(hist.dtype)         # [X, E, W] per replica
     pois = noise * mu / (cnt * cnt).to(mu.dtype)                              # [X, E] per replica
-    p2l, stuck = risk_place(series, k, item_e, P, risk, nodup, pois)
+    p2l, stuck = risk_place(series, k, item_e, P, risk, nodup, pois, keep, bonus)
     if nodup and bool(stuck.any()):
         rows = stuck.nonzero().squeeze(1)
         w_slots = (mu[rows] / cnt[rows]).gather(1, p2l[rows])
         _, p2l[rows] = repair_duplicates(w_slots, p2l[rows], P, E)
-    p2l, rounds = risk_search(series, k, p2l, P, risk, nodup, pois, steps)
+    p2l, rounds = risk_search(series, k, p2l, P, risk, nodup, pois, steps, target=target)
     return p2l, rounds, nodup
 
 
@@ -271,17 +281,28 @@ def plan_risk_aware(problem: Problem, hist: torch.Tensor, policy: str, *, count_
 
 
 def plan_on_nodes(problem: Problem, hist: torch.Tensor, k: torch.Tensor, node_of_group: torch.Tensor, *,
-                  count_risk: float, risk: float, noise: float, steps: int) -> tuple[torch.Tensor, dict]:
+                  count_risk: float, risk: float, noise: float, steps: int, keep: torch.Tensor | None = None,
+                  bonus: torch.Tensor | None = None, target: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
     """Hierarchical plans for the group-to-node candidates ``node_of_group [L, K, G]``: every
     (layer, candidate, node) planned as a row, per layer the candidate with the best per-step
-    imbalance on the window kept. Returns (phy2log [L, R], info)."""
+    imbalance on the window kept. keep [L, P, E], bonus [L], target [L]: per layer, as
+    :func:`plan_rows` takes them per row. Returns (phy2log [L, R], info)."""
     W, L, E = hist.shape
     P, R, N = problem.num_gpus, problem.num_replicas, problem.num_nodes
     K = node_of_group.shape[1]
     ids = node_experts(node_of_group, E, N).reshape(L * K, N, E // N)          # [L*K, N, E/N]
     hk = hist.repeat_interleave(K, dim=1)                                     # [W, L*K, E]
     sub = hk.gather(2, ids.reshape(1, L * K, E).expand(W, L * K, E)).view(W, L * K * N, E // N)
-    p2l, rounds, nodup = plan_rows(sub, k, R // N, P // N, count_risk, risk, noise, steps)  # [L*K*N, R/N]
+    rows = {}
+    if keep is not None:     # per (layer, candidate, node): its GPUs x its experts
+        Pn = P // N
+        kk = keep.repeat_interleave(K, dim=0).view(L * K, N, Pn, E)                    # node-major GPUs
+        local = ids.unsqueeze(2).expand(L * K, N, Pn, E // N)
+        rows["keep"] = kk.gather(3, local).reshape(L * K * N, Pn, E // N)
+        rows["bonus"] = bonus.repeat_interleave(K * N)
+    if target is not None:
+        rows["target"] = target.repeat_interleave(K * N)
+    p2l, rounds, nodup = plan_rows(sub, k, R // N, P // N, count_risk, risk, noise, steps, **rows)  # [L*K*N, R/N]
     cand = ids.reshape(L * K * N, E // N).gather(1, p2l).view(L * K, R)       # node-major = GPU order
     # The group-to-node candidate whose plan has the best per-step imbalance on the window.
     obj = window_objective(hk, k, cand, E, P).view(L, K)
