@@ -11,6 +11,8 @@ import torch
 from solvers import OptionError, Problem, score, solve
 from solvers.cluster import Cluster
 from solvers.dynamics.risk import centred, risk_search, step_weights, window_objective
+from solvers.migration.moves import moves_per_layer
+from solvers.migration.relabel import relabel_phy2log
 from solvers.scoring import count_duplicates
 from solvers.workloads.generators import generate
 
@@ -112,3 +114,34 @@ def test_beats_the_greedy_out_of_sample_on_a_drifting_trace(seed):
     greedy = score(held_p, solve(p, "deepseek", policy="global").plan, tokens=held)
     # measured: 1.423 against 1.671 (seed 0), 1.502 against 1.633 (seed 1)
     assert mine.imbalance_mean < greedy.imbalance_mean - 0.05
+
+
+@pytest.mark.parametrize("policy", ["global", "hierarchical"])
+def test_migration_aware_replan_moves_fewer_replicas_within_slack(policy):
+    trace = generate("deepseek-v3", "drifting", steps=40, seed=2, num_layers=2, tokens_per_step=8192)
+    loads = trace.loads.to(torch.float64)
+    old, new = loads[:20], loads[20:]
+    cluster = Cluster(4, 32, 288)
+    p_old, p_new = Problem(old.sum(0), cluster=cluster, num_groups=8), Problem(new.sum(0), cluster=cluster, num_groups=8)
+    current = solve(p_old, "risk_aware", history=old, policy=policy).plan
+    fresh = solve(p_new, "risk_aware", history=new, policy=policy).plan
+    aware = solve(p_new, "risk_aware", history=new, policy=policy, current=current, slack=0.02)
+    relabelled = relabel_phy2log(fresh.phy2log, current.phy2log, 256, 32, 4 if policy == "hierarchical" else 1)
+    mine, base = moves_per_layer(aware.plan.phy2log, current.phy2log, 256, 32), moves_per_layer(relabelled, current.phy2log, 256, 32)
+    assert bool((mine <= base).all()) and int(mine.sum()) < int(base.sum())
+    k = step_weights(20, 4.0, "cpu")
+    assert bool((window_objective(new, k, aware.plan.phy2log, 256, 32)
+                 <= window_objective(new, k, fresh.phy2log, 256, 32) * 1.02 * (1 + 1e-12)).all())
+    assert count_duplicates(aware.plan.phy2log, 32) == 0
+    if policy == "hierarchical":
+        node = torch.arange(288) // 72
+        for layer in range(2):
+            for grp in range(8):
+                assert node[aware.plan.phy2log[layer] // 32 == grp].unique().numel() == 1
+
+
+def test_current_must_be_a_plan_of_the_problem():
+    hist = _history()
+    p = Problem(hist.sum(0), 40, 1, 1, 8)
+    with pytest.raises(OptionError, match="current"):
+        solve(p, "risk_aware", history=hist, current="plan.json")

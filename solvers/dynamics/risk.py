@@ -32,15 +32,9 @@ import math
 import torch
 
 from ..bounds import optimal_counts
-from ..dispatch.schedule import one_intra_op_thread
-from ..options import Option, SolverOptions, policy_option
-from ..plan import Plan
-from ..problem import Problem
-from ..registry import SolverOutput, register
 from ..heuristics.hierarchical import group_node_candidates, node_experts
 from ..heuristics.packing import repair_duplicates
-from .robust import _HISTORY, buckets_of, check_history
-from .scenario import scenario_bound, scenario_value
+from ..problem import Problem
 
 # Defaults chosen with benchmarks/out_of_sample.py on the shipped traces and their seeds 1-4
 # (docs/dynamics.md): the counts use the upper quartile (z = 0.674) of a normal per-step load,
@@ -81,12 +75,15 @@ def centred(series: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.
 
 
 def risk_place(series: torch.Tensor, k: torch.Tensor, item_e: torch.Tensor, num_gpus: int, z: float,
-               nodup: bool, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+               nodup: bool, noise: torch.Tensor, keep: torch.Tensor | None = None,
+               bonus: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Largest-first placement by risk.
 
     series: [X, E, W] per-replica load of each expert in each step; k: [W] step weights;
     item_e: [X, R] the replicas (expert ids) in placement order; noise: [X, E] the variance
-    of each replica's load that is sampling noise (left out of the risk). Each GPU keeps its mean, its
+    of each replica's load that is sampling noise (left out of the risk). keep: [X, P, E] bool
+    the GPUs that hold each expert now and bonus: [X] the risk a replica may add to stay on
+    such a GPU (migration-aware placement; None: none). Each GPU keeps its mean, its
     variance and its covariance with every expert ([X, P, E]), so a replica is valued on all
     GPUs in O(P) and placed in O(E). Returns (phy2log [X, R], stuck [X] bool: rows where some
     replica found no GPU without its expert and was placed anyway).
@@ -114,7 +111,10 @@ def risk_place(series: torch.Tensor, k: torch.Tensor, item_e: torch.Tensor, num_
         e = item_e[:, i:i + 1]                                                # [X, 1]
         me, ve = mean_e.gather(1, e), var_e.gather(1, e)                      # [X, 1]
         cross = gcov.gather(2, e.view(X, 1, 1).expand(X, P, 1)).squeeze(2)  # [X, P]
-        cost = _risk(gm + me, gv + ve + 2 * cross, z).masked_fill(fill >= S, math.inf)
+        cost = _risk(gm + me, gv + ve + 2 * cross, z)
+        if keep is not None:
+            cost = cost - bonus.unsqueeze(1) * keep.gather(2, e.view(X, 1, 1).expand(X, P, 1)).squeeze(2)
+        cost = cost.masked_fill(fill >= S, math.inf)
         free = cost.masked_fill(pres.gather(2, e.view(X, 1, 1).expand(X, P, 1)).squeeze(2), math.inf) \
             if nodup else cost
         g = free.argmin(1, keepdim=True)                                      # [X, 1]
@@ -132,13 +132,16 @@ def risk_place(series: torch.Tensor, k: torch.Tensor, item_e: torch.Tensor, num_
 
 
 def risk_search(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, num_gpus: int, z: float,
-                nodup: bool, noise: torch.Tensor, steps: int) -> tuple[torch.Tensor, int]:
+                nodup: bool, noise: torch.Tensor, steps: int, *, zones: int = 1,
+                target: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
     """Swaps between the riskiest GPU's slots and any other slot, lowering the largest risk.
 
     series: [X, E, W] per-replica loads; phy2log: [X, R]. A swap of slot a (on the riskiest
     GPU g) with slot b (on GPU h) changes g's and h's means by -+(m_a - m_b) and their
     variances by the covariances of the items with each other and with the two GPUs' series,
     all computed as batched matrix products; noise [X, E] as in :func:`risk_place`.
+    zones: swaps stay inside blocks of P / zones consecutive GPUs (nodes). target: [X] a row
+    stops once its largest risk is at most this (None: when no swap helps).
     Returns (phy2log, rounds run).
     """
     X, E, W = series.shape
@@ -147,6 +150,7 @@ def risk_search(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, nu
     dev = series.device
     mean_e, cent_e = centred(series, k)                                      # [X, E], [X, E, W]
     slot_gpu = torch.arange(R, device=dev) // S
+    slot_zone = slot_gpu // (P // zones)
     p2l = phy2log.clone()
     active = torch.ones(X, dtype=torch.bool, device=dev)
     rounds = 0
@@ -157,16 +161,16 @@ def risk_search(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, nu
         rounds += 1
         n = rows.numel()
         ar = torch.arange(n, device=dev)
-        sp = p2l[rows]                                                        # [n, R]
-        m = mean_e[rows].gather(1, sp)                                        # [n, R] item means
-        c = cent_e[rows].gather(1, sp.unsqueeze(-1).expand(n, R, W))          # [n, R, W] centred series
+        sp = p2l.index_select(0, rows)                                        # [n, R]
+        m = mean_e.index_select(0, rows).gather(1, sp)                        # [n, R] item means
+        c = cent_e.index_select(0, rows).gather(1, sp.unsqueeze(-1).expand(n, R, W))   # [n, R, W] centred
         ck = c * k                                                            # weighted
         gm = m.view(n, P, S).sum(-1)                                          # [n, P]
         gc = c.view(n, P, S, W).sum(2)                                        # [n, P, W]
         gck = gc * k
         gvar = (gc * gck).sum(-1)                                             # [n, P] raw
         ivar = (c * ck).sum(-1)                                               # [n, R] raw
-        inoise = noise[rows].gather(1, sp)                                    # [n, R]
+        inoise = noise.index_select(0, rows).gather(1, sp)                                    # [n, R]
         gnoise = inoise.view(n, P, S).sum(-1)                                 # [n, P]
         risk = _risk(gm, gvar - gnoise, z)
         cur, g = risk.max(1)
@@ -175,15 +179,15 @@ def risk_search(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, nu
         ab = torch.bmm(ca * k, c.transpose(1, 2))                             # [n, S, R] <c_a, c_b>
         gb = torch.bmm(gck.gather(1, g.view(n, 1, 1).expand(n, 1, W)), c.transpose(1, 2)).squeeze(1)  # [n, R]
         ga = gb.gather(1, mine)                                               # [n, S]   <G_g, c_a>
-        hb = (gck[:, slot_gpu] * c).sum(-1)                                   # [n, R]   <G_h(b), c_b>
-        ha = torch.bmm(gck, ca.transpose(1, 2))[:, slot_gpu].transpose(1, 2)  # [n, S, R] <G_h(b), c_a>
+        hb = (gck.index_select(1, slot_gpu) * c).sum(-1)                                   # [n, R]   <G_h(b), c_b>
+        ha = torch.bmm(gck, ca.transpose(1, 2)).index_select(1, slot_gpu).transpose(1, 2)  # [n, S, R] <G_h(b), c_a>
         ma, va = m.gather(1, mine).unsqueeze(2), ivar.gather(1, mine).unsqueeze(2)
         mb, vb = m.unsqueeze(1), ivar.unsqueeze(1)
         g_var = gvar.gather(1, g.unsqueeze(1)).unsqueeze(2)
         g_mean = gm.gather(1, g.unsqueeze(1)).unsqueeze(2)
-        h_var, h_mean = gvar[:, slot_gpu].unsqueeze(1), gm[:, slot_gpu].unsqueeze(1)
+        h_var, h_mean = gvar.index_select(1, slot_gpu).unsqueeze(1), gm.index_select(1, slot_gpu).unsqueeze(1)
         na, nb = inoise.gather(1, mine).unsqueeze(2), inoise.unsqueeze(1)
-        g_noise, h_noise = gnoise.gather(1, g.unsqueeze(1)).unsqueeze(2), gnoise[:, slot_gpu].unsqueeze(1)
+        g_noise, h_noise = gnoise.gather(1, g.unsqueeze(1)).unsqueeze(2), gnoise.index_select(1, slot_gpu).unsqueeze(1)
         new_g = _risk(g_mean - ma + mb, g_var + va + vb - 2 * ga.unsqueeze(2) + 2 * gb.unsqueeze(1) - 2 * ab
                       - (g_noise - na + nb), z)
         new_h = _risk(h_mean - mb + ma, h_var + va + vb - 2 * hb.unsqueeze(1) + 2 * ha - 2 * ab
@@ -191,26 +195,34 @@ def risk_search(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, nu
         value = torch.maximum(new_g, new_h)                                   # [n, S, R]
         ea = sp.gather(1, mine)                                               # [n, S]
         ok = (slot_gpu.view(1, 1, R) != g.view(n, 1, 1)) & (ea.unsqueeze(2) != sp.unsqueeze(1))
+        if zones > 1:
+            ok &= slot_zone.view(1, 1, R) == (g // (P // zones)).view(n, 1, 1)
         if nodup:
             pres = torch.zeros(n, P, E, dtype=torch.bool, device=dev)
             pres.scatter_(2, sp.view(n, P, S), True)
             ok &= ~pres[ar, g].gather(1, sp).unsqueeze(1)                      # b's expert already on g
-            ok &= ~pres.transpose(1, 2).gather(1, ea.unsqueeze(2).expand(n, S, P))[:, :, slot_gpu]  # a's on h
+            ok &= ~pres.transpose(1, 2).gather(1, ea.unsqueeze(2).expand(n, S, P)).index_select(2, slot_gpu)  # a's on h
         value = value.masked_fill(~ok, math.inf).view(n, -1)
         best = value.argmin(1)
         better = value.gather(1, best.unsqueeze(1)).squeeze(1) < cur * (1 - 1e-12)
+        if target is not None:
+            better &= cur > target.index_select(0, rows)
         i = mine.gather(1, (best // R).unsqueeze(1)).squeeze(1)
         j = best % R
         swapped = sp.clone()
         swapped[ar, i], swapped[ar, j] = sp[ar, j], sp[ar, i]
-        p2l[rows] = torch.where(better.unsqueeze(1), swapped, sp)
+        p2l.index_copy_(0, rows, torch.where(better.unsqueeze(1), swapped, sp))
         active[rows[~better]] = False
     return p2l, rounds
 
 
 def plan_rows(hist: torch.Tensor, k: torch.Tensor, num_slots: int, num_gpus: int, count_risk: float,
-              risk: float, noise: float, steps: int) -> tuple[torch.Tensor, int, bool]:
+              risk: float, noise: float, steps: int, *, keep: torch.Tensor | None = None,
+              bonus: torch.Tensor | None = None, target: torch.Tensor | None = None) -> tuple[torch.Tensor, int, bool]:
     """Plan independent rows: hist [W, X, E] -> (phy2log [X, R], search rounds, nodup).
+
+    keep, bonus: migration-aware placement (:func:`risk_place`); target: [X] the swap search
+    stops a row once its largest risk is at most this.
 
     noise: the share of the Poisson variance (= the mean, for token counts) of every
     expert's per-step load taken as sampling noise, which no placement can balance away."""
@@ -227,12 +239,12 @@ def plan_rows(hist: torch.Tensor, k: torch.Tensor, num_slots: int, num_gpus: int
     item_e = item_e.gather(1, order)                                          # [X, R] largest first
     series = hist.permute(1, 2, 0) / cnt.unsqueeze(-1).to(hist.dtype)         # [X, E, W] per replica
     pois = noise * mu / (cnt * cnt).to(mu.dtype)                              # [X, E] per replica
-    p2l, stuck = risk_place(series, k, item_e, P, risk, nodup, pois)
+    p2l, stuck = risk_place(series, k, item_e, P, risk, nodup, pois, keep, bonus)
     if nodup and bool(stuck.any()):
         rows = stuck.nonzero().squeeze(1)
         w_slots = (mu[rows] / cnt[rows]).gather(1, p2l[rows])
         _, p2l[rows] = repair_duplicates(w_slots, p2l[rows], P, E)
-    p2l, rounds = risk_search(series, k, p2l, P, risk, nodup, pois, steps)
+    p2l, rounds = risk_search(series, k, p2l, P, risk, nodup, pois, steps, target=target)
     return p2l, rounds, nodup
 
 
@@ -264,11 +276,33 @@ def plan_risk_aware(problem: Problem, hist: torch.Tensor, policy: str, *, count_
     grp = hist.view(W, L, G, E // G).sum(-1)                                   # [W, L, G]
     gmu, gsd = moments(grp, k)
     node_of_group = group_node_candidates(gmu + count_risk * gsd, N, top=GROUP_CANDIDATES)   # [L, K, G]
+    return plan_on_nodes(problem, hist, k, node_of_group, count_risk=count_risk, risk=risk, noise=noise,
+                         steps=steps)
+
+
+def plan_on_nodes(problem: Problem, hist: torch.Tensor, k: torch.Tensor, node_of_group: torch.Tensor, *,
+                  count_risk: float, risk: float, noise: float, steps: int, keep: torch.Tensor | None = None,
+                  bonus: torch.Tensor | None = None, target: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+    """Hierarchical plans for the group-to-node candidates ``node_of_group [L, K, G]``: every
+    (layer, candidate, node) planned as a row, per layer the candidate with the best per-step
+    imbalance on the window kept. keep [L, P, E], bonus [L], target [L]: per layer, as
+    :func:`plan_rows` takes them per row. Returns (phy2log [L, R], info)."""
+    W, L, E = hist.shape
+    P, R, N = problem.num_gpus, problem.num_replicas, problem.num_nodes
     K = node_of_group.shape[1]
     ids = node_experts(node_of_group, E, N).reshape(L * K, N, E // N)          # [L*K, N, E/N]
     hk = hist.repeat_interleave(K, dim=1)                                     # [W, L*K, E]
     sub = hk.gather(2, ids.reshape(1, L * K, E).expand(W, L * K, E)).view(W, L * K * N, E // N)
-    p2l, rounds, nodup = plan_rows(sub, k, R // N, P // N, count_risk, risk, noise, steps)  # [L*K*N, R/N]
+    rows = {}
+    if keep is not None:     # per (layer, candidate, node): its GPUs x its experts
+        Pn = P // N
+        kk = keep.repeat_interleave(K, dim=0).view(L * K, N, Pn, E)                    # node-major GPUs
+        local = ids.unsqueeze(2).expand(L * K, N, Pn, E // N)
+        rows["keep"] = kk.gather(3, local).reshape(L * K * N, Pn, E // N)
+        rows["bonus"] = bonus.repeat_interleave(K * N)
+    if target is not None:
+        rows["target"] = target.repeat_interleave(K * N)
+    p2l, rounds, nodup = plan_rows(sub, k, R // N, P // N, count_risk, risk, noise, steps, **rows)  # [L*K*N, R/N]
     cand = ids.reshape(L * K * N, E // N).gather(1, p2l).view(L * K, R)       # node-major = GPU order
     # The group-to-node candidate whose plan has the best per-step imbalance on the window.
     obj = window_objective(hk, k, cand, E, P).view(L, K)
@@ -276,38 +310,3 @@ def plan_risk_aware(problem: Problem, hist: torch.Tensor, policy: str, *, count_
     glob = cand.view(L, K, R)[torch.arange(L, device=hist.device), pick]
     return glob, {"search_rounds": rounds, "colocation": "forbidden" if nodup else "allowed",
                   "group_candidates": K}
-
-
-_BUCKETS = Option("buckets", int, 128, "the window's steps are summed into at most this many consecutive "
-                  "blocks (bounds time and memory)", minimum=1, maximum=4096, advanced=True)
-
-
-@register("risk_aware", kind="heuristic", in_suites=False,
-          options=(policy_option(), _HISTORY,
-                   Option("risk", float, DEFAULT_RISK, "z of the GPU risk mean + z x std of its per-step load "
-                          "(placement and swaps)", minimum=0.0, maximum=100.0),
-                   Option("count_risk", float, DEFAULT_COUNT_RISK, "z of the expert load mean + z x std that "
-                          "sets the replica counts", minimum=0.0, maximum=100.0),
-                   Option("halflife", float, DEFAULT_HALFLIFE, "steps after which a step's weight halves (none: every "
-                          "step of the window weighs the same)", minimum=0.0, exclusive_minimum=True,
-                          maximum=1e6, nullable=True),
-                   Option("noise", float, 1.0, "share of a step's Poisson variance (the mean, for token "
-                          "counts) taken as sampling noise and left out of the risk (0: none)", minimum=0.0,
-                          maximum=1e6, advanced=True),
-                   Option("steps", int, 64, "rounds of the risk swap search", minimum=0, maximum=100_000,
-                          advanced=True),
-                   _BUCKETS),
-          description="out of sample: risk-aware counts and placement from the window's steps "
-                      "(means and covariances), then swaps that lower the riskiest GPU")
-def solve_risk_aware(problem: Problem, o: SolverOptions) -> SolverOutput:
-    hist = buckets_of(check_history(problem, o.history), o.buckets)
-    resolved = problem.resolve_policy(o.policy)
-    with one_intra_op_thread():     # hundreds of small kernels: an OpenMP team only waits on a busy machine
-        p2l, info = plan_risk_aware(problem, hist, resolved, count_risk=o.count_risk, risk=o.risk,
-                                    halflife=o.halflife, steps=o.steps, noise=o.noise)
-        k = step_weights(hist.shape[0], o.halflife, hist.device)
-        # In-window gap: the plan's sum over steps of the per-step max against a bound valid for every plan.
-        gap = scenario_value(hist, p2l, problem.num_gpus) / scenario_bound(problem, hist) - 1
-        window = window_objective(hist, k, p2l, problem.num_experts, problem.num_gpus)
-    info.update(steps_in_window=hist.shape[0], window_gap_mean=float(gap.mean()), window_imbalance=float(window.mean()))
-    return SolverOutput(Plan.from_phy2log(p2l, problem.num_experts), resolved, info=info)

@@ -6,7 +6,9 @@ not scored). A rebalance happens every ``every`` steps, or after a step whose re
 imbalance exceeds ``threshold`` (either rule, or both); it plans on the last ``window``
 steps with ``solver`` (a time-robust planner gets those steps one by one, its
 ``history`` option) and, with ``migration_slack``, keeps the fewest moves within that
-slack of the fresh plan's balance. The new plan is in force from the next step.
+slack of the fresh plan's balance (a solver with ``current`` and ``slack`` options, such as
+``risk_aware``, does that itself when no move budget is given; otherwise the solver is
+wrapped in the ``migration`` solver). The new plan is in force from the next step.
 
 Every step is scored under the plan in force with the shared scorer's arithmetic (even
 split, float64), batched over all steps of a segment and all layers:
@@ -293,7 +295,11 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
     num_gpus = cluster.num_gpus
     per_node = num_gpus // cluster.num_nodes
     migration_opts = None
-    if migration_slack is not None:
+    # A solver that re-plans migration-aware itself (options current and slack: risk_aware)
+    # gets the placement in force and the slack; any other, or any with a move budget (the
+    # 'migration' solver's), is wrapped in 'migration'.
+    native = migration_slack is not None and migration_budget is None and {"current", "slack"} <= set(spec.options)
+    if migration_slack is not None and not native:
         if solver == "migration":
             raise OptionError("solver", "must be another solver than 'migration' (the simulator adds migration)")
         migration_opts = get_solver("migration").parse(
@@ -308,6 +314,8 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
         if current is not None and migration_opts is not None:
             out = run(problem, "migration", dataclasses.replace(migration_opts, current=current,
                                                                 base_options=step_opts))
+        elif current is not None and native:
+            out = run(problem, solver, dataclasses.replace(step_opts, current=current, slack=migration_slack))
         else:
             out = run(problem, solver, step_opts)
         if out.plan is None:

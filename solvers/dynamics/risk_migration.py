@@ -1,0 +1,115 @@
+"""Migration-aware re-plans of ``risk_aware``: keep replicas in place, keep the future balance.
+
+Given the placement in force (``current``), a re-plan should move few replicas yet stay
+within ``slack`` of a fresh out-of-sample plan, measured as the fresh plan is: its per-step
+imbalance on the window (sum over steps of the max GPU load / sum of the mean). Per layer,
+the plan with the fewest moves among
+
+- **relabelled**: the fresh plan with GPUs (and nodes) renamed to keep the most replicas in
+  place (:func:`solvers.migration.relabel`): its balance is the fresh plan's;
+- **sticky**: the planner run again with a bonus for every replica that stays on a GPU that
+  holds its expert now (the placement gives up to that much risk to keep it: levels of 0, 0.05,
+  0.25, 1 and 4 x the mean GPU load, each a candidate) and its swap search stopped as soon as
+  the largest risk is within ``slack`` of the fresh plan's; eligible where its per-step
+  imbalance on the window is within ``slack`` of the fresh plan's.
+
+Under the hierarchical policy the sticky plans keep every group on its current node (when
+the placement in force is hierarchical; otherwise only the relabelled fresh plan is taken).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..migration.moves import moves_per_layer
+from ..migration.relabel import relabel_phy2log
+from ..problem import Problem
+from ..scoring import gpu_presence
+from .risk import moments, plan_on_nodes, plan_rows, step_weights, window_objective
+
+
+def counts_of(phy2log: torch.Tensor, num_experts: int) -> torch.Tensor:
+    """[L, E] int64 replicas of each expert in ``phy2log`` [L, R]."""
+    L, R = phy2log.shape
+    return torch.zeros(L, num_experts, dtype=torch.int64, device=phy2log.device).scatter_add_(
+        1, phy2log, torch.ones(L, R, dtype=torch.int64, device=phy2log.device))
+
+
+def groups_on_nodes(phy2log: torch.Tensor, num_experts: int, num_groups: int, num_gpus: int,
+                    num_nodes: int) -> torch.Tensor | None:
+    """[L, G] the node of every group in ``phy2log`` [L, R], or None when some layer has a
+    group on two nodes (the placement in force is not hierarchical)."""
+    L, R = phy2log.shape
+    node = (torch.arange(R, device=phy2log.device) // (R // num_nodes)).expand(L, R)
+    grp = phy2log // (num_experts // num_groups)
+    lo = torch.full((L, num_groups), num_nodes, dtype=torch.int64, device=phy2log.device).scatter_reduce(
+        1, grp, node, "amin")
+    hi = torch.full((L, num_groups), -1, dtype=torch.int64, device=phy2log.device).scatter_reduce(
+        1, grp, node, "amax")
+    if bool((lo != hi).any()):
+        return None
+    per_node = torch.zeros(L, num_nodes, dtype=torch.int64, device=phy2log.device).scatter_add_(
+        1, lo, torch.ones_like(lo))
+    if bool((per_node != num_groups // num_nodes).any()):
+        return None
+    return lo
+
+
+# Bonus a replica gets for staying on a GPU that holds its expert now, as shares of the mean GPU
+# load of the window: each level is a candidate (0: no stickiness, the plan of the groups' nodes).
+BONUS_LEVELS = (0.0, 0.05, 0.25, 1.0, 4.0)
+
+
+def keep_in_place(problem: Problem, hist: torch.Tensor, policy: str, fresh: torch.Tensor, current: torch.Tensor, *,
+                  slack: float, count_risk: float, risk: float, halflife: float | None, noise: float,
+                  steps: int) -> tuple[torch.Tensor, dict]:
+    """phy2log [L, R] with few moves from ``current`` [L, R] within ``slack`` of the fresh plan
+    ``fresh`` [L, R] (module docstring); hist [W, L, E] the window, ``policy`` resolved."""
+    W, L, E = hist.shape
+    P, R, N, G = problem.num_gpus, problem.num_replicas, problem.num_nodes, problem.num_groups
+    B = len(BONUS_LEVELS)
+    k = step_weights(W, halflife, hist.device)
+    hier = policy == "hierarchical" and N > 1
+    relabelled = relabel_phy2log(fresh, current, E, P, N if hier else 1)
+    target = window_objective(hist, k, fresh, E, P) * (1 + slack)                       # [L]
+    node_of_group = groups_on_nodes(current, E, G, P, N) if hier else None
+    if hier and node_of_group is None:      # the placement in force is not hierarchical: relabel only
+        return relabelled, {"sticky_layers": 0}
+    mu, _ = moments(hist, k)
+    fc = counts_of(fresh, E)
+    fresh_risk = _max_risk(hist.permute(1, 2, 0) / fc.unsqueeze(-1).to(hist.dtype), k, fresh, P, risk,
+                           noise * mu / (fc * fc).to(mu.dtype))
+    levels = torch.tensor(BONUS_LEVELS, dtype=torch.float64, device=hist.device)
+    bonus = (levels.view(B, 1) * (mu.sum(1) / P).view(1, L)).reshape(B * L)             # [B*L] level-major
+    keep = gpu_presence(current, E, P).repeat(B, 1, 1)                                  # [B*L, P, E]
+    hb = hist.repeat(1, B, 1)                                                           # [W, B*L, E]
+    risk_target = (fresh_risk * (1 + slack)).repeat(B)
+    if hier:
+        sticky, _ = plan_on_nodes(problem, hb, k, node_of_group.repeat(B, 1).unsqueeze(1), count_risk=count_risk,
+                                  risk=risk, noise=noise, steps=steps, keep=keep, bonus=bonus, target=risk_target)
+    else:
+        sticky, _, _ = plan_rows(hb, k, R, P, count_risk, risk, noise, steps, keep=keep, bonus=bonus,
+                                 target=risk_target)
+    sticky = sticky.view(B, L, R)
+    # Candidates per layer: the relabelled fresh plan (always within slack) and each sticky plan
+    # (the level-0 one relabelled too) where its per-step window imbalance is within slack.
+    sticky[0] = relabel_phy2log(sticky[0], current, E, P, N if hier else 1)
+    cands = torch.cat([relabelled.unsqueeze(0), sticky])                                 # [1+B, L, R]
+    fits = torch.cat([torch.ones(1, L, dtype=torch.bool, device=hist.device),
+                      torch.stack([window_objective(hist, k, c, E, P) <= target for c in sticky])])
+    moves = torch.stack([moves_per_layer(c, current, E, P) for c in cands])             # [1+B, L]
+    pick = moves.masked_fill(~fits, torch.iinfo(torch.int64).max).argmin(0)             # first on ties
+    info = {"sticky_layers": int((pick > 0).sum())}
+    return cands.gather(0, pick.view(1, L, 1).expand(1, L, R)).squeeze(0), info
+
+
+def _max_risk(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, num_gpus: int, z: float,
+              noise: torch.Tensor) -> torch.Tensor:
+    """[X] the largest GPU risk (mean + z x std of its per-step load, sampling noise left out)."""
+    X, E, W = series.shape
+    R = phy2log.shape[1]
+    per = series.gather(1, phy2log.unsqueeze(-1).expand(X, R, W))                     # [X, R, W]
+    gpu = per.view(X, num_gpus, R // num_gpus, W).sum(2)                              # [X, P, W]
+    m = (gpu * k).sum(-1)
+    var = ((gpu - m.unsqueeze(-1)) ** 2 * k).sum(-1)
+    var = var - noise.gather(1, phy2log).view(X, num_gpus, -1).sum(-1)
+    return (m + z * var.clamp_min(0).sqrt()).max(1).values
