@@ -79,20 +79,27 @@ def lpt_time_pack(item_w: torch.Tensor, gpus: LiveGPUs) -> torch.Tensor:
     rest = sw.flip(1).cumsum(1).flip(1) - sw                                 # [X, n] sum of the items after k
     after = (n - 1 - torch.arange(n, device=item_w.device)).clamp_min(1).to(item_w.dtype)
     tail = rest / after                                                      # mean of the items after k
-    load = torch.zeros(X, gpus.Q, dtype=item_w.dtype, device=item_w.device)
-    count = torch.zeros(X, gpus.Q, dtype=torch.int64, device=item_w.device)
-    speed = gpus.speed.to(item_w.dtype)
-    caps = gpus.caps
-    ones = torch.ones(X, 1, dtype=torch.int64, device=item_w.device)
+    dev, dt = item_w.device, item_w.dtype
+    # Per step only a handful of small kernels run, so launch overhead dominates: every
+    # operand is preallocated and updated in place (as deepseek.balanced_packing does).
+    vs = sw.t().contiguous().unsqueeze(-1).unbind(0)                         # n x [X, 1]
+    tails = tail.t().contiguous().unsqueeze(-1).unbind(0)
+    load = torch.zeros(X, gpus.Q, dtype=dt, device=dev)
+    free = (gpus.caps - 1).to(dt).expand(X, -1).contiguous()                 # slots left after one more
+    inv = (1 / gpus.speed).to(dt)
+    key = torch.empty_like(load)
+    full = torch.zeros(X, gpus.Q, dtype=torch.bool, device=dev)
+    minus = torch.full((X, 1), -1.0, dtype=dt, device=dev)
     chosen = []
     for k in range(n):
-        v = sw[:, k:k + 1]
-        free = (caps - count - 1).to(item_w.dtype)                          # slots left after this one
-        key = ((load + v + free * tail[:, k:k + 1]) / speed).masked_fill(count >= caps, float("inf"))
+        torch.add(load, vs[k], out=key)
+        key.addcmul_(free, tails[k]).mul_(inv)
+        torch.lt(free, 0, out=full)
+        key.masked_fill_(full, float("inf"))
         g = key.argmin(1, keepdim=True)
         chosen.append(g)
-        load.scatter_add_(1, g, v)
-        count.scatter_add_(1, g, ones)
+        load.scatter_add_(1, g, vs[k])
+        free.scatter_add_(1, g, minus)
     return torch.empty_like(order).scatter_(1, order, torch.cat(chosen, 1))
 
 
