@@ -280,20 +280,22 @@ def max_time(weight: torch.Tensor, counts: torch.Tensor, e: torch.Tensor, gpus: 
 
 
 def count_search(weight: torch.Tensor, counts: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, *,
-                 rounds: int = 16, width: int = 3, steps: int = 16, deadline: float | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                 rounds: int = 16, width: int = 3, steps: int = 16, deadline: float | None = None,
+                 round_estimate: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Replica counts searched with the packing in the loop.
 
     Each round, in every row, ``width`` x ``width`` candidate count vectors: one replica
     moves from a donor (the experts with >= 2 replicas whose replicas would grow least) to
     a taker (the experts with the highest load per replica); each candidate is packed (LPT
     in time and ``steps`` swap steps) and the best is kept where it lowers the row's max
-    time. weight, counts, e: [X, E], [X, E], [X, R]. Returns (counts, e, max time [X])."""
+    time. weight, counts, e: [X, E], [X, E], [X, R]. Returns (counts, e, max time [X]).
+    A round is not cut short: it starts only when the time left covers the last round (the
+    first one: ``round_estimate`` seconds)."""
     X, E = weight.shape
     best = max_time(weight, counts, e, gpus)
     w64 = weight.to(torch.float64)
     k = min(width, E)
-    last = 0.0
+    last = round_estimate
     for _ in range(rounds):
         began = clock()
         if deadline is not None and began + last >= deadline:   # a round is not cut short
@@ -330,9 +332,13 @@ def speed_plan(weight: torch.Tensor, cluster, *, steps: int = 64, joint: bool = 
     gpus = LiveGPUs.of(cluster, weight.device)
     w = weight.to(torch.float64)
     counts = replicate_counts(w, gpus.R)
+    began = clock()
     e, obj = pack_time(w, counts, gpus, max_steps=steps, deadline=deadline)
     if joint:
-        counts, e, obj = count_search(w, counts, e, gpus, rounds=rounds, deadline=deadline)
+        # a round packs width**2 candidates per row with a shorter search: about a third
+        # of that many first packings (a guess that keeps `best` near its time limit)
+        counts, e, obj = count_search(w, counts, e, gpus, rounds=rounds, deadline=deadline,
+                                      round_estimate=(clock() - began) * 3)
         # the winners were packed with a short search: finish it
         _, e = local_search(((w / counts).gather(1, e)).float(), e, gpus, max_steps=steps, deadline=deadline)
         obj = max_time(w, counts, e, gpus)
