@@ -165,7 +165,7 @@ class TimeSwapper:
         pair's max time. Successive steps shift the pairing, so a pair that has no useful
         swap is not offered again and again."""
         g = self.g
-        X, R = w.shape
+        X = w.shape[0]
         k = g.Q // 2
         if k == 0:
             return w, e, torch.zeros(X, dtype=torch.bool, device=w.device)
@@ -192,7 +192,7 @@ class TimeSwapper:
     def step22(self, w: torch.Tensor, e: torch.Tensor, partners: int = 4):
         """The slowest GPU's best 2-2 swap against the ``partners`` GPUs finishing first."""
         g = self.g
-        X, R = w.shape
+        X = w.shape[0]
         npair = self.pa.numel()
         if npair == 0 or g.Q < 2:
             return w, e, torch.zeros(X, dtype=torch.bool, device=w.device)
