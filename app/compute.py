@@ -160,6 +160,10 @@ def compare_row(name: str, outcome: Outcome, holdout: HeldOut | None) -> dict[st
         row.update({"holdout_gap_mean": float(holdout.gap.mean()), "holdout_gap_max": float(holdout.gap.max())})
     row.update({"off_node_share_mean": m.get("off_node_share_mean"), "duplicates": m["duplicates"],
                 "message": r.message})
+    if "time_imbalance_mean" in m:      # GPUs of different speeds: what the cluster pays is time
+        row.update({"time_imbalance_mean": m["time_imbalance_mean"], "time_imbalance_worst": m["time_imbalance_worst"]})
+        if holdout is not None:
+            row["holdout_time_imbalance_mean"] = holdout.score.summary.get("time_imbalance_mean")
     return row
 
 
