@@ -19,7 +19,7 @@ import streamlit as st
 
 from solvers import get_solver, solver_names
 from solvers.cluster import CLUSTERS, MODELS, Cluster
-from solvers.cluster_text import per_gpu_values
+from solvers.cluster_text import gpu_ids, per_gpu_values
 from solvers.errors import EPLBError, OptionError
 from solvers.options import Option
 from solvers.workloads.catalog import dataset_names
@@ -216,7 +216,7 @@ def _fill_cluster(num_experts: int) -> None:
     # a mixed pool's speeds go to the real-cluster panel; a homogeneous preset clears it
     st.session_state[f"{CLUSTER}:node_speeds"] = ",".join(f"{x:g}" for x in preset.node_speeds)
     st.session_state[f"{CLUSTER}:gpu_slots"] = ""
-    st.session_state[f"{CLUSTER}:failed"] = []
+    st.session_state[f"{CLUSTER}:failed"] = ""
 
 
 def _to_custom(num_experts: int) -> None:
@@ -341,12 +341,9 @@ def real_cluster_panel(page: str, nodes: int, gpus: int) -> dict[str, Any]:
     per GPU), uneven slot counts and failed GPUs. Returns Cluster's gpu_speed, gpu_slots and
     failed keywords (None where left at the homogeneous default); the values are checked by
     :class:`Cluster` (bad ones raise, and the page shows the error)."""
-    for key, default in (("node_speeds", ""), ("gpu_speeds", ""), ("gpu_slots", ""), ("failed", [])):
-        st.session_state.setdefault(f"{CLUSTER}:{key}", default)
-    failed_now = [g for g in st.session_state[f"{CLUSTER}:failed"] if g < gpus]
-    st.session_state[f"{CLUSTER}:failed"] = failed_now
-    edited = bool(st.session_state[f"{CLUSTER}:node_speeds"] or st.session_state[f"{CLUSTER}:gpu_speeds"]
-                  or st.session_state[f"{CLUSTER}:gpu_slots"] or failed_now)
+    for key in ("node_speeds", "gpu_speeds", "gpu_slots", "failed"):
+        st.session_state.setdefault(f"{CLUSTER}:{key}", "")
+    edited = any(st.session_state[f"{CLUSTER}:{k}"] for k in ("node_speeds", "gpu_speeds", "gpu_slots", "failed"))
     with st.expander("Real cluster: speeds, slots, failed GPUs", expanded=edited):
         node_speeds = st.text_input("Speed per node", key=f"{CLUSTER}:node_speeds", placeholder="1 (all nodes)",
                                     help=f"relative speed of each node's GPUs, {nodes} comma-separated values "
@@ -356,8 +353,9 @@ def real_cluster_panel(page: str, nodes: int, gpus: int) -> dict[str, Any]:
         gpu_slots = st.text_input("Slots per GPU (uneven)", key=f"{CLUSTER}:gpu_slots", placeholder="the same on every GPU",
                                   help=f"{gpus} slot counts, VALUE*COUNT repeats (10,8 alternating: "
                                        f"{','.join(['10,8'] * min(2, gpus // 2))},...); replaces 'Slots per GPU'")
-        failed = st.multiselect("Failed GPUs", list(range(gpus)), key=f"{CLUSTER}:failed",
-                                help="GPUs that hold no slot (their replicas are gone)")
+        failed = st.text_input("Failed GPUs", key=f"{CLUSTER}:failed", placeholder="none",
+                               help=f"comma-separated GPU ids in 0..{gpus - 1}: they hold no slot (their replicas "
+                                    "are gone)")
     speed = per_gpu_values(gpu_speeds or None, "gpu_speed", files=False)
     if speed is None and node_speeds:
         per_node = per_gpu_values(node_speeds, "node_speeds", files=False)
@@ -365,7 +363,7 @@ def real_cluster_panel(page: str, nodes: int, gpus: int) -> dict[str, Any]:
             raise OptionError("node_speeds", f"must give one speed per node ({nodes}), got {len(per_node)}")
         speed = [x for x in per_node for _ in range(gpus // nodes)]
     return {"gpu_speed": speed, "gpu_slots": per_gpu_values(gpu_slots or None, "gpu_slots", files=False),
-            "failed": failed or None}
+            "failed": gpu_ids(failed or None)}
 
 
 # ---------------------------------------------------------------------------------------

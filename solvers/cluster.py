@@ -242,7 +242,8 @@ class Cluster:
             text += f", failed GPU(s) {','.join(map(str, self.failed))}"
         if not self.uniform_speed:
             live = [self.gpu_speed[g] for g in self.live_gpus]
-            text += f", speeds {min(live):g}-{max(live):g} (total {self.total_speed:g})"
+            each = f"speed {min(live):g}" if min(live) == max(live) else f"speeds {min(live):g}-{max(live):g}"
+            text += f", {each} (total {self.total_speed:g})"
         return text
 
     @property

@@ -42,3 +42,13 @@ def per_gpu_values(text: str | None, param: str, files: bool = True) -> list[flo
     if not out:
         raise OptionError(param, f"no numbers in {text!r}")
     return out
+
+
+def gpu_ids(text: str | None, param: str = "failed") -> list[int] | None:
+    """The GPU ids of --failed (comma-separated integers)."""
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise OptionError(param, f"expected comma-separated GPU ids, got {text!r}") from None

@@ -424,3 +424,36 @@ def test_exports_of_uneven_plans_keep_the_gpu_map_or_refuse(tmp_path, capsys):
     p = Problem(_loads(L=3, E=12, seed=1), num_nodes=2, num_gpus=4, gpu_slots=[5, 3, 5, 3])
     with pytest.raises(OptionError):
         export_plan(Plan.from_phy2log(doc["phy2log"], 12), tmp_path / "x.yaml", "trtllm", problem=p)
+
+
+# Planning for failure -------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs", [dict(num_replicas=48, num_nodes=2, num_gpus=8),
+                                    dict(num_nodes=2, num_gpus=4, gpu_slots=[10, 8, 10, 8],
+                                         gpu_speed=[1, 1, 1.4, 1.4])])
+@pytest.mark.parametrize("domain", ["gpu", "node"])
+def test_survivable_plans_survive_any_single_failure(kwargs, domain):
+    from solvers import solve
+    p = Problem(_loads(L=4, E=16, seed=5), **kwargs)
+    r = solve(p, "survivable", domain=domain)
+    c = p.cluster
+    slot_gpu = torch.tensor(c.slot_gpus())
+    unit = slot_gpu if domain == "gpu" else slot_gpu // c.gpus_per_node
+    for layer in range(p.num_layers):
+        experts = r.plan.phy2log[layer]
+        for lost in unit.unique().tolist():          # whichever GPU (node) fails, every expert lives
+            assert set(experts[unit != lost].tolist()) == set(range(16))
+    assert r.info["exposed_experts"] == 0
+    if domain == "gpu":     # spreading over GPUs costs little balance on these loads (over two
+        assert r.gap_max < 0.05      # nodes every expert must sit on the slower one too)
+
+
+def test_survivable_needs_two_slots_per_expert():
+    from solvers import solve
+    from solvers.errors import OptionError
+    with pytest.raises(OptionError) as err:
+        solve(Problem(_loads(L=1, E=16), 24, 1, 1, 4), "survivable")
+    assert err.value.param == "domain"
+    with pytest.raises(OptionError) as err:
+        solve(Problem(_loads(L=1, E=16), 40, 1, 1, 4), "survivable", domain="node")
+    assert err.value.param == "domain"

@@ -13,7 +13,7 @@ from typing import Any
 from .. import safejson                    # json with a depth limit (numpy, no torch)
 from ..errors import OptionError
 from ..cluster import MODELS
-from ..cluster_text import per_gpu_values
+from ..cluster_text import gpu_ids, per_gpu_values
 from ..network import DEFAULT_INTER_NODE_BW, DEFAULT_INTRA_NODE_BW, Network
 
 EXIT_USAGE = 2
@@ -78,16 +78,6 @@ def add_real_cluster_args(p: argparse.ArgumentParser) -> None:
                    help="expert slots of every GPU (>= 0; default R/P each; they sum to R): " + PER_GPU_HELP)
     p.add_argument("--failed", default=None, metavar="IDS",
                    help="failed GPUs, comma-separated ids (e.g. 3,17): they hold no slot")
-
-
-def gpu_ids(text: str | None, param: str = "failed") -> list[int] | None:
-    """The GPU ids of --failed (comma-separated integers)."""
-    if text is None:
-        return None
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise OptionError(param, f"expected comma-separated GPU ids, got {text!r}") from None
 
 
 def real_cluster_kwargs(args: argparse.Namespace) -> dict[str, Any]:

@@ -151,6 +151,11 @@ def solve_layer(w: np.ndarray, slots: list[int], speed: list[float], warm: np.nd
     return {"status": st, "xg": xg, "bound": bound}
 
 
+def _time(w: np.ndarray, xg: np.ndarray, speed: list[float]) -> float:
+    """Max GPU time of a placement xg: [E, Q] (even split) in float64."""
+    return float(((w / xg.sum(1)) @ xg / np.asarray(speed)).max())
+
+
 def run_timed(problem: Problem, o) -> SolverOutput:
     """cpsat on a heterogeneous cluster: every layer, the time limit shared over them."""
     warm_plan = check_timed_options(problem, o)
@@ -173,10 +178,8 @@ def run_timed(problem: Problem, o) -> SolverOutput:
         res = solve_layer(w, slots, speed, warm, float(lbs[layer]), time_limit=max(0.05, left), threads=o.threads,
                           seed=o.seed, gap=o.gap)
         xg = res["xg"]
-        if xg is not None and warm is not None:           # never worse than the warm start
-            t = lambda m: float(((w / m.sum(1)) @ m / np.asarray(speed)).max())  # noqa: E731
-            if t(xg) > t(warm):
-                xg = warm
+        if xg is not None and warm is not None and _time(w, xg, speed) > _time(w, warm, speed):
+            xg = warm                                       # never worse than the warm start
         if xg is None:
             xg = warm
         if xg is None:

@@ -79,20 +79,27 @@ def lpt_time_pack(item_w: torch.Tensor, gpus: LiveGPUs) -> torch.Tensor:
     rest = sw.flip(1).cumsum(1).flip(1) - sw                                 # [X, n] sum of the items after k
     after = (n - 1 - torch.arange(n, device=item_w.device)).clamp_min(1).to(item_w.dtype)
     tail = rest / after                                                      # mean of the items after k
-    load = torch.zeros(X, gpus.Q, dtype=item_w.dtype, device=item_w.device)
-    count = torch.zeros(X, gpus.Q, dtype=torch.int64, device=item_w.device)
-    speed = gpus.speed.to(item_w.dtype)
-    caps = gpus.caps
-    ones = torch.ones(X, 1, dtype=torch.int64, device=item_w.device)
+    dev, dt = item_w.device, item_w.dtype
+    # Per step only a handful of small kernels run, so launch overhead dominates: every
+    # operand is preallocated and updated in place (as deepseek.balanced_packing does).
+    vs = sw.t().contiguous().unsqueeze(-1).unbind(0)                         # n x [X, 1]
+    tails = tail.t().contiguous().unsqueeze(-1).unbind(0)
+    load = torch.zeros(X, gpus.Q, dtype=dt, device=dev)
+    free = (gpus.caps - 1).to(dt).expand(X, -1).contiguous()                 # slots left after one more
+    inv = (1 / gpus.speed).to(dt)
+    key = torch.empty_like(load)
+    full = torch.zeros(X, gpus.Q, dtype=torch.bool, device=dev)
+    minus = torch.full((X, 1), -1.0, dtype=dt, device=dev)
     chosen = []
     for k in range(n):
-        v = sw[:, k:k + 1]
-        free = (caps - count - 1).to(item_w.dtype)                          # slots left after this one
-        key = ((load + v + free * tail[:, k:k + 1]) / speed).masked_fill(count >= caps, float("inf"))
+        torch.add(load, vs[k], out=key)
+        key.addcmul_(free, tails[k]).mul_(inv)
+        torch.lt(free, 0, out=full)
+        key.masked_fill_(full, float("inf"))
         g = key.argmin(1, keepdim=True)
         chosen.append(g)
-        load.scatter_add_(1, g, v)
-        count.scatter_add_(1, g, ones)
+        load.scatter_add_(1, g, vs[k])
+        free.scatter_add_(1, g, minus)
     return torch.empty_like(order).scatter_(1, order, torch.cat(chosen, 1))
 
 
@@ -158,7 +165,7 @@ class TimeSwapper:
         pair's max time. Successive steps shift the pairing, so a pair that has no useful
         swap is not offered again and again."""
         g = self.g
-        X, R = w.shape
+        X = w.shape[0]
         k = g.Q // 2
         if k == 0:
             return w, e, torch.zeros(X, dtype=torch.bool, device=w.device)
@@ -185,7 +192,7 @@ class TimeSwapper:
     def step22(self, w: torch.Tensor, e: torch.Tensor, partners: int = 4):
         """The slowest GPU's best 2-2 swap against the ``partners`` GPUs finishing first."""
         g = self.g
-        X, R = w.shape
+        X = w.shape[0]
         npair = self.pa.numel()
         if npair == 0 or g.Q < 2:
             return w, e, torch.zeros(X, dtype=torch.bool, device=w.device)
@@ -273,20 +280,22 @@ def max_time(weight: torch.Tensor, counts: torch.Tensor, e: torch.Tensor, gpus: 
 
 
 def count_search(weight: torch.Tensor, counts: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, *,
-                 rounds: int = 16, width: int = 3, steps: int = 16, deadline: float | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                 rounds: int = 16, width: int = 3, steps: int = 16, deadline: float | None = None,
+                 round_estimate: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Replica counts searched with the packing in the loop.
 
     Each round, in every row, ``width`` x ``width`` candidate count vectors: one replica
     moves from a donor (the experts with >= 2 replicas whose replicas would grow least) to
     a taker (the experts with the highest load per replica); each candidate is packed (LPT
     in time and ``steps`` swap steps) and the best is kept where it lowers the row's max
-    time. weight, counts, e: [X, E], [X, E], [X, R]. Returns (counts, e, max time [X])."""
+    time. weight, counts, e: [X, E], [X, E], [X, R]. Returns (counts, e, max time [X]).
+    A round is not cut short: it starts only when the time left covers the last round (the
+    first one: ``round_estimate`` seconds)."""
     X, E = weight.shape
     best = max_time(weight, counts, e, gpus)
     w64 = weight.to(torch.float64)
     k = min(width, E)
-    last = 0.0
+    last = round_estimate
     for _ in range(rounds):
         began = clock()
         if deadline is not None and began + last >= deadline:   # a round is not cut short
@@ -323,9 +332,13 @@ def speed_plan(weight: torch.Tensor, cluster, *, steps: int = 64, joint: bool = 
     gpus = LiveGPUs.of(cluster, weight.device)
     w = weight.to(torch.float64)
     counts = replicate_counts(w, gpus.R)
+    began = clock()
     e, obj = pack_time(w, counts, gpus, max_steps=steps, deadline=deadline)
     if joint:
-        counts, e, obj = count_search(w, counts, e, gpus, rounds=rounds, deadline=deadline)
+        # a round packs width**2 candidates per row with a shorter search: about a third
+        # of that many first packings (a guess that keeps `best` near its time limit)
+        counts, e, obj = count_search(w, counts, e, gpus, rounds=rounds, deadline=deadline,
+                                      round_estimate=(clock() - began) * 3)
         # the winners were packed with a short search: finish it
         _, e = local_search(((w / counts).gather(1, e)).float(), e, gpus, max_steps=steps, deadline=deadline)
         obj = max_time(w, counts, e, gpus)

@@ -8,10 +8,11 @@ layer's max GPU *time* is within ``(1 + slack)`` x that of a fresh plan on the s
 
 1. **keep**: every live GPU keeps the replicas it held (as many as its slots now allow);
    the slots it gained are holes;
-2. **rescue**: experts left without a live replica (orphans), heaviest first, each take a
-   hole or evict a redundant replica (an expert with two or more live replicas), on the
-   slot where the GPU finishes first; holes left get a replica of the expert with the
-   highest load per replica;
+2. **rescue**: experts left without a live replica (orphans), and experts whose replicas
+   became heavier than the fresh plan's heaviest, heaviest first, each take a hole or evict
+   a spare replica, on the slot that adds least to its GPU's excess over the target (a GPU
+   already over it is relieved when the spare outweighs the newcomer), then where the GPU
+   finishes first; holes left get a replica of the expert with the highest load per replica;
 3. **repair** (in time): while a layer's slowest GPU is above target, its best 1-1 swap
    with any slot elsewhere: among the swaps that bring both GPUs within target the one
    adding the fewest moves, else the one that lowers the pair's max most; when no swap
@@ -107,12 +108,14 @@ def _counts(e: torch.Tensor, num_experts: int) -> torch.Tensor:
     return cnt[:, 1:]
 
 
-def rescue(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, need: torch.Tensor) -> torch.Tensor:
+def rescue(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, need: torch.Tensor,
+           target: torch.Tensor | None = None) -> torch.Tensor:
     """Fill the holes (-1) of e: [X, R] and bring every expert up to ``need`` [X, E]
     replicas (>= 1: orphans first get one), heaviest replica first (step 2). A replica
     goes to a hole, else replaces a replica of an expert above its need (else of any with
     two or more), on the slot where the GPU finishes first, counting the growth of the
-    evicted expert's other replicas. w: [X, E] float64 loads. Returns a complete layout."""
+    evicted expert's other replicas; with ``target`` [X], first on the slot that adds least
+    to its GPU's excess over the target. w: [X, E] float64 loads. Returns a complete layout."""
     X, R = e.shape
     E = w.shape[1]
     rows = torch.arange(X, device=e.device)
@@ -152,6 +155,13 @@ def rescue(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, need: torch.Tensor)
         after = ((load.unsqueeze(2) + n * growth.unsqueeze(1)) * inv.view(1, -1, 1)).masked_fill(n == 0, 0.0)
         others = after.max(1).values                                                # [X, E]
         key = torch.maximum(finish, torch.where(holes, torch.zeros_like(finish), others.gather(1, ec)))
+        if target is not None:
+            # with a target: first the change of the slot's GPU's excess over it (a GPU already
+            # over target that swaps a heavier spare for the newcomer is relieved), then finish
+            tgt = target.unsqueeze(1)
+            now = (load * inv)[:, gpus.gpu_of]
+            excess = (key - tgt).clamp_min(0) - (now - tgt).clamp_min(0)
+            key = excess + key * 1e-6
         key = key.masked_fill(~free, float("inf"))
         slot = key.argmin(1)
         act = (want | fill) & torch.isfinite(key.min(1).values)
@@ -287,7 +297,7 @@ def elastic(problem: Problem, previous: Plan, previous_cluster: Cluster | None =
     fresh_cnt = fresh.plan.logcnt.to(torch.float64)
     cap = (w / fresh_cnt).max(1).values * (1 + slack)                                # [L]
     need = torch.ceil(w / cap.unsqueeze(1) * (1 - 1e-12)).clamp_min(1).to(torch.int64)
-    start = rescue(w, kept, gpus, need)
+    start = rescue(w, kept, gpus, need, target)
     repaired, met = repair_time(w, start, old_pres, target, gpus, P, new_gpu)
     repair_seconds = clock() - t0
     moves_rep = (gpu_presence(repaired, E, P, new_gpu) & ~old_pres).flatten(1).sum(1)
