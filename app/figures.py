@@ -378,6 +378,31 @@ def realised_imbalance_figure(runs: Mapping[str, tuple[np.ndarray, np.ndarray, S
     return fig
 
 
+def net_efficiency_figure(runs: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> go.Figure:
+    """The net line: cumulative net efficiency per setting (balanced stall-free time over
+    serving plus stall time so far), with every rebalance's stall as a marker sized by its
+    seconds. runs: name -> (steps [n], cumulative efficiency [n], stall seconds [n])."""
+    fig = go.Figure()
+    for k, (name, (steps, eff, stall)) in enumerate(runs.items()):
+        steps, eff, stall = _np(steps), _np(eff).astype(np.float64), _np(stall).astype(np.float64)
+        fig.add_trace(go.Scatter(x=steps, y=eff, mode="lines", name=name, legendgroup=name,
+                                 line={"color": color_for(k), "width": 1.5},
+                                 hovertemplate="step %{x}: net efficiency %{y:.4f}<extra>" + name + "</extra>"))
+        at = np.flatnonzero(stall > 0)
+        if at.size:
+            size = 6 + 14 * stall[at] / stall[at].max()
+            fig.add_trace(go.Scatter(x=steps[at], y=eff[at], mode="markers", name=f"{name}: stall",
+                                     legendgroup=name, showlegend=False, customdata=stall[at],
+                                     marker={"color": color_for(k), "symbol": "x", "size": size},
+                                     hovertemplate="stall of %{customdata:.3g} s at step %{x}<extra>" + name
+                                                   + "</extra>"))
+    fig.update_layout(template=TEMPLATE, xaxis={"title": "step"},
+                      yaxis={"title": "net efficiency so far (ideal time / serving + stalls)"},
+                      height=340, margin={"t": 30, "b": 40},
+                      legend={"orientation": "h", "y": -0.2, "yanchor": "top", "x": 0})
+    return fig
+
+
 def cumulative_bytes_figure(runs: Mapping[str, tuple[np.ndarray, np.ndarray]], unit: str = "GB") -> go.Figure:
     """Cumulative weight transfers per setting: name -> (steps [n], cumulative bytes or
     moves [n]); ``unit`` "GB" divides bytes by 1e9, "moves" plots counts."""

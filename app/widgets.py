@@ -464,6 +464,18 @@ REPLAY_TOTALS_COLUMNS = {
     "tokens_lost": _num("tokens lost", format="compact", help="sum over steps and layers of (max - mean GPU load) x "
                                                                 "GPUs: GPU time idle behind the busiest GPU, in tokens"),
     "steps_scored": _num("steps scored", format="localized"),
+    "stall_seconds": _num("stall (s)", format="%.3g", help="seconds serving stopped for weight copies (sync), from "
+                                                            "each rebalance's transfer schedule"),
+    "net_efficiency": _num("net efficiency", format="%.4f", help="balanced stall-free time over serving plus stall "
+                                                                  "time: the share of peak throughput served"),
+    "serving_seconds": _num("serving (s)", format="%.4g", help="seconds the scored steps took under the plans in "
+                                                                "force (each layer waits for its busiest GPU)"),
+    "tokens_lost_stall": _num("tokens lost to stalls", format="compact", help="the load the cluster would have "
+                                                                             "served during the stalls"),
+    "net_throughput": _num("net throughput", format="compact", help="routed load served per second of serving "
+                                                                     "plus stalls"),
+    "skipped_rebalances": _num("declined", format="localized", help="stall-aware trigger: rebalances whose "
+                                                                    "predicted gain was below their stall"),
     "wall_seconds": _num("time (s)", format="%.2f", help="wall time of the replay, planning included"),
     "frontier": st.column_config.CheckboxColumn("frontier", help="no other setting moves less and balances better"),
 }

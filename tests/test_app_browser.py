@@ -188,7 +188,7 @@ def test_over_time_page_in_the_browser(app_url, page, tmp_path):
     page.wait_for_selector(CHART)
     wait_idle(page)
     _no_exception(page)
-    assert page.locator(CHART).count() == 3
+    assert page.locator(CHART).count() == 4           # imbalance, bytes, frontier, net line
     _shot(page, tmp_path, "over-time")
 
 

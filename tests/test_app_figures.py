@@ -306,3 +306,16 @@ def test_scheduled_split_is_never_worse_than_the_even_split():
     even = microbatch_imbalance(plan, tokens, problem.num_gpus, "even split")
     sched = microbatch_imbalance(plan, tokens, problem.num_gpus, "scheduled split")
     assert (sched <= even + 1e-9).all() and (sched < even - 1e-9).any()
+
+
+def test_net_efficiency_figure_marks_stalls():
+    from app.figures import net_efficiency_figure
+
+    steps = np.arange(5, 10)
+    eff = np.array([0.9, 0.85, 0.86, 0.86, 0.87])
+    stall = np.array([0.0, 0.2, 0.0, 0.0, 0.1])
+    fig = net_efficiency_figure({"every 2": (steps, eff, stall)})
+    line, marks = fig.data
+    assert list(line.y) == list(eff)
+    assert list(marks.x) == [6, 9] and list(marks.customdata) == [0.2, 0.1]
+    assert marks.marker.size[0] > marks.marker.size[1]          # the longer stall, the larger mark

@@ -350,10 +350,13 @@ def test_over_time_replays_every_setting_with_the_simulator():
     cluster = dict(num_replicas=72, num_groups=1, num_nodes=1, num_gpus=8, expert_bytes=2 * 3 * 2048 * 1024)
     for row, setting in ((0, {}), (2, {"migration_slack": 0.01, "migration_budget": 0.25})):
         expected = simulate(trace, every=50, **cluster, **setting).totals()
+        expected_stall = expected["stall_seconds"] if row == 0 else expected_stall
         assert totals.iloc[row]["mean_imbalance"] == pytest.approx(expected["mean_imbalance"])
         assert totals.iloc[row]["total_moves"] == expected["total_moves"]
     charts = _charts(at)
-    assert {"over_time:chart:imbalance", "over_time:chart:bytes", "over_time:chart:frontier"} <= set(charts)
+    assert {"over_time:chart:imbalance", "over_time:chart:bytes", "over_time:chart:frontier",
+            "over_time:chart:net"} <= set(charts)
+    assert totals.iloc[0]["stall_seconds"] == pytest.approx(expected_stall)
     first = charts["over_time:chart:imbalance"]["data"][0]
     assert _array(first["y"]).shape[0] == trace.shape[0] - 50
     # every column of the totals table has its label and format (a renamed total would lose them)

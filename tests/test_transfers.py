@@ -184,3 +184,16 @@ def test_lower_bounds_by_hand():
     check_schedule(sched)
     assert sched.makespan == pytest.approx(10.0)
     assert brute_force(copies, net, 4) == pytest.approx(10.0)
+
+
+def test_holder_bound_counts_copies_that_must_leave_few_gpus():
+    from solvers.migration.transfers import _holder_bound
+
+    cand = np.zeros((7, 4), dtype=bool)
+    cand[:3, 0] = True                      # 3 copies only GPU 0 holds
+    cand[3:, :2] = True                     # 4 more held by GPUs 0 and 1: 7 copies leave 2 GPUs
+    assert _holder_bound(cand) == 4
+    copies = Copies(np.zeros(7, dtype=np.int64), np.arange(7), np.array([2, 3, 2, 3, 2, 3, 2]), cand, 4, 4)
+    net = Network(1.0, 1.0)
+    sched = schedule_copies(copies, net, 1)
+    assert sched.bounds["any_source"] >= 4.0 and sched.makespan >= sched.bounds["any_source"]

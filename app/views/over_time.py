@@ -25,7 +25,7 @@ _num = st.column_config.NumberColumn
 
 PAGE = "over_time"
 DEFAULT_DATASET = "olmoe-1b-7b-drifting"
-SETTING_COLUMNS = ("setting", "every", "threshold", "window", "migration_slack", "migration_budget")
+SETTING_COLUMNS = ("setting", "every", "threshold", "window", "migration_slack", "migration_budget", "gain_horizon")
 
 
 def default_settings(num_steps: int) -> pd.DataFrame:
@@ -48,7 +48,7 @@ def _setting(row: pd.Series) -> dict:
     """One editor row as simulate() keywords (blank cells are left out)."""
     out = {}
     for col, cast in (("every", int), ("threshold", float), ("window", int), ("migration_slack", float),
-                      ("migration_budget", float)):
+                      ("migration_budget", float), ("gain_horizon", int)):
         v = row.get(col)
         if v is not None and not (isinstance(v, float) and math.isnan(v)):
             out[col] = cast(v)
@@ -89,6 +89,13 @@ def main() -> None:
         key = keep(f"{PAGE}:bytes:{model}", expert_bytes(model) or 0)
         size = kept(key, st.number_input("Bytes per expert", 0, 10**12, step=1_000_000, key=key,
                                          help="weights of one expert (moves x this = bytes moved)"))
+        timing = {"step_seconds": st.number_input(
+                      "Seconds per step", 1e-4, 1e4, 1.0, key=f"{PAGE}:step_seconds", format="%.4g",
+                      help="one trace step at perfect balance: the stalls (transfer makespan over the default "
+                           "network) are weighed against it"),
+                  "stall": st.radio("Weight copies", ("sync", "async"), horizontal=True, key=f"{PAGE}:stall",
+                                    help="sync: serving stops for the makespan; async: copies run in the background "
+                                         "and the old plan serves until they finish")}
     st.caption(describe_loads(loads) + ("" if cluster is None else " · " + describe_cluster(cluster, groups)))
     if loads.num_steps < 3:
         st.error(f"loads: a replay needs a trace of several steps; {loads.name} has {loads.num_steps}")
@@ -119,9 +126,13 @@ def main() -> None:
                                          "fresh plan's max load, moving the fewest experts"),
                                 "migration_budget": st.column_config.NumberColumn(
                                     "migration budget", min_value=0.0, format="%.2f", help="at most this fraction of a fresh plan's "
-                                    "moves per rebalance; the layers saving most get wider slacks (needs a slack)")})
+                                    "moves per rebalance; the layers saving most get wider slacks (needs a slack)"),
+                                "gain_horizon": st.column_config.NumberColumn(
+                                    "gain horizon", min_value=1, step=1, help="stall-aware: at each trigger, rebalance only when the "
+                                    "predicted gain over this many steps exceeds the stall (needs bytes per expert)")})
     run = st.button("Run replay", type="primary", key=f"{PAGE}:run")
-    settings = [(str(r["setting"] or f"setting {k}"), _setting(r)) for k, r in edited.iterrows()]
+    settings = [(str(r["setting"] or f"setting {k}"), {**_setting(r), **(timing if size else {})})
+                for k, r in edited.iterrows()]
     if not settings:
         st.info("Add at least one setting.")
         return
@@ -188,6 +199,14 @@ def _show(results: dict, has_bytes: bool) -> None:
     c1.plotly_chart(figures.cumulative_bytes_figure(cum, unit), width="stretch", key=f"{PAGE}:chart:bytes")
     c2.markdown(f"**{unit} moved against realised imbalance** (ringed and dotted: the frontier)")
     c2.plotly_chart(figures.frontier_figure(rows, front, unit), width="stretch", key=f"{PAGE}:chart:frontier")
+    if has_bytes:
+        net = {}
+        for name, r in results.items():
+            table = pd.DataFrame(r.step_rows())
+            net[name] = (table["step"].to_numpy(), table["cumulative_efficiency"].to_numpy(),
+                         table["stall_seconds"].to_numpy())
+        st.markdown("**Net line: stalls and net efficiency so far** (x: a rebalance's stall, sized by its seconds)")
+        st.plotly_chart(figures.net_efficiency_figure(net), width="stretch", key=f"{PAGE}:chart:net")
     _rebalances(results)
 
 

@@ -141,7 +141,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
           f"{'every ' + str(args.every) if args.every else ''}"
           f"{' threshold ' + str(args.threshold) if args.threshold else ''}, window {res.settings['window']}, "
           f"{'plain re-planning' if args.migration_slack is None else 'migration slack ' + str(args.migration_slack)}"
-          f"{'' if args.migration_budget is None else ', move budget ' + str(args.migration_budget)}")
+          f"{'' if args.migration_budget is None else ', move budget ' + str(args.migration_budget)}"
+          f"{', minimising the transfer makespan' if args.migration_slack is not None and args.migration_objective == 'makespan' else ''}"
+          f"{', stall-aware horizon ' + str(args.gain_horizon) if args.gain_horizon else ''}")
     print(f"realised imbalance: mean {totals['mean_imbalance']:.4f}, p99 {totals['p99_imbalance']:.4f}; "
           f"{totals['rebalances']} rebalances, {totals['total_moves']} replicas moved ({gb}); "
           f"tokens lost to imbalance {totals['tokens_lost']:.4g}; {totals['wall_seconds']:.2f} s")

@@ -32,10 +32,12 @@ second of serving plus stalls, and as a share of the balanced, stall-free ideal.
 
 Stall-aware trigger (``gain_horizon=H``): at each period or threshold trigger the new plan
 is made as usual, but it is put in force only when its predicted gain exceeds its stall:
-``H x step_seconds x (r_now - r_new)``, with ``r`` the time ratio ``sum_l max_l / sum_l mean_l``:
-``r_now`` its mean over the last ``window`` steps the plan in force served, ``r_new`` the new
-plan's in-sample ratio on its window plus the optimism learnt on the run (the mean, over
-earlier plans, of how much worse they ran over their first H steps than in sample).
+``H x step_seconds x (r_keep - r_new)``, with ``r`` the mean time ratio ``sum_l max_l / sum_l mean_l``
+over the next H steps predicted from how this run's plans aged so far (the mean ratio of plans
+by age since they took effect): the plan in force continues along that curve from its age
+(shifted by how it ran lately against the curve), a new plan starts it at age 0 (shifted by
+its in-sample ratio against the earlier plans'). Nothing is known in advance: the curve is
+learnt on the steps already served.
 """
 from __future__ import annotations
 
@@ -339,26 +341,15 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
     def in_sample(t: int, p: Plan) -> float:
         return float(step_stats(loads[t - window:t], p, num_gpus)[3].mean())
 
-    def optimism(t: int) -> float:
-        """How much worse plans ran than their in-sample ratio, over their first ``gain_horizon``
-        steps (mean over the plans put in force so far; learnt on the run, known before t)."""
-        seen = []
-        for k, (start, r_in) in enumerate(in_force):
-            stop = min(start + gain_horizon, t, in_force[k + 1][0] if k + 1 < len(in_force) else t)
-            if stop > start:
-                seen.append(float(ratio[start:stop].mean()) - r_in)
-        return sum(seen) / len(seen) if seen else 0.0
-
     def pays(t: int, current: Plan, new: Plan, record: dict[str, Any]) -> bool:
-        """The stall-aware rule: predicted gain over the horizon against the stall (async: no
-        stall, but no gain while the copies run). The new plan's ratio is its in-sample one
-        plus the optimism measured on earlier plans; the plan in force's is how it ran over
-        the last ``window`` steps it served."""
-        since = in_force[-1][0]                      # the plan in force: how it ran lately
-        r_now = float(ratio[max(since, t - window):t].mean()) if t > since else in_sample(t, current)
-        r_new = in_sample(t, new) + optimism(t)
+        """The stall-aware rule (module docstring): the predicted time ratios of keeping the
+        plan in force and of the new plan over the next ``gain_horizon`` steps, from how plans
+        aged on this run so far (:func:`predicted_ratios`); the gain against the stall (async:
+        no stall, but no gain while the copies run)."""
+        keep, fresh = predicted_ratios(ratio, [s for s, _ in in_force], t, gain_horizon, window,
+                                       in_sample(t, current), in_sample(t, new), [r for _, r in in_force])
         delay = _delay(record["makespan_seconds"], step_seconds) if stall == "async" else 0
-        gain = max(gain_horizon - delay, 0) * step_seconds * (r_now - r_new)
+        gain = max(gain_horizon - delay, 0) * step_seconds * (keep - fresh)
         record["predicted_gain_seconds"] = gain
         return gain > (record["stall_seconds"] or 0.0)
 
@@ -429,6 +420,52 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
     step_load = loads.to(torch.float64).sum((1, 2))                                      # [T]
     return SimulationResult(imb, worst, lost, ratio * step_seconds, step_load, rebalances, settings,
                             time.perf_counter() - began, window, info={"first_plan": first, "skipped": skipped})
+
+
+def age_curve(ratio: torch.Tensor, starts: list[int], t: int) -> torch.Tensor:
+    """[A] the mean realised time ratio of plans by age (steps since they took effect), over
+    the plans that took effect at ``starts`` (ascending) and the steps before ``t`` each served.
+    ratio: [T] per-step time ratio. Empty when no plan served a step yet."""
+    ends = starts[1:] + [t]
+    ages = max((min(e, t) - s for s, e in zip(starts, ends)), default=0)
+    total = torch.zeros(max(ages, 0), dtype=torch.float64)
+    count = torch.zeros_like(total)
+    for s, e in zip(starts, ends):
+        n = min(e, t) - s
+        if n > 0:
+            total[:n] += ratio[s:s + n]
+            count[:n] += 1
+    return total / count.clamp_min(1)
+
+
+def predicted_ratios(ratio: torch.Tensor, starts: list[int], t: int, horizon: int, window: int,
+                     now_in_sample: float, new_in_sample: float, past_in_sample: list[float]) -> tuple[float, float]:
+    """(keep, fresh): the mean time ratio over the next ``horizon`` steps of the plan in force
+    (took effect at ``starts[-1]``) and of a new plan, from the age curve of this run's plans
+    (:func:`age_curve`; ages past the oldest seen keep its value):
+
+    - keep: the curve over the plan's next ages, shifted by how the plan ran against the
+      curve over its last ``window`` steps;
+    - fresh: the curve over ages 0..horizon-1, shifted by the new plan's in-sample ratio
+      against the mean in-sample ratio of the plans so far.
+
+    Before any plan served a step, the in-sample ratios themselves."""
+    curve = age_curve(ratio, starts, t)
+    if curve.numel() == 0:
+        return now_in_sample, new_in_sample
+    last = curve.numel() - 1
+
+    def mean_at(a0: int, a1: int) -> float:
+        return float(curve[torch.arange(a0, a1).clamp_max(last)].mean())
+
+    age = t - starts[-1]
+    if age > 0:
+        seen = max(0, age - window)
+        keep = mean_at(age, age + horizon) + float(ratio[starts[-1] + seen:t].mean()) - mean_at(seen, age)
+    else:
+        keep = mean_at(0, horizon) + now_in_sample - sum(past_in_sample) / len(past_in_sample)
+    fresh = mean_at(0, horizon) + new_in_sample - sum(past_in_sample) / len(past_in_sample)
+    return keep, fresh
 
 
 def _delay(makespan: float | None, step_seconds: float) -> int:

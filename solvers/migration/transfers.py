@@ -21,7 +21,9 @@ Lower bounds (valid for every schedule of the model):
   ``makespan >= sum_k (D_k - D_(k-1)) d_k``. It is >= the load bound (Abel summation), and
   exact for one class (König: the rounds equal the largest degree);
 - ``any_source``: the ``rounds`` bound on the receivers only, each copy counted in the
-  fastest class any of its sources offers: valid whichever sources are chosen.
+  fastest class any of its sources offers, and (without host memory) a senders' bound: for
+  every holder set S, the copies held only inside S leave through its |S| GPUs, one at a
+  time each, at least as slowly as an intra-node copy; valid whichever sources are chosen.
 
 ``bound`` is the best valid bound for the sources chosen (``rounds``); ``gap`` is
 ``makespan / bound - 1``.
@@ -254,7 +256,22 @@ def lower_bounds(copies: Copies, src: np.ndarray, link: np.ndarray, network: Net
     if network.host_bw is not None:
         fastest = np.where(dur[HOST] < dur[fastest], HOST, fastest)
     any_source = _round_bound(dur, fastest, [(copies.dst, P)])
+    if network.host_bw is None:                 # every copy leaves a GPU: the senders' Hall bound
+        any_source = max(any_source, _holder_bound(copies.candidates) * float(np.nanmin(dur)))
     return {"load": float(load), "rounds": float(rounds), "any_source": float(any_source)}
+
+
+def _holder_bound(candidates: np.ndarray) -> int:
+    """The copies some GPU must send whichever holders serve them: for every holder set S of
+    a copy, the copies whose holders all lie in S leave through S's |S| GPUs, so one of them
+    sends at least ceil(n_S / |S|). candidates: [M, P] bool."""
+    sets, count = np.unique(candidates, axis=0, return_counts=True)             # [U, P], [U]
+    best = 0
+    for lo in range(0, len(sets), 256):                                          # [256, U, P] at a time
+        inside = ~(sets[None, :, :] & ~sets[lo:lo + 256, None, :]).any(2)        # [u, U]: set U within set u
+        n = inside.astype(np.int64) @ count
+        best = max(best, int(np.max(-(-n // sets[lo:lo + 256].sum(1)))))
+    return best
 
 
 def _greedy_pack(src: np.ndarray, dst: np.ndarray, pending: np.ndarray, busy_s: np.ndarray, busy_r: np.ndarray,
