@@ -676,7 +676,9 @@ def read_pt(path: str | Path) -> tuple[torch.Tensor, dict[str, Any]]:
             raw = obj["meta"]
             meta = filecheck.parse_meta(raw, path) if isinstance(raw, str) else filecheck.check_meta(raw, path)
         obj = _pick(obj, path)
-    return _check_values(_as_tensor(obj, path), path), meta
+    # a copy: the file was memory-mapped (an upload's temporary file goes away; a view would
+    # also keep a larger storage mapped)
+    return _check_values(_as_tensor(obj, path).clone(), path), meta
 
 
 def read_json(path: str | Path) -> torch.Tensor:
