@@ -7,7 +7,8 @@ fresh browser contexts of Debian's Chromium (Playwright):
 
 - for each count N of ``--concurrent``: N sessions opened at once; each session's time from
   its navigation to its first per-GPU chart, read in the page (``performance.now()`` when
-  the chart appears; an init script polls every 50 ms), and whether any showed an exception;
+  the chart appears; an init script polls every 50 ms), whether any showed an exception,
+  and the CPU seconds the server and the browser spent meanwhile (where the time goes);
 - then ``--sessions`` sessions one after another (each to its first chart, then closed):
   the server's resident memory (VmRSS of the streamlit process) before, after every 5th,
   and at the end, with its peak (VmHWM).
@@ -46,6 +47,32 @@ def _rss_mb(pid: int) -> tuple[float, float]:
     return fields.get("VmRSS", 0.0), fields.get("VmHWM", 0.0)
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _browser_cpu_s() -> float:
+    """CPU seconds of every Chromium process running now (the browser's share of the machine)."""
+    total = 0.0
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as fh:
+                if b"chrom" not in fh.read().split(b"\0", 1)[0]:
+                    continue
+            total += _cpu_s(int(d))
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
 def _open(b, url: str):
     ctx = b.new_context(viewport={"width": 1500, "height": 1400})
     ctx.add_init_script(_WATCH)
@@ -59,16 +86,21 @@ def _first_chart_s(page, timeout_s: float) -> float:
     return page.evaluate("window.__chartAt") / 1000.0
 
 
-def _concurrent(b, url: str, n: int, timeout_s: float) -> dict:
+def _concurrent(b, url: str, n: int, timeout_s: float, server_pid: int) -> dict:
+    server0, browser0, wall0 = _cpu_s(server_pid), _browser_cpu_s(), time.monotonic()
     sessions = [_open(b, url) for _ in range(n)]
     times, errors = [], 0
     for ctx, page in sessions:
         times.append(_first_chart_s(page, timeout_s))
         errors += page.locator(EXCEPTION).count()
+    # where the time went: CPU seconds of the server and of the browser while the sessions loaded
+    server_cpu, browser_cpu, wall = (_cpu_s(server_pid) - server0, _browser_cpu_s() - browser0,
+                                     time.monotonic() - wall0)
     for ctx, _ in sessions:
         ctx.close()
     return {"sessions": n, "first_chart_s": [round(t, 2) for t in times], "median_s": round(statistics.median(times), 2),
-            "max_s": round(max(times), 2), "exceptions": errors, "load": _load()}
+            "max_s": round(max(times), 2), "exceptions": errors, "wall_s": round(wall, 1),
+            "server_cpu_s": round(server_cpu, 1), "browser_cpu_s": round(browser_cpu, 1), "load": _load()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,10 +122,11 @@ def main(argv: list[str] | None = None) -> int:
         out["memory_mb"].append({"after_sessions": 0, "rss": round(_rss_mb(proc.pid)[0])})
         with browser() as b:
             for n in (int(x) for x in args.concurrent.split(",")):
-                row = _concurrent(b, url, n, args.timeout)
+                row = _concurrent(b, url, n, args.timeout, proc.pid)
                 out["concurrent"].append(row)
                 print(f"{n} concurrent: first chart median {row['median_s']} s, max {row['max_s']} s "
-                      f"({row['first_chart_s']}), exceptions {row['exceptions']}; {row['load']}", flush=True)
+                      f"({row['first_chart_s']}), exceptions {row['exceptions']}; CPU over {row['wall_s']} s: "
+                      f"server {row['server_cpu_s']} s, browser {row['browser_cpu_s']} s; {row['load']}", flush=True)
             for i in range(1, args.sessions + 1):
                 ctx, page = _open(b, url)
                 _first_chart_s(page, args.timeout)
