@@ -108,7 +108,10 @@ def step_scores(loads: torch.Tensor, plan: Plan, num_gpus: int) -> tuple[torch.T
     per_slot = w.gather(2, p2l.expand(n, L, R)) / cnt.gather(1, p2l).unsqueeze(0)    # [n, L, R]
     gpu = per_slot.view(n, L, num_gpus, R // num_gpus).sum(-1)                        # [n, L, P]
     mx, mean = gpu.max(-1).values, gpu.mean(-1)
-    imb = torch.where(mean > 0, mx / mean.clamp_min(torch.finfo(torch.float64).tiny), torch.ones_like(mx))
+    # a subnormal mean is divided by as it is (clamping it to the smallest normal gave imbalances
+    # far below 1), and rounding never takes the ratio below its floor of 1
+    imb = torch.where(mean > 0, mx / torch.where(mean > 0, mean, torch.ones_like(mean)),
+                      torch.ones_like(mx)).clamp_min(1.0)
     lost = ((mx - mean) * num_gpus).sum(-1)
     return imb.mean(-1), imb.max(-1).values, lost
 
