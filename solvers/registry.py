@@ -112,10 +112,11 @@ _REGISTRY: dict[str, SolverSpec] = {}
 
 # Work cap of every solver but the greedy, in slots per GPU: the greedy (deepseek) is linear in
 # the slots and serves the Problem's own caps; the others pack, swap or model each GPU's
-# slots, and their work grows faster (on 2 shared cores, 2 layers x 32 experts on 2 GPUs:
-# kk_swap 38 s at 1024 slots per GPU and past 600 s at 32768; best with time_limit=1 24 s at
-# 1024). Real clusters hold 1-64 experts per GPU. ``register(..., max_slots_per_gpu=None)``
-# lifts it for a solver as cheap as the greedy.
+# slots, and their work grows faster (2 layers x 32 experts on 2 GPUs, 2 cores at load 5:
+# kk_swap 2.2 s at 256 slots per GPU, 3.1 s at 1024, 25.6 s at 4096, past 600 s at 32768;
+# best with time_limit=1 12.2 s at 4096; layers multiply it). Real clusters hold 1-64
+# experts per GPU. ``register(..., max_slots_per_gpu=None)`` lifts it for a solver as cheap
+# as the greedy.
 MAX_SLOTS_PER_GPU = 256
 
 # solve()'s own parameters: a solver option of one of these names could never be passed

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from solvers import Problem, score, solve
+from solvers import Cluster, Problem, score, solve
 from solvers import childproc, filecheck
+from solvers.dynamics import simulate
 from solvers.errors import LoadFileError, ProblemError
 from solvers.io import read_loads, rescale_extreme
 from solvers.registry import MAX_SLOTS_PER_GPU, get_solver
@@ -182,3 +183,12 @@ def test_a_torch_save_into_a_pt_is_atomic_too(tmp_path):
     torch.save({"loads": torch.ones(2, 4)}, buf)
     out = write_atomic(tmp_path / "t.pt", lambda tmp: tmp.write_bytes(buf.getvalue()))
     assert torch.equal(read_loads(out).weights, torch.ones(2, 4))
+
+
+def test_the_simulator_keeps_imbalance_in_range_on_subnormal_loads():
+    t = torch.full((4, 2, 8), 1e-320, dtype=torch.float64)
+    t[..., 0] = 3e-320
+    ref = t / 1e-320                                      # the same loads at a normal scale
+    got = simulate(t, cluster=Cluster(1, 2, 8), num_groups=1, solver="deepseek", every=2).totals()
+    want = simulate(ref, cluster=Cluster(1, 2, 8), num_groups=1, solver="deepseek", every=2).totals()
+    assert got["mean_imbalance"] == pytest.approx(want["mean_imbalance"], rel=1e-9) and got["mean_imbalance"] >= 1

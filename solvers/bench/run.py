@@ -27,6 +27,7 @@ import platform
 import subprocess
 import sys
 import time
+from concurrent.futures.process import BrokenProcessPool
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
@@ -150,6 +151,12 @@ def run_parsed(args: argparse.Namespace, prog: str, argv: Sequence[str] | None =
         bar.close()
         print(f"interrupted: {len(store.rows)} rows kept in {out}; continue with --resume", file=sys.stderr)
         return 130
+    except BrokenProcessPool:
+        # a worker was killed (OOM killer, kill -9): the rows so far are on disk
+        bar.close()
+        print(f"eplb: error: a benchmark worker process died; {len(store.rows)} rows kept in {out}; "
+              f"continue with --resume", file=sys.stderr)
+        return 1
     finally:
         bar.close()
 

@@ -69,9 +69,7 @@ def _available() -> bool:
     return backends.highs_available()
 
 
-# Work cap 64 slots per GPU: with time_limit=1 on 16 GPUs (2 shared cores), 5.6 s at 64 slots per
-# GPU, past 90 s at 256; the benchmarks go to 9.
-@register("certify", kind="exact", options=CERTIFY_OPTIONS, is_available=_available, max_slots_per_gpu=64,
+@register("certify", kind="exact", options=CERTIFY_OPTIONS, is_available=_available,
           requires="pip install pulp 'highspy==<the HiGHS version your ortools bundles>'",
           description="portfolio plan polished by exact two- and three-GPU re-splits and, with token-count loads, "
                       "a residue design that balances GPUs to a fraction of a token; at two slots per GPU a count "

@@ -179,7 +179,10 @@ def step_stats(loads: torch.Tensor, plan: Plan,
     per_slot = per_slot_loads(w, p2l, cnt)                                           # [n, L, R]
     gpu = per_slot.view(n, L, num_gpus, R // num_gpus).sum(-1)                        # [n, L, P]
     mx, mean = gpu.max(-1).values, gpu.mean(-1)
-    imb = torch.where(mean > 0, mx / mean.clamp_min(torch.finfo(torch.float64).tiny), torch.ones_like(mx))
+    # a subnormal mean is divided by as it is (clamping it to the smallest normal gave imbalances
+    # far below 1), and rounding never takes the ratio below its floor of 1
+    imb = torch.where(mean > 0, mx / torch.where(mean > 0, mean, torch.ones_like(mean)),
+                      torch.ones_like(mx)).clamp_min(1.0)
     lost = ((mx - mean) * num_gpus).sum(-1)
     total = mean.sum(-1)
     ratio = torch.where(total > 0, mx.sum(-1) / total.clamp_min(torch.finfo(torch.float64).tiny),

@@ -70,9 +70,7 @@ def solve_joint(problem: Problem, o: SolverOptions) -> SolverOutput:
     return run_pipeline(problem, policy=o.policy, nodup=_nodup(o.colocation), relax=o.relax, effort=effort)
 
 
-# Work cap 64 slots per GPU: with time_limit=1 on 16 GPUs (2 shared cores), best took 3.5 s at
-# 64 slots per GPU and 54 s at 256 (its rungs overrun the limit there); the benchmarks go to 49.
-@register("best", kind="heuristic", max_slots_per_gpu=64,
+@register("best", kind="heuristic",
           options=_COMMON + (time_limit_option(1.0, "seconds for the whole portfolio (the exact rung "
                                                "included)"),
                              Option("exact", str, "none", "exact solver warm-started from the best plan: the ladder "

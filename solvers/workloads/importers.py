@@ -485,7 +485,7 @@ def read_megatron(spec: str | Path | Sequence[str | Path]) -> tuple[torch.Tensor
         if layers.dtype.kind not in "iu" or layers.size != loads.shape[0]:
             raise _fail(path, f"layer_numbers must be {loads.shape[0]} integers (one per local layer)")
         if "physical_to_logical_map" in a:
-            loads = _physical_to_logical(loads.transpose(0, 1), torch.from_numpy(a["physical_to_logical_map"]),
+            loads = _physical_to_logical(loads.transpose(0, 1), a["physical_to_logical_map"],
                                          None, path).transpose(0, 1)
         if forwards is not None and (loads.shape[1], loads.shape[2]) != (forwards, experts):
             raise _fail(path, f"loads are [*, {loads.shape[1]} forwards, {loads.shape[2]} experts], "
@@ -687,7 +687,9 @@ def read_pt(path: str | Path) -> tuple[torch.Tensor, dict[str, Any]]:
             raw = obj["meta"]
             meta = filecheck.parse_meta(raw, path) if isinstance(raw, str) else filecheck.check_meta(raw, path)
         obj = _pick(obj, path)
-    return _check_values(_as_tensor(obj, path), path), meta
+    # a copy: the file was memory-mapped (an upload's temporary file goes away; a view would
+    # also keep a larger storage mapped)
+    return _check_values(_as_tensor(obj, path).clone(), path), meta
 
 
 def read_json(path: str | Path) -> torch.Tensor:
