@@ -11,7 +11,6 @@ wait for them either.
 from __future__ import annotations
 
 import gc
-import logging
 import sys
 from pathlib import Path
 
@@ -25,9 +24,12 @@ import solvers.bench.analysis  # noqa: F401
 import solvers.builtin  # noqa: F401  registers every solver
 import solvers.compare  # noqa: F401
 import solvers.io  # noqa: F401
-from app import cache, compute, exports, figures, loads, worker  # noqa: F401
-from app.compute import worst_layer
+from app.quiet import outside_runtime
 from solvers.registry import solver_names
+
+with outside_runtime():     # app.cache defines cached functions: before the runtime, they warn
+    from app import cache, compute, exports, figures, loads, worker  # noqa: F401
+    from app.compute import worst_layer
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIN = ROOT / "app" / "main.py"
@@ -50,33 +52,19 @@ def warm() -> None:
     first use: filled here, before the runtime exists, it is the store every session reads.
     A warm-up only saves time: if it fails, the page computes the same thing itself and
     shows any error there."""
-    # Cached functions called outside a session warn about the missing runtime and context
-    # (ten lines in `make run`'s output that mean nothing here). A filter, not a level:
-    # Streamlit resets its loggers' levels when it reads its config.
-    quiet = [logging.getLogger(name) for name in ("streamlit.runtime.caching.cache_data_api",
-                                                   "streamlit.runtime.caching.cache_resource_api",
-                                                   "streamlit.runtime.scriptrunner_utils.script_run_context")]
-    drop = _DropWarnings()
-    for q in quiet:
-        q.addFilter(drop)
+    with outside_runtime():      # cached functions called outside a session warn (app.quiet)
+        _warm()
+
+
+def _warm() -> None:
     try:
         problem, solver, options = cache.default_explore_inputs()
         outcome = cache.solve(problem, solver, options)               # the page's first solve, cached
         result = outcome.result
         cache.gpu_figure(problem, result, worst_layer(result)).to_json()   # as the page opens
         figures.load_heatmap(result.score.gpu_load, problem.num_nodes).to_json()
-    except Exception:  # noqa: BLE001  see the docstring
+    except Exception:  # noqa: BLE001  see warm's docstring
         pass
-    finally:
-        for q in quiet:
-            q.removeFilter(drop)
-
-
-class _DropWarnings(logging.Filter):
-    """Drops warnings (and below) of the logger it is added to."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno > logging.WARNING
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -171,7 +171,8 @@ def check_torch_file(path: str | Path) -> None:
                     "Python objects are not read (loading them could run code, and legacy files allocate what "
                     "they declare): re-save it with torch.save")
     if head[:2] != b"PK":
-        raise _fail(path, "", "cannot read .pt file (not a zip-format torch.save file)")
+        raise _fail(path, "", "cannot read .pt file: it is not a torch file (torch.save writes a zip archive; another "
+                    "format with a .pt suffix?)")
     try:
         check_zip(path, pickle_cap=True)
     except LoadFileError as exc:

@@ -40,7 +40,7 @@ def _settings(n: int):
 
 def _upload_page() -> AppTest:
     at = AppTest.from_file(MAIN, default_timeout=120).run()
-    at.radio(key="explore:source").set_value("Upload").run()
+    at.radio(key="loads:source").set_value("Upload").run()
     return at
 
 
