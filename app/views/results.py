@@ -142,7 +142,7 @@ LABELS = {
     "gap_max": ("gap worst layer", None), "gap_in_policy": ("gap in policy", "against the bound of the plan's policy"),
     "gap_in_policy_mean": ("gap in policy", None), "gap_best_known": ("gap to best known", None),
     "imbalance_mean": ("imbalance", "max / mean GPU load, mean over layers"),
-    "oos_imbalance_mean": ("held-out imbalance", "the plan on later steps than it was made on"),
+    "holdout_imbalance_mean": ("held-out imbalance", "the plan on later steps than it was made on"),
     "off_node_share": ("off-node", None), "off_node_share_mean": ("off-node", None),
     "optimal_in_model": ("optimal in model", None), "all_plans": ("all plans", None),
     "num_experts": ("experts", None), "num_replicas": ("slots", None), "num_gpus": ("GPUs", None),

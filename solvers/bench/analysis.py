@@ -153,7 +153,7 @@ def candidates(rows: pd.DataFrame, budget_s: float | None) -> pd.DataFrame:
         t_max = float(g["wall_time_s"].max())
         off = g["off_node_share_mean"] if "off_node_share_mean" in g else pd.Series(dtype=float)
         within = g["gap_in_policy_mean"] if "gap_in_policy_mean" in g else pd.Series(dtype=float)
-        oos = pd.to_numeric(g["oos_imbalance_mean"], errors="coerce") if "oos_imbalance_mean" in g \
+        held = pd.to_numeric(g["holdout_imbalance_mean"], errors="coerce") if "holdout_imbalance_mean" in g \
             else pd.Series(math.nan, index=g.index)
         out.append({"solver": name, "policy": pol, "kind": g["kind"].iloc[0], "rows": len(g),
                     "all_plans": all_plans, "fits": all_plans and (budget_s is None or t_max <= budget_s),
@@ -161,7 +161,7 @@ def candidates(rows: pd.DataFrame, budget_s: float | None) -> pd.DataFrame:
                     "gap_in_policy": float(within.mean()) if len(within) else math.nan,
                     "off_node_share": float(off.mean()) if len(off) else math.nan,
                     # held-out imbalance (plan on window 0, scored on window 1); NaN unless every row has it
-                    "oos_imbalance": float(oos.mean()) if len(oos) and not oos.isna().any() else math.nan,
+                    "holdout_imbalance": float(held.mean()) if len(held) and not held.isna().any() else math.nan,
                     "time_mean_s": float(g["wall_time_s"].mean()), "time_max_s": t_max,
                     "proven": bool(g["proven_optimum"].all())})
     c = pd.DataFrame(out)

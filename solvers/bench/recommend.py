@@ -113,9 +113,9 @@ def recommend(results: pd.DataFrame | str | Path | None = None, *, experts: int,
     shape = {c: int(v) for c, v in zip(SHAPE_COLS, shape_key)}
     table = candidates(rows, time_budget)
     ranked_by = "gap"
-    if len(table) and not table["oos_imbalance"].isna().any():
+    if len(table) and not table["holdout_imbalance"].isna().any():
         ranked_by = "held-out imbalance"
-        table = table.sort_values(["fits", "oos_imbalance", "gap_mean", "time_mean_s"],
+        table = table.sort_values(["fits", "holdout_imbalance", "gap_mean", "time_mean_s"],
                                   ascending=[False, True, True, True]).reset_index(drop=True)
     fit = table[table["fits"]]
     top = fit.iloc[0] if len(fit) else (table.sort_values("time_max_s").iloc[0] if len(table) else None)
@@ -150,7 +150,7 @@ def format_recommendation(rec: Recommendation) -> str:
             layers = f"{layers} layers, times scaled to {rec.layers}"
         else:
             layers += " layers"
-        held = (f"held-out imbalance {best.oos_imbalance:.4f} mean (ranked by it: plans of one window scored "
+        held = (f"held-out imbalance {best.holdout_imbalance:.4f} mean (ranked by it: plans of one window scored "
                 f"on the next); " if rec.ranked_by == "held-out imbalance" else "")
         lines.append(f"use {rec.solver} ({best.kind}) with the {rec.policy} policy for {shape} with {budget}: "
                      f"{held}expected gap to the best lower bound {100 * best.gap_mean:.3f}% mean, "
@@ -165,7 +165,7 @@ def format_recommendation(rec: Recommendation) -> str:
               f"{'gap max':>9} {'in policy':>9} {'off-node':>8} {'time mean':>10} {'time max':>10}"]
     for r in rec.table.itertuples():
         lines.append(f"{r.solver:<12} {r.policy:<13} {r.kind:<9} {r.rows:>4} {'yes' if r.fits else 'no':>5} "
-                     f"{r.oos_imbalance:>9.4f} "
+                     f"{r.holdout_imbalance:>9.4f} "
                      f"{100 * r.gap_mean:>8.3f}% {100 * r.gap_max:>8.3f}% {100 * r.gap_in_policy:>8.3f}% "
                      f"{100 * r.off_node_share:>7.1f}% {r.time_mean_s:>9.3g}s {r.time_max_s:>9.3g}s")
     if len(rec.evidence):
