@@ -45,7 +45,7 @@ class RoutingSpec:
     topic_communities: int = 1      # communities a topic favours
     topic_experts: int = 0          # random experts a topic favours besides; 0 = num_experts // 8 without
                                     # communities, none with them
-    topic_bias: float = 3.0         # logits added to a topic's experts
+    topic_bias: float = 4.0         # logits added to the experts a topic favours
     popularity: float = 0.6         # std of the per-expert base logits
     request_tokens: int = 16        # mean tokens per request in the trace (one topic, one source rank)
     drift: float = 0.1              # std of the topic-mix random walk per request
