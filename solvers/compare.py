@@ -20,13 +20,15 @@ from .plan import Plan
 from .problem import Problem
 from .registry import get_solver
 from .result import ratio_gap
-from .scoring import score
+from .routing.trace import RoutingTrace
+from .scoring import score, with_traffic
 from .solve import solve
 
 DEFAULT_SOLVERS = ("deepseek", "kk_swap", "joint", "best")
 COLUMNS = ("solver", "policy", "termination", "status", "wall_time_s", "imbalance_mean", "imbalance_worst",
            "holdout_imbalance_mean", "holdout_imbalance_worst", "gap_mean", "gap_max", "gap_in_policy_mean",
-           "off_node_share_mean", "duplicates", "moves", "moves_bytes", "message")
+           "off_node_share_mean", "duplicates", "moves", "moves_bytes", "remote_nodes_mean", "remote_nodes_p99",
+           "inter_node_bytes", "intra_node_bytes", "message")
 
 
 def solver_options(name: str, common: dict[str, Any], time_limit: float | None) -> dict[str, Any]:
@@ -53,13 +55,16 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
                     previous: Plan | None = None, expert_bytes: int | None = None,
                     options: dict[str, Any] | None = None, time_limit: float | None = None,
                     on_progress: Callable[[str, str, dict[str, Any] | None], None] | None = None,
+                    routing: RoutingTrace | None = None, token_bytes: int | None = None,
                     ) -> list[dict[str, Any]]:
     """One row per (solver, policy): time, in-sample and held-out imbalance, gaps, moves.
 
     holdout: the same cluster on later loads ([layers, experts] of the held-out window).
     options: applied to each solver that declares them; time_limit: to each solver's
     time-limit option. on_progress(solver, policy, row or None) is called before (None)
-    and after each run.
+    and after each run. routing: a per-token routing trace: every plan's dispatch traffic
+    joins its row (remote nodes per token, inter- and intra-node bytes), and solvers that
+    declare a ``routing`` option receive it.
     """
     if holdout is not None and (holdout.num_layers, holdout.num_experts) != (problem.num_layers, problem.num_experts):
         raise OptionError("holdout", f"has shape ({holdout.num_layers}, {holdout.num_experts}), the loads "
@@ -73,7 +78,8 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
             raise OptionError("solvers", f"{n!r} is not available here: {spec.requires}")
     rows = []
     for name, policy in planned_runs(problem, names, policies):
-        opts = solver_options(name, options or {}, time_limit)
+        opts = solver_options(name, {**(options or {}), **({"routing": routing} if routing is not None else {})},
+                              time_limit)
         if policy is not None:
             opts["policy"] = policy
         if on_progress:
@@ -89,6 +95,10 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
                        gap_in_policy_mean=float(ratio_gap(res.objective, within).mean()),
                        off_node_share_mean=m.get("off_node_share_mean"), duplicates=m["duplicates"],
                        moves=m.get("moves"), moves_bytes=m.get("moves_bytes"))
+            if routing is not None:
+                t = with_traffic(res.score, res.plan, problem, routing, token_bytes).summary
+                row.update({k: t[k] for k in ("remote_nodes_mean", "remote_nodes_p99", "inter_node_bytes",
+                                              "intra_node_bytes")})
             if holdout is not None:
                 h = score(holdout, res.plan)
                 row.update(holdout_imbalance_mean=h.imbalance_mean, holdout_imbalance_worst=h.imbalance_worst)

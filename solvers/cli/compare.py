@@ -17,6 +17,7 @@ from ..loadfiles import split_range
 from ..planfile import write_text_atomic
 from ..problem import Problem
 from .inputs import problem_from_args, read_any_plan, read_loads_arg
+from .routing import routing_arg, token_bytes_arg
 from .args import options_dict
 
 
@@ -43,12 +44,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         holdout = Problem(h.weights, problem.num_replicas, problem.num_groups, problem.num_nodes, problem.num_gpus)
     previous = read_any_plan(args.previous, info, "previous")[0] if args.previous else None
     expert_bytes = args.expert_bytes if args.expert_bytes is not None else preset_bytes
-    names = _split_names(args.solvers, "solvers") or list(DEFAULT_SOLVERS)
+    routing = routing_arg(args, problem)
+    names = _split_names(args.solvers, "solvers") or list(DEFAULT_SOLVERS) + (["traffic_aware"] if routing else [])
     policies = _split_names(args.policy, "policy") or ["auto"]
     progress = _progress(len(planned_runs(problem, names, policies)))
     rows = compare_solvers(problem, names, policies=policies, holdout=holdout, previous=previous,
                            expert_bytes=expert_bytes if previous is not None else None,
-                           options=options_dict(args.option), time_limit=args.time_limit, on_progress=progress)
+                           options=options_dict(args.option), time_limit=args.time_limit, on_progress=progress,
+                           routing=routing, token_bytes=None if routing is None else token_bytes_arg(args, routing))
     best, reason = pick(rows)
     plain = table_rows(rows)
     if args.out:
@@ -58,7 +61,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                           {"solver": best["solver"], "policy": best["policy"]}, "reason": reason}, indent=2,
                          default=str))
         return 0
-    print(_compare_table(plain, holdout is not None, previous is not None))
+    print(_compare_table(plain, holdout is not None, previous is not None, routing is not None))
     print()
     print(f"pick: {best['solver']} (policy {best['policy']}): {reason}" if best else f"pick: none: {reason}")
     if args.out:
@@ -91,7 +94,7 @@ def _fmt(v: Any, pct: bool = False) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def _compare_table(rows: list[dict], holdout: bool, moves: bool) -> str:
+def _compare_table(rows: list[dict], holdout: bool, moves: bool, traffic: bool = False) -> str:
     cols = [("solver", "solver", False), ("policy", "policy", False), ("termination", "termination", False),
             ("status", "status", False),
             ("wall_time_s", "time s", False), ("imbalance_mean", "imb mean", False),
@@ -102,6 +105,9 @@ def _compare_table(rows: list[dict], holdout: bool, moves: bool) -> str:
              ("off_node_share_mean", "off-node", True), ("duplicates", "dups", False)]
     if moves:
         cols += [("moves", "moves", False), ("moves_bytes", "bytes moved", False)]
+    if traffic:
+        cols += [("remote_nodes_mean", "remote nodes/token", False), ("remote_nodes_p99", "p99", False),
+                 ("inter_node_bytes", "inter-node bytes", False)]
     table = [[title for _, title, _ in cols]] + [[_fmt(r.get(k), pct) for k, _, pct in cols] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table)

@@ -8,6 +8,7 @@ from ..errors import LoadFileError, OptionError
 from ..problem import Problem
 from ..scoring import score
 from ..cluster import get_model
+from .routing import routing_arg, token_bytes_arg
 from .inputs import dropped_note, format_metrics, read_any_plan, read_loads_arg
 
 
@@ -31,7 +32,9 @@ def cmd_score(args: argparse.Namespace) -> int:
             raise LoadFileError("plan", f"{args.plan} has {plan.num_layers} layers, the loads {info.num_layers}")
         problem = Problem(info.weights, plan.num_replicas, groups or 1, args.nodes, gpus)
     previous = read_any_plan(args.previous, info, "previous")[0] if args.previous else None
-    sc = score(problem, plan, previous=previous, expert_bytes=args.expert_bytes)
+    routing = routing_arg(args, problem)
+    sc = score(problem, plan, previous=previous, expert_bytes=args.expert_bytes, routing=routing,
+               token_bytes=None if routing is None else token_bytes_arg(args, routing))
     metrics = sc.metrics()
     if args.per_gpu:
         metrics["gpu_load"] = sc.gpu_load.tolist()
