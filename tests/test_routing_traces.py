@@ -175,3 +175,23 @@ def test_group_limit_keeps_tokens_in_few_groups():
     groups = tr.topk_ids.to(torch.int64) // 32
     distinct = torch.zeros(*groups.shape[:2], 8, dtype=torch.bool).scatter_(2, groups, True).sum(-1)
     assert int(distinct.max()) <= 4
+
+
+def test_shipped_routing_dataset_is_catalogued():
+    from solvers.workloads import dataset_path, list_datasets
+    entry = next(e for e in list_datasets() if e["name"] == "deepseek-v3-routing")
+    tr = load_routing(dataset_path("deepseek-v3-routing"))
+    assert entry["kind"] == "routing" and entry["bytes"] == dataset_path("deepseek-v3-routing").stat().st_size
+    assert (tr.num_layers, tr.num_tokens, tr.top_k, tr.num_experts, tr.num_ranks) == (58, 3072, 8, 256, 32)
+    assert tr.meta["model"] == "deepseek-v3" and tr.meta["seed"] == 0
+
+
+@pytest.mark.slow
+def test_shipped_routing_dataset_regenerates_exactly():
+    import hashlib
+    from solvers.workloads import list_datasets
+    from solvers.workloads.catalog import ROUTING
+    entry = next(e for e in list_datasets() if e["name"] == "deepseek-v3-routing")
+    spec = ROUTING["deepseek-v3-routing"]
+    tr = generate_routing(spec["model"], spec["seed"], num_tokens=spec["num_tokens"])
+    assert hashlib.sha256(tr.topk_ids.numpy().astype(np.int64).tobytes()).hexdigest() == entry["topk_sha256"]

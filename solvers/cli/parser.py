@@ -104,7 +104,7 @@ def add_solvers(sub) -> None:
 def add_routing_arg(p, extra: str = "") -> None:
     p.add_argument("--routing", default=None, metavar="TRACE",
                    help="per-token routing trace (canonical .npz, SGLang per_token dump, vLLM routed_experts, "
-                        "Megatron JSONL, or a shipped routing dataset's file): adds the dispatch traffic "
+                        "Megatron JSONL, or a shipped routing dataset by name): adds the dispatch traffic "
                         "(remote nodes per token, bytes per link class)" + extra)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from ..cluster import MODELS
 from ..errors import OptionError
@@ -11,13 +12,17 @@ from ..problem import Problem
 from ..routing import RoutingSpec, generate_routing, read_routing, save_routing
 from ..routing.trace import RoutingTrace
 from ..scoring import trace_token_bytes
+from ..workloads.catalog import ROUTING, dataset_path
 
 
 def routing_arg(args: argparse.Namespace, problem: Problem) -> RoutingTrace | None:
     """The trace of ``--routing`` (None without it), checked against the problem's shape."""
     if getattr(args, "routing", None) is None:
         return None
-    trace = read_routing(args.routing, num_experts=problem.num_experts)
+    spec = args.routing
+    if spec in ROUTING and not Path(spec).exists():
+        spec = dataset_path(spec)                         # a shipped routing dataset by name
+    trace = read_routing(spec, num_experts=problem.num_experts)
     if trace.num_layers != problem.num_layers:
         raise OptionError("routing", f"{args.routing} has {trace.num_layers} MoE layers, the loads "
                           f"{problem.num_layers}")
