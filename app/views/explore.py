@@ -11,6 +11,7 @@ from solvers import Problem, get_solver, score
 from solvers.errors import EPLBError
 
 from app import cache, figures
+from app import traffic as traffic_view
 from app.cluster import dense_layers, expert_bytes
 from app.compute import DISPATCH_MODELS, metric_cards, plan_table, worst_layer
 from app.exports import plan_downloads
@@ -19,7 +20,7 @@ from app.widgets import (cluster_picker, describe_cluster, describe_loads, loads
 
 PAGE = "explore"
 PLAN_SUFFIXES = ("json", "yaml", "yml", "csv")
-VIEWS = ("Per-GPU load", "Heatmap", "Per layer", "Micro-batches", "Plan", "Download")
+VIEWS = ("Per-GPU load", "Heatmap", "Per layer", "Micro-batches", "Traffic", "Plan", "Download")
 
 
 def _current_placement(problem, model):
@@ -150,6 +151,8 @@ def _charts(problem, outcome, loads, model, solver, window) -> None:
         st.caption("The dotted line is the lower bound / mean: no plan of any policy can go below it.")
     elif view == "Micro-batches":
         _micro_batches(problem, result, loads, window, model)
+    elif view == "Traffic":
+        traffic_view.explore_view(problem, result.plan, PAGE)
     elif view == "Plan":
         _plan_table(problem, result)
     else:
