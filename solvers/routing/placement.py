@@ -47,6 +47,8 @@ SCHEMA = (
            "(or the balance-only plan's, when that is higher)", minimum=0.0, maximum=1.0),
     Option("max_swaps", int, 60, "rounds of the node swap search (one swap per layer per round)",
            minimum=0, maximum=100_000, advanced=True),
+    Option("spread", bool, True, "put a replica of each of the hottest experts on every node (the spare slots): "
+           "the nearest-replica dispatcher then keeps them local for every token"),
     Option("iterations", int, 12, "rounds of the token / expert co-clustering",
            minimum=0, maximum=10_000, advanced=True),
     Option("max_tokens", int, 1024, "tokens of the trace the search looks at (evenly spaced)",
@@ -334,6 +336,40 @@ def gpu_imbalance(weight: torch.Tensor, plan: Plan, num_gpus: int) -> torch.Tens
     return torch.where(mean > 0, g.max(1).values / mean.clamp_min(1e-300), torch.ones_like(mean))
 
 
+def _spread_plan(problem: Problem, routing: RoutingTrace, X: torch.Tensor, weight: torch.Tensor, cap: torch.Tensor,
+                 hier: Plan | None, opts: SolverOptions) -> Plan:
+    """The placement with the hottest experts on every node: F = (R - E) // (N - 1) experts
+    (by load) get one replica per node, so a token's dispatcher always finds them on its
+    own node (they leave the clustering); the slots left over give the next hottest a second
+    replica. The other experts are clustered into nodes (all replicas of one on one node)
+    on the slots and load left: (R / N - F) slots and ``cap`` minus the spread experts'
+    share per node."""
+    L, E = weight.shape
+    N, P, R = problem.num_nodes, problem.num_gpus, problem.num_replicas
+    F = min(E, (R - E) // (N - 1))
+    order = torch.sort(weight, dim=1, descending=True, stable=True).indices
+    rank = torch.empty_like(order).scatter_(1, order, torch.arange(E).expand(L, E).contiguous())
+    full = rank < F                                                                     # [L, E]
+    extra = R - E - F * (N - 1)
+    logcnt = torch.where(full, N, 1) + ((rank >= F) & (rank < F + extra)).to(torch.int64)
+    # The clustering sees the other experts only: zero load, zero slots and no tokens for the spread ones.
+    w_red = weight.masked_fill(full, 0.0)
+    c_red = logcnt.masked_fill(full, 0)
+    X_red = X.masked_fill(full.view(L, 1, E), 0.0)
+    cap_red = cap - (weight * full).sum(1) / N
+    slots = R // N - F
+    start = hier.log2phy[:, :, 0] // (R // N) if hier is not None else \
+        grow_nodes(coactivation(routing), w_red, c_red, N, slots, cap_red)
+    start = start.masked_fill(full, 0)
+    node = co_cluster(X_red, w_red, c_red, start, N, slots, cap_red, opts.iterations)
+    node = swap_search(X_red, w_red, c_red, node, N, cap_red, opts.max_swaps)
+    item_e, item_w = expand_items(weight, logcnt)
+    first = torch.cumsum(logcnt, 1) - logcnt
+    replica = torch.arange(R).expand(L, R) - first.gather(1, item_e)                    # rank among e's replicas
+    item_node = torch.where(full.gather(1, item_e), replica, node.gather(1, item_e))
+    return Plan.from_phy2log(pack_nodes(item_e, item_w, item_node, N, P // N, E), E)
+
+
 @register("traffic_aware", kind="heuristic", options=SCHEMA, in_suites=False,
           description="communication-aware placement from a per-token routing trace: co-activated experts on one "
                       "node (affinity clustering, swaps), balanced packing, imbalance <= 1 + epsilon")
@@ -352,21 +388,21 @@ def _solve_traffic_aware(problem: Problem, opts: SolverOptions) -> SolverOutput:
     hier = None
     if problem.num_groups % N == 0 and E % problem.num_groups == 0:
         hier = run(problem, "deepseek", {"policy": "hierarchical"}).plan.to("cpu")
-    hier = None
-    if problem.num_groups % N == 0 and E % problem.num_groups == 0:
-        hier = run(problem, "deepseek", {"policy": "hierarchical"}).plan.to("cpu")
-    if hier is not None:
-        # Start from DeepSeek's hierarchical plan: its replica counts and the node of every
-        # expert (its replicas share a node).
-        logcnt = hier.logcnt
-        node = hier.log2phy[:, :, 0] // (R // N)
+    if opts.spread:
+        ours = _spread_plan(problem, routing, X, weight, cap, hier, opts)
     else:
-        logcnt = replicate_counts(weight, R)
-        node = grow_nodes(coactivation(routing), weight, logcnt, N, R // N, cap)
-    node = co_cluster(X, weight, logcnt, node, N, R // N, cap, opts.iterations)
-    node = swap_search(X, weight, logcnt, node, N, cap, opts.max_swaps)
-    item_e, item_w, item_node = replica_items(weight, logcnt, node)
-    ours = Plan.from_phy2log(pack_nodes(item_e, item_w, item_node, N, P // N, E), E)
+        if hier is not None:
+            # Start from DeepSeek's hierarchical plan: its replica counts and the node of every
+            # expert (its replicas share a node).
+            logcnt = hier.logcnt
+            node = hier.log2phy[:, :, 0] // (R // N)
+        else:
+            logcnt = replicate_counts(weight, R)
+            node = grow_nodes(coactivation(routing), weight, logcnt, N, R // N, cap)
+        node = co_cluster(X, weight, logcnt, node, N, R // N, cap, opts.iterations)
+        node = swap_search(X, weight, logcnt, node, N, cap, opts.max_swaps)
+        item_e, item_w, item_node = replica_items(weight, logcnt, node)
+        ours = Plan.from_phy2log(pack_nodes(item_e, item_w, item_node, N, P // N, E), E)
     # Per layer, the least traffic among the plans within the balance limit (ours first).
     limit = torch.maximum(torch.full_like(base_imb, 1.0 + opts.epsilon), base_imb) * (1 + 1e-9)
     cands = [ours, balanced] + ([hier] if hier is not None else [])
