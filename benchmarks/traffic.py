@@ -10,7 +10,8 @@
    of the tokens, scored on the second). Target: >= 25 % fewer bytes at imbalance <= 1.05
    (the worst layer's, on the loads the plan was made for; held-out imbalances are printed
    too, and with 1536 tokens per half they are noisy for every plan).
-   A weaker co-activation structure (topic_bias 3) is printed too, for sensitivity.
+   Weaker co-activation structures (topic_bias 3; random per-topic expert sets instead of
+   communities) are printed too, for sensitivity.
 3. **Gap.** On small instances (16 experts, top-4, 150 tokens, 2 nodes x 2 GPUs, 16 and 20
    slots) the heuristic's inter-node copies against the CP-SAT lower bound
    (:func:`solvers.routing.bound.traffic_bound`) at the heuristic's own imbalance limit.
@@ -103,6 +104,8 @@ def cuts(seeds: list[int]) -> None:
              for s in seeds]
     rows.append(("seed 0, topic_bias 3", generate_routing(spec["model"], 0, num_tokens=spec["num_tokens"],
                                                          topic_bias=3.0)))
+    rows.append(("seed 0, communities 0", generate_routing(spec["model"], 0, num_tokens=spec["num_tokens"],
+                                                          communities=0)))
     print(f"inter-node bytes (dispatch, BF16 x 7168 per token copy), {PREFILL.describe()}; {_load()}")
     for name, trace in rows:
         cut_row(name, trace)
