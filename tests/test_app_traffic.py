@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
+from streamlit.testing.v1 import AppTest
 
-from app.loads import DEFAULT_DATASET  # noqa: E402
-from app.traffic import node_matrix_figure, remote_nodes_figure  # noqa: E402
-from solvers import Problem, solve  # noqa: E402
-from solvers.routing import load_routing  # noqa: E402
-from solvers.traffic import traffic  # noqa: E402
-from solvers.workloads.catalog import dataset_path, load_dataset  # noqa: E402
+from app.loads import DEFAULT_DATASET
+from app.traffic import node_matrix_figure, remote_nodes_figure
+from solvers import Problem, solve
+from solvers.routing import load_routing
+from solvers.traffic import traffic
+from solvers.workloads.catalog import dataset_path, load_dataset
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 

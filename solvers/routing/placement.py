@@ -72,7 +72,7 @@ def check_routing(problem: Problem, routing) -> RoutingTrace:
 def incidence(routing: RoutingTrace, max_tokens: int) -> torch.Tensor:
     """X: [L, T', E] float32, 1 where token t chose expert e; at most ``max_tokens`` tokens,
     evenly spaced over the trace (the statistics of a long trace, at bounded cost)."""
-    L, T, k = routing.topk_ids.shape
+    L, T, _ = routing.topk_ids.shape
     take = torch.linspace(0, T - 1, min(T, max_tokens)).round().to(torch.int64).unique()
     ids = routing.topk_ids[:, take].to(torch.int64)                                    # [L, T', k]
     X = torch.zeros(L, take.numel(), routing.num_experts, dtype=torch.float32)
@@ -181,7 +181,7 @@ def co_cluster(X: torch.Tensor, weight: torch.Tensor, logcnt: torch.Tensor, node
     """Alternate: every token's home is the node most of its experts are on; every expert
     goes where most of its tokens live (replicated experts stay put, capacities kept).
     Keeps, per layer, the assignment that touches the fewest nodes per token."""
-    L, T, E = X.shape
+    L = X.shape[0]
     N = num_nodes
     best, best_obj = node.clone(), touched_nodes(X, node, N)
     keep = torch.where(logcnt > 1, node, torch.full_like(node, -1))
@@ -228,7 +228,6 @@ def swap_search(X: torch.Tensor, weight: torch.Tensor, logcnt: torch.Tensor, nod
     """
     L, T, E = X.shape
     N = num_nodes
-    rows = torch.arange(L)
     node = node.clone()
     w = weight.to(torch.float64)
     wf = (w / cap.view(L, 1)).to(torch.float32)                                         # loads in caps
