@@ -51,3 +51,19 @@ def test_explore_traffic_view():
     z = np.stack([_array(row) for row in z]) if isinstance(z, list) else _array(z).reshape(4, 4)
     np.testing.assert_allclose(z, t.node_matrix.numpy() / 1e9, rtol=1e-9)
     assert any(m.label == "remote nodes / token" for m in at.metric)
+
+
+def test_compare_traffic_section():
+    at = AppTest.from_file(MAIN, default_timeout=120).run()
+    at.switch_page("views/compare.py").run()
+    at.multiselect(key="compare:solvers").set_value(["deepseek"]).run()
+    at.button(key="compare:run").click().run()
+    at.toggle(key="compare:traffic_on").set_value(True).run()
+    assert not at.exception and not at.error
+    table = at.dataframe[-1].value
+    trace = load_dataset(DEFAULT_DATASET).loads
+    problem = Problem(trace[:12].sum(0).double(), 288, 8, 4, 32)
+    tr = load_routing(dataset_path("deepseek-v3-routing"))
+    t = traffic(solve(problem, "deepseek").plan, problem.cluster, tr, 7168 * 2)
+    assert table["solver"].tolist() == ["deepseek"]
+    assert table["inter-node GB"].iloc[0] == pytest.approx(t.summary["inter_node_bytes"] / 1e9)
