@@ -24,14 +24,16 @@ from .errors import EPLBError, OptionError
 from .plan import Plan
 from .problem import Problem
 from .registry import get_solver
-from .scoring import score
+from .routing.trace import RoutingTrace
+from .scoring import score, with_traffic
 from .solve import solve
 
 DEFAULT_SOLVERS = ("deepseek", "kk_swap", "joint", "best")
 COLUMNS = ("solver", "policy", "holdout_step_imbalance_mean", "holdout_step_imbalance_worst", "termination", "status",
            "wall_time_s", "imbalance_mean", "imbalance_worst", "holdout_imbalance_mean", "holdout_imbalance_worst",
            "gap_mean", "gap_max", "gap_in_policy_mean",
-           "off_node_share_mean", "duplicates", "moves", "moves_bytes", "message")
+           "off_node_share_mean", "duplicates", "moves", "moves_bytes", "remote_nodes_mean", "remote_nodes_p99",
+           "inter_node_bytes", "intra_node_bytes", "message")
 # On a cluster with per-GPU speeds the rows also carry the imbalance in time (max time over
 # W / total speed), and the pick goes by it: time is what the cluster pays.
 TIME_COLUMNS = ("time_imbalance_mean", "time_imbalance_worst", "holdout_time_imbalance_mean",
@@ -63,6 +65,7 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
                     options: dict[str, Any] | None = None, time_limit: float | None = None,
                     history: Any = None, holdout_steps: Any = None,
                     on_progress: Callable[[str, str, dict[str, Any] | None], None] | None = None,
+                    routing: RoutingTrace | None = None, token_bytes: int | None = None,
                     ) -> list[dict[str, Any]]:
     """One row per (solver, policy): time, in-sample and held-out imbalance, gaps, moves.
 
@@ -72,7 +75,9 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
     experts], given to every solver with a ``history`` option.
     options: applied to each solver that declares them; time_limit: to each solver's
     time-limit option. on_progress(solver, policy, row or None) is called before (None)
-    and after each run.
+    and after each run. routing: a per-token routing trace: every plan's dispatch traffic
+    joins its row (remote nodes per token, inter- and intra-node bytes), and solvers that
+    declare a ``routing`` option receive it.
     """
     if holdout is not None and (holdout.num_layers, holdout.num_experts) != (problem.num_layers, problem.num_experts):
         raise OptionError("holdout", f"has shape ({holdout.num_layers}, {holdout.num_experts}), the loads "
@@ -97,7 +102,8 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
         raise OptionError(unknown[0], f"is not an option of any solver compared ({', '.join(names)})")
     runs = []
     for name, policy in planned_runs(problem, names, policies):
-        opts = solver_options(name, options or {}, time_limit)
+        opts = solver_options(name, {**(options or {}), **({"routing": routing} if routing is not None else {})},
+                              time_limit)
         if history is not None and "history" in get_solver(name).options:   # the window's steps, to planners of them
             opts["history"] = history
         if policy is not None:
@@ -125,6 +131,10 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
         if holdout_steps is not None and res.plan is not None:
             hs = score(holdout, res.plan, tokens=holdout_steps)
             row.update(holdout_step_imbalance_mean=hs.imbalance_mean, holdout_step_imbalance_worst=hs.imbalance_worst)
+        if routing is not None and res.plan is not None:
+            t = with_traffic(res.score, res.plan, problem, routing, token_bytes).summary
+            row.update({k: t[k] for k in ("remote_nodes_mean", "remote_nodes_p99", "inter_node_bytes",
+                                          "intra_node_bytes")})
         row["_result"] = res
         rows.append(row)
         if on_progress:

@@ -187,8 +187,9 @@ def traffic(plan: Plan, cluster: Cluster, trace: RoutingTrace, token_bytes: int 
         word = ((1 << table) | (1 << (32 + table // gpn))).view(-1)
         keep = ~((1 << src) | (1 << (32 + src_node)))                      # [T] drop the source's own
         shift = (src_node * gpn).view(1, T)
-        lut = torch.tensor([bin(i).count("1") for i in range(1 << gpn)], dtype=torch.int64)
+        lut = popcount(torch.arange(1 << gpn, dtype=torch.int64))               # set bits of a node's GPU mask
         low = (1 << 32) - 1
+        key_base = ((lay_off[:LAYER_CHUNK] * N).view(-1, 1) + src_node.view(1, T)) << N     # [chunk, T]
     for a in range(0, L, LAYER_CHUNK):
         b = min(L, a + LAYER_CHUNK)
         Lc = b - a
@@ -202,16 +203,15 @@ def traffic(plan: Plan, cluster: Cluster, trace: RoutingTrace, token_bytes: int 
             for j in range(1, k):
                 w |= wb[..., j]
             w &= keep                                                      # [Lc, T]
-            key = ((rows * N + src_node.view(1, T)) << N) + (w >> 32)
+            key = (key_base[:Lc] + (a * N << N)) + (w >> 32)
             node_sets += torch.bincount(key.view(-1), minlength=L * N << N)
             gbits = w & low
             x = gbits - ((gbits >> 1) & _M1)
             x = (x & _M2) + ((x >> 2) & _M2)
             x = (x + (x >> 4)) & _M4
-            g_cnt = ((x * 0x01010101) & low) >> 24                          # bytes 0..3 summed
-            in_node = lut[(gbits >> shift) & ((1 << gpn) - 1)]
-            intra[a:b] = in_node.sum(1)
-            flat[a:b] = (g_cnt - in_node).sum(1)
+            g_cnt = ((x * 0x01010101) & low) >> 24                          # [Lc, T] bytes 0..3 summed
+            intra[a:b] = lut[(gbits >> shift) & ((1 << gpn) - 1)].sum(1)
+            flat[a:b] = g_cnt.sum(1) - intra[a:b]
         else:
             dest = table.view(-1)[idx].view(Lc * T, k)
             dnode = dest // gpn

@@ -109,7 +109,7 @@ def test_readme_says_what_ci_runs():
 
 CORE = ("solvers.problem", "solvers.plan", "solvers.scoring", "solvers.bounds", "solvers.registry",
         "solvers.grading", "solvers.result", "solvers.options", "solvers.errors", "solvers.tolerances",
-        "solvers.cluster", "solvers.network")
+        "solvers.cluster", "solvers.network", "solvers.traffic", "solvers.routing.trace")
 # What the core may never reach, function-level imports included: the solver families, the
 # workloads, the session layer (solve, compare, files) and the front ends.
 FEATURES = ("solvers.heuristics", "solvers.exact", "solvers.certify", "solvers.dispatch", "solvers.dynamics",

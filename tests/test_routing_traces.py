@@ -1,5 +1,6 @@
 """Routing traces: the canonical file, the engines' layouts (SGLang per_token, vLLM
 routed_experts, Megatron JSONL), hostile files, load counts, the generator."""
+import hashlib
 import json
 
 import numpy as np
@@ -10,6 +11,8 @@ from solvers.errors import LoadFileError, ProblemError
 from solvers.routing import RoutingTrace, generate_routing, load_routing, read_routing, save_routing
 from solvers.routing.coactivation import coactivation
 from solvers.io import read_loads
+from solvers.workloads import dataset_path, list_datasets
+from solvers.workloads.catalog import ROUTING
 
 
 def _ids(L=3, T=10, k=2, E=8, seed=0):
@@ -59,7 +62,7 @@ def _sglang_dump(path, rank, ids_phys, p2l, dense=1):
 
 
 def test_sglang_per_token_maps_physical_ids_and_keeps_ranks(tmp_path):
-    E, R = 8, 10
+    E = 8
     p2l = torch.cat([torch.arange(E), torch.tensor([0, 1])]).repeat(4, 1)   # 1 dense + 3 MoE rows
     phys = torch.tensor([[[8, 3], [9, 5], [0, 2]]] * 3)                      # slots 8, 9 hold experts 0, 1
     for rank in (0, 1):
@@ -175,3 +178,19 @@ def test_group_limit_keeps_tokens_in_few_groups():
     groups = tr.topk_ids.to(torch.int64) // 32
     distinct = torch.zeros(*groups.shape[:2], 8, dtype=torch.bool).scatter_(2, groups, True).sum(-1)
     assert int(distinct.max()) <= 4
+
+
+def test_shipped_routing_dataset_is_catalogued():
+    entry = next(e for e in list_datasets() if e["name"] == "deepseek-v3-routing")
+    tr = load_routing(dataset_path("deepseek-v3-routing"))
+    assert entry["kind"] == "routing" and entry["bytes"] == dataset_path("deepseek-v3-routing").stat().st_size
+    assert (tr.num_layers, tr.num_tokens, tr.top_k, tr.num_experts, tr.num_ranks) == (58, 3072, 8, 256, 32)
+    assert tr.meta["model"] == "deepseek-v3" and tr.meta["seed"] == 0
+
+
+@pytest.mark.slow
+def test_shipped_routing_dataset_regenerates_exactly():
+    entry = next(e for e in list_datasets() if e["name"] == "deepseek-v3-routing")
+    spec = ROUTING["deepseek-v3-routing"]
+    tr = generate_routing(spec["model"], spec["seed"], num_tokens=spec["num_tokens"])
+    assert hashlib.sha256(tr.topk_ids.numpy().astype(np.int64).tobytes()).hexdigest() == entry["topk_sha256"]

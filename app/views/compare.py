@@ -11,6 +11,7 @@ from solvers.compare import pick, planned_runs
 from solvers.errors import EPLBError, OptionError
 
 from app import cache, figures, worker
+from app import traffic as traffic_view
 from app.compute import compare_row, options_text
 from app.widgets import (cluster_picker, describe_cluster, describe_loads, keep, kept, loads_picker, show_error,
                          solver_options, window_picker)
@@ -194,6 +195,8 @@ def _show(done: dict, problem, has_held: bool) -> None:
     c1.plotly_chart(figures.gap_figure(ok), width="stretch", key=f"{PAGE}:chart:gap")
     c2.markdown("**Runtime**")
     c2.plotly_chart(figures.runtime_figure(ok), width="stretch", key=f"{PAGE}:chart:time")
+    traffic_view.compare_section(problem, {n: o.result.plan for n, o in outcomes.items()
+                                           if o.result.plan is not None}, PAGE)
     _per_layer(outcomes, held, problem, has_held)
 
 

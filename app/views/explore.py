@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from app import cache, figures, worker
+from app import traffic as traffic_view
 from app.cluster import dense_layers, expert_bytes
 from app.compute import (DISPATCH_MODELS, EXACT_SCALE, exact_report, metric_cards, plan_table, policy_hint,
                          run_line, worst_layer)
@@ -34,7 +35,7 @@ from solvers.workloads.exporters import read_plan_for_loads
 
 PAGE = "explore"
 PLAN_SUFFIXES = ("json", "yaml", "yml", "csv")
-VIEWS = ("Per-GPU load", "Heatmap", "Per layer", "Micro-batches", "Plan", "Download")
+VIEWS = ("Per-GPU load", "Heatmap", "Per layer", "Micro-batches", "Traffic", "Plan", "Download")
 
 
 def _current_placement(problem, model):
@@ -206,6 +207,8 @@ def _charts(problem, outcome, loads, model, solver, window) -> None:
                    "below it.")
     elif view == "Micro-batches":
         _micro_batches(problem, result, loads, window, model)
+    elif view == "Traffic":
+        traffic_view.explore_view(problem, result.plan, PAGE)
     elif view == "Plan":
         _plan_table(problem, result)
     else:

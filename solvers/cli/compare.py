@@ -16,6 +16,7 @@ from ..io import read_loads
 from ..loadfiles import split_range
 from ..planfile import write_text_atomic
 from .inputs import problem_from_args, read_any_plan, read_loads_arg
+from .routing import routing_arg, token_bytes_arg
 from .args import options_dict
 
 
@@ -43,13 +44,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
         holdout_steps = h.trace          # scored step by step (None for a plain matrix)
     previous = read_any_plan(args.previous, info, "previous")[0] if args.previous else None
     expert_bytes = args.expert_bytes if args.expert_bytes is not None else preset_bytes
-    names = _split_names(args.solvers, "solvers") or list(DEFAULT_SOLVERS)
+    routing = routing_arg(args, problem)
+    names = _split_names(args.solvers, "solvers") or list(DEFAULT_SOLVERS) + (["traffic_aware"] if routing else [])
     policies = _split_names(args.policy, "policy") or ["auto"]
     progress = _progress(len(planned_runs(problem, names, policies)))
     rows = compare_solvers(problem, names, policies=policies, holdout=holdout, previous=previous,
                            expert_bytes=expert_bytes if previous is not None else None,
                            options=options_dict(args.option), time_limit=args.time_limit, on_progress=progress,
-                           history=info.trace, holdout_steps=holdout_steps)
+                           history=info.trace, holdout_steps=holdout_steps,
+                           routing=routing, token_bytes=None if routing is None else token_bytes_arg(args, routing))
     best, reason = pick(rows)
     plain = table_rows(rows)
     written = _write_compare(Path(args.out), plain) if args.out else []
@@ -58,7 +61,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
                           {"solver": best["solver"], "policy": best["policy"]}, "reason": reason}, indent=2,
                          default=str))
         return 0
-    print(_compare_table(plain, holdout is not None, previous is not None, holdout_steps is not None))
+    print(_compare_table(plain, holdout is not None, previous is not None, holdout_steps is not None,
+                         routing is not None))
     print()
     print(f"pick: {best['solver']} (policy {best['policy']}): {reason}" if best else f"pick: none: {reason}")
     if written:
@@ -93,7 +97,8 @@ def _fmt(v: Any, pct: bool = False) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def _compare_table(rows: list[dict], holdout: bool, moves: bool, per_step: bool = False) -> str:
+def _compare_table(rows: list[dict], holdout: bool, moves: bool, per_step: bool = False,
+                   traffic: bool = False) -> str:
     cols = [("solver", "solver", False), ("policy", "policy", False)]
     if per_step:          # what a served plan meets: first
         cols += [("holdout_step_imbalance_mean", "held-out per step", False),
@@ -112,6 +117,9 @@ def _compare_table(rows: list[dict], holdout: bool, moves: bool, per_step: bool 
              ("off_node_share_mean", "off-node", True), ("duplicates", "dups", False)]
     if moves:
         cols += [("moves", "moves", False), ("moves_bytes", "bytes moved", False)]
+    if traffic:
+        cols += [("remote_nodes_mean", "remote nodes/token", False), ("remote_nodes_p99", "p99", False),
+                 ("inter_node_bytes", "inter-node bytes", False)]
     table = [[title for _, title, _ in cols]] + [[_fmt(r.get(k), pct) for k, _, pct in cols] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table)

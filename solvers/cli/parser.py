@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     for add in (add_plan, add_score, add_compare, add_solvers, add_generate, add_convert, add_datasets,
-                add_bench, add_recommend, add_simulate, add_sweep, add_microbatch):
+                add_bench, add_recommend, add_simulate, add_sweep, add_microbatch, add_routing):
         add(sub)
     return parser
 
@@ -56,6 +56,7 @@ def add_plan(sub) -> None:
                         "within the slack (docs/dynamics.md)")
     add_network_args(p)
     p.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert for moves (default: the model's)")
+    add_routing_arg(p, "; the traffic_aware solver plans on it (-O epsilon=E: imbalance <= 1 + E)")
     add_out(p, "plan JSON to write", required=True)
     add_json(p)
     p.set_defaults(handler="plan")
@@ -78,6 +79,7 @@ def add_score(sub) -> None:
     s.add_argument("--per-gpu", action="store_true", help="also print every GPU's load (and time, with speeds)")
     add_network_args(s)
     add_out(s, "with --previous: write the transfer schedule, .json or .csv (docs/formats.md)", metavar="FILE")
+    add_routing_arg(s)
     add_json(s)
     s.set_defaults(handler="score")
 
@@ -94,6 +96,7 @@ def add_compare(sub) -> None:
     c.add_argument("--previous", default=None, help="plan in force (eplb, SGLang, TensorRT-LLM or CSV): moves")
     c.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert (default: the model's)")
     c.add_argument("--time-limit", type=float, default=None, help="seconds for each solver with a time limit")
+    add_routing_arg(c, " (a column per plan; traffic_aware joins the default solvers)")
     add_options(c, "option for every solver that declares it, repeatable")
     add_out(c, "write compare.csv and compare.html there", metavar="DIR")
     add_json(c, "print the rows and the pick as JSON")
@@ -105,6 +108,30 @@ def add_solvers(sub) -> None:
     add_json(ls, "print the schemas as JSON")
     ls.add_argument("--markdown", action="store_true", help="print the catalogue as Markdown (docs/solvers.md)")
     ls.set_defaults(handler="solvers")
+
+
+def add_routing_arg(p, extra: str = "") -> None:
+    p.add_argument("--routing", default=None, metavar="TRACE",
+                   help="per-token routing trace (canonical .npz, SGLang per_token dump, vLLM routed_experts, "
+                        "Megatron JSONL, or a shipped routing dataset by name): adds the dispatch traffic "
+                        "(remote nodes per token, bytes per link class)" + extra)
+
+
+def add_routing(sub) -> None:
+    r = sub.add_parser("routing", help="per-token routing traces: generate, convert to the canonical .npz, info")
+    r.add_argument("action", choices=("generate", "convert", "info"))
+    r.add_argument("input", help="generate: a model preset; convert/info: a routing file, directory or glob")
+    r.add_argument("--tokens", type=int, default=3072, help="generate: tokens (default 3072)")
+    r.add_argument("--seed", type=int, default=0, help="generate: random seed (default 0)")
+    r.add_argument("--set", action="append", type=key_value, metavar="KEY=VALUE",
+                   help="generate: generator parameter, repeatable (e.g. --set topic_bias=3)")
+    r.add_argument("--format", choices=("npz", "sglang", "vllm", "megatron"), default=None,
+                   help="convert/info: input format (default: detected)")
+    r.add_argument("--num-experts", type=int, default=None,
+                   help="convert/info: logical experts (vLLM and Megatron files do not record it)")
+    add_out(r, "generate/convert: canonical routing .npz to write")
+    add_json(r)
+    r.set_defaults(handler="routing")
 
 
 # generate, convert, datasets -----------------------------------------------------------------

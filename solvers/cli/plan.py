@@ -8,7 +8,9 @@ from ..errors import OptionError
 from ..migration import plan_with_migration, replan_after_failure
 from ..planfile import plan_document, write_plan
 from ..registry import get_solver
+from ..scoring import with_traffic
 from ..solve import solve
+from .routing import routing_arg, token_bytes_arg
 from .args import command_line, fail, options_dict
 from .inputs import (dropped_note, format_metrics, loads_sha256, plan_cluster, problem_from_args, read_any_plan,
                      read_loads_arg)
@@ -39,6 +41,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         previous, prev_shape, _ = read_any_plan(args.previous, info, "previous")
         previous_cluster = plan_cluster(prev_shape, problem, previous)
     expert_bytes = args.expert_bytes if args.expert_bytes is not None else preset_bytes
+    routing = routing_arg(args, problem)
+    if routing is not None and "routing" in get_solver(args.solver).options:
+        options["routing"] = routing
     if previous is None and (args.migration_slack is not None or args.migration is not None
                              or args.migration_budget is not None or args.migration_objective is not None):
         raise OptionError("previous", "--migration-slack, --migration, --migration-budget and --migration-objective "
@@ -65,11 +70,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if result.plan is None:
         return fail(f"solver {args.solver!r} found no plan ({result.termination}): {result.message}")
     metrics = result.summary()
+    if routing is not None:
+        metrics.update(with_traffic(result.score, result.plan, problem, routing,
+                                    token_bytes_arg(args, routing)).traffic.summary)
     doc = plan_document(result.plan, problem, policy=result.policy, solver=args.solver, options=result.options,
                         metrics=metrics, result=result, dense_layers=dense,
                         provenance={"loads": str(args.loads), "loads_sha256": loads_sha256(info),
                                     "loads_format": info.format, "dense_layers_dropped": info.dense_layers,
-                                    "model": args.model, "previous": args.previous,
+                                    "model": args.model, "previous": args.previous, "routing": args.routing,
                                     "expert_bytes": expert_bytes, "command": command_line()})
     write_plan(args.out, doc)
     if args.json:

@@ -11,6 +11,7 @@ from ..migration.transfers import schedule_transfers, write_schedule
 from ..problem import Problem
 from ..scoring import score
 from ..cluster import get_model
+from .routing import routing_arg, token_bytes_arg
 from .args import network_from_args, real_cluster_kwargs
 from .inputs import dropped_note, format_metrics, plan_cluster, read_any_plan, read_loads_arg
 
@@ -77,7 +78,9 @@ def cmd_score(args: argparse.Namespace) -> int:
     uniform = problem.cluster.uniform_slots and (previous_cluster is None or previous_cluster.uniform_slots)
     if args.out and not uniform:
         raise OptionError("out", "transfer schedules need the same slot count on every GPU in both plans")
-    sc = score(problem, plan, previous=previous, expert_bytes=nbytes, previous_cluster=previous_cluster)
+    routing = routing_arg(args, problem)
+    sc = score(problem, plan, previous=previous, expert_bytes=nbytes, previous_cluster=previous_cluster,
+               routing=routing, token_bytes=None if routing is None else token_bytes_arg(args, routing))
     metrics = sc.metrics()
     if args.per_gpu:
         metrics["gpu_load"] = sc.gpu_load.tolist()

@@ -50,7 +50,7 @@ import torch
 
 from ..errors import OptionError
 from ..network import DEFAULT_NETWORK, Network
-from .colouring import colour_edges, max_degree
+from .colouring import colour_edges
 
 INTRA, INTER, HOST = 0, 1, 2
 LINK_NAMES = ("intra", "inter", "host")

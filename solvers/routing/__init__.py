@@ -11,7 +11,10 @@ communication-aware placement (:mod:`solvers.routing.placement`, registered as
   Megatron routing-trace JSONL; :func:`read_routing` detects which;
 - :mod:`.generator`: seeded traces with co-activation structure (topics favouring expert
   sets, a topic mix drifting over time);
-- :mod:`.coactivation`: co-activation statistics for the placement.
+- :mod:`.coactivation`: co-activation statistics for the placement;
+- :mod:`.placement`: the ``traffic_aware`` solver (imported by :mod:`solvers.builtin`, not
+  here: the core scorer imports :mod:`.trace` and must not register solvers);
+- :mod:`.bound`: a CP-SAT lower bound on inter-node traffic for small instances.
 """
 from __future__ import annotations
 

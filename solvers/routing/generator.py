@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from ..cluster import MODELS, get_model
+from ..cluster import MODELS, ModelPreset, get_model
 from ..errors import OptionError
 from .trace import RoutingTrace
 
@@ -45,7 +45,7 @@ class RoutingSpec:
     topic_communities: int = 1      # communities a topic favours
     topic_experts: int = 0          # random experts a topic favours besides; 0 = num_experts // 8 without
                                     # communities, none with them
-    topic_bias: float = 3.0         # logits added to a topic's experts
+    topic_bias: float = 4.0         # logits added to the experts a topic favours
     popularity: float = 0.6         # std of the per-expert base logits
     request_tokens: int = 16        # mean tokens per request in the trace (one topic, one source rank)
     drift: float = 0.1              # std of the topic-mix random walk per request
@@ -77,13 +77,15 @@ def _gumbel(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     return -np.log(-np.log(np.clip(u, 1e-12, 1.0 - 1e-7)))
 
 
-def generate_routing(model: str = "deepseek-v3", seed: int = 0, spec: RoutingSpec | None = None,
+def generate_routing(model: str | ModelPreset = "deepseek-v3", seed: int = 0, spec: RoutingSpec | None = None,
                      **overrides) -> RoutingTrace:
-    """A seeded :class:`RoutingTrace` for the model preset ``model`` (:data:`MODELS`).
+    """A seeded :class:`RoutingTrace` for the model preset ``model`` (a name of :data:`MODELS`,
+    or a :class:`ModelPreset` for another shape, e.g. a small instance for the exact bound).
 
     ``spec`` (or keyword overrides of :class:`RoutingSpec`'s fields) sets the parameters.
     """
-    preset = get_model(model)
+    preset = model if isinstance(model, ModelPreset) else get_model(model)
+    model = model if isinstance(model, str) else preset.name
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise OptionError("seed", f"must be an integer >= 0, got {seed!r}")
     unknown = set(overrides) - set(RoutingSpec.__dataclass_fields__)

@@ -36,6 +36,7 @@ from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput, register, run
 from ..traffic import traffic
+from .coactivation import coactivation
 from .trace import RoutingTrace
 
 ROUTING_OPTION = Option("routing", object, None, "per-token routing trace (solvers.routing.RoutingTrace) with the "
@@ -46,6 +47,10 @@ SCHEMA = (
            "(or the balance-only plan's, when that is higher)", minimum=0.0, maximum=1.0),
     Option("max_swaps", int, 60, "rounds of the node swap search (one swap per layer per round)",
            minimum=0, maximum=100_000, advanced=True),
+    Option("spread", bool, True, "put a replica of each of the hottest experts on every node (the spare slots): "
+           "the nearest-replica dispatcher then keeps them local for every token"),
+    Option("iterations", int, 12, "rounds of the token / expert co-clustering",
+           minimum=0, maximum=10_000, advanced=True),
     Option("max_tokens", int, 1024, "tokens of the trace the search looks at (evenly spaced)",
            minimum=16, maximum=1 << 20, advanced=True),
 )
@@ -67,7 +72,7 @@ def check_routing(problem: Problem, routing) -> RoutingTrace:
 def incidence(routing: RoutingTrace, max_tokens: int) -> torch.Tensor:
     """X: [L, T', E] float32, 1 where token t chose expert e; at most ``max_tokens`` tokens,
     evenly spaced over the trace (the statistics of a long trace, at bounded cost)."""
-    L, T, k = routing.topk_ids.shape
+    L, T, _ = routing.topk_ids.shape
     take = torch.linspace(0, T - 1, min(T, max_tokens)).round().to(torch.int64).unique()
     ids = routing.topk_ids[:, take].to(torch.int64)                                    # [L, T', k]
     X = torch.zeros(L, take.numel(), routing.num_experts, dtype=torch.float32)
@@ -75,40 +80,122 @@ def incidence(routing: RoutingTrace, max_tokens: int) -> torch.Tensor:
     return X
 
 
-def assign_nodes(X: torch.Tensor, weight: torch.Tensor, logcnt: torch.Tensor, num_nodes: int,
-                 slots_per_node: int, cap: torch.Tensor) -> torch.Tensor:
-    """Greedy clustering: node of every expert [L, E] (all its replicas there).
+def grow_nodes(A: torch.Tensor, weight: torch.Tensor, logcnt: torch.Tensor, num_nodes: int,
+               slots_per_node: int, cap: torch.Tensor) -> torch.Tensor:
+    """Greedy graph growing: node of every expert [L, E] (all its replicas there).
 
-    Experts heaviest first, each to the node most of its tokens already touch, among nodes
-    with room for its replicas, under the load cap (then the lightest node). X: [L, T, E]
-    incidence; weight, logcnt: [L, E]; cap: [L].
+    Replicated experts (the hot ones, co-activated with nearly every token) go first, the
+    heaviest to the lightest node with room, so the slots left are whole. Single-replica
+    experts then grow clusters: each node starts from a seed (the heaviest such expert,
+    then each next seed the one least co-activated with the seeds so far), and the node
+    with the fewest slots used takes the unplaced expert most co-activated with it
+    (relative to the expert's total co-activation), penalised by how far it would push the
+    node over its load cap. A: [L, E, E] co-activation; weight, logcnt: [L, E]; cap: [L].
     """
-    L, T, E = X.shape
+    L, E, _ = A.shape
     N = num_nodes
     rows = torch.arange(L)
-    order = torch.sort(weight, dim=1, descending=True, stable=True).indices
+    single = logcnt == 1
+    A1 = A * (single.view(L, 1, E) & single.view(L, E, 1))                              # among single experts
+    deg = A1.sum(2).clamp_min(1e-9)                                                     # [L, E]
     node = torch.full((L, E), -1, dtype=torch.int64)
+    aff = torch.zeros(L, E, N, dtype=torch.float32)
     load = torch.zeros(L, N, dtype=torch.float64)
     slots = torch.zeros(L, N, dtype=torch.int64)
-    touched = torch.zeros(L, T, N, dtype=torch.float32)                                # token already on node
-    total = weight.sum(1).clamp_min(1e-300).view(L, 1)
-    for step in range(E):
+    w = weight.to(torch.float64)
+
+    def place(e: torch.Tensor, n: torch.Tensor, mask: torch.Tensor) -> None:
+        r, e, n = rows[mask], e[mask], n[mask]
+        node[r, e] = n
+        load[r, n] += w[r, e]
+        slots[r, n] += logcnt[r, e]
+        aff[r, :, n] += A1[r, e]
+
+    multi = (~single).sum(1)
+    order = torch.sort(w.masked_fill(single, -1.0), dim=1, descending=True, stable=True).indices
+    for step in range(int(multi.max())):
         e = order[:, step]
-        w, c = weight[rows, e], logcnt[rows, e]
-        x = X[rows, :, e]                                                               # [L, T]
-        share = torch.einsum("lt,ltn->ln", x, touched) / x.sum(1, keepdim=True).clamp_min(1.0)
-        over = (load + w.view(L, 1)) > cap.view(L, 1)
-        # keep load and slots filling at the same pace, so the light experts left at the end
-        # do not have to go where the load already is
-        ahead = (load + w.view(L, 1)) * N / total - (slots + c.view(L, 1)).to(torch.float64) / slots_per_node
-        score = share.to(torch.float64) - 4.0 * over - 2.0 * ahead.clamp_min(0) - 1e-3 * load / total
-        score = score.masked_fill(slots + c.view(L, 1) > slots_per_node, float("-inf"))
-        n = score.argmax(1)
-        node[rows, e] = n
-        load[rows, n] += w
-        slots[rows, n] += c
-        touched[rows, :, n] = torch.maximum(touched[rows, :, n], x)
+        key = load.masked_fill(slots + logcnt.gather(1, e.view(L, 1)) > slots_per_node, float("inf"))
+        place(e, key.argmin(1), step < multi)
+    todo = single.sum(1)
+    for n in range(N):
+        if n == 0:
+            pick = w.masked_fill(~single, -1.0).argmax(1)
+        else:
+            pick = (aff.sum(2).to(torch.float64) / deg).masked_fill((node >= 0) | ~single, float("inf")).argmin(1)
+        place(pick, torch.full((L,), n, dtype=torch.int64), todo > n)
+    for step in range(int(todo.max()) - N):
+        n = slots.masked_fill(slots >= slots_per_node, 1 << 40).argmin(1)                 # fewest slots used
+        pull = aff[rows, :, n].to(torch.float64) / deg                                  # [L, E]
+        over = (load[rows, n].view(L, 1) + w - cap.view(L, 1)).clamp_min(0) / cap.view(L, 1)
+        score = (pull - 4.0 * over + 1e-6 * w / w.sum(1, keepdim=True)).masked_fill(node >= 0, float("-inf"))
+        place(score.argmax(1), n, step < todo - N)
     return node
+
+
+def touched_nodes(X: torch.Tensor, node: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """[L] mean distinct nodes per token (the proxy the search lowers). X: [L, T, E]."""
+    cnt = X @ torch.nn.functional.one_hot(node, num_nodes).to(X.dtype)
+    return (cnt > 0).sum((1, 2)).to(torch.float64) / X.shape[1]
+
+
+def capacity_assign(score: torch.Tensor, weight: torch.Tensor, logcnt: torch.Tensor, fixed: torch.Tensor,
+                    slots_per_node: int, cap: torch.Tensor) -> torch.Tensor:
+    """Experts to nodes by descending score under slot and load capacities: node [L, E].
+
+    score: [L, E, N]; fixed: [L, E] node already chosen (-1: free). (expert, node) pairs are
+    taken best first; an expert whose pairs all exceed a capacity goes, at the end, to
+    the node with room that overflows the load cap least.
+    """
+    L, E, N = score.shape
+    rows = torch.arange(L)
+    w = weight.to(torch.float64)
+    node = fixed.clone()
+    load = torch.zeros(L, N, dtype=torch.float64).scatter_add_(1, fixed.clamp_min(0), w * (fixed >= 0))
+    slots = torch.zeros(L, N, dtype=torch.int64).scatter_add_(1, fixed.clamp_min(0), logcnt * (fixed >= 0))
+    order = torch.sort(score.view(L, -1), dim=1, descending=True, stable=True).indices   # [L, E*N]
+    for step in range(E * N):
+        pair = order[:, step]
+        e, n = pair // N, pair % N
+        c = logcnt[rows, e]
+        ok = (node[rows, e] < 0) & (slots[rows, n] + c <= slots_per_node) & (load[rows, n] + w[rows, e] <= cap)
+        r = rows[ok]
+        node[r, e[ok]] = n[ok]
+        load[r, n[ok]] += w[r, e[ok]]
+        slots[r, n[ok]] += c[ok]
+    while bool((node < 0).any()):                     # leftovers: least overflow among nodes with room
+        left = node < 0
+        e = left.to(torch.float64).argmax(1)
+        c = logcnt[rows, e]
+        key = (load + w[rows, e].view(L, 1)).masked_fill(slots + c.view(L, 1) > slots_per_node, float("inf"))
+        n = key.argmin(1)
+        r = rows[left.any(1)]
+        node[r, e[r]] = n[r]
+        load[r, n[r]] += w[r, e[r]]
+        slots[r, n[r]] += c[r]
+    return node
+
+
+def co_cluster(X: torch.Tensor, weight: torch.Tensor, logcnt: torch.Tensor, node: torch.Tensor,
+               num_nodes: int, slots_per_node: int, cap: torch.Tensor, iterations: int) -> torch.Tensor:
+    """Alternate: every token's home is the node most of its experts are on; every expert
+    goes where most of its tokens live (replicated experts stay put, capacities kept).
+    Keeps, per layer, the assignment that touches the fewest nodes per token."""
+    L = X.shape[0]
+    N = num_nodes
+    best, best_obj = node.clone(), touched_nodes(X, node, N)
+    keep = torch.where(logcnt > 1, node, torch.full_like(node, -1))
+    for _ in range(iterations):
+        cnt = X @ torch.nn.functional.one_hot(node, N).to(X.dtype)                     # [L, T, N]
+        home = torch.nn.functional.one_hot(cnt.argmax(2), N).to(X.dtype)              # [L, T, N]
+        score = X.transpose(1, 2) @ home                                              # [L, E, N] tokens of e homed on n
+        score = score / X.sum(1).clamp_min(1.0).unsqueeze(2)
+        node = capacity_assign(score, weight, logcnt, keep, slots_per_node, cap)
+        obj = touched_nodes(X, node, N)
+        better = obj < best_obj
+        best = torch.where(better.view(L, 1), node, best)
+        best_obj = torch.minimum(obj, best_obj)
+    return best
 
 
 def matchings(num_nodes: int) -> list[torch.Tensor]:
@@ -141,14 +228,13 @@ def swap_search(X: torch.Tensor, weight: torch.Tensor, logcnt: torch.Tensor, nod
     """
     L, T, E = X.shape
     N = num_nodes
-    rows = torch.arange(L)
     node = node.clone()
     w = weight.to(torch.float64)
+    wf = (w / cap.view(L, 1)).to(torch.float32)                                         # loads in caps
     Xt = X.transpose(1, 2).contiguous()                                                # [L, E, T]
     same_c = logcnt.view(L, E, 1) == logcnt.view(L, 1, E)
-    dw = w.view(L, 1, E) - w.view(L, E, 1)                                              # w_f - w_e
-    capv = cap.view(L, 1)
-    big = float(T) * N / cap.clamp_min(1e-300)                                          # [L] per unit of load
+    dw = wf.view(L, 1, E) - wf.view(L, E, 1)                                            # w_f - w_e
+    big = float(T) * N                                                                  # per cap of relief
     cand = min(candidates, E * E)
     schedule = matchings(N)
     idle = 0
@@ -163,16 +249,14 @@ def swap_search(X: torch.Tensor, weight: torch.Tensor, logcnt: torch.Tensor, nod
         move = alone.gather(2, node.view(L, E, 1)) - absent                             # gain of e -> b
         est = move.gather(2, node.view(L, 1, E).expand(L, E, E))
         est = est + est.transpose(1, 2)                                                 # [L, E, F]
-        load = torch.zeros(L, N, dtype=torch.float64).scatter_add_(1, node, w)
+        load = torch.zeros(L, N, dtype=torch.float32).scatter_add_(1, node, wf)
         le = load.gather(1, node)                                                       # [L, E]
-        over_before = (le.view(L, E, 1) - capv.view(L, 1, 1)).clamp_min(0) \
-            + (le.view(L, 1, E) - capv.view(L, 1, 1)).clamp_min(0)
-        over_after = (le.view(L, E, 1) + dw - capv.view(L, 1, 1)).clamp_min(0) \
-            + (le.view(L, 1, E) - dw - capv.view(L, 1, 1)).clamp_min(0)
+        over_before = (le.view(L, E, 1) - 1).clamp_min(0) + (le.view(L, 1, E) - 1).clamp_min(0)
+        over_after = (le.view(L, E, 1) + dw - 1).clamp_min(0) + (le.view(L, 1, E) - dw - 1).clamp_min(0)
         relief = over_before - over_after                                               # >= 0 to be allowed
         matched = pair_of[node.view(L, E, 1), node.view(L, 1, E)] >= 0
-        ok = same_c & matched & (relief >= -1e-9 * capv.view(L, 1, 1))
-        score = (est + big.view(L, 1, 1) * relief).masked_fill(~ok, float("-inf"))
+        ok = same_c & matched & (relief >= -1e-6)
+        score = (est + big * relief).masked_fill(~ok, float("-inf"))
         top, idx = score.view(L, -1).topk(cand, dim=1)                                  # [L, C]
         e, f = idx // E, idx % E
         a, b = node.gather(1, e), node.gather(1, f)                                     # [L, C]
@@ -183,13 +267,12 @@ def swap_search(X: torch.Tensor, weight: torch.Tensor, logcnt: torch.Tensor, nod
         cb = cnt.gather(2, b.view(L, 1, cand).expand(L, T, cand))
         before = (ca > 0).to(X.dtype) + (cb > 0).to(X.dtype)
         after = ((ca + d) > 0).to(X.dtype) + ((cb - d) > 0).to(X.dtype)
-        gain = (before - after).sum(1).to(torch.float64) \
-            + big.view(L, 1) * relief.view(L, -1).gather(1, idx)
+        gain = (before - after).sum(1) + big * relief.view(L, -1).gather(1, idx)
         gain = gain.masked_fill(~torch.isfinite(top), float("-inf"))                     # [L, C]
         # The best candidate of every node pair of this round's pairing.
         pid = pair_of[a, b].clamp_min(0)                                                # [L, C]
         Q = pairs.shape[0]
-        best = torch.full((L, Q), float("-inf"), dtype=torch.float64).scatter_reduce(
+        best = torch.full((L, Q), float("-inf"), dtype=gain.dtype).scatter_reduce(
             1, pid, gain, reduce="amax")
         win = (gain == best.gather(1, pid)) & (gain > 0.5)
         # one winner per (layer, pair): the first candidate reaching the best
@@ -252,6 +335,40 @@ def gpu_imbalance(weight: torch.Tensor, plan: Plan, num_gpus: int) -> torch.Tens
     return torch.where(mean > 0, g.max(1).values / mean.clamp_min(1e-300), torch.ones_like(mean))
 
 
+def _spread_plan(problem: Problem, routing: RoutingTrace, X: torch.Tensor, weight: torch.Tensor, cap: torch.Tensor,
+                 hier: Plan | None, opts: SolverOptions) -> Plan:
+    """The placement with the hottest experts on every node: F = (R - E) // (N - 1) experts
+    (by load) get one replica per node, so a token's dispatcher always finds them on its
+    own node (they leave the clustering); the slots left over give the next hottest a second
+    replica. The other experts are clustered into nodes (all replicas of one on one node)
+    on the slots and load left: (R / N - F) slots and ``cap`` minus the spread experts'
+    share per node."""
+    L, E = weight.shape
+    N, P, R = problem.num_nodes, problem.num_gpus, problem.num_replicas
+    F = min(E, (R - E) // (N - 1))
+    order = torch.sort(weight, dim=1, descending=True, stable=True).indices
+    rank = torch.empty_like(order).scatter_(1, order, torch.arange(E).expand(L, E).contiguous())
+    full = rank < F                                                                     # [L, E]
+    extra = R - E - F * (N - 1)
+    logcnt = torch.where(full, N, 1) + ((rank >= F) & (rank < F + extra)).to(torch.int64)
+    # The clustering sees the other experts only: zero load, zero slots and no tokens for the spread ones.
+    w_red = weight.masked_fill(full, 0.0)
+    c_red = logcnt.masked_fill(full, 0)
+    X_red = X.masked_fill(full.view(L, 1, E), 0.0)
+    cap_red = cap - (weight * full).sum(1) / N
+    slots = R // N - F
+    start = hier.log2phy[:, :, 0] // (R // N) if hier is not None else \
+        grow_nodes(coactivation(routing), w_red, c_red, N, slots, cap_red)
+    start = start.masked_fill(full, 0)
+    node = co_cluster(X_red, w_red, c_red, start, N, slots, cap_red, opts.iterations)
+    node = swap_search(X_red, w_red, c_red, node, N, cap_red, opts.max_swaps)
+    item_e, item_w = expand_items(weight, logcnt)
+    first = torch.cumsum(logcnt, 1) - logcnt
+    replica = torch.arange(R).expand(L, R) - first.gather(1, item_e)                    # rank among e's replicas
+    item_node = torch.where(full.gather(1, item_e), replica, node.gather(1, item_e))
+    return Plan.from_phy2log(pack_nodes(item_e, item_w, item_node, N, P // N, E), E)
+
+
 @register("traffic_aware", kind="heuristic", options=SCHEMA, in_suites=False,
           description="communication-aware placement from a per-token routing trace: co-activated experts on one "
                       "node (affinity clustering, swaps), balanced packing, imbalance <= 1 + epsilon")
@@ -270,11 +387,21 @@ def _solve_traffic_aware(problem: Problem, opts: SolverOptions) -> SolverOutput:
     hier = None
     if problem.num_groups % N == 0 and E % problem.num_groups == 0:
         hier = run(problem, "deepseek", {"policy": "hierarchical"}).plan.to("cpu")
-    logcnt = replicate_counts(weight, R)
-    node = assign_nodes(X, weight, logcnt, N, R // N, cap)
-    node = swap_search(X, weight, logcnt, node, N, cap, opts.max_swaps)
-    item_e, item_w, item_node = replica_items(weight, logcnt, node)
-    ours = Plan.from_phy2log(pack_nodes(item_e, item_w, item_node, N, P // N, E), E)
+    if opts.spread:
+        ours = _spread_plan(problem, routing, X, weight, cap, hier, opts)
+    else:
+        if hier is not None:
+            # Start from DeepSeek's hierarchical plan: its replica counts and the node of every
+            # expert (its replicas share a node).
+            logcnt = hier.logcnt
+            node = hier.log2phy[:, :, 0] // (R // N)
+        else:
+            logcnt = replicate_counts(weight, R)
+            node = grow_nodes(coactivation(routing), weight, logcnt, N, R // N, cap)
+        node = co_cluster(X, weight, logcnt, node, N, R // N, cap, opts.iterations)
+        node = swap_search(X, weight, logcnt, node, N, cap, opts.max_swaps)
+        item_e, item_w, item_node = replica_items(weight, logcnt, node)
+        ours = Plan.from_phy2log(pack_nodes(item_e, item_w, item_node, N, P // N, E), E)
     # Per layer, the least traffic among the plans within the balance limit (ours first).
     limit = torch.maximum(torch.full_like(base_imb, 1.0 + opts.epsilon), base_imb) * (1 + 1e-9)
     cands = [ours, balanced] + ([hier] if hier is not None else [])

@@ -157,6 +157,9 @@ class RoutingTrace:
         return RoutingTrace(ids, self.num_experts, ranks, self.num_ranks if ranks is not None else None,
                             {**self.meta, "tokens": [int(start), int(stop)]})
 
+    def __repr__(self) -> str:
+        return f"RoutingTrace({self.describe()})"
+
     def describe(self) -> str:
         ranks = f", source ranks of {self.num_ranks}" if self.num_ranks else ""
         what = self.meta.get("model") or self.meta.get("source") or "routing"

@@ -199,8 +199,8 @@ def build_catalog(names: list[str] | None = None) -> list[dict[str, Any]]:
             "name": name, "file": path.name, "kind": "routing",
             "description": f"{routing.meta['model_name']}: per-token top-{routing.top_k} routing of "
                            f"{routing.num_tokens} tokens from a seeded generator with co-activation "
-                           f"structure (topics favouring expert sets, a drifting topic mix, group-limited "
-                           f"routing) and source ranks of {routing.num_ranks} GPUs.",
+                           f"structure (topics favouring communities of experts across the groups, a drifting "
+                           f"topic mix, group-limited routing) and source ranks of {routing.num_ranks} GPUs.",
             "model": spec["model"], "steps": 1, "num_layers": routing.num_layers,
             "num_experts": routing.num_experts, "num_groups": routing.meta["num_groups"],
             "top_k": routing.top_k, "tokens": routing.num_tokens, "seed": spec["seed"],

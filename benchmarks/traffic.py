@@ -1,0 +1,149 @@
+"""Traffic targets: the metric's speed, the traffic-aware placement's cut, its gap to a bound.
+
+1. **Speed.** Scoring the dispatch traffic of one plan (DeepSeek hierarchical) on 58 layers
+   x 100k tokens x top-8 (a generated DeepSeek-V3 trace, 4 nodes x 8 GPUs, 288 slots):
+   median wall time of repeated calls after a warm-up. Target <= 2 s on CPU.
+2. **Cut.** On the shipped ``deepseek-v3-routing`` dataset and on regenerated ones (seeds
+   1-4, same parameters): inter-node bytes of ``traffic_aware`` (epsilon 0.05) against
+   DeepSeek's hierarchical plan, with both plans' GPU imbalance (mean / worst layer). In
+   sample (planned and scored on all tokens) and out of sample (planned on the first half
+   of the tokens, scored on the second). Target: >= 25 % fewer bytes at imbalance <= 1.05
+   (the worst layer's, on the loads the plan was made for; held-out imbalances are printed
+   too, and with 1536 tokens per half they are noisy for every plan).
+   Weaker co-activation structures (topic_bias 3; random per-topic expert sets instead of
+   communities) are printed too, for sensitivity.
+3. **Gap.** On small instances (16 experts, top-4, 150 tokens, 2 nodes x 2 GPUs, 16 and 20
+   slots) the heuristic's inter-node copies against the CP-SAT lower bound
+   (:func:`solvers.routing.bound.traffic_bound`) at the heuristic's own imbalance limit.
+
+    python -m benchmarks.traffic [--tokens 100000] [--repeats 5] [--seeds 1,2,3,4] [--skip-speed]
+
+Every timing line prints the load average: on a shared machine only low-load runs mean much.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+
+from solvers import Cluster, Problem, score, solve
+from solvers.cluster import ModelPreset
+from solvers.routing import RoutingTrace, generate_routing, load_routing
+from solvers.routing.bound import traffic_bound
+from solvers.traffic import traffic
+from solvers.workloads.catalog import ROUTING, dataset_path
+
+PREFILL = Cluster(4, 32, 288)
+
+
+def _load() -> str:
+    return "load average %.2f %.2f %.2f" % os.getloadavg()
+
+
+def speed(tokens: int, repeats: int) -> None:
+    t0 = time.perf_counter()
+    trace = generate_routing("deepseek-v3", 0, num_tokens=tokens)
+    print(f"generated {trace.describe()} in {time.perf_counter() - t0:.1f} s")
+    problem = Problem(trace.loads(), cluster=PREFILL, num_groups=8)
+    plan = solve(problem, "deepseek", policy="hierarchical").plan
+    traffic(plan, PREFILL, trace, 14336)                            # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        traffic(plan, PREFILL, trace, 14336)
+        times.append(time.perf_counter() - start)
+    med = statistics.median(times)
+    print(f"traffic score, {trace.num_layers} layers x {trace.num_tokens} tokens x top-{trace.top_k}: median "
+          f"{med:.2f} s of {repeats} (min {min(times):.2f}, max {max(times):.2f}), torch threads "
+          f"{torch.get_num_threads()}, {_load()}; target <= 2 s: {'met' if med <= 2 else 'NOT met'}")
+
+
+def _half(trace: RoutingTrace, second: bool) -> RoutingTrace:
+    T = trace.num_tokens
+    return trace.tokens(T // 2, T) if second else trace.tokens(0, T // 2)
+
+
+def cut_row(name: str, trace: RoutingTrace) -> tuple[float, float]:
+    """Prints one dataset's in-sample and out-of-sample rows; returns the two cuts."""
+    cuts = []
+    for mode in ("in sample", "out of sample"):
+        plan_on = trace if mode == "in sample" else _half(trace, False)
+        score_on = trace if mode == "in sample" else _half(trace, True)
+        problem = Problem(plan_on.loads(), cluster=PREFILL, num_groups=8)
+        graded = Problem(score_on.loads(), cluster=PREFILL, num_groups=8)
+        res = {}
+        for solver, opts in (("deepseek", {"policy": "hierarchical"}), ("traffic_aware", {"routing": plan_on})):
+            start = time.perf_counter()
+            r = solve(problem, solver, **opts)
+            s = score(graded, r.plan, routing=score_on)
+            res[solver] = (s.summary, time.perf_counter() - start, r.info, r.score.summary)
+        h, o = res["deepseek"][0], res["traffic_aware"][0]
+        hp, op = res["deepseek"][3], res["traffic_aware"][3]       # imbalance on the loads planned on
+        cut = 1 - o["inter_node_bytes"] / h["inter_node_bytes"]
+        # The planner controls the imbalance of the window it plans on: the target's balance
+        # condition is checked there (held-out imbalance of both plans printed beside it).
+        ok = cut >= 0.25 and op["imbalance_worst"] <= 1.05 + 1e-9
+        held = "" if mode == "in sample" else (f" held-out imb hier {h['imbalance_mean']:.3f}/{h['imbalance_worst']:.3f}"
+                                               f" ours {o['imbalance_mean']:.3f}/{o['imbalance_worst']:.3f}")
+        print(f"{name:<30} {mode:<14} hierarchical {h['inter_node_bytes'] / 1e9:6.2f} GB imb "
+              f"{hp['imbalance_mean']:.3f}/{hp['imbalance_worst']:.3f} remote {h['remote_nodes_mean']:.3f} | "
+              f"traffic_aware {o['inter_node_bytes'] / 1e9:6.2f} GB imb {op['imbalance_mean']:.3f}/"
+              f"{op['imbalance_worst']:.3f} remote {o['remote_nodes_mean']:.3f} ({res['traffic_aware'][1]:.0f} s) "
+              f"| cut {100 * cut:5.1f} % {'met' if ok else 'NOT met'}{held}")
+        cuts.append(cut)
+    return cuts[0], cuts[1]
+
+
+def cuts(seeds: list[int]) -> None:
+    spec = ROUTING["deepseek-v3-routing"]
+    rows = [("deepseek-v3-routing (shipped)", load_routing(dataset_path("deepseek-v3-routing")))]
+    rows += [(f"regenerated seed {s}", generate_routing(spec["model"], s, num_tokens=spec["num_tokens"]))
+             for s in seeds]
+    rows.append(("seed 0, topic_bias 3", generate_routing(spec["model"], 0, num_tokens=spec["num_tokens"],
+                                                         topic_bias=3.0)))
+    rows.append(("seed 0, communities 0", generate_routing(spec["model"], 0, num_tokens=spec["num_tokens"],
+                                                          communities=0)))
+    print(f"inter-node bytes (dispatch, BF16 x 7168 per token copy), {PREFILL.describe()}; {_load()}")
+    for name, trace in rows:
+        cut_row(name, trace)
+
+
+def gaps() -> None:
+    small = ModelPreset("small-16", 2, 16, 1, 4, cluster="nodes-2x4")
+    for R in (16, 20):
+        for seed in (1, 2):
+            tr = generate_routing(small, seed, num_tokens=150, communities=4, num_topics=4, num_ranks=4)
+            problem = Problem(tr.loads(), cluster=Cluster(2, 4, R))
+            r = solve(problem, "traffic_aware", routing=tr)
+            s = score(problem, r.plan, routing=tr)
+            base = score(problem, solve(problem, "kk_swap", policy="global").plan).imbalance
+            limit = torch.maximum(torch.full_like(base, 1.05), base)
+            heur = s.traffic.layer_bytes / s.traffic.token_bytes
+            bound, optimal = traffic_bound(problem, tr, limit, time_limit=30)
+            gap = (heur / bound.clamp_min(1) - 1).tolist()
+            print(f"small R={R} seed {seed}: heuristic copies {heur.tolist()} bound {bound.tolist()} "
+                  f"(proven optimal {optimal.tolist()}) gap {[f'{100 * g:.1f} %' for g in gap]}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tokens", type=int, default=100_000)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--seeds", default="1,2,3,4")
+    ap.add_argument("--skip-speed", action="store_true")
+    ap.add_argument("--skip-cuts", action="store_true")
+    ap.add_argument("--skip-gaps", action="store_true")
+    args = ap.parse_args()
+    if not args.skip_speed:
+        speed(args.tokens, args.repeats)
+    if not args.skip_cuts:
+        cuts([int(s) for s in args.seeds.split(",") if s])
+    if not args.skip_gaps:
+        gaps()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""The app's traffic view: figures from the metric, and the Explore view under AppTest."""
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest
+
+from app.loads import DEFAULT_DATASET
+from app.traffic import node_matrix_figure, remote_nodes_figure
+from solvers import Problem, solve
+from solvers.routing import load_routing
+from solvers.traffic import traffic
+from solvers.workloads.catalog import dataset_path, load_dataset
+
+MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
+
+
+def _array(v) -> np.ndarray:
+    """A plotly JSON array (plain list or base64 typed array)."""
+    if isinstance(v, dict) and "bdata" in v:
+        return np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"])).astype(np.float64)
+    return np.asarray(v, dtype=np.float64)
+
+
+def test_figures_show_the_metric():
+    tr = load_routing(dataset_path("deepseek-v3-routing"))
+    problem = Problem(tr.loads(), 288, 8, 4, 32)
+    t = traffic(solve(problem, "deepseek").plan, problem.cluster, tr, 10)
+    z = np.asarray(node_matrix_figure(t, unit=1).data[0].z)
+    np.testing.assert_allclose(z, t.node_matrix.numpy())
+    y = np.asarray(remote_nodes_figure(t).data[0].y)
+    assert y.sum() == pytest.approx(1.0) and len(y) == 4
+
+
+def test_explore_traffic_view():
+    at = AppTest.from_file(MAIN, default_timeout=120).run()
+    at.segmented_control(key="explore:view").set_value("Traffic").run()
+    assert not at.exception and not at.error
+    charts = {el.key: json.loads(el.proto.spec) for el in at.get("plotly_chart")}
+    weights = load_dataset(DEFAULT_DATASET).loads.sum(0).double()
+    problem = Problem(weights, 288, 8, 4, 32)
+    tr = load_routing(dataset_path("deepseek-v3-routing"))
+    t = traffic(solve(problem, "deepseek").plan, problem.cluster, tr, 7168 * 2)
+    z = charts["explore:chart:node_matrix"]["data"][0]["z"]
+    z = np.stack([_array(row) for row in z]) if isinstance(z, list) else _array(z).reshape(4, 4)
+    np.testing.assert_allclose(z, t.node_matrix.numpy() / 1e9, rtol=1e-9)
+    assert any(m.label == "remote nodes / token" for m in at.metric)
+
+
+def test_compare_traffic_section():
+    at = AppTest.from_file(MAIN, default_timeout=120).run()
+    at.switch_page("views/compare.py").run()
+    at.multiselect(key="compare:solvers").set_value(["deepseek"]).run()
+    at.button(key="compare:run").click().run()
+    at.toggle(key="compare:traffic_on").set_value(True).run()
+    assert not at.exception and not at.error
+    table = at.dataframe[-1].value
+    trace = load_dataset(DEFAULT_DATASET).loads
+    problem = Problem(trace[:12].sum(0).double(), 288, 8, 4, 32)
+    tr = load_routing(dataset_path("deepseek-v3-routing"))
+    t = traffic(solve(problem, "deepseek").plan, problem.cluster, tr, 7168 * 2)
+    assert table["solver"].tolist() == ["deepseek"]
+    assert table["inter-node GB"].iloc[0] == pytest.approx(t.summary["inter_node_bytes"] / 1e9)
