@@ -128,14 +128,16 @@ def mark_solved(problem: Problem, solver: str, options: dict[str, Any]) -> None:
 
 
 @st.cache_data(show_spinner=False, max_entries=128)
-def _holdout(weights_sha: str, plan_sha: str, shape: tuple, _problem: Problem, _plan) -> Holdout:
-    return score_holdout(_problem, _plan)
+def _holdout(weights_sha: str, plan_sha: str, shape: tuple, steps_sha: str, _problem: Problem, _plan,
+             _steps: torch.Tensor | None) -> Holdout:
+    return score_holdout(_problem, _plan, _steps)
 
 
-def holdout_score(problem: Problem, plan) -> Holdout:
-    """``plan`` scored on ``problem`` (held-out loads), cached by content."""
+def holdout_score(problem: Problem, plan, steps: torch.Tensor | None = None) -> Holdout:
+    """``plan`` scored on ``problem`` (held-out loads; ``steps`` [T, L, E] the same loads step
+    by step), cached by content."""
     return _holdout(loads_mod.content_hash(problem.weights), loads_mod.content_hash(plan.phy2log),
-                     _shape_key(problem), problem, plan)
+                    _shape_key(problem), "" if steps is None else loads_mod.content_hash(steps), problem, plan, steps)
 
 
 def _shape_key(problem: Problem) -> tuple:

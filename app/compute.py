@@ -44,19 +44,26 @@ def run_solver(problem: Problem, solver: str, options: dict[str, Any]) -> Outcom
 
 @dataclass(frozen=True)
 class Holdout:
-    """A plan scored on held-out loads: score, the bound valid there, and the gap [L]."""
+    """A plan scored on held-out loads: score, the bound valid there, and the gap [L];
+    per_step: the plan scored on each held-out step in turn (what serving meets step by step),
+    None for one step or a cluster of GPUs of different speeds."""
 
     score: Score
     lower_bound: torch.Tensor
     gap: torch.Tensor
+    per_step: Score | None = None
 
 
-def score_holdout(problem: Problem, plan: Plan) -> Holdout:
+def score_holdout(problem: Problem, plan: Plan, steps: torch.Tensor | None = None) -> Holdout:
     """Score ``plan`` on ``problem`` (loads it was not planned on) and its gap to the bound
-    that holds for every plan on those loads."""
+    that holds for every plan on those loads. steps: [T, L, E] the held-out steps one by one
+    (``problem`` holds their sum), scored as ``eplb compare --holdout`` does."""
     sc = score(problem, plan)
     lb = lower_bound(problem)
-    return Holdout(sc, lb, ratio_gap(sc.max_time, lb))
+    per_step = None
+    if steps is not None and steps.shape[0] > 1 and problem.cluster.homogeneous:
+        per_step = score(problem, plan, tokens=steps)
+    return Holdout(sc, lb, ratio_gap(sc.max_time, lb), per_step)
 
 
 def _seconds(t: float) -> str:
@@ -225,6 +232,9 @@ def compare_row(name: str, outcome: Outcome, holdout: Holdout | None) -> dict[st
     row["solver"] = name
     if holdout is not None and r.score is not None:
         row.update({"holdout_gap_mean": float(holdout.gap.mean()), "holdout_gap_max": float(holdout.gap.max())})
+        if holdout.per_step is not None:
+            row.update({"holdout_step_imbalance_mean": holdout.per_step.imbalance_mean,
+                        "holdout_step_imbalance_worst": holdout.per_step.imbalance_worst})
     return {c: row.get(c) for c in COMPARE_COLUMNS if c in row}
 
 

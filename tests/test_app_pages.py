@@ -273,6 +273,11 @@ def test_compare_runs_solvers_in_sample_and_held_out(default_problem):
     row = table.iloc[0]
     assert row["imbalance_mean"] == pytest.approx(res.score.imbalance_mean)
     assert row["holdout_imbalance_mean"] == pytest.approx(score(held, res.plan).imbalance_mean)
+    # the held-out steps one by one, as `eplb compare --holdout` scores them, and the pick goes by it
+    per_step = score(held, res.plan, tokens=trace[12:24].double())
+    assert row["holdout_step_imbalance_mean"] == pytest.approx(per_step.imbalance_mean)
+    assert row["holdout_step_imbalance_mean"] > row["holdout_imbalance_mean"]    # steps are burstier than their sum
+    assert any("per step on the held-out steps" in s.value for s in at.success)
     charts = _charts(at)
     assert {"compare:chart:gap", "compare:chart:time", "compare:chart:layers", "compare:chart:gpus"} <= set(charts)
     side = charts["compare:chart:gpus"]

@@ -39,7 +39,11 @@ TABLE_COLUMNS = {
     "wall_time_s": _num("time (s)", format="%.3g"),
     "imbalance_mean": _num("imbalance", format="%.4f", help="max / mean GPU load, mean over layers (planning window)"),
     "imbalance_worst": _num("worst layer", format="%.4f"),
-    "holdout_imbalance_mean": _num("held out", format="%.4f", help="the plan's imbalance on the held-out steps"),
+    "holdout_step_imbalance_mean": _num("held out per step", format="%.4f",
+                                        help="the plan on each held-out step in turn, sum of max / sum of mean GPU "
+                                             "load: what serving meets; the pick goes by it"),
+    "holdout_step_imbalance_worst": _num("per step worst", format="%.4f"),
+    "holdout_imbalance_mean": _num("held out", format="%.4f", help="the plan's imbalance on the held-out steps summed"),
     "holdout_imbalance_worst": _num("held out worst", format="%.4f"),
     "gap_mean": _num("gap to bound", **_pct, help="objective / lower bound - 1 (the bound holds for every plan)"),
     "gap_max": _num("gap worst", **_pct),
@@ -54,9 +58,10 @@ TABLE_COLUMNS = {
 
 
 # What a reader compares first on the left; the rest (and the CSV) keeps every column.
-COLUMN_ORDER = ("solver", "imbalance_mean", "holdout_imbalance_mean", "gap_mean", "gap_in_policy_mean",
+COLUMN_ORDER = ("solver", "holdout_step_imbalance_mean", "imbalance_mean", "holdout_imbalance_mean", "gap_mean", "gap_in_policy_mean",
                 "holdout_gap_mean", "off_node_share_mean", "wall_time_s", "status", "termination", "policy",
-                "imbalance_worst", "holdout_imbalance_worst", "gap_max", "holdout_gap_max", "duplicates")
+                "imbalance_worst", "holdout_step_imbalance_worst", "holdout_imbalance_worst", "gap_max",
+                "holdout_gap_max", "duplicates")
 
 
 def main() -> None:
@@ -106,6 +111,10 @@ def main() -> None:
         weights = loads.window(*window)
         problem = Problem(weights, cluster=cluster, num_groups=groups)
         held = problem.with_weights(loads.window(*holdout_steps)) if holdout_steps else None
+        # the held-out steps one by one (scored per step, as `eplb compare --holdout`) and the
+        # planning window's steps (for planners of a history, as `eplb compare`)
+        held_steps = loads.trace[slice(*holdout_steps)] if holdout_steps else None
+        history = loads.trace[window[0]:window[1]] if window[1] - window[0] > 1 else None
         if not policies:
             raise OptionError("policy", "pick at least one policy")
         planned = planned_runs(problem, [n for _, n, _ in runs], policies)
@@ -125,7 +134,7 @@ def main() -> None:
         done[request] = {"rows": [], "outcomes": {}, "held": {}, "total": len(todo), "complete": False}
         progress = st.empty()           # the status boxes, cleared once every run is done: results on top
         with progress.container():
-            _solve_all(todo, problem, held, done[request])
+            _solve_all(todo, problem, (held, held_steps), history, done[request])
         progress.empty()
         done[request]["complete"] = True
     if request not in done:
@@ -141,28 +150,31 @@ def main() -> None:
     _show(entry, problem, holdout_steps is not None)
 
 
-def _solve_all(runs, problem, held, entry: dict) -> None:
+def _solve_all(runs, problem, holdout, history, entry: dict) -> None:
     """Solve with each solver in turn (cached), with a status box per solver; each result
-    goes into ``entry`` as soon as it is there."""
+    goes into ``entry`` as soon as it is there. holdout: (held-out problem, its steps
+    [T, L, E]) or Nones; history: the planning window's steps, for solvers with a history."""
+    held, held_steps = holdout
     progress = st.progress(0.0, text="Solving...")
     for k, (label, name, options) in enumerate(runs):
         limit = options.get("time_limit", get_solver(name).defaults().get("time_limit"))
+        extra = {"history": history} if history is not None and "history" in get_solver(name).options else None
         with st.status(f"{label}: solving" + (f" (time limit {limit:g} s)" if limit else ""), expanded=False) as box:
             try:
                 if worker.stoppable(name, options):
                     def wait(elapsed: float, pid: int, box=box, label=label, limit=limit) -> None:
                         box.update(label=f"{label}: solving, {elapsed:.0f} s of {limit:g} s (Stop ends it now)")
 
-                    outcome = cache.solve_stoppable(problem, name, options, None, wait)
+                    outcome = cache.solve_stoppable(problem, name, options, extra, wait)
                 else:
-                    outcome = cache.solve(problem, name, options)
+                    outcome = cache.solve(problem, name, options, extra)
             except Exception as exc:  # noqa: BLE001  shown in its status box, the others still run
                 entry["rows"].append({"solver": label, "termination": "error", "status": "none", "message": str(exc)})
                 box.update(label=f"{label}: {exc}", state="error")
                 show_error(exc)
                 continue
             r = outcome.result
-            h = cache.holdout_score(held, r.plan) if held is not None and r.plan is not None else None
+            h = cache.holdout_score(held, r.plan, held_steps) if held is not None and r.plan is not None else None
             entry["rows"].append({**compare_row(label, outcome, h), "options": options_text(options)})
             entry["outcomes"][label], entry["held"][label] = outcome, h
             state = "complete" if r.plan is not None else "error"
