@@ -20,12 +20,13 @@ never in an allocation, a recursion or a traceback.
 """
 from __future__ import annotations
 
+import glob as _glob
 import json
 import math
 import numbers
 import zipfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -369,3 +370,33 @@ def _check_yaml_value(value: Any, path: Any, field: str, depth: int, budget: lis
 def dumps_meta(meta: dict[str, Any]) -> str:
     """Metadata as the JSON text files store (sorted keys)."""
     return json.dumps(meta, sort_keys=True)
+
+
+def expand_paths(spec: str | Path | Sequence[str | Path], param: str = "loads") -> list[Path]:
+    """Files named by a path, a directory (its files, sorted), a glob pattern or a list;
+    a spec naming no file raises :class:`LoadFileError` on ``param`` (every reader of files
+    of a spec, loads and routing traces alike, expands it here)."""
+
+    def fail(where: Any, message: str) -> LoadFileError:
+        return LoadFileError(param, " ".join(f"{where}: {message}".split()))
+
+    if isinstance(spec, (list, tuple)):
+        out = [p for s in spec for p in expand_paths(s, param)]
+        if not out:
+            raise fail(spec, "no files given")
+        return out
+    text = str(spec)
+    path = Path(text)
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+        if not files:
+            raise fail(path, "the directory holds no files")
+        return files
+    if any(c in text for c in "*?[") and not path.exists():
+        files = sorted(Path(p) for p in _glob.glob(text) if Path(p).is_file())
+        if not files:
+            raise fail(text, "no file matches this pattern")
+        return files
+    if not path.is_file():
+        raise fail(path, "no such file")
+    return [path]

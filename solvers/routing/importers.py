@@ -20,7 +20,6 @@ Every defect (wrong keys, dtype, shape, ids out of range, sizes beyond the limit
 """
 from __future__ import annotations
 
-import glob as _glob
 import json
 import pickle
 import warnings
@@ -32,6 +31,7 @@ import numpy as np
 import torch
 
 from ..errors import LoadFileError, ProblemError
+from ..filecheck import expand_paths
 from .trace import MAX_ENTRIES, RoutingTrace, is_routing_npz, read_npz_arrays, routing_from_arrays
 
 ROUTING_FORMATS = ("npz", "sglang", "vllm", "megatron")
@@ -43,25 +43,7 @@ def _fail(path: Any, message: str) -> LoadFileError:
 
 def expand(spec: str | Path | Sequence[str | Path]) -> list[Path]:
     """Files of a spec: a file, a directory (its files, sorted), a glob, or a list of those."""
-    if isinstance(spec, (list, tuple)):
-        out = [p for s in spec for p in expand(s)]
-        if not out:
-            raise LoadFileError("routing", "no files given")
-        return out
-    text = str(spec)
-    path = Path(text)
-    if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
-        if not files:
-            raise _fail(path, "directory holds no files")
-        return files
-    if path.is_file():
-        return [path]
-    if any(c in text for c in "*?["):
-        files = sorted(Path(p) for p in _glob.glob(text) if Path(p).is_file())
-        if files:
-            return files
-    raise _fail(text, "no such file")
+    return expand_paths(spec, "routing")
 
 
 def _int_array(raw: Any, path: Any, what: str) -> np.ndarray:

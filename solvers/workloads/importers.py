@@ -30,7 +30,6 @@ Formats (``format=`` names, detected from the suffix and content when not given)
 from __future__ import annotations
 
 import csv
-import glob
 import itertools
 import json
 import pickle
@@ -44,6 +43,7 @@ import numpy as np
 import torch
 
 from .. import filecheck, safejson
+from ..filecheck import expand_paths
 from ..errors import LoadFileError
 from ..routing.trace import routing_from_arrays
 from .trace import Trace
@@ -62,30 +62,6 @@ def _fail(path: Any, message: str) -> LoadFileError:
 
 # ---------------------------------------------------------------------------------------
 # Paths and detection
-
-def expand_paths(spec: str | Path | Sequence[str | Path]) -> list[Path]:
-    """Files named by a path, a directory (its files, sorted), a glob pattern or a list."""
-    if isinstance(spec, (list, tuple)):
-        out = [p for s in spec for p in expand_paths(s)]
-        if not out:
-            raise _fail(spec, "no files given")
-        return out
-    text = str(spec)
-    path = Path(text)
-    if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
-        if not files:
-            raise _fail(path, "the directory holds no files")
-        return files
-    if any(c in text for c in "*?[") and not path.exists():
-        files = sorted(Path(p) for p in glob.glob(text) if Path(p).is_file())
-        if not files:
-            raise _fail(text, "no file matches this pattern")
-        return files
-    if not path.is_file():
-        raise _fail(path, "no such file")
-    return [path]
-
 
 def _peek(path: Path, size: int = 1 << 16) -> bytes:
     with path.open("rb") as fh:
