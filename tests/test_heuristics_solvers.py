@@ -6,6 +6,8 @@ import itertools
 
 import pytest
 import torch
+
+from solvers.heuristics import portfolio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -308,7 +310,11 @@ def test_portfolio_keeps_its_time_budget():
     w = torch.exp(torch.randn(58, 256, generator=g, dtype=torch.float64)) * 1000
     res = solve(Problem(w, 320, 1, 1, 64), "best", time_limit=1.0)
     assert res.wall_time <= 1.0 + 2.0
-    assert "joint_deep" not in res.info["rungs_run"]
+    # Which rungs fit in 1 s depends on the machine (a quiet one runs the whole ladder): only
+    # the order is the contract; the fake-clock tests (test_heuristics_deadline) pin the rest.
+    ladder = [name for name, _ in portfolio.LADDER]
+    ran = [r for r in res.info["rungs_run"] if r in ladder]
+    assert ran and ran == [r for r in ladder if r in ran]
 
 
 def test_portfolio_exact_bound_carries_its_model_scope():
