@@ -6,12 +6,11 @@ import itertools
 
 import pytest
 import torch
-
-from solvers.heuristics import portfolio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solvers import OptionError, Problem, SolutionStatus, Termination, get_solver, solve, solver_names
+from solvers.heuristics import portfolio
 from solvers.heuristics.relaxed import home_nodes
 
 HEURISTICS = {"kk_swap": {}, "joint": {"rounds": 4}, "best": {"time_limit": 0.05}}
