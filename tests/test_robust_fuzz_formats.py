@@ -127,28 +127,26 @@ PLANS = {"eplb": fs.eplb_plan_files(VALID_PLAN), "sglang": fs.sglang_plan_files(
          "trtllm": fs.trtllm_plan_files(), "csv": fs.csv_plan_files()}
 
 
-def _run_loads(kind: str, examples: int, derandomize: bool, tmp_path: Path) -> dict[str, int]:
+def _run(strategy, case, kind: str, examples: int, derandomize: bool, tmp_path: Path) -> dict[str, int]:
+    """Run ``case(tmp_path, kind, *file)`` on files drawn from ``strategy``; counts of its
+    outcomes ("read" or "refused")."""
     seen = {"read": 0, "refused": 0}
 
     @_settings(examples, derandomize)
-    @given(LOADS[kind])
+    @given(strategy)
     def check(file):
-        seen[_loads_case(tmp_path, kind, *file)] += 1
+        seen[case(tmp_path, kind, *file)] += 1
 
     check()
     return seen
+
+
+def _run_loads(kind: str, examples: int, derandomize: bool, tmp_path: Path) -> dict[str, int]:
+    return _run(LOADS[kind], _loads_case, kind, examples, derandomize, tmp_path)
 
 
 def _run_plans(kind: str, examples: int, derandomize: bool, tmp_path: Path) -> dict[str, int]:
-    seen = {"read": 0, "refused": 0}
-
-    @_settings(examples, derandomize)
-    @given(PLANS[kind])
-    def check(file):
-        seen[_plan_case(tmp_path, kind, *file)] += 1
-
-    check()
-    return seen
+    return _run(PLANS[kind], _plan_case, kind, examples, derandomize, tmp_path)
 
 
 @pytest.mark.parametrize("kind", list(LOADS))
