@@ -14,7 +14,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIN = ROOT / "app" / "main.py"
@@ -55,18 +55,16 @@ def wait_healthy(url: str, timeout: float = 120.0, proc: subprocess.Popen | None
 
 
 @contextlib.contextmanager
-def serve(port: int | None = None, log: Path | None = None) -> Iterator[tuple[str, float]]:
-    """Run the app as ``make run`` does (``python -m app.serve``: ``streamlit run app/main.py``
-    with the heavy modules imported first) headless on a free port; yields (url, healthy_at)."""
-    port = port or free_port()
+def running_app(port: int, stdout: Any = subprocess.DEVNULL) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``python -m app.serve`` (as ``make run``) headless on ``port``, stopped on exit; yields
+    (url, process) at once, before the server is healthy (:func:`wait_healthy`)."""
     cmd = [sys.executable, "-m", "app.serve", "--server.headless", "true",
            "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
            "--server.fileWatcherType", "none"]
-    out = open(log, "w") if log else subprocess.DEVNULL
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=stdout, stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
-        url = f"http://127.0.0.1:{port}"
-        yield url, wait_healthy(url, proc=proc)
+        yield f"http://127.0.0.1:{port}", proc
     finally:
         proc.terminate()
         try:
@@ -74,6 +72,17 @@ def serve(port: int | None = None, log: Path | None = None) -> Iterator[tuple[st
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@contextlib.contextmanager
+def serve(port: int | None = None, log: Path | None = None) -> Iterator[tuple[str, float]]:
+    """Run the app as ``make run`` does (``python -m app.serve``: ``streamlit run app/main.py``
+    with the heavy modules imported first) headless on a free port; yields (url, healthy_at)."""
+    out = open(log, "w") if log else subprocess.DEVNULL
+    try:
+        with running_app(port or free_port(), out) as (url, proc):
+            yield url, wait_healthy(url, proc=proc)
+    finally:
         if log:
             out.close()
 

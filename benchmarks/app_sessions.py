@@ -21,12 +21,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from app.harness import CHART, EXCEPTION, ROOT, browser, free_port, wait_healthy
+from app.harness import CHART, EXCEPTION, browser, free_port, running_app, wait_healthy
 
 _WATCH = """(() => { const t0 = performance.now(); const id = setInterval(() => {
   if (document.querySelector('%s')) { window.__chartAt = performance.now(); clearInterval(id); } }, 50); })();""" % CHART
@@ -110,14 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds a session may take to its first chart")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args(argv)
-    port = free_port()
-    cmd = [sys.executable, "-m", "app.serve", "--server.headless", "true", "--server.port", str(port),
-           "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
     out: dict = {"concurrent": [], "memory_mb": []}
-    try:
-        url = f"http://127.0.0.1:{port}"
+    with running_app(free_port()) as (url, proc):
         wait_healthy(url, proc=proc)
         out["memory_mb"].append({"after_sessions": 0, "rss": round(_rss_mb(proc.pid)[0])})
         with browser() as b:
@@ -136,12 +128,6 @@ def main(argv: list[str] | None = None) -> int:
                     out["memory_mb"].append({"after_sessions": i, "rss": round(rss), "peak": round(hwm)})
                     print(f"after {i} sequential sessions: server RSS {rss:.0f} MB (peak {hwm:.0f} MB); {_load()}",
                           flush=True)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")
     return 0
