@@ -455,8 +455,9 @@ def read_megatron(spec: str | Path | Sequence[str | Path]) -> tuple[torch.Tensor
         if not loads.is_floating_point():
             grand += float(loads.sum(dtype=torch.float64))
             _check_total(grand, path, "loads of all ranks")
-        if loads.dim() != 3:
-            raise _fail(path, f"loads must be [local_layers, forwards, physical_experts], got {tuple(loads.shape)}")
+        if loads.dim() != 3 or 0 in loads.shape:
+            raise _fail(path, "loads must be [local_layers, forwards, physical_experts], none of them empty, got "
+                        f"{tuple(loads.shape)}")
         layers = a["layer_numbers"].reshape(-1)
         if layers.dtype.kind not in "iu" or layers.size != loads.shape[0]:
             raise _fail(path, f"layer_numbers must be {loads.shape[0]} integers (one per local layer)")
