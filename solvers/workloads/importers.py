@@ -591,8 +591,10 @@ def _read_matrix_csv(path: Path, first: str, head: list[str], fh) -> torch.Tenso
 
 
 # A long CSV lists (layer, expert[, step]) ids; missing pairs are zero, but ids far beyond
-# the rows given are a mistake (and would allocate a huge dense array).
-_LONG_CSV_MAX_CELLS = 50_000_000
+# the rows given are a mistake (and would allocate a huge dense array): a trace of more
+# cells than this (32 MB of float64) must list at least 1/64 of them. At 50M cells a
+# 30-byte file (`49,999999,1`) grew the reader by 1.15 GB.
+_LONG_CSV_MAX_CELLS = 1 << 22
 
 
 def _read_long_csv(path: Path, head: list[str], fh) -> torch.Tensor:
