@@ -29,6 +29,15 @@ from .scoring import score, with_traffic
 from .solve import solve
 
 DEFAULT_SOLVERS = ("deepseek", "kk_swap", "joint", "best")
+# Judged on held-out steps, the planner of the window's steps is the one to beat: the
+# in-sample winners (kk_swap, best) balance the past and hold worst on drifting loads.
+HOLDOUT_SOLVERS = ("risk_aware",)
+
+
+def default_solvers(*, holdout: bool = False, routing: bool = False) -> list[str]:
+    """The solvers a comparison runs when the user names none: the planner of the window's
+    steps joins when there are held-out steps, the traffic-aware one when there is a trace."""
+    return list(DEFAULT_SOLVERS) + (list(HOLDOUT_SOLVERS) if holdout else []) + (["traffic_aware"] if routing else [])
 COLUMNS = ("solver", "policy", "holdout_step_imbalance_mean", "holdout_step_imbalance_worst", "termination", "status",
            "wall_time_s", "imbalance_mean", "imbalance_worst", "holdout_imbalance_mean", "holdout_imbalance_worst",
            "gap_mean", "gap_max", "gap_in_policy_mean",

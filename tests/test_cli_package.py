@@ -129,3 +129,4 @@ def test_the_apps_explore_page_says_the_dense_layers_were_dropped(dump):
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
     assert any(f"{DENSE} leading all-zero (dense) layer(s) dropped" in c.value for c in at.caption)
+

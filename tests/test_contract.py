@@ -355,6 +355,19 @@ def test_compare_tabulates_in_sample_and_held_out_and_picks(tmp_path, capsys):
     assert doc["pick"]["solver"] == "deepseek" and "in sample" in doc["reason"]
 
 
+def test_compare_with_held_out_steps_runs_the_window_planner_by_default(capsys):
+    """Judged out of sample, the default comparison includes risk_aware, and on a drifting trace
+    it is the one that holds: the in-sample winners balance the past and hold worse."""
+    assert main(["compare", "--loads", "olmoe-1b-7b-drifting@0:100", "--holdout", "100:200", "--replicas", "80",
+                 "--nodes", "2", "--gpus", "16", "--policy", "global", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["solver"] for r in doc["rows"]] == ["deepseek", "kk_swap", "joint", "best", "risk_aware"]
+    assert doc["pick"]["solver"] == "risk_aware" and "held-out" in doc["reason"]
+    assert main(["compare", "--loads", "olmoe-1b-7b-drifting@0:100", "--replicas", "80", "--gpus", "16",
+                 "--policy", "global", "--solvers", "deepseek", "--json"]) == 0      # named solvers: just those
+    assert [r["solver"] for r in json.loads(capsys.readouterr().out)["rows"]] == ["deepseek"]
+
+
 def test_compare_scores_held_out_steps_one_by_one_and_gives_planners_the_window(capsys):
     trace = load_dataset("olmoe-1b-7b-drifting").loads.to(torch.float64)
     window, held = trace[:100], trace[100:200]

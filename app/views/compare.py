@@ -7,7 +7,7 @@ import streamlit as st
 import torch
 
 from solvers import Problem, get_solver, solver_names
-from solvers.compare import pick, planned_runs
+from solvers.compare import default_solvers, pick, planned_runs
 from solvers.errors import EPLBError, OptionError
 
 from app import cache, figures, worker
@@ -17,7 +17,6 @@ from app.widgets import (cluster_picker, describe_cluster, describe_loads, keep,
                          solver_options, window_picker)
 
 PAGE = "compare"
-DEFAULT_SOLVERS = ("deepseek", "kk_swap", "joint", "best")
 
 
 def _holdout_window(loads, window) -> tuple[int, int] | None:
@@ -81,7 +80,7 @@ def main() -> None:
 
     names = solver_names(available_only=True)
     c1, c2 = st.columns([3, 2])
-    key = keep(f"{PAGE}:solvers", [n for n in DEFAULT_SOLVERS if n in names])
+    key = keep(f"{PAGE}:solvers", [n for n in default_solvers(holdout=True) if n in names])
     chosen = kept(key, c1.multiselect("Solvers", names, key=key))
     key = keep(f"{PAGE}:policies", list(DEFAULT_POLICIES))
     policies = kept(key, c2.multiselect(

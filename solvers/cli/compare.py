@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..compare import DEFAULT_SOLVERS, compare_solvers, pick, planned_runs, table_rows
+from ..compare import compare_solvers, default_solvers, pick, planned_runs, table_rows
 from ..errors import OptionError
 from ..io import read_loads
 from ..loadfiles import split_range
@@ -45,7 +45,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     previous = read_any_plan(args.previous, info, "previous")[0] if args.previous else None
     expert_bytes = args.expert_bytes if args.expert_bytes is not None else preset_bytes
     routing = routing_arg(args, problem)
-    names = _split_names(args.solvers, "solvers") or list(DEFAULT_SOLVERS) + (["traffic_aware"] if routing else [])
+    names = _split_names(args.solvers, "solvers") or default_solvers(holdout=holdout is not None, routing=routing is not None)
     policies = _split_names(args.policy, "policy") or ["auto"]
     progress = _progress(len(planned_runs(problem, names, policies)))
     rows = compare_solvers(problem, names, policies=policies, holdout=holdout, previous=previous,
