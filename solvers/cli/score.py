@@ -96,8 +96,9 @@ def cmd_score(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(metrics, indent=2))
     else:
-        print(f"plan {args.plan} ({doc.get('solver', '?')}, policy {doc.get('policy', '?')}) "
-              f"on loads {args.loads}{dropped_note(info)}")
+        # An engine map records neither solver nor policy: say only what the file says.
+        about = ", ".join(x for x in (doc.get("solver"), doc.get("policy") and f"policy {doc['policy']}") if x)
+        print(f"plan {args.plan}{f' ({about})' if about else ''} on loads {args.loads}{dropped_note(info)}")
         print(format_metrics({k: v for k, v in metrics.items() if k not in ("gpu_load", "gpu_time", "transfers")}))
         if sched is not None:
             t = sched.summary()

@@ -306,7 +306,7 @@ def read_plan_for_loads(path: str | Path, num_layers: int, num_experts: int,
     if dropped:
         plan = Plan.from_phy2log(plan.phy2log[-num_layers:], num_experts)
     shape = {"num_gpus": _csv_gpus(path)} if fmt == "csv" else None
-    return plan, shape, {"solver": f"{fmt} export", "policy": "?"}, dropped
+    return plan, shape, {"solver": f"{fmt} export"}, dropped      # an engine map records no policy
 
 
 def _csv_gpus(path: Path) -> int:
