@@ -223,7 +223,7 @@ def test_solvers_refuse_what_they_cannot_plan():
         solve(p, "deepseek")
     assert err.value.param == "gpu_slots"
     with pytest.raises(OptionError) as err:
-        solve(p, "certify")
+        solve(p, "traffic_aware")
     assert err.value.param == "solver" and "identical GPUs" in str(err.value)
     with pytest.raises(ProblemError) as err:
         solve(p, "kk_swap", policy="hierarchical")
@@ -435,6 +435,25 @@ def test_exact_backends_in_time_prove_the_brute_force_optimum(backend, w, gpus, 
         assert float(r.model_bound[0]) <= opt * (1 + 1e-9)
         assert r.model_scope.colocation == "forbidden"
         assert r.score.duplicates == 0
+
+
+@needs_cpsat
+def test_certify_in_time_proves_tiny_optima_and_bounds_larger_layers():
+    from solvers import solve
+    from solvers.exact import backends
+    if not backends.highs_available():
+        pytest.skip("certify needs HiGHS")
+    w, slots, speed = [20.0, 3.0, 2.0, 1.0, 1.0], [3, 4], [1.0, 2.0]
+    p = Problem(torch.tensor([w], dtype=torch.float64), num_gpus=2, gpu_slots=slots, gpu_speed=speed)
+    r = solve(p, "certify", time_limit=3)
+    assert str(r.status) == "proven_optimal"
+    assert float(r.score.max_time[0]) == pytest.approx(cluster_brute_force(w, slots, speed), rel=1e-9)
+    # a larger cluster: a plan no worse than best's, a bound at least the combinatorial one
+    p = Problem(_loads(L=2, E=16), **FAILED)
+    r = solve(p, "certify", time_limit=2, heuristic_share=0.3)
+    assert bool((r.lower_bound >= lower_bound(p) * (1 - 1e-12)).all())
+    assert bool((r.score.max_time >= r.lower_bound * (1 - 1e-9)).all())
+    assert r.gap_max < 0.05
 
 
 def test_exports_of_uneven_plans_keep_the_gpu_map_or_refuse(tmp_path, capsys):
