@@ -159,3 +159,45 @@ def test_cli_simulate_and_migration_on_a_real_cluster(tmp_path, capsys):
     assert main(["plan", "--loads", str(later), *shape, "--solver", "kk_swap", "--previous", str(old),
                  "--migration-slack", "0.01", "--migration", "exact", "--out", str(tmp_path / "x.json")]) != 0
     assert "method" in capsys.readouterr().err
+
+
+# The hot-expert packing bound (solvers.bounds.hot_expert_packing_bound) -------------------
+
+def test_hot_expert_packing_bound_reaches_the_brute_force_optimum():
+    from solvers.bounds import lower_bounds
+    from solvers.exact.brute import brute_force, cluster_brute_force
+    # 3 GPUs x 2 slots: expert 1 needs 2 replicas (32.5 each), and each of their GPUs must
+    # take one more replica, at least 7: 39.5, which the other bounds (32.5) miss
+    w = [8.0, 65.0, 7.0, 7.0, 9.0]
+    b = lower_bounds(Problem([w], 6, 1, 1, 3))
+    opt = brute_force(w, 6, 3)
+    assert opt == pytest.approx(39.5)
+    assert max(float(v[0]) for k, v in b.items() if k != "hot_expert_packing") == pytest.approx(32.5)
+    assert opt * (1 - 1e-5) <= float(b["hot_expert_packing"][0]) <= opt
+    # with speeds and a failed GPU: still below the optimum, above the other bounds
+    slots, speed = [2, 2, 0, 2], [1.4, 1.4, 1.0, 1.4]
+    p = Problem(torch.tensor([w], dtype=torch.float64), num_gpus=4, gpu_slots=slots, gpu_speed=speed)
+    b = lower_bounds(p)
+    opt = cluster_brute_force(w, slots, speed)
+    assert max(float(v[0]) for k, v in b.items() if k != "hot_expert_packing") < float(b["hot_expert_packing"][0])
+    assert float(b["hot_expert_packing"][0]) <= opt
+
+
+def test_hot_expert_packing_bound_never_exceeds_optima_of_hot_and_tail_layers():
+    """A hot expert and a tail of small ones on few slots (the Zipf failed-GPU shape in
+    small): the bound stays below every brute-force optimum."""
+    import random
+
+    from solvers.bounds import lower_bounds
+    from solvers.exact.brute import cluster_brute_force
+    rng = random.Random(5)
+    for _ in range(40):
+        E = rng.randint(3, 5)
+        w = [float(rng.randint(200, 900))] + [float(rng.randint(1, 40)) for _ in range(E - 1)]
+        G = rng.randint(2, 3)
+        slots = [rng.randint(1, 3) for _ in range(G)]
+        if not E <= sum(slots) <= 8:
+            continue
+        speed = [rng.choice([1.0, 1.4]) for _ in range(G)]
+        p = Problem(torch.tensor([w], dtype=torch.float64), num_gpus=G, gpu_slots=slots, gpu_speed=speed)
+        assert float(lower_bounds(p)["hot_expert_packing"][0]) <= cluster_brute_force(w, slots, speed) * (1 + 1e-12)
