@@ -4,6 +4,7 @@ scorer."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -201,3 +202,68 @@ def test_hot_expert_packing_bound_never_exceeds_optima_of_hot_and_tail_layers():
         speed = [rng.choice([1.0, 1.4]) for _ in range(G)]
         p = Problem(torch.tensor([w], dtype=torch.float64), num_gpus=G, gpu_slots=slots, gpu_speed=speed)
         assert float(lower_bounds(p)["hot_expert_packing"][0]) <= cluster_brute_force(w, slots, speed) * (1 + 1e-12)
+
+
+# The scheduled split in time (solvers.dispatch.timed) ----------------------------------------
+
+def _best_split_by_enumeration(t, p2l, slot_gpu, speed):
+    """min over integer splits (every expert's tokens over the GPUs holding it) of the max GPU time."""
+    import itertools
+    gpus = [sorted({g for e2, g in zip(p2l, slot_gpu) if e2 == e}) for e in range(len(t))]
+
+    def splits(n, k):
+        if k == 1:
+            yield (n,)
+            return
+        for first in range(n + 1):
+            for rest in splits(n - first, k - 1):
+                yield (first, *rest)
+
+    best = math.inf
+    for choice in itertools.product(*[list(splits(int(t[e]), len(gpus[e]))) for e in range(len(t))]):
+        load = [0] * len(speed)
+        for e, parts in enumerate(choice):
+            for g, x in zip(gpus[e], parts):
+                load[g] += x
+        best = min(best, max(x / s for x, s in zip(load, speed)))
+    return best
+
+
+def test_scheduled_split_in_time_is_the_integer_optimum():
+    import random
+
+    import numpy as np
+
+    from solvers.dispatch.timed import lp_time, split_one
+    rng = random.Random(2)
+    for _ in range(40):
+        E, P = rng.randint(2, 3), rng.randint(2, 3)
+        slots = [rng.randint(0, 3) for _ in range(P)]
+        if sum(slots) < E or sum(slots) > 6:
+            continue
+        speed = np.array([rng.choice([0.5, 1.0, 1.4, 2.0]) for _ in range(P)])
+        slot_gpu = np.repeat(np.arange(P), slots)
+        p2l = np.array(list(range(E)) + [rng.randrange(E) for _ in range(sum(slots) - E)])
+        rng.shuffle(p2l)
+        t = np.array([rng.randint(0, 6) for _ in range(E)])
+        x, value = split_one(t, p2l, slot_gpu, speed)
+        assert value == pytest.approx(_best_split_by_enumeration(t, p2l.tolist(), slot_gpu.tolist(), speed), rel=1e-12)
+        # a valid split: every expert's tokens on its own slots, the max time as reported
+        assert np.array_equal(np.bincount(p2l, weights=x, minlength=E), t)
+        load = np.bincount(slot_gpu, weights=x, minlength=P)
+        assert (load / speed).max() == pytest.approx(value) if t.sum() else value == 0
+        assert value >= lp_time(t, p2l, slot_gpu, speed) * (1 - 1e-12)
+
+
+def test_scorer_grades_the_scheduled_split_in_time():
+    import solvers.builtin  # noqa: F401  (the dispatch hook)
+    c = Cluster(1, 4, None, gpu_slots=[7, 4, 5, 0], gpu_speed=[1.0, 1.4, 2.0, 1.0])
+    g = torch.Generator().manual_seed(0)
+    p = Problem(torch.exp(torch.randn(2, 12, generator=g, dtype=torch.float64)).mul(100).round(), cluster=c)
+    plan = solve(p, "kk_swap").plan
+    tok = (torch.rand(3, 2, 12, generator=g) * 50).round().to(torch.int64)
+    sched, even = score(p, plan, tokens=tok, split="scheduled"), score(p, plan, tokens=tok)
+    assert bool((sched.max_time <= even.max_time * (1 + 1e-12)).all())
+    assert float(sched.max_time.sum()) < float(even.max_time.sum())
+    # the failed GPU serves nothing; every micro-batch's tokens are served
+    assert sched.split == "scheduled"
