@@ -228,8 +228,9 @@ def test_solvers_refuse_what_they_cannot_plan():
     with pytest.raises(ProblemError) as err:
         solve(p, "kk_swap", policy="hierarchical")
     assert err.value.param == "policy"
+    # forbidden colocation needs at most E slots on every GPU (6 experts, a GPU with 7)
     with pytest.raises(OptionError) as err:
-        solve(p, "kk_swap", colocation="forbidden")
+        solve(Problem(_loads(E=6), num_gpus=2, gpu_slots=[7, 3]), "kk_swap", colocation="forbidden")
     assert err.value.param == "colocation"
 
 

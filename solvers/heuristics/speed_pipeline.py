@@ -18,7 +18,8 @@ from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput
 from ..scoring import even_slot_loads, slots_to_gpus, uneven_slot_gpu
-from .speeds import speed_plan
+from .speeds import LiveGPUs, speed_plan
+from .spread_time import cap_counts, improve_in_time, repair_in_time
 
 # Paired swap steps per unit of the solvers' ``steps`` option (kk_swap's default 8 gives
 # 32: on the DeepSeek-V3 shape the worst layer is then within ~0.05 % of the bound).
@@ -31,8 +32,10 @@ def check_speed_options(problem: Problem, policy: str, nodup: bool, relax: int) 
     if relax:
         raise OptionError("relax", "relaxed mode needs the hierarchical policy, which needs identical GPUs")
     if nodup:
-        raise OptionError("colocation", "forbidden colocation is not supported on clusters with per-GPU "
-                          "speeds, uneven slot counts or failed GPUs (yet); use colocation=allowed")
+        most = max(problem.cluster.gpu_slots)
+        if most > problem.num_experts:
+            raise OptionError("colocation", f"forbidden colocation needs at most {problem.num_experts} slots "
+                              f"(the number of experts) on every GPU, one GPU has {most}")
     return resolved
 
 
@@ -72,7 +75,16 @@ def run_speed_pipeline(problem: Problem, *, policy: str, nodup: bool, relax: int
     ours, _ = speed_plan(problem.weights, problem.cluster, steps=steps * STEPS_PER_UNIT, joint=joint,
                          rounds=rounds, deadline=deadline)
     cands = [ours]
-    greedy = token_greedy(problem)
+    if nodup:                      # forbidden colocation: made duplicate-free (.spread_time)
+        gpus = LiveGPUs.of(problem.cluster, ours.device)
+        w = problem.weights.to(torch.float64)
+        ours, left = repair_in_time(w, cap_counts(w, ours, problem.num_experts, gpus.Q), gpus, problem.num_experts)
+        ours = improve_in_time(w, ours, gpus, problem.num_experts, steps=steps * STEPS_PER_UNIT)
+        if left:
+            raise OptionError("colocation", f"no duplicate-free plan found on {left} layer(s) by the swap repair; "
+                              "use colocation=allowed")
+        cands = [ours]             # DeepSeek's token-balanced plan may hold duplicates: not a candidate
+    greedy = None if nodup else token_greedy(problem)
     if greedy is not None:
         cands.append(greedy)
     p2l, chosen = keep_best_time(problem, cands)
