@@ -17,7 +17,7 @@ from ..errors import OptionError
 from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput
-from ..scoring import even_slot_loads, slots_to_gpus, uneven_slot_gpu
+from ..scoring import per_slot_loads, slots_to_gpus, uneven_slot_gpu
 from .speeds import LiveGPUs, speed_plan
 from .spread_time import cap_counts, improve_in_time, repair_in_time
 
@@ -41,8 +41,11 @@ def check_speed_options(problem: Problem, policy: str, nodup: bool, relax: int) 
 
 def layer_times(problem: Problem, phy2log: torch.Tensor) -> torch.Tensor:
     """[L] float64 max GPU time of phy2log [L, R] under the shared scorer's arithmetic."""
-    plan = Plan.from_phy2log(phy2log, problem.num_experts)
-    per_slot = even_slot_loads(problem.weights.unsqueeze(0), plan)[0]            # [L, R]
+    # the counts alone: no replica ranks (Plan.from_phy2log), about 1 ms less per call
+    L, R = phy2log.shape
+    cnt = torch.zeros(L, problem.num_experts, dtype=torch.int64, device=phy2log.device).scatter_add_(
+        1, phy2log, torch.ones_like(phy2log))                                      # [L, E]
+    per_slot = per_slot_loads(problem.weights, phy2log, cnt)                       # [L, R]
     gpu = slots_to_gpus(per_slot, uneven_slot_gpu(problem), problem.num_gpus)
     return (gpu / problem.gpu_speed()).max(1).values
 
