@@ -307,8 +307,8 @@ LAYER_SOLVERS = {"cpsat": lambda: solve_layer, "highs": lambda: pulp_layer_solve
 def run_timed(problem: Problem, o, backend: str = "cpsat") -> SolverOutput:
     """An exact backend on a heterogeneous cluster: every layer, the time limit shared over them.
 
-    Warm start "auto": kk_swap's plan (with colocation forbidden, none: kk_swap plans
-    with duplicates allowed, and a given plan must then be duplicate-free)."""
+    Warm start "auto": kk_swap's plan, made duplicate-free under forbidden colocation (a
+    given plan must then be duplicate-free)."""
     warm_plan = check_timed_options(problem, o)
     forbid = o.colocation == "forbidden"
     layer_solver = LAYER_SOLVERS[backend]()
@@ -317,8 +317,8 @@ def run_timed(problem: Problem, o, backend: str = "cpsat") -> SolverOutput:
     slots = [c.gpu_slots[g] for g in live]
     speed = [c.gpu_speed[g] for g in live]
     slot_live = np.repeat(np.arange(len(live)), slots)                       # [R] live index of every slot
-    if o.warm_start == "auto" and not forbid:
-        warm_plan = run(problem.to("cpu"), "kk_swap").plan
+    if o.warm_start == "auto":       # kk_swap's plan (duplicate-free under forbidden colocation)
+        warm_plan = run(problem.to("cpu"), "kk_swap", {"colocation": o.colocation}).plan
     if forbid and warm_plan is not None and _duplicate_free(warm_plan, problem) is None:
         raise OptionError("warm_start", "with colocation forbidden the warm start must hold no expert twice on a GPU")
     lbs = lower_bound(problem).cpu()
