@@ -94,7 +94,7 @@ def test_step_stats_are_the_shared_scorers_time_imbalance(shape):
         assert float(ratio[i]) == pytest.approx(float(sc.max_time.sum() / ideal.sum()), rel=1e-12)
 
 
-@pytest.mark.parametrize("solver", ["robust_sum", "ewma"])
+@pytest.mark.parametrize("solver", ["ewma", pytest.param("robust_sum", marks=pytest.mark.slow)])
 def test_simulate_on_a_real_cluster_in_time(solver):
     c = Cluster(**SHAPES["mixed"])
     loads = _trace(T=20)
