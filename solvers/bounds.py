@@ -134,6 +134,150 @@ def replication_bound(problem: Problem) -> torch.Tensor:
     return value if c.uniform_speed else value / max(c.gpu_speed[g] for g in c.live_gpus)
 
 
+# hot_expert_packing_bound: relative gain over the other bounds below which it does not
+# search; the first step above them (relative); bisection steps (each halves the interval:
+# 16 leave it within 1.5e-5 of its width, 1e-7 of the bound after a first step of 1 %).
+_PACKING_MIN_GAIN = 1e-6
+_PACKING_FIRST_STEP = 0.01
+_PACKING_STEPS = 16
+# Counts of the hottest expert tried per step (the window above its least count).
+_PACKING_COUNTS = 16
+# Rounds raising the least counts by the other slots of each replica's GPU.
+_PACKING_ROUNDS = 3
+# Experts whose replicas may be a hot GPU's other items, kept exactly (the rest: a floor).
+_PACKING_CANDIDATES = 96
+
+
+def _smallest_sum(values: torch.Tensor, mult: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Sum of the ``k`` smallest items of a multiset: ``values`` [..., E] each ``mult`` [..., E]
+    times (float64), ``k`` [...] (at most the items there are: inf beyond)."""
+    v, order = values.sort(-1)
+    m = mult.gather(-1, order)
+    cum_n = m.cumsum(-1)                                                     # items up to each value
+    cum_w = (v * m).cumsum(-1)
+    # items of the values fully taken, then a part of the next value
+    full = (cum_n <= k.unsqueeze(-1)).sum(-1, keepdim=True)                  # [..., 1] values fully taken
+    zero = torch.zeros_like(cum_n[..., :1])
+    taken_n = torch.cat([zero, cum_n], -1).gather(-1, full).squeeze(-1)
+    taken_w = torch.cat([zero, cum_w], -1).gather(-1, full).squeeze(-1)
+    nxt = torch.cat([v, torch.full_like(v[..., :1], math.inf)], -1).gather(-1, full).squeeze(-1)
+    rest = k - taken_n
+    return taken_w + torch.where(rest > 0, rest * nxt, torch.zeros_like(rest))
+
+
+def _packing_fails(w: torch.Tensor, T: torch.Tensor, R: int, s_min: int, fastest: torch.Tensor) -> torch.Tensor:
+    """[X] True where no plan has max GPU time <= T (a proof, see hot_expert_packing_bound).
+    w: [X, E] loads; T: [X]; fastest: [Q] sum of the j fastest live speeds, j = 1..Q."""
+    X, E = w.shape
+    Q = fastest.shape[0]
+    cap = T * fastest[0]                                       # the most load any one GPU can take
+    lo = torch.ceil(w / cap.unsqueeze(1) * (1 - 1e-12)).clamp_min(1)                 # [X, E] least counts
+    for _ in range(_PACKING_ROUNDS):
+        # every replica's GPU holds S_min - 1 more replicas, each at least its expert's load
+        # over its count raised by all extras left: a replica weighs at most cap less those
+        spare = (R - lo.sum(1)).clamp_min(0)
+        most = lo + spare.unsqueeze(1)
+        room = cap - _smallest_sum(w / most, most, torch.full_like(cap, s_min - 1))      # [X]
+        need = torch.ceil(w / room.clamp_min(torch.finfo(w.dtype).tiny).unsqueeze(1) * (1 - 1e-12))
+        lo = torch.where((room > 0).unsqueeze(1), torch.maximum(lo, need), torch.full_like(lo, R + 1))
+    spare = R - lo.sum(1)                                                           # [X] extras left
+    hot = w.argmax(1, keepdim=True)                                                 # [X, 1]
+    wh = w.gather(1, hot).squeeze(1)                                                # [X]
+    lo_h = lo.gather(1, hot).squeeze(1)
+    C = max(1, min(_PACKING_COUNTS, R - E + 1, int(spare.max()) + 1))
+    a = torch.arange(C, dtype=w.dtype, device=w.device)                             # extras on the hot expert
+    c = lo_h.unsqueeze(1) + a                                                       # [X, C] its count
+    left = (spare.unsqueeze(1) - a).clamp_min(0)                                    # [X, C] extras for the rest
+    # The other experts with every count raised by all extras left: no plan's items are
+    # smaller. Only the K whose items can be smallest are kept; every item of the rest is at
+    # least u (their least possible item), taken as a bucket of value u without limit.
+    floor_v = (w / (lo + spare.clamp_min(0).unsqueeze(1))).scatter(1, hot, math.inf)   # [X, E]
+    K = min(_PACKING_CANDIDATES, E - 1)
+    near = floor_v.topk(K + 1 if K < E - 1 else K, dim=1, largest=False)
+    pick = near.indices[:, :K]                                                      # [X, K]
+    u = near.values[:, K] if K < E - 1 else torch.full_like(wh, math.inf)           # [X]
+    mult = lo.gather(1, pick).unsqueeze(1) + left.unsqueeze(2)                      # [X, C, K]
+    vals = w.gather(1, pick).unsqueeze(1) / mult
+    per = wh.unsqueeze(1) / c                                                       # [X, C] a hot replica
+    big = torch.full_like(per, float(R * max(s_min, 1) + 1))                        # [X, C] bucket size
+    bucket_v = u.unsqueeze(1).expand_as(per)
+    # a GPU with a hot replica: its other slots hold other experts' replicas or more hot ones
+    one = per + _smallest_sum(torch.cat([vals, bucket_v.unsqueeze(2), per.unsqueeze(2)], 2),
+                              torch.cat([mult, big.unsqueeze(2), (c - 1).unsqueeze(2)], 2),
+                              torch.full_like(per, s_min - 1))
+    # hot replicas on c distinct GPUs: their other slots hold other experts' replicas only
+    spread = wh.unsqueeze(1) + _smallest_sum(torch.cat([vals, bucket_v.unsqueeze(2)], 2),
+                                             torch.cat([mult, big.unsqueeze(2)], 2), c * (s_min - 1))
+    room = T.unsqueeze(1) * fastest[c.to(torch.int64).clamp(1, Q) - 1]              # c fastest GPUs' capacity
+    apart = 2 * per > cap.unsqueeze(1)                                              # no two share a GPU
+    ok = (one <= cap.unsqueeze(1)) & (~apart | ((spread <= room) & (c <= Q)))
+    ok &= a <= spare.unsqueeze(1)
+    # counts of the hot expert beyond the window are not checked: taken as possible
+    unchecked = spare >= C
+    return (spare < 0) | ~(ok.any(1) | unchecked)
+
+
+def hot_expert_packing_bound(problem: Problem, start: torch.Tensor) -> torch.Tensor:
+    """A bound that counts the slots the hottest expert's GPUs must fill (bisection above
+    ``start`` [L], a valid bound). Every plan with max GPU time T has, per layer:
+
+    - each replica at most ``T x s_max`` (load), so expert e has at least
+      ``lo_e = ceil(w_e / (T s_max))`` replicas and the counts above those sum to at most
+      ``D = R - sum lo`` (D < 0: T is impossible); every replica's GPU also holds S_min - 1
+      other replicas (S_min: the fewest slots of a live GPU), each at least
+      ``w_e / (lo_e + D)`` of its expert, so a replica weighs at most ``T s_max - sigma``
+      (sigma: the S_min - 1 smallest of those items, each expert ``lo_e + D`` times), which
+      raises ``lo`` (and lowers D; a few rounds);
+    - the hottest expert h with c replicas (``lo_h <= c <= lo_h + D``) leaves at most
+      ``D - (c - lo_h)`` extras to the others, so no other expert has more than
+      ``lo_e + D - (c - lo_h)`` replicas and each of its replicas weighs at least
+      ``w_e / (lo_e + D - (c - lo_h))``: the k smallest items of that multiset (each expert
+      that many times) sum to at most the k smallest replicas of the plan's other experts;
+    - a GPU holding a replica of h holds at least S_min - 1 other replicas (of the others,
+      or of h): ``w_h / c + (S_min - 1 smallest) <= T s_max``;
+    - if ``2 w_h / c > T s_max`` no GPU holds two of h's replicas: c GPUs hold them, each
+      with S_min - 1 replicas of other experts, so ``w_h + (c (S_min - 1) smallest) <= T x``
+      (sum of the c fastest speeds), and c is at most the live GPUs.
+
+    T is impossible when no c meets these; they only get easier as T grows, so the least
+    T that meets them (bisection, rounded down) bounds the optimum. On identical GPUs this
+    is the cardinality argument that average and replication bounds miss when few very
+    hot experts need many replicas and the other slots of their GPUs must hold something:
+    a hot replica's GPU cannot be filled to the average by the tail's smallest experts.
+    """
+    c = problem.cluster
+    w = _weights(problem)
+    live = sorted((c.gpu_speed[g] for g in c.live_gpus), reverse=True)
+    fastest = torch.tensor(live, dtype=torch.float64, device=w.device).cumsum(0)        # [Q]
+    s_min = min(c.gpu_slots[g] for g in c.live_gpus)
+    R = problem.num_replicas
+    out = start.clone()
+    # rows where T a hair above the other bounds is impossible (elsewhere the gain is nil)
+    lo = start * (1 + _PACKING_MIN_GAIN)
+    rows = (_packing_fails(w, lo, R, s_min, fastest) & (w.sum(1) > 0)).nonzero().squeeze(1)
+    if rows.numel() == 0:
+        return out
+    w, lo = w[rows], lo[rows]
+    # an upper value that passes: widen by doubling steps (every GPU's load is at most W, so
+    # W over the slowest speed passes whenever the checks are sound)
+    ceiling = w.sum(1) / live[-1]
+    hi = torch.minimum(lo * (1 + _PACKING_FIRST_STEP), ceiling)
+    for _ in range(64):
+        bad = _packing_fails(w, hi, R, s_min, fastest)
+        if not bool(bad.any()) or bool((hi >= ceiling).all()):
+            break
+        lo = torch.where(bad, hi, lo)
+        hi = torch.where(bad, torch.minimum(lo + 2 * (hi - start[rows]), ceiling), hi)
+    if bool(_packing_fails(w, hi, R, s_min, fastest).any()):
+        return out                        # (never: the ceiling is feasible) keep what was proven
+    for _ in range(_PACKING_STEPS):       # lo fails (impossible), hi passes
+        mid = (lo + hi) / 2
+        bad = _packing_fails(w, mid, R, s_min, fastest)
+        lo, hi = torch.where(bad, mid, lo), torch.where(bad, hi, mid)
+    out[rows] = lo
+    return out
+
+
 def item_bounds(items: torch.Tensor, num_bins: int) -> torch.Tensor:
     """Pigeonhole bounds for packing ``items`` into ``num_bins`` bins of exactly ``n / bins`` items.
 
@@ -209,6 +353,8 @@ def lower_bounds(problem: Problem, *, counts: Any = None, policy: str = "global"
     """
     out = {"average": average_bound(problem), "hottest_expert": hottest_expert_bound(problem),
            "replication": replication_bound(problem)}
+    base = torch.stack(list(out.values())).max(0).values
+    out["hot_expert_packing"] = hot_expert_packing_bound(problem, base)
     if counts is not None:
         c = torch.as_tensor(counts, device=problem.device)
         if c.is_floating_point() and not bool((c == c.round()).all()):

@@ -209,9 +209,6 @@ def slot_loads(problem: Problem, plan: Plan, split: str, tokens) -> torch.Tensor
     tokens: [B, L, E] token counts per micro-batch (or [L, E]); None grades the problem's
     weights as one micro-batch (the even split is computed here, the rest by the hook).
     """
-    if split != "even" and not problem.cluster.homogeneous:
-        raise OptionError("split", "the scheduled split balances identical GPUs; on a cluster with speeds, "
-                          "uneven slot counts or failed GPUs use the even split (for now)")
     if split != "even" or tokens is not None:
         if "fn" not in MICROBATCH_SLOT_LOADS:
             raise OptionError("split", "micro-batch tokens and the scheduled split need solvers.dispatch "

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from solvers import Cluster, Plan, Problem, score
@@ -223,13 +223,14 @@ def test_solvers_refuse_what_they_cannot_plan():
         solve(p, "deepseek")
     assert err.value.param == "gpu_slots"
     with pytest.raises(OptionError) as err:
-        solve(p, "certify")
+        solve(p, "traffic_aware")
     assert err.value.param == "solver" and "identical GPUs" in str(err.value)
     with pytest.raises(ProblemError) as err:
         solve(p, "kk_swap", policy="hierarchical")
     assert err.value.param == "policy"
+    # forbidden colocation needs at most E slots on every GPU (6 experts, a GPU with 7)
     with pytest.raises(OptionError) as err:
-        solve(p, "kk_swap", colocation="forbidden")
+        solve(Problem(_loads(E=6), num_gpus=2, gpu_slots=[7, 3]), "kk_swap", colocation="forbidden")
     assert err.value.param == "colocation"
 
 
@@ -397,13 +398,64 @@ def test_cpsat_in_time_refuses_models_it_lacks():
     from solvers import solve
     from solvers.errors import OptionError
     p = Problem(_loads(L=1, E=6), num_gpus=2, gpu_slots=[4, 3])
-    for opts, param in ((dict(model="packing"), "model"), (dict(colocation="forbidden"), "colocation")):
-        with pytest.raises(OptionError) as err:
-            solve(p, "cpsat", **opts)
-        assert err.value.param == param
     with pytest.raises(OptionError) as err:
-        solve(p, "highs")
-    assert err.value.param == "solver"
+        solve(p, "cpsat", model="packing")
+    assert err.value.param == "model"
+    # forbidden colocation cannot fit 7 slots of one GPU with 6 experts
+    with pytest.raises(OptionError) as err:
+        solve(Problem(_loads(L=1, E=6), num_gpus=2, gpu_slots=[7, 3]), "cpsat", colocation="forbidden")
+    assert err.value.param == "colocation"
+
+
+
+@pytest.mark.parametrize("backend", ["cpsat", "highs", "cbc"])
+@settings(max_examples=12, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=2, max_size=4),
+       st.lists(st.tuples(st.integers(0, 3), st.sampled_from([0.5, 1.0, 1.4, 2.0])), min_size=2, max_size=3),
+       st.sampled_from(["allowed", "forbidden"]))
+def test_exact_backends_in_time_prove_the_brute_force_optimum(backend, w, gpus, colocation):
+    """Every backend, both colocation rules: the model in time proves the optimum that
+    enumeration finds; the universal bound never exceeds the optimum of every plan, the
+    model bound never exceeds the optimum of the model."""
+    from solvers import solve
+    from solvers.exact import backends
+    if not getattr(backends, f"{backend}_available")():
+        pytest.skip(f"{backend} not installed")
+    slots = [c for c, _ in gpus]
+    speed = [s for _, s in gpus]
+    assume(len(w) <= sum(slots) <= 7 and sum(w) > 0)
+    p = Problem(torch.tensor([w], dtype=torch.float64), num_gpus=len(gpus), gpu_slots=slots, gpu_speed=speed)
+    opt_all = cluster_brute_force(w, slots, speed)
+    opt = cluster_brute_force(w, slots, speed, colocation=colocation)
+    assume(colocation == "allowed" or max(slots) <= len(w))
+    # tiny models solve in ~0.1 s; the generous limit only guards against a loaded machine
+    r = solve(p, backend, time_limit=60, threads=1, colocation=colocation)
+    assert bool(r.optimal_in_model.all())
+    assert float(r.score.max_time[0]) == pytest.approx(opt, rel=1e-7)
+    assert float(r.lower_bound[0]) <= opt_all * (1 + 1e-9)
+    if colocation == "forbidden":
+        assert float(r.model_bound[0]) <= opt * (1 + 1e-9)
+        assert r.model_scope.colocation == "forbidden"
+        assert r.score.duplicates == 0
+
+
+@needs_cpsat
+def test_certify_in_time_proves_tiny_optima_and_bounds_larger_layers():
+    from solvers import solve
+    from solvers.exact import backends
+    if not backends.highs_available():
+        pytest.skip("certify needs HiGHS")
+    w, slots, speed = [20.0, 3.0, 2.0, 1.0, 1.0], [3, 4], [1.0, 2.0]
+    p = Problem(torch.tensor([w], dtype=torch.float64), num_gpus=2, gpu_slots=slots, gpu_speed=speed)
+    r = solve(p, "certify", time_limit=3)
+    assert str(r.status) == "proven_optimal"
+    assert float(r.score.max_time[0]) == pytest.approx(cluster_brute_force(w, slots, speed), rel=1e-9)
+    # a larger cluster: a plan no worse than best's, a bound at least the combinatorial one
+    p = Problem(_loads(L=2, E=16), **FAILED)
+    r = solve(p, "certify", time_limit=2, heuristic_share=0.3)
+    assert bool((r.lower_bound >= lower_bound(p) * (1 - 1e-12)).all())
+    assert bool((r.score.max_time >= r.lower_bound * (1 - 1e-9)).all())
+    assert r.gap_max < 0.05
 
 
 def test_exports_of_uneven_plans_keep_the_gpu_map_or_refuse(tmp_path, capsys):

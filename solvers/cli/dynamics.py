@@ -1,7 +1,7 @@
 """``eplb simulate`` and ``eplb sweep``: replay a load trace under rebalancing policies.
 
     eplb simulate --loads TRACE (--model NAME | --replicas R --groups G --nodes N --gpus P)
-                  [--solver S] (--every N | --threshold X) [--window W] [--migration-slack EPS]
+                  [--gpu-speed LIST] [--gpu-slots LIST] [--failed IDS] [--solver S] (--every N | --threshold X) [--window W] [--migration-slack EPS]
                   [--migration heuristic|exact] [--migration-budget F] [--expert-bytes B] [-O KEY=VALUE]
                   [--json] [--out DIR]
     eplb sweep    --loads TRACE (--model NAME | ...) [--periods 10,25,50] [--thresholds 1.2,1.3]
@@ -20,7 +20,7 @@ from ..dynamics.sweep import best_net, frontier, frontier_table, suggest, sweep
 from ..errors import OptionError
 from ..safewrite import write_atomic, write_text_atomic
 from ..cluster import CLUSTERS, Cluster, get_model, slots_for
-from .args import network_from_args, options_dict
+from .args import network_from_args, options_dict, real_cluster_kwargs
 from .inputs import dropped_note, read_trace_arg
 
 
@@ -46,11 +46,14 @@ def cluster_from_args(args: argparse.Namespace, num_experts: int) -> tuple[dict[
         nbytes = preset.expert_bytes or None
     if gpus is None:
         raise OptionError("gpus", "give --gpus (and --replicas, --nodes, --groups) or --model NAME")
-    if replicas is None:
+    real = real_cluster_kwargs(args)
+    if replicas is None and real["gpu_slots"] is None:
         if args.model is None:
             raise OptionError("replicas", "give --replicas (or --model NAME for a default cluster)")
         replicas = slots_for(num_experts, gpus)                 # one spare slot per GPU
-    cluster = Cluster(nodes or 1, gpus, replicas, network=network_from_args(args))
+    cluster = Cluster(nodes or 1, gpus, replicas, network=network_from_args(args), **real)
+    if not cluster.uniform_slots:
+        nbytes = None        # transfer schedules need one slot count per GPU: the model's size is not used
     return {"cluster": cluster, "num_groups": groups or 1}, nbytes
 
 

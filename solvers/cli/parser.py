@@ -224,6 +224,7 @@ def _add_replay(p: argparse.ArgumentParser) -> None:
     p.add_argument("--groups", type=int, default=None, help="expert groups G")
     p.add_argument("--nodes", type=int, default=None, help="nodes N")
     p.add_argument("--gpus", type=int, default=None, help="GPUs P")
+    add_real_cluster_args(p)
     p.add_argument("--solver", default="deepseek", help="planner (see `eplb solvers`; robust_sum, ewma, ... "
                                                         "get the window's steps)")
     p.add_argument("--policy", choices=POLICIES, default=None,

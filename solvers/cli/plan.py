@@ -52,8 +52,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise OptionError("migration_objective", "needs --migration-slack (it chooses a plan within the slack)")
     if args.migration_budget is not None and args.migration_slack is None:
         raise OptionError("migration_budget", "needs --migration-slack (the budget widens it layer by layer)")
-    if previous is not None and args.migration_slack is not None and not problem.cluster.homogeneous:
-        # GPUs failed (or the cluster is not one of identical GPUs): the elastic re-plan
+    if previous is not None and args.migration_slack is not None and previous_cluster is not None:
+        # GPUs failed since the plan in force was made (its recorded cluster had more slots): the
+        # elastic re-plan. A plan of this same real cluster takes plan_with_migration (in time).
         if args.migration is not None or args.migration_budget is not None:
             raise OptionError("migration", "on a cluster with failed GPUs, speeds or uneven slots the re-plan is "
                               "the elastic heuristic: --migration and --migration-budget do not apply")

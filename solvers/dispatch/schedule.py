@@ -51,6 +51,7 @@ from ..errors import PlanError, ProblemError
 from ..plan import Plan, replica_ranks
 from ..problem import Problem
 from ..scoring import MICROBATCH_SLOT_LOADS, even_slot_loads
+from .timed import schedule_tokens_in_time
 
 PULSES_PER_ROUND = 3
 FIRST_DEPTH = 4
@@ -708,6 +709,8 @@ def microbatch_slot_loads(problem: Problem, plan: Plan, split: str, tokens) -> t
             t = t.to(torch.int64)
     else:
         t = check_tokens(tokens, plan).to(problem.device)
+    if split == "scheduled" and not problem.cluster.homogeneous:      # in time: .timed
+        return schedule_tokens_in_time(plan, t, problem.cluster)[0].to(problem.device, torch.float64)
     if split == "scheduled":
         return schedule_tokens(plan, t, problem.num_gpus).to(torch.float64)
     return even_slot_loads(t, plan)

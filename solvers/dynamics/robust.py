@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from ..cluster import Cluster
 from ..errors import OptionError
 from ..options import Option, SolverOptions, policy_option
 from ..plan import Plan
@@ -82,18 +83,33 @@ def _excluding_two(vals: torch.Tensor, idx: torch.Tensor, g: torch.Tensor, num_g
 
 
 def time_robust_search(hist: torch.Tensor, phy2log: torch.Tensor, num_gpus: int, num_zones: int,
-                       objective: str, steps: int) -> tuple[torch.Tensor, int]:
+                       objective: str, steps: int, cluster: Cluster | None = None) -> tuple[torch.Tensor, int]:
     """Swap local search on ``phy2log`` [L, R] minimising, per layer, the sum (or max) over
-    steps of the per-step max GPU load under ``hist`` [B, L, E]. Returns (phy2log, rounds)."""
+    steps of the per-step max GPU load under ``hist`` [B, L, E]. Returns (phy2log, rounds).
+    On a real ``cluster`` (speeds, uneven slots, failed GPUs) the max GPU *time* (load over
+    speed, each GPU's own slot range; a failed GPU has none and never takes a swap)."""
     B, L, E = hist.shape
     R = phy2log.shape[1]
-    P, S = num_gpus, R // num_gpus
+    P = num_gpus
     dev = phy2log.device
+    uniform = cluster is None or cluster.homogeneous
+    if uniform:
+        S = R // num_gpus
+        slot_gpu = torch.arange(R, device=dev) // S                                 # [R]
+        first = torch.arange(P, device=dev) * S                                     # [P] first slot of each GPU
+        size = torch.full((P,), S, dtype=torch.int64, device=dev)                   # [P] slots of each GPU
+        speed = None
+    else:
+        sizes = list(cluster.gpu_slots)
+        S = max(sizes)
+        slot_gpu = torch.tensor(cluster.slot_gpus(), dtype=torch.int64, device=dev)
+        size = torch.tensor(sizes, dtype=torch.int64, device=dev)
+        first = torch.cumsum(size, 0) - size
+        speed = torch.tensor(cluster.gpu_speed, dtype=torch.float64, device=dev)
     w = hist.permute(1, 0, 2)                                                      # [L, B, E]
     cnt = torch.zeros(L, E, dtype=torch.float64, device=dev).scatter_add_(
         1, phy2log, torch.ones(L, R, dtype=torch.float64, device=dev))
     p2l = phy2log.clone()
-    slot_gpu = torch.arange(R, device=dev) // S
     zone = slot_gpu // (P // num_zones)
     active = torch.ones(L, dtype=torch.bool, device=dev)
     rounds = 0
@@ -106,8 +122,13 @@ def time_robust_search(hist: torch.Tensor, phy2log: torch.Tensor, num_gpus: int,
         X = rows.numel()
         sp = p2l[rows]
         per = per_slot_loads(w[rows], sp.unsqueeze(1), cnt[rows].unsqueeze(1))      # [X, B, R]
-        load = per.view(X, B, P, S).sum(-1)                                        # [X, B, P]
-        padded = torch.nn.functional.pad(load, (0, pad), value=-math.inf)
+        if uniform:
+            load = per.view(X, B, P, S).sum(-1)                                    # [X, B, P]
+            time = load
+        else:
+            load = torch.zeros(X, B, P, dtype=per.dtype, device=dev).index_add_(2, slot_gpu, per)
+            time = load / speed                                                    # [X, B, P]
+        padded = torch.nn.functional.pad(time, (0, pad), value=-math.inf)
         vals, idx = padded.topk(3, dim=-1)                                         # [X, B, 3]
         top = vals[..., 0]
         current = top.sum(1) if objective == "sum" else top.max(1).values          # [X]
@@ -117,17 +138,25 @@ def time_robust_search(hist: torch.Tensor, phy2log: torch.Tensor, num_gpus: int,
             g = lead.argmax(1)
         else:                        # the bottleneck of the worst step
             g = idx[..., 0].gather(1, top.argmax(1, keepdim=True)).squeeze(1)
-        mine = g.unsqueeze(1) * S + torch.arange(S, device=dev)                   # [X, S]
+        k = torch.arange(S, device=dev)
+        own = k.view(1, S) < size[g].unsqueeze(1)                                  # [X, S] g has slot k
+        mine = (first[g].unsqueeze(1) + k).clamp_max(R - 1)                        # [X, S]
         a = per.gather(2, mine.unsqueeze(1).expand(X, B, S))                       # [X, B, S]
         d = a.unsqueeze(3) - per.unsqueeze(2)                                      # [X, B, S, R]
         load_g = load.gather(2, g.view(X, 1, 1).expand(X, B, 1))                   # [X, B, 1]
         load_h = load[:, :, slot_gpu]                                              # [X, B, R]
         rest = _excluding_two(vals, idx, g, P)[:, :, slot_gpu]                     # [X, B, R]
-        new_max = torch.maximum(rest.unsqueeze(2), torch.maximum(load_g.unsqueeze(3) - d, load_h.unsqueeze(2) + d))
+        if uniform:
+            new_g, new_h = load_g.unsqueeze(3) - d, load_h.unsqueeze(2) + d
+        else:                                      # times: each side over its own GPU's speed
+            new_g = (load_g.unsqueeze(3) - d) / speed[g].view(X, 1, 1, 1)
+            new_h = (load_h.unsqueeze(2) + d) / speed[slot_gpu].view(1, 1, 1, R)
+        new_max = torch.maximum(rest.unsqueeze(2), torch.maximum(new_g, new_h))
         value = new_max.sum(1) if objective == "sum" else new_max.max(1).values    # [X, S, R]
         ea = sp.gather(1, mine)
         ok = (slot_gpu.view(1, 1, R) != g.view(X, 1, 1)) & (ea.unsqueeze(2) != sp.unsqueeze(1))
-        ok &= zone.view(1, 1, R) == zone[g * S].view(X, 1, 1)
+        ok &= own.unsqueeze(2)
+        ok &= zone.view(1, 1, R) == zone[mine[:, 0]].view(X, 1, 1)
         value = value.masked_fill(~ok, math.inf).view(X, -1)
         best = value.argmin(1)
         better = value.gather(1, best.unsqueeze(1)).squeeze(1) < current * (1 - 1e-12)
@@ -151,18 +180,20 @@ def _robust(problem: Problem, policy: str, history: Any, buckets: int, steps: in
     hist = buckets_of(check_history(problem, history), buckets)
     plan, resolved = _kk_swap(problem, hist.sum(0), policy)
     zones = problem.num_nodes if resolved == "hierarchical" else 1
-    p2l, rounds = time_robust_search(hist, plan.phy2log, problem.num_gpus, zones, objective, steps)
+    p2l, rounds = time_robust_search(hist, plan.phy2log, problem.num_gpus, zones, objective, steps, problem.cluster)
     return SolverOutput(Plan.from_phy2log(p2l, problem.num_experts), resolved,
                         info={"buckets": hist.shape[0], "search_rounds": rounds, "objective": objective})
 
 
-@register("robust_sum", kind="heuristic", in_suites=False, options=(policy_option(), _HISTORY, _BUCKETS, _STEPS),
+@register("robust_sum", kind="heuristic", in_suites=False, heterogeneous=True,
+          options=(policy_option(), _HISTORY, _BUCKETS, _STEPS),
           description="time-robust: minimise the sum over the window's steps of the per-step max GPU load")
 def solve_robust_sum(problem: Problem, o: SolverOptions) -> SolverOutput:
     return _robust(problem, o.policy, o.history, o.buckets, o.steps, "sum")
 
 
-@register("robust_max", kind="heuristic", in_suites=False, options=(policy_option(), _HISTORY, _BUCKETS, _STEPS),
+@register("robust_max", kind="heuristic", in_suites=False, heterogeneous=True,
+          options=(policy_option(), _HISTORY, _BUCKETS, _STEPS),
           description="time-robust: minimise the worst step's max GPU load over the window")
 def solve_robust_max(problem: Problem, o: SolverOptions) -> SolverOutput:
     return _robust(problem, o.policy, o.history, o.buckets, o.steps, "max")
@@ -191,7 +222,7 @@ def trend_forecast(hist: torch.Tensor, damping: float) -> torch.Tensor:
     return torch.maximum(mean + damping * slope * W, 0.25 * mean)
 
 
-@register("ewma", kind="heuristic", in_suites=False,
+@register("ewma", kind="heuristic", in_suites=False, heterogeneous=True,
           options=(policy_option(), _HISTORY,
                    Option("halflife", float, 4.0, "steps after which a step's weight halves", minimum=0.0,
                           exclusive_minimum=True, maximum=1e6)),
@@ -202,7 +233,7 @@ def solve_ewma(problem: Problem, o: SolverOptions) -> SolverOutput:
     return SolverOutput(plan, resolved, info={"halflife": o.halflife, "steps": hist.shape[0]})
 
 
-@register("forecast", kind="heuristic", in_suites=False,
+@register("forecast", kind="heuristic", in_suites=False, heterogeneous=True,
           options=(policy_option(), _HISTORY, _BUCKETS,
                    Option("damping", float, 0.5, "share of the fitted trend carried into the next window",
                           minimum=0.0, maximum=2.0)),

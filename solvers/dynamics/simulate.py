@@ -161,29 +161,44 @@ class SimulationResult:
         return rows
 
 
-def step_scores(loads: torch.Tensor, plan: Plan, num_gpus: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def step_scores(loads: torch.Tensor, plan: Plan, num_gpus: int,
+                cluster: Cluster | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Realised scores of ``plan`` on steps ``loads [n, L, E]``: (imbalance [n], worst layer's
-    imbalance [n], tokens lost [n]), the shared scorer's even-split arithmetic in float64."""
-    return step_stats(loads, plan, num_gpus)[:3]
+    imbalance [n], tokens lost [n]), the shared scorer's even-split arithmetic in float64.
+    On a real ``cluster`` (speeds, uneven slots, failed GPUs) they are in time (see step_stats)."""
+    return step_stats(loads, plan, num_gpus, cluster)[:3]
 
 
-def step_stats(loads: torch.Tensor, plan: Plan,
-               num_gpus: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def step_stats(loads: torch.Tensor, plan: Plan, num_gpus: int,
+               cluster: Cluster | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`step_scores` and the time ratio [n] ``sum_l max_l / sum_l mean_l`` (a step's
-    time over its time at perfect balance; 1 for an empty step)."""
+    time over its time at perfect balance; 1 for an empty step).
+
+    On a cluster that is not one of identical GPUs every GPU's load is divided by its speed
+    and "mean" is the time at perfect balance, ``W / sum(live speeds)``: the imbalance is the
+    scorer's ``time_imbalance`` and the tokens lost are ``(max - mean) x sum(speeds)`` (the load
+    the cluster could have served while it waited; ``(max - mean) x GPUs`` on identical GPUs)."""
     n, L, E = loads.shape
     w = loads.to(torch.float64)
     p2l = plan.phy2log.to(w.device)
     cnt = plan.logcnt.to(w.device, torch.float64)
     R = p2l.shape[1]
     per_slot = per_slot_loads(w, p2l, cnt)                                           # [n, L, R]
-    gpu = per_slot.view(n, L, num_gpus, R // num_gpus).sum(-1)                        # [n, L, P]
-    mx, mean = gpu.max(-1).values, gpu.mean(-1)
+    if cluster is None or cluster.homogeneous:
+        gpu = per_slot.view(n, L, num_gpus, R // num_gpus).sum(-1)                    # [n, L, P]
+        mx, mean = gpu.max(-1).values, gpu.mean(-1)
+        capacity = float(num_gpus)
+    else:
+        slot_gpu = torch.tensor(cluster.slot_gpus(), dtype=torch.int64, device=w.device)          # [R]
+        speed = torch.tensor(cluster.gpu_speed, dtype=torch.float64, device=w.device)             # [P]
+        gpu = torch.zeros(n, L, num_gpus, dtype=torch.float64, device=w.device).index_add_(2, slot_gpu, per_slot)
+        capacity = float(cluster.total_speed)
+        mx, mean = (gpu / speed).max(-1).values, gpu.sum(-1) / capacity                         # [n, L] time
     # a subnormal mean is divided by as it is (clamping it to the smallest normal gave imbalances
     # far below 1), and rounding never takes the ratio below its floor of 1
     imb = torch.where(mean > 0, mx / torch.where(mean > 0, mean, torch.ones_like(mean)),
                       torch.ones_like(mx)).clamp_min(1.0)
-    lost = ((mx - mean) * num_gpus).sum(-1)
+    lost = ((mx - mean) * capacity).sum(-1)
     total = mean.sum(-1)
     ratio = torch.where(total > 0, mx.sum(-1) / total.clamp_min(torch.finfo(torch.float64).tiny),
                         torch.ones_like(total))
@@ -299,6 +314,10 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
     problem0 = Problem(torch.ones(1, E), cluster=cluster, num_groups=num_groups)   # checked before any work
     num_gpus = cluster.num_gpus
     per_node = num_gpus // cluster.num_nodes
+    if expert_bytes and not cluster.uniform_slots:
+        # the transfer schedule maps slot p to GPU p // S: identical slot counts only
+        raise OptionError("expert_bytes", "transfer schedules need the same slot count on every GPU; on a cluster "
+                          "with uneven slots or failed GPUs simulate without expert_bytes")
     migration_opts = None
     # A solver that re-plans migration-aware itself (options current and slack: risk_aware)
     # gets the placement in force and the slack; any other, or any with a move budget (the
@@ -327,7 +346,8 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
             raise OptionError("solver", f"{solver!r} found no plan at step {t} ({out.termination}): {out.message}")
         sc = score(problem, out.plan, previous=current, expert_bytes=expert_bytes)
         record = {"step": t, "plan_seconds": time.perf_counter() - began,
-                  "moves": sc.moves or 0, "bytes": sc.moves_bytes, "in_sample_imbalance": sc.imbalance_mean,
+                  "moves": sc.moves or 0, "bytes": sc.moves_bytes,
+                  "in_sample_imbalance": sc.summary.get("time_imbalance_mean", sc.imbalance_mean),
                   "stall_seconds": None, "makespan_seconds": None, "bound_seconds": None}
         if current is None:
             record["bytes"] = 0 if expert_bytes is not None else None
@@ -342,7 +362,7 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
     in_force: list[tuple[int, float]] = []           # (step a plan took effect, its in-sample time ratio)
 
     def in_sample(t: int, p: Plan) -> float:
-        return float(step_stats(loads[t - window:t], p, num_gpus)[3].mean())
+        return float(step_stats(loads[t - window:t], p, num_gpus, cluster)[3].mean())
 
     def pays(t: int, current: Plan, new: Plan, record: dict[str, Any]) -> bool:
         """The stall-aware rule (module docstring): the predicted time ratios of keeping the
@@ -376,7 +396,7 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
         chunk = min(end, t + CHUNK_STEPS)
         if pending is not None:
             chunk = min(chunk, pending[1])
-        seg_imb, seg_worst, seg_lost, seg_ratio = step_stats(loads[t:chunk], plan, num_gpus)
+        seg_imb, seg_worst, seg_lost, seg_ratio = step_stats(loads[t:chunk], plan, num_gpus, cluster)
         stop = chunk
         reason = "period"
         if threshold is not None and pending is None:

@@ -27,9 +27,9 @@ A bound proven for a restricted model (hierarchical, fixed counts, forbidden col
 is returned as a *model bound* with its scope; only a model of every plan (global, free
 counts, duplicates allowed; or the replication model) gives a lower bound.
 
-On a cluster with per-GPU speeds, uneven slot counts or failed GPUs, ``cpsat`` solves the
-joint model in time (:mod:`.timed`; global, duplicates allowed, a lower bound); the MILP
-backends plan identical GPUs only.
+On a cluster with per-GPU speeds, uneven slot counts or failed GPUs, every backend solves
+the joint model in time (:mod:`.timed`; global policy; duplicates allowed gives a lower
+bound, colocation="forbidden" a model bound).
 """
 from __future__ import annotations
 
@@ -71,8 +71,8 @@ def _exact_solver(backend: str, layer_solver, probe):
     """The registered function of one backend: every backend takes the same options."""
     def solve_exact(problem: Problem, options: SolverOptions) -> SolverOutput:
         probe()             # import the backend (OR-Tools first, about 1 s) before the clock starts
-        if not problem.cluster.homogeneous:        # only cpsat is registered for real clusters
-            return run_timed(problem, options)
+        if not problem.cluster.homogeneous:        # the joint model in time (.timed)
+            return run_timed(problem, options, backend)
         return run_exact(problem, backend, layer_solver(), options)
 
     solve_exact.__name__ = f"solve_{backend}"
@@ -96,9 +96,11 @@ solve_cpsat = register("cpsat", kind="exact", options=EXACT_OPTIONS, is_availabl
 solve_highs = register("highs", kind="exact", options=EXACT_OPTIONS, is_available=backends.highs_available,
                        requires="pip install pulp 'highspy==<the HiGHS version your ortools bundles, 1.12.* for "
                                 "ortools 9.15>'",
-                       description="PuLP MILP solved by HiGHS (highspy): same models, mip_dual_bound as bound")(
+                       heterogeneous=True,
+                       description="PuLP MILP solved by HiGHS (highspy): same models, mip_dual_bound as bound; "
+                                   "the joint model in time on real clusters")(
     _exact_solver("highs", _milp_layer("highs"), backends.highs_available))
 solve_cbc = register("cbc", kind="exact", options=EXACT_OPTIONS, is_available=backends.cbc_available,
-                     requires="pip install pulp",
+                     requires="pip install pulp", heterogeneous=True,
                      description="PuLP MILP solved by CBC (bundled with PuLP): same models, bound read from CBC's "
-                                 "log")(_exact_solver("cbc", _milp_layer("cbc"), backends.cbc_available))
+                                 "log; the joint model in time on real clusters")(_exact_solver("cbc", _milp_layer("cbc"), backends.cbc_available))

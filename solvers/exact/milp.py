@@ -21,6 +21,7 @@ CBC runs as a child process tied to ours (:mod:`solvers.childproc`): it dies wit
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import re
@@ -150,17 +151,24 @@ CBC_MARGIN_SHARE, CBC_MARGIN_MAX = 0.2, 2.5
 SECONDS_PER_VARIABLE = 2e-4
 
 
-def _solve(lm: LayerModel, *, backend: str, time_limit: float, threads: int, seed: int, gap: float) -> LayerResult:
+@dataclasses.dataclass
+class PulpRun:
+    """What a backend said about one PuLP problem: status "optimal" | "feasible" |
+    "time_limit" | "infeasible" | "error", its bound (already taken down by the backend's
+    tolerance; None when it gave none), whether the variables hold a solution, its message."""
+    status: str
+    bound: float | None
+    has_solution: bool
+    message: str
+
+
+def run_pulp(prob, warm: dict | None, *, backend: str, time_limit: float, threads: int, seed: int, gap: float,
+             started: float) -> PulpRun:
+    """Solve ``prob`` with ``backend`` within ``time_limit`` seconds counted from ``started``
+    (model building included); ``warm``: variable name -> value, or None."""
     import pulp
 
-    start = clock()
-    why = lm.too_big(SECONDS_PER_VARIABLE, time_limit)
-    if why:
-        return LayerResult("time_limit", message=why, stats={"variables": lm.placement_variables})
-    prob, v, warm = _build(lm)
-    left = max(0.05, time_limit - (clock() - start))
-    stats = {"variables": len(prob.variables()), "constraints": prob.numConstraints(),
-             "build_s": clock() - start}
+    left = max(0.05, time_limit - (clock() - started))
     if backend == "highs":
         solver = _highs_class()(msg=False, timeLimit=left, gapRel=gap, threads=threads,
                                 random_seed=seed, mip_abs_gap=0.0, warm=warm)
@@ -169,8 +177,7 @@ def _solve(lm: LayerModel, *, backend: str, time_limit: float, threads: int, see
         timed_out = solver.timed_out
         backend_msg = f"HiGHS: {solver.model_status}"
         if solver.failed:
-            stats["solve_s"] = clock() - start - stats["build_s"]
-            return LayerResult("error", stats=stats, message=backend_msg)
+            return PulpRun("error", None, False, backend_msg)
     else:
         for var in prob.variables():
             if warm is not None and var.name in warm:
@@ -188,46 +195,58 @@ def _solve(lm: LayerModel, *, backend: str, time_limit: float, threads: int, see
                 prob.solve(solver)
             except pulp.PulpSolverError as exc:
                 # CBC stopped by its clock before writing any solution file.
-                spent = clock() - start
-                st = "time_limit" if spent >= 0.8 * time_limit else "error"
-                return LayerResult(st, stats=stats, message=f"CBC: {str(exc).splitlines()[0][:200]}")
+                st = "time_limit" if clock() - started >= 0.8 * time_limit else "error"
+                return PulpRun(st, None, False, f"CBC: {str(exc).splitlines()[0][:200]}")
             text = open(log).read() if os.path.exists(log) else ""
         bound, timed_out, backend_msg = _cbc_log(text)
         # PuLP reads CBC's "Stopped on time" without a solution as "Not Solved".
         timed_out = timed_out or (prob.status == pulp.LpStatusNotSolved
-                                  and clock() - start >= 0.8 * time_limit)
-    stats["solve_s"] = clock() - start - stats["build_s"]
+                                  and clock() - started >= 0.8 * time_limit)
     sol = prob.sol_status
     if prob.status == pulp.LpStatusInfeasible:
-        return LayerResult("infeasible", stats=stats, message=backend_msg)
+        return PulpRun("infeasible", None, False, backend_msg)
     if sol not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         # Only a real timeout is "time_limit": PuLP also maps HiGHS' kNotset / kSolveError /
         # kModelError / kPresolveError to "Not Solved".
-        st = "time_limit" if timed_out else "error"
-        return LayerResult(st, bound=_round_down(bound), stats=stats, message=backend_msg)
+        return PulpRun("time_limit" if timed_out else "error", _round_down(bound), False, backend_msg)
     if sol == pulp.LpSolutionOptimal:
         # Proven within the relative gap: obj - bound <= gap * obj. HiGHS leaves
         # mip_dual_bound at 0 when presolve alone solves the model, so take the better.
         # CBC's solution file prints the objective to ~8 significant digits.
-        st = "optimal"
         obj = pulp.value(prob.objective)
         proven = obj - gap * abs(obj)
         if backend == "cbc":
             proven -= CBC_PRINT_RTOL * abs(obj)
         bound = proven if bound is None else max(bound, proven)
-    else:
-        st = "time_limit" if timed_out else "feasible"
+        return PulpRun("optimal", _round_down(bound), True, backend_msg)
+    return PulpRun("time_limit" if timed_out else "feasible", _round_down(bound), True, backend_msg)
+
+
+def _solve(lm: LayerModel, *, backend: str, time_limit: float, threads: int, seed: int, gap: float) -> LayerResult:
+    start = clock()
+    why = lm.too_big(SECONDS_PER_VARIABLE, time_limit)
+    if why:
+        return LayerResult("time_limit", message=why, stats={"variables": lm.placement_variables})
+    prob, v, warm = _build(lm)
+    stats = {"variables": len(prob.variables()), "constraints": prob.numConstraints(),
+             "build_s": clock() - start}
+    out = run_pulp(prob, warm, backend=backend, time_limit=time_limit, threads=threads, seed=seed, gap=gap,
+                   started=start)
+    stats["solve_s"] = clock() - start - stats["build_s"]
+    st, bound = out.status, out.bound
+    if not out.has_solution:
+        return LayerResult(st, bound=bound, stats=stats, message=out.message)
     T = v["T"].varValue
     if lm.replication_only:
         counts = np.array([lm.cand[e][0] if len(lm.cand[e]) == 1 else
                            max(lm.cand[e], key=lambda c: v["y"][e, c].varValue) for e in range(lm.num_experts)])
-        return LayerResult(st, counts=counts, bound=_round_down(bound), objective=T, stats=stats, message=backend_msg)
+        return LayerResult(st, counts=counts, bound=bound, objective=T, stats=stats, message=out.message)
     xg = np.zeros((lm.num_experts, lm.num_gpus), dtype=np.int64)
     for (e, c, g), var in v["z"].items():
         xg[e, g] += int(round(var.varValue or 0.0))
     if (xg.sum(0) != lm.slots_per_gpu).any():
         return LayerResult("error", stats=stats, message=f"{backend}: solution with fractional replica counts")
-    return LayerResult(st, xg=xg, bound=_round_down(bound), objective=T, stats=stats, message=backend_msg)
+    return LayerResult(st, xg=xg, bound=bound, objective=T, stats=stats, message=out.message)
 
 
 _CBC_BOUND = re.compile(r"^Lower bound:\s*([-+0-9.eE]+)", re.M)

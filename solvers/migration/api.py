@@ -41,6 +41,7 @@ from ..grading import graded_run
 from ..registry import SolverOutput, get_solver, register, run
 from ..result import SolveResult
 from ..scoring import gpu_loads, gpu_presence
+from .elastic import elastic
 from .exact import count_window, solve_layer
 from .minmoves import TARGET_RTOL, repair
 from .moves import moves_per_layer
@@ -267,6 +268,9 @@ def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: 
             objective: str = "moves") -> SolverOutput:
     """The migration-aware plan and its report (see the module docstring). The options come
     checked by the ``migration`` solver's schema; ``previous`` is checked against the problem here."""
+    if not problem.cluster.homogeneous:
+        return _migrate_in_time(problem, previous, base=base, slack=slack, method=method, budget=budget,
+                                objective=objective, base_options=base_options)
     previous = check_previous(problem, previous)
     if objective == "makespan" and method == "exact":
         raise OptionError("objective", "the exact method minimises moves; plan for makespan with "
@@ -290,6 +294,48 @@ def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: 
     moves = moves_per_layer(p2l, old, E, P)
     info["moves_per_layer"] = moves.tolist()
     return SolverOutput(Plan.from_phy2log(p2l, E), fresh.policy, info=info)
+
+
+def _migrate_in_time(problem: Problem, previous: Any, *, base: str, slack: float, method: str,
+                     budget: float | None, objective: str, base_options: Any) -> SolverOutput:
+    """Migration on a real cluster (speeds, uneven slots, failed GPUs), in time: the elastic
+    re-plan (:mod:`.elastic`) with the plan in force made for this same cluster: keep every
+    replica, rescue experts whose replicas grew heavier than the fresh plan's, repair in
+    time until each layer is within ``(1 + slack)`` x the fresh plan's max time, else the
+    fresh plan. With ``budget``: the layers saving the most moves are re-planned at the
+    wider slacks of BUDGET_SLACKS, level by level, until the moves fit ``budget`` x the
+    fresh plan's. The exact model and the makespan objective plan identical GPUs only."""
+    if method == "exact":
+        raise OptionError("method", "the exact migration model plans identical GPUs only; on a cluster with "
+                          "speeds, uneven slots or failed GPUs use method='heuristic'")
+    if objective == "makespan":
+        raise OptionError("objective", "the makespan objective plans identical GPUs only; on a cluster with "
+                          "speeds, uneven slots or failed GPUs use objective='moves'")
+    out = elastic(problem, previous, problem.cluster, base=base, slack=slack, base_options=base_options)
+    p2l = out.plan.phy2log.clone()
+    moves = torch.tensor(out.info["moves_per_layer"], dtype=torch.int64)                # [L]
+    relaxed: dict[int, float] = {}
+    if budget is not None:
+        allowed = int(out.info["fresh_moves"] * budget)
+        for wider in BUDGET_SLACKS:
+            excess = int(moves.sum()) - allowed
+            if excess <= 0:
+                break
+            if wider <= slack:
+                continue
+            alt = elastic(problem, previous, problem.cluster, base=base, slack=wider, base_options=base_options)
+            cand = torch.tensor(alt.info["moves_per_layer"], dtype=torch.int64)
+            saving = (moves - cand).clamp_min(0)
+            order = torch.argsort(saving, descending=True, stable=True)
+            need = int((torch.cumsum(saving[order], 0) < excess).sum()) + 1
+            take = order[:need][saving[order[:need]] > 0]
+            p2l[take.to(p2l.device)] = alt.plan.phy2log[take.to(p2l.device)]
+            moves[take] = cand[take]
+            relaxed.update({int(layer): wider for layer in take.tolist()})
+    info = {"base": base, "method": "heuristic", "objective": "moves", "in_time": True, **out.info,
+            "budget": budget, "relaxed_layers": relaxed, "moves_per_layer": moves.tolist(),
+            "heuristic_moves": int(moves.sum())}
+    return SolverOutput(Plan.from_phy2log(p2l, problem.num_experts), out.policy, info=info)
 
 
 def _for_makespan(problem: Problem, previous: Plan, fresh: SolverOutput, fresh_seconds: float, base: str,
@@ -345,8 +391,9 @@ _SCHEMA = (
 )
 
 
-@register("migration", kind="heuristic", options=_SCHEMA, in_suites=False,
-          description="fewest moves from the placement in force within (1 + slack) x a fresh plan's max load")
+@register("migration", kind="heuristic", options=_SCHEMA, in_suites=False, heterogeneous=True,
+          description="fewest moves from the placement in force within (1 + slack) x a fresh plan's max load "
+                      "(max time on real clusters)")
 def solve_migration(problem: Problem, o: SolverOptions) -> SolverOutput:
     """Without a placement in force (``current=None``, e.g. in a benchmark sweep of every
     solver) nothing can be kept: the fresh plan of ``base`` is returned as is."""
