@@ -106,7 +106,7 @@ def main(argv=None) -> int:
             met = aware >= fixed * (1 - 1e-9)
             ok &= met
             print(f"\n{'PASS' if met else 'FAIL'} ({'plain' if slack is None else 'slack 0.01'}): stall-aware "
-                  f"{aware:.4f} vs best fixed period {fixed:.4f}, {best} ({100 * (aware / fixed - 1):+.2f} %)")
+                  f"{aware:.5f} vs best fixed period {fixed:.5f}, {best} ({100 * (aware / fixed - 1):+.3f} %)")
             if args.hindsight and slack is None and args.stall == "sync":
                 oracle, used = hindsight_best(trace, cluster, preset.num_groups, window, min(periods),
                                               preset.expert_bytes, args.step_seconds, max(periods) // min(periods))
