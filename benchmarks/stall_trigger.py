@@ -1,15 +1,19 @@
 """Does rebalancing pay? The stall-aware trigger against fixed periods, by net throughput.
 
-    .venv/bin/python -m benchmarks.stall_trigger [--traces NAME ...] [--horizon 8] [--step-seconds 1]
+    .venv/bin/python -m benchmarks.stall_trigger [--traces NAME ...] [--step-seconds 1] [--stall sync|async]
+                                                 [--hindsight] [--horizon H]
 
 For each shipped drifting or shifting trace (on its model's default cluster, the documented
 default network: intra-node 400 GB/s, inter-node 50 GB/s per GPU, the model's expert bytes,
-synchronous copies, ``--step-seconds`` per balanced step) and each re-planning mode (plain,
-migration slack 0.01), the sweep's fixed periods and the stall-aware trigger (checked at the
-smallest period, one horizon fixed in advance for every trace: ``--horizon``) are simulated.
-Printed: rebalances, stalls, realised imbalance and net efficiency (balanced stall-free time
-over serving plus stall time) of each, and whether the stall-aware trigger reaches the best
-fixed period's net throughput. Target: it does on every trace and mode.
+``--stall`` copies (sync by default), ``--step-seconds`` per balanced step) and each
+re-planning mode (plain, migration slack 0.01), the sweep's fixed periods and the
+horizon-free stall-aware trigger (``stall_aware``, checked at the smallest period; nothing
+is tuned per trace) are simulated; ``--horizon H`` adds the first rule with that horizon.
+Printed: rebalances, declines, stalls, realised imbalance and net efficiency (balanced
+stall-free time over serving plus stall time) of each, and whether the stall-aware trigger
+reaches the best fixed period's net throughput. Target: it does on every trace and mode.
+``--hindsight`` also prints the best any rule deciding at the same checks could reach,
+knowing the whole trace (plain re-planning, sync: :func:`hindsight_best`).
 """
 from __future__ import annotations
 
