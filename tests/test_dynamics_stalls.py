@@ -151,7 +151,7 @@ def test_regret_calibration_and_renewal_horizon_by_hand():
     out = reg.decide(loads, 8, 2, a, c, 4, age=6, period=2, delay=1)
     kappa = max(gap(a, b, 6, 8), 0) / g6 if g6 > 0 else 1.0
     assert reg.calibration == pytest.approx(kappa)
-    assert out == pytest.approx(max(kappa * g8, 0) * ((6 + 2) / 2 - 1))
+    assert out == pytest.approx(max(kappa * g8, 0) * (6 + 1 + 2) / 2)          # async: takes over 1 step later
 
 
 def test_async_interference_costs_serving_time():

@@ -38,10 +38,11 @@ they run, ``async_interference x makespan`` seconds per rebalance, counted like 
 Stall-aware trigger, horizon-free (``stall_aware=True``; :class:`Regret`): at each check
 the new plan is made as usual and put in force only when its predicted gain, ``kappa x
 g_in x (age + period) / 2`` balanced steps, exceeds its stall (its exact makespan; async:
-the interference, and the gain starts after the copies). ``g_in`` is the plan in force's
-time ratio minus the new plan's over the steps since the last check; ``kappa`` calibrates
-it by what earlier re-plans brought on the steps that followed them (measured out of
-sample, whether they were put in force or not); ``(age + period) / 2`` is the renewal
+the interference, and the horizon is ``(age + delay + period) / 2``: the new plan takes over
+when the copies end). ``g_in`` is the plan in force's time ratio minus the new plan's over
+the steps since the last check; ``kappa`` calibrates it by what earlier re-plans brought
+on the steps that followed them (measured out of sample, whether they were put in force or
+not); ``(age + period) / 2`` is the renewal
 horizon: with a gap growing linearly in the plan's age, rebalancing at the first check where
 it pays over that many steps minimises the average time per step of a plan's life.
 
@@ -501,7 +502,9 @@ class Regret:
     length A is ``(S + alpha A^2 / 2) / A`` (S the stall); at checks every p steps, ending
     the cycle now (age A) beats ending it p steps later exactly when
     ``alpha A (A + p) / 2 >= S``, i.e. when the gain per step now, ``alpha A``, over
-    ``(A + p) / 2`` steps pays the stall. Async copies: the gain starts ``delay`` steps later.
+    ``(A + p) / 2`` steps pays the stall. Async copies: the new plan takes over ``delay``
+    steps later, when the plan in force is ``A + delay`` steps old, whether the copies start
+    now or at the next check: the horizon is ``(A + delay + p) / 2``.
     """
 
     def __init__(self) -> None:
@@ -527,7 +530,7 @@ class Regret:
         hist = loads[t - max(1, min(age, period, window)):t]                            # [n, L, E]
         g_in = float(step_stats(hist, keep, num_gpus)[3].mean() - step_stats(hist, fresh, num_gpus)[3].mean())
         self.pending = (t, keep, fresh, g_in)
-        return max(self.calibration * g_in, 0.0) * max((age + period) / 2 - delay, 0.0)
+        return max(self.calibration * g_in, 0.0) * (age + delay + period) / 2
 
 
 def age_curve(ratio: torch.Tensor, starts: list[int], t: int) -> torch.Tensor:
