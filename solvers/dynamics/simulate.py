@@ -42,13 +42,13 @@ the interference, and the horizon is ``(age + delay + period) / 2``: the new pla
 when the copies end). ``g_in`` is the plan in force's time ratio minus the new plan's over
 the steps since the last check; ``kappa`` calibrates it by what earlier re-plans brought
 on the steps that followed them (measured out of sample, whether they were put in force or
-not); ``(age + period) / 2`` is the renewal
-horizon: with a gap growing linearly in the plan's age, rebalancing at the first check where
-it pays over that many steps minimises the average time per step of a plan's life.
+not); ``(age + period) / 2`` is the renewal horizon: with a gap growing linearly in the
+plan's age, rebalancing at the first check where it pays over that many steps minimises the
+average time per step of a plan's life.
 
-Stall-aware trigger with a horizon (``gain_horizon=H``, the first version): at each period or threshold trigger the new plan
-is made as usual, but it is put in force only when its predicted gain exceeds its stall:
-``H x step_seconds x (r_keep - r_new)``, with ``r`` the mean time ratio ``sum_l max_l / sum_l mean_l``
+Stall-aware trigger with a horizon (``gain_horizon=H``, the first version): at each period
+or threshold trigger the new plan is made as usual, but it is put in force only when its
+predicted gain exceeds its stall: ``H x step_seconds x (r_keep - r_new)``, with ``r`` the mean time ratio ``sum_l max_l / sum_l mean_l``
 over the next H steps predicted from how this run's plans aged so far (the mean ratio of plans
 by age since they took effect): the plan in force continues along that curve from its age
 (shifted by how it ran lately against the curve), a new plan starts it at age 0 (shifted by
@@ -160,7 +160,8 @@ class SimulationResult:
 
     def step_rows(self) -> list[dict[str, Any]]:
         """One row per step: step, imbalance, worst layer's imbalance, tokens lost, rebalanced
-        (this step runs a new plan), moves and bytes of that rebalance, cumulative bytes."""
+        (this step runs a new plan), moves and bytes of that rebalance, cumulative bytes,
+        stall_seconds (the rebalance's stall plus its async interference, charged to its step)."""
         by_step = {r["step"]: r for r in self.rebalances}
         step = float(self.settings.get("step_seconds") or 1.0)
         rows, cum_moves, cum_bytes, clock_s, served = [], 0, 0, 0.0, 0.0
