@@ -204,7 +204,9 @@ def simulate(trace: torch.Tensor, cluster: Cluster, groups: int, solver: str, se
              expert_bytes: int | None, solver_options: dict[str, Any] | None = None):
     """:func:`solvers.dynamics.simulate` of ``trace [T, L, E]``, cached by content and settings;
     ``solver_options``: the planner's (its policy)."""
-    return _simulate(loads_mod.content_hash(trace), (cluster.id, groups), solver, options_key(setting), expert_bytes,
+    # the network is in the key: the same GPUs over slower links stall longer
+    shape = (cluster.id, groups, options_key(cluster.network.as_dict()))
+    return _simulate(loads_mod.content_hash(trace), shape, solver, options_key(setting), expert_bytes,
                      options_key(solver_options or {}), trace, cluster, groups)
 
 

@@ -6,10 +6,17 @@ per GPU: DeepSeek-V3 prefill gets 256 + 32 = 288 slots on 32 GPUs).
 """
 from __future__ import annotations
 
-from solvers.cluster import MODELS
+from solvers.cluster import MODELS, Cluster
+from solvers.network import Network
 
 DEFAULT_CLUSTER = "prefill-4x8"
 CUSTOM = "Custom"
+
+
+def with_network(cluster: Cluster, network: Network) -> Cluster:
+    """The same GPUs, slots and speeds over ``network``."""
+    return Cluster(cluster.num_nodes, cluster.num_gpus, gpu_speed=cluster.gpu_speed, gpu_slots=cluster.gpu_slots,
+                   network=network)
 
 
 def model_label(key: str) -> str:

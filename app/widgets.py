@@ -474,6 +474,8 @@ REPLAY_TOTALS_COLUMNS = {
                                                                              "served during the stalls"),
     "net_throughput": _num("net throughput", format="compact", help="routed load served per second of serving "
                                                                      "plus stalls"),
+    "interference_seconds": _num("interference (s)", format="%.3g", help="async copies: serving time lost while "
+                                                                          "they run (interference x makespan)"),
     "skipped_rebalances": _num("declined", format="localized", help="stall-aware trigger: rebalances whose "
                                                                     "predicted gain was below their stall"),
     "wall_seconds": _num("time (s)", format="%.2f", help="wall time of the replay, planning included"),

@@ -40,6 +40,7 @@ from solvers.io import read_loads
 from solvers.migration import plan_with_migration
 from solvers.migration.transfers import check_schedule, exact_schedule, needed_copies, schedule_copies, \
     schedule_transfers
+from solvers.migration.transfer_models import schedule_with
 from solvers.network import DEFAULT_NETWORK
 from solvers.workloads.generators import generate
 
@@ -92,7 +93,8 @@ def main(argv=None) -> int:
     ap.add_argument("--exact-seconds", type=float, default=20.0, help="CP-SAT seconds per small instance")
     ap.add_argument("--exact-seeds", type=int, default=4, help="small instances for the exact section")
     ap.add_argument("--planning-seeds", type=int, default=3, help="drifting traces for the planning section")
-    ap.add_argument("--only", choices=("replans", "planning", "exact"), default=None, help="run one section")
+    ap.add_argument("--only", choices=("replans", "planning", "exact", "shared"), default=None,
+                    help="run one section")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     net = DEFAULT_NETWORK
@@ -105,7 +107,36 @@ def main(argv=None) -> int:
         planning_section(args, net)
     if args.only in (None, "exact"):
         exact_section(args, net)
+    if args.only in (None, "shared"):
+        shared_section(args, net)
     return 0 if worst <= 0.05 else 1
+
+
+def shared_section(args, net) -> None:
+    """The bandwidth-sharing model on the same re-plans: its makespan (the largest port load
+    of the LP-rounded sources) against the LP optimum (a bound over every source choice) and
+    against the rounds model."""
+    rows, gaps, ratios, walls = [], [], [], []
+    for name, label, policy, kind, steps, (N, P, R), old, new, nbytes in replans(args.window):
+        t0 = time.perf_counter()
+        s = schedule_with(old, new, P, P // N, nbytes, net, model="shared")
+        wall = time.perf_counter() - t0
+        r = schedule_transfers(old, new, P, P // N, nbytes, net)
+        lp = s.info["lp_seconds"]
+        gap = s.makespan / lp - 1 if lp > 0 else 0.0
+        gaps.append(gap)
+        walls.append(wall)
+        if s.makespan > 0:
+            ratios.append(r.makespan / s.makespan)
+        rows.append([name, label, policy, kind, steps, s.moves, f"{s.makespan * 1e3:.1f}", f"{lp * 1e3:.1f}",
+                     f"{100 * gap:.2f} %", f"{r.makespan * 1e3:.1f}", f"{wall * 1e3:.0f}"])
+    table("Bandwidth sharing on the same re-plans (ms)",
+          ["trace", "shape", "policy", "new plan", "steps", "copies", "shared makespan", "LP bound",
+           "gap to LP", "rounds makespan", "shared ms"], rows)
+    print(f"\nshared: worst gap to the LP bound {100 * max(gaps):.3f} % (median {100 * statistics.median(gaps):.3f} %); "
+          f"rounds / shared makespan median {statistics.median(ratios):.2f} (min {min(ratios):.2f}, max "
+          f"{max(ratios):.2f}); time median {statistics.median(walls) * 1e3:.0f} ms, max {max(walls) * 1e3:.0f} ms "
+          f"(load {load()})")
 
 
 def replan_section(args, net) -> float:

@@ -370,6 +370,32 @@ def test_over_time_replays_every_setting_with_the_simulator():
     assert set(totals.columns) - {"setting"} == set(REPLAY_TOTALS_COLUMNS)
 
 
+def test_over_time_network_controls_change_the_stall():
+    at = _app().run()
+    at.switch_page("views/over_time.py").run()
+    at.selectbox(key="loads:dataset").set_value("olmoe-1b-7b-drifting").run()
+    at.selectbox(key="cluster:cluster").set_value("node-8").run()
+    at.button(key="over_time:run").click().run()
+    _clean(at)
+    fast = at.dataframe[1].value
+    at.number_input(key="over_time:intra_bw").set_value(40.0).run()       # one node: intra-node links carry it all
+    at.button(key="over_time:run").click().run()
+    _clean(at)
+    assert not at.error
+    slow = at.dataframe[1].value
+    assert fast["stall_seconds"].iloc[0] > 0
+    # ten times slower links: every rebalance's copies take ten times longer (same plans, same copies)
+    assert slow["stall_seconds"].tolist() == pytest.approx((fast["stall_seconds"] * 10).tolist())
+    assert slow["mean_imbalance"].tolist() == pytest.approx(fast["mean_imbalance"].tolist())
+    assert (slow["net_efficiency"] < fast["net_efficiency"]).all()
+    # async copies: no stall, but the interference costs serving time
+    at.radio(key="over_time:stall").set_value("async").run()
+    at.button(key="over_time:run").click().run()
+    _clean(at)
+    asyn = at.dataframe[1].value
+    assert (asyn["stall_seconds"] == 0).all() and (asyn["interference_seconds"] > 0).all()
+
+
 def test_over_time_single_step_loads_and_bad_settings_show_errors():
     at = _app().run()
     at.switch_page("views/over_time.py").run()

@@ -9,6 +9,8 @@ import torch
 from solvers.cli import main
 from solvers.workloads import Trace, save_trace
 
+from test_cli import one_error_line
+
 
 @pytest.fixture
 def trace_file(tmp_path):
@@ -93,5 +95,18 @@ def test_simulate_and_sweep_weigh_stalls(trace_file, capsys):
     assert main(["sweep", *base, "--periods", "2,4", "--window", "2", "--slacks", "plain", "--horizons", "4",
                  "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [r["trigger"] for r in doc["rows"]] == ["every 2", "every 4", "stall-aware 4"]
+    assert [r["trigger"] for r in doc["rows"]] == ["every 2", "every 4", "stall-aware 4", "stall-aware"]
     assert doc["best_net"]["net_throughput"] == max(r["net_throughput"] for r in doc["rows"])
+    assert main(["sweep", *base, "--periods", "2,4", "--window", "2", "--slacks", "plain", "--no-stall-aware",
+                 "--json"]) == 0
+    assert [r["trigger"] for r in json.loads(capsys.readouterr().out)["rows"]] == ["every 2", "every 4"]
+    assert main(["simulate", *base, "--every", "2", "--window", "2", "--stall-aware"]) == 0
+    text = capsys.readouterr().out
+    assert ", stall-aware" in text and "declined" in text and "rounds transfers" in text
+    assert main(["simulate", *base, "--every", "4", "--stall", "async", "--async-interference", "0.5",
+                 "--transfer-model", "shared", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["stall_seconds"] == 0 and out["interference_seconds"] > 0
+    one_error_line(capsys, ["simulate", *base, "--every", "4", "--async-interference", "0.5"], "--stall async")
+    one_error_line(capsys, ["simulate", *base, "--every", "4", "--stall", "async", "--async-interference", "2"],
+                   "async_interference")

@@ -9,9 +9,10 @@ import torch
 from solvers import OptionError, Problem, solve
 from solvers.cluster import Cluster
 from solvers.dynamics import simulate
-from solvers.dynamics.simulate import age_curve, predicted_ratios, step_stats
+from solvers.dynamics.simulate import Regret, age_curve, predicted_ratios, step_stats
 from solvers.dynamics.sweep import best_net, sweep
 from solvers.migration import schedule_transfers
+from solvers.migration.transfer_models import schedule_with
 from solvers.network import Network
 
 NBYTES = 10**9
@@ -109,3 +110,83 @@ def test_sweep_has_stall_aware_rows_and_the_best_net_setting():
     assert top["net_throughput"] == max(r["net_throughput"] for r in rows)
     with pytest.raises(OptionError, match="horizons"):
         sweep(loads, thresholds=(1.2,), horizons=(4,), expert_bytes=NBYTES, cluster=CLUSTER)
+
+
+def test_horizon_free_trigger_declines_what_does_not_pay_and_keeps_what_does():
+    loads = _trace(T=20)
+    slow = Cluster(2, 4, 12, network=Network(1e6, 1e5))          # stalls of hours: nothing pays
+    res = simulate(loads, cluster=slow, every=2, window=2, expert_bytes=NBYTES, stall_aware=True)
+    assert res.totals()["rebalances"] == 0 and res.totals()["skipped_rebalances"] == 8
+    assert all(r["predicted_gain_seconds"] < r["stall_seconds"] for r in res.info["skipped"])
+    # stalls of nanoseconds: every check with a predicted gain > 0 rebalances, like the plain period
+    free = simulate(loads, cluster=CLUSTER, every=2, window=2, expert_bytes=1, stall_aware=True, step_seconds=1e6)
+    every = simulate(loads, cluster=CLUSTER, every=2, window=2, expert_bytes=1, step_seconds=1e6)
+    assert free.totals()["rebalances"] == len(free.rebalances) > 0
+    assert all(r["predicted_gain_seconds"] > r["stall_seconds"] for r in free.rebalances)
+    assert all(r["predicted_gain_seconds"] <= 0 for r in free.info["skipped"])
+    assert free.totals()["rebalances"] + free.totals()["skipped_rebalances"] == every.totals()["rebalances"]
+    with pytest.raises(OptionError, match="stall_aware"):
+        simulate(loads, cluster=CLUSTER, every=2, stall_aware=True)
+    with pytest.raises(OptionError, match="gain_horizon"):
+        simulate(loads, cluster=CLUSTER, every=2, expert_bytes=1, stall_aware=True, gain_horizon=3)
+
+
+def test_regret_calibration_and_renewal_horizon_by_hand():
+    loads = _trace(T=12)
+    a = solve(Problem(loads[0:2].sum(0), cluster=CLUSTER), "deepseek").plan
+    b = solve(Problem(loads[4:6].sum(0), cluster=CLUSTER), "deepseek").plan
+    c = solve(Problem(loads[6:8].sum(0), cluster=CLUSTER), "deepseek").plan
+
+    def gap(k, f, lo, hi):
+        return float(step_stats(loads[lo:hi], k, 4)[3].mean() - step_stats(loads[lo:hi], f, 4)[3].mean())
+
+    reg = Regret()
+    # first check at 6: nothing measured yet (kappa 1); the gap over the 2 steps since the last
+    # check, over the renewal horizon (age 4 + period 2) / 2 = 3 steps
+    g6 = gap(a, b, 4, 6)
+    assert reg.decide(loads, 6, 2, a, b, 4, age=4, period=2, delay=0) == pytest.approx(max(g6, 0) * 3)
+    assert reg.calibration == 1.0
+    # next check at 8: the pair of check 6 measured on steps 6, 7 calibrates the new gap
+    g8 = gap(a, c, 6, 8)
+    out = reg.decide(loads, 8, 2, a, c, 4, age=6, period=2, delay=1)
+    kappa = max(gap(a, b, 6, 8), 0) / g6 if g6 > 0 else 1.0
+    assert reg.calibration == pytest.approx(kappa)
+    assert out == pytest.approx(max(kappa * g8, 0) * (6 + 1 + 2) / 2)          # async: takes over 1 step later
+
+
+def test_async_interference_costs_serving_time():
+    loads = _trace()
+    base = dict(cluster=CLUSTER, every=4, window=2, expert_bytes=NBYTES, step_seconds=0.01, stall="async")
+    free = simulate(loads, **base, async_interference=0.0)
+    some = simulate(loads, **base)                                   # the default fraction
+    half = simulate(loads, **base, async_interference=0.5)
+    spans = sum(r["makespan_seconds"] for r in some.rebalances)
+    assert spans > 0 and free.totals()["interference_seconds"] == 0
+    assert some.totals()["interference_seconds"] == pytest.approx(0.1 * spans)
+    assert half.totals()["interference_seconds"] == pytest.approx(0.5 * spans)
+    n = loads.shape[0] - 2
+    for res in (free, some, half):
+        tot = res.totals()
+        assert tot["stall_seconds"] == 0
+        assert tot["net_efficiency"] == pytest.approx(n * 0.01 / (tot["serving_seconds"] + tot["interference_seconds"]))
+    assert half.totals()["net_efficiency"] < some.totals()["net_efficiency"] < free.totals()["net_efficiency"]
+    assert sum(r["stall_seconds"] for r in half.step_rows()) == pytest.approx(half.totals()["interference_seconds"])
+    sync = simulate(loads, **{**base, "stall": "sync"})
+    assert sync.totals()["interference_seconds"] == 0
+    with pytest.raises(OptionError, match="async_interference"):
+        simulate(loads, **base, async_interference=1.5)
+
+
+def test_shared_transfer_model_times_the_stalls():
+    loads = _trace()
+    rounds = simulate(loads, cluster=CLUSTER, every=3, window=2, expert_bytes=NBYTES)
+    shared = simulate(loads, cluster=CLUSTER, every=3, window=2, expert_bytes=NBYTES, transfer_model="shared")
+    assert shared.settings["transfer_model"] == "shared"
+    prev = solve(Problem(loads[0:2].sum(0), cluster=CLUSTER), "deepseek").plan
+    for r, s in zip(rounds.rebalances, shared.rebalances):
+        new = solve(Problem(loads[r["step"] - 2:r["step"]].sum(0), cluster=CLUSTER), "deepseek").plan
+        want = schedule_with(prev, new, 4, 2, NBYTES, CLUSTER.network, model="shared").makespan
+        assert s["stall_seconds"] == pytest.approx(want) and s["moves"] == r["moves"]
+        prev = new
+    with pytest.raises(OptionError, match="transfer_model"):
+        simulate(loads, cluster=CLUSTER, every=3, expert_bytes=NBYTES, transfer_model="fluid")

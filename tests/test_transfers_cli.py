@@ -49,3 +49,32 @@ def test_score_schedule_bad_input_is_one_line(tmp_path, capsys, plans):
                    ".json or .csv")
     one_error_line(capsys, base + ["--previous", str(a), "--expert-bytes", "10", "--inter-node-bw", "0"],
                    "inter_node_bw")
+
+
+def test_score_shared_model_and_exact_schedule(tmp_path, capsys, plans):
+    loads, a, b = plans
+    base = ["score", "--loads", str(loads), "--plan", str(b), "--previous", str(a), "--expert-bytes", "1000000"]
+    assert main(base + ["--json"]) == 0
+    rounds = json.loads(capsys.readouterr().out)["transfers"]
+    assert main(base + ["--transfer-model", "shared", "--json"]) == 0
+    shared = json.loads(capsys.readouterr().out)["transfers"]
+    assert shared["model"] == "shared" and shared["moves"] == rounds["moves"] and shared["gap"] == 0
+    assert shared["bound_any_source_seconds"] <= shared["makespan_seconds"]
+    assert main(base + ["--transfer-model", "shared", "--out", str(tmp_path / "s.json")]) == 0
+    assert "sharing each GPU's links" in capsys.readouterr().out
+    doc = json.loads((tmp_path / "s.json").read_text())
+    assert all(c["start_s"] == 0 and c["end_s"] == pytest.approx(shared["makespan_seconds"]) for c in doc["copies"])
+    assert main(base + ["--schedule", "exact", "--time-limit", "20"]) == 0
+    text = capsys.readouterr().out
+    assert "exact schedule (CP-SAT" in text
+    assert main(base + ["--schedule", "exact", "--time-limit", "20", "--json"]) == 0
+    exact = json.loads(capsys.readouterr().out)["transfers"]
+    assert exact["makespan_seconds"] <= rounds["makespan_seconds"] * (1 + 1e-12)
+    assert exact["bound_seconds"] <= exact["makespan_seconds"] * (1 + 1e-12)
+    if exact["proven"]:
+        assert "proven optimal" in text
+    else:
+        assert exact["bound_seconds"] <= exact["makespan_seconds"] and "gap" in text
+    one_error_line(capsys, base + ["--schedule", "exact", "--transfer-model", "shared"], "shared model")
+    one_error_line(capsys, base + ["--schedule", "exact", "--time-limit", "0"], "time_limit")
+    one_error_line(capsys, ["score", "--loads", str(loads), "--plan", str(b), "--schedule", "exact"], "--previous")

@@ -11,11 +11,12 @@ import streamlit as st
 
 from solvers import Problem, get_solver, solver_names
 from solvers.dynamics.sweep import frontier
-from solvers.dynamics.simulate import DEFAULT_WINDOW
+from solvers.dynamics.simulate import DEFAULT_ASYNC_INTERFERENCE, DEFAULT_WINDOW
 from solvers.errors import EPLBError
+from solvers.network import DEFAULT_INTER_NODE_BW, DEFAULT_INTRA_NODE_BW, Network
 
 from app import cache, figures
-from app.cluster import expert_bytes
+from app.cluster import expert_bytes, with_network
 from app.compute import common_start, replay_totals
 from app.widgets import (REPLAY_TOTALS_COLUMNS, cluster_picker, describe_cluster, describe_loads, error_text, keep, kept,
                          loads_picker, show_error, solver_select)
@@ -25,7 +26,8 @@ _num = st.column_config.NumberColumn
 
 PAGE = "over_time"
 DEFAULT_DATASET = "olmoe-1b-7b-drifting"
-SETTING_COLUMNS = ("setting", "every", "threshold", "window", "migration_slack", "migration_budget", "gain_horizon")
+SETTING_COLUMNS = ("setting", "every", "threshold", "window", "migration_slack", "migration_budget", "stall_aware",
+                   "gain_horizon")
 
 
 def default_settings(num_steps: int) -> pd.DataFrame:
@@ -34,7 +36,7 @@ def default_settings(num_steps: int) -> pd.DataFrame:
     one), migration-aware variants and a threshold row with its window filled in."""
     long = max(2, num_steps // 8)
     short = max(1, long // 5)
-    return pd.DataFrame([
+    table = pd.DataFrame([
         {"setting": f"every {long}", "every": long},
         {"setting": f"every {long}, migration 1%", "every": long, "migration_slack": 0.01},
         {"setting": f"every {long}, migration 1% + budget", "every": long, "migration_slack": 0.01,
@@ -42,6 +44,8 @@ def default_settings(num_steps: int) -> pd.DataFrame:
         {"setting": f"every {short}", "every": short},
         {"setting": "threshold 1.25", "threshold": 1.25, "window": long},
     ], columns=SETTING_COLUMNS)
+    table["stall_aware"] = False                       # a checkbox column needs booleans
+    return table
 
 
 def _setting(row: pd.Series) -> dict:
@@ -52,6 +56,9 @@ def _setting(row: pd.Series) -> dict:
         v = row.get(col)
         if v is not None and not (isinstance(v, float) and math.isnan(v)):
             out[col] = cast(v)
+    aware = row.get("stall_aware")
+    if isinstance(aware, (bool, np.bool_)) and aware:    # a blank checkbox cell is None or NaN
+        out["stall_aware"] = True
     return out
 
 
@@ -89,13 +96,27 @@ def main() -> None:
         key = keep(f"{PAGE}:bytes:{model}", expert_bytes(model) or 0)
         size = kept(key, st.number_input("Bytes per expert", 0, 10**12, step=1_000_000, key=key,
                                          help="weights of one expert (moves x this = bytes moved)"))
+        st.subheader("Network")
         timing = {"step_seconds": st.number_input(
                       "Seconds per step", 1e-4, 1e4, 1.0, key=f"{PAGE}:step_seconds", format="%.4g",
-                      help="one trace step at perfect balance: the stalls (transfer makespan over the default "
-                           "network) are weighed against it"),
+                      help="one trace step at perfect balance: the stalls (transfer makespan over the network "
+                           "below) are weighed against it"),
                   "stall": st.radio("Weight copies", ("sync", "async"), horizontal=True, key=f"{PAGE}:stall",
                                     help="sync: serving stops for the makespan; async: copies run in the background "
-                                         "and the old plan serves until they finish")}
+                                         "and the old plan serves until they finish"),
+                  "transfer_model": st.radio("Transfer model", ("rounds", "shared"), horizontal=True,
+                                             key=f"{PAGE}:transfer_model",
+                                             help="rounds: every GPU sends to one and receives from one peer at a "
+                                                  "time (vLLM); shared: concurrent copies share each GPU's links")}
+        if timing["stall"] == "async":
+            timing["async_interference"] = st.number_input(
+                "Async interference", 0.0, 1.0, DEFAULT_ASYNC_INTERFERENCE, step=0.05, key=f"{PAGE}:interference",
+                help="fraction of serving throughput lost while background copies run (an assumption: "
+                     "docs/dynamics.md)")
+        intra = st.number_input("Intra-node GB/s per GPU", 0.001, 1e6, DEFAULT_INTRA_NODE_BW / 1e9,
+                                key=f"{PAGE}:intra_bw", format="%g", help="NVLink-class, per GPU and direction")
+        inter = st.number_input("Inter-node GB/s per GPU", 0.001, 1e6, DEFAULT_INTER_NODE_BW / 1e9,
+                                key=f"{PAGE}:inter_bw", format="%g", help="InfiniBand-class NIC, per GPU and direction")
     st.caption(describe_loads(loads) + ("" if cluster is None else " · " + describe_cluster(cluster, groups)))
     if loads.num_steps < 3:
         st.error(f"loads: a replay needs a trace of several steps; {loads.name} has {loads.num_steps}")
@@ -104,6 +125,7 @@ def main() -> None:
         show_error(cluster_error)
         return
     try:
+        cluster = with_network(cluster, Network(intra * 1e9, inter * 1e9))
         problem = Problem(loads.window(0, 1), cluster=cluster, num_groups=groups)   # checked before any replay
         if policy is not None:
             problem.resolve_policy(policy)
@@ -127,6 +149,9 @@ def main() -> None:
                                 "migration_budget": st.column_config.NumberColumn(
                                     "migration budget", min_value=0.0, format="%.2f", help="at most this fraction of a fresh plan's "
                                     "moves per rebalance; the layers saving most get wider slacks (needs a slack)"),
+                                "stall_aware": st.column_config.CheckboxColumn(
+                                    "stall-aware", help="at each trigger, rebalance only when the calibrated gain "
+                                    "over the renewal horizon exceeds the stall (needs bytes per expert)"),
                                 "gain_horizon": st.column_config.NumberColumn(
                                     "gain horizon", min_value=1, step=1, help="stall-aware: at each trigger, rebalance only when the "
                                     "predicted gain over this many steps exceeds the stall (needs bytes per expert)")})

@@ -127,8 +127,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                    migration_slack=args.migration_slack, migration=args.migration,
                    migration_budget=args.migration_budget, expert_bytes=nbytes,
                    solver_options=planner_options(args), progress=not args.json, stall=args.stall,
-                   step_seconds=args.step_seconds, gain_horizon=args.gain_horizon,
-                   migration_objective=args.migration_objective, **shape)
+                   step_seconds=args.step_seconds, gain_horizon=args.gain_horizon, stall_aware=args.stall_aware,
+                   migration_objective=args.migration_objective, transfer_model=args.transfer_model,
+                   **_interference(args), **shape)
     totals = res.totals()
     if args.out:
         for path in write_outputs(Path(args.out), res):
@@ -146,17 +147,31 @@ def cmd_simulate(args: argparse.Namespace) -> int:
           f"{'plain re-planning' if args.migration_slack is None else 'migration slack ' + str(args.migration_slack)}"
           f"{'' if args.migration_budget is None else ', move budget ' + str(args.migration_budget)}"
           f"{', minimising the transfer makespan' if args.migration_slack is not None and args.migration_objective == 'makespan' else ''}"
-          f"{', stall-aware horizon ' + str(args.gain_horizon) if args.gain_horizon else ''}")
+          f"{', stall-aware horizon ' + str(args.gain_horizon) if args.gain_horizon else ''}"
+          f"{', stall-aware' if args.stall_aware else ''}")
     print(f"realised imbalance: mean {totals['mean_imbalance']:.4f}, p99 {totals['p99_imbalance']:.4f}; "
           f"{totals['rebalances']} rebalances, {totals['total_moves']} replicas moved ({gb}); "
           f"tokens lost to imbalance {totals['tokens_lost']:.4g}; {totals['wall_seconds']:.2f} s")
     if totals["stall_seconds"] is not None:
-        skipped = f"; {totals['skipped_rebalances']} rebalances declined (gain below stall)" if args.gain_horizon else ""
+        skipped = (f"; {totals['skipped_rebalances']} rebalances declined (gain below stall)"
+                   if args.gain_horizon or args.stall_aware else "")
+        if args.stall == "async":
+            skipped += (f"; background copies cost {totals['interference_seconds']:.4g} s of serving "
+                        f"(interference {res.settings['async_interference']:g})")
         print(f"time ({args.stall} copies, {args.step_seconds:g} s per balanced step, "
-              f"{shape['cluster'].network.describe()}): stalls {totals['stall_seconds']:.4g} s, serving "
+              f"{shape['cluster'].network.describe()}, {args.transfer_model} transfers): stalls {totals['stall_seconds']:.4g} s, serving "
               f"{totals['serving_seconds']:.4g} s, load lost to stalls {totals['tokens_lost_stall']:.4g}; net "
               f"efficiency {totals['net_efficiency']:.4f} of the balanced stall-free ideal{skipped}")
     return 0
+
+
+def _interference(args: argparse.Namespace) -> dict[str, float]:
+    """--async-interference as a simulate keyword (the simulator's default when not given)."""
+    if args.async_interference is None:
+        return {}
+    if args.stall != "async":
+        raise OptionError("async_interference", "applies to background copies: give --stall async")
+    return {"async_interference": args.async_interference}
 
 
 def _floats(text: str | None, name: str, allow_plain: bool = False) -> list[Any]:
@@ -188,7 +203,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     rows = sweep(loads, periods=periods, thresholds=_floats(args.thresholds, "thresholds"),
                  slacks=_floats(args.slacks, "slacks", allow_plain=True) or [None], window=args.window,
                  solver=args.solver, expert_bytes=nbytes, solver_options=planner_options(args),
-                 horizons=horizons, stall=args.stall, step_seconds=args.step_seconds, **shape)
+                 horizons=horizons, stall=args.stall, step_seconds=args.step_seconds,
+                 stall_aware=bool(nbytes) and not args.no_stall_aware and bool(periods),
+                 transfer_model=args.transfer_model, async_interference=_interference(args).get("async_interference"),
+                 **shape)
     pick = None
     if args.budget_gb is not None:
         budget = args.budget_gb * 1e9 if nbytes is not None else args.budget_gb

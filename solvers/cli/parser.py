@@ -78,6 +78,14 @@ def add_score(sub) -> None:
     add_real_cluster_args(s)
     s.add_argument("--per-gpu", action="store_true", help="also print every GPU's load (and time, with speeds)")
     add_network_args(s)
+    s.add_argument("--transfer-model", choices=("rounds", "shared"), default="rounds",
+                   help="with --previous: copies in one-peer rounds (vLLM's rule, default) or sharing each GPU's "
+                        "bandwidth per direction and link class (docs/dynamics.md)")
+    s.add_argument("--schedule", choices=("heuristic", "exact"), default="heuristic",
+                   help="with --previous and the rounds model: the fast heuristic (default) or the exact CP-SAT "
+                        "schedule (sources and rounds; at most 200 copies), proven optimal or with its gap")
+    s.add_argument("--time-limit", type=float, default=10.0, metavar="T",
+                   help="--schedule exact: seconds for CP-SAT (default 10)")
     add_out(s, "with --previous: write the transfer schedule, .json or .csv (docs/formats.md)", metavar="FILE")
     add_routing_arg(s)
     add_json(s)
@@ -237,6 +245,11 @@ def _add_replay(p: argparse.ArgumentParser) -> None:
                         "background while the old plan serves (async)")
     p.add_argument("--step-seconds", type=float, default=1.0, metavar="S",
                    help="seconds one trace step takes at perfect balance (default 1): stalls against serving time")
+    p.add_argument("--async-interference", type=float, default=None, metavar="F",
+                   help="--stall async: fraction of serving throughput lost while background copies run "
+                        "(default 0.1, an assumption: docs/dynamics.md)")
+    p.add_argument("--transfer-model", choices=("rounds", "shared"), default="rounds",
+                   help="copies in one-peer rounds (vLLM's rule, default) or sharing each GPU's bandwidth")
     add_network_args(p)
     add_options(p, "planner option, repeatable")
     add_json(p, "print the totals as JSON")
@@ -258,8 +271,11 @@ def add_simulate(sub) -> None:
                         "the slack of the layers that save most (0.25 with slack 0.01: docs/dynamics.md)")
     s.add_argument("--migration-objective", choices=("moves", "makespan"), default="moves",
                    help="with --migration-slack: minimise the moves (default) or the transfer makespan")
+    s.add_argument("--stall-aware", action="store_true",
+                   help="stall-aware trigger: at each trigger, put the new plan in force only when its calibrated "
+                        "gain over the renewal horizon exceeds its stall (no horizon to guess; needs an expert size)")
     s.add_argument("--gain-horizon", type=int, default=None, metavar="H",
-                   help="stall-aware trigger: at each trigger, put the new plan in force only when its predicted gain "
+                   help="the older stall-aware trigger: put the new plan in force only when its predicted gain "
                         "over H steps exceeds its stall (needs an expert size)")
     s.set_defaults(handler="simulate")
 
@@ -271,9 +287,12 @@ def add_sweep(sub) -> None:
     w.add_argument("--thresholds", default=None, help="comma-separated imbalance thresholds")
     w.add_argument("--slacks", default="plain,0,0.01,0.03",
                    help="comma-separated migration slacks, 'plain' = plain re-planning (default plain,0,0.01,0.03)")
-    w.add_argument("--horizons", default="8",
-                   help="stall-aware rows: comma-separated gain horizons H in steps, checked at the smallest period "
-                        "(default 8; needs an expert size; empty: none)")
+    w.add_argument("--no-stall-aware", action="store_true",
+                   help="no stall-aware row (by default one per slack, checked at the smallest period, when the "
+                        "expert size is known)")
+    w.add_argument("--horizons", default="",
+                   help="rows of the older stall-aware trigger: comma-separated gain horizons H in steps, checked at "
+                        "the smallest period (default none; needs an expert size)")
     w.add_argument("--budget-gb", type=float, default=None, help="suggest the best setting within this many GB")
     w.set_defaults(handler="sweep")
 

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 import torch
 
 from ..errors import LoadFileError, OptionError
-from ..migration.transfers import schedule_transfers, write_schedule
+from ..migration.transfer_models import schedule_with
+from ..migration.transfers import exact_schedule, write_schedule
 from ..problem import Problem
 from ..scoring import score
 from ..cluster import get_model
@@ -36,6 +38,16 @@ def per_gpu_summary(gpu_load: torch.Tensor, num_nodes: int, top: int = 3) -> str
     return "\n".join(lines)
 
 
+def exact_line(t: dict) -> str:
+    """One line on the exact schedule: proven optimal, or CP-SAT's bound and the gap to it."""
+    if t.get("proven"):
+        return f"exact schedule (CP-SAT {t['status']}): makespan {t['makespan_seconds']:.4g} s, proven optimal"
+    bound = t.get("bound_seconds")
+    gap = t["makespan_seconds"] / bound - 1 if bound else math.inf
+    return (f"exact schedule (CP-SAT {t['status']}, not proven within the time limit): makespan "
+            f"{t['makespan_seconds']:.4g} s, CP-SAT bound {bound:.4g} s (gap {100 * gap:.2f} %)")
+
+
 def cmd_score(args: argparse.Namespace) -> int:
     info, _ = read_loads_arg(args.loads)
     plan, shape, doc = read_any_plan(args.plan, info)
@@ -61,6 +73,14 @@ def cmd_score(args: argparse.Namespace) -> int:
         problem = Problem(info.weights, None if real["gpu_slots"] is not None else plan.num_replicas, groups or 1,
                           args.nodes, gpus, **real)
     network = network_from_args(args)                       # checked before any work
+    if args.schedule == "exact":
+        if not args.previous:
+            raise OptionError("schedule", "the exact transfer schedule needs --previous (the plan in force)")
+        if args.transfer_model != "rounds":
+            raise OptionError("schedule", "the exact model schedules rounds; the shared model's optimum over sources "
+                                          "is its LP, printed as the any-source bound")
+        if not math.isfinite(args.time_limit) or args.time_limit <= 0:
+            raise OptionError("time_limit", f"must be a positive number of seconds, got {args.time_limit!r}")
     if args.out and not args.previous:
         raise OptionError("out", "writes the transfer schedule: give --previous (the plan in force)")
     previous = previous_cluster = None
@@ -88,8 +108,10 @@ def cmd_score(args: argparse.Namespace) -> int:
             metrics["gpu_time"] = sc.gpu_time.tolist()
     sched = None
     if previous is not None and nbytes and uniform:
-        sched = schedule_transfers(previous, plan, problem.num_gpus, problem.num_gpus // problem.num_nodes, nbytes,
-                                   network, num_experts=problem.num_experts)
+        sched = schedule_with(previous, plan, problem.num_gpus, problem.num_gpus // problem.num_nodes, nbytes,
+                              network, num_experts=problem.num_experts, model=args.transfer_model)
+        if args.schedule == "exact":
+            sched = exact_schedule(sched.copies, network, nbytes, time_limit=args.time_limit, hint=sched)
         metrics["transfers"] = sched.summary()
         if args.out:
             write_schedule(args.out, sched)
@@ -102,10 +124,14 @@ def cmd_score(args: argparse.Namespace) -> int:
         print(format_metrics({k: v for k, v in metrics.items() if k not in ("gpu_load", "gpu_time", "transfers")}))
         if sched is not None:
             t = sched.summary()
+            how = (f"in {t['rounds']} rounds" if t["model"] == "rounds"
+                   else "all at once, sharing each GPU's links")
             print(f"transfers: {t['moves']} copies ({t['copies_intra']} intra-node, {t['copies_inter']} inter-node, "
-                  f"{t['copies_host']} from host), {t['bytes'] / 1e9:.3f} GB in {t['rounds']} rounds; makespan "
+                  f"{t['copies_host']} from host), {t['bytes'] / 1e9:.3f} GB {how}; makespan "
                   f"{t['makespan_seconds']:.4g} s, lower bound {t['bound_seconds']:.4g} s (gap "
                   f"{100 * t['gap']:.2f} %; any source {t['bound_any_source_seconds']:.4g} s); {network.describe()}")
+            if args.schedule == "exact":
+                print(exact_line(t))
             if args.out:
                 print(f"wrote {args.out}")
         if args.per_gpu:

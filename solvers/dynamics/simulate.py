@@ -30,9 +30,25 @@ Totals add the stall seconds, the tokens lost to stalls (the load the idle clust
 have served) beside those lost to imbalance, and the net throughput: routed load served per
 second of serving plus stalls, and as a share of the balanced, stall-free ideal.
 
-Stall-aware trigger (``gain_horizon=H``): at each period or threshold trigger the new plan
-is made as usual, but it is put in force only when its predicted gain exceeds its stall:
-``H x step_seconds x (r_keep - r_new)``, with ``r`` the mean time ratio ``sum_l max_l / sum_l mean_l``
+``transfer_model`` picks how copies share the links (``rounds``: one peer per GPU and
+direction at a time; ``shared``: concurrent copies share each GPU's bandwidth). Async copies
+are not free: serving loses ``async_interference`` (default 0.1) of its throughput while
+they run, ``async_interference x makespan`` seconds per rebalance, counted like a stall.
+
+Stall-aware trigger, horizon-free (``stall_aware=True``; :class:`Regret`): at each check
+the new plan is made as usual and put in force only when its predicted gain, ``kappa x
+g_in x (age + period) / 2`` balanced steps, exceeds its stall (its exact makespan; async:
+the interference, and the horizon is ``(age + delay + period) / 2``: the new plan takes over
+when the copies end). ``g_in`` is the plan in force's time ratio minus the new plan's over
+the steps since the last check; ``kappa`` calibrates it by what earlier re-plans brought
+on the steps that followed them (measured out of sample, whether they were put in force or
+not); ``(age + period) / 2`` is the renewal horizon: with a gap growing linearly in the
+plan's age, rebalancing at the first check where it pays over that many steps minimises the
+average time per step of a plan's life.
+
+Stall-aware trigger with a horizon (``gain_horizon=H``, the first version): at each period
+or threshold trigger the new plan is made as usual, but it is put in force only when its
+predicted gain exceeds its stall: ``H x step_seconds x (r_keep - r_new)``, with ``r`` the mean time ratio ``sum_l max_l / sum_l mean_l``
 over the next H steps predicted from how this run's plans aged so far (the mean ratio of plans
 by age since they took effect): the plan in force continues along that curve from its age
 (shifted by how it ran lately against the curve), a new plan starts it at age 0 (shifted by
@@ -52,7 +68,7 @@ import torch
 
 from ..cluster import Cluster
 from ..errors import OptionError
-from ..migration.transfers import schedule_transfers
+from ..migration.transfer_models import TRANSFER_MODELS, schedule_with
 from ..options import Option
 from ..plan import Plan
 from ..problem import Problem
@@ -61,6 +77,10 @@ from ..scoring import per_slot_loads, score
 from ..workloads.trace import Trace
 
 DEFAULT_WINDOW = 16
+# Async copies share NVLink / the NIC with the MoE all-to-all and take SMs for their copy kernels:
+# serving is taken to lose this fraction of its throughput while they run (an assumption, not a
+# measurement; docs/dynamics.md, "Async interference").
+DEFAULT_ASYNC_INTERFERENCE = 0.1
 # Steps scored in one batch (bounds memory: steps x layers x slots float64).
 CHUNK_STEPS = 64
 
@@ -114,7 +134,8 @@ class SimulationResult:
         """stall_seconds (None without an expert size), serving_seconds, tokens_lost_stall (the
         load the stalled cluster would have served), net_throughput (routed load per second of
         serving and stalls), net_efficiency (the balanced, stall-free time over that time),
-        skipped_rebalances (stall-aware trigger)."""
+        skipped_rebalances (stall-aware trigger), interference_seconds (async copies: the serving
+        time lost while they run, counted in the net figures like a stall)."""
         first = self.first_step
         step = float(self.settings.get("step_seconds") or 1.0)
         stalls = [r.get("stall_seconds") for r in self.rebalances]
@@ -128,16 +149,19 @@ class SimulationResult:
             at = torch.tensor([r["step"] for r in self.rebalances], dtype=torch.int64)
             secs = torch.tensor(stalls, dtype=torch.float64)
             lost_stall = float((secs * self.step_load[at] / step).sum()) if len(at) else 0.0
-        busy = serving + (stall or 0.0)
+        interference = float(sum(r.get("interference_seconds") or 0.0 for r in self.rebalances))
+        busy = serving + (stall or 0.0) + interference
         n = self.step_time.shape[0] - first
         return {"stall_seconds": stall, "serving_seconds": serving, "tokens_lost_stall": lost_stall,
                 "net_throughput": load / busy if busy > 0 else math.nan,
                 "net_efficiency": n * step / busy if busy > 0 and rate.numel() else math.nan,
-                "skipped_rebalances": len(self.info.get("skipped", []))}
+                "skipped_rebalances": len(self.info.get("skipped", [])),
+                "interference_seconds": interference if known else None}
 
     def step_rows(self) -> list[dict[str, Any]]:
         """One row per step: step, imbalance, worst layer's imbalance, tokens lost, rebalanced
-        (this step runs a new plan), moves and bytes of that rebalance, cumulative bytes."""
+        (this step runs a new plan), moves and bytes of that rebalance, cumulative bytes,
+        stall_seconds (the rebalance's stall plus its async interference, charged to its step)."""
         by_step = {r["step"]: r for r in self.rebalances}
         step = float(self.settings.get("step_seconds") or 1.0)
         rows, cum_moves, cum_bytes, clock_s, served = [], 0, 0, 0.0, 0.0
@@ -147,7 +171,7 @@ class SimulationResult:
             nbytes = (r["bytes"] or 0) if r else 0
             cum_moves += moves
             cum_bytes += nbytes
-            stall = float(r.get("stall_seconds") or 0.0) if r else 0.0
+            stall = float((r.get("stall_seconds") or 0.0) + (r.get("interference_seconds") or 0.0)) if r else 0.0
             seconds = float(self.step_time[t])
             clock_s += stall + seconds
             served += float(self.step_load[t])
@@ -225,6 +249,13 @@ SETTINGS = {o.name: o for o in (
            "gain over this many steps exceeds its stall", minimum=1, maximum=10**9, nullable=True),
     Option("migration_objective", str, "moves", "what a migration-aware plan minimises within its slack",
            choices=("moves", "makespan")),
+    Option("stall_aware", bool, False, "stall-aware trigger without a horizon: put a new plan in force only when "
+           "its calibrated gain over the renewal horizon (age + period) / 2 exceeds its stall"),
+    Option("transfer_model", str, "rounds", "how copies share the links: rounds (one peer per GPU and "
+           "direction at a time, vLLM's rule) or shared (concurrent copies share each GPU's bandwidth)",
+           choices=TRANSFER_MODELS),
+    Option("async_interference", float, DEFAULT_ASYNC_INTERFERENCE, "async copies: fraction of serving "
+           "throughput lost while background copies run", minimum=0.0, maximum=1.0),
 )}
 
 
@@ -268,7 +299,8 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
              migration_budget: float | None = None, expert_bytes: int | None = None,
              solver_options: dict[str, Any] | None = None, cooldown: int = 1,
              progress: bool = False, stall: str = "sync", step_seconds: float = 1.0, gain_horizon: int | None = None,
-             migration_objective: str = "moves") -> SimulationResult:
+             migration_objective: str = "moves", stall_aware: bool = False,
+             async_interference: float = DEFAULT_ASYNC_INTERFERENCE, transfer_model: str = "rounds") -> SimulationResult:
     """Replay ``loads`` ([T, L, E] token counts or a Trace) with rebalancing (module docstring).
 
     The cluster: a :class:`solvers.Cluster` (or the flat num_replicas / num_nodes /
@@ -282,8 +314,11 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
     (:func:`solvers.migration.plan_with_migration`'s ``budget``).
     expert_bytes: bytes per expert (moves in bytes, and the transfer schedule of every
     rebalance: its makespan is the stall). stall: sync | async. step_seconds: seconds of one
-    step at perfect balance. gain_horizon: the stall-aware trigger's horizon in steps (needs
-    expert_bytes). solver_options: options of ``solver``.
+    step at perfect balance. stall_aware: the horizon-free stall-aware trigger (module
+    docstring; needs expert_bytes). gain_horizon: the older stall-aware trigger with a horizon
+    in steps (needs expert_bytes; not with stall_aware). async_interference: with async copies,
+    the fraction of serving throughput lost while they run. transfer_model: rounds | shared
+    (how copies share the links). solver_options: options of ``solver``.
     """
     loads = _check(loads)
     T, L, E = loads.shape
@@ -293,10 +328,13 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
         SETTINGS[k].validate(v) for k, v in (("every", every), ("threshold", threshold), ("cooldown", cooldown),
                                              ("migration_slack", migration_slack),
                                              ("migration_budget", migration_budget), ("expert_bytes", expert_bytes)))
-    stall, step_seconds, gain_horizon, migration_objective = (
+    stall, step_seconds, gain_horizon, migration_objective, stall_aware, async_interference = (
         SETTINGS[k].validate(v) for k, v in (("stall", stall), ("step_seconds", step_seconds),
                                              ("gain_horizon", gain_horizon),
-                                             ("migration_objective", migration_objective)))
+                                             ("migration_objective", migration_objective),
+                                             ("stall_aware", stall_aware),
+                                             ("async_interference", async_interference)))
+    transfer_model = SETTINGS["transfer_model"].validate(transfer_model)
     window = SETTINGS["window"].validate(window if window is not None else (every or DEFAULT_WINDOW))
     if window >= T:
         raise OptionError("window", f"the first plan needs {window} steps and the trace has {T}: nothing left to score")
@@ -304,6 +342,10 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
         raise OptionError("migration_budget", "needs a migration slack (plain re-planning has no budget)")
     if gain_horizon is not None and not expert_bytes:
         raise OptionError("gain_horizon", "the stall-aware trigger weighs gains against stalls: give expert_bytes")
+    if stall_aware and not expert_bytes:
+        raise OptionError("stall_aware", "the stall-aware trigger weighs gains against stalls: give expert_bytes")
+    if stall_aware and gain_horizon is not None:
+        raise OptionError("gain_horizon", "is the other stall-aware rule: give stall_aware or gain_horizon, not both")
     spec = get_solver(solver)
     opts = spec.parse(solver_options)                     # checked once for every re-plan
     takes_history = "history" in spec.options
@@ -348,15 +390,18 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
         record = {"step": t, "plan_seconds": time.perf_counter() - began,
                   "moves": sc.moves or 0, "bytes": sc.moves_bytes,
                   "in_sample_imbalance": sc.summary.get("time_imbalance_mean", sc.imbalance_mean),
-                  "stall_seconds": None, "makespan_seconds": None, "bound_seconds": None}
+                  "stall_seconds": None, "makespan_seconds": None, "bound_seconds": None,
+                  "interference_seconds": None}
         if current is None:
             record["bytes"] = 0 if expert_bytes is not None else None
             record["stall_seconds"] = 0.0 if expert_bytes else None
+            record["interference_seconds"] = 0.0 if expert_bytes else None
         elif expert_bytes:
-            sched = schedule_transfers(current, out.plan, num_gpus, per_node, expert_bytes, cluster.network,
-                                       num_experts=E)
+            sched = schedule_with(current, out.plan, num_gpus, per_node, expert_bytes, cluster.network,
+                                  num_experts=E, model=transfer_model)
             record.update(makespan_seconds=sched.makespan, bound_seconds=sched.bound,
-                          stall_seconds=sched.makespan if stall == "sync" else 0.0)
+                          stall_seconds=sched.makespan if stall == "sync" else 0.0,
+                          interference_seconds=async_interference * sched.makespan if stall == "async" else 0.0)
         return out.plan, record
 
     in_force: list[tuple[int, float]] = []           # (step a plan took effect, its in-sample time ratio)
@@ -374,7 +419,19 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
         delay = _delay(record["makespan_seconds"], step_seconds) if stall == "async" else 0
         gain = max(gain_horizon - delay, 0) * step_seconds * (keep - fresh)
         record["predicted_gain_seconds"] = gain
-        return gain > (record["stall_seconds"] or 0.0)
+        return gain > (record["stall_seconds"] or 0.0) + (record["interference_seconds"] or 0.0)
+
+    period = every if every is not None else cooldown
+    regret = Regret()
+
+    def renews(t: int, current: Plan, new: Plan, record: dict[str, Any]) -> bool:
+        """The horizon-free rule (module docstring, :class:`Regret`)."""
+        age = t - in_force[-1][0]
+        delay = _delay(record["makespan_seconds"], step_seconds) if stall == "async" else 0
+        gain = regret.decide(loads, t, window, current, new, num_gpus, age, period, delay) * step_seconds
+        record["predicted_gain_seconds"] = gain
+        record["gain_calibration"] = regret.calibration
+        return gain > (record["stall_seconds"] or 0.0) + (record["interference_seconds"] or 0.0)
 
     imb = torch.full((T,), math.nan, dtype=torch.float64)
     worst = torch.full((T,), math.nan, dtype=torch.float64)
@@ -419,7 +476,8 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
         plan_new, record = plan_at(t, plan)
         record["reason"] = reason
         last = t
-        if gain_horizon is not None and not pays(t, plan, plan_new, record):
+        if (gain_horizon is not None and not pays(t, plan, plan_new, record)) or (
+                stall_aware and not renews(t, plan, plan_new, record)):
             skipped.append(record)
             continue
         rebalances.append(record)
@@ -436,13 +494,64 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
                 "migration_budget": migration_budget,
                 "migration_objective": migration_objective if migration_slack is not None else None,
                 "expert_bytes": expert_bytes, "stall": stall, "step_seconds": step_seconds,
-                "gain_horizon": gain_horizon, "network": cluster.network.as_dict(),
+                "gain_horizon": gain_horizon, "stall_aware": stall_aware, "transfer_model": transfer_model,
+                "async_interference": async_interference if stall == "async" else None,
+                "network": cluster.network.as_dict(),
                 "solver_options": {k: v for k, v in (solver_options or {}).items()
                                    if isinstance(v, (int, float, str, bool))},
                 **cluster.as_dict(), "num_groups": problem0.num_groups}
     step_load = loads.to(torch.float64).sum((1, 2))                                      # [T]
     return SimulationResult(imb, worst, lost, ratio * step_seconds, step_load, rebalances, settings,
                             time.perf_counter() - began, window, info={"first_plan": first, "skipped": skipped})
+
+
+class Regret:
+    """The memory of the horizon-free stall-aware rule (``stall_aware``; docs/dynamics.md).
+
+    At each check t the plan in force K and the fresh plan F are compared on the steps since
+    the last check (the latest steps, where the gap is newest; out of sample for K, in sample
+    for F, so optimistic): ``g_in`` = K's mean time ratio - F's. At the next check t' the same
+    pair is compared on the steps [t, t') that followed, out of sample for both: ``g_out``,
+    what re-planning at t brought (or would have brought; whichever was decided, the
+    comparison is the same). The calibration
+    ``kappa = max(sum g_out, 0) / sum g_in`` over the checks so far (1 before the first
+    measurement) is the share of an in-sample gain that survives into the future; the gain
+    predicted per step is ``kappa x g_in``.
+
+    Horizon (renewal theory, no guess): if a plan's extra time per step over a fresh plan
+    grows linearly with its age a (``alpha x a``), the average time per step of a cycle of
+    length A is ``(S + alpha A^2 / 2) / A`` (S the stall); at checks every p steps, ending
+    the cycle now (age A) beats ending it p steps later exactly when
+    ``alpha A (A + p) / 2 >= S``, i.e. when the gain per step now, ``alpha A``, over
+    ``(A + p) / 2`` steps pays the stall. Async copies: the new plan takes over ``delay``
+    steps later, when the plan in force is ``A + delay`` steps old, whether the copies start
+    now or at the next check: the horizon is ``(A + delay + p) / 2``.
+    """
+
+    def __init__(self) -> None:
+        self.pending: tuple[int, Plan, Plan, float] | None = None     # (check step, K, F, g_in)
+        self.sum_in = 0.0
+        self.sum_out = 0.0
+
+    @property
+    def calibration(self) -> float:
+        return 1.0 if self.sum_in <= 0 else max(self.sum_out, 0.0) / self.sum_in
+
+    def decide(self, loads: torch.Tensor, t: int, window: int, keep: Plan, fresh: Plan, num_gpus: int, age: int,
+               period: int, delay: int) -> float:
+        """The predicted gain of putting ``fresh`` in force at ``t`` over the renewal horizon,
+        in balanced steps (multiply by the step's seconds)."""
+        if self.pending is not None and t > self.pending[0]:
+            t0, k0, f0, g0 = self.pending
+            seen = loads[t0:t]                                                          # [t - t0, L, E]
+            self.sum_out += float((step_stats(seen, k0, num_gpus)[3] - step_stats(seen, f0, num_gpus)[3]).mean())
+            self.sum_in += g0
+        # the steps since the last check (those since the plan in force took effect, if fewer):
+        # out of sample for that plan, in sample for the fresh one, the latest the gap is seen
+        hist = loads[t - max(1, min(age, period, window)):t]                            # [n, L, E]
+        g_in = float(step_stats(hist, keep, num_gpus)[3].mean() - step_stats(hist, fresh, num_gpus)[3].mean())
+        self.pending = (t, keep, fresh, g_in)
+        return max(self.calibration * g_in, 0.0) * (age + delay + period) / 2
 
 
 def age_curve(ratio: torch.Tensor, starts: list[int], t: int) -> torch.Tensor:

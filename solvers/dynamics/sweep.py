@@ -7,9 +7,10 @@ imbalance. :func:`suggest` picks, within a byte budget, the setting with the low
 imbalance (fewest bytes on ties).
 
 With an expert size every row also has its stalls and net throughput (the simulator's
-time model over the cluster's network); ``horizons`` adds stall-aware rows (checked at the
-smallest period, rebalancing only when the predicted gain over H steps exceeds the stall),
-and :func:`best_net` picks the setting with the highest net throughput.
+time model over the cluster's network); ``stall_aware`` adds a row per slack for the
+horizon-free stall-aware trigger and ``horizons`` rows for the older one with a horizon H
+(both checked at the smallest period, rebalancing only when the predicted gain exceeds the
+stall), and :func:`best_net` picks the setting with the highest net throughput.
 """
 from __future__ import annotations
 
@@ -23,17 +24,22 @@ def sweep(loads: Any, *, periods: Sequence[int] = (), thresholds: Sequence[float
           slacks: Sequence[float | None] = (None,), window: int | None = None, solver: str = "deepseek",
           expert_bytes: int | None = None, solver_options: dict[str, Any] | None = None,
           progress: bool = False, horizons: Sequence[int] = (), stall: str = "sync", step_seconds: float = 1.0,
-          migration_objective: str = "moves", **shape: Any) -> list[dict[str, Any]]:
-    """One row per setting: trigger ("every N", "threshold X" or "stall-aware H"), every,
-    threshold, gain_horizon, migration_slack, then the totals of :meth:`SimulationResult.totals`.
+          migration_objective: str = "moves", stall_aware: bool = False,
+          async_interference: float | None = None, transfer_model: str = "rounds", **shape: Any) -> list[dict[str, Any]]:
+    """One row per setting: trigger ("every N", "threshold X", "stall-aware" or "stall-aware
+    H"), every, threshold, gain_horizon, stall_aware, migration_slack, then the totals of
+    :meth:`SimulationResult.totals`.
     ``shape``: the cluster (or num_replicas, num_nodes, num_gpus) and num_groups. A stall-aware
     row is checked at the smallest period (``window`` or that period steps per plan)."""
     triggers = ([("every", int(p)) for p in periods] + [("threshold", float(x)) for x in thresholds]
-                + [("stall-aware", int(h)) for h in horizons])
+                + [("stall-aware", int(h)) for h in horizons] + ([("stall-aware", None)] if stall_aware else []))
     if not triggers:
         raise OptionError("periods", "give at least one period or threshold to sweep")
     if horizons and not periods:
         raise OptionError("horizons", "stall-aware rows check at the smallest period: give periods too")
+    if stall_aware and not periods:
+        raise OptionError("stall_aware", "stall-aware rows check at the smallest period: give periods too")
+    extra = {} if async_interference is None else {"async_interference": async_interference}
     rows = []
     for kind, value in triggers:
         for slack in slacks:
@@ -41,15 +47,19 @@ def sweep(loads: Any, *, periods: Sequence[int] = (), thresholds: Sequence[float
                 kw: dict[str, Any] = {"every": value}
             elif kind == "threshold":
                 kw = {"threshold": value, "window": window or 16}
+            elif value is None:
+                kw = {"every": min(periods), "stall_aware": True}
             else:
                 kw = {"every": min(periods), "gain_horizon": value}
             if kind != "threshold" and window is not None:
                 kw["window"] = window
             res = simulate(loads, solver=solver, migration_slack=slack, expert_bytes=expert_bytes,
                            solver_options=solver_options, progress=progress, stall=stall, step_seconds=step_seconds,
-                           migration_objective=migration_objective, **kw, **shape)
-            rows.append({"trigger": f"{kind} {value:g}", "every": kw.get("every"), "threshold": kw.get("threshold"),
-                         "gain_horizon": kw.get("gain_horizon"), "window": res.settings["window"],
+                           migration_objective=migration_objective, transfer_model=transfer_model, **kw, **extra,
+                           **shape)
+            rows.append({"trigger": kind if value is None else f"{kind} {value:g}", "every": kw.get("every"),
+                         "threshold": kw.get("threshold"), "gain_horizon": kw.get("gain_horizon"),
+                         "stall_aware": bool(kw.get("stall_aware")), "window": res.settings["window"],
                          "migration_slack": slack, **res.totals()})
     return rows
 

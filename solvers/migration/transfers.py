@@ -110,7 +110,8 @@ class TransferSchedule:
     1 inter, 2 host; round: [M] round of each copy; round_seconds: [K] duration of each
     round; makespan: seconds; bounds: {"load", "rounds", "any_source"} in seconds;
     expert_bytes; method ("heuristic" or "exact"), info (the exact model's status and bound)
-    and the network timed.
+    and the network timed; model: ``rounds`` (one peer per GPU and direction at a time) or
+    ``shared`` (:mod:`.sharing`: every copy runs from 0 to the makespan, sharing the links).
     """
 
     copies: Copies
@@ -124,6 +125,7 @@ class TransferSchedule:
     method: str = "heuristic"
     info: dict[str, Any] = field(default_factory=dict)
     network: Network = DEFAULT_NETWORK
+    model: str = "rounds"
 
     @property
     def bound(self) -> float:
@@ -156,14 +158,15 @@ class TransferSchedule:
                 "makespan_seconds": self.makespan, "bound_seconds": self.bound,
                 "bound_load_seconds": self.bounds["load"], "bound_any_source_seconds": self.bounds["any_source"],
                 "gap": self.gap, "copies_intra": int(per_link[INTRA]), "copies_inter": int(per_link[INTER]),
-                "copies_host": int(per_link[HOST]), "method": self.method, **self.info}
+                "copies_host": int(per_link[HOST]), "method": self.method, "model": self.model, **self.info}
 
     def rows(self) -> list[dict[str, Any]]:
         """One row per copy, in round order: round, start and end seconds, layer, expert,
         source GPU (-1: host), destination GPU, link, bytes."""
         start = np.concatenate([[0.0], np.cumsum(self.round_seconds)])
         order = np.lexsort((self.copies.dst, self.round))
-        dur = self.copy_seconds
+        # shared: every copy runs from 0 to the makespan at its share of the links
+        dur = self.copy_seconds if self.model == "rounds" else np.full(len(self.link), self.makespan)
         return [{"round": int(self.round[i]), "start_s": float(start[self.round[i]]),
                  "end_s": float(start[self.round[i]] + dur[i]), "layer": int(self.copies.layer[i]),
                  "expert": int(self.copies.expert[i]), "src_gpu": int(self.src[i]), "dst_gpu": int(self.copies.dst[i]),
@@ -463,7 +466,7 @@ def exact_schedule(copies: Copies, network: Network, expert_bytes: int, *, time_
     out = _finish(copies, src, rnd, network, expert_bytes, "exact",
                   {"status": name, "proven": status == cp_model.OPTIMAL, "bound_seconds": bound})
     if out.makespan > hint.makespan:                   # grid rounding can only tie; keep the better
-        return hint
+        return _finish(copies, hint.src, hint.round, network, expert_bytes, "exact", out.info)
     return out
 
 
