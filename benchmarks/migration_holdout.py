@@ -1,4 +1,4 @@
-"""Migration-aware re-plans that keep their future balance (issue 26, item 5).
+"""Migration-aware re-plans that keep their future balance.
 
 On generated drifting traces (DeepSeek-V3, Qwen3-235B, Kimi-K2 presets on their default
 clusters; ``--steps`` steps, seed ``--seed``, 16384 tokens per step), ``simulate`` re-plans
