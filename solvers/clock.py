@@ -29,6 +29,17 @@ from typing import Callable, Iterator
 CLOCK: Callable[[], float] = time.perf_counter
 
 
+class TimeUp(Exception):
+    """Raised by a computation that was given a deadline and could not finish by it (the
+    caller, which gave the deadline, catches it and goes on without that result)."""
+
+
+def check_deadline(deadline: float | None) -> None:
+    """Raise :class:`TimeUp` once :func:`clock` is past ``deadline`` (None: never)."""
+    if deadline is not None and clock() > deadline:
+        raise TimeUp
+
+
 def clock() -> float:
     """Now, in seconds (:data:`CLOCK`; ``time.perf_counter`` unless a test installed a fake)."""
     return CLOCK()

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from .clock import check_deadline
 from .plan import Plan, build_log2phy, replica_ranks
 from .cluster import Cluster
 from .problem import Problem, as_weights
@@ -39,10 +40,12 @@ def inverse_permutation(perm: torch.Tensor) -> torch.Tensor:
     return inv
 
 
-def balanced_packing(weight: torch.Tensor, num_packs: int) -> tuple[torch.Tensor, torch.Tensor]:
+def balanced_packing(weight: torch.Tensor, num_packs: int,
+                     deadline: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Pack ``n`` items into ``num_packs`` packs of exactly ``n / num_packs`` items each.
 
-    weight: [X, n] item weights (float32 in the faithful algorithm).
+    weight: [X, n] item weights (float32 in the faithful algorithm). deadline: raise
+    :class:`solvers.clock.TimeUp` once past it (checked every step; None: never).
     Returns pack_index: [X, n] pack of each item, rank_in_pack: [X, n] its position there
     (order of arrival).
     """
@@ -66,6 +69,7 @@ def balanced_packing(weight: torch.Tensor, num_packs: int) -> tuple[torch.Tensor
     one = torch.ones(X, 1, dtype=torch.int32, device=dev)
     chosen = torch.empty(n, X, 1, dtype=torch.int64, device=dev)
     for k, pack in enumerate(chosen.unbind(0)):
+        check_deadline(deadline)
         torch.lt(count, cap, out=has_room)
         torch.where(has_room, load, inf, out=key)
         torch.argmin(key, dim=-1, keepdim=True, out=pack)                   # first lightest open pack
@@ -78,8 +82,10 @@ def balanced_packing(weight: torch.Tensor, num_packs: int) -> tuple[torch.Tensor
     return pack_index, rank_in_pack
 
 
-def replicate_experts(weight: torch.Tensor, num_phy: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def replicate_experts(weight: torch.Tensor, num_phy: int,
+                      deadline: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Greedy replication minimising the max load per replica (optimal for that objective).
+    deadline: as :func:`balanced_packing` takes it.
 
     weight: [X, num_log]. Returns phy2log: [X, num_phy] (slot i < num_log holds expert i,
     later slots the redundant replicas in creation order), rank: [X, num_phy] replica rank
@@ -91,6 +97,7 @@ def replicate_experts(weight: torch.Tensor, num_phy: int) -> tuple[torch.Tensor,
     ones = torch.ones(X, 1, dtype=torch.int64, device=dev)
     cols = [torch.arange(num_log, dtype=torch.int64, device=dev).expand(X, num_log)]
     for _ in range(num_phy - num_log):
+        check_deadline(deadline)
         best = (weight / logcnt).argmax(-1, keepdim=True)                # first max on ties
         cols.append(best)
         logcnt.scatter_add_(1, best, ones)
@@ -100,8 +107,10 @@ def replicate_experts(weight: torch.Tensor, num_phy: int) -> tuple[torch.Tensor,
 
 
 def rebalance_hierarchical(weight: torch.Tensor, num_physical: int, num_groups: int,
-                           num_nodes: int, num_gpus: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                           num_nodes: int, num_gpus: int,
+                           deadline: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """DeepSeek's three steps; ``num_groups = num_nodes = 1`` gives the global policy.
+    deadline: raise :class:`solvers.clock.TimeUp` once past it (None: never).
 
     weight: [L, E] float32. Returns phy2log: [L, R], rank: [L, R] replica rank of each
     slot, logcnt: [L, E].
@@ -117,7 +126,7 @@ def rebalance_hierarchical(weight: torch.Tensor, num_physical: int, num_groups: 
 
     # Step 1: whole groups onto nodes; renumber experts node-major ("mlog" ids).
     group_load = weight.view(L, num_groups, group_size).sum(-1)                     # [L, G]
-    group_node, group_rank = balanced_packing(group_load, num_nodes)
+    group_node, group_rank = balanced_packing(group_load, num_nodes, deadline)
     first_mlog = (group_node * groups_per_node + group_rank) * group_size           # [L, G]
     log2mlog = (first_mlog.unsqueeze(-1)
                 + torch.arange(group_size, dtype=torch.int64, device=dev)).flatten(1)  # [L, E]
@@ -125,11 +134,11 @@ def rebalance_hierarchical(weight: torch.Tensor, num_physical: int, num_groups: 
 
     # Step 2: replicate inside each node: rows are (layer, node).
     node_w = weight.gather(-1, mlog2log).view(L * num_nodes, experts_per_node)
-    phy2mlog, phy_rank, mlogcnt = replicate_experts(node_w, slots_per_node)
+    phy2mlog, phy_rank, mlogcnt = replicate_experts(node_w, slots_per_node, deadline)
 
     # Step 3: each node's replicas onto its GPUs.
     replica_w = (node_w / mlogcnt).gather(-1, phy2mlog)                             # [L*N, R/N]
-    gpu, rank_on_gpu = balanced_packing(replica_w, gpus_per_node)
+    gpu, rank_on_gpu = balanced_packing(replica_w, gpus_per_node, deadline)
     pphy2phy = inverse_permutation(gpu * slots_per_gpu + rank_on_gpu)
     node_offset = torch.arange(num_nodes, dtype=torch.int64, device=dev).view(1, -1, 1) * experts_per_node
     pphy2mlog = (phy2mlog.gather(-1, pphy2phy).view(L, num_nodes, -1) + node_offset).flatten(1)
@@ -140,13 +149,14 @@ def rebalance_hierarchical(weight: torch.Tensor, num_physical: int, num_groups: 
 
 
 def deepseek_plan(weight: torch.Tensor, num_replicas: int, num_groups: int, num_nodes: int,
-                  num_gpus: int, policy: str) -> Plan:
-    """The plan of the resolved ``policy`` ("hierarchical" or "global"); inputs already valid."""
+                  num_gpus: int, policy: str, deadline: float | None = None) -> Plan:
+    """The plan of the resolved ``policy`` ("hierarchical" or "global"); inputs already valid.
+    deadline: raise :class:`solvers.clock.TimeUp` once past it (a portfolio's rung; None: never)."""
     w = weight.float()
     if policy == "hierarchical":
-        phy2log, rank, logcnt = rebalance_hierarchical(w, num_replicas, num_groups, num_nodes, num_gpus)
+        phy2log, rank, logcnt = rebalance_hierarchical(w, num_replicas, num_groups, num_nodes, num_gpus, deadline)
     else:
-        phy2log, rank, logcnt = rebalance_hierarchical(w, num_replicas, 1, 1, num_gpus)
+        phy2log, rank, logcnt = rebalance_hierarchical(w, num_replicas, 1, 1, num_gpus, deadline)
     return Plan(phy2log, build_log2phy(phy2log, rank, logcnt), logcnt)
 
 

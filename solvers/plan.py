@@ -133,12 +133,14 @@ class Plan:
             raise PlanError("logcnt", "every expert needs at least one replica")
         if bool((cnt.sum(1) != R).any()):
             raise PlanError("logcnt", f"every layer's counts must sum to {R} slots")
-        _, actual = replica_ranks(p2l, E)
+        rank, actual = replica_ranks(p2l, E)
         if not torch.equal(actual, cnt):
             raise PlanError("logcnt", "does not match the replicas in phy2log")
         K = l2p.shape[2]
         if K < int(cnt.max()):
             raise PlanError("log2phy", f"has room for {K} replicas, an expert has {int(cnt.max())}")
+        if K == int(cnt.max()) and torch.equal(l2p, build_log2phy(p2l, rank, cnt)):
+            return self      # the usual case: replicas ranked in slot order (one comparison, not ten masks)
         valid = torch.arange(K, device=l2p.device) < cnt.unsqueeze(-1)     # [L, E, K]
         if bool((l2p[~valid] != -1).any()):
             raise PlanError("log2phy", "entries past an expert's count must be -1")

@@ -16,7 +16,7 @@ import torch
 import solvers
 from solvers.options import policy_option
 from solvers.bench import run as bench_run
-from solvers.bench.analysis import derive
+from solvers.bench.analysis import derive, holdout_table
 from solvers.bench.executors import run_tasks
 from solvers.bench.instances import Instance, load_instance
 from solvers.bench.store import COLUMNS, ResultStore, read_results
@@ -117,8 +117,9 @@ def test_a_group_with_a_solver_list_runs_only_those_solvers():
     solver), with their options (more time at two slots per GPU and 64+ experts); --solvers still
     narrows them."""
     full = get_suite("full")
-    groups = [g for g in full.groups if getattr(g, "solvers", None)]
-    assert [g.solvers for g in groups] == [("certify",), ("certify",)]
+    listed = [g.solvers for g in full.groups if getattr(g, "solvers", None)]
+    assert listed == [("robust_sum", "ewma", "risk_aware"), ("certify",), ("certify",)]   # out of sample, certify
+    groups = [g for g in full.groups if getattr(g, "solvers", None) == ("certify",)]
     decode = {i.id for g in groups for i in g.instances}
     two_slots = {i.id for i in groups[1].instances}
     assert two_slots and all(Instance.from_id(i).replicas == 2 * Instance.from_id(i).gpus for i in two_slots)
@@ -349,3 +350,24 @@ def test_exact_solver_outside_the_suites_groups_is_rejected(tmp_path, capsys):
     suite = Suite("h", "heuristics only", groups=(Group(get_suite("tiny").groups[0].instances),))
     with pytest.raises(OptionError, match="solvers"):
         suite_tasks(suite, solvers=["cpsat"])
+
+
+def test_planners_of_a_history_get_the_window_and_every_row_scores_each_held_out_step():
+    """run_task passes window 0's steps to a solver with a history option, and scores the
+    plan on each step of window 1 (holdout_step_imbalance_mean) as the shared scorer does;
+    the report's out-of-sample table lines the solvers up on those instances."""
+    inst = get_suite("tiny").groups[0].instances[0]
+    loaded = load_instance(inst.id, 0)
+    assert loaded.plan_steps.shape[0] == inst.window and loaded.eval_steps.shape[0] == inst.window
+    assert torch.allclose(loaded.plan_steps.sum(0), loaded.problem.weights.to(torch.float64))
+    rows = [run_task(Task(inst.id, name, {}, 0)) for name in ("deepseek", "risk_aware")]
+    ra = solvers.solve(loaded.problem, "risk_aware", history=loaded.plan_steps)
+    want = solvers.score(loaded.eval_problem, ra.plan, tokens=loaded.eval_steps).imbalance_mean
+    assert rows[1]["holdout_step_imbalance_mean"] == pytest.approx(want)
+    assert rows[0]["holdout_step_imbalance_mean"] >= 1.0
+    assert all(set(r) <= set(COLUMNS) for r in rows)
+    table = holdout_table(pd.DataFrame(rows))
+    assert len(table) == 1 and {c for c in table.columns if c.startswith(("deepseek", "risk_aware"))}
+    assert "risk_aware" in get_suite("full").groups[2].solvers        # the full suite's out-of-sample group
+    assert {t.solver for t in suite_tasks(get_suite("full")) if "shifting-mix" in t.instance} >= {
+        "deepseek", "kk_swap", "risk_aware", "ewma", "robust_sum"}

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from solvers import OptionError, Problem, get_solver, solve
-from solvers.dynamics.scenario import scenario_bound, scenario_value
+from solvers.bounds import lower_bound
+from solvers.dynamics.scenario import scenario_bound, scenario_value, shared_count_bound, tail_steps
 from solvers.scoring import count_duplicates
 
 
@@ -18,7 +19,7 @@ def _history(W, E, seed):
         1, 4, (1, 1, E), generator=g)
 
 
-def _brute_force(hist, R, P, nodup):
+def _brute_force(hist, R, P, nodup, tail=1.0):
     """min over every phy2log row (each expert at least once) of the scenario value (batched)."""
     W, _, E = hist.shape
     rows = torch.tensor(list(itertools.product(range(E), repeat=R)))             # [E^R, R]
@@ -27,7 +28,7 @@ def _brute_force(hist, R, P, nodup):
     if nodup:
         s = rows.view(-1, P, R // P).sort(-1).values
         rows = rows[~(s[..., 1:] == s[..., :-1]).flatten(1).any(1)]
-    return float(scenario_value(hist.expand(W, rows.shape[0], E), rows, P).min())
+    return float(scenario_value(hist.expand(W, rows.shape[0], E), rows, P, tail).min())
 
 
 CASES = [(3, 4, 2, 3, False), (3, 4, 2, 3, True), (4, 6, 2, 3, True), (4, 6, 3, 2, False), (5, 6, 3, 4, True)]
@@ -75,3 +76,35 @@ def test_exact_scenario_model_rejects_fractional_loads():
     hist = torch.full((2, 1, 3), 1.5, dtype=torch.float64)
     with pytest.raises(OptionError, match="history"):
         solve(Problem(hist.sum(0), 4, 1, 1, 2), "scenario_cpsat", history=hist, colocation="allowed")
+
+
+@pytest.mark.parametrize("E,R,P,W,nodup", CASES)
+@pytest.mark.parametrize("tail", [0.34, 0.5])
+def test_tail_bound_and_exact_tail_model_against_brute_force(E, R, P, W, nodup, tail):
+    """CVaR of the per-step max (the worst ceil(tail x W) steps summed): the bound never
+    exceeds the brute-force optimum, and the exact model (tail option) finds it."""
+    hist = _history(W, E, seed=5)
+    p = Problem(hist.sum(0), R, 1, 1, P)
+    opt = _brute_force(hist, R, P, nodup, tail)
+    assert float(scenario_bound(p, hist, tail)[0]) <= opt * (1 + 1e-12)
+    if not get_solver("scenario_cpsat").is_available():
+        pytest.skip("ortools is not installed")
+    res = solve(p, "scenario_cpsat", history=hist, colocation="forbidden" if nodup else "allowed",
+                time_limit=20.0, tail=tail)
+    assert res.info["scenario_optimal"] == [True] and res.info["tail_steps"] == tail_steps(W, tail)
+    assert res.info["scenario_value"][0] == pytest.approx(opt, rel=1e-9)
+    assert float(scenario_value(hist, res.plan.phy2log, P, tail)[0]) == pytest.approx(opt, rel=1e-9)
+
+
+def test_shared_counts_bound_tighter_than_per_step_counts():
+    """Two steps, each with its own hot expert, one spare slot: each step alone would give
+    its hot expert the spare replica (45 each), but a plan has one count vector: one step
+    keeps its hot expert whole (90), and the bound knows it; brute force agrees."""
+    hist = torch.tensor([[[90.0, 5, 5, 0]], [[0, 5, 5, 90]]])           # 5 slots on 5 GPUs
+    p = Problem(hist.sum(0), 5, 1, 1, 5)
+    per_step = float(lower_bound(Problem(hist.reshape(2, 4), 5, 1, 1, 5)).sum())
+    assert per_step == pytest.approx(90.0)
+    assert float(shared_count_bound(hist, 5, 5)[0]) == pytest.approx(135.0)
+    assert float(scenario_bound(p, hist)[0]) == pytest.approx(135.0)
+    assert _brute_force(hist, 5, 5, False) == pytest.approx(135.0)
+    assert shared_count_bound(torch.ones(2, 1, 256), 288, 32) is None      # too many count vectors to list

@@ -15,7 +15,10 @@ import pytest
 import torch
 
 import solvers.clock as solvers_clock
+import solvers.deepseek as deepseek
 from solvers import Problem
+from solvers.clock import FakeClock as StepClock, TimeUp, check_deadline, fake_clock
+from solvers.deepseek import deepseek_plan
 from solvers.registry import SolverOutput
 from solvers.heuristics import joint, packing, pipeline, portfolio
 from solvers.heuristics.common import replicate_counts
@@ -325,3 +328,53 @@ def test_relaxed_pass_stops_at_its_deadline(monkeypatch):
     assert len(steps) == 3 and all(t < 0.025 for t in steps)          # steps at 0, 0.01, 0.02
     assert info["off_node_replicas_worst_layer"] <= 4
     assert bool((layer_max(problem, cut) <= layer_max(problem, strict) * (1 + 1e-12)).all())
+
+
+def test_greedy_stops_at_its_deadline():
+    """deepseek's loops check the deadline every step: with a clock that advances at every
+    reading it raises TimeUp (the portfolio's cue to go on without it) and, without a
+    deadline, gives the same plan as ever."""
+    w = loads(2, 32, 3)
+    plain = deepseek_plan(w, 40, 1, 1, 4, "global")
+    with fake_clock(StepClock(step=0.001)) as c:
+        with pytest.raises(TimeUp):
+            deepseek_plan(w, 40, 1, 1, 4, "global", deadline=0.005)
+        assert c.now < 0.01                     # stopped within a few steps of the deadline
+        again = deepseek_plan(w, 40, 1, 1, 4, "global", deadline=1e9)
+    assert torch.equal(again.phy2log, plain.phy2log)
+
+
+def test_portfolio_goes_on_without_a_greedy_that_misses_the_deadline(monkeypatch):
+    """A machine too loaded for the greedy: its steps cost 0.01 fake seconds each (48 steps
+    here), the budget is 0.2 s. The greedy is dropped, the time limit holds, the first
+    rung's plan is returned."""
+    work = Work(monkeypatch)
+
+    def slow_check(deadline):
+        work.clock.now += 0.01
+        check_deadline(deadline)
+
+    monkeypatch.setattr(deepseek, "check_deadline", slow_check)
+    problem = deep_problem(layers=2)
+    out = portfolio.run_portfolio(problem, policy="global", nodup=False, relax=0, time_limit=0.2)
+    assert out.info["greedy"] == "timed out"
+    assert out.info["rungs_run"][0] == "kk_swap" and "deepseek" not in out.info["layers_won"]
+    assert work.clock.now <= 0.2 + 0.01 + 1e-9            # at most one greedy step past it
+    problem.validate_plan(out.plan)
+
+
+def test_portfolio_with_time_for_the_greedy_is_never_worse_than_it(monkeypatch):
+    """The same, with a greedy that fits: it is kept, and every layer is at most its value."""
+    work = Work(monkeypatch)
+
+    def step(deadline):
+        work.clock.now += 0.001
+        check_deadline(deadline)
+
+    monkeypatch.setattr(deepseek, "check_deadline", step)
+    problem = deep_problem(layers=2)
+    out = portfolio.run_portfolio(problem, policy="global", nodup=False, relax=0, time_limit=1.0)
+    assert out.info["greedy"] == "kept"
+    greedy = pipeline.greedy_phy2log(problem, "global")
+    assert bool((layer_max(problem, out.plan.phy2log) <= layer_max(problem, greedy) * (1 + 1e-12)).all())
+    assert work.clock.now <= 1.0

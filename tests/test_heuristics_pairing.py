@@ -8,7 +8,7 @@ import torch
 from solvers import Problem, solve
 from solvers.clock import FakeClock, fake_clock
 from solvers.heuristics.common import replicate_counts
-from solvers.heuristics.pairing import pair_counts, pair_value, sorted_items
+from solvers.heuristics.pairing import counts_pair_value, pair_counts, pair_value, sorted_items
 
 
 def _matchings(items):
@@ -66,3 +66,39 @@ def test_kk_swap_at_two_slots_per_gpu_beats_the_greedy():
     assert kk.info["pair_rounds"] >= 1
     assert bool((kk.objective <= greedy.objective).all())
     assert kk.score.imbalance_mean < greedy.score.imbalance_mean - 0.005
+
+
+def test_pair_value_from_counts_equals_the_value_of_the_listed_replicas():
+    """counts_pair_value (E run ends) = pair_value of the R replicas listed and sorted, ties
+    included, and its bottleneck experts' loads add up to it."""
+    g = torch.Generator().manual_seed(3)
+    for t in range(60):
+        E = int(torch.randint(2, 16, (1,), generator=g))
+        R = 2 * int(torch.randint((E + 1) // 2, 2 * E, (1,), generator=g))
+        w = torch.exp(torch.randn(4, E, generator=g, dtype=torch.float64)) * 100
+        if t % 2:
+            w = torch.round(w / 50) * 50 + 1                        # many equal loads
+        c = torch.ones(4, E, dtype=torch.int64)
+        for r in range(4):
+            c[r] += torch.bincount(torch.randint(0, E, (R - E,), generator=g), minlength=E)
+        value, hi, lo = counts_pair_value(w, c, R)
+        assert torch.allclose(value, pair_value(sorted_items(w, c, R)[0])[0], rtol=0, atol=1e-9)
+        per = w / c
+        assert torch.allclose(per.gather(1, hi[:, None])[:, 0] + per.gather(1, lo[:, None])[:, 0], value)
+
+
+def test_pair_counts_end_where_no_single_move_lowers_the_value():
+    """The chunked search stops only when no move of one replica to the bottleneck pair,
+    from any expert, lowers the value (checked here by valuing every move)."""
+    w = _weights(L=3, E=12, seed=4)
+    out, _ = pair_counts(w, replicate_counts(w, 32), chunk=3)
+    value, hi, lo = counts_pair_value(w, out, 32)
+    for r in range(3):
+        for recv in (int(hi[r]), int(lo[r])):
+            for d in range(12):
+                c = out[r].clone()
+                if d == recv or c[d] < 2:
+                    continue
+                c[d] -= 1
+                c[recv] += 1
+                assert float(counts_pair_value(w[r:r + 1], c[None], 32)[0][0]) >= float(value[r]) * (1 - 1e-12)

@@ -69,3 +69,18 @@ def test_wider_padding_is_accepted():
     p = good()
     padded = torch.cat([p.log2phy, torch.full((1, 12, 1), -1)], dim=2)
     Plan(p.phy2log, padded, p.logcnt).validate(1, 12, 16, 8)
+
+
+def test_replicas_ranked_out_of_slot_order_are_valid_and_still_checked():
+    """validate's fast path accepts the slot-ordered log2phy by one comparison; any other
+    order of an expert's replicas goes through every check (valid here, and a duplicate
+    slot caught)."""
+    p = Plan.from_phy2log(good().phy2log, 12)
+    e = int(torch.argmax(p.logcnt[0]))
+    assert int(p.logcnt[0, e]) >= 2
+    l2p = p.log2phy.clone()
+    l2p[0, e, 0], l2p[0, e, 1] = p.log2phy[0, e, 1], p.log2phy[0, e, 0]
+    Plan(p.phy2log, l2p, p.logcnt).validate(1, 12, 16, 8)
+    l2p[0, e, 1] = l2p[0, e, 0]                                   # one slot listed twice
+    with pytest.raises(PlanError, match="log2phy"):
+        Plan(p.phy2log, l2p, p.logcnt).validate(1, 12, 16, 8)

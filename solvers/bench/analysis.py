@@ -142,6 +142,31 @@ def solver_table(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def holdout_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Out of sample, per held-out step: per (model, shape, scenario) and solver (with the
+    policy it ran), the mean over seeds of ``holdout_step_imbalance_mean``
+    (the plan of window 0 served on each step of window 1). Only the instances where the
+    time-robust planners ran (a solver with a history among the rows), so that every column
+    covers the same instances. Columns: model, shape, scenario, then one per solver."""
+    if "holdout_step_imbalance_mean" not in df:
+        return pd.DataFrame()
+    held = pd.to_numeric(df["holdout_step_imbalance_mean"], errors="coerce")
+    rows = df[held.notna()].assign(holdout_step=held[held.notna()])
+    robust = rows["solver"].isin(HISTORY_SOLVERS)
+    if not robust.any():
+        return pd.DataFrame()
+    rows = rows[rows["instance"].isin(set(rows.loc[robust, "instance"]))]
+    pol = rows["policy"].astype(str)
+    label = rows["solver"].where(pol == "", rows["solver"] + " (" + pol + ")")
+    table = rows.assign(column=label).pivot_table(index=["model", "shape", "scenario"], columns="column",
+                                                 values="holdout_step", aggfunc="mean")
+    return table.reset_index()
+
+
+# The time-robust planners of a window's steps (the benchmark passes them the window).
+HISTORY_SOLVERS = ("robust_sum", "ewma", "risk_aware")
+
+
 def candidates(rows: pd.DataFrame, budget_s: float | None) -> pd.DataFrame:
     """Per (solver, policy) on ``rows`` (one cluster shape): expected gap and time, and whether
     it found a plan on every row within ``budget_s`` (max wall time <= budget). Best first:

@@ -100,11 +100,16 @@ class Instance:
 
 @dataclass(frozen=True)
 class LoadedInstance:
-    """plan_weights: [layers, experts] (window 0); eval_weights: [layers, experts] window 1 or None."""
+    """problem: the sum of window 0; eval_problem: the sum of window 1 (None without one).
+    plan_steps: [window, layers, experts] window 0's steps (what a planner of a history
+    gets); eval_steps: window 1's steps (each scored on its own: the per-step held-out
+    imbalance), or None."""
 
     instance: Instance
     problem: Problem
     eval_problem: Problem | None
+    plan_steps: torch.Tensor
+    eval_steps: torch.Tensor | None
 
 
 @lru_cache(maxsize=8)
@@ -124,4 +129,7 @@ def load_instance(instance_id: str, seed: int) -> LoadedInstance:
     def problem(w: torch.Tensor) -> Problem:
         return Problem(w, cluster=inst.cluster, num_groups=groups)
 
-    return LoadedInstance(inst, problem(wins[0]), problem(wins[1]) if wins.shape[0] >= 2 else None)
+    steps = trace.loads.to(torch.float64)
+    held = steps[inst.window:2 * inst.window] if wins.shape[0] >= 2 else None
+    return LoadedInstance(inst, problem(wins[0]), problem(wins[1]) if wins.shape[0] >= 2 else None,
+                          steps[:inst.window], held)

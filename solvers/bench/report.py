@@ -24,6 +24,7 @@ from .analysis import (
     certified_table,
     derive,
     has_plan,
+    holdout_table,
     performance_profile,
     solver_table,
 )
@@ -215,6 +216,13 @@ def render_summary(df: pd.DataFrame, meta: dict[str, Any], violations: list[str]
                                      "gap mean": "pct", "gap max": "pct", "gap within policy": "pct",
                                      "gap to best known": "pct",
                                      "imbalance": "x", "out-of-sample imbalance": "x"}))
+    ht = holdout_table(df)
+    if not ht.empty:
+        lines += ["", "## Out of sample, per held-out step", "",
+                  "Each plan is made on window 0 (the time-robust planners get its steps one by one) and "
+                  "served on every step of window 1: the sum over those steps of the busiest GPU's load "
+                  "over the sum of the mean (1 is perfect), mean over seeds. Lower is better.", ""]
+        lines.append(markdown_table(ht, {c: "x" for c in ht.columns if c not in ("model", "shape", "scenario")}))
     pt = proven_table(df)
     lines += ["", "## Gaps against proven optima", ""]
     if pt.empty:

@@ -38,6 +38,7 @@ COLUMNS = [
     # quality (shared scorer) and time
     "imbalance_mean", "imbalance_worst", "balancedness", "node_imbalance_mean", "duplicates",
     "off_node_share_mean", "holdout_imbalance_mean", "holdout_imbalance_worst", "wall_time_s", "threads", "host",
+    "holdout_step_imbalance_mean",   # the plan on each held-out step on its own (out of sample, per step)
     "scheduled_imbalance_mean",   # imbalance under the scheduled split (docs/dispatch.md), token counts only
     "objective_layers", "lower_bound_layers", "structure_bound_layers", "model_bound_layers",
     # dynamics suite (a trace replayed under a rebalancing setting; wall_time_s is the replay's):
@@ -53,7 +54,8 @@ KEY = ["instance", "solver", "options", "seed"]
 NUMERIC = ["num_layers", "num_experts", "num_groups", "num_replicas", "num_nodes", "num_gpus",
            "slots_per_gpu", "steps", "window", "seed", "objective", "lower_bound", "gap_own_mean",
            "gap_own_max", "imbalance_mean", "imbalance_worst", "balancedness", "node_imbalance_mean",
-           "duplicates", "off_node_share_mean", "holdout_imbalance_mean", "holdout_imbalance_worst", "wall_time_s",
+           "duplicates", "off_node_share_mean", "holdout_imbalance_mean", "holdout_imbalance_worst",
+           "holdout_step_imbalance_mean", "wall_time_s",
            "threads", "best_bound", "gap_mean", "gap_max", "gap_in_policy_mean", "gap_in_model_mean",
            "gap_best_known", "model_bound", "scheduled_imbalance_mean",
            "every", "threshold", "migration_slack", "migration_budget", "expert_bytes", "realised_imbalance_mean",

@@ -9,8 +9,10 @@ Suites:
 - ``tiny``: seconds; used by the tests.
 - ``ci``:   <= 5 minutes on 2 cores: exact solvers on Mixtral/OLMoE-sized layers (proven
             optima to measure heuristics against), heuristics on DeepSeek-V3/Kimi-K2 sizes.
-- ``full``: every preset on every cluster shape (8-layer slices, three scenarios); exact
-            solvers on small EP groups with longer limits. Its results ship in solvers/bench/results/.
+- ``full``: every preset on every cluster shape (8-layer slices, three scenarios); out of
+            sample on drifting / shifting-mix traces (the heuristics and the time-robust
+            planners, each held-out step scored); exact solvers on small EP groups with longer
+            limits. Its results ship in solvers/bench/results/.
 - ``dynamics``: traces replayed under rebalancing settings (a period or a threshold, plain or
             migration-aware re-planning; :mod:`.dynamics_tasks`): realised imbalance, moves,
             bytes. A few minutes on 2 cores. ``dynamics-tiny``: seconds (tests).
@@ -24,6 +26,7 @@ from typing import Any, Iterable
 from solvers.cluster import MODELS
 from solvers.errors import OptionError
 
+from .analysis import HISTORY_SOLVERS
 from .dynamics_tasks import TraceInstance, dynamics_options
 from .instances import Instance
 
@@ -134,6 +137,14 @@ def _suites() -> dict[str, Suite]:
         Group(grid(ALL_MODELS, ["node-8", "prefill-4x8", "decode-ep64", "decode-ep144"],
                    ["mild", "skewed", "drifting"], layers=8),
               kinds=(HEURISTIC,), policies=("global",)),
+        # Out of sample: plans of window 0 served on each step of window 1, on drifting and
+        # shifting-mix traces; the heuristics beside the time-robust planners of the window's steps.
+        Group(grid(["deepseek-v3", "qwen3-235b"], ["prefill-4x8"], ["shifting-mix"], layers=8)
+              + grid(["olmoe-1b-7b"], ["node-8"], ["shifting-mix"], layers=8),
+              kinds=(HEURISTIC,), policies=("global",)),
+        Group(grid(["deepseek-v3", "qwen3-235b"], ["prefill-4x8"], ["drifting", "shifting-mix"], layers=8)
+              + grid(["olmoe-1b-7b"], ["node-8"], ["drifting", "shifting-mix"], layers=8),
+              kinds=(HEURISTIC,), policies=("global",), solvers=HISTORY_SOLVERS),
         Group(grid(SMALL_MODELS[:1], ["node-2", "nodes-2x2-nospare", "node-8"], ["mild", "skewed", "drifting"],
                    layers=4)
               + grid(SMALL_MODELS[1:], ["node-8", "nodes-2x4"], ["mild", "skewed"], layers=4),

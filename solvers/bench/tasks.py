@@ -3,7 +3,10 @@
 A task rebuilds its instance from the id (deterministic in the seed), runs
 :func:`solvers.solve` (which scores the plan with the shared scorer and combines the
 combinatorial bounds with the solver's proven bound), and scores the plan out of sample
-on the next window. Any executor (process pool, Dask, Ray) runs the same function.
+on the next window: its sum (``holdout_imbalance_*``) and each of its steps on its own
+(``holdout_step_imbalance_mean``: the sum over steps of the busiest GPU over the sum of
+the mean, what a plan served on those steps costs). A solver with a ``history`` option
+(the time-robust planners) gets the planning window's steps. Any executor (process pool, Dask, Ray) runs the same function.
 """
 from __future__ import annotations
 
@@ -61,8 +64,11 @@ def run_task(task: Task, threads: int = 1) -> dict[str, Any]:
     row: dict[str, Any] = loaded.instance.params()
     row.update(seed=int(task.seed), solver=task.solver, kind=spec.kind, options=options_key(task.options),
                threads=threads, host=platform.node())
+    options = dict(task.options)
+    if "history" in spec.options and "history" not in options:   # a planner of the window's steps gets them
+        options["history"] = loaded.plan_steps
     try:
-        result = solve(loaded.problem, task.solver, **task.options)
+        result = solve(loaded.problem, task.solver, **options)
     except BoundViolation as exc:
         return {**row, "termination": BOUND_VIOLATION, "status": "none", "message": str(exc)}
     except (InvalidSolverPlan, PlanError) as exc:
@@ -75,6 +81,9 @@ def run_task(task: Task, threads: int = 1) -> dict[str, Any]:
     if loaded.eval_problem is not None and result.plan is not None:   # out of sample: plan on window 0, score on 1
         holdout = score(loaded.eval_problem, result.plan)
     summary = result.summary(holdout=holdout)        # the one result vocabulary (solvers.result)
+    if loaded.eval_steps is not None and result.plan is not None:   # each held-out step on its own
+        summary["holdout_step_imbalance_mean"] = score(loaded.eval_problem, result.plan,
+                                                       tokens=loaded.eval_steps).imbalance_mean
     # gap_mean / gap_max / gap_in_policy_mean are DERIVED here, against the best bound of every
     # solver on the instance: the solver's own gaps are kept as gap_own_*.
     row.update({k: v for k, v in summary.items() if k in COLUMNS},

@@ -84,16 +84,23 @@ def keep_in_place(problem: Problem, hist: torch.Tensor, policy: str, fresh: torc
     hb = hist.repeat(1, B, 1)                                                           # [W, B*L, E]
     risk_target = (fresh_risk * (1 + slack)).repeat(B)
     if hier:
-        sticky, _ = plan_on_nodes(problem, hb, k, node_of_group.repeat(B, 1).unsqueeze(1), count_risk=count_risk,
-                                  risk=risk, noise=noise, steps=steps, keep=keep, bonus=bonus, target=risk_target)
+        # Two group-to-node maps: the one in force (no group moves) and the fresh plan's, its
+        # nodes renamed to keep the most groups in place (groups that stay keep their replicas).
+        fresh_nodes = groups_on_nodes(relabelled, E, G, P, N)
+        maps = [node_of_group] + ([fresh_nodes] if fresh_nodes is not None
+                                  and not torch.equal(fresh_nodes, node_of_group) else [])
+        sticky = torch.cat([plan_on_nodes(problem, hb, k, m.repeat(B, 1).unsqueeze(1), count_risk=count_risk,
+                                          risk=risk, noise=noise, steps=steps, keep=keep, bonus=bonus,
+                                          target=risk_target)[0].view(B, L, R) for m in maps])
     else:
         sticky, _, _ = plan_rows(hb, k, R, P, count_risk, risk, noise, steps, keep=keep, bonus=bonus,
                                  target=risk_target)
-    sticky = sticky.view(B, L, R)
+        sticky = sticky.view(B, L, R)
     # Candidates per layer: the relabelled fresh plan (always within slack) and each sticky plan
-    # (the level-0 one relabelled too) where its per-step window imbalance is within slack.
-    sticky[0] = relabel_phy2log(sticky[0], current, E, P, N if hier else 1)
-    cands = torch.cat([relabelled.unsqueeze(0), sticky])                                 # [1+B, L, R]
+    # (the level-0 ones relabelled too) where its per-step window imbalance is within slack.
+    for i in range(0, sticky.shape[0], B):
+        sticky[i] = relabel_phy2log(sticky[i], current, E, P, N if hier else 1)
+    cands = torch.cat([relabelled.unsqueeze(0), sticky])                                 # [1+B', L, R]
     fits = torch.cat([torch.ones(1, L, dtype=torch.bool, device=hist.device),
                       torch.stack([window_objective(hist, k, c, E, P) <= target for c in sticky])])
     moves = torch.stack([moves_per_layer(c, current, E, P) for c in cands])             # [1+B, L]

@@ -8,7 +8,9 @@ each step waits for its busiest GPU. The *scenario objective* of a plan is, per 
 - :func:`scenario_value`: the objective of a plan, ``[L]``;
 - :func:`scenario_bound`: a lower bound ``[L]`` valid for **every** plan: each step's max is
   at least that step's best combinatorial bound (:func:`solvers.bounds.lower_bound`: the
-  average ``W_t / P``, the hottest expert, the replication bound), summed over steps;
+  average ``W_t / P``, the hottest expert, the replication bound), summed over steps; on
+  small instances also the shared-count bound (one count vector for every step, the
+  minimum over all of them: :func:`shared_count_bound`), the larger of the two;
 - ``scenario_cpsat``: the exact scenario model in CP-SAT for small instances (a count per
   expert chosen by binaries, replicas per (expert, GPU), one max per step), global policy.
   Its optimum and CP-SAT's proven bound are on the scenario objective, so they are reported
@@ -17,6 +19,7 @@ each step waits for its busiest GPU. The *scenario objective* of a plan is, per 
 """
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -27,29 +30,89 @@ from ..bounds import lower_bound
 from ..clock import clock
 from ..errors import OptionError
 from ..exact import backends
-from ..options import SolverOptions, colocation_option, threads_option, time_limit_option
+from ..options import Option, SolverOptions, colocation_option, threads_option, time_limit_option
 from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput, register
 from .robust import _HISTORY, check_history
 
 
-def scenario_value(hist: torch.Tensor, phy2log: torch.Tensor, num_gpus: int) -> torch.Tensor:
-    """[L] float64: sum over steps of the max GPU load of ``phy2log [L, R]`` under ``hist [W, L, E]``."""
+def tail_steps(num_steps: int, tail: float) -> int:
+    """How many of the window's worst steps the ``tail`` share (0, 1] covers: ceil(tail x W), >= 1."""
+    return max(1, min(num_steps, math.ceil(tail * num_steps - 1e-9)))
+
+
+def scenario_value(hist: torch.Tensor, phy2log: torch.Tensor, num_gpus: int, tail: float = 1.0) -> torch.Tensor:
+    """[L] float64: sum over steps of the max GPU load of ``phy2log [L, R]`` under ``hist [W, L, E]``;
+    with ``tail`` < 1 only the :func:`tail_steps` largest per-step maxima are summed (the
+    CVaR of the per-step max at level 1 - tail, times the steps it covers)."""
     W, L, E = hist.shape
     R = phy2log.shape[1]
     cnt = torch.zeros(L, E, dtype=torch.float64, device=hist.device).scatter_add_(
         1, phy2log, torch.ones(L, R, dtype=torch.float64, device=hist.device))
     per = hist.to(torch.float64).gather(2, phy2log.unsqueeze(0).expand(W, L, R)) / cnt.gather(1, phy2log)
-    return per.view(W, L, num_gpus, R // num_gpus).sum(-1).max(-1).values.sum(0)
+    step_max = per.view(W, L, num_gpus, R // num_gpus).sum(-1).max(-1).values           # [W, L]
+    return step_max.topk(tail_steps(W, tail), dim=0).values.sum(0)
 
 
-def scenario_bound(problem: Problem, hist: torch.Tensor) -> torch.Tensor:
+def scenario_bound(problem: Problem, hist: torch.Tensor, tail: float = 1.0) -> torch.Tensor:
     """[L] float64 lower bound on :func:`scenario_value` for every plan of ``problem``'s cluster:
-    the sum over steps of each step's best combinatorial bound (each >= W_t / P)."""
+    the larger of the sum over steps of each step's best combinatorial bound (each >= W_t / P)
+    and, where the count vectors are few enough to list, :func:`shared_count_bound`. With
+    ``tail`` < 1 it bounds the tail objective of :func:`scenario_value` (a step's max is at
+    least its bound, so the largest maxima sum to at least the largest bounds)."""
     W, L, E = hist.shape
     steps = Problem._trusted(hist.reshape(W * L, E), problem.cluster, problem.num_groups)  # steps x layers as rows
-    return lower_bound(steps).view(W, L).sum(0)
+    per_step = lower_bound(steps).view(W, L).topk(tail_steps(W, tail), dim=0).values.sum(0)
+    shared = shared_count_bound(hist, problem.num_replicas, problem.num_gpus, tail)
+    return per_step if shared is None else torch.maximum(per_step, shared)
+
+
+# shared_count_bound lists the count vectors only up to this many (tiny instances).
+MAX_COUNT_VECTORS = 50_000
+# ... and values them in chunks of at most this many (vector, step, layer, expert) cells.
+_CHUNK_CELLS = 1 << 22
+
+
+def count_vectors(num_experts: int, num_replicas: int) -> torch.Tensor | None:
+    """[V, E] int64: every count vector (each >= 1, summing to R), or None when there are
+    more than MAX_COUNT_VECTORS (stars and bars: C(R - 1, E - 1))."""
+    E, R = num_experts, num_replicas
+    if math.comb(R - 1, E - 1) > MAX_COUNT_VECTORS:
+        return None
+    bars = torch.tensor(list(itertools.combinations(range(1, R), E - 1)), dtype=torch.int64).view(-1, E - 1)
+    edges = torch.cat([torch.zeros(bars.shape[0], 1, dtype=torch.int64), bars,
+                       torch.full((bars.shape[0], 1), R, dtype=torch.int64)], 1)
+    return edges.diff(dim=1)
+
+
+def shared_count_bound(hist: torch.Tensor, num_replicas: int, num_gpus: int,
+                       tail: float = 1.0) -> torch.Tensor | None:
+    """[L] float64: min over the count vectors c of sum_t max(W_t / P, max_e w_te / c_e)
+    (with ``tail`` < 1: of its :func:`tail_steps` largest terms).
+
+    A plan has one count vector for all the window's steps, and in every step its busiest
+    GPU carries at least the mean and at least one replica of each expert (w_te / c_e):
+    so this bounds the scenario value of every plan, and sharing the counts across steps
+    makes it tighter than the per-step bounds summed (each of which picks its own counts).
+    Exact minimum over all count vectors when they are at most MAX_COUNT_VECTORS; None
+    otherwise."""
+    W, L, E = hist.shape
+    c = count_vectors(E, num_replicas)
+    if c is None:
+        return None
+    h = hist.to(torch.float64)
+    avg = h.sum(2) / num_gpus                                                     # [W, L]
+    c = c.to(h.device, torch.float64)
+    k = tail_steps(W, tail)
+    best = torch.full((L,), math.inf, dtype=torch.float64, device=h.device)
+    chunk = max(1, _CHUNK_CELLS // max(W * L * E, 1))
+    for i in range(0, c.shape[0], chunk):
+        cc = c[i:i + chunk]                                                       # [V, E]
+        top = (h.unsqueeze(0) / cc.view(-1, 1, 1, E)).amax(-1)                    # [V, W, L]
+        steps = torch.maximum(top, avg.unsqueeze(0))                              # [V, W, L]
+        best = torch.minimum(best, steps.topk(k, dim=1).values.sum(1).amin(0))
+    return best
 
 
 # At most this many integer variables per layer model (E x P x counts): tiny instances only.
@@ -57,9 +120,9 @@ MAX_MODEL_VARIABLES = 20000
 
 
 def _layer_model(w: np.ndarray, num_replicas: int, num_gpus: int, nodup: bool, time_limit: float,
-                 threads: int) -> tuple[np.ndarray | None, float, float, bool]:
-    """One layer: w [W, E] integer loads. Returns (phy2log row [R] or None, scenario value,
-    proven bound, optimal) in load units."""
+                 threads: int, tail_k: int) -> tuple[np.ndarray | None, float, float, bool]:
+    """One layer: w [W, E] integer loads; tail_k: the worst steps summed (W: all of them).
+    Returns (phy2log row [R] or None, scenario value, proven bound, optimal) in load units."""
     from ortools.sat.python import cp_model     # optional dependency (the "exact" extra)
 
     W, E = w.shape
@@ -90,7 +153,16 @@ def _layer_model(w: np.ndarray, num_replicas: int, num_gpus: int, nodup: bool, t
         for g in range(P):
             m.Add(z[t] >= sum(int(w[t, e]) * (unit // (k + 1)) * y[e][g][k]
                               for e in range(E) for k in range(kmax) if w[t, e]))
-    m.Minimize(sum(z))
+    if tail_k >= W:
+        m.Minimize(sum(z))
+    else:
+        # sum of the tail_k largest z_t = min over eta of tail_k * eta + sum_t max(0, z_t - eta)
+        # (Rockafellar-Uryasev); z_t are integers, so an integer eta reaches it.
+        eta = m.NewIntVar(0, top, "eta")
+        u = [m.NewIntVar(0, top, f"u{t}") for t in range(W)]
+        for t in range(W):
+            m.Add(u[t] >= z[t] - eta)
+        m.Minimize(tail_k * eta + sum(u))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit
     solver.parameters.num_workers = threads
@@ -104,9 +176,13 @@ def _layer_model(w: np.ndarray, num_replicas: int, num_gpus: int, nodup: bool, t
 
 @register("scenario_cpsat", kind="exact", in_suites=False, is_available=backends.cpsat_available,
           requires="pip install ortools",
-          options=(_HISTORY, colocation_option("forbidden"), time_limit_option(10.0), threads_option()),
+          options=(_HISTORY, colocation_option("forbidden"), time_limit_option(10.0), threads_option(),
+                   Option("tail", float, 1.0, "share of the window's steps, the worst ones, whose max GPU loads "
+                          "are summed: 1 = every step (the scenario sum); less = CVaR of the per-step max at "
+                          "level 1 - tail (the ceil(tail x steps) largest)", minimum=0.0, exclusive_minimum=True,
+                          maximum=1.0)),
           description="exact scenario model (CP-SAT, small instances, global policy): minimise the sum over "
-                      "the window's steps of each step's max GPU load")
+                      "the window's steps (or its worst share, CVaR) of each step's max GPU load")
 def solve_scenario_cpsat(problem: Problem, o: SolverOptions) -> SolverOutput:
     hist = check_history(problem, o.history)
     if not bool((hist == hist.round()).all()):
@@ -120,11 +196,12 @@ def solve_scenario_cpsat(problem: Problem, o: SolverOptions) -> SolverOutput:
         raise OptionError("problem", f"the scenario model is for small instances: {E} experts x {P} GPUs x "
                           f"counts exceeds {MAX_MODEL_VARIABLES} variables per layer")
     deadline = clock() + o.time_limit
+    tail_k = tail_steps(W, o.tail)
     rows, values, bounds, optimal = [], [], [], []
     w = hist.cpu().numpy()
     for layer in range(L):
         left = max(deadline - clock(), 1e-3)
-        row, value, bound, opt = _layer_model(w[:, layer], R, P, nodup, left, o.threads)
+        row, value, bound, opt = _layer_model(w[:, layer], R, P, nodup, left, o.threads, tail_k)
         if row is None:
             return SolverOutput(None, "global", message=f"no scenario plan found for layer {layer} in time")
         rows.append(row)
@@ -133,5 +210,5 @@ def solve_scenario_cpsat(problem: Problem, o: SolverOptions) -> SolverOutput:
         optimal.append(opt)
     p2l = torch.as_tensor(np.stack(rows), device=problem.device)
     info: dict[str, Any] = {"scenario_value": values, "scenario_bound": bounds, "scenario_optimal": optimal,
-                            "steps_in_window": W}
+                            "steps_in_window": W, "tail_steps": tail_k}
     return SolverOutput(Plan.from_phy2log(p2l, E), "global", info=info)

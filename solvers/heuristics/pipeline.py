@@ -8,7 +8,7 @@
 3. packing per row (:mod:`.packing`): several starts, swap local search, best kept;
 4. per layer the best partition candidate, then *keep-best* against the greedy the
    heuristic starts from (DeepSeek's plan, or under ``nodup`` its duplicate-free layers),
-   scored in float64 by :func:`solvers.scoring.gpu_loads`: never worse than the greedy;
+   scored in float64 by :func:`solvers.scoring.per_slot_loads`: never worse than the greedy;
 5. optional relaxed hierarchical mode (:mod:`.relaxed`).
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ..errors import OptionError
 from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput
-from ..scoring import duplicates_per_row, gpu_loads
+from ..scoring import duplicates_per_row, per_slot_loads
 from . import relaxed
 from .common import replicate_counts
 from .hierarchical import group_node_candidates, node_experts
@@ -70,14 +70,20 @@ def check_common(problem: Problem, policy: str, nodup: bool, relax: int) -> str:
 
 
 def layer_max(problem: Problem, phy2log: torch.Tensor) -> torch.Tensor:
-    """[L] float64 max GPU load of a phy2log [L, R] under the shared scorer's arithmetic."""
-    return gpu_loads(problem.weights, Plan.from_phy2log(phy2log, problem.num_experts),
-                     problem.num_gpus).max(1).values
+    """[L] float64 max GPU load of a phy2log [L, R] under the shared scorer's arithmetic
+    (:func:`solvers.scoring.per_slot_loads`; no log2phy is built: keep-best is on the
+    portfolio's clock)."""
+    w = problem.weights.to(torch.float64)
+    L, R = phy2log.shape
+    cnt = torch.zeros(L, problem.num_experts, dtype=torch.int64, device=w.device).scatter_add_(
+        1, phy2log, torch.ones_like(phy2log))
+    return per_slot_loads(w, phy2log, cnt).view(L, problem.num_gpus, -1).sum(-1).max(1).values
 
 
-def greedy_phy2log(problem: Problem, resolved: str) -> torch.Tensor:
+def greedy_phy2log(problem: Problem, resolved: str, deadline: float | None = None) -> torch.Tensor:
+    """DeepSeek's plan; deadline: raise :class:`solvers.clock.TimeUp` once past it."""
     return deepseek_plan(problem.weights, problem.num_replicas, problem.num_groups,
-                         problem.num_nodes, problem.num_gpus, resolved).phy2log
+                         problem.num_nodes, problem.num_gpus, resolved, deadline).phy2log
 
 
 # Under a deadline, a packing-evaluated joint phase starts only with at least this many
@@ -159,15 +165,21 @@ def heuristic_phy2log(problem: Problem, resolved: str, nodup: bool, effort: Effo
     return rows.gather(1, e_loc).view(L, R), info
 
 
-def keep_best(problem: Problem, candidates: list[torch.Tensor], nodup: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def candidate_objective(problem: Problem, phy2log: torch.Tensor, nodup: bool) -> torch.Tensor:
+    """[L] what keep-best compares: the max GPU load per layer, +inf on layers with
+    duplicates under ``nodup`` (not eligible)."""
+    o = layer_max(problem, phy2log)
+    if nodup:
+        o = o.masked_fill(duplicates_per_row(phy2log, problem.num_gpus) > 0, float("inf"))
+    return o
+
+
+def keep_best(problem: Problem, candidates: list[torch.Tensor], nodup: bool,
+              objectives: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per layer the candidate phy2log [L, R] with the lowest max GPU load (first on ties);
-    under ``nodup`` layers with duplicates are not eligible. Returns (phy2log, index [L])."""
-    objs = []
-    for p2l in candidates:
-        o = layer_max(problem, p2l)
-        if nodup:
-            o = o.masked_fill(duplicates_per_row(p2l, problem.num_gpus) > 0, float("inf"))
-        objs.append(o)
+    under ``nodup`` layers with duplicates are not eligible. objectives: the candidates'
+    :func:`candidate_objective` when the caller has them. Returns (phy2log, index [L])."""
+    objs = objectives if objectives is not None else [candidate_objective(problem, p, nodup) for p in candidates]
     objs_t = torch.stack(objs)                                                   # [C, L]
     best = objs_t.argmin(0)
     stacked = torch.stack(candidates)                                            # [C, L, R]
