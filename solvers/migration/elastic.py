@@ -41,6 +41,7 @@ from ..problem import Problem
 from ..registry import SolverOutput, get_solver, register, run
 from ..result import SolveResult
 from ..scoring import gpu_presence
+from .elastic_moves import place_orphans, reduce_excess
 
 # A time within this relative margin of its target meets it.
 TARGET_RTOL = 1e-12
@@ -292,15 +293,29 @@ def elastic(problem: Problem, previous: Plan, previous_cluster: Cluster | None =
     old_pres = gpu_presence(previous.phy2log, E, P, old_gpu)                         # [L, P, E]
     kept = keep_survivors(previous.phy2log, old_cluster, cluster)
     orphans = int((_counts(kept, E) == 0).sum())
-    # replicas an expert needs: as many as keep them no heavier than the fresh plan's
-    # heaviest replica (times 1 + slack), at least one
+    live = torch.tensor(cluster.live_gpus, dtype=torch.int64, device=w.device)
+    old_live = old_pres[:, live, :].flatten(1)                                       # [L, Q*E]
+    # candidate A: the move-minimal search (orphans where the excess grows least, then the
+    # most excess removed per move)
+    if bool((kept < 0).any()):
+        filled = rescue(w, kept, gpus, torch.zeros_like(w, dtype=torch.int64))     # holes only
+    else:
+        filled = kept
+    a = reduce_excess(w, place_orphans(w, filled, gpus, target, old_live), gpus, target, old_live)
+    a, met_a = repair_time(w, a, old_pres, target, gpus, P, new_gpu, max_rounds=MAX_ROUNDS // 4)
+    # candidate B: rescue every expert up to the replicas the fresh plan's heaviest replica
+    # allows, then repair the slowest GPU by swaps
     fresh_cnt = fresh.plan.logcnt.to(torch.float64)
     cap = (w / fresh_cnt).max(1).values * (1 + slack)                                # [L]
     need = torch.ceil(w / cap.unsqueeze(1) * (1 - 1e-12)).clamp_min(1).to(torch.int64)
-    start = rescue(w, kept, gpus, need, target)
-    repaired, met = repair_time(w, start, old_pres, target, gpus, P, new_gpu)
+    b, met_b = repair_time(w, rescue(w, kept, gpus, need, target), old_pres, target, gpus, P, new_gpu)
+    moves_a = (gpu_presence(a, E, P, new_gpu) & ~old_pres).flatten(1).sum(1)
+    moves_b = (gpu_presence(b, E, P, new_gpu) & ~old_pres).flatten(1).sum(1)
+    take_a = met_a & (~met_b | (moves_a <= moves_b))
+    repaired = torch.where(take_a.unsqueeze(1), a, b)
+    met = met_a | met_b
     repair_seconds = clock() - t0
-    moves_rep = (gpu_presence(repaired, E, P, new_gpu) & ~old_pres).flatten(1).sum(1)
+    moves_rep = torch.where(take_a, moves_a, moves_b)
     moves_fresh = (gpu_presence(fresh.plan.phy2log, E, P, new_gpu) & ~old_pres).flatten(1).sum(1)
     use = met & (moves_rep <= moves_fresh)
     p2l = torch.where(use.unsqueeze(1), repaired, fresh.plan.phy2log)
@@ -309,6 +324,7 @@ def elastic(problem: Problem, previous: Plan, previous_cluster: Cluster | None =
             "fresh_max_time": fresh_t.tolist(), "target_max_time": target.tolist(),
             "fresh_moves": int(moves_fresh.sum()), "moves": int(moves.sum()),
             "moves_per_layer": moves.tolist(), "fallback_layers": (~use).nonzero().squeeze(1).tolist(),
+            "search_layers": int((use & take_a).sum()),
             "seconds": {"fresh": fresh_seconds, "repair": repair_seconds}}
     return SolverOutput(Plan.from_phy2log(p2l, E), fresh.policy, info=info)
 
