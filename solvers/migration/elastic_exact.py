@@ -105,10 +105,12 @@ def solve_elastic_layer(w: np.ndarray, slots: Sequence[int], speed: Sequence[flo
     out = {"status": {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
                       cp_model.INFEASIBLE: "infeasible"}.get(status, "unknown"),
            "xg": None, "moves": None, "bound": None, "target_met": False}
-    if status == cp_model.INFEASIBLE:
-        out["bound"] = None
-    elif math.isfinite(solver.best_objective_bound):
-        out["bound"] = int(math.ceil(solver.best_objective_bound - 1e-6))
+    if status != cp_model.INFEASIBLE:
+        # an expert no live GPU held must be copied somewhere: valid even before CP-SAT's
+        # own bound passes it (the model's presence constraints imply it)
+        orphans = int((~old.any(1)).sum())
+        cp = solver.best_objective_bound
+        out["bound"] = max(orphans, int(math.ceil(cp - 1e-6)) if math.isfinite(cp) else 0)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         xg = np.zeros((E, Q), dtype=np.int64)
         for (e, c, g), var in z.items():

@@ -31,6 +31,10 @@ GAIN_RTOL = 1e-9
 # lightest replicas, may enter a slot; swaps pair the slots of this many slowest GPUs.
 HOT_GPUS = 3
 LIGHT_EXPERTS = 32
+# Slots a replace may take per step: the lightest replicas of experts with another one.
+SPARE_SLOTS = 64
+# Weight of the excess against the spread in spread_penalty.
+EXCESS_WEIGHT = 10.0
 
 
 def counts(e: torch.Tensor, num_experts: int) -> torch.Tensor:
@@ -43,6 +47,22 @@ def counts(e: torch.Tensor, num_experts: int) -> torch.Tensor:
 def _excess(t: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """max(0, t - target) with target [X] broadcast over t's trailing dimensions."""
     return (t - target.view(-1, *([1] * (t.dim() - 1)))).clamp_min(0)
+
+
+_excess_fn = _excess
+
+
+def spread_penalty(ideal: torch.Tensor):
+    """A penalty that also counts the spread around ``ideal`` [X] (the average time): the
+    excess over the target first (x EXCESS_WEIGHT), then ``(t - ideal)^2 / ideal``, so that a
+    placement that lifts a GPU left below the average is preferred (the lost GPUs' load must
+    end up on nearly every survivor, and each GPU lifted without a move saves one later)."""
+    ref = ideal
+
+    def penalty(t: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        r = ref.view(-1, *([1] * (t.dim() - 1)))
+        return _excess(t, target) * EXCESS_WEIGHT + (t - r).square() / r
+    return penalty
 
 
 class Layout:
@@ -65,11 +85,13 @@ class Layout:
 
 
 def replace_gain(w: torch.Tensor, lay: Layout, gpus: LiveGPUs, target: torch.Tensor, old: torch.Tensor,
-                 ys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Putting expert ys[x, r, k] into slot r: (excess change [X, R, K] (inf where not
-    allowed), moves added [X, R, K], the slot GPU's new time [X, R, K]). old: [X, Q*E] bool,
-    the plan in force's pairs on live GPU indices."""
-    X, R = lay.e.shape
+                 ys: torch.Tensor, rs: torch.Tensor, penalty=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Putting expert ys[x, i, k] into slot rs[x, i]: (excess change [X, M, K] (inf where
+    not allowed), moves added [X, M, K], the slot GPU's new time [X, M, K]). old: [X, Q*E]
+    bool, the plan in force's pairs on live GPU indices. penalty(t, target): the per-GPU
+    cost summed (default: the excess over the target)."""
+    _excess = penalty or _excess_fn
+    X, M = rs.shape
     E = w.shape[1]
     K = ys.shape[2]
     Q = gpus.Q
@@ -86,26 +108,32 @@ def replace_gain(w: torch.Tensor, lay: Layout, gpus: LiveGPUs, target: torch.Ten
     down = torch.where(nf > 0, _excess(tq - nf * shrink.unsqueeze(1) * inv.view(1, -1, 1), target) - cur.unsqueeze(2),
                        torch.zeros_like(nf)).view(X, Q * E)
     up_tot, down_tot = up.view(X, Q, E).sum(1), down.view(X, Q, E).sum(1)             # [X, E]
-    g = gpus.gpu_of.view(1, R).expand(X, R)                                           # [X, R]
-    x = lay.e
+    g = gpus.gpu_of[rs]                                                               # [X, M]
+    x = lay.e.gather(1, rs)
     gx = g * E + x
-    n_gx = lay.n.gather(1, gx).to(w.dtype)                                            # [X, R]
-    gy = (g.unsqueeze(2) * E + ys).reshape(X, -1)                                        # [X, R*K]
-    n_gy = lay.n.gather(1, gy).view(X, R, K).to(w.dtype)
-    wy, cy, shy = (t.gather(1, ys.reshape(X, -1)).view(X, R, K) for t in (w, cnt, shrink))
-    dload = ((-lay.sw + (n_gx - 1) * growth.gather(1, x)).unsqueeze(2) + wy / (cy + 1) - n_gy * shy)
-    slot_inv = inv[gpus.gpu_of].view(1, R, 1)
-    t_g = lay.t[:, gpus.gpu_of]                                                       # [X, R]
-    finish = t_g.unsqueeze(2) + dload * slot_inv
-    d_g = _excess(finish, target) - cur[:, gpus.gpu_of].unsqueeze(2)
+    n_gx = lay.n.gather(1, gx).to(w.dtype)                                            # [X, M]
+    gy = (g.unsqueeze(2) * E + ys).reshape(X, -1)                                     # [X, M*K]
+    n_gy = lay.n.gather(1, gy).view(X, M, K).to(w.dtype)
+    wy, cy, shy = (t.gather(1, ys.reshape(X, -1)).view(X, M, K) for t in (w, cnt, shrink))
+    dload = ((-lay.sw.gather(1, rs) + (n_gx - 1) * growth.gather(1, x)).unsqueeze(2) + wy / (cy + 1) - n_gy * shy)
+    finish = lay.t.gather(1, g).unsqueeze(2) + dload * inv[g].unsqueeze(2)
+    d_g = _excess(finish, target) - cur.gather(1, g).unsqueeze(2)
     others = ((up_tot.gather(1, x) - up.gather(1, gx)).unsqueeze(2)
-              + down_tot.gather(1, ys.reshape(X, -1)).view(X, R, K) - down.gather(1, gy).view(X, R, K))
+              + down_tot.gather(1, ys.reshape(X, -1)).view(X, M, K) - down.gather(1, gy).view(X, M, K))
     total = d_g + others
     bad = (lay.cnt.gather(1, x) < 2).unsqueeze(2) | (x.unsqueeze(2) == ys)
     total = total.masked_fill(bad, INF)
-    gained = (n_gy == 0) & ~old.gather(1, gy).view(X, R, K)
+    gained = (n_gy == 0) & ~old.gather(1, gy).view(X, M, K)
     lost = ((n_gx == 1) & ~old.gather(1, gx)).unsqueeze(2)
     return total, gained.to(torch.int64) - lost.to(torch.int64), finish
+
+
+def spare_slots(lay: Layout, limit: int) -> torch.Tensor:
+    """[X, M] up to ``limit`` slots whose expert has another replica (the slots a replace may
+    take), lightest replica first; rows with fewer repeat their first (the gains mask them)."""
+    key = lay.sw.masked_fill(lay.cnt.gather(1, lay.e) < 2, INF)
+    m = min(limit, key.shape[1])
+    return key.topk(m, dim=1, largest=False).indices
 
 
 def swap_gain(lay: Layout, gpus: LiveGPUs, target: torch.Tensor, old: torch.Tensor, hot: torch.Tensor
@@ -145,8 +173,8 @@ def _per_move(total: torch.Tensor, dm: torch.Tensor, floor: torch.Tensor) -> tor
     return key.masked_fill(~(total < -floor.view(-1, *([1] * (total.dim() - 1)))), INF)
 
 
-def place_orphans(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, target: torch.Tensor, old: torch.Tensor
-                  ) -> torch.Tensor:
+def place_orphans(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, target: torch.Tensor, old: torch.Tensor,
+                  penalty=None) -> torch.Tensor:
     """Give every expert without a replica (heaviest first) the slot where the excess
     grows least (then where its GPU finishes first), evicting a replica of an expert that
     keeps another. e: [X, R] complete except for the orphans' absence."""
@@ -159,9 +187,11 @@ def place_orphans(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, target: torc
         if not bool(act.any()):
             break
         y = w.masked_fill(~orphan, -1.0).argmax(1)                                    # [X]
-        total, _, finish = replace_gain(w, lay, gpus, target, old, y.view(X, 1, 1).expand(X, e.shape[1], 1))
+        rs = spare_slots(lay, SPARE_SLOTS)
+        total, _, finish = replace_gain(w, lay, gpus, target, old, y.view(X, 1, 1).expand(X, rs.shape[1], 1), rs,
+                                        penalty)
         key = (total + finish * 1e-9).squeeze(2)
-        slot = key.argmin(1)
+        slot = rs.gather(1, key.argmin(1, keepdim=True)).squeeze(1)
         act = act & torch.isfinite(key.min(1).values)
         if not bool(act.any()):
             break
@@ -170,85 +200,61 @@ def place_orphans(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, target: torc
     return e
 
 
-def reduce_excess(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, target: torch.Tensor, old: torch.Tensor,
-                  max_steps: int = 80) -> torch.Tensor:
-    """Replace and swap steps, the most excess removed per move first, until every layer
-    meets its target or no step lowers its excess. e: [X, R] complete layout."""
+def _step(w: torch.Tensor, e: torch.Tensor, lay: Layout, gpus: LiveGPUs, target: torch.Tensor, old: torch.Tensor,
+          floor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The best step of every row: (layout after it [X, R], taken [X] bool, layout after the
+    best swap [X, R], that swap exists [X] bool); the swap is the fallback when the best
+    step was a replace whose estimate was wrong (swap gains are exact)."""
     X, R = e.shape
     E = w.shape[1]
     rows = torch.arange(X, device=e.device)
+    # candidates: experts on the hottest GPUs (to add a replica) and the lightest replicas
+    hot_gpu = lay.t.topk(min(HOT_GPUS, gpus.Q), dim=1).indices                        # [X, h]
+    hot_slots = gpus.grid[hot_gpu].flatten(1)                                         # [X, h*S]
+    hot_slots = torch.where(gpus.valid[hot_gpu].flatten(1), hot_slots, hot_slots[:, :1])
+    light = lay.per.topk(min(LIGHT_EXPERTS, E), dim=1, largest=False).indices
+    ys = torch.cat([e.gather(1, hot_slots), light], 1)                               # [X, K]
+    K = ys.shape[1]
+    rs = spare_slots(lay, SPARE_SLOTS)
+    ys = ys.unsqueeze(1).expand(X, rs.shape[1], K)
+    tr, dr, _ = replace_gain(w, lay, gpus, target, old, ys, rs)
+    ts, ds, _ = swap_gain(lay, gpus, target, old, hot_slots)
+    vr, jr = _per_move(tr, dr, floor).flatten(1).min(1)
+    vs, js = _per_move(ts, ds, floor).flatten(1).min(1)
+    swap_ok = torch.isfinite(vs)
+    swapped = e.clone()
+    a = hot_slots.gather(1, (js // R).unsqueeze(1)).squeeze(1)
+    b = js % R
+    swapped[rows, a] = e[rows, b]
+    swapped[rows, b] = e[rows, a]
+    use_r = torch.isfinite(vr) & (vr <= vs)
+    replaced = e.clone()
+    i, k = jr // K, jr % K
+    replaced[rows, rs[rows, i]] = ys[rows, i, k]
+    best = torch.where(use_r.unsqueeze(1), replaced, swapped)
+    return best, use_r | swap_ok, swapped, swap_ok
+
+
+def reduce_excess(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, target: torch.Tensor, old: torch.Tensor,
+                  max_steps: int = 80) -> torch.Tensor:
+    """Replace and swap steps, the most excess removed per move first, until every layer
+    meets its target or no step lowers its excess. e: [X, R] complete layout. Each step
+    works on the layers still above target only."""
     floor = target * GAIN_RTOL
-    stuck = torch.zeros(X, dtype=torch.bool, device=e.device)
-    lay = Layout(w, e, gpus)
+    stuck = torch.zeros(e.shape[0], dtype=torch.bool, device=e.device)
     for _ in range(max_steps):
-        exc = lay.excess(target)
-        active = (exc > 0) & ~stuck
-        if not bool(active.any()):
+        exc_all = Layout(w, e, gpus).excess(target)
+        idx = ((exc_all > 0) & ~stuck).nonzero().squeeze(1)
+        if idx.numel() == 0:
             break
-        # candidates: experts on the hottest GPUs (to add a replica) and the lightest replicas
-        hot_gpu = lay.t.topk(min(HOT_GPUS, gpus.Q), dim=1).indices                    # [X, h]
-        hot_slots = gpus.grid[hot_gpu].flatten(1)                                     # [X, h*S]
-        hot_ok = gpus.valid[hot_gpu].flatten(1)
-        hot_slots = torch.where(hot_ok, hot_slots, hot_slots[:, :1])
-        light = lay.per.topk(min(LIGHT_EXPERTS, E), dim=1, largest=False).indices
-        ys = torch.cat([e.gather(1, hot_slots), light], 1)                           # [X, K]
-        ys = ys.unsqueeze(1).expand(X, R, ys.shape[1])
-        tr, dr, _ = replace_gain(w, lay, gpus, target, old, ys)
-        ts, ds, _ = swap_gain(lay, gpus, target, old, hot_slots)
-        kr = _per_move(tr, dr, floor).flatten(1)
-        ks = _per_move(ts, ds, floor).flatten(1)
-        vr, jr = kr.min(1)
-        vs, js = ks.min(1)
-        use_r = active & torch.isfinite(vr) & (vr <= vs)
-        use_s = active & torch.isfinite(vs) & (vs < vr)
-        e2 = e.clone()
-        K = ys.shape[2]
-        r, k = jr // K, jr % K
-        e2[rows[use_r], r[use_r]] = ys[rows, r, k][use_r]
-        a = hot_slots.gather(1, (js // R).unsqueeze(1)).squeeze(1)
-        b = js % R
-        e2[rows[use_s], a[use_s]] = e[rows[use_s], b[use_s]]
-        e2[rows[use_s], b[use_s]] = e[rows[use_s], a[use_s]]
-        lay2 = Layout(w, e2, gpus)
-        better = (use_r | use_s) & (lay2.excess(target) < exc - floor)
-        stuck |= active & ~better
-        if not bool(better.any()):
-            break
-        e = torch.where(better.unsqueeze(1), e2, e)
-        lay = Layout(w, e, gpus)
-    return e
-
-
-def undo_moves(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, target: torch.Tensor, old: torch.Tensor,
-               old_grid: torch.Tensor, max_steps: int = 200) -> torch.Tensor:
-    """Take back moves while every layer stays within target: a slot whose (GPU, expert)
-    pair is a move gets back an expert its GPU held in the plan in force (a replace that
-    adds no move and removes one), the one leaving the slowest GPU fastest first.
-    old_grid: [X, Q, S0] the plan in force's experts on every live GPU."""
-    X, R = e.shape
-    rows = torch.arange(X, device=e.device)
-    done = torch.zeros(X, dtype=torch.bool, device=e.device)
-    lay = Layout(w, e, gpus)
-    for _ in range(max_steps):
-        ok = lay.excess(target) <= 0
-        active = ok & ~done
-        if not bool(active.any()):
-            break
-        ys = old_grid[:, gpus.gpu_of, :]                                              # [X, R, S0]
-        total, dm, finish = replace_gain(w, lay, gpus, target, old, ys)
-        # the step whose slot GPU finishes first among those that keep the layer in target
-        key = finish.masked_fill(~((total <= 0) & (dm < 0)), INF)
-        v, j = key.flatten(1).min(1)
-        K = ys.shape[2]
-        r, k = j // K, j % K
-        act = active & torch.isfinite(v)
-        e2 = e.clone()
-        e2[rows[act], r[act]] = ys[rows, r, k][act]
-        lay2 = Layout(w, e2, gpus)
-        keep = act & (lay2.excess(target) <= 0)
-        done |= active & ~keep
-        if not bool(keep.any()):
-            break
-        e = torch.where(keep.unsqueeze(1), e2, e)
-        lay = Layout(w, e, gpus)
+        ws, es, ts, olds, fl, exc = w[idx], e[idx], target[idx], old[idx], floor[idx], exc_all[idx]
+        best, ok, swapped, swap_ok = _step(ws, es, Layout(ws, es, gpus), gpus, ts, olds, fl)
+        better = ok & (Layout(ws, best, gpus).excess(ts) < exc - fl)
+        # a replace whose estimate was wrong: the best swap instead (its gain is exact)
+        retry = ~better & swap_ok
+        better_swap = retry & (Layout(ws, swapped, gpus).excess(ts) < exc - fl)
+        new = torch.where(better.unsqueeze(1), best, torch.where(better_swap.unsqueeze(1), swapped, es))
+        stuck[idx] |= ~(better | better_swap)
+        e = e.clone()
+        e[idx] = new
     return e
