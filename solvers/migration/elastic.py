@@ -41,7 +41,7 @@ from ..problem import Problem
 from ..registry import SolverOutput, get_solver, register, run
 from ..result import SolveResult
 from ..scoring import gpu_presence
-from .elastic_moves import place_orphans, reduce_excess
+from .elastic_moves import Layout, place_orphans, reduce_excess
 
 # A time within this relative margin of its target meets it.
 TARGET_RTOL = 1e-12
@@ -302,7 +302,13 @@ def elastic(problem: Problem, previous: Plan, previous_cluster: Cluster | None =
     else:
         filled = kept
     a = reduce_excess(w, place_orphans(w, filled, gpus, target, old_live), gpus, target, old_live)
-    a, met_a = repair_time(w, a, old_pres, target, gpus, P, new_gpu, max_rounds=MAX_ROUNDS // 4)
+    met_a = Layout(w, a, gpus).excess(target) <= 0
+    rest = (~met_a).nonzero().squeeze(1)          # the swap repair on the layers left above target
+    if rest.numel():
+        a_rest, met_rest = repair_time(w[rest], a[rest], old_pres[rest], target[rest], gpus, P, new_gpu,
+                                       max_rounds=MAX_ROUNDS // 4)
+        a = a.clone()
+        a[rest], met_a[rest] = a_rest, met_rest
     # candidate B: rescue every expert up to the replicas the fresh plan's heaviest replica
     # allows, then repair the slowest GPU by swaps
     fresh_cnt = fresh.plan.logcnt.to(torch.float64)
