@@ -8,14 +8,20 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from solvers import Cluster, Plan, Problem, score, solve
+from solvers import Plan, Problem, score, solve
 from solvers.errors import OptionError
 from solvers.exact import backends
 from solvers.heuristics.speeds import LiveGPUs
 from solvers.migration import replan_after_failure
 from solvers.migration.elastic import keep_survivors
-from solvers.migration.elastic_exact import (elastic_brute_force, layer_moves, layer_time, placement,
-                                             prove_elastic, solve_elastic_layer)
+from solvers.migration.elastic_exact import (
+    elastic_brute_force,
+    layer_moves,
+    layer_time,
+    placement,
+    prove_elastic,
+    solve_elastic_layer,
+)
 from solvers.migration.elastic_moves import Layout, counts, place_orphans, reduce_excess
 from solvers.workloads.exporters import export_plan, live_map, padded_map, read_exported_plan
 
@@ -54,7 +60,7 @@ def test_orphans_get_a_replica_and_the_excess_search_never_adds_excess():
 
 
 def test_elastic_meets_the_target_with_fewer_moves_than_a_fresh_plan():
-    w, healthy, before, p = _failure(L=6, E=32, seed=11, gpus=8, slots=40)
+    _, healthy, before, p = _failure(L=6, E=32, seed=11, gpus=8, slots=40)
     r = replan_after_failure(p, before.plan, healthy.cluster, slack=0.01)
     fresh = torch.tensor(r.info["fresh_max_time"], dtype=torch.float64)
     assert bool((r.score.max_time <= fresh * 1.01 * (1 + 1e-9)).all())
@@ -102,7 +108,7 @@ def test_exact_elastic_model_agrees_with_brute_force(case):
 
 @needs_cpsat
 def test_exact_elastic_bound_is_below_the_heuristic_and_counts_orphans():
-    w, healthy, before, p = _failure(L=2, E=12, seed=5, failed=(2,), gpus=4, slots=16)
+    _, healthy, before, p = _failure(L=2, E=12, seed=5, failed=(2,), gpus=4, slots=16)
     r = replan_after_failure(p, before.plan, healthy.cluster, slack=0.05)
     rows = prove_elastic(p, before.plan, healthy.cluster, r.plan, r.info["target_max_time"], [0, 1], time_limit=20)
     kept = keep_survivors(before.plan.phy2log, healthy.cluster, p.cluster)
@@ -115,7 +121,7 @@ def test_exact_elastic_bound_is_below_the_heuristic_and_counts_orphans():
 
 
 def test_placement_and_moves_follow_the_shared_scorer():
-    w, healthy, before, p = _failure(L=2, E=24, seed=3)
+    _, healthy, before, p = _failure(L=2, E=24, seed=3)
     r = replan_after_failure(p, before.plan, healthy.cluster, slack=0.02)
     live = list(p.cluster.live_gpus)
     total = 0

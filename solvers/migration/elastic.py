@@ -41,7 +41,7 @@ from ..problem import Problem
 from ..registry import SolverOutput, get_solver, register, run
 from ..result import SolveResult
 from ..scoring import gpu_presence
-from .elastic_moves import Layout, place_orphans, reduce_excess
+from .elastic_moves import Layout, place_orphans, reduce_excess, spread_penalty
 
 # A time within this relative margin of its target meets it.
 TARGET_RTOL = 1e-12
@@ -272,6 +272,21 @@ def repair_time(w: torch.Tensor, e: torch.Tensor, old_pres: torch.Tensor, target
     return e, final <= target * (1 + TARGET_RTOL)
 
 
+def _search(w: torch.Tensor, filled: torch.Tensor, gpus: LiveGPUs, target: torch.Tensor, old_live: torch.Tensor,
+            old_pres: torch.Tensor, num_gpus: int, new_gpu: torch.Tensor, penalty) -> tuple[torch.Tensor, torch.Tensor]:
+    """The move-minimal search from the kept layout (holes filled): (layout [L, R], met [L]);
+    layers it leaves above target get the swap repair."""
+    a = reduce_excess(w, place_orphans(w, filled, gpus, target, old_live, penalty), gpus, target, old_live)
+    met = Layout(w, a, gpus).excess(target) <= 0
+    rest = (~met).nonzero().squeeze(1)
+    if rest.numel():
+        a_rest, met_rest = repair_time(w[rest], a[rest], old_pres[rest], target[rest], gpus, num_gpus, new_gpu,
+                                       max_rounds=MAX_ROUNDS // 4)
+        a = a.clone()
+        a[rest], met[rest] = a_rest, met_rest
+    return a, met
+
+
 def elastic(problem: Problem, previous: Plan, previous_cluster: Cluster | None = None, *, base: str = "kk_swap",
             slack: float = 0.01, base_options: dict | None = None) -> SolverOutput:
     """The elastic re-plan and its report (see the module docstring)."""
@@ -295,42 +310,44 @@ def elastic(problem: Problem, previous: Plan, previous_cluster: Cluster | None =
     orphans = int((_counts(kept, E) == 0).sum())
     live = torch.tensor(cluster.live_gpus, dtype=torch.int64, device=w.device)
     old_live = old_pres[:, live, :].flatten(1)                                       # [L, Q*E]
-    # candidate A: the move-minimal search (orphans where the excess grows least, then the
-    # most excess removed per move)
+    # candidates A1, A2: the move-minimal search (orphans where the excess grows least, A2
+    # also preferring GPUs below the average; then the most excess removed per move)
     if bool((kept < 0).any()):
         filled = rescue(w, kept, gpus, torch.zeros_like(w, dtype=torch.int64))     # holes only
     else:
         filled = kept
-    a = reduce_excess(w, place_orphans(w, filled, gpus, target, old_live), gpus, target, old_live)
-    met_a = Layout(w, a, gpus).excess(target) <= 0
-    rest = (~met_a).nonzero().squeeze(1)          # the swap repair on the layers left above target
-    if rest.numel():
-        a_rest, met_rest = repair_time(w[rest], a[rest], old_pres[rest], target[rest], gpus, P, new_gpu,
-                                       max_rounds=MAX_ROUNDS // 4)
-        a = a.clone()
-        a[rest], met_a[rest] = a_rest, met_rest
+    candidates = [_search(w, filled, gpus, target, old_live, old_pres, P, new_gpu, None)]
+    # A2 only where A1 met the target (where it did not, A2 rarely does, at the same cost)
+    ok = candidates[0][1].nonzero().squeeze(1)
+    a2, met2 = filled.clone(), torch.zeros_like(candidates[0][1])
+    if ok.numel():
+        ideal = w[ok].sum(1) / gpus.speed.sum()                                      # average time
+        a2[ok], met2[ok] = _search(w[ok], filled[ok], gpus, target[ok], old_live[ok], old_pres[ok], P, new_gpu,
+                                   spread_penalty(ideal))
+    candidates.append((a2, met2))
     # candidate B: rescue every expert up to the replicas the fresh plan's heaviest replica
     # allows, then repair the slowest GPU by swaps
     fresh_cnt = fresh.plan.logcnt.to(torch.float64)
     cap = (w / fresh_cnt).max(1).values * (1 + slack)                                # [L]
     need = torch.ceil(w / cap.unsqueeze(1) * (1 - 1e-12)).clamp_min(1).to(torch.int64)
-    b, met_b = repair_time(w, rescue(w, kept, gpus, need, target), old_pres, target, gpus, P, new_gpu)
-    moves_a = (gpu_presence(a, E, P, new_gpu) & ~old_pres).flatten(1).sum(1)
-    moves_b = (gpu_presence(b, E, P, new_gpu) & ~old_pres).flatten(1).sum(1)
-    take_a = met_a & (~met_b | (moves_a <= moves_b))
-    repaired = torch.where(take_a.unsqueeze(1), a, b)
-    met = met_a | met_b
+    candidates.append(repair_time(w, rescue(w, kept, gpus, need, target), old_pres, target, gpus, P, new_gpu))
+    # per layer: the candidate within target with the fewest moves, else the fresh plan
+    layouts = torch.stack([c[0] for c in candidates] + [fresh.plan.phy2log])          # [C+1, L, R]
+    met = torch.stack([c[1] for c in candidates] + [torch.ones_like(candidates[0][1])])
+    moves_all = torch.stack([(gpu_presence(x, E, P, new_gpu) & ~old_pres).flatten(1).sum(1) for x in layouts])
+    key = torch.where(met, moves_all, torch.full_like(moves_all, 1 << 40))
+    pick = key.argmin(0)                                                              # [L], ties: first
+    rows = torch.arange(pick.shape[0], device=w.device)
+    p2l = layouts[pick, rows]
+    moves = moves_all[pick, rows]
+    moves_fresh = moves_all[-1]
+    use = pick < len(candidates)
     repair_seconds = clock() - t0
-    moves_rep = torch.where(take_a, moves_a, moves_b)
-    moves_fresh = (gpu_presence(fresh.plan.phy2log, E, P, new_gpu) & ~old_pres).flatten(1).sum(1)
-    use = met & (moves_rep <= moves_fresh)
-    p2l = torch.where(use.unsqueeze(1), repaired, fresh.plan.phy2log)
-    moves = torch.where(use, moves_rep, moves_fresh)
     info = {"base": base, "slack": slack, "failed": list(cluster.failed), "orphans": orphans,
             "fresh_max_time": fresh_t.tolist(), "target_max_time": target.tolist(),
             "fresh_moves": int(moves_fresh.sum()), "moves": int(moves.sum()),
             "moves_per_layer": moves.tolist(), "fallback_layers": (~use).nonzero().squeeze(1).tolist(),
-            "search_layers": int((use & take_a).sum()),
+            "search_layers": int((pick < 2).sum()),
             "seconds": {"fresh": fresh_seconds, "repair": repair_seconds}}
     return SolverOutput(Plan.from_phy2log(p2l, E), fresh.policy, info=info)
 
