@@ -8,7 +8,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.exports import plan_downloads
 from solvers import Plan, Problem, score, solve
+from solvers.cli import main
 from solvers.errors import OptionError
 from solvers.exact import backends
 from solvers.heuristics.speeds import LiveGPUs
@@ -171,7 +173,6 @@ def test_engine_maps_refuse_what_they_cannot_express(tmp_path):
 
 
 def test_cli_converts_and_scores_a_padded_map_of_failed_ranks(tmp_path, capsys):
-    from solvers.cli import main
     loads, plan, out = tmp_path / "loads.npz", tmp_path / "plan.json", tmp_path / "map.json"
     np.savez(loads, loads=_loads(3, 24, 4).numpy().astype("int64"))
     shape = ["--nodes", "2", "--gpus", "8", "--replicas", "32", "--failed", "2,5"]
@@ -186,3 +187,17 @@ def test_cli_converts_and_scores_a_padded_map_of_failed_ranks(tmp_path, capsys):
     # the padded map, its failed ranks masked, scores as the plan itself
     for key in ("max_load_sum", "max_load_worst", "imbalance_mean"):
         assert theirs[key] == pytest.approx(mine[key])
+
+
+def test_app_offers_the_padded_sglang_map_of_failed_ranks(tmp_path):
+    p = Problem(_loads(2, 24, 2), 32, 1, 2, 8, failed=[5])
+    res = solve(p, "kk_swap")
+    downloads = plan_downloads(res.plan, p, policy=res.policy, solver="kk_swap", options=res.options,
+                               metrics=res.score.metrics(), layer_offset=0, loads_name="x")
+    by = {d.filename: d for d in downloads}
+    assert set(by) == {"plan.json", "expert_location_sglang.json", "plan.csv"}   # no TensorRT-LLM map
+    assert "ranks 5 failed" in by["expert_location_sglang.json"].usage
+    path = tmp_path / "map.json"
+    path.write_bytes(by["expert_location_sglang.json"].data)
+    back = live_map(read_exported_plan(path, "sglang", num_experts=24), 8, [5])
+    assert torch.equal(back.phy2log, res.plan.phy2log)
