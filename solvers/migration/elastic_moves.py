@@ -86,45 +86,50 @@ class Layout:
 
 def replace_gain(w: torch.Tensor, lay: Layout, gpus: LiveGPUs, target: torch.Tensor, old: torch.Tensor,
                  ys: torch.Tensor, rs: torch.Tensor, penalty=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Putting expert ys[x, i, k] into slot rs[x, i]: (excess change [X, M, K] (inf where
-    not allowed), moves added [X, M, K], the slot GPU's new time [X, M, K]). old: [X, Q*E]
+    """Putting expert ys[x, k] into slot rs[x, i]: (excess change [X, M, K] (inf where not
+    allowed), moves added [X, M, K], the slot GPU's new time [X, M, K]). old: [X, Q*E]
     bool, the plan in force's pairs on live GPU indices. penalty(t, target): the per-GPU
-    cost summed (default: the excess over the target)."""
+    cost summed (default: the excess over the target). Only the experts of the slots and
+    the candidates are evaluated on every GPU ([X, Q, M] and [X, Q, K] tables)."""
     _excess = penalty or _excess_fn
     X, M = rs.shape
     E = w.shape[1]
-    K = ys.shape[2]
+    K = ys.shape[1]
     Q = gpus.Q
-    inv = 1 / gpus.speed                                                              # [Q]
+    inv = (1 / gpus.speed).view(1, Q, 1)
     cnt = lay.cnt.to(w.dtype)
-    # x losing a replica: its others grow (only x with >= 2 replicas may lose one)
-    growth = torch.where(lay.cnt >= 2, w / (cnt - 1).clamp_min(1) - lay.per, torch.zeros_like(w))
-    shrink = lay.per - w / (cnt + 1)                                                  # y gaining one
-    nf = lay.n.view(X, Q, E).to(w.dtype)
+    n3 = lay.n.view(X, Q, E)
     cur = _excess(lay.t, target)                                                      # [X, Q]
     tq = lay.t.unsqueeze(2)
-    up = torch.where(nf > 0, _excess(tq + nf * growth.unsqueeze(1) * inv.view(1, -1, 1), target) - cur.unsqueeze(2),
-                     torch.zeros_like(nf)).view(X, Q * E)                             # [X, Q*E]
-    down = torch.where(nf > 0, _excess(tq - nf * shrink.unsqueeze(1) * inv.view(1, -1, 1), target) - cur.unsqueeze(2),
-                       torch.zeros_like(nf)).view(X, Q * E)
-    up_tot, down_tot = up.view(X, Q, E).sum(1), down.view(X, Q, E).sum(1)             # [X, E]
-    g = gpus.gpu_of[rs]                                                               # [X, M]
-    x = lay.e.gather(1, rs)
-    gx = g * E + x
-    n_gx = lay.n.gather(1, gx).to(w.dtype)                                            # [X, M]
-    gy = (g.unsqueeze(2) * E + ys).reshape(X, -1)                                     # [X, M*K]
-    n_gy = lay.n.gather(1, gy).view(X, M, K).to(w.dtype)
-    wy, cy, shy = (t.gather(1, ys.reshape(X, -1)).view(X, M, K) for t in (w, cnt, shrink))
-    dload = ((-lay.sw.gather(1, rs) + (n_gx - 1) * growth.gather(1, x)).unsqueeze(2) + wy / (cy + 1) - n_gy * shy)
-    finish = lay.t.gather(1, g).unsqueeze(2) + dload * inv[g].unsqueeze(2)
+    g = gpus.gpu_of[rs]                                                               # [X, M] slot GPUs
+    x = lay.e.gather(1, rs)                                                           # [X, M] their experts
+    # x losing a replica: its others grow (only x with >= 2 replicas may lose one)
+    cx, wx = lay.cnt.gather(1, x), w.gather(1, x)
+    growth = torch.where(cx >= 2, wx / (cx - 1).clamp_min(1) - wx / cx.clamp_min(1), torch.zeros_like(wx))
+    nx = n3.gather(2, x.unsqueeze(1).expand(X, Q, M)).to(w.dtype)                    # [X, Q, M]
+    up = torch.where(nx > 0, _excess(tq + nx * growth.unsqueeze(1) * inv, target) - cur.unsqueeze(2),
+                     torch.zeros_like(nx))
+    up_g = up.gather(1, g.unsqueeze(1)).squeeze(1)                                    # [X, M] at the slot GPU
+    # y gaining one: its replicas on every GPU shrink
+    cy, wy = cnt.gather(1, ys), w.gather(1, ys)                                       # [X, K]
+    shy = wy / cy.clamp_min(1) - wy / (cy + 1)
+    ny = n3.gather(2, ys.unsqueeze(1).expand(X, Q, K)).to(w.dtype)                   # [X, Q, K]
+    down = torch.where(ny > 0, _excess(tq - ny * shy.unsqueeze(1) * inv, target) - cur.unsqueeze(2),
+                       torch.zeros_like(ny))
+    down_g = down.gather(1, g.unsqueeze(2).expand(X, M, K))                           # [X, M, K]
+    n_gx = lay.n.gather(1, g * E + x).to(w.dtype)                                     # [X, M]
+    n_gy = ny.gather(1, g.unsqueeze(2).expand(X, M, K))                               # [X, M, K]
+    dload = ((-lay.sw.gather(1, rs) + (n_gx - 1) * growth).unsqueeze(2)
+             + (wy / (cy + 1)).unsqueeze(1) - n_gy * shy.unsqueeze(1))
+    finish = lay.t.gather(1, g).unsqueeze(2) + dload * (1 / gpus.speed)[g].unsqueeze(2)
     d_g = _excess(finish, target) - cur.gather(1, g).unsqueeze(2)
-    others = ((up_tot.gather(1, x) - up.gather(1, gx)).unsqueeze(2)
-              + down_tot.gather(1, ys.reshape(X, -1)).view(X, M, K) - down.gather(1, gy).view(X, M, K))
-    total = d_g + others
-    bad = (lay.cnt.gather(1, x) < 2).unsqueeze(2) | (x.unsqueeze(2) == ys)
+    total = d_g + (up.sum(1) - up_g).unsqueeze(2) + down.sum(1).unsqueeze(1) - down_g
+    bad = (cx < 2).unsqueeze(2) | (x.unsqueeze(2) == ys.unsqueeze(1))
     total = total.masked_fill(bad, INF)
-    gained = (n_gy == 0) & ~old.gather(1, gy).view(X, M, K)
-    lost = ((n_gx == 1) & ~old.gather(1, gx)).unsqueeze(2)
+    old3 = old.view(X, Q, E)
+    old_gy = old3.gather(2, ys.unsqueeze(1).expand(X, Q, K)).gather(1, g.unsqueeze(2).expand(X, M, K))
+    gained = (n_gy == 0) & ~old_gy
+    lost = ((n_gx == 1) & ~old.gather(1, g * E + x)).unsqueeze(2)
     return total, gained.to(torch.int64) - lost.to(torch.int64), finish
 
 
@@ -152,17 +157,17 @@ def swap_gain(lay: Layout, gpus: LiveGPUs, target: torch.Tensor, old: torch.Tens
     tb = lay.t[:, gpus.gpu_of].unsqueeze(1)
     total = (_excess(ta + d * inv[ga].unsqueeze(2), target) - cur.gather(1, ga).unsqueeze(2)
              + _excess(tb - d * inv[gpus.gpu_of].view(1, 1, R), target) - cur[:, gpus.gpu_of].unsqueeze(1))
-    A = lay.e.gather(1, hot).unsqueeze(2).expand(X, H, R)
-    B = lay.e.unsqueeze(1).expand(X, H, R)
-    GA = ga.unsqueeze(2).expand(X, H, R)
-    GB = gb.expand(X, H, R)
-
-    def look(t, gg, ee):
-        return t.gather(1, (gg * E + ee).reshape(X, -1)).view(X, H, R)
-
-    gained = ((look(lay.n, GA, B) == 0) & ~look(old, GA, B)).long() + ((look(lay.n, GB, A) == 0) & ~look(old, GB, A)).long()
-    lost = ((look(lay.n, GA, A) == 1) & ~look(old, GA, A)).long() + ((look(lay.n, GB, B) == 1) & ~look(old, GB, B)).long()
-    total = total.masked_fill((GA == GB) | (A == B), INF)
+    A = lay.e.gather(1, hot)                                                          # [X, H]
+    Q = gpus.Q
+    n3, o3 = lay.n.view(X, Q, E), old.view(X, Q, E)
+    free = (n3 == 0) & ~o3                  # [X, Q, E] a GPU getting the expert: a move
+    sole = ((n3 == 1) & ~o3).view(X, -1)    # its only copy leaving: a move undone
+    gained = (free.gather(1, ga.unsqueeze(2).expand(X, H, E)).gather(2, lay.e.unsqueeze(1).expand(X, H, R)).long()
+              + free.gather(2, A.unsqueeze(1).expand(X, Q, H))
+              .gather(1, gpus.gpu_of.view(1, R, 1).expand(X, R, H)).transpose(1, 2).long())
+    lost = (sole.gather(1, ga * E + A).unsqueeze(2).long()
+            + sole.gather(1, gpus.gpu_of.view(1, R) * E + lay.e).unsqueeze(1).long())
+    total = total.masked_fill((ga.unsqueeze(2) == gb) | (A.unsqueeze(2) == lay.e.unsqueeze(1)), INF)
     return total, gained - lost, hot
 
 
@@ -188,8 +193,7 @@ def place_orphans(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, target: torc
             break
         y = w.masked_fill(~orphan, -1.0).argmax(1)                                    # [X]
         rs = spare_slots(lay, SPARE_SLOTS)
-        total, _, finish = replace_gain(w, lay, gpus, target, old, y.view(X, 1, 1).expand(X, rs.shape[1], 1), rs,
-                                        penalty)
+        total, _, finish = replace_gain(w, lay, gpus, target, old, y.view(X, 1), rs, penalty)
         key = (total + finish * 1e-9).squeeze(2)
         slot = rs.gather(1, key.argmin(1, keepdim=True)).squeeze(1)
         act = act & torch.isfinite(key.min(1).values)
@@ -216,7 +220,6 @@ def _step(w: torch.Tensor, e: torch.Tensor, lay: Layout, gpus: LiveGPUs, target:
     ys = torch.cat([e.gather(1, hot_slots), light], 1)                               # [X, K]
     K = ys.shape[1]
     rs = spare_slots(lay, SPARE_SLOTS)
-    ys = ys.unsqueeze(1).expand(X, rs.shape[1], K)
     tr, dr, _ = replace_gain(w, lay, gpus, target, old, ys, rs)
     ts, ds, _ = swap_gain(lay, gpus, target, old, hot_slots)
     vr, jr = _per_move(tr, dr, floor).flatten(1).min(1)
@@ -230,7 +233,7 @@ def _step(w: torch.Tensor, e: torch.Tensor, lay: Layout, gpus: LiveGPUs, target:
     use_r = torch.isfinite(vr) & (vr <= vs)
     replaced = e.clone()
     i, k = jr // K, jr % K
-    replaced[rows, rs[rows, i]] = ys[rows, i, k]
+    replaced[rows, rs[rows, i]] = ys[rows, k]
     best = torch.where(use_r.unsqueeze(1), replaced, swapped)
     return best, use_r | swap_ok, swapped, swap_ok
 
