@@ -4,22 +4,28 @@ Given the plan in force (made for ``previous_cluster``) and the cluster now (the
 some failed or with other slot counts), find a plan with the fewest moves such that no
 replica is left on a failed GPU, every expert keeps at least one live replica, and every
 layer's max GPU *time* is within ``(1 + slack)`` x that of a fresh plan on the survivors
-(by ``base``, default ``kk_swap``). Batched over layers, in three steps:
+(by ``base``, default ``kk_swap``). Batched over layers. Three candidates per layer, all
+starting from **keep** (every live GPU keeps the replicas it held, as many as its slots now
+allow; the slots it gained are holes, filled first):
 
-1. **keep**: every live GPU keeps the replicas it held (as many as its slots now allow);
-   the slots it gained are holes;
-2. **rescue**: experts left without a live replica (orphans), and experts whose replicas
-   became heavier than the fresh plan's heaviest, heaviest first, each take a hole or evict
-   a spare replica, on the slot that adds least to its GPU's excess over the target (a GPU
-   already over it is relieved when the spare outweighs the newcomer), then where the GPU
-   finishes first; holes left get a replica of the expert with the highest load per replica;
-3. **repair** (in time): while a layer's slowest GPU is above target, its best 1-1 swap
-   with any slot elsewhere: among the swaps that bring both GPUs within target the one
-   adding the fewest moves, else the one that lowers the pair's max most; when no swap
-   helps, a count change (a redundant replica elsewhere becomes another replica of the
-   slowest GPU's heaviest expert).
+- **A1, A2: the move-minimal search** (:mod:`.elastic_moves`): orphans (experts left
+  without a live replica) replace spare replicas where the excess time over the target
+  grows least, then the steps removing the most excess per move added (replace one slot's
+  expert: one move; swap two slots: up to two). A2 repeats it where A1 met the target, its
+  orphans also preferring GPUs below the average time. Layers left above target get the
+  swap repair below;
+- **B: rescue and swap repair**: experts left without a live replica, and experts whose
+  replicas became heavier than the fresh plan's heaviest, heaviest first, each take a hole
+  or evict a spare replica, on the slot that adds least to its GPU's excess over the target
+  (a GPU already over it is relieved when the spare outweighs the newcomer), then where the
+  GPU finishes first; holes left get a replica of the expert with the highest load per
+  replica; then, while a layer's slowest GPU is above target, its best 1-1 swap with any
+  slot elsewhere: among the swaps that bring both GPUs within target the one adding the
+  fewest moves, else the one that lowers the pair's max most; when no swap helps, a count
+  change (a redundant replica elsewhere becomes another replica of the slowest GPU's
+  heaviest expert).
 
-Layers the repair cannot bring within target take the fresh plan. Moves are counted as
+Each layer keeps the candidate within target with the fewest moves. Layers no candidate brings within target take the fresh plan. Moves are counted as
 the shared scorer counts them, each plan's slots mapped to GPUs by its own cluster: a
 (GPU, expert) pair the plan in force did not have.
 """
