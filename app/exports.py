@@ -43,14 +43,17 @@ def plan_downloads(plan: Plan, problem: Problem, *, policy: str, solver: str, op
     redundant = problem.num_replicas - problem.num_experts
     # uneven slot counts or failed GPUs: engine maps cannot say so (docs/formats.md)
     slot_gpus = None if problem.cluster.uniform_slots else problem.cluster.slot_gpus()
+    gpu_slots = None if slot_gpus is None else list(problem.cluster.gpu_slots)
+    failed = list(problem.cluster.failed)
+    live_counts = {c for c in problem.cluster.gpu_slots if c > 0}
     downloads = [
         Download("EPLB plan (JSON)", "plan.json", "application/json",
                  eplb_json,
                  "`eplb score --loads LOADS --plan plan.json` re-scores it; `eplb convert plan.json --to sglang` "
                  "converts it. Holds `phy2log`, `log2phy`, `logcnt`, the problem shape, metrics and provenance."),
         Download("SGLang expert location (JSON)", "expert_location_sglang.json", "application/json",
-                 lambda: engine_text(plan, "sglang", layer_offset=layer_offset).encode(),
-                 f"`{engine_flags('sglang', 'expert_location_sglang.json', problem.num_replicas, problem.num_experts)}` "
+                 lambda: engine_text(plan, "sglang", layer_offset=layer_offset, gpu_slots=gpu_slots).encode(),
+                 f"`{engine_flags('sglang', 'expert_location_sglang.json', problem.num_replicas, problem.num_experts, failed=failed, num_gpus=problem.num_gpus)}` "
                  f"(the map starts with {layer_offset} dense-layer row(s))."),
         Download("TensorRT-LLM load balancer (YAML)", "moe_load_balancer.yaml", "application/x-yaml",
                  lambda: engine_text(plan, "trtllm", layer_offset=layer_offset).encode(),
@@ -63,5 +66,8 @@ def plan_downloads(plan: Plan, problem: Problem, *, policy: str, solver: str, op
                  f"{redundant}`)."),
     ]
     if slot_gpus is not None:
-        downloads = [d for d in downloads if d.filename in ("plan.json", "plan.csv")]
+        # failed GPUs with the same slot count on every live one: SGLang's map, padded (the
+        # engine masks the failed ranks); otherwise engine maps cannot say it (docs/formats.md)
+        keep = ("plan.json", "plan.csv") + (("expert_location_sglang.json",) if failed and len(live_counts) == 1 else ())
+        downloads = [d for d in downloads if d.filename in keep]
     return downloads

@@ -20,23 +20,13 @@ import time
 
 import torch
 
-from solvers import Cluster, Problem, score, solve
-from solvers.migration import replan_after_failure
-from solvers.workloads.catalog import load_dataset
+from solvers import Cluster, Problem, solve
 
-from .heuristic_targets import LOADS, pct, table
+from .elastic import add_args, failed_part, instances
+from .heuristic_targets import pct, table
 
 L, E, P, N = 58, 256, 32, 4
 SPEEDS = [1.0] * 16 + [1.4] * 16          # half the GPUs (nodes 2 and 3) at speed 1.4
-FAILED = [3, 17]
-
-
-def instances(seeds):
-    """(name, loads [58, 256]) of every generated seed and the shipped dataset."""
-    out = [(f"{dist}/{seed}", gen(L, E, seed)) for dist, gen in LOADS.items() for seed in seeds]
-    trace = load_dataset("deepseek-v3-skewed")
-    out.append(("deepseek-v3-skewed", trace.loads[:10].sum(0).to(torch.float64)))
-    return out
 
 
 def timed(problem, solver, repeats, **opts):
@@ -54,8 +44,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--slack", type=float, default=0.01, help="elastic re-plan: slack over the fresh plan's time")
     ap.add_argument("--quick", action="store_true", help="one seed, one repeat (smoke run)")
+    add_args(ap)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.quick:
@@ -85,35 +75,8 @@ def main(argv=None) -> int:
                      f"(target <= 200 ms, all 58 layers)"))
 
     # 2. two failed GPUs of 32: a fresh plan on the survivors, and the elastic re-plan of
-    # the plan in force (kk_swap's on the healthy cluster)
-    rows, gaps, alive, shares = [], [], True, []
-    for name, w in cases:
-        healthy = Problem(w, cluster=Cluster(N, P, 288), num_groups=8)
-        p = Problem(w, cluster=Cluster(N, P, 288, failed=FAILED), num_groups=8)
-        before = solve(healthy, "kk_swap")
-        kk, kk_t = timed(p, "kk_swap", args.repeats)
-        fresh_moves = score(p, kk.plan, previous=before.plan, previous_cluster=healthy.cluster).moves
-        alive &= bool((kk.plan.logcnt >= 1).all())
-        gaps.append(kk.gap_max)
-        t0 = time.perf_counter()
-        el = replan_after_failure(p, before.plan, healthy.cluster, slack=args.slack)
-        el_t = time.perf_counter() - t0
-        alive &= bool((el.plan.logcnt >= 1).all())
-        fresh_t = torch.tensor(el.info["fresh_max_time"], dtype=torch.float64)
-        within = bool((el.score.max_time <= fresh_t * (1 + args.slack) * (1 + 1e-9)).all())
-        share = el.score.moves / (L * p.num_replicas)
-        shares.append(share if within else float("inf"))
-        rows.append([name, pct(kk.gap_mean), pct(kk.gap_max), f"{kk_t * 1e3:.1f}",
-                     pct(fresh_moves / (L * p.num_replicas)), el.info["orphans"], pct(share),
-                     f"{float((el.score.max_time / fresh_t).max()):.4f}", f"{el_t:.2f}"])
-    ok_all &= table(f"GPUs {FAILED} of 32 failed (270 live slots): fresh kk_swap on the survivors, and the "
-                    f"elastic re-plan of the plan in force at slack {args.slack}",
-                    ["loads", "fresh gap mean", "fresh gap max", "fresh ms", "fresh moves", "orphans",
-                     "elastic moves", "elastic max / fresh", "elastic s"], rows,
-                    (alive and max(gaps) <= 5e-3 and max(shares) <= 0.10,
-                     f"every expert alive: {alive}; fresh plan's worst layer gap {pct(max(gaps))} (target <= 0.5%); "
-                     f"elastic moves at most {pct(max(shares))} of the replicas (target <= 10%), every layer "
-                     f"within 1 + slack of the fresh plan; moves share = moved replicas / (58 x 270)"))
+    # the plan in force (benchmarks.elastic, with the exact model beside it)
+    ok_all &= failed_part(args, cases)
 
     # 3. uneven slot counts: 10 and 8 alternating
     rows, ok3 = [], True

@@ -12,6 +12,7 @@ from ..migration.transfer_models import schedule_with
 from ..migration.transfers import exact_schedule, write_schedule
 from ..problem import Problem
 from ..scoring import score
+from ..workloads.exporters import live_map
 from ..cluster import get_model
 from .routing import routing_arg, token_bytes_arg
 from .args import network_from_args, real_cluster_kwargs
@@ -70,7 +71,11 @@ def cmd_score(args: argparse.Namespace) -> int:
         if plan.num_layers != info.num_layers:
             raise LoadFileError("plan", f"{args.plan} has {plan.num_layers} layers, the loads {info.num_layers}")
         real = real_cluster_kwargs(args)
-        problem = Problem(info.weights, None if real["gpu_slots"] is not None else plan.num_replicas, groups or 1,
+        slots = plan.num_replicas
+        if real.get("failed") and real["gpu_slots"] is None and slots % gpus == 0:
+            # an engine map padded for failed ranks (docs/formats.md): their slots serve nothing
+            plan = live_map(plan, gpus, real["failed"])
+        problem = Problem(info.weights, None if real["gpu_slots"] is not None else slots, groups or 1,
                           args.nodes, gpus, **real)
     network = network_from_args(args)                       # checked before any work
     if args.schedule == "exact":

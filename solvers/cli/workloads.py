@@ -103,18 +103,23 @@ def _convert_plan(args: argparse.Namespace) -> int:
                 raise OptionError("loads", "converting an engine map to the eplb plan format records the problem: "
                                   "pass --loads and --gpus (and --groups, --nodes)")
             problem = Problem(read_loads(args.loads).weights, plan.num_replicas, args.groups, args.nodes, gpus)
+    slot_gpus = gpu_slots = None
     if fmt == "eplb" and problem is None:
         write_plan(out, doc)
     else:
-        slot_gpus = None
         if shape.get("gpu_slots"):          # a plan for uneven slot counts or failed GPUs
-            slot_gpus = [g for g, c in enumerate(shape["gpu_slots"]) for _ in range(int(c))]
+            gpu_slots = [int(c) for c in shape["gpu_slots"]]
+            slot_gpus = [g for g, c in enumerate(gpu_slots) for _ in range(c)]
         export_plan(plan, out, fmt, problem=problem, num_gpus=gpus, layer_offset=offset,
-                    solver="import", provenance={"converted_from": str(args.input)}, slot_gpus=slot_gpus)
+                    solver="import", provenance={"converted_from": str(args.input)}, slot_gpus=slot_gpus,
+                    gpu_slots=gpu_slots)
     rows = plan.num_layers + (offset if fmt in ("sglang",) else 0)
-    print(f"wrote {out}: plan of {plan.num_layers} MoE layers ({rows} rows), {plan.num_replicas} slots, "
+    failed = [g for g, c in enumerate(gpu_slots or ()) if c == 0]
+    padded = (f" (padded to {max(gpu_slots) * len(gpu_slots)} for the failed ranks)"
+              if fmt == "sglang" and failed and gpu_slots else "")
+    print(f"wrote {out}: plan of {plan.num_layers} MoE layers ({rows} rows), {plan.num_replicas} slots{padded}, "
           f"{plan.num_experts} experts")
-    print(engine_flags(fmt, str(out.resolve()), plan.num_replicas, plan.num_experts))
+    print(engine_flags(fmt, str(out.resolve()), plan.num_replicas, plan.num_experts, failed=failed, num_gpus=gpus))
     return 0
 
 

@@ -4,22 +4,28 @@ Given the plan in force (made for ``previous_cluster``) and the cluster now (the
 some failed or with other slot counts), find a plan with the fewest moves such that no
 replica is left on a failed GPU, every expert keeps at least one live replica, and every
 layer's max GPU *time* is within ``(1 + slack)`` x that of a fresh plan on the survivors
-(by ``base``, default ``kk_swap``). Batched over layers, in three steps:
+(by ``base``, default ``kk_swap``). Batched over layers. Three candidates per layer, all
+starting from **keep** (every live GPU keeps the replicas it held, as many as its slots now
+allow; the slots it gained are holes, filled first):
 
-1. **keep**: every live GPU keeps the replicas it held (as many as its slots now allow);
-   the slots it gained are holes;
-2. **rescue**: experts left without a live replica (orphans), and experts whose replicas
-   became heavier than the fresh plan's heaviest, heaviest first, each take a hole or evict
-   a spare replica, on the slot that adds least to its GPU's excess over the target (a GPU
-   already over it is relieved when the spare outweighs the newcomer), then where the GPU
-   finishes first; holes left get a replica of the expert with the highest load per replica;
-3. **repair** (in time): while a layer's slowest GPU is above target, its best 1-1 swap
-   with any slot elsewhere: among the swaps that bring both GPUs within target the one
-   adding the fewest moves, else the one that lowers the pair's max most; when no swap
-   helps, a count change (a redundant replica elsewhere becomes another replica of the
-   slowest GPU's heaviest expert).
+- **A1, A2: the move-minimal search** (:mod:`.elastic_moves`): orphans (experts left
+  without a live replica) replace spare replicas where the excess time over the target
+  grows least, then the steps removing the most excess per move added (replace one slot's
+  expert: one move; swap two slots: up to two). A2 repeats it where A1 met the target, its
+  orphans also preferring GPUs below the average time. Layers left above target get the
+  swap repair below;
+- **B: rescue and swap repair**: experts left without a live replica, and experts whose
+  replicas became heavier than the fresh plan's heaviest, heaviest first, each take a hole
+  or evict a spare replica, on the slot that adds least to its GPU's excess over the target
+  (a GPU already over it is relieved when the spare outweighs the newcomer), then where the
+  GPU finishes first; holes left get a replica of the expert with the highest load per
+  replica; then, while a layer's slowest GPU is above target, its best 1-1 swap with any
+  slot elsewhere: among the swaps that bring both GPUs within target the one adding the
+  fewest moves, else the one that lowers the pair's max most; when no swap helps, a count
+  change (a redundant replica elsewhere becomes another replica of the slowest GPU's
+  heaviest expert).
 
-Layers the repair cannot bring within target take the fresh plan. Moves are counted as
+Each layer keeps the candidate within target with the fewest moves. Layers no candidate brings within target take the fresh plan. Moves are counted as
 the shared scorer counts them, each plan's slots mapped to GPUs by its own cluster: a
 (GPU, expert) pair the plan in force did not have.
 """
@@ -41,6 +47,7 @@ from ..problem import Problem
 from ..registry import SolverOutput, get_solver, register, run
 from ..result import SolveResult
 from ..scoring import gpu_presence
+from .elastic_moves import Layout, place_orphans, reduce_excess, spread_penalty
 
 # A time within this relative margin of its target meets it.
 TARGET_RTOL = 1e-12
@@ -271,6 +278,21 @@ def repair_time(w: torch.Tensor, e: torch.Tensor, old_pres: torch.Tensor, target
     return e, final <= target * (1 + TARGET_RTOL)
 
 
+def _search(w: torch.Tensor, filled: torch.Tensor, gpus: LiveGPUs, target: torch.Tensor, old_live: torch.Tensor,
+            old_pres: torch.Tensor, num_gpus: int, new_gpu: torch.Tensor, penalty) -> tuple[torch.Tensor, torch.Tensor]:
+    """The move-minimal search from the kept layout (holes filled): (layout [L, R], met [L]);
+    layers it leaves above target get the swap repair."""
+    a = reduce_excess(w, place_orphans(w, filled, gpus, target, old_live, penalty), gpus, target, old_live)
+    met = Layout(w, a, gpus).excess(target) <= 0
+    rest = (~met).nonzero().squeeze(1)
+    if rest.numel():
+        a_rest, met_rest = repair_time(w[rest], a[rest], old_pres[rest], target[rest], gpus, num_gpus, new_gpu,
+                                       max_rounds=MAX_ROUNDS // 4)
+        a = a.clone()
+        a[rest], met[rest] = a_rest, met_rest
+    return a, met
+
+
 def elastic(problem: Problem, previous: Plan, previous_cluster: Cluster | None = None, *, base: str = "kk_swap",
             slack: float = 0.01, base_options: dict | None = None) -> SolverOutput:
     """The elastic re-plan and its report (see the module docstring)."""
@@ -292,23 +314,46 @@ def elastic(problem: Problem, previous: Plan, previous_cluster: Cluster | None =
     old_pres = gpu_presence(previous.phy2log, E, P, old_gpu)                         # [L, P, E]
     kept = keep_survivors(previous.phy2log, old_cluster, cluster)
     orphans = int((_counts(kept, E) == 0).sum())
-    # replicas an expert needs: as many as keep them no heavier than the fresh plan's
-    # heaviest replica (times 1 + slack), at least one
+    live = torch.tensor(cluster.live_gpus, dtype=torch.int64, device=w.device)
+    old_live = old_pres[:, live, :].flatten(1)                                       # [L, Q*E]
+    # candidates A1, A2: the move-minimal search (orphans where the excess grows least, A2
+    # also preferring GPUs below the average; then the most excess removed per move)
+    if bool((kept < 0).any()):
+        filled = rescue(w, kept, gpus, torch.zeros_like(w, dtype=torch.int64))     # holes only
+    else:
+        filled = kept
+    candidates = [_search(w, filled, gpus, target, old_live, old_pres, P, new_gpu, None)]
+    # A2 only where A1 met the target (where it did not, A2 rarely does, at the same cost)
+    ok = candidates[0][1].nonzero().squeeze(1)
+    a2, met2 = filled.clone(), torch.zeros_like(candidates[0][1])
+    if ok.numel():
+        ideal = w[ok].sum(1) / gpus.speed.sum()                                      # average time
+        a2[ok], met2[ok] = _search(w[ok], filled[ok], gpus, target[ok], old_live[ok], old_pres[ok], P, new_gpu,
+                                   spread_penalty(ideal))
+    candidates.append((a2, met2))
+    # candidate B: rescue every expert up to the replicas the fresh plan's heaviest replica
+    # allows, then repair the slowest GPU by swaps
     fresh_cnt = fresh.plan.logcnt.to(torch.float64)
     cap = (w / fresh_cnt).max(1).values * (1 + slack)                                # [L]
     need = torch.ceil(w / cap.unsqueeze(1) * (1 - 1e-12)).clamp_min(1).to(torch.int64)
-    start = rescue(w, kept, gpus, need, target)
-    repaired, met = repair_time(w, start, old_pres, target, gpus, P, new_gpu)
+    candidates.append(repair_time(w, rescue(w, kept, gpus, need, target), old_pres, target, gpus, P, new_gpu))
+    # per layer: the candidate within target with the fewest moves, else the fresh plan
+    layouts = torch.stack([c[0] for c in candidates] + [fresh.plan.phy2log])          # [C+1, L, R]
+    met = torch.stack([c[1] for c in candidates] + [torch.ones_like(candidates[0][1])])
+    moves_all = torch.stack([(gpu_presence(x, E, P, new_gpu) & ~old_pres).flatten(1).sum(1) for x in layouts])
+    key = torch.where(met, moves_all, torch.full_like(moves_all, 1 << 40))
+    pick = key.argmin(0)                                                              # [L], ties: first
+    rows = torch.arange(pick.shape[0], device=w.device)
+    p2l = layouts[pick, rows]
+    moves = moves_all[pick, rows]
+    moves_fresh = moves_all[-1]
+    use = pick < len(candidates)
     repair_seconds = clock() - t0
-    moves_rep = (gpu_presence(repaired, E, P, new_gpu) & ~old_pres).flatten(1).sum(1)
-    moves_fresh = (gpu_presence(fresh.plan.phy2log, E, P, new_gpu) & ~old_pres).flatten(1).sum(1)
-    use = met & (moves_rep <= moves_fresh)
-    p2l = torch.where(use.unsqueeze(1), repaired, fresh.plan.phy2log)
-    moves = torch.where(use, moves_rep, moves_fresh)
     info = {"base": base, "slack": slack, "failed": list(cluster.failed), "orphans": orphans,
             "fresh_max_time": fresh_t.tolist(), "target_max_time": target.tolist(),
             "fresh_moves": int(moves_fresh.sum()), "moves": int(moves.sum()),
             "moves_per_layer": moves.tolist(), "fallback_layers": (~use).nonzero().squeeze(1).tolist(),
+            "search_layers": int((pick < 2).sum()),
             "seconds": {"fresh": fresh_seconds, "repair": repair_seconds}}
     return SolverOutput(Plan.from_phy2log(p2l, E), fresh.policy, info=info)
 

@@ -95,10 +95,12 @@ def plan_to_csv(plan: Plan, num_gpus: int, slot_gpus: list[int] | None = None) -
 def export_plan(plan: Plan, path: str | Path, format: str | None = None, *, problem: Problem | None = None,
                 num_gpus: int | None = None, layer_offset: int = 0, policy: str = "unknown",
                 solver: str = "unknown", options: dict | None = None, metrics: dict | None = None,
-                provenance: dict | None = None, slot_gpus: list[int] | None = None) -> Path:
+                provenance: dict | None = None, slot_gpus: list[int] | None = None,
+                gpu_slots: list[int] | None = None) -> Path:
     """Write ``plan`` to ``path`` as ``format`` (default from the suffix: .json -> eplb when a
     problem is given, else sglang; .yaml -> trtllm; .csv -> csv). slot_gpus: the GPU of every
-    slot of a plan for uneven slot counts or failed GPUs (from ``problem`` when given)."""
+    slot, gpu_slots: the slots of every GPU (0: failed), of a plan for uneven slot counts or
+    failed GPUs (both from ``problem`` when given; see :func:`engine_text`)."""
     path = Path(path)
     if format is None:
         kind = _SUFFIX.get(path.suffix.lower())
@@ -117,20 +119,71 @@ def export_plan(plan: Plan, path: str | Path, format: str | None = None, *, prob
         gpus = num_gpus if num_gpus is not None else (problem.num_gpus if problem is not None else None)
         if problem is not None and not problem.cluster.uniform_slots:
             slot_gpus = problem.cluster.slot_gpus()
-        _write_text(path, engine_text(plan, format, layer_offset=layer_offset, num_gpus=gpus, slot_gpus=slot_gpus))
+            gpu_slots = list(problem.cluster.gpu_slots)
+        _write_text(path, engine_text(plan, format, layer_offset=layer_offset, num_gpus=gpus, slot_gpus=slot_gpus,
+                                      gpu_slots=gpu_slots))
     return path
 
 
+def padded_map(plan: Plan, gpu_slots: list[int]) -> Plan:
+    """The plan of a cluster with failed GPUs as an engine map: every rank ``S`` slots (the
+    live GPUs' common count), a failed rank's slots filled with expert 0 (every expert is
+    alive elsewhere; SGLang's own ``elasticity_aware`` algorithm fills them the same way).
+    The engine must mask the failed ranks (SGLang elastic EP's ``active_ranks``; vLLM RFC
+    #39942): a map has no field that says a slot receives no tokens. Refused
+    (``OptionError`` on ``format``) when live GPUs hold different slot counts: engines put
+    ``R / P`` consecutive slots on every rank. gpu_slots: [P] slots per GPU (0: failed)."""
+    live = sorted({int(c) for c in gpu_slots if c > 0})
+    if len(live) != 1:
+        raise OptionError("format", f"engine maps give every rank the same number of slots; this plan's live GPUs "
+                          f"hold {', '.join(map(str, live))}: export it as eplb or csv")
+    S, P = live[0], len(gpu_slots)
+    L = plan.num_layers
+    out = torch.zeros(L, P, S, dtype=torch.int64)
+    alive = torch.tensor([c > 0 for c in gpu_slots])
+    out[:, alive, :] = plan.phy2log.cpu().view(L, -1, S)
+    return Plan.from_phy2log(out.view(L, P * S), plan.num_experts)
+
+
+def live_map(plan: Plan, num_gpus: int, failed: list[int]) -> Plan:
+    """The inverse of :func:`padded_map`: an engine map of ``num_gpus`` equal ranks without
+    the ``failed`` ranks' slots (the plan the cluster with those GPUs failed serves)."""
+    L, R = plan.phy2log.shape
+    if num_gpus < 1 or R % num_gpus:
+        raise OptionError("num_gpus", f"must divide the map's {R} slots, got {num_gpus}")
+    bad = [g for g in failed if not 0 <= g < num_gpus]
+    if bad:
+        raise OptionError("failed", f"GPU ids must be in [0, {num_gpus}), got {bad}")
+    alive = torch.ones(num_gpus, dtype=torch.bool)
+    alive[list(failed)] = False
+    kept = Plan.from_phy2log(plan.phy2log.cpu().view(L, num_gpus, R // num_gpus)[:, alive, :].reshape(L, -1),
+                             plan.num_experts)
+    lost = (kept.logcnt == 0).nonzero()
+    if lost.numel():
+        layer, expert = lost[0].tolist()
+        raise OptionError("failed", f"the map's live ranks hold no replica of expert {expert} in layer {layer} "
+                          f"({lost.shape[0]} such (layer, expert) pairs): not a plan for these failed GPUs")
+    return kept
+
+
 def engine_text(plan: Plan, format: str, *, layer_offset: int = 0, num_gpus: int | None = None,
-                slot_gpus: list[int] | None = None) -> str:
+                slot_gpus: list[int] | None = None, gpu_slots: list[int] | None = None) -> str:
     """The text of an engine map: "sglang" (JSON), "trtllm" (YAML) or "csv" (needs num_gpus).
 
     slot_gpus: the GPU of every slot when GPUs hold different slot counts or some failed
-    (docs/formats.md): only the CSV table can say that; SGLang and TensorRT-LLM maps put
-    R/P consecutive slots on every rank, so they are refused rather than written wrong."""
-    if slot_gpus is not None and format in ("sglang", "trtllm"):
-        raise OptionError("format", f"{format} maps give every rank the same number of slots; this plan's GPUs "
-                          "hold different counts (or some failed): export it as eplb or csv")
+    (the CSV table writes it). gpu_slots: [P] slots per GPU of such a plan (docs/formats.md):
+    SGLang maps put R/P consecutive slots on every rank, so a plan with failed GPUs and the
+    same count on every live one is written padded (:func:`padded_map`; the engine masks
+    the failed ranks); other uneven plans, and TensorRT-LLM maps of any of them (its config
+    has no rank mask), are refused rather than written wrong."""
+    if (slot_gpus is not None or gpu_slots is not None) and format in ("sglang", "trtllm"):
+        counts = {int(c) for c in gpu_slots or ()}
+        if format == "trtllm" or gpu_slots is None:
+            raise OptionError("format", f"{format} maps give every rank the same number of slots and send tokens to "
+                              "every slot; this plan's GPUs hold different counts (or some failed): export it as "
+                              "eplb or csv" + (" (or sglang, padded, for failed GPUs)" if format == "trtllm" else ""))
+        if len(counts) > 1 or 0 in counts:
+            plan = padded_map(plan, gpu_slots)
     if format == "sglang":
         return json.dumps(plan_to_sglang(plan, layer_offset), separators=(",", ":")) + "\n"
     if format == "trtllm":
@@ -145,8 +198,17 @@ def engine_text(plan: Plan, format: str, *, layer_offset: int = 0, num_gpus: int
     raise OptionError("format", f"engine maps are sglang, trtllm or csv, got {format!r}")
 
 
-def engine_flags(format: str, where: str, num_replicas: int, num_experts: int) -> str:
-    """How the engine reads a map written to ``where`` (printed after every export)."""
+def engine_flags(format: str, where: str, num_replicas: int, num_experts: int, *, failed: list[int] | None = None,
+                 num_gpus: int | None = None) -> str:
+    """How the engine reads a map written to ``where`` (printed after every export).
+    failed: the failed GPUs of a padded SGLang map (num_replicas: the live slots; num_gpus
+    then gives the padded count)."""
+    if format == "sglang" and failed:
+        padded = num_replicas if num_gpus is None else num_replicas // (num_gpus - len(failed)) * num_gpus
+        return (f"SGLang: python -m sglang.launch_server ... --init-expert-location {where} "
+                f"--ep-num-redundant-experts {padded - num_experts}; ranks {','.join(map(str, failed))} failed: "
+                "their slots hold expert 0 and must receive no tokens (SGLang elastic EP masks them with "
+                "active_ranks; without that mask do not load this map)")
     if format == "sglang":
         return (f"SGLang: python -m sglang.launch_server ... --init-expert-location {where} "
                 f"--ep-num-redundant-experts {num_replicas - num_experts}")

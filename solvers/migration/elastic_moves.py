@@ -1,0 +1,263 @@
+"""Move-minimal search for the elastic re-plan: every step is the change that removes the
+most excess time per move added, batched over layers.
+
+A layout ``e: [X, R]`` (phy2log rows on the live slots) is judged by its *excess*:
+``sum over GPUs of max(0, time_g - target)``; a layer meets its target when the excess is
+0. Two kinds of change, each counted in moves exactly as the shared scorer counts them (a
+(GPU, expert) pair the plan in force did not have; a pair a GPU held before costs nothing
+to bring back, and undoing a pair that was a move saves one):
+
+- **replace** slot r (GPU g, expert x with >= 2 replicas) by expert y: one replica fewer of
+  x (its other replicas grow), one more of y (its replicas on every GPU shrink), g's load
+  changes by the difference. This single move relieves every GPU holding a hot expert at
+  once, and is how orphans (experts with no live replica) are placed;
+- **swap** two slots on different GPUs (replica counts unchanged): up to two moves.
+
+The excess change of a replace is exact on the slot's GPU and on every GPU holding x or y
+but not both (a GPU holding both is counted as the sum of the two changes, an estimate);
+the step taken is checked against the exact excess and refused when it is not lower, so
+the search never cycles. Steps that add no move and lower the excess go first.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..heuristics.speeds import LiveGPUs
+
+INF = float("inf")
+# Relative excess decrease (of the target) a step must bring.
+GAIN_RTOL = 1e-9
+# Candidates per step: experts on this many of the slowest GPUs, and this many of the
+# lightest replicas, may enter a slot; swaps pair the slots of this many slowest GPUs.
+HOT_GPUS = 3
+LIGHT_EXPERTS = 32
+# Slots a replace may take per step: the lightest replicas of experts with another one.
+SPARE_SLOTS = 64
+# Weight of the excess against the spread in spread_penalty.
+EXCESS_WEIGHT = 10.0
+
+
+def counts(e: torch.Tensor, num_experts: int) -> torch.Tensor:
+    """[X, E] replicas per expert of a layout with holes (-1) e: [X, R]."""
+    cnt = torch.zeros(e.shape[0], num_experts + 1, dtype=torch.int64, device=e.device)
+    cnt.scatter_add_(1, e + 1, torch.ones_like(e))
+    return cnt[:, 1:]
+
+
+def _excess(t: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """max(0, t - target) with target [X] broadcast over t's trailing dimensions."""
+    return (t - target.view(-1, *([1] * (t.dim() - 1)))).clamp_min(0)
+
+
+_excess_fn = _excess
+
+
+def spread_penalty(ideal: torch.Tensor):
+    """A penalty that also counts the spread around ``ideal`` [X] (the average time): the
+    excess over the target first (x EXCESS_WEIGHT), then ``(t - ideal)^2 / ideal``, so that a
+    placement that lifts a GPU left below the average is preferred (the lost GPUs' load must
+    end up on nearly every survivor, and each GPU lifted without a move saves one later)."""
+    ref = ideal
+
+    def penalty(t: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        r = ref.view(-1, *([1] * (t.dim() - 1)))
+        return _excess(t, target) * EXCESS_WEIGHT + (t - r).square() / r
+    return penalty
+
+
+class Layout:
+    """Derived tensors of a complete layout e: [X, R] under loads w: [X, E] (float64)."""
+
+    def __init__(self, w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs):
+        X, E = w.shape
+        self.e = e
+        self.cnt = counts(e, E)                                                       # [X, E]
+        self.per = w / self.cnt.clamp_min(1)                                          # [X, E] load per replica
+        self.sw = self.per.gather(1, e)                                               # [X, R]
+        self.load = gpus.loads(self.sw)                                               # [X, Q]
+        self.t = self.load / gpus.speed                                               # [X, Q]
+        n = torch.zeros(X, gpus.Q * E, dtype=torch.int64, device=e.device)
+        n.scatter_add_(1, gpus.gpu_of * E + e, torch.ones_like(e))
+        self.n = n                                                                    # [X, Q*E] copies on GPU
+
+    def excess(self, target: torch.Tensor) -> torch.Tensor:
+        return _excess(self.t, target).sum(1)                                         # [X]
+
+
+def replace_gain(w: torch.Tensor, lay: Layout, gpus: LiveGPUs, target: torch.Tensor, old: torch.Tensor,
+                 ys: torch.Tensor, rs: torch.Tensor, penalty=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Putting expert ys[x, k] into slot rs[x, i]: (excess change [X, M, K] (inf where not
+    allowed), moves added [X, M, K], the slot GPU's new time [X, M, K]). old: [X, Q*E]
+    bool, the plan in force's pairs on live GPU indices. penalty(t, target): the per-GPU
+    cost summed (default: the excess over the target). Only the experts of the slots and
+    the candidates are evaluated on every GPU ([X, Q, M] and [X, Q, K] tables)."""
+    _excess = penalty or _excess_fn
+    X, M = rs.shape
+    E = w.shape[1]
+    K = ys.shape[1]
+    Q = gpus.Q
+    inv = (1 / gpus.speed).view(1, Q, 1)
+    cnt = lay.cnt.to(w.dtype)
+    n3 = lay.n.view(X, Q, E)
+    cur = _excess(lay.t, target)                                                      # [X, Q]
+    tq = lay.t.unsqueeze(2)
+    g = gpus.gpu_of[rs]                                                               # [X, M] slot GPUs
+    x = lay.e.gather(1, rs)                                                           # [X, M] their experts
+    # x losing a replica: its others grow (only x with >= 2 replicas may lose one)
+    cx, wx = lay.cnt.gather(1, x), w.gather(1, x)
+    growth = torch.where(cx >= 2, wx / (cx - 1).clamp_min(1) - wx / cx.clamp_min(1), torch.zeros_like(wx))
+    nx = n3.gather(2, x.unsqueeze(1).expand(X, Q, M)).to(w.dtype)                    # [X, Q, M]
+    up = torch.where(nx > 0, _excess(tq + nx * growth.unsqueeze(1) * inv, target) - cur.unsqueeze(2),
+                     torch.zeros_like(nx))
+    up_g = up.gather(1, g.unsqueeze(1)).squeeze(1)                                    # [X, M] at the slot GPU
+    # y gaining one: its replicas on every GPU shrink
+    cy, wy = cnt.gather(1, ys), w.gather(1, ys)                                       # [X, K]
+    shy = wy / cy.clamp_min(1) - wy / (cy + 1)
+    ny = n3.gather(2, ys.unsqueeze(1).expand(X, Q, K)).to(w.dtype)                   # [X, Q, K]
+    down = torch.where(ny > 0, _excess(tq - ny * shy.unsqueeze(1) * inv, target) - cur.unsqueeze(2),
+                       torch.zeros_like(ny))
+    down_g = down.gather(1, g.unsqueeze(2).expand(X, M, K))                           # [X, M, K]
+    n_gx = lay.n.gather(1, g * E + x).to(w.dtype)                                     # [X, M]
+    n_gy = ny.gather(1, g.unsqueeze(2).expand(X, M, K))                               # [X, M, K]
+    dload = ((-lay.sw.gather(1, rs) + (n_gx - 1) * growth).unsqueeze(2)
+             + (wy / (cy + 1)).unsqueeze(1) - n_gy * shy.unsqueeze(1))
+    finish = lay.t.gather(1, g).unsqueeze(2) + dload * (1 / gpus.speed)[g].unsqueeze(2)
+    d_g = _excess(finish, target) - cur.gather(1, g).unsqueeze(2)
+    total = d_g + (up.sum(1) - up_g).unsqueeze(2) + down.sum(1).unsqueeze(1) - down_g
+    bad = (cx < 2).unsqueeze(2) | (x.unsqueeze(2) == ys.unsqueeze(1))
+    total = total.masked_fill(bad, INF)
+    old3 = old.view(X, Q, E)
+    old_gy = old3.gather(2, ys.unsqueeze(1).expand(X, Q, K)).gather(1, g.unsqueeze(2).expand(X, M, K))
+    gained = (n_gy == 0) & ~old_gy
+    lost = ((n_gx == 1) & ~old.gather(1, g * E + x)).unsqueeze(2)
+    return total, gained.to(torch.int64) - lost.to(torch.int64), finish
+
+
+def spare_slots(lay: Layout, limit: int) -> torch.Tensor:
+    """[X, M] up to ``limit`` slots whose expert has another replica (the slots a replace may
+    take), lightest replica first; rows with fewer repeat their first (the gains mask them)."""
+    key = lay.sw.masked_fill(lay.cnt.gather(1, lay.e) < 2, INF)
+    m = min(limit, key.shape[1])
+    return key.topk(m, dim=1, largest=False).indices
+
+
+def swap_gain(lay: Layout, gpus: LiveGPUs, target: torch.Tensor, old: torch.Tensor, hot: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Swapping slot ``hot[x, i]`` with any slot b: (excess change [X, H, R], moves added
+    [X, H, R], ...) (exact: only the two GPUs change)."""
+    X, R = lay.e.shape
+    E = lay.cnt.shape[1]
+    H = hot.shape[1]
+    inv = 1 / gpus.speed
+    ga = gpus.gpu_of[hot]                                                             # [X, H]
+    gb = gpus.gpu_of.view(1, 1, R)
+    cur = _excess(lay.t, target)
+    d = lay.sw.unsqueeze(1) - lay.sw.gather(1, hot).unsqueeze(2)                      # [X, H, R] change on a's GPU
+    ta = lay.t.gather(1, ga).unsqueeze(2)
+    tb = lay.t[:, gpus.gpu_of].unsqueeze(1)
+    total = (_excess(ta + d * inv[ga].unsqueeze(2), target) - cur.gather(1, ga).unsqueeze(2)
+             + _excess(tb - d * inv[gpus.gpu_of].view(1, 1, R), target) - cur[:, gpus.gpu_of].unsqueeze(1))
+    A = lay.e.gather(1, hot)                                                          # [X, H]
+    Q = gpus.Q
+    n3, o3 = lay.n.view(X, Q, E), old.view(X, Q, E)
+    free = (n3 == 0) & ~o3                  # [X, Q, E] a GPU getting the expert: a move
+    sole = ((n3 == 1) & ~o3).view(X, -1)    # its only copy leaving: a move undone
+    gained = (free.gather(1, ga.unsqueeze(2).expand(X, H, E)).gather(2, lay.e.unsqueeze(1).expand(X, H, R)).long()
+              + free.gather(2, A.unsqueeze(1).expand(X, Q, H))
+              .gather(1, gpus.gpu_of.view(1, R, 1).expand(X, R, H)).transpose(1, 2).long())
+    lost = (sole.gather(1, ga * E + A).unsqueeze(2).long()
+            + sole.gather(1, gpus.gpu_of.view(1, R) * E + lay.e).unsqueeze(1).long())
+    total = total.masked_fill((ga.unsqueeze(2) == gb) | (A.unsqueeze(2) == lay.e.unsqueeze(1)), INF)
+    return total, gained - lost, hot
+
+
+def _per_move(total: torch.Tensor, dm: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
+    """Sort key of a step: excess change per move added; steps adding no move first; only
+    steps lowering the excess by more than ``floor`` [X]."""
+    key = torch.where(dm <= 0, total - 1e30, total / dm.clamp_min(1).to(total.dtype))
+    return key.masked_fill(~(total < -floor.view(-1, *([1] * (total.dim() - 1)))), INF)
+
+
+def place_orphans(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, target: torch.Tensor, old: torch.Tensor,
+                  penalty=None) -> torch.Tensor:
+    """Give every expert without a replica (heaviest first) the slot where the excess
+    grows least (then where its GPU finishes first), evicting a replica of an expert that
+    keeps another. e: [X, R] complete except for the orphans' absence."""
+    X = e.shape[0]
+    rows = torch.arange(X, device=e.device)
+    for _ in range(w.shape[1]):
+        lay = Layout(w, e, gpus)
+        orphan = lay.cnt == 0
+        act = orphan.any(1)
+        if not bool(act.any()):
+            break
+        y = w.masked_fill(~orphan, -1.0).argmax(1)                                    # [X]
+        rs = spare_slots(lay, SPARE_SLOTS)
+        total, _, finish = replace_gain(w, lay, gpus, target, old, y.view(X, 1), rs, penalty)
+        key = (total + finish * 1e-9).squeeze(2)
+        slot = rs.gather(1, key.argmin(1, keepdim=True)).squeeze(1)
+        act = act & torch.isfinite(key.min(1).values)
+        if not bool(act.any()):
+            break
+        e = e.clone()
+        e[rows[act], slot[act]] = y[act]
+    return e
+
+
+def _step(w: torch.Tensor, e: torch.Tensor, lay: Layout, gpus: LiveGPUs, target: torch.Tensor, old: torch.Tensor,
+          floor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The best step of every row: (layout after it [X, R], taken [X] bool, layout after the
+    best swap [X, R], that swap exists [X] bool); the swap is the fallback when the best
+    step was a replace whose estimate was wrong (swap gains are exact)."""
+    X, R = e.shape
+    E = w.shape[1]
+    rows = torch.arange(X, device=e.device)
+    # candidates: experts on the hottest GPUs (to add a replica) and the lightest replicas
+    hot_gpu = lay.t.topk(min(HOT_GPUS, gpus.Q), dim=1).indices                        # [X, h]
+    hot_slots = gpus.grid[hot_gpu].flatten(1)                                         # [X, h*S]
+    hot_slots = torch.where(gpus.valid[hot_gpu].flatten(1), hot_slots, hot_slots[:, :1])
+    light = lay.per.topk(min(LIGHT_EXPERTS, E), dim=1, largest=False).indices
+    ys = torch.cat([e.gather(1, hot_slots), light], 1)                               # [X, K]
+    K = ys.shape[1]
+    rs = spare_slots(lay, SPARE_SLOTS)
+    tr, dr, _ = replace_gain(w, lay, gpus, target, old, ys, rs)
+    ts, ds, _ = swap_gain(lay, gpus, target, old, hot_slots)
+    vr, jr = _per_move(tr, dr, floor).flatten(1).min(1)
+    vs, js = _per_move(ts, ds, floor).flatten(1).min(1)
+    swap_ok = torch.isfinite(vs)
+    swapped = e.clone()
+    a = hot_slots.gather(1, (js // R).unsqueeze(1)).squeeze(1)
+    b = js % R
+    swapped[rows, a] = e[rows, b]
+    swapped[rows, b] = e[rows, a]
+    use_r = torch.isfinite(vr) & (vr <= vs)
+    replaced = e.clone()
+    i, k = jr // K, jr % K
+    replaced[rows, rs[rows, i]] = ys[rows, k]
+    best = torch.where(use_r.unsqueeze(1), replaced, swapped)
+    return best, use_r | swap_ok, swapped, swap_ok
+
+
+def reduce_excess(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, target: torch.Tensor, old: torch.Tensor,
+                  max_steps: int = 80) -> torch.Tensor:
+    """Replace and swap steps, the most excess removed per move first, until every layer
+    meets its target or no step lowers its excess. e: [X, R] complete layout. Each step
+    works on the layers still above target only."""
+    floor = target * GAIN_RTOL
+    stuck = torch.zeros(e.shape[0], dtype=torch.bool, device=e.device)
+    for _ in range(max_steps):
+        exc_all = Layout(w, e, gpus).excess(target)
+        idx = ((exc_all > 0) & ~stuck).nonzero().squeeze(1)
+        if idx.numel() == 0:
+            break
+        ws, es, ts, olds, fl, exc = w[idx], e[idx], target[idx], old[idx], floor[idx], exc_all[idx]
+        best, ok, swapped, swap_ok = _step(ws, es, Layout(ws, es, gpus), gpus, ts, olds, fl)
+        better = ok & (Layout(ws, best, gpus).excess(ts) < exc - fl)
+        # a replace whose estimate was wrong: the best swap instead (its gain is exact)
+        retry = ~better & swap_ok
+        better_swap = retry & (Layout(ws, swapped, gpus).excess(ts) < exc - fl)
+        new = torch.where(better.unsqueeze(1), best, torch.where(better_swap.unsqueeze(1), swapped, es))
+        stuck[idx] |= ~(better | better_swap)
+        e = e.clone()
+        e[idx] = new
+    return e
