@@ -18,6 +18,7 @@ from typing import Any
 from ..dynamics.simulate import simulate
 from ..dynamics.sweep import best_net, frontier, frontier_table, suggest, sweep
 from ..errors import OptionError
+from ..progress import progress_mode
 from ..safewrite import write_atomic, write_text_atomic
 from ..cluster import CLUSTERS, Cluster, get_model, slots_for
 from .args import network_from_args, options_dict
@@ -123,7 +124,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     res = simulate(loads, solver=args.solver, every=args.every, threshold=args.threshold, window=args.window,
                    migration_slack=args.migration_slack, migration=args.migration,
                    migration_budget=args.migration_budget, expert_bytes=nbytes,
-                   solver_options=planner_options(args), progress=not args.json, stall=args.stall,
+                   solver_options=planner_options(args), progress=progress_mode(args.progress), stall=args.stall,
                    step_seconds=args.step_seconds, gain_horizon=args.gain_horizon,
                    migration_objective=args.migration_objective, **shape)
     totals = res.totals()
@@ -185,7 +186,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     rows = sweep(loads, periods=periods, thresholds=_floats(args.thresholds, "thresholds"),
                  slacks=_floats(args.slacks, "slacks", allow_plain=True) or [None], window=args.window,
                  solver=args.solver, expert_bytes=nbytes, solver_options=planner_options(args),
-                 horizons=horizons, stall=args.stall, step_seconds=args.step_seconds, **shape)
+                 horizons=horizons, stall=args.stall, step_seconds=args.step_seconds,
+                 progress=progress_mode(args.progress), **shape)
     pick = None
     if args.budget_gb is not None:
         budget = args.budget_gb * 1e9 if nbytes is not None else args.budget_gb
