@@ -145,8 +145,9 @@ def run_solver(solver: str, args, writer) -> list[tuple[list[float], float, floa
     grid = GRID if args.grid is None else tuple(tuple(int(x) for x in g.split("x")) for g in args.grid.split(","))
     runs = [] if args.variants_only else [(shape, steps, {}) for shape in grid
                                           for steps in (WINDOW_STEPS if takes_history else (None,))]
-    runs += [(shape, steps, v) for v in VARIANTS.get(solver, ()) for shape in GRID[:VARIANT_SHAPES]
-             for steps in (WINDOW_STEPS[:1] if takes_history else (None,))]
+    if args.grid is None:
+        runs += [(shape, steps, v) for v in VARIANTS.get(solver, ()) for shape in GRID[:VARIANT_SHAPES]
+                 for steps in (WINDOW_STEPS[:1] if takes_history else (None,))]
     for shape, steps, variant in runs:
         key = shape + ((steps,) if steps else ()) + tuple(sorted(variant.items()))
         label = (f"{solver:16s} {'x'.join(map(str, shape)):>16s}" + (f" T={steps:<3d}" if steps else " " * 6)

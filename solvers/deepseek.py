@@ -170,7 +170,7 @@ def rebalance_experts(weight: Any, num_replicas: int, num_groups: int, num_nodes
 
 # Work model (solvers.work): seconds on 2 cores, coefficients measured by
 # `python -m benchmarks.work_model --fit`.
-DEEPSEEK_WORK = WorkModel.of({"1": 0.00749, "R": 6.42e-05, "L*R": 2.5e-06, "L*E*R": 2.04e-08})
+DEEPSEEK_WORK = WorkModel.of({"1": 0.00628, "R": 8.31e-05, "L*R": 2.51e-06, "L*E*R": 1.91e-08})
 
 
 @register("deepseek", kind="heuristic", options=(policy_option(),), heterogeneous=True, work=DEEPSEEK_WORK,

@@ -80,9 +80,13 @@ class SolverSpec:
 
     def estimate(self, problem: Problem, options: SolverOptions | Mapping[str, Any] | None = None) -> float:
         """Estimated seconds of work no deadline interrupts, on the reference machine (2 cores):
-        its own work model, plus its ``base`` solver's estimate where it runs one."""
+        its own work model, plus the estimates of the solvers it includes and of its ``base``
+        solver where it runs one."""
         model = self.work or GREEDY_WORK
         seconds = model.seconds(work_shape(problem, options), options)
+        for name in model.includes:                     # work it does too (kk_swap's packing)
+            if name != self.name and name in _REGISTRY:
+                seconds += _REGISTRY[name].estimate(problem, _REGISTRY[name].parse({}))
         base = _option(options, "base")
         if isinstance(base, str) and base != self.name and base in _REGISTRY:
             spec = _REGISTRY[base]

@@ -71,6 +71,15 @@ def test_a_base_solver_adds_its_estimate():
     assert total == pytest.approx(own + kk)
 
 
+def test_included_work_is_added():
+    """joint runs kk_swap's packing first: its estimate is at least kk_swap's, whatever its own terms."""
+    p = Problem(torch.ones(2, 32, dtype=torch.float64), 65536, 1, 1, 2)
+    joint, kk = get_solver("joint"), get_solver("kk_swap")
+    assert joint.work.includes == ("kk_swap",)
+    own = joint.work.seconds(work_shape(p), joint.parse({}))
+    assert joint.estimate(p, joint.parse({})) == pytest.approx(own + kk.estimate(p, kk.parse({})))
+
+
 def test_the_window_length_enters_the_shape():
     p = _problem()
     hist = torch.ones(12, 2, 8)
@@ -103,11 +112,11 @@ def test_the_cli_refuses_in_one_line(cap, capsys, tmp_path):
 
 
 def test_the_issue_shape_is_refused_by_the_measured_model():
-    """kk_swap on 2 layers x 32 experts with 65536 slots on 2 GPUs ran past 600 s: the model
-    (no injection) refuses it at once; the greedy plans the same problem."""
+    """kk_swap on 2 layers x 32 experts with 65536 slots on 2 GPUs ran past 600 s (two torch
+    threads): the model (no injection) refuses it and joint at once, naming the term."""
     w = torch.rand(2, 32, generator=torch.Generator().manual_seed(0), dtype=torch.float64) + 0.5
     big = Problem(w, 65536, 1, 1, 2)
-    with pytest.raises(ProblemError, match="work cap"):
+    with pytest.raises(ProblemError, match=r"most of it L\*S\^2\), over the work cap"):
         solve(big, "kk_swap")
     with pytest.raises(ProblemError, match="work cap"):
         solve(big, "joint")

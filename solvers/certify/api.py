@@ -72,7 +72,7 @@ def _available() -> bool:
 
 # Work model (solvers.work): seconds on 2 cores, coefficients measured by
 # `python -m benchmarks.work_model --fit`.
-CERTIFY_WORK = WorkModel.of({"1": 0.0699, "S": 1e-5, "R": 0.000156, "L*R": 0, "L*E*R": 5.2e-07, "L*S^2": 1.96e-07, "L*R*S": 0, "L": 0}, time_limited=True)
+CERTIFY_WORK = WorkModel.of({"1": 0, "S": 0.000295, "R": 0, "L*R": 0, "L*E*R": 4.52e-07, "L*S^2": 0, "L*R*S": 0, "L": 0}, time_limited=True, includes=("kk_swap",))
 
 
 @register("certify", kind="exact", options=CERTIFY_OPTIONS, is_available=_available, work=CERTIFY_WORK,

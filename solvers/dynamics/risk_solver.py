@@ -38,7 +38,7 @@ def check_current(problem: Problem, current: Any) -> torch.Tensor | None:
 
 # Work model (solvers.work): seconds on 2 cores, coefficients measured by
 # `python -m benchmarks.work_model --fit`.
-RISK_AWARE_WORK = WorkModel.of({"1": 0, "S": 1e-5, "R": 0.0039, "L*R": 0, "L*E*R": 1.51e-07, "L*S^2": 0, "L*R*S": 2.84e-06, "T*L*R": 1.19e-06, "T*L*R*steps": 0, "B*L*R*S*steps": 0})
+RISK_AWARE_WORK = WorkModel.of({"1": 0, "S": 0, "R": 0.0039, "L*R": 0, "L*E*R": 1.51e-07, "L*S^2": 0, "L*R*S": 2.84e-06, "T*L*R": 1.19e-06, "T*L*R*steps": 0, "B*L*R*S*steps": 0})
 
 
 @register("risk_aware", kind="heuristic", in_suites=False, work=RISK_AWARE_WORK,

@@ -159,11 +159,11 @@ def _robust(problem: Problem, policy: str, history: Any, buckets: int, steps: in
 
 # Work model (solvers.work): seconds on 2 cores, coefficients measured by
 # `python -m benchmarks.work_model --fit`.
-ROBUST_WORK = WorkModel.of({"1": 0.111, "S": 1e-5, "R": 0.00148, "L*R": 0, "L*E*R": 0, "L*S^2": 0, "L*R*S": 7.33e-06, "T*L*R": 1.61e-06, "T*L*R*steps": 7.61e-07, "B*L*R*S*steps": 3.2e-08})
+ROBUST_WORK = WorkModel.of({"1": 0.0696, "S": 0, "R": 0.000792, "L*R": 0, "L*E*R": 0, "L*S^2": 0, "L*R*S": 7.63e-06, "T*L*R": 1.61e-06, "T*L*R*steps": 7.94e-07, "B*L*R*S*steps": 3.45e-08}, includes=("kk_swap",))
 
 # Work model (solvers.work): seconds on 2 cores, coefficients measured by
 # `python -m benchmarks.work_model --fit`.
-SMOOTHED_WORK = WorkModel.of({"1": 0.0359, "S": 1e-5, "R": 0.000309, "L*R": 4.33e-06, "L*E*R": 0, "L*S^2": 1.41e-07, "L*R*S": 0, "L*R*C*steps": 1.06e-07, "T*L*R": 0})
+SMOOTHED_WORK = WorkModel.of({"1": 0, "S": 0.000642, "R": 0, "L*R": 0, "L*E*R": 0, "L*S^2": 0, "L*R*S": 0, "L*R*C*steps": 0, "T*L*R": 0}, includes=("kk_swap",))
 
 
 @register("robust_sum", kind="heuristic", in_suites=False, work=ROBUST_WORK, options=(policy_option(), _HISTORY, _BUCKETS, _STEPS),

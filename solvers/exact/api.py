@@ -92,7 +92,7 @@ def _milp_layer(backend: str):
 
 # Work model (solvers.work): seconds on 2 cores, coefficients measured by
 # `python -m benchmarks.work_model --fit`.
-EXACT_WORK = WorkModel.of({"1": 0, "S": 1e-5, "R": 1.74e-05, "L*R": 0, "L*E*R": 4.37e-07, "L*S^2": 4.85e-08, "L*R*S": 3.81e-08, "L": 0}, time_limited=True)
+EXACT_WORK = WorkModel.of({"1": 0, "S": 0, "R": 0.000125, "L*R": 0, "L*E*R": 4.37e-07, "L*S^2": 0, "L*R*S": 0, "L": 0}, time_limited=True)
 
 
 solve_cpsat = register("cpsat", kind="exact", options=EXACT_OPTIONS, work=EXACT_WORK, is_available=backends.cpsat_available,

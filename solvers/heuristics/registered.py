@@ -46,15 +46,15 @@ _COMMON = (policy_option(), colocation_option(), _RELAX)
 
 # Work model (solvers.work): seconds on 2 cores, coefficients measured by
 # `python -m benchmarks.work_model --fit`.
-KK_SWAP_WORK = WorkModel.of({"1": 0.0403, "S": 1e-5, "R": 0, "L*R": 1.35e-05, "L*E*R": 0, "L*S^2": 6.83e-07, "L*R*S": 0, "L*R*C*steps": 9.92e-08})
+KK_SWAP_WORK = WorkModel.of({"1": 0.0296, "S": 0.000349, "R": 0, "L*R": 1.5e-05, "L*E*R": 0, "L*S^2": 7e-08, "L*R*S": 0, "L*R*C*steps": 9.92e-08})
 
 # Work model (solvers.work): seconds on 2 cores, coefficients measured by
 # `python -m benchmarks.work_model --fit`.
-JOINT_WORK = WorkModel.of({"1": 0.0427, "S": 1e-5, "R": 0, "L*R": 4e-05, "L*E*R": 1.49e-07, "L*S^2": 0, "L*R*S": 0, "L*R*C*steps": 1.52e-07, "L*R*C*rounds*width": 2.88e-09})
+JOINT_WORK = WorkModel.of({"1": 0.00144, "S": 0, "R": 0, "L*R": 1.73e-05, "L*E*R": 1.72e-07, "L*S^2": 0, "L*R*S": 0, "L*R*C*steps": 1.26e-07, "L*R*C*rounds*width": 0}, includes=("kk_swap",))
 
 # Work model (solvers.work): seconds on 2 cores, coefficients measured by
 # `python -m benchmarks.work_model --fit`.
-BEST_WORK = WorkModel.of({"1": 0, "S": 1e-5, "R": 0, "L*R": 2.45e-06, "L*E*R": 7.75e-09, "L*S^2": 6.01e-08, "L*R*S": 1.86e-08}, time_limited=True)
+BEST_WORK = WorkModel.of({"1": 0, "S": 0, "R": 0, "L*R": 0, "L*E*R": 0, "L*S^2": 0, "L*R*S": 0}, time_limited=True, includes=("kk_swap",))
 
 
 @register("kk_swap", kind="heuristic", options=_COMMON + (_STEPS, _STARTS), heterogeneous=True, work=KK_SWAP_WORK,

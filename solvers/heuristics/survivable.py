@@ -159,7 +159,7 @@ def exposed(e: torch.Tensor, domain_of_slot: torch.Tensor, num_experts: int, num
 
 # Work model (solvers.work): seconds on 2 cores, coefficients measured by
 # `python -m benchmarks.work_model --fit`.
-SURVIVABLE_WORK = WorkModel.of({"1": 0.0181, "R": 0.00026, "L*R": 0, "L*E*R": 0, "L*S^2": 0, "L*R*S": 0, "L*R*P": 5.74e-06, "L*R*C*steps": 1.03e-08})
+SURVIVABLE_WORK = WorkModel.of({"1": 0.0226, "R": 0.000185, "L*R": 0, "L*E*R": 0, "L*S^2": 0, "L*R*S": 1.36e-07, "L*R*P": 6.11e-06, "L*R*C*steps": 9.66e-09})
 
 
 @register("survivable", kind="heuristic", heterogeneous=True, in_suites=False, work=SURVIVABLE_WORK,

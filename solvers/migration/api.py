@@ -348,7 +348,7 @@ _SCHEMA = (
 
 # Work model (solvers.work): seconds on 2 cores, coefficients measured by
 # `python -m benchmarks.work_model --fit`.
-MIGRATION_WORK = WorkModel.of({"1": 0, "R": 0.000109, "L*R": 0, "L*E*R": 1.32e-08, "L": 0}, time_limited=True)
+MIGRATION_WORK = WorkModel.of({"1": 0, "R": 7.76e-05, "L*R": 0, "L*E*R": 1.65e-09, "L": 0}, time_limited=True)
 
 
 @register("migration", kind="heuristic", options=_SCHEMA, in_suites=False, work=MIGRATION_WORK,

@@ -328,7 +328,7 @@ _SCHEMA = (
 
 # Work model (solvers.work): seconds on 2 cores, coefficients measured by
 # `python -m benchmarks.work_model --fit`.
-ELASTIC_WORK = WorkModel.of({"1": 0, "R": 0.000103, "L*R": 1.9e-06, "L*E*R": 0})
+ELASTIC_WORK = WorkModel.of({"1": 0, "R": 0, "L*R": 0, "L*E*R": 0})
 
 
 @register("elastic", kind="heuristic", options=_SCHEMA, in_suites=False, heterogeneous=True, work=ELASTIC_WORK,

@@ -372,7 +372,7 @@ def _spread_plan(problem: Problem, routing: RoutingTrace, X: torch.Tensor, weigh
 
 # Work model (solvers.work): seconds on 2 cores, coefficients measured by
 # `python -m benchmarks.work_model --fit`.
-TRAFFIC_AWARE_WORK = WorkModel.of({"1": 0.0497, "S": 1e-5, "R": 0.000238, "L*R": 3.52e-05, "L*E*R": 0, "L*S^2": 2.32e-06, "L*R*S": 0, "L*tokens*iterations": 0})
+TRAFFIC_AWARE_WORK = WorkModel.of({"1": 0, "S": 0.000922, "R": 0.00013, "L*R": 1.19e-05, "L*E*R": 0, "L*S^2": 0, "L*R*S": 5.66e-08, "L*tokens*iterations": 0}, includes=("kk_swap",))
 
 
 @register("traffic_aware", kind="heuristic", options=SCHEMA, in_suites=False, work=TRAFFIC_AWARE_WORK,
