@@ -107,7 +107,6 @@ def add_compare(sub) -> None:
     add_options(c, "option for every solver that declares it, repeatable")
     add_out(c, "write compare.csv and compare.html there", metavar="DIR")
     add_json(c, "print the rows and the pick as JSON")
-    add_progress(c)
     c.set_defaults(handler="compare")
 
 
