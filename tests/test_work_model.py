@@ -140,3 +140,19 @@ def test_work_models_are_checked_when_declared():
     assert m.formula == "0.5 + 0.001*L*R"
     assert set(m.terms) <= set(TERMS)
 
+
+
+def test_the_app_runs_long_estimates_in_the_stoppable_worker():
+    """A heuristic without a time limit goes to the child process that Stop ends when its
+    work estimate is above the in-process limit; a small one stays in the server."""
+    from app import worker
+
+    small = _problem()
+    big = Problem(torch.ones(58, 256, dtype=torch.float64), 16384, 1, 1, 64)
+    assert get_solver("kk_swap").estimate(big) > worker.IN_PROCESS_LIMIT_S
+    assert worker.stoppable("kk_swap", {}, big) and not worker.stoppable("kk_swap", {}, small)
+    assert not worker.stoppable("kk_swap", {})                     # no problem: the time limit alone decides
+    best = get_solver("best")
+    assert worker.expected_seconds(small, "best", {"time_limit": 5.0}) == pytest.approx(
+        best.estimate(small, best.parse({"time_limit": 5.0})) + 5.0)
+    assert worker.expected_seconds(small, "kk_swap", {"no_such_option": 1}) == 0.0
