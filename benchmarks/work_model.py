@@ -176,6 +176,7 @@ def run_solver(solver: str, args, writer) -> list[tuple[list[float], float, floa
         if writer:
             writer.writerow([solver, *shape, steps or 1, f"{predicted:.6g}", f"{wall:.6g}", f"{load:.2f}", term,
                              json.dumps(variant)])
+            args.out_file.flush()          # a run stopped halfway keeps its rows
     return rows
 
 
@@ -258,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     names = args.solvers.split(",") if args.solvers else solver_names(available_only=True)
     fh = open(args.out, "w", newline="") if args.out else None
     writer = csv.writer(fh) if fh else None
+    args.out_file = fh
     if writer:
         writer.writerow(["solver", "layers", "experts", "slots", "gpus", "steps", "predicted_s", "measured_s", "load", "termination",
                          "options"])
