@@ -38,13 +38,26 @@ _CTX.set_forkserver_preload(["torch", "solvers.builtin", "solvers.dynamics", "ap
 IN_PROCESS_LIMIT_S = 2.0
 
 
-def stoppable(solver: str, options: dict[str, Any] | None = None) -> bool:
+def stoppable(solver: str, options: dict[str, Any] | None = None, problem: Problem | None = None) -> bool:
     """Whether ``solver`` with ``options`` runs in a child process: it has a time-limit
-    option (the exact solvers, ``best``, ``certify``) set above IN_PROCESS_LIMIT_S. The
-    heuristics without one answer in milliseconds and stay in the server."""
+    option (the exact solvers, ``best``, ``certify``) set above IN_PROCESS_LIMIT_S, or, given
+    the ``problem``, its work model expects more than that (:func:`expected_seconds`: a
+    heuristic on many layers or slots). The rest answer in moments and stay in the server."""
     spec = get_solver(solver)
     limits = [(options or {}).get(o.name, o.default) for o in spec.schema if o.role == "time_limit"]
-    return any(v is None or float(v) > IN_PROCESS_LIMIT_S for v in limits)
+    if any(v is None or float(v) > IN_PROCESS_LIMIT_S for v in limits):
+        return True
+    return problem is not None and expected_seconds(problem, solver, options) > IN_PROCESS_LIMIT_S
+
+
+def expected_seconds(problem: Problem, solver: str, options: dict[str, Any] | None = None) -> float:
+    """The seconds a progress bar waits for: the work model's estimate plus the time limit
+    (:meth:`solvers.registry.SolverSpec.expected_seconds`); 0 when the options do not parse
+    (the solve then reports why)."""
+    try:
+        return get_solver(solver).expected_seconds(problem, options or {})
+    except errors.EPLBError:
+        return 0.0
 
 
 def start_server() -> None:

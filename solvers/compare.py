@@ -117,8 +117,8 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
             opts["history"] = history
         if policy is not None:
             opts["policy"] = policy
-        get_solver(name).parse(opts)         # every run's options and work cap checked before the first one runs
-        get_solver(name).check_size(problem)
+        spec = get_solver(name)              # every run's options and work cap checked before the first one runs
+        spec.check_work(problem, spec.parse(opts))
         runs.append((name, policy, opts))
     rows = []
     for name, policy, opts in runs:

@@ -31,6 +31,7 @@ from .problem import Problem, as_weights
 from .options import SolverOptions, policy_option
 from .registry import SolverOutput, register
 from .errors import ProblemError
+from .work import WorkModel
 
 
 def inverse_permutation(perm: torch.Tensor) -> torch.Tensor:
@@ -177,7 +178,12 @@ def rebalance_experts(weight: Any, num_replicas: int, num_groups: int, num_nodes
     return deepseek_plan(w, cluster.num_replicas, G, cluster.num_nodes, cluster.num_gpus, resolved).as_tuple()
 
 
-@register("deepseek", kind="heuristic", options=(policy_option(),), heterogeneous=True, max_slots_per_gpu=None,
+# Work model (solvers.work): seconds on 2 cores, coefficients measured by
+# `python -m benchmarks.work_model --fit`.
+DEEPSEEK_WORK = WorkModel.of({"1": 0.00628, "R": 8.31e-05, "L*R": 2.51e-06, "L*E*R": 1.91e-08})
+
+
+@register("deepseek", kind="heuristic", options=(policy_option(),), heterogeneous=True, work=DEEPSEEK_WORK,
           description="DeepSeek's greedy EPLB (replicate, balanced packing, hierarchical/global)")
 def _solve_deepseek(problem: Problem, opts: SolverOptions) -> SolverOutput:
     """On GPUs of different speeds (the same slot count each) it plans the homogeneous view,

@@ -23,6 +23,7 @@ from .problem import Problem
 from .registry import SolverOutput, get_solver
 from .result import SolutionStatus, SolveResult, Termination
 from .scoring import check_expert_bytes, score_validated
+from .threads import one_intra_op_thread
 from .tolerances import BOUND_RTOL, VIOLATION_RTOL
 
 
@@ -62,19 +63,21 @@ def graded_run(problem: Problem, solver: str, options: Mapping[str, Any] | Solve
     if not spec.is_available():
         raise OptionError("solver", f"{solver!r} is not available here: {spec.requires}")
     spec.check_cluster(problem)
-    spec.check_size(problem)           # the solver's work cap, before any work
-    bound = lower_bound(problem)
-    start = time.perf_counter()
-    try:
-        out = spec.fn(problem, options)
-    except EPLBError:
-        raise
-    except Exception as exc:  # a backend crash is a result, not a traceback for the user
+    spec.check_work(problem, options)  # the solver's work cap, before any work
+    with one_intra_op_thread():        # small kernels: a team of threads only waits (solvers.threads)
+        bound = lower_bound(problem)
+        start = time.perf_counter()
+        try:
+            out = spec.fn(problem, options)
+        except EPLBError:
+            raise
+        except Exception as exc:  # a backend crash is a result, not a traceback for the user
+            wall = time.perf_counter() - start
+            return SolveResult(spec.name, Termination.ERROR, SolutionStatus.NONE, None, None, bound, wall, "unknown",
+                               options.as_dict(), f"{type(exc).__name__}: {exc}")
         wall = time.perf_counter() - start
-        return SolveResult(spec.name, Termination.ERROR, SolutionStatus.NONE, None, None, bound, wall, "unknown",
-                           options.as_dict(), f"{type(exc).__name__}: {exc}")
-    wall = time.perf_counter() - start
-    return grade(problem, spec.name, out, bound, wall, options.as_dict(), previous, expert_bytes, previous_cluster)
+        return grade(problem, spec.name, out, bound, wall, options.as_dict(), previous, expert_bytes,
+                     previous_cluster)
 
 
 def grade(problem: Problem, solver: str, out: SolverOutput, bound: torch.Tensor, wall: float,

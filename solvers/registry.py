@@ -11,18 +11,18 @@ solver's plan, ungraded), never through ``solve``.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
-from .cluster import MAX_REPLICAS
-from .errors import OptionError, ProblemError
+from .errors import OptionError
 from .options import Option, SolverOptions, options_class
 from .plan import Plan
 from .problem import Problem
 from .result import ModelScope, Termination
+from .work import GREEDY_WORK, Shape, WorkModel, refuse_over_cap
 
 
 @dataclass
@@ -74,17 +74,38 @@ class SolverSpec:
             raise OptionError("solver", f"{self.name!r} plans identical GPUs only (speed 1, the same slot "
                               f"count each, none failed); this cluster is {problem.cluster.describe()}. "
                               f"Solvers for it: {able}")
-    # Work cap: the most slots per GPU it plans (None: the Problem's own caps, the greedy's).
-    max_slots_per_gpu: int | None = None
+    # Work model (solvers.work): the estimated seconds of uninterruptible work on a problem,
+    # refused above the work cap before the solver runs. None: not declared (the greedy's terms).
+    work: WorkModel | None = None
 
-    def check_size(self, problem: Problem) -> None:
-        """Refuse a problem beyond this solver's work cap, naming the cap (before it runs)."""
-        cap = self.max_slots_per_gpu
-        S = max(problem.cluster.gpu_slots)                  # the fullest GPU
-        if cap is not None and S > cap:
-            raise ProblemError("num_replicas", f"solver {self.name!r} plans at most {cap} slots per GPU (its work "
-                               f"grows faster than the slots), got {S} ({problem.num_replicas} slots on "
-                               f"{problem.num_gpus} GPUs); the greedy 'deepseek' serves up to {MAX_REPLICAS} slots")
+    def estimate(self, problem: Problem, options: SolverOptions | Mapping[str, Any] | None = None) -> float:
+        """Estimated seconds of work no deadline interrupts, on the reference machine (2 cores):
+        its own work model, plus the estimates of the solvers it includes and of its ``base``
+        solver where it runs one."""
+        model = self.work or GREEDY_WORK
+        seconds = model.seconds(work_shape(problem, options), options)
+        for name in model.includes:                     # work it does too (kk_swap's packing)
+            if name != self.name and name in _REGISTRY:
+                seconds += _REGISTRY[name].estimate(problem, _REGISTRY[name].parse({}))
+        base = _option(options, "base")
+        if isinstance(base, str) and base != self.name and base in _REGISTRY:
+            spec = _REGISTRY[base]
+            seconds += spec.estimate(problem, spec.parse(_option(options, "base_options") or {}))
+        return seconds
+
+    def expected_seconds(self, problem: Problem, options: SolverOptions | Mapping[str, Any] | None = None) -> float:
+        """What a progress bar waits for: :meth:`estimate` plus the time limit, if it has one."""
+        opts = self.parse(options)
+        limit = sum(float(getattr(opts, o.name) or 0.0) for o in self.schema if o.role == "time_limit")
+        return self.estimate(problem, opts) + limit
+
+    def check_work(self, problem: Problem, options: SolverOptions | Mapping[str, Any] | None = None) -> float:
+        """Refuse ``problem`` when this solver's work estimate exceeds the work cap
+        (:data:`solvers.work.WORK_CAP_SECONDS`), naming both, before it runs; returns the estimate."""
+        shape = work_shape(problem, options)
+        model = self.work or GREEDY_WORK
+        return refuse_over_cap(self.name, self.estimate(problem, options), shape,
+                               model.largest_term(shape, options), model.time_limited)
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -110,14 +131,18 @@ class SolverSpec:
 _REGISTRY: dict[str, SolverSpec] = {}
 
 
-# Work cap of every solver but the greedy, in slots per GPU: the greedy (deepseek) is linear in
-# the slots and serves the Problem's own caps; the others pack, swap or model each GPU's
-# slots, and their work grows faster (2 layers x 32 experts on 2 GPUs, 2 cores at load 5:
-# kk_swap 2.2 s at 256 slots per GPU, 3.1 s at 1024, 25.6 s at 4096, past 600 s at 32768;
-# best with time_limit=1 12.2 s at 4096; layers multiply it). Real clusters hold 1-64
-# experts per GPU. ``register(..., max_slots_per_gpu=None)`` lifts it for a solver as cheap
-# as the greedy.
-MAX_SLOTS_PER_GPU = 256
+def _option(options: SolverOptions | Mapping[str, Any] | None, name: str) -> Any:
+    return options.get(name) if isinstance(options, Mapping) else getattr(options, name, None)
+
+
+def work_shape(problem: Problem, options: SolverOptions | Mapping[str, Any] | None = None) -> Shape:
+    """The sizes a solver's work model reads: the problem's, and the window's steps T (the
+    ``history`` option's first dimension, 1 without one)."""
+    shape = getattr(_option(options, "history"), "shape", None)
+    steps = int(shape[0]) if shape is not None and len(shape) == 3 else 1
+    return Shape(problem.num_layers, problem.num_experts, problem.num_replicas, problem.num_gpus,
+                 problem.num_nodes, max(problem.cluster.gpu_slots), steps)
+
 
 # solve()'s own parameters: a solver option of one of these names could never be passed
 # (``solve(problem, name, previous=..., **options)``), so none may be declared; a front end
@@ -127,12 +152,13 @@ RESERVED_OPTION_NAMES = ("problem", "solver", "previous", "expert_bytes")
 
 def register(name: str, *, kind: str, description: str, options: Sequence[Option] = (),
              is_available: Callable[[], bool] = lambda: True, requires: str = "", in_suites: bool = True,
-             heterogeneous: bool = False, max_slots_per_gpu: int | None = MAX_SLOTS_PER_GPU):
+             heterogeneous: bool = False, work: WorkModel | None = None):
     """Decorator adding ``fn(problem, options)`` to the registry under ``name``.
 
     ``options`` is the schema: one :class:`Option` per option; ``fn`` receives them as an
     instance of the schema's frozen dataclass. ``heterogeneous=True``: it plans clusters with
-    per-GPU speeds, uneven slot counts or failed GPUs (others are refused there). ``in_suites=False`` keeps it out of the benchmark suites' solver sweeps (it needs inputs
+    per-GPU speeds, uneven slot counts or failed GPUs (others are refused there). ``work``: its
+    :class:`~solvers.work.WorkModel` (None: the greedy's). ``in_suites=False`` keeps it out of the benchmark suites' solver sweeps (it needs inputs
     the suites do not give, e.g. a placement in force or the window's steps).
     """
     if kind not in ("heuristic", "exact"):
@@ -152,7 +178,7 @@ def register(name: str, *, kind: str, description: str, options: Sequence[Option
         if len(set(declared)) != len(declared):
             raise ValueError(f"solver {name!r}: an option is declared twice in {declared}")
         _REGISTRY[name] = SolverSpec(name, fn, kind, description, is_available, requires, schema, in_suites,
-                                     options_class(name, schema), heterogeneous, max_slots_per_gpu)
+                                     options_class(name, schema), heterogeneous, work)
         return fn
 
     return deco
@@ -174,8 +200,9 @@ def run(problem: Problem, solver: str, options: Mapping[str, Any] | SolverOption
     if not spec.is_available():
         raise OptionError("solver", f"{solver!r} is not available here: {spec.requires}")
     spec.check_cluster(problem)
-    spec.check_size(problem)
-    return spec.fn(problem, spec.parse(options))
+    options = spec.parse(options)
+    spec.check_work(problem, options)
+    return spec.fn(problem, options)
 
 
 def solver_names(kind: str | None = None, available_only: bool = False) -> list[str]:

@@ -324,7 +324,7 @@ def test_stop_ends_a_running_exact_solver(app_url, page, tmp_path):
     wait_idle(page)
     _select(page, "Solver", "cpsat (exact)")
     page.get_by_role("button", name="Run solver").click()
-    page.get_by_text("of its 10 s time limit").wait_for()                 # the child is running
+    page.get_by_text("Stop ends it now").wait_for()                         # the child is running
     page.get_by_test_id("stSidebarUserContent").get_by_role("button", name="Stop").click()
     page.get_by_text("Stopped cpsat").wait_for()
     wait_idle(page)

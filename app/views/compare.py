@@ -9,6 +9,7 @@ import torch
 from solvers import Problem, get_solver, solver_names
 from solvers.compare import default_solvers, pick, planned_runs
 from solvers.errors import EPLBError, OptionError
+from solvers.progress import progress_line
 
 from app import cache, figures, worker
 from app import traffic as traffic_view
@@ -160,9 +161,14 @@ def _solve_all(runs, problem, holdout, history, entry: dict) -> None:
         extra = {"history": history} if history is not None and "history" in get_solver(name).options else None
         with st.status(f"{label}: solving" + (f" (time limit {limit:g} s)" if limit else ""), expanded=False) as box:
             try:
-                if worker.stoppable(name, options):
-                    def wait(elapsed: float, pid: int, box=box, label=label, limit=limit) -> None:
-                        box.update(label=f"{label}: solving, {elapsed:.0f} s of {limit:g} s (Stop ends it now)")
+                if worker.stoppable(name, {**options, **(extra or {})}, problem):
+                    expected = worker.expected_seconds(problem, name, {**options, **(extra or {})})
+
+                    def wait(elapsed: float, pid: int, box=box, label=label, expected=expected, k=k) -> None:
+                        box.update(label=f"{progress_line(label, elapsed, expected)} (Stop ends it now)")
+                        if expected > 0:          # this solver's share of the bar, by its expected time
+                            progress.progress((k + min(elapsed / expected, 0.99)) / len(runs),
+                                              text=f"{k} of {len(runs)} solvers done, {label} running")
 
                     outcome = cache.solve_stoppable(problem, name, options, extra, wait)
                 else:

@@ -31,6 +31,7 @@ from solvers.dispatch.microbatches import (
     steps_as_microbatches,
 )
 from solvers.errors import EPLBError, PlanError
+from solvers.progress import progress_line
 from solvers.workloads.exporters import read_plan_for_loads
 
 PAGE = "explore"
@@ -103,9 +104,7 @@ def main() -> None:
         c1, c2 = st.columns([2, 1])
         run = c1.button("Run solver", type="primary", key=f"{PAGE}:run", width="stretch",
                         help="heuristics re-run on every change; exact solvers run when you press this")
-        c2.button("Stop", key=f"{PAGE}:stop", width="stretch", disabled=not worker.stoppable(solver, options),
-                  help=f"ends a solver with a time limit above {worker.IN_PROCESS_LIMIT_S:g} s now (its process is "
-                       "stopped; no plan)")
+        stop_slot = c2.empty()          # drawn once the problem is known: its work estimate decides
 
     st.caption(describe_loads(loads) + f" · planning on steps {window[0]}..{window[1] - 1}"
                + ("" if cluster is None else " · " + describe_cluster(cluster, groups)))
@@ -120,6 +119,11 @@ def main() -> None:
     except EPLBError as exc:
         show_error(exc)
         return
+    extra = _free_options(solver, loads, window, previous)
+    stoppable = worker.stoppable(solver, {**options, **extra}, problem)
+    stop_slot.button("Stop", key=f"{PAGE}:stop", width="stretch", disabled=not stoppable,
+                     help=f"ends a solve expected to take more than {worker.IN_PROCESS_LIMIT_S:g} s (its time "
+                          "limit or its work estimate) now: its process is stopped; no plan")
     limit = options.get("time_limit", get_solver(solver).defaults().get("time_limit"))
     running = st.session_state.pop(f"{PAGE}:running", None)        # set while a stoppable solve runs
     if running is not None and not run:
@@ -131,13 +135,13 @@ def main() -> None:
                     + EXACT_SCALE)
         return
     try:
-        extra = _free_options(solver, loads, window, previous)
-        if worker.stoppable(solver, options):
+        if stoppable:
             progress = st.empty()
+            expected = worker.expected_seconds(problem, solver, {**options, **extra})
 
             def wait(elapsed: float, pid: int) -> None:     # an st call: where Streamlit can stop the run
-                progress.info(f"Running {solver}: {elapsed:.0f} s of its {limit:g} s time limit. **Stop** ends "
-                              "it now.", icon=":material/hourglass_top:")
+                progress.progress(min(elapsed / expected, 1.0) if expected > 0 else 0.0,
+                                  text=f"{progress_line(solver, elapsed, expected)} · **Stop** ends it now")
 
             st.session_state[f"{PAGE}:running"] = solver
             outcome = cache.solve_stoppable(problem, solver, options, extra, wait)

@@ -171,9 +171,10 @@ def main() -> None:
     done = st.session_state.setdefault(f"{PAGE}:done", {})
     if run:
         results = {}
-        progress = st.empty()           # the status boxes, cleared once every replay is done
+        progress = st.empty()           # the bar and status boxes, cleared once every replay is done
         box_area = progress.container()
-        for name, setting in settings:
+        bar = box_area.progress(0.0, text=f"0 of {len(settings)} settings replayed")
+        for k, (name, setting) in enumerate(settings):
             with box_area.status(f"{name}: replaying {loads.num_steps} steps", expanded=False) as box:
                 try:
                     results[name] = cache.simulate(trace, cluster, groups, solver, setting, nbytes, planner_options)
@@ -184,6 +185,7 @@ def main() -> None:
                 t = results[name].totals()
                 box.update(label=f"{name}: mean imbalance {t['mean_imbalance']:.4f}, {t['rebalances']} rebalances, "
                                  f"{t['total_moves']:,} moves in {t['wall_seconds']:.2g} s", state="complete")
+            bar.progress((k + 1) / len(settings), text=f"{k + 1} of {len(settings)} settings replayed")
         if len(results) == len(settings):
             progress.empty()            # errors stay in sight
         done[request] = results

@@ -54,6 +54,7 @@ from .repack import count_moves, polish_three
 from .repartition import polish
 from .small_slots import (exact_search, iterated_count_search, lns_counts, lp_bound, pair_phy2log, pair_values,
                           window_search)
+from ..work import WorkModel
 
 CERTIFY_OPTIONS = (
     policy_option(),
@@ -69,7 +70,13 @@ def _available() -> bool:
     return backends.highs_available()
 
 
-@register("certify", kind="exact", options=CERTIFY_OPTIONS, is_available=_available, heterogeneous=True,
+# Work model (solvers.work): seconds on 2 cores, coefficients measured by
+# `python -m benchmarks.work_model --fit`.
+CERTIFY_WORK = WorkModel.of({"1": 0, "S": 0.000295, "R": 0, "L*R": 0, "L*E*R": 4.52e-07, "L*S^2": 0, "L*R*S": 0, "L": 0}, time_limited=True, includes=("kk_swap",))
+
+
+@register("certify", kind="exact", options=CERTIFY_OPTIONS, is_available=_available, work=CERTIFY_WORK,
+          heterogeneous=True,
           requires="pip install pulp 'highspy==<the HiGHS version your ortools bundles>'",
           description="portfolio plan polished by exact two- and three-GPU re-splits and, with token-count loads, "
                       "a residue design that balances GPUs to a fraction of a token; at two slots per GPU a count "

@@ -8,13 +8,22 @@ from .. import builtin  # noqa: F401  registers every solver
 from ..registry import get_solver, solver_names
 
 
+def _work_line(spec) -> str:
+    """The solver's work model (docs/robustness.md): seconds on 2 cores, capped before it runs."""
+    model = spec.work
+    if model is None:
+        return "Work model: not declared (the greedy's)."
+    bounded = "; its time limit bounds the rest" if model.time_limited else ""
+    return f"Work model (seconds on 2 cores, refused above the work cap): `{model.formula}`{bounded}."
+
+
 def solver_catalogue_markdown() -> str:
     """The registered solvers and their option schemas as Markdown (docs/solvers.md embeds it)."""
     out = []
     for name in solver_names():
         spec = get_solver(name)
         need = "" if not spec.requires else f" Needs: `{spec.requires}`."
-        out += [f"### `{name}` ({spec.kind})", "", spec.description + "." + need, ""]
+        out += [f"### `{name}` ({spec.kind})", "", spec.description + "." + need, "", _work_line(spec), ""]
         if not spec.schema:
             out += ["No options.", ""]
             continue
@@ -33,12 +42,14 @@ def cmd_solvers(args: argparse.Namespace) -> int:
     specs = [get_solver(n) for n in solver_names()]
     if args.json:
         print(json.dumps([{"name": s.name, "kind": s.kind, "available": s.is_available(), "requires": s.requires,
-                           "description": s.description, "options": [o.as_dict() for o in s.schema]}
+                           "description": s.description, "options": [o.as_dict() for o in s.schema],
+                           "work": None if s.work is None else {"formula": s.work.formula,
+                                                                "time_limited": s.work.time_limited}}
                           for s in specs], indent=2))
         return 0
     for spec in specs:
         avail = "available" if spec.is_available() else f"unavailable ({spec.requires})"
-        print(f"{spec.name}  [{spec.kind}, {avail}]\n  {spec.description}")
+        print(f"{spec.name}  [{spec.kind}, {avail}]\n  {spec.description}\n  {_work_line(spec)}")
         if not spec.schema:
             print("  (no options)\n")
             continue

@@ -18,6 +18,7 @@ from typing import Any
 from ..dynamics.simulate import simulate
 from ..dynamics.sweep import best_net, frontier, frontier_table, suggest, sweep
 from ..errors import OptionError
+from ..progress import progress_mode
 from ..safewrite import write_atomic, write_text_atomic
 from ..cluster import CLUSTERS, Cluster, get_model, slots_for
 from .args import network_from_args, options_dict, real_cluster_kwargs
@@ -126,7 +127,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     res = simulate(loads, solver=args.solver, every=args.every, threshold=args.threshold, window=args.window,
                    migration_slack=args.migration_slack, migration=args.migration,
                    migration_budget=args.migration_budget, expert_bytes=nbytes,
-                   solver_options=planner_options(args), progress=not args.json, stall=args.stall,
+                   solver_options=planner_options(args), progress=progress_mode(args.progress), stall=args.stall,
                    step_seconds=args.step_seconds, gain_horizon=args.gain_horizon, stall_aware=args.stall_aware,
                    migration_objective=args.migration_objective, transfer_model=args.transfer_model,
                    **_interference(args), **shape)
@@ -206,7 +207,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                  horizons=horizons, stall=args.stall, step_seconds=args.step_seconds,
                  stall_aware=bool(nbytes) and not args.no_stall_aware and bool(periods),
                  transfer_model=args.transfer_model, async_interference=_interference(args).get("async_interference"),
-                 **shape)
+                 progress=progress_mode(args.progress), **shape)
     pick = None
     if args.budget_gb is not None:
         budget = args.budget_gb * 1e9 if nbytes is not None else args.budget_gb

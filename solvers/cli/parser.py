@@ -32,6 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 # plan, score, compare, solvers ---------------------------------------------------------------
 
+def add_progress(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--progress", action="store_true",
+                   help="progress on stderr also when it is not a terminal (a line every few seconds; a terminal "
+                        "always gets a one-line progress for calls longer than a second)")
+
+
 def add_plan(sub) -> None:
     p = sub.add_parser("plan", help="compute a placement plan and write it as JSON", epilog=SOLVER_OPTIONS_HELP)
     add_loads(p)
@@ -59,6 +65,7 @@ def add_plan(sub) -> None:
     add_routing_arg(p, "; the traffic_aware solver plans on it (-O epsilon=E: imbalance <= 1 + E)")
     add_out(p, "plan JSON to write", required=True)
     add_json(p)
+    add_progress(p)
     p.set_defaults(handler="plan")
 
 
@@ -254,6 +261,7 @@ def _add_replay(p: argparse.ArgumentParser) -> None:
     add_options(p, "planner option, repeatable")
     add_json(p, "print the totals as JSON")
     add_out(p, "write tables (and a figure) there", metavar="DIR")
+    add_progress(p)
 
 
 def add_simulate(sub) -> None:

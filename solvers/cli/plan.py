@@ -7,7 +7,9 @@ import json
 from ..errors import OptionError
 from ..migration import plan_with_migration, replan_after_failure
 from ..planfile import plan_document, write_plan
+from ..progress import Ticker, progress_mode
 from ..registry import get_solver
+from ..result import SolveResult
 from ..scoring import with_traffic
 from ..solve import solve
 from .routing import routing_arg, token_bytes_arg
@@ -28,7 +30,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         options["policy"] = args.policy
     # The schema refuses what is not an option of this solver (solve()'s own parameters
     # problem, solver, previous, expert_bytes included) before any file is read.
-    get_solver(args.solver).parse(options)
+    spec = get_solver(args.solver)
+    spec.parse(options)
     if args.migration_slack is not None:
         clash = next((k for k in _MIGRATION_KEYWORDS if k in options), None)
         if clash:
@@ -52,22 +55,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise OptionError("migration_objective", "needs --migration-slack (it chooses a plan within the slack)")
     if args.migration_budget is not None and args.migration_slack is None:
         raise OptionError("migration_budget", "needs --migration-slack (the budget widens it layer by layer)")
-    if previous is not None and args.migration_slack is not None and previous_cluster is not None:
-        # GPUs failed since the plan in force was made (its recorded cluster had more slots): the
-        # elastic re-plan. A plan of this same real cluster takes plan_with_migration (in time).
-        if args.migration is not None or args.migration_budget is not None:
-            raise OptionError("migration", "on a cluster with failed GPUs, speeds or uneven slots the re-plan is "
-                              "the elastic heuristic: --migration and --migration-budget do not apply")
-        result = replan_after_failure(problem, previous, previous_cluster, solver=args.solver,
-                                      slack=args.migration_slack, expert_bytes=expert_bytes, **options)
-    elif previous is not None and args.migration_slack is not None:
-        result = plan_with_migration(problem, args.solver, previous, slack=args.migration_slack,
-                                     method=args.migration or "heuristic", budget=args.migration_budget,
-                                     objective=args.migration_objective or "moves", expert_bytes=expert_bytes,
-                                     **options)
-    else:
-        result = solve(problem, args.solver, previous=previous, expert_bytes=expert_bytes,
-                       previous_cluster=previous_cluster, **options)
+    # a one-line progress on a terminal (or with --progress): elapsed against the work model's seconds
+    with Ticker(args.solver, spec.expected_seconds(problem, options), progress_mode(args.progress)):
+        result = _plan(args, problem, previous, previous_cluster, expert_bytes, options)
     if result.plan is None:
         return fail(f"solver {args.solver!r} found no plan ({result.termination}): {result.message}")
     metrics = result.summary()
@@ -88,3 +78,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
               f"solver {args.solver}, stopped {result.termination}, plan {result.status}")
         print(format_metrics(metrics))
     return 0
+
+
+def _plan(args: argparse.Namespace, problem, previous, previous_cluster, expert_bytes, options: dict) -> SolveResult:
+    """The plan: the elastic re-plan after failures, a migration-aware plan, or a fresh solve."""
+    if previous is not None and args.migration_slack is not None and previous_cluster is not None:
+        # GPUs failed since the plan in force was made (its recorded cluster had more slots): the
+        # elastic re-plan. A plan of this same real cluster takes plan_with_migration (in time).
+        if args.migration is not None or args.migration_budget is not None:
+            raise OptionError("migration", "on a cluster with failed GPUs, speeds or uneven slots the re-plan is "
+                              "the elastic heuristic: --migration and --migration-budget do not apply")
+        return replan_after_failure(problem, previous, previous_cluster, solver=args.solver,
+                                    slack=args.migration_slack, expert_bytes=expert_bytes, **options)
+    if previous is not None and args.migration_slack is not None:
+        return plan_with_migration(problem, args.solver, previous, slack=args.migration_slack,
+                                   method=args.migration or "heuristic", budget=args.migration_budget,
+                                   objective=args.migration_objective or "moves", expert_bytes=expert_bytes,
+                                   **options)
+    return solve(problem, args.solver, previous=previous, expert_bytes=expert_bytes,
+                 previous_cluster=previous_cluster, **options)

@@ -36,6 +36,7 @@ from ..options import Option, SolverOptions, seed_option
 from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput, register
+from ..work import WorkModel
 
 
 def counts_with_minimum(weight: torch.Tensor, num_slots: int, minimum: int, cap: int) -> torch.Tensor:
@@ -144,7 +145,12 @@ def count_profile(history: torch.Tensor, num_gpus: int, peak_weight: float) -> t
     return peak_weight * peak_shares(history, num_gpus) + (1.0 - peak_weight) * mean
 
 
-@register("sched_spread", kind="heuristic",
+# Work model (solvers.work): seconds on 2 cores, coefficients measured by
+# `python -m benchmarks.work_model --fit`.
+SPREAD_WORK = WorkModel.of({"1": 0.00531, "R": 0.00141, "L*R": 8.84e-07, "L*E*R": 1.15e-07, "T*L*R": 0})
+
+
+@register("sched_spread", kind="heuristic", work=SPREAD_WORK,
           description="for the scheduled split: replica counts by the experts' per-step peak and mean shares "
                       "(greedy on the largest share per replica), spread over all GPUs with no expert twice on a GPU",
           options=(_HISTORY,
@@ -162,7 +168,7 @@ def solve_sched_spread(problem: Problem, o: SolverOptions) -> SolverOutput:
                         info={"steps": int(hist.shape[0])})
 
 
-@register("uniform_replicas", kind="heuristic",
+@register("uniform_replicas", kind="heuristic", work=SPREAD_WORK,
           description="MicroMoE-style baseline for the scheduled split: every expert R // E replicas (the "
                       "R mod E left to the hottest), spread over all GPUs with no expert twice on a GPU",
           options=(_JITTER, seed_option()))

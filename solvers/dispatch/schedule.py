@@ -41,7 +41,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +51,7 @@ from ..errors import PlanError, ProblemError
 from ..plan import Plan, replica_ranks
 from ..problem import Problem
 from ..scoring import MICROBATCH_SLOT_LOADS, even_slot_loads
+from ..threads import one_intra_op_thread
 from .timed import schedule_tokens_in_time
 
 PULSES_PER_ROUND = 3
@@ -648,39 +649,6 @@ def schedule_with_bound(plan: Plan, tokens, num_gpus: int) -> tuple[torch.Tensor
         y, bound, _ = _solve(layout, t)
         x = slot_split(layout, t, y)
     return (x[0], bound[0]) if one else (x, bound)
-
-
-_THREADS_LOCK = threading.Lock()
-_THREADS_USERS = 0
-_THREADS_BEFORE = 1
-
-
-@contextmanager
-def one_intra_op_thread():
-    """Run torch's CPU kernels on the calling thread only, restoring the setting after.
-
-    The solver runs thousands of kernels on tensors of a few hundred thousand elements or
-    less: split over an OpenMP team each one pays a barrier, and on a busy machine a barrier
-    waits for a descheduled thread (measured 2-20x slower with 2 threads on a shared 2-core
-    CPU; the plan's validation alone 160 ms instead of 3 ms at load average 2.5). Splitting
-    the micro-batches over Python threads, each on one intra-op thread, measured no faster
-    on that machine, so there is one. The setting is process-wide: other threads' torch
-    work runs single-threaded meanwhile.
-    Nested and concurrent uses count themselves: the last one out restores the setting."""
-    global _THREADS_USERS, _THREADS_BEFORE
-    with _THREADS_LOCK:
-        if _THREADS_USERS == 0:
-            _THREADS_BEFORE = torch.get_num_threads()
-            if _THREADS_BEFORE != 1:
-                torch.set_num_threads(1)
-        _THREADS_USERS += 1
-    try:
-        yield
-    finally:
-        with _THREADS_LOCK:
-            _THREADS_USERS -= 1
-            if _THREADS_USERS == 0 and _THREADS_BEFORE != 1:
-                torch.set_num_threads(_THREADS_BEFORE)
 
 
 def schedule_tokens(plan: Plan, tokens, num_gpus: int) -> torch.Tensor:

@@ -5,7 +5,7 @@ from typing import Any
 
 import torch
 
-from ..dispatch.schedule import one_intra_op_thread
+from ..threads import one_intra_op_thread
 from ..errors import OptionError, PlanError
 from ..options import Option, SolverOptions, policy_option
 from ..plan import Plan
@@ -16,6 +16,7 @@ from .risk import (DEFAULT_COUNT_RISK, DEFAULT_HALFLIFE, DEFAULT_RISK, plan_risk
 from .risk_migration import keep_in_place
 from .robust import _HISTORY, buckets_of, check_history
 from .scenario import scenario_bound, scenario_value
+from ..work import WorkModel
 
 _BUCKETS = Option("buckets", int, 128, "the window's steps are summed into at most this many consecutive "
                   "blocks (bounds time and memory)", minimum=1, maximum=4096, advanced=True)
@@ -35,7 +36,12 @@ def check_current(problem: Problem, current: Any) -> torch.Tensor | None:
     return current.phy2log.to(problem.device)
 
 
-@register("risk_aware", kind="heuristic", in_suites=False,
+# Work model (solvers.work): seconds on 2 cores, coefficients measured by
+# `python -m benchmarks.work_model --fit`.
+RISK_AWARE_WORK = WorkModel.of({"1": 0, "S": 0, "R": 0.0039, "L*R": 0, "L*E*R": 1.51e-07, "L*S^2": 0, "L*R*S": 2.84e-06, "T*L*R": 1.19e-06, "T*L*R*steps": 0, "B*L*R*S*steps": 0})
+
+
+@register("risk_aware", kind="heuristic", in_suites=False, work=RISK_AWARE_WORK,
           options=(policy_option(), _HISTORY,
                    Option("risk", float, DEFAULT_RISK, "z of the GPU risk mean + z x std of its per-step load "
                           "(placement and swaps)", minimum=0.0, maximum=100.0),

@@ -29,6 +29,7 @@ from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput, register, run
 from ..scoring import per_slot_loads
+from ..work import WorkModel
 
 _HISTORY = Option("history", object, None, "the window's steps [W, layers, experts] (default: the "
                   "problem's weights as one step)", nullable=True, advanced=True)
@@ -185,14 +186,23 @@ def _robust(problem: Problem, policy: str, history: Any, buckets: int, steps: in
                         info={"buckets": hist.shape[0], "search_rounds": rounds, "objective": objective})
 
 
-@register("robust_sum", kind="heuristic", in_suites=False, heterogeneous=True,
+# Work model (solvers.work): seconds on 2 cores, coefficients measured by
+# `python -m benchmarks.work_model --fit`.
+ROBUST_WORK = WorkModel.of({"1": 0.0696, "S": 0, "R": 0.000792, "L*R": 0, "L*E*R": 0, "L*S^2": 0, "L*R*S": 7.63e-06, "T*L*R": 1.61e-06, "T*L*R*steps": 7.94e-07, "B*L*R*S*steps": 3.45e-08}, includes=("kk_swap",))
+
+# Work model (solvers.work): seconds on 2 cores, coefficients measured by
+# `python -m benchmarks.work_model --fit`.
+SMOOTHED_WORK = WorkModel.of({"1": 0, "S": 0.000642, "R": 0, "L*R": 0, "L*E*R": 0, "L*S^2": 0, "L*R*S": 0, "L*R*C*steps": 0, "T*L*R": 0}, includes=("kk_swap",))
+
+
+@register("robust_sum", kind="heuristic", in_suites=False, heterogeneous=True, work=ROBUST_WORK,
           options=(policy_option(), _HISTORY, _BUCKETS, _STEPS),
           description="time-robust: minimise the sum over the window's steps of the per-step max GPU load")
 def solve_robust_sum(problem: Problem, o: SolverOptions) -> SolverOutput:
     return _robust(problem, o.policy, o.history, o.buckets, o.steps, "sum")
 
 
-@register("robust_max", kind="heuristic", in_suites=False, heterogeneous=True,
+@register("robust_max", kind="heuristic", in_suites=False, heterogeneous=True, work=ROBUST_WORK,
           options=(policy_option(), _HISTORY, _BUCKETS, _STEPS),
           description="time-robust: minimise the worst step's max GPU load over the window")
 def solve_robust_max(problem: Problem, o: SolverOptions) -> SolverOutput:
@@ -222,7 +232,7 @@ def trend_forecast(hist: torch.Tensor, damping: float) -> torch.Tensor:
     return torch.maximum(mean + damping * slope * W, 0.25 * mean)
 
 
-@register("ewma", kind="heuristic", in_suites=False, heterogeneous=True,
+@register("ewma", kind="heuristic", in_suites=False, heterogeneous=True, work=SMOOTHED_WORK,
           options=(policy_option(), _HISTORY,
                    Option("halflife", float, 4.0, "steps after which a step's weight halves", minimum=0.0,
                           exclusive_minimum=True, maximum=1e6)),
@@ -233,7 +243,7 @@ def solve_ewma(problem: Problem, o: SolverOptions) -> SolverOutput:
     return SolverOutput(plan, resolved, info={"halflife": o.halflife, "steps": hist.shape[0]})
 
 
-@register("forecast", kind="heuristic", in_suites=False, heterogeneous=True,
+@register("forecast", kind="heuristic", in_suites=False, heterogeneous=True, work=SMOOTHED_WORK,
           options=(policy_option(), _HISTORY, _BUCKETS,
                    Option("damping", float, 0.5, "share of the fitted trend carried into the next window",
                           minimum=0.0, maximum=2.0)),

@@ -35,6 +35,7 @@ from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput, register
 from .robust import _HISTORY, check_history
+from ..work import WorkModel
 
 
 def tail_steps(num_steps: int, tail: float) -> int:
@@ -174,7 +175,12 @@ def _layer_model(w: np.ndarray, num_replicas: int, num_gpus: int, nodup: bool, t
     return np.array(row, dtype=np.int64), solver.ObjectiveValue() / unit, bound, status == cp_model.OPTIMAL
 
 
-@register("scenario_cpsat", kind="exact", in_suites=False, is_available=backends.cpsat_available,
+# Work model (solvers.work): seconds on 2 cores, coefficients measured by
+# `python -m benchmarks.work_model --fit`.
+SCENARIO_WORK = WorkModel.of({"1": 0.01, "R": 2e-5, "L*R": 2e-8, "L*E*R": 1e-9, "L": 1e-3, "T*L*R": 1e-8}, time_limited=True)
+
+
+@register("scenario_cpsat", kind="exact", in_suites=False, is_available=backends.cpsat_available, work=SCENARIO_WORK,
           requires="pip install ortools",
           options=(_HISTORY, colocation_option("forbidden"), time_limit_option(10.0), threads_option(),
                    Option("tail", float, 1.0, "share of the window's steps, the worst ones, whose max GPU loads "

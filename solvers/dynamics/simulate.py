@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,6 +71,7 @@ from ..migration.transfer_models import TRANSFER_MODELS, schedule_with
 from ..options import Option
 from ..plan import Plan
 from ..problem import Problem
+from ..progress import Ticker, as_mode
 from ..registry import get_solver, run
 from ..scoring import per_slot_loads, score
 from ..workloads.trace import Trace
@@ -271,28 +271,6 @@ def _check(loads: Any) -> torch.Tensor:
     return loads
 
 
-class _Progress:
-    """A progress bar on stderr (tqdm when installed) for long replays; silent otherwise."""
-
-    def __init__(self, total: int, enabled: bool):
-        self.bar = None
-        if enabled:
-            try:
-                from tqdm import tqdm
-
-                self.bar = tqdm(total=total, unit="step", file=sys.stderr, leave=False)
-            except ImportError:
-                self.bar = None
-
-    def update(self, n: int) -> None:
-        if self.bar is not None:
-            self.bar.update(n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | None = None, num_groups: int = 1,
              num_nodes: int = 1, num_gpus: int = 1, solver: str = "deepseek", every: int | None = None, threshold: float | None = None,
              window: int | None = None, migration_slack: float | None = None, migration: str = "heuristic",
@@ -440,55 +418,59 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
     rebalances: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     began = time.perf_counter()
-    bar = _Progress(T - window, progress and T * L * E > 5_000_000)
-    plan, first = plan_at(window, None)
-    in_force.append((window, in_sample(window, plan)))
-    pending: tuple[Plan, int] | None = None            # async: (plan, step it takes effect)
-    t = window
-    last = window
-    while t < T:
-        if pending is not None and t >= pending[1]:
-            plan, pending = pending[0], None
-        end = T if every is None else min(T, last + every)
-        chunk = min(end, t + CHUNK_STEPS)
-        if pending is not None:
-            chunk = min(chunk, pending[1])
-        seg_imb, seg_worst, seg_lost, seg_ratio = step_stats(loads[t:chunk], plan, num_gpus, cluster)
-        stop = chunk
-        reason = "period"
-        if threshold is not None and pending is None:
-            over = (seg_imb > threshold).nonzero()
-            over = over[over.squeeze(1) + t + 1 >= last + cooldown] if over.numel() else over
-            if over.numel():
-                stop = t + int(over[0, 0]) + 1
-                reason = "threshold"
-        n = stop - t
-        imb[t:stop], worst[t:stop], lost[t:stop], ratio[t:stop] = seg_imb[:n], seg_worst[:n], seg_lost[:n], seg_ratio[:n]
-        bar.update(n)
-        t = stop
-        if t >= T:
-            break
-        if reason != "threshold" and t < end:
-            continue                       # the next chunk of steps (or the pending plan's switch)
-        if pending is not None:            # copies in flight: this trigger is ignored
+    # a line on stderr (solvers.progress) once the replay has run a second: the steps replayed
+    bar = Ticker("simulate", None, as_mode(progress), total=T - window)
+    bar.__enter__()
+    try:
+        plan, first = plan_at(window, None)
+        in_force.append((window, in_sample(window, plan)))
+        pending: tuple[Plan, int] | None = None            # async: (plan, step it takes effect)
+        t = window
+        last = window
+        while t < T:
+            if pending is not None and t >= pending[1]:
+                plan, pending = pending[0], None
+            end = T if every is None else min(T, last + every)
+            chunk = min(end, t + CHUNK_STEPS)
+            if pending is not None:
+                chunk = min(chunk, pending[1])
+            seg_imb, seg_worst, seg_lost, seg_ratio = step_stats(loads[t:chunk], plan, num_gpus, cluster)
+            stop = chunk
+            reason = "period"
+            if threshold is not None and pending is None:
+                over = (seg_imb > threshold).nonzero()
+                over = over[over.squeeze(1) + t + 1 >= last + cooldown] if over.numel() else over
+                if over.numel():
+                    stop = t + int(over[0, 0]) + 1
+                    reason = "threshold"
+            n = stop - t
+            imb[t:stop], worst[t:stop], lost[t:stop], ratio[t:stop] = seg_imb[:n], seg_worst[:n], seg_lost[:n], seg_ratio[:n]
+            bar.update(n)
+            t = stop
+            if t >= T:
+                break
+            if reason != "threshold" and t < end:
+                continue                       # the next chunk of steps (or the pending plan's switch)
+            if pending is not None:            # copies in flight: this trigger is ignored
+                last = t
+                continue
+            plan_new, record = plan_at(t, plan)
+            record["reason"] = reason
             last = t
-            continue
-        plan_new, record = plan_at(t, plan)
-        record["reason"] = reason
-        last = t
-        if (gain_horizon is not None and not pays(t, plan, plan_new, record)) or (
-                stall_aware and not renews(t, plan, plan_new, record)):
-            skipped.append(record)
-            continue
-        rebalances.append(record)
-        if stall == "async" and record["makespan_seconds"]:
-            record["effective_step"] = t + _delay(record["makespan_seconds"], step_seconds)
-            pending = (plan_new, record["effective_step"])
-        else:
-            record["effective_step"] = t
-            plan = plan_new
-        in_force.append((record["effective_step"], in_sample(t, plan_new)))
-    bar.close()
+            if (gain_horizon is not None and not pays(t, plan, plan_new, record)) or (
+                    stall_aware and not renews(t, plan, plan_new, record)):
+                skipped.append(record)
+                continue
+            rebalances.append(record)
+            if stall == "async" and record["makespan_seconds"]:
+                record["effective_step"] = t + _delay(record["makespan_seconds"], step_seconds)
+                pending = (plan_new, record["effective_step"])
+            else:
+                record["effective_step"] = t
+                plan = plan_new
+            in_force.append((record["effective_step"], in_sample(t, plan_new)))
+    finally:
+        bar.close()
     settings = {"solver": solver, "every": every, "threshold": threshold, "window": window,
                 "migration_slack": migration_slack, "migration": migration if migration_slack is not None else None,
                 "migration_budget": migration_budget,

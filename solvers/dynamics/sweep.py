@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..errors import OptionError
+from ..progress import Ticker, as_mode
 from .simulate import simulate
 
 
@@ -41,6 +42,17 @@ def sweep(loads: Any, *, periods: Sequence[int] = (), thresholds: Sequence[float
         raise OptionError("stall_aware", "stall-aware rows check at the smallest period: give periods too")
     extra = {} if async_interference is None else {"async_interference": async_interference}
     rows = []
+    with Ticker("sweep", None, as_mode(progress), total=len(triggers) * len(slacks), unit="settings") as bar:
+        _sweep_rows(rows, bar, triggers, loads, periods=periods, slacks=slacks, window=window, solver=solver,
+                    expert_bytes=expert_bytes, solver_options=solver_options, stall=stall, step_seconds=step_seconds,
+                    migration_objective=migration_objective,
+                    shape={**shape, **extra, "transfer_model": transfer_model})   # passed to every simulate
+    return rows
+
+
+def _sweep_rows(rows, bar, triggers, loads, *, periods, slacks, window, solver, expert_bytes, solver_options, stall,
+                step_seconds, migration_objective, shape) -> None:
+    """Simulate every (trigger, slack) into ``rows``, counting each on ``bar``."""
     for kind, value in triggers:
         for slack in slacks:
             if kind == "every":
@@ -54,14 +66,13 @@ def sweep(loads: Any, *, periods: Sequence[int] = (), thresholds: Sequence[float
             if kind != "threshold" and window is not None:
                 kw["window"] = window
             res = simulate(loads, solver=solver, migration_slack=slack, expert_bytes=expert_bytes,
-                           solver_options=solver_options, progress=progress, stall=stall, step_seconds=step_seconds,
-                           migration_objective=migration_objective, transfer_model=transfer_model, **kw, **extra,
-                           **shape)
+                           solver_options=solver_options, stall=stall, step_seconds=step_seconds,
+                           migration_objective=migration_objective, **kw, **shape)
             rows.append({"trigger": kind if value is None else f"{kind} {value:g}", "every": kw.get("every"),
                          "threshold": kw.get("threshold"), "gain_horizon": kw.get("gain_horizon"),
                          "stall_aware": bool(kw.get("stall_aware")), "window": res.settings["window"],
                          "migration_slack": slack, **res.totals()})
-    return rows
+            bar.update()
 
 
 def best_net(rows: list[dict[str, Any]]) -> dict[str, Any] | None:

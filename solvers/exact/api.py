@@ -47,6 +47,7 @@ from ..registry import SolverOutput, register
 from . import backends, cpsat, milp
 from .driver import run_exact
 from .timed import run_timed
+from ..work import WorkModel
 
 EXACT_OPTIONS = (
     policy_option(),
@@ -89,18 +90,23 @@ def _milp_layer(backend: str):
     return layer
 
 
-solve_cpsat = register("cpsat", kind="exact", options=EXACT_OPTIONS, is_available=backends.cpsat_available,
+# Work model (solvers.work): seconds on 2 cores, coefficients measured by
+# `python -m benchmarks.work_model --fit`.
+EXACT_WORK = WorkModel.of({"1": 0, "S": 0, "R": 0.000125, "L*R": 0, "L*E*R": 4.37e-07, "L*S^2": 0, "L*R*S": 0, "L": 0}, time_limited=True)
+
+
+solve_cpsat = register("cpsat", kind="exact", options=EXACT_OPTIONS, work=EXACT_WORK, is_available=backends.cpsat_available,
                        requires="pip install ortools", heterogeneous=True,
                        description="OR-Tools CP-SAT: joint/packing/replication models, global or hierarchical, "
                                    "proven bounds; the joint model in time on real clusters")(_exact_solver("cpsat", _cpsat_layer, backends.cpsat_available))
-solve_highs = register("highs", kind="exact", options=EXACT_OPTIONS, is_available=backends.highs_available,
+solve_highs = register("highs", kind="exact", options=EXACT_OPTIONS, work=EXACT_WORK, is_available=backends.highs_available,
                        requires="pip install pulp 'highspy==<the HiGHS version your ortools bundles, 1.12.* for "
                                 "ortools 9.15>'",
                        heterogeneous=True,
                        description="PuLP MILP solved by HiGHS (highspy): same models, mip_dual_bound as bound; "
                                    "the joint model in time on real clusters")(
     _exact_solver("highs", _milp_layer("highs"), backends.highs_available))
-solve_cbc = register("cbc", kind="exact", options=EXACT_OPTIONS, is_available=backends.cbc_available,
+solve_cbc = register("cbc", kind="exact", options=EXACT_OPTIONS, work=EXACT_WORK, is_available=backends.cbc_available,
                      requires="pip install pulp", heterogeneous=True,
                      description="PuLP MILP solved by CBC (bundled with PuLP): same models, bound read from CBC's "
                                  "log; the joint model in time on real clusters")(_exact_solver("cbc", _milp_layer("cbc"), backends.cbc_available))

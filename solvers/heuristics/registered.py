@@ -19,6 +19,7 @@ from ..registry import SolverOutput, register
 from .pipeline import Effort, run_pipeline
 from .portfolio import run_portfolio
 from .speed_pipeline import run_speed_pipeline, run_speed_portfolio
+from ..work import WorkModel
 
 
 START_NAMES = ("kk", "lpt", "rr")
@@ -43,7 +44,20 @@ _STARTS = Option("starts", str, "kk", "constructions the swap search starts from
 _COMMON = (policy_option(), colocation_option(), _RELAX)
 
 
-@register("kk_swap", kind="heuristic", options=_COMMON + (_STEPS, _STARTS), heterogeneous=True,
+# Work model (solvers.work): seconds on 2 cores, coefficients measured by
+# `python -m benchmarks.work_model --fit`.
+KK_SWAP_WORK = WorkModel.of({"1": 0.0296, "S": 0.000349, "R": 0, "L*R": 1.5e-05, "L*E*R": 0, "L*S^2": 7e-08, "L*R*S": 0, "L*R*C*steps": 9.92e-08})
+
+# Work model (solvers.work): seconds on 2 cores, coefficients measured by
+# `python -m benchmarks.work_model --fit`.
+JOINT_WORK = WorkModel.of({"1": 0.00144, "S": 0, "R": 0, "L*R": 1.73e-05, "L*E*R": 1.72e-07, "L*S^2": 0, "L*R*S": 0, "L*R*C*steps": 1.26e-07, "L*R*C*rounds*width": 0}, includes=("kk_swap",))
+
+# Work model (solvers.work): seconds on 2 cores, coefficients measured by
+# `python -m benchmarks.work_model --fit`.
+BEST_WORK = WorkModel.of({"1": 0, "S": 0, "R": 0, "L*R": 0, "L*E*R": 0, "L*S^2": 0, "L*R*S": 0}, time_limited=True, includes=("kk_swap",))
+
+
+@register("kk_swap", kind="heuristic", options=_COMMON + (_STEPS, _STARTS), heterogeneous=True, work=KK_SWAP_WORK,
           description="greedy counts; balanced Karmarkar-Karp packing + 1-1/2-2 swap local search")
 def solve_kk_swap(problem: Problem, o: SolverOptions) -> SolverOutput:
     if not problem.cluster.homogeneous:   # speeds, uneven slots or failed GPUs: balance time
@@ -53,7 +67,7 @@ def solve_kk_swap(problem: Problem, o: SolverOptions) -> SolverOutput:
     return run_pipeline(problem, policy=o.policy, nodup=_nodup(o.colocation), relax=o.relax, effort=effort)
 
 
-@register("joint", kind="heuristic",
+@register("joint", kind="heuristic", work=JOINT_WORK,
           options=_COMMON + (_STEPS,
                              Option("rounds", int, 32, "count-search rounds", minimum=1, maximum=100_000,
                                     advanced=True),
@@ -70,7 +84,7 @@ def solve_joint(problem: Problem, o: SolverOptions) -> SolverOutput:
     return run_pipeline(problem, policy=o.policy, nodup=_nodup(o.colocation), relax=o.relax, effort=effort)
 
 
-@register("best", kind="heuristic",
+@register("best", kind="heuristic", work=BEST_WORK,
           options=_COMMON + (time_limit_option(1.0, "seconds for the whole portfolio (the exact rung "
                                                "included)"),
                              Option("exact", str, "none", "exact solver warm-started from the best plan: the ladder "

@@ -25,6 +25,7 @@ from ..problem import Problem
 from ..registry import SolverOutput, register
 from .common import expand_items
 from .speeds import LiveGPUs, layout
+from ..work import WorkModel
 
 DOMAINS = ("gpu", "node")
 
@@ -156,7 +157,12 @@ def exposed(e: torch.Tensor, domain_of_slot: torch.Tensor, num_experts: int, num
     return (pres.view(X, num_domains, num_experts).sum(1) < 2).sum(1)
 
 
-@register("survivable", kind="heuristic", heterogeneous=True, in_suites=False,
+# Work model (solvers.work): seconds on 2 cores, coefficients measured by
+# `python -m benchmarks.work_model --fit`.
+SURVIVABLE_WORK = WorkModel.of({"1": 0.0226, "R": 0.000185, "L*R": 0, "L*E*R": 0, "L*S^2": 0, "L*R*S": 1.36e-07, "L*R*P": 6.11e-06, "L*R*C*steps": 9.66e-09})
+
+
+@register("survivable", kind="heuristic", heterogeneous=True, in_suites=False, work=SURVIVABLE_WORK,
           options=(Option("domain", str, "gpu", "failure domain every expert must span: any one GPU (or node) "
                           "may fail with every expert still served", choices=DOMAINS),
                    Option("steps", int, 1000, "swap steps of the time search (one swap per layer each)",

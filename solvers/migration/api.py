@@ -49,6 +49,7 @@ from .recount import recount
 from .regroup import regroup
 from .relabel import relabel
 from .transfers import presence, schedule_transfers
+from ..work import WorkModel
 
 METHODS = ("heuristic", "exact")
 OBJECTIVES = ("moves", "makespan")
@@ -391,7 +392,12 @@ _SCHEMA = (
 )
 
 
-@register("migration", kind="heuristic", options=_SCHEMA, in_suites=False, heterogeneous=True,
+# Work model (solvers.work): seconds on 2 cores, coefficients measured by
+# `python -m benchmarks.work_model --fit`.
+MIGRATION_WORK = WorkModel.of({"1": 0, "R": 7.76e-05, "L*R": 0, "L*E*R": 1.65e-09, "L": 0}, time_limited=True)
+
+
+@register("migration", kind="heuristic", options=_SCHEMA, in_suites=False, heterogeneous=True, work=MIGRATION_WORK,
           description="fewest moves from the placement in force within (1 + slack) x a fresh plan's max load "
                       "(max time on real clusters)")
 def solve_migration(problem: Problem, o: SolverOptions) -> SolverOutput:

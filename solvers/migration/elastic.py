@@ -48,6 +48,7 @@ from ..registry import SolverOutput, get_solver, register, run
 from ..result import SolveResult
 from ..scoring import gpu_presence
 from .elastic_moves import Layout, place_orphans, reduce_excess, spread_penalty
+from ..work import WorkModel
 
 # A time within this relative margin of its target meets it.
 TARGET_RTOL = 1e-12
@@ -370,7 +371,12 @@ _SCHEMA = (
 )
 
 
-@register("elastic", kind="heuristic", options=_SCHEMA, in_suites=False, heterogeneous=True,
+# Work model (solvers.work): seconds on 2 cores, coefficients measured by
+# `python -m benchmarks.work_model --fit`.
+ELASTIC_WORK = WorkModel.of({"1": 0, "R": 0, "L*R": 0, "L*E*R": 0})
+
+
+@register("elastic", kind="heuristic", options=_SCHEMA, in_suites=False, heterogeneous=True, work=ELASTIC_WORK,
           description="after GPU failures: fewest moves from the placement in force, every expert alive, "
                       "each layer's max time within (1 + slack) x a fresh plan on the survivors")
 def solve_elastic(problem: Problem, o: SolverOptions) -> SolverOutput:

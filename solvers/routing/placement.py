@@ -38,6 +38,7 @@ from ..registry import SolverOutput, register, run
 from ..traffic import traffic
 from .coactivation import coactivation
 from .trace import RoutingTrace
+from ..work import WorkModel
 
 ROUTING_OPTION = Option("routing", object, None, "per-token routing trace (solvers.routing.RoutingTrace) with the "
                         "problem's layers and experts; its co-activation drives the placement", nullable=True)
@@ -369,7 +370,12 @@ def _spread_plan(problem: Problem, routing: RoutingTrace, X: torch.Tensor, weigh
     return Plan.from_phy2log(pack_nodes(item_e, item_w, item_node, N, P // N, E), E)
 
 
-@register("traffic_aware", kind="heuristic", options=SCHEMA, in_suites=False,
+# Work model (solvers.work): seconds on 2 cores, coefficients measured by
+# `python -m benchmarks.work_model --fit`.
+TRAFFIC_AWARE_WORK = WorkModel.of({"1": 0, "S": 0.000922, "R": 0.00013, "L*R": 1.19e-05, "L*E*R": 0, "L*S^2": 0, "L*R*S": 5.66e-08, "L*tokens*iterations": 0}, includes=("kk_swap",))
+
+
+@register("traffic_aware", kind="heuristic", options=SCHEMA, in_suites=False, work=TRAFFIC_AWARE_WORK,
           description="communication-aware placement from a per-token routing trace: co-activated experts on one "
                       "node (affinity clustering, swaps), balanced packing, imbalance <= 1 + epsilon")
 def _solve_traffic_aware(problem: Problem, opts: SolverOptions) -> SolverOutput:
