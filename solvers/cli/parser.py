@@ -57,6 +57,10 @@ def add_plan(sub) -> None:
     add_network_args(p)
     p.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert for moves (default: the model's)")
     add_routing_arg(p, "; the traffic_aware solver plans on it (-O epsilon=E: imbalance <= 1 + E)")
+    p.add_argument("--traffic-weight", type=float, default=None, metavar="W",
+                   help="traffic_aware's weighted objective: per layer, the plan within the epsilon limits "
+                        "minimising (imbalance - 1) + W x inter-node bytes / the balance-only plan's "
+                        "(docs/traffic.md); without it, the least traffic within the limits")
     add_out(p, "plan JSON to write", required=True)
     add_json(p)
     p.set_defaults(handler="plan")
