@@ -113,7 +113,7 @@ def cut_row(name: str, trace: RoutingTrace, options: dict | None = None,
               f"{op['imbalance_worst']:.3f} remote {o['remote_nodes_mean']:.3f} ({res['traffic_aware'][1]:.0f} s) "
               f"| cut {100 * cut:5.1f} % {'met' if ok else 'NOT met'}{held}")
         cuts.append(cut)
-    return cuts[0], cuts[1]
+    return tuple(cuts)
 
 
 def cuts(seeds: list[int], risks: list[float]) -> None:
