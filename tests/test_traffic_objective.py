@@ -165,3 +165,30 @@ def test_cli_traffic_weight(small, tmp_path, capsys):
         assert word in err and len(err.strip().splitlines()) == 1, err
     assert main(["routing", "info", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["coactivation_lift"] > 1
+
+
+def test_static_dispatch_bound_is_valid_and_no_weaker():
+    """The bound with one remote node per (source GPU, expert) is never below the per-token
+    relaxation, and never above the copies of any plan within the limit (random plans,
+    scored with the nearest-replica dispatcher)."""
+    pytest.importorskip("ortools")
+    from solvers.routing.bound import traffic_bound
+    g = torch.Generator().manual_seed(5)
+    E, T, k, N, P, R = 8, 40, 2, 2, 4, 12
+    ids = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)]).unsqueeze(0)
+    tr = RoutingTrace(ids, E, torch.randint(0, P, (T,), generator=g), P)
+    problem = Problem(tr.loads(), cluster=Cluster(N, P, R))
+    limit = 1.5
+    static, ok1 = traffic_bound(problem, tr, limit, time_limit=20, workers=1)
+    loose, ok2 = traffic_bound(problem, tr, limit, time_limit=20, workers=1, per_token_dispatch=True)
+    assert bool(ok1.all() and ok2.all())
+    assert static[0] >= loose[0]
+    seen = 0
+    for _ in range(300):
+        p2l = torch.cat([torch.randperm(E, generator=g), torch.randint(0, E, (R - E,), generator=g)])
+        plan = Plan.from_phy2log(p2l[torch.randperm(R, generator=g)].view(1, R), E)
+        s = score(problem, plan, routing=tr, token_bytes=1)
+        if float(s.imbalance[0]) <= limit:
+            seen += 1
+            assert s.traffic.layer_bytes[0] >= static[0] - 1e-9
+    assert seen > 10
