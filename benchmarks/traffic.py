@@ -25,6 +25,9 @@
 5. **Strength.** The cut as the generator's co-activation strength (``topic_bias``) varies,
    beside the trace's co-activation lift (what ``eplb routing info`` prints).
 
+6. **Solver speed.** traffic_aware's wall and CPU time on the shipped dataset (target: a
+   few seconds), with the load average.
+
     python -m benchmarks.traffic [--tokens 100000] [--repeats 5] [--seeds 1,2,3,4] [--skip-speed]
         [--risks 0,0.25] [--bias 0,2,3,4,5] [--frontier-risks ...] [--weights ...]
 
@@ -70,6 +73,26 @@ def speed(tokens: int, repeats: int) -> None:
     print(f"traffic score, {trace.num_layers} layers x {trace.num_tokens} tokens x top-{trace.top_k}: median "
           f"{med:.2f} s of {repeats} (min {min(times):.2f}, max {max(times):.2f}), torch threads "
           f"{torch.get_num_threads()}, {_load()}; target <= 2 s: {'met' if med <= 2 else 'NOT met'}")
+
+
+def solver_speed(repeats: int) -> None:
+    """traffic_aware's own time on the shipped dataset (58 layers, 3072 tokens, 4 x 8 GPUs,
+    288 slots), one torch thread: wall and CPU seconds (CPU time is what a quiet core
+    would take; on a shared machine the wall time is several times it), median of
+    ``repeats`` after a warm-up of the balance-only solvers it runs."""
+    trace = load_routing(dataset_path("deepseek-v3-routing"))
+    problem = Problem(trace.loads(), cluster=PREFILL, num_groups=8)
+    solve(problem, "kk_swap", policy="global")
+    solve(problem, "deepseek", policy="hierarchical")
+    for opts in ({}, {"risk": 0.0}, {"traffic_weight": 0.2}):
+        wall, cpu = [], []
+        for _ in range(repeats):
+            w0, c0 = time.perf_counter(), time.process_time()
+            solve(problem, "traffic_aware", routing=trace, **opts)
+            wall.append(time.perf_counter() - w0)
+            cpu.append(time.process_time() - c0)
+        print(f"traffic_aware {opts or 'default'}: median wall {statistics.median(wall):.1f} s, CPU "
+              f"{statistics.median(cpu):.1f} s of {repeats}, torch threads {torch.get_num_threads()}, {_load()}")
 
 
 def _half(trace: RoutingTrace, second: bool) -> RoutingTrace:
@@ -187,6 +210,7 @@ def main() -> None:
     ap.add_argument("--skip-speed", action="store_true")
     ap.add_argument("--skip-cuts", action="store_true")
     ap.add_argument("--skip-gaps", action="store_true")
+    ap.add_argument("--skip-solver-speed", action="store_true")
     ap.add_argument("--risks", default="0,0.25", help="traffic_aware risk values of the cut table")
     ap.add_argument("--bias", default="0,2,3,4,5", help="topic_bias values of the strength sweep ('' skips it)")
     ap.add_argument("--frontier-risks", default="0,0.25,0.5,1", help="risk values of the held-out trade-off")
@@ -196,6 +220,8 @@ def main() -> None:
     if not args.skip_speed:
         speed(args.tokens, args.repeats)
     torch.set_num_threads(1)         # the solver runs: on a loaded 2-core machine 1 thread is steadier
+    if not args.skip_solver_speed:
+        solver_speed(args.repeats)
     if not args.skip_cuts:
         cuts([int(s) for s in args.seeds.split(",") if s], floats(args.risks))
     if args.bias:

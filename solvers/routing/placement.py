@@ -3,26 +3,26 @@
 Registered as ``traffic_aware``. Given a per-token routing trace (option ``routing``), it
 keeps experts that the same tokens use together on one node, so a token's top-k spans fewer
 nodes, while every layer's GPU imbalance stays within ``1 + epsilon`` (even split). Steps,
-batched over layers:
+batched over layers (docs/traffic.md):
 
-1. **Replica counts**: the greedy counts that minimise the max load per replica (DeepSeek's
-   step 2), items ``(expert, w_e / c_e)``.
-2. **Affinity clustering into nodes**: items heaviest first, each to the node it is most
-   co-activated with (:func:`solvers.routing.coactivation.coactivation`), among nodes with a
-   free slot, under the node load cap ``(1 + epsilon / 2) W / N`` and without a second
-   replica of the same expert on one node (useless for traffic).
-3. **Swaps**: Kernighan-Lin style, the best swap of two items between nodes per layer per
-   round (gain: co-activation kept inside nodes), only swaps that keep both node loads
-   under the cap (or do not raise an already higher one).
+1. **Spread** the hottest experts, one replica per node, on the spare slots (``spread``).
+2. **Co-clustering** of the others into nodes, from DeepSeek's hierarchical node
+   assignment (or greedy graph growing on the co-activation matrix): a token's home is the
+   node most of its experts are on, an expert goes where most of its tokens live, under
+   slot and load caps ``(1 + epsilon / 2) W / N``, less ``risk`` x the correlation of its
+   load with the node's over the window's steps (:mod:`solvers.routing.robust`).
+3. **Swaps** of two experts between paired nodes with exact gains in touched (token, node)
+   pairs, never raising a node's overload; a node's load is ``mean + risk x std``.
 4. **Balanced packing inside each node** onto its GPUs (LPT and Karmarkar-Karp starts, swap
    local search; :mod:`solvers.heuristics.packing`).
-5. **Guard**: a layer whose GPU imbalance ends above ``max(1 + epsilon, imbalance of the
-   balance-only plan)`` takes the balance-only plan (``kk_swap``, global policy) instead;
-   ``info['fallback_layers']`` counts them.
+5. **Choice per layer** (:func:`choose`) among this plan (with ``traffic_weight``: run at
+   three fractions of epsilon), the balance-only ``kk_swap`` (global) and DeepSeek's
+   hierarchical plan: within the plain and robust imbalance limits, the least traffic, or
+   the least ``(imbalance - 1) + traffic_weight x bytes / the balance-only plan's``.
 
-The proxy objective (co-activation inside nodes) is what graph partitioning of the
-co-activation graph maximises; the plan is graded by the shared scorer, traffic included
-(:mod:`solvers.traffic`), never by this proxy.
+The proxy objective (touched nodes per token) is what partitioning the co-activation graph
+lowers; the plan is graded by the shared scorer, traffic included (:mod:`solvers.traffic`),
+never by this proxy.
 """
 from __future__ import annotations
 
