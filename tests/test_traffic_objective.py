@@ -167,6 +167,12 @@ def test_cli_traffic_weight(small, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["coactivation_lift"] > 1
 
 
+def test_routing_info_takes_a_shipped_name(capsys):
+    assert main(["routing", "info", "deepseek-v3-routing"]) == 0
+    out = capsys.readouterr().out
+    assert "58 layers x 3072 tokens" in out and "co-activation lift 3.62" in out
+
+
 def test_static_dispatch_bound_is_valid_and_no_weaker():
     """The bound with one remote node per (source GPU, expert) is never below the per-token
     relaxation, and never above the copies of any plan within the limit (random plans,

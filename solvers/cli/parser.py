@@ -124,7 +124,8 @@ def add_routing_arg(p, extra: str = "") -> None:
 def add_routing(sub) -> None:
     r = sub.add_parser("routing", help="per-token routing traces: generate, convert to the canonical .npz, info")
     r.add_argument("action", choices=("generate", "convert", "info"))
-    r.add_argument("input", help="generate: a model preset; convert/info: a routing file, directory or glob")
+    r.add_argument("input", help="generate: a model preset; convert/info: a routing file, directory or glob, or a "
+                                 "shipped routing dataset by name")
     r.add_argument("--tokens", type=int, default=3072, help="generate: tokens (default 3072)")
     r.add_argument("--seed", type=int, default=0, help="generate: random seed (default 0)")
     r.add_argument("--set", action="append", type=key_value, metavar="KEY=VALUE",

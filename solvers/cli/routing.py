@@ -45,7 +45,10 @@ def cmd_routing(args: argparse.Namespace) -> int:
         overrides = dict(args.set or [])
         trace = generate_routing(args.input, args.seed, RoutingSpec(num_tokens=args.tokens), **overrides)
     else:
-        trace = read_routing(args.input, args.format, args.num_experts)
+        spec = args.input
+        if spec in ROUTING and not Path(spec).exists():
+            spec = dataset_path(spec)                     # a shipped routing dataset by name, as --routing takes
+        trace = read_routing(spec, args.format, args.num_experts)
     if args.action == "info":
         lift = coactivation_lift(trace)
         if args.json:
