@@ -45,11 +45,11 @@ ROUTING_OPTION = Option("routing", object, None, "per-token routing trace (solve
 SCHEMA = (
     ROUTING_OPTION,
     Option("epsilon", float, 0.05, "max GPU imbalance: every layer's max / mean GPU load stays <= 1 + epsilon "
-           "(or the balance-only plan's, when that is higher), and its mean per-step imbalance over the window's "
-           "steps at most epsilon above the balance-only plan's", minimum=0.0, maximum=1.0),
+           "(or the balance-only plan's, when that is higher), and its robust imbalance (GPU mean + risk x std "
+           "over the window's steps) at most epsilon above the balance-only plan's", minimum=0.0, maximum=1.0),
     Option("traffic_weight", float, None, "weighted objective: per layer, the plan within the epsilon limits "
-           "minimising (imbalance - 1) + W x inter-node bytes / the balance-only plan's (imbalance: the mean "
-           "per-step one when the window has steps); unset: the least traffic within the limits",
+           "minimising (imbalance - 1) + W x inter-node bytes / the balance-only plan's (imbalance: the robust "
+           "one when risk > 0); unset: the least traffic within the limits",
            nullable=True, minimum=0.0, maximum=1e6),
     Option("risk", float, 0.25, "a node's load in the search is its mean + risk x std over the window's steps "
            "(the co-variation beyond sampling noise): experts whose loads rise together weigh more on one node; "
