@@ -20,6 +20,7 @@ from solvers.bench.recommend import SHIPPED_RESULTS
 from solvers.bench.store import read_results, read_results_bytes
 from solvers.cluster import CLUSTERS
 from solvers.dynamics import simulate as run_simulation
+from solvers.routing import RoutingTrace
 
 from . import compute, figures, worker
 from . import loads as loads_mod
@@ -60,6 +61,9 @@ def _solve(weights_sha: str, shape: tuple, solver: str, options: tuple, extra_ke
 def _extra_key(extra: dict[str, Any]) -> tuple:
     """Free-form options (a history trace, a plan in force) keyed by their content."""
     def sha(v: Any) -> str:
+        if isinstance(v, RoutingTrace):                # a routing trace: its choices and source ranks
+            src = v.source_rank if v.source_rank is not None else torch.zeros(0, dtype=torch.int32)
+            return loads_mod.content_hash(v.topk_ids, src)
         return loads_mod.content_hash(v if isinstance(v, torch.Tensor) else v.phy2log)
     return tuple(sorted((k, sha(v)) for k, v in extra.items()))
 

@@ -67,3 +67,27 @@ def test_compare_traffic_section():
     t = traffic(solve(problem, "deepseek").plan, problem.cluster, tr, 7168 * 2)
     assert table["solver"].tolist() == ["deepseek (hierarchical)", "deepseek (global)"]   # Compare runs both policies
     assert table["inter-node GB"].iloc[0] == pytest.approx(t.summary["inter_node_bytes"] / 1e9)
+
+
+@pytest.mark.slow
+def test_explore_runs_traffic_aware_on_a_routing_trace():
+    """traffic_aware in Explore: the sidebar's routing picker hands it the trace, its options
+    (traffic weight included) are widgets, and the plan's traffic is below hierarchical's."""
+    at = AppTest.from_file(MAIN, default_timeout=300).run()
+    at.selectbox(key="explore:solver").set_value("traffic_aware").run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+    assert at.selectbox(key="explore:solver:routing").value == "deepseek-v3-routing"
+    assert at.checkbox(key="explore:traffic_aware:traffic_weight:set") is not None
+    at.segmented_control(key="explore:view").set_value("Traffic").run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+    cards = {m.label: m.value for m in at.metric}
+    steps = load_dataset(DEFAULT_DATASET).loads                         # the page's window: every step
+    problem = Problem(steps.sum(0).double(), 288, 8, 4, 32)
+    tr = load_routing(dataset_path("deepseek-v3-routing"))
+    hier = traffic(solve(problem, "deepseek", policy="hierarchical").plan, problem.cluster, tr, 7168 * 2)
+    # the page hands the window's steps as the history, the picked trace as the routing
+    ours = traffic(solve(problem, "traffic_aware", routing=tr, history=steps).plan, problem.cluster, tr, 7168 * 2)
+    assert ours.bytes["inter_node"] < hier.bytes["inter_node"]
+    # the view shows the traffic_aware plan's numbers, not another plan's
+    assert cards["remote nodes / token"] == f"{ours.summary['remote_nodes_mean']:.4g}"
+    assert cards["inter-node GB"] == f"{ours.summary['inter_node_bytes'] / 1e9:.4g}"

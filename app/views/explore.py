@@ -116,10 +116,15 @@ def main() -> None:
         problem = Problem(weights, cluster=cluster, num_groups=groups)
         with st.sidebar:
             previous, size = _current_placement(problem, model)
+            # a solver that plans on per-token routing (traffic_aware) gets its trace here
+            routing = traffic_view.routing_picker(f"{PAGE}:solver", problem) \
+                if "routing" in get_solver(solver).options else None
     except EPLBError as exc:
         show_error(exc)
         return
     extra = _free_options(solver, loads, window, previous)
+    if routing is not None:
+        extra["routing"] = routing
     stoppable = worker.stoppable(solver, {**options, **extra}, problem)
     stop_slot.button("Stop", key=f"{PAGE}:stop", width="stretch", disabled=not stoppable,
                      help=f"ends a solve expected to take more than {worker.IN_PROCESS_LIMIT_S:g} s (its time "
@@ -133,6 +138,9 @@ def main() -> None:
         if running is None:
             st.info(f"{solver} is an exact solver (time limit {limit} s): press **Run solver** to start it. "
                     + EXACT_SCALE)
+        return
+    if "routing" in get_solver(solver).options and routing is None:
+        st.info(f"{solver} plans on a per-token routing trace: upload one in the sidebar.")
         return
     try:
         if stoppable:

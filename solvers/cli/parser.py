@@ -63,6 +63,10 @@ def add_plan(sub) -> None:
     add_network_args(p)
     p.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert for moves (default: the model's)")
     add_routing_arg(p, "; the traffic_aware solver plans on it (-O epsilon=E: imbalance <= 1 + E)")
+    p.add_argument("--traffic-weight", type=float, default=None, metavar="W",
+                   help="traffic_aware's weighted objective: per layer, the plan within the epsilon limits "
+                        "minimising (imbalance - 1) + W x inter-node bytes / the balance-only plan's "
+                        "(docs/traffic.md); without it, the least traffic within the limits")
     add_out(p, "plan JSON to write", required=True)
     add_json(p)
     add_progress(p)
@@ -136,7 +140,8 @@ def add_routing_arg(p, extra: str = "") -> None:
 def add_routing(sub) -> None:
     r = sub.add_parser("routing", help="per-token routing traces: generate, convert to the canonical .npz, info")
     r.add_argument("action", choices=("generate", "convert", "info"))
-    r.add_argument("input", help="generate: a model preset; convert/info: a routing file, directory or glob")
+    r.add_argument("input", help="generate: a model preset; convert/info: a routing file, directory or glob, or a "
+                                 "shipped routing dataset by name")
     r.add_argument("--tokens", type=int, default=3072, help="generate: tokens (default 3072)")
     r.add_argument("--seed", type=int, default=0, help="generate: random seed (default 0)")
     r.add_argument("--set", action="append", type=key_value, metavar="KEY=VALUE",

@@ -28,6 +28,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if "policy" in options:
             raise OptionError("policy", "given both as --policy and -O policy=")
         options["policy"] = args.policy
+    if args.traffic_weight is not None:
+        if "traffic_weight" in options:
+            raise OptionError("traffic_weight", "given both as --traffic-weight and -O traffic_weight=")
+        if "traffic_weight" not in get_solver(args.solver).options:
+            raise OptionError("traffic_weight", f"--traffic-weight is an option of traffic_aware, not of "
+                              f"{args.solver!r}")
+        options["traffic_weight"] = args.traffic_weight
     # The schema refuses what is not an option of this solver (solve()'s own parameters
     # problem, solver, previous, expert_bytes included) before any file is read.
     spec = get_solver(args.solver)

@@ -10,15 +10,19 @@ Per layer, the model is a relaxation of "every plan whose GPU imbalance is at mo
   imbalance <= limit implies it), linearised exactly on integer loads: ``l[e, n] * c_e >=
   w_e m[e, n] - c_e + 1`` makes ``l[e, n] >= floor(w_e m[e, n] / c_e)``, and
   ``sum_e l[e, n] <= floor(limit * W / N)``;
-- ``z[t, n]``: token t reaches remote node n (n not its source node s_t); every expert e
-  of t is on s_t or on a remote node t reaches: ``x[e, s_t] + sum_n y[t, e, n] >= 1``,
-  ``y <= x[e, n]``, ``y <= z[t, n]``;
+- ``d[g, e, n]``: source GPU g sends expert e's tokens to remote node n, one choice per
+  (g, e) for all its tokens, as the scorer's dispatcher (:mod:`solvers.traffic`) and a
+  static per-rank dispatch map do: ``x[e, s_g] + sum_n d[g, e, n] >= 1``, ``d <= x[e, n]``;
+- ``z[t, n]``: token t (from GPU g_t) reaches remote node n: ``z[t, n] >= d[g_t, e, n]``
+  for every expert e of t;
 - minimise ``sum z`` (token-node copies, what inter-node bytes count).
 
-Every plan within the limit, dispatched by any rule, sends at least the optimum, so
-CP-SAT's proven objective bound is a valid lower bound on the inter-node copies of the
-heuristic's plan (sources: :meth:`RoutingTrace.source_gpus`). Only for small instances
-(tens of experts, hundreds of tokens).
+Every plan within the limit, dispatched by any rule fixed per (source GPU, expert) (the
+nearest-replica rule is one), sends at least the optimum, so CP-SAT's proven objective
+bound is a valid lower bound on the inter-node copies of the heuristic's plan (sources:
+:meth:`RoutingTrace.source_gpus`). An earlier model let every token pick its own remote
+replica (``per_token_dispatch=True`` keeps it: a weaker bound, valid for any dispatcher).
+Only for small instances (tens of experts, hundreds of tokens).
 """
 from __future__ import annotations
 
@@ -32,7 +36,8 @@ from .trace import RoutingTrace
 
 
 def traffic_bound(problem: Problem, routing: RoutingTrace, limit: torch.Tensor | float, *,
-                  time_limit: float = 30.0, workers: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+                  time_limit: float = 30.0, workers: int = 2,
+                  per_token_dispatch: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(bound [L] float64 remote token-node copies, optimal [L] bool) per layer.
 
     limit: the GPU imbalance the plans may reach (a float or [L]). Needs OR-Tools.
@@ -49,7 +54,8 @@ def traffic_bound(problem: Problem, routing: RoutingTrace, limit: torch.Tensor |
     if not bool((w_all == w_all.round()).all()):
         raise OptionError("weights", "the traffic bound needs integer loads (token counts)")
     lim = torch.as_tensor(limit, dtype=torch.float64).expand(L)
-    src_node = (routing.source_gpus(P) // (P // N)).tolist()
+    src_gpu = routing.source_gpus(P).tolist()
+    src_node = [g // (P // N) for g in src_gpu]
     per_node = R // N
     bounds = torch.zeros(L, dtype=torch.float64)
     optimal = torch.zeros(L, dtype=torch.bool)
@@ -75,7 +81,7 @@ def traffic_bound(problem: Problem, routing: RoutingTrace, limit: torch.Tensor |
                 m.Add(prod >= w[e] * cnt[e][n] - c[e] + 1)
                 loads.append(lo)
             m.Add(sum(loads) <= cap)
-        z = {}
+        z, d = {}, {}
         ids = routing.topk_ids[layer].tolist()
         for t, experts in enumerate(ids):
             s = src_node[t]
@@ -83,13 +89,14 @@ def traffic_bound(problem: Problem, routing: RoutingTrace, limit: torch.Tensor |
             for n in remote:
                 z[t, n] = m.NewBoolVar(f"z{t}_{n}")
             for e in set(experts):
-                ys = []
+                key = (t if per_token_dispatch else src_gpu[t], e)
+                if key not in d:                  # the remote node this source sends e's tokens to
+                    d[key] = {n: m.NewBoolVar("") for n in remote}
+                    for n in remote:
+                        m.AddImplication(d[key][n], x[e][n])
+                    m.AddBoolOr([x[e][s], *d[key].values()])
                 for n in remote:
-                    y = m.NewBoolVar("")
-                    m.AddImplication(y, x[e][n])
-                    m.AddImplication(y, z[t, n])
-                    ys.append(y)
-                m.AddBoolOr([x[e][s], *ys])
+                    m.AddImplication(d[key][n], z[t, n])
         m.Minimize(sum(z.values()))
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = float(time_limit)

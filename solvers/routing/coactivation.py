@@ -37,3 +37,22 @@ def coactivation(trace: RoutingTrace) -> torch.Tensor:
             out[a:b] += torch.bincount(key, minlength=(b - a) * E * E).view(b - a, E * E).to(torch.float32)
     out = out.view(L, E, E)
     return out + out.transpose(1, 2)
+
+
+def coactivation_lift(trace: RoutingTrace) -> float:
+    """How strongly the same tokens use the same experts together: 1 when a token's experts
+    are independent of each other, larger with co-activation structure (the more, the more
+    a traffic-aware placement can keep a token's experts on few nodes).
+
+    The mean over a token's expert pairs of the pair's lift, tokens(e, f) / (n_e n_f / T)
+    (observed co-activation over what independent choices give), with the Poisson bias of
+    the square taken out: ``sum (A^2 - A) / (n_e n_f / T) / sum A`` per layer, the mean over
+    layers. With too few tokens a rare pair's lift is noise: read it on thousands of tokens.
+    """
+    A = coactivation(trace).to(torch.float64)                                         # [L, E, E]
+    n = trace.loads().to(torch.float64)                                               # [L, E]
+    expect = n.unsqueeze(2) * n.unsqueeze(1) / trace.num_tokens                       # [L, E, E]
+    num = torch.where(expect > 0, (A * A - A) / expect.clamp_min(1e-300), 0.0).sum((1, 2))
+    den = A.sum((1, 2))
+    per_layer = torch.where(den > 0, num / den.clamp_min(1e-300), torch.ones_like(den))
+    return float(per_layer.mean())

@@ -3,26 +3,26 @@
 Registered as ``traffic_aware``. Given a per-token routing trace (option ``routing``), it
 keeps experts that the same tokens use together on one node, so a token's top-k spans fewer
 nodes, while every layer's GPU imbalance stays within ``1 + epsilon`` (even split). Steps,
-batched over layers:
+batched over layers (docs/traffic.md):
 
-1. **Replica counts**: the greedy counts that minimise the max load per replica (DeepSeek's
-   step 2), items ``(expert, w_e / c_e)``.
-2. **Affinity clustering into nodes**: items heaviest first, each to the node it is most
-   co-activated with (:func:`solvers.routing.coactivation.coactivation`), among nodes with a
-   free slot, under the node load cap ``(1 + epsilon / 2) W / N`` and without a second
-   replica of the same expert on one node (useless for traffic).
-3. **Swaps**: Kernighan-Lin style, the best swap of two items between nodes per layer per
-   round (gain: co-activation kept inside nodes), only swaps that keep both node loads
-   under the cap (or do not raise an already higher one).
+1. **Spread** the hottest experts, one replica per node, on the spare slots (``spread``).
+2. **Co-clustering** of the others into nodes, from DeepSeek's hierarchical node
+   assignment (or greedy graph growing on the co-activation matrix): a token's home is the
+   node most of its experts are on, an expert goes where most of its tokens live, under
+   slot and load caps ``(1 + epsilon / 2) W / N``, less ``risk`` x the correlation of its
+   load with the node's over the window's steps (:mod:`solvers.routing.robust`).
+3. **Swaps** of two experts between paired nodes with exact gains in touched (token, node)
+   pairs, never raising a node's overload; a node's load is ``mean + risk x std``.
 4. **Balanced packing inside each node** onto its GPUs (LPT and Karmarkar-Karp starts, swap
    local search; :mod:`solvers.heuristics.packing`).
-5. **Guard**: a layer whose GPU imbalance ends above ``max(1 + epsilon, imbalance of the
-   balance-only plan)`` takes the balance-only plan (``kk_swap``, global policy) instead;
-   ``info['fallback_layers']`` counts them.
+5. **Choice per layer** (:func:`choose`) among this plan (with ``traffic_weight``: run at
+   three fractions of epsilon), the balance-only ``kk_swap`` (global) and DeepSeek's
+   hierarchical plan: within the plain and robust imbalance limits, the least traffic, or
+   the least ``(imbalance - 1) + traffic_weight x bytes / the balance-only plan's``.
 
-The proxy objective (co-activation inside nodes) is what graph partitioning of the
-co-activation graph maximises; the plan is graded by the shared scorer, traffic included
-(:mod:`solvers.traffic`), never by this proxy.
+The proxy objective (touched nodes per token) is what partitioning the co-activation graph
+lowers; the plan is graded by the shared scorer, traffic included (:mod:`solvers.traffic`),
+never by this proxy.
 """
 from __future__ import annotations
 
@@ -36,17 +36,30 @@ from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput, register, run
 from ..traffic import traffic
-from .coactivation import coactivation
-from .trace import RoutingTrace
 from ..work import WorkModel
+from .coactivation import coactivation
+from .robust import excess_covariance, robust_imbalance, unit_spread, window_steps
+from .trace import RoutingTrace
 
 ROUTING_OPTION = Option("routing", object, None, "per-token routing trace (solvers.routing.RoutingTrace) with the "
                         "problem's layers and experts; its co-activation drives the placement", nullable=True)
 SCHEMA = (
     ROUTING_OPTION,
     Option("epsilon", float, 0.05, "max GPU imbalance: every layer's max / mean GPU load stays <= 1 + epsilon "
-           "(or the balance-only plan's, when that is higher)", minimum=0.0, maximum=1.0),
-    Option("max_swaps", int, 60, "rounds of the node swap search (one swap per layer per round)",
+           "(or the balance-only plan's, when that is higher), and its robust imbalance (GPU mean + risk x std "
+           "over the window's steps) at most epsilon above the balance-only plan's", minimum=0.0, maximum=1.0),
+    Option("traffic_weight", float, None, "weighted objective: per layer, the plan within the epsilon limits "
+           "minimising (imbalance - 1) + W x inter-node bytes / the balance-only plan's (imbalance: the robust "
+           "one when risk > 0); unset: the least traffic within the limits",
+           nullable=True, minimum=0.0, maximum=1e6),
+    Option("risk", float, 0.25, "a node's load in the search is its mean + risk x std over the window's steps "
+           "(the co-variation beyond sampling noise): experts whose loads rise together weigh more on one node; "
+           "0: the mean alone", minimum=0.0, maximum=100.0),
+    Option("buckets", int, 4, "steps the window is cut into when no history is given: blocks of consecutive "
+           "tokens of the routing trace (1: no steps)", minimum=1, maximum=1024),
+    Option("history", object, None, "the window's steps [W, layers, experts] (default: the routing trace in "
+           "`buckets` blocks)", nullable=True, advanced=True),
+    Option("max_swaps", int, 30, "rounds of the node swap search (one swap per node pair per layer per round)",
            minimum=0, maximum=100_000, advanced=True),
     Option("spread", bool, True, "put a replica of each of the hottest experts on every node (the spare slots): "
            "the nearest-replica dispatcher then keeps them local for every token"),
@@ -55,6 +68,9 @@ SCHEMA = (
     Option("max_tokens", int, 1024, "tokens of the trace the search looks at (evenly spaced)",
            minimum=16, maximum=1 << 20, advanced=True),
 )
+# With a traffic weight, the search runs at these fractions of epsilon: the candidates the
+# weight chooses among per layer (with the balance-only and hierarchical plans).
+WEIGHT_LADDER = (1.0, 0.5, 0.25)
 
 
 def check_routing(problem: Problem, routing) -> RoutingTrace:
@@ -70,15 +86,34 @@ def check_routing(problem: Problem, routing) -> RoutingTrace:
     return routing
 
 
-def incidence(routing: RoutingTrace, max_tokens: int) -> torch.Tensor:
-    """X: [L, T', E] float32, 1 where token t chose expert e; at most ``max_tokens`` tokens,
-    evenly spaced over the trace (the statistics of a long trace, at bounded cost)."""
+def incidence(routing: RoutingTrace, max_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids [L, T', k] int64, X [L, T', E] float32 1 where token t chose expert e): at most
+    ``max_tokens`` tokens, evenly spaced over the trace (the statistics of a long trace, at
+    bounded cost)."""
     L, T, _ = routing.topk_ids.shape
     take = torch.linspace(0, T - 1, min(T, max_tokens)).round().to(torch.int64).unique()
     ids = routing.topk_ids[:, take].to(torch.int64)                                    # [L, T', k]
     X = torch.zeros(L, take.numel(), routing.num_experts, dtype=torch.float32)
     X.scatter_(2, ids, 1.0)
-    return X
+    return ids, X
+
+
+def node_counts(ids: torch.Tensor, inc: torch.Tensor, node: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """cnt [L, T, N]: token t's experts on node n. ids: [L, T, k]; inc: [L, T, k] 1 for the
+    experts the search sees (0: left out); node: [L, E]. One gather, no [L, T, E] product."""
+    L, T, k = ids.shape
+    where = node.gather(1, ids.view(L, -1)).view(L, T, k)
+    return torch.zeros(L, T, num_nodes, dtype=inc.dtype).scatter_add_(2, where, inc)
+
+
+def per_expert(ids: torch.Tensor, inc: torch.Tensor, vals: torch.Tensor, num_experts: int) -> torch.Tensor:
+    """[L, E, D]: the sum over the tokens of every expert of vals [L, T, D] (X^T vals as one
+    index_add over the (token, choice) entries)."""
+    L, T, k = ids.shape
+    D = vals.shape[2]
+    flat = (torch.arange(L).view(L, 1, 1) * num_experts + ids).view(-1)
+    src = (vals.unsqueeze(2) * inc.unsqueeze(3)).reshape(-1, D)
+    return torch.zeros(L * num_experts, D, dtype=vals.dtype).index_add_(0, flat, src).view(L, num_experts, D)
 
 
 def grow_nodes(A: torch.Tensor, weight: torch.Tensor, logcnt: torch.Tensor, num_nodes: int,
@@ -134,19 +169,22 @@ def grow_nodes(A: torch.Tensor, weight: torch.Tensor, logcnt: torch.Tensor, num_
     return node
 
 
-def touched_nodes(X: torch.Tensor, node: torch.Tensor, num_nodes: int) -> torch.Tensor:
-    """[L] mean distinct nodes per token (the proxy the search lowers). X: [L, T, E]."""
-    cnt = X @ torch.nn.functional.one_hot(node, num_nodes).to(X.dtype)
-    return (cnt > 0).sum((1, 2)).to(torch.float64) / X.shape[1]
+def touched_nodes(ids: torch.Tensor, inc: torch.Tensor, node: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """[L] mean distinct nodes per token (the proxy the search lowers)."""
+    cnt = node_counts(ids, inc, node, num_nodes)
+    return (cnt > 0).sum((1, 2)).to(torch.float64) / ids.shape[1]
 
 
 def capacity_assign(score: torch.Tensor, weight: torch.Tensor, logcnt: torch.Tensor, fixed: torch.Tensor,
                     slots_per_node: int, cap: torch.Tensor) -> torch.Tensor:
-    """Experts to nodes by descending score under slot and load capacities: node [L, E].
+    """Experts to nodes by score under slot and load capacities: node [L, E].
 
-    score: [L, E, N]; fixed: [L, E] node already chosen (-1: free). (expert, node) pairs are
-    taken best first; an expert whose pairs all exceed a capacity goes, at the end, to
-    the node with room that overflows the load cap least.
+    score: [L, E, N]; fixed: [L, E] node already chosen (-1: free). Rounds of proposals:
+    every free expert proposes to its best node not yet closed to it; every node takes its
+    proposers best score first while they fit (slots and load cap), all layers and nodes
+    at once; a proposer that no longer fits the node's room even alone is closed out of it.
+    An expert closed out of every node goes, at the end, to the node with room that
+    overflows the load cap least.
     """
     L, E, N = score.shape
     rows = torch.arange(L)
@@ -154,16 +192,48 @@ def capacity_assign(score: torch.Tensor, weight: torch.Tensor, logcnt: torch.Ten
     node = fixed.clone()
     load = torch.zeros(L, N, dtype=torch.float64).scatter_add_(1, fixed.clamp_min(0), w * (fixed >= 0))
     slots = torch.zeros(L, N, dtype=torch.int64).scatter_add_(1, fixed.clamp_min(0), logcnt * (fixed >= 0))
-    order = torch.sort(score.view(L, -1), dim=1, descending=True, stable=True).indices   # [L, E*N]
-    for step in range(E * N):
-        pair = order[:, step]
-        e, n = pair // N, pair % N
-        c = logcnt[rows, e]
-        ok = (node[rows, e] < 0) & (slots[rows, n] + c <= slots_per_node) & (load[rows, n] + w[rows, e] <= cap)
-        r = rows[ok]
-        node[r, e[ok]] = n[ok]
-        load[r, n[ok]] += w[r, e[ok]]
-        slots[r, n[ok]] += c[ok]
+    closed = torch.zeros(L, E, N, dtype=torch.bool)
+    s = score.to(torch.float64)
+    lo, hi = s.amin((1, 2), keepdim=True), s.amax((1, 2), keepdim=True)
+    s = (s - lo) / (hi - lo).clamp_min(1e-12)                                           # [0, 1] per layer
+    for _ in range(4 * N + 8):
+        free = node < 0
+        sc = s.masked_fill(closed | ~free.unsqueeze(2), -1.0)
+        best, prop = sc.max(2)                                                          # [L, E]
+        active = best >= 0
+        if not bool(active.any()):
+            break
+        # proposers grouped by node, best score first: key in [prop, prop + 0.5]
+        key = torch.where(active, prop.to(torch.float64) + (1 - best) / 2, float(N + 1))
+        order = torch.sort(key, dim=1, stable=True).indices
+        pn = prop.gather(1, order)
+        act = active.gather(1, order)
+        cw = torch.cumsum(w.gather(1, order) * act, 1)
+        cc = torch.cumsum(logcnt.gather(1, order) * act, 1)
+        first = torch.zeros(L, N, dtype=torch.int64).scatter_reduce(
+            1, pn, torch.arange(E).expand(L, E).contiguous(), reduce="amin", include_self=False)
+        start = first.gather(1, pn) - 1                                                 # index before the group
+        base_w = torch.where(start >= 0, cw.gather(1, start.clamp_min(0)), torch.zeros_like(cw))
+        base_c = torch.where(start >= 0, cc.gather(1, start.clamp_min(0)), torch.zeros_like(cc))
+        take = act & (load.gather(1, pn) + cw - base_w <= cap.view(L, 1)) & \
+            (slots.gather(1, pn) + cc - base_c <= slots_per_node)
+        # a group's accepted prefix: stop at its first proposer that does not fit
+        bad = (act & ~take).to(torch.int64)
+        bad_before = torch.cumsum(bad, 1) - bad - torch.where(start >= 0, (torch.cumsum(bad, 1) - bad).gather(
+            1, start.clamp_min(0)) + bad.gather(1, start.clamp_min(0)), torch.zeros_like(bad))
+        take = take & (bad_before == 0)
+        e_sorted = order
+        r, j = take.nonzero(as_tuple=True)
+        e, n = e_sorted[r, j], pn[r, j]
+        node[r, e] = n
+        load.index_put_((r, n), w[r, e], accumulate=True)
+        slots.index_put_((r, n), logcnt[r, e], accumulate=True)
+        # close the nodes a proposer cannot fit even alone
+        ew, ec = w.gather(1, order), logcnt.gather(1, order)
+        alone_bad = act & ~take & ((load.gather(1, pn) + ew > cap.view(L, 1)) |
+                                   (slots.gather(1, pn) + ec > slots_per_node))
+        r, j = alone_bad.nonzero(as_tuple=True)
+        closed[r, e_sorted[r, j], pn[r, j]] = True
     while bool((node < 0).any()):                     # leftovers: least overflow among nodes with room
         left = node < 0
         e = left.to(torch.float64).argmax(1)
@@ -177,23 +247,37 @@ def capacity_assign(score: torch.Tensor, weight: torch.Tensor, logcnt: torch.Ten
     return node
 
 
-def co_cluster(X: torch.Tensor, weight: torch.Tensor, logcnt: torch.Tensor, node: torch.Tensor,
-               num_nodes: int, slots_per_node: int, cap: torch.Tensor, iterations: int) -> torch.Tensor:
+def co_cluster(ids: torch.Tensor, inc: torch.Tensor, weight: torch.Tensor, logcnt: torch.Tensor, node: torch.Tensor,
+               num_nodes: int, slots_per_node: int, cap: torch.Tensor, iterations: int,
+               cov: torch.Tensor | None = None, risk: float = 0.0) -> torch.Tensor:
     """Alternate: every token's home is the node most of its experts are on; every expert
-    goes where most of its tokens live (replicated experts stay put, capacities kept).
-    Keeps, per layer, the assignment that touches the fewest nodes per token."""
-    L = X.shape[0]
+    goes where most of its tokens live (replicated experts stay put, capacities kept),
+    less ``risk`` x the correlation of its load with the node's (``cov`` [L, E, E]: experts
+    whose loads rise together repel).
+    Keeps, per layer, the assignment that touches the fewest nodes per token; stops after
+    two rounds in which no layer improved. ids, inc: [L, T, k] (:func:`node_counts`)."""
+    L, E = node.shape
     N = num_nodes
-    best, best_obj = node.clone(), touched_nodes(X, node, N)
+    best, best_obj = node.clone(), touched_nodes(ids, inc, node, N)
     keep = torch.where(logcnt > 1, node, torch.full_like(node, -1))
+    tokens = per_expert(ids, inc, torch.ones(L, ids.shape[1], 1), E).clamp_min(1.0)      # [L, E, 1]
+    stale = 0
     for _ in range(iterations):
-        cnt = X @ torch.nn.functional.one_hot(node, N).to(X.dtype)                     # [L, T, N]
-        home = torch.nn.functional.one_hot(cnt.argmax(2), N).to(X.dtype)              # [L, T, N]
-        score = X.transpose(1, 2) @ home                                              # [L, E, N] tokens of e homed on n
-        score = score / X.sum(1).clamp_min(1.0).unsqueeze(2)
+        cnt = node_counts(ids, inc, node, N)                                          # [L, T, N]
+        home = torch.nn.functional.one_hot(cnt.argmax(2), N).to(inc.dtype)           # [L, T, N]
+        score = per_expert(ids, inc, home, E) / tokens                                # [L, E, N] share homed on n
+        if cov is not None and risk > 0:
+            member = torch.nn.functional.one_hot(node, N).to(cov.dtype) * (logcnt > 0).unsqueeze(2)
+            c = torch.bmm(cov, member)                                                # [L, E, N] cov(e, node n)
+            var_n = (c * member).sum(1).clamp_min(1e-30)                              # [L, N]
+            sd_e = cov.diagonal(dim1=1, dim2=2).clamp_min(1e-30).sqrt()
+            score = score - risk * (c / (sd_e.unsqueeze(2) * var_n.sqrt().unsqueeze(1))).to(score.dtype)
         node = capacity_assign(score, weight, logcnt, keep, slots_per_node, cap)
-        obj = touched_nodes(X, node, N)
-        better = obj < best_obj
+        obj = touched_nodes(ids, inc, node, N)
+        better = obj < best_obj - 1e-9
+        stale = 0 if bool(better.any()) else stale + 1
+        if stale >= 2:                                  # two rounds without a better layer
+            break
         best = torch.where(better.view(L, 1), node, best)
         best_obj = torch.minimum(obj, best_obj)
     return best
@@ -213,73 +297,134 @@ def matchings(num_nodes: int) -> list[torch.Tensor]:
     return out
 
 
-def swap_search(X: torch.Tensor, weight: torch.Tensor, logcnt: torch.Tensor, node: torch.Tensor,
-                num_nodes: int, cap: torch.Tensor, rounds: int, candidates: int = 32) -> torch.Tensor:
+def node_members(node: torch.Tensor, logcnt: torch.Tensor, num_nodes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Experts of every node, padded: members [L, N, m] expert ids and valid [L, N, m].
+    Experts with no replica here (logcnt 0: the spread ones) belong to no node."""
+    L, E = node.shape
+    key = torch.where(logcnt > 0, node, num_nodes)                                    # N: no node
+    order = torch.sort(key, dim=1, stable=True).indices                               # [L, E]
+    size = torch.nn.functional.one_hot(key, num_nodes + 1)[..., :num_nodes].sum(1)    # [L, N]
+    m = max(int(size.max()), 1)
+    start = torch.cumsum(size, 1) - size
+    slot = start.view(L, num_nodes, 1) + torch.arange(m).view(1, 1, m)                # [L, N, m]
+    valid = torch.arange(m).view(1, 1, m) < size.view(L, num_nodes, 1)
+    members = order.gather(1, slot.clamp_max(E - 1).view(L, -1)).view(L, num_nodes, m)
+    return members.masked_fill(~valid, 0), valid
+
+
+def swap_search(ids: torch.Tensor, X: torch.Tensor, weight: torch.Tensor, logcnt: torch.Tensor,
+                node: torch.Tensor, num_nodes: int, cap: torch.Tensor, rounds: int, candidates: int = 32,
+                cov: torch.Tensor | None = None, risk: float = 0.0,
+                allow: torch.Tensor | None = None) -> torch.Tensor:
     """Swaps of two experts (equal replica counts) between nodes; returns node [L, E].
 
     The objective is the number of (token, node) pairs touched, ``sum_t |nodes of t's
     experts|`` (a token's remote nodes plus at most one), and the overflow of the node
     loads above ``cap`` [L], which a swap must never raise and is worth more than any
-    traffic. A move of e from a to b saves the tokens for which e is alone on a and costs
-    those not yet on b; a swap's estimate is the two moves' sum (exact for tokens holding
-    one of the pair), and the ``candidates`` best estimates of every layer are evaluated
-    exactly. Each round uses one pairing of the nodes (each node in at most one pair) and
-    applies the best exact swap of every pair at once: swaps on disjoint nodes change
-    disjoint (token, node) counts and loads, so their gains add up exactly.
+    traffic. A node's load is ``mean + risk x std`` over the window's steps (``cov``
+    [L, E, E] the covariance of the experts' per-step loads; ``None`` or ``risk`` 0: the
+    mean alone), so experts whose loads rise together weigh more on one node than apart;
+    its cap is then ``cap + allow`` (``allow`` [L]: risk x the std a balance-only plan's
+    nodes have anyway).
+    A move of e from a to b saves the tokens for which e is alone on a and costs those not
+    yet on b; a swap's estimate is the two moves' sum (exact for tokens holding one of the
+    pair), and the ``candidates`` best estimates of every layer are evaluated exactly.
+    Each round uses one pairing of the nodes (each node in at most one pair) and looks only
+    at swaps inside those pairs ([L, pairs, m, m] blocks, m the experts per node), applying
+    the best exact swap of every pair at once: swaps on disjoint nodes change disjoint
+    (token, node) counts and loads, so their gains add up exactly.
+    ids: [L, T, k] the tokens' experts, X: [L, T, E] their incidence (0 where an expert is
+    left out of the search); weight, logcnt, node: [L, E].
     """
     L, T, E = X.shape
     N = num_nodes
     node = node.clone()
     w = weight.to(torch.float64)
     wf = (w / cap.view(L, 1)).to(torch.float32)                                         # loads in caps
-    Xt = X.transpose(1, 2).contiguous()                                                # [L, E, T]
-    same_c = logcnt.view(L, E, 1) == logcnt.view(L, 1, E)
-    dw = wf.view(L, 1, E) - wf.view(L, E, 1)                                            # w_f - w_e
+    robust = cov is not None and risk > 0
+    if robust:
+        cv = (cov / (cap.view(L, 1, 1) ** 2)).to(torch.float32)                         # [L, E, E] in caps^2
+        diag = cv.diagonal(dim1=1, dim2=2)                                              # [L, E]
     big = float(T) * N                                                                  # per cap of relief
-    cand = min(candidates, E * E)
     schedule = matchings(N)
+    inc = X.gather(2, ids)                                                              # [L, T, k] 0: left out
+    Xt = X.transpose(1, 2).contiguous()                                                 # [L, E, T]
+    rows = torch.arange(L)
     idle = 0
-    cnt = X @ torch.nn.functional.one_hot(node, N).to(X.dtype)                          # [L, T, N]
+    cnt = node_counts(ids, inc, node, N)                                                # [L, T, N]
+
+    thr = torch.ones(L, 1, 1, 1) if not robust or allow is None else (1 + allow / cap).view(L, 1, 1, 1).float()
+
+    def over(x: torch.Tensor) -> torch.Tensor:
+        return (x - thr).clamp_min(0)
+
     for r_ in range(rounds):
         pairs = schedule[r_ % len(schedule)]
-        pair_of = torch.full((N, N), -1, dtype=torch.int64)
-        pair_of[pairs[:, 0], pairs[:, 1]] = torch.arange(pairs.shape[0])
-        pair_of[pairs[:, 1], pairs[:, 0]] = torch.arange(pairs.shape[0])
-        alone = Xt @ (cnt == 1).to(X.dtype)                                             # [L, E, N]
-        absent = Xt @ (cnt == 0).to(X.dtype)
-        move = alone.gather(2, node.view(L, E, 1)) - absent                             # gain of e -> b
-        est = move.gather(2, node.view(L, 1, E).expand(L, E, E))
-        est = est + est.transpose(1, 2)                                                 # [L, E, F]
-        load = torch.zeros(L, N, dtype=torch.float32).scatter_add_(1, node, wf)
-        le = load.gather(1, node)                                                       # [L, E]
-        over_before = (le.view(L, E, 1) - 1).clamp_min(0) + (le.view(L, 1, E) - 1).clamp_min(0)
-        over_after = (le.view(L, E, 1) + dw - 1).clamp_min(0) + (le.view(L, 1, E) - dw - 1).clamp_min(0)
-        relief = over_before - over_after                                               # >= 0 to be allowed
-        matched = pair_of[node.view(L, E, 1), node.view(L, 1, E)] >= 0
-        ok = same_c & matched & (relief >= -1e-6)
-        score = (est + big * relief).masked_fill(~ok, float("-inf"))
-        top, idx = score.view(L, -1).topk(cand, dim=1)                                  # [L, C]
-        e, f = idx // E, idx % E
-        a, b = node.gather(1, e), node.gather(1, f)                                     # [L, C]
-        xe = X.gather(2, e.view(L, 1, cand).expand(L, T, cand))                         # [L, T, C]
-        xf = X.gather(2, f.view(L, 1, cand).expand(L, T, cand))
-        d = xf - xe                                                                     # into a, out of b
-        ca = cnt.gather(2, a.view(L, 1, cand).expand(L, T, cand))
-        cb = cnt.gather(2, b.view(L, 1, cand).expand(L, T, cand))
+        Q = pairs.shape[0]
+        if Q == 0:
+            break
+        pa, pb = pairs[:, 0], pairs[:, 1]
+        members, valid = node_members(node, logcnt, N)
+        m = members.shape[2]
+        A, B = members[:, pa], members[:, pb]                                           # [L, Q, m]
+        va, vb = valid[:, pa], valid[:, pb]
+        # tokens of e for which e is its node's only expert / whose token misses node n:
+        # one scatter over the (token, choice) entries, not an [L, E, T] product.
+        stats = per_expert(ids, inc, torch.cat([(cnt == 1), (cnt == 0)], 2).to(X.dtype), E)  # [L, E, 2N]
+        alone, absent = stats[..., :N], stats[..., N:]
+        move = alone.gather(2, node.view(L, E, 1)) - absent                             # [L, E, N] gain of e -> n
+        mA = move.gather(1, A.view(L, -1, 1).expand(L, Q * m, N)).view(L, Q, m, N)
+        mB = move.gather(1, B.view(L, -1, 1).expand(L, Q * m, N)).view(L, Q, m, N)
+        to_b = mA.gather(3, pb.view(1, Q, 1, 1).expand(L, Q, m, 1)).squeeze(3)           # [L, Q, m]
+        to_a = mB.gather(3, pa.view(1, Q, 1, 1).expand(L, Q, m, 1)).squeeze(3)
+        est = to_b.unsqueeze(3) + to_a.unsqueeze(2)                                     # [L, Q, m(e), m(f)]
+        load = torch.zeros(L, N, dtype=torch.float32).scatter_add_(1, node, wf * (logcnt > 0))
+        la, lb = load[:, pa].view(L, Q, 1, 1), load[:, pb].view(L, Q, 1, 1)
+        dw = wf.gather(1, B.view(L, -1)).view(L, Q, 1, m) - wf.gather(1, A.view(L, -1)).view(L, Q, m, 1)
+        new_a, new_b = la + dw, lb - dw
+        if robust:
+            c = torch.bmm(cv, torch.nn.functional.one_hot(node, N).to(cv.dtype) * (logcnt > 0).view(L, E, 1))
+            var = (c * torch.nn.functional.one_hot(node, N).to(cv.dtype) * (logcnt > 0).view(L, E, 1)).sum(1)
+            cA = c.gather(1, A.view(L, -1, 1).expand(L, Q * m, N)).view(L, Q, m, N)
+            cB = c.gather(1, B.view(L, -1, 1).expand(L, Q * m, N)).view(L, Q, m, N)
+            ce_a = cA.gather(3, pa.view(1, Q, 1, 1).expand(L, Q, m, 1))                  # [L, Q, m, 1]
+            ce_b = cA.gather(3, pb.view(1, Q, 1, 1).expand(L, Q, m, 1))
+            cf_a = cB.gather(3, pa.view(1, Q, 1, 1).expand(L, Q, m, 1)).view(L, Q, 1, m)
+            cf_b = cB.gather(3, pb.view(1, Q, 1, 1).expand(L, Q, m, 1)).view(L, Q, 1, m)
+            de, df = diag.gather(1, A.view(L, -1)).view(L, Q, m, 1), diag.gather(1, B.view(L, -1)).view(L, Q, 1, m)
+            cef = cv.gather(1, A.view(L, -1, 1).expand(L, Q * m, E)).view(L, Q, m, E).gather(
+                3, B.view(L, Q, 1, m).expand(L, Q, m, m))                                # [L, Q, m, m]
+            vA, vB = var[:, pa].view(L, Q, 1, 1), var[:, pb].view(L, Q, 1, 1)
+            nvA = vA - 2 * ce_a + de + 2 * cf_a - 2 * cef + df
+            nvB = vB - 2 * cf_b + df + 2 * ce_b - 2 * cef + de
+            la, lb = la + risk * vA.clamp_min(0).sqrt(), lb + risk * vB.clamp_min(0).sqrt()
+            new_a = new_a + risk * nvA.clamp_min(0).sqrt()
+            new_b = new_b + risk * nvB.clamp_min(0).sqrt()
+        relief = over(la) + over(lb) - over(new_a) - over(new_b)                       # [L, Q, m, m]
+        same_c = logcnt.gather(1, A.view(L, -1)).view(L, Q, m, 1) == logcnt.gather(1, B.view(L, -1)).view(L, Q, 1, m)
+        ok = same_c & va.unsqueeze(3) & vb.unsqueeze(2) & (relief >= -1e-6)
+        score = (est + big * relief).masked_fill(~ok, float("-inf")).view(L, -1)
+        cand = min(candidates, score.shape[1])
+        top, idx = score.topk(cand, dim=1)                                              # [L, C]
+        q, i, j = idx // (m * m), (idx // m) % m, idx % m
+        e = A.view(L, -1).gather(1, q * m + i)
+        f = B.view(L, -1).gather(1, q * m + j)
+        a, b = pa[q], pb[q]                                                             # [L, C]
+        lc = rows.view(L, 1)
+        d = Xt[lc, f] - Xt[lc, e]                                                       # [L, C, T] into a, out of b
+        cT = cnt.transpose(1, 2)                                                        # [L, N, T]
+        ca, cb = cT[lc, a], cT[lc, b]
         before = (ca > 0).to(X.dtype) + (cb > 0).to(X.dtype)
         after = ((ca + d) > 0).to(X.dtype) + ((cb - d) > 0).to(X.dtype)
-        gain = (before - after).sum(1) + big * relief.view(L, -1).gather(1, idx)
+        gain = (before - after).sum(2) + big * relief.view(L, -1).gather(1, idx)
         gain = gain.masked_fill(~torch.isfinite(top), float("-inf"))                     # [L, C]
         # The best candidate of every node pair of this round's pairing.
-        pid = pair_of[a, b].clamp_min(0)                                                # [L, C]
-        Q = pairs.shape[0]
-        best = torch.full((L, Q), float("-inf"), dtype=gain.dtype).scatter_reduce(
-            1, pid, gain, reduce="amax")
-        win = (gain == best.gather(1, pid)) & (gain > 0.5)
+        best = torch.full((L, Q), float("-inf"), dtype=gain.dtype).scatter_reduce(1, q, gain, reduce="amax")
+        win = (gain == best.gather(1, q)) & (gain > 0.5)
         # one winner per (layer, pair): the first candidate reaching the best
         first = torch.full((L, Q), cand, dtype=torch.int64).scatter_reduce(
-            1, pid, torch.where(win, torch.arange(cand).expand(L, cand), torch.full_like(pid, cand)), reduce="amin")
-        chosen = win & (torch.arange(cand).view(1, cand) == first.gather(1, pid))
+            1, q, torch.where(win, torch.arange(cand).expand(L, cand), torch.full_like(q, cand)), reduce="amin")
+        chosen = win & (torch.arange(cand).view(1, cand) == first.gather(1, q))
         if not bool(chosen.any()):
             idle += 1
             if idle >= len(schedule):
@@ -290,7 +435,7 @@ def swap_search(X: torch.Tensor, weight: torch.Tensor, logcnt: torch.Tensor, nod
         pe, pf = e[lr, cc], f[lr, cc]
         na, nb = a[lr, cc], b[lr, cc]
         node[lr, pe], node[lr, pf] = nb, na
-        delta = (X[lr, :, pf] - X[lr, :, pe])                                            # [S, T]
+        delta = Xt[lr, pf] - Xt[lr, pe]                                                 # [S, T]
         cnt.index_put_((lr.view(-1, 1), torch.arange(T).view(1, -1), na.view(-1, 1)), delta, accumulate=True)
         cnt.index_put_((lr.view(-1, 1), torch.arange(T).view(1, -1), nb.view(-1, 1)), -delta, accumulate=True)
     return node
@@ -336,8 +481,9 @@ def gpu_imbalance(weight: torch.Tensor, plan: Plan, num_gpus: int) -> torch.Tens
     return torch.where(mean > 0, g.max(1).values / mean.clamp_min(1e-300), torch.ones_like(mean))
 
 
-def _spread_plan(problem: Problem, routing: RoutingTrace, X: torch.Tensor, weight: torch.Tensor, cap: torch.Tensor,
-                 hier: Plan | None, opts: SolverOptions) -> Plan:
+def _spread_plan(problem: Problem, routing: RoutingTrace, ids: torch.Tensor, X: torch.Tensor, weight: torch.Tensor,
+                 cap: torch.Tensor, hier: Plan | None, cov: torch.Tensor | None, allow: torch.Tensor | None,
+                 opts: SolverOptions) -> Plan:
     """The placement with the hottest experts on every node: F = (R - E) // (N - 1) experts
     (by load) get one replica per node, so a token's dispatcher always finds them on its
     own node (they leave the clustering); the slots left over give the next hottest a second
@@ -361,13 +507,67 @@ def _spread_plan(problem: Problem, routing: RoutingTrace, X: torch.Tensor, weigh
     start = hier.log2phy[:, :, 0] // (R // N) if hier is not None else \
         grow_nodes(coactivation(routing), w_red, c_red, N, slots, cap_red)
     start = start.masked_fill(full, 0)
-    node = co_cluster(X_red, w_red, c_red, start, N, slots, cap_red, opts.iterations)
-    node = swap_search(X_red, w_red, c_red, node, N, cap_red, opts.max_swaps)
+    cov_red = None if cov is None else cov * (~full).view(L, E, 1) * (~full).view(L, 1, E)
+    node = co_cluster(ids, X_red.gather(2, ids), w_red, c_red, start, N, slots, cap_red, opts.iterations,
+                      cov=cov_red, risk=opts.risk)
+    node = swap_search(ids, X_red, w_red, c_red, node, N, cap_red, opts.max_swaps, cov=cov_red, risk=opts.risk,
+                       allow=allow)
     item_e, item_w = expand_items(weight, logcnt)
     first = torch.cumsum(logcnt, 1) - logcnt
     replica = torch.arange(R).expand(L, R) - first.gather(1, item_e)                    # rank among e's replicas
     item_node = torch.where(full.gather(1, item_e), replica, node.gather(1, item_e))
     return Plan.from_phy2log(pack_nodes(item_e, item_w, item_node, N, P // N, E), E)
+
+
+def _search(problem: Problem, routing: RoutingTrace, ids: torch.Tensor, X: torch.Tensor, weight: torch.Tensor,
+            hier: Plan | None, cov: torch.Tensor | None, allow: torch.Tensor | None, epsilon: float,
+            opts: SolverOptions) -> Plan:
+    """The traffic-minimising plan with node loads under ``(1 + epsilon / 2) W / N``."""
+    E = problem.num_experts
+    N, P, R = problem.num_nodes, problem.num_gpus, problem.num_replicas
+    cap = (1.0 + epsilon / 2) * weight.sum(1) / N
+    if opts.spread:
+        return _spread_plan(problem, routing, ids, X, weight, cap, hier, cov, allow, opts)
+    if hier is not None:
+        # Start from DeepSeek's hierarchical plan: its replica counts and the node of every
+        # expert (its replicas share a node).
+        logcnt = hier.logcnt
+        node = hier.log2phy[:, :, 0] // (R // N)
+    else:
+        logcnt = replicate_counts(weight, R)
+        node = grow_nodes(coactivation(routing), weight, logcnt, N, R // N, cap)
+    node = co_cluster(ids, torch.ones(ids.shape), weight, logcnt, node, N, R // N, cap, opts.iterations,
+                      cov=cov, risk=opts.risk)
+    node = swap_search(ids, X, weight, logcnt, node, N, cap, opts.max_swaps, cov=cov, risk=opts.risk, allow=allow)
+    item_e, item_w, item_node = replica_items(weight, logcnt, node)
+    return Plan.from_phy2log(pack_nodes(item_e, item_w, item_node, N, P // N, E), E)
+
+
+def choose(bytes_: torch.Tensor, imb: torch.Tensor, robust: torch.Tensor | None, epsilon: float,
+           traffic_weight: float | None, balanced: int) -> torch.Tensor:
+    """Per layer, the candidate plan to keep: [L] indices into C candidates.
+
+    bytes_, imb: [C, L] inter-node bytes and GPU imbalance on the window's loads; robust:
+    [C, L] the robust imbalance (:func:`solvers.routing.robust.robust_imbalance`; None:
+    risk 0, the plain one); ``balanced`` the index of the balance-only plan, always
+    allowed. A candidate is allowed when its imbalance is <= max(1 + epsilon, the
+    balance-only plan's) and its robust imbalance at most epsilon above the balance-only
+    plan's. Among those: the least bytes (``traffic_weight`` None), or the least
+    ``(robust imbalance - 1) + traffic_weight x bytes / the balance-only plan's bytes``.
+    For a fixed candidate set a larger weight never picks more bytes in any layer: the two
+    minimality conditions added give (W2 - W1)(b2 - b1) <= 0.
+    """
+    tol = 1 + 1e-9
+    ok = imb <= torch.maximum(torch.full_like(imb[balanced], 1.0 + epsilon), imb[balanced]) * tol
+    if robust is not None:
+        ok &= robust <= robust[balanced] * tol + epsilon
+    ok[balanced] = True
+    if traffic_weight is None:
+        cost = bytes_.to(torch.float64)
+    else:
+        rel = bytes_.to(torch.float64) / bytes_[balanced].to(torch.float64).clamp_min(1.0)
+        cost = ((imb if robust is None else robust) - 1) + traffic_weight * rel
+    return cost.masked_fill(~ok, float("inf")).argmin(0)
 
 
 # Work model (solvers.work): seconds on 2 cores, coefficients measured by
@@ -383,40 +583,28 @@ def _solve_traffic_aware(problem: Problem, opts: SolverOptions) -> SolverOutput:
     L, E = problem.num_layers, problem.num_experts
     N, P, R = problem.num_nodes, problem.num_gpus, problem.num_replicas
     weight = problem.weights.to("cpu", torch.float64)
+    steps, noise = window_steps(problem, routing, opts.history, opts.buckets)        # [B, L, E]
     balanced = run(problem, "kk_swap", {"policy": "global"}).plan.to("cpu")
-    base_imb = gpu_imbalance(weight, balanced, P)
     if N == 1:
         return SolverOutput(balanced.to(problem.device), "global", info={"fallback_layers": L,
                                                                            "reason": "one node: no cross-node traffic"})
-    X = incidence(routing, opts.max_tokens)
-    cap = (1.0 + opts.epsilon / 2) * weight.sum(1) / N
+    ids, X = incidence(routing, opts.max_tokens)
+    cov = excess_covariance(steps, noise) if opts.risk > 0 else None
     hier = None
     if problem.num_groups % N == 0 and E % problem.num_groups == 0:
         hier = run(problem, "deepseek", {"policy": "hierarchical"}).plan.to("cpu")
-    if opts.spread:
-        ours = _spread_plan(problem, routing, X, weight, cap, hier, opts)
-    else:
-        if hier is not None:
-            # Start from DeepSeek's hierarchical plan: its replica counts and the node of every
-            # expert (its replicas share a node).
-            logcnt = hier.logcnt
-            node = hier.log2phy[:, :, 0] // (R // N)
-        else:
-            logcnt = replicate_counts(weight, R)
-            node = grow_nodes(coactivation(routing), weight, logcnt, N, R // N, cap)
-        node = co_cluster(X, weight, logcnt, node, N, R // N, cap, opts.iterations)
-        node = swap_search(X, weight, logcnt, node, N, cap, opts.max_swaps)
-        item_e, item_w, item_node = replica_items(weight, logcnt, node)
-        ours = Plan.from_phy2log(pack_nodes(item_e, item_w, item_node, N, P // N, E), E)
-    # Per layer, the least traffic among the plans within the balance limit (ours first).
-    limit = torch.maximum(torch.full_like(base_imb, 1.0 + opts.epsilon), base_imb) * (1 + 1e-9)
-    cands = [ours, balanced] + ([hier] if hier is not None else [])
-    src_bytes = torch.stack([traffic(c, problem.cluster, routing).layer_bytes for c in cands])   # [C, L]
-    imbs = torch.stack([gpu_imbalance(weight, c, P) for c in cands])
-    src_bytes = src_bytes.masked_fill(imbs > limit.view(1, L), float("inf"))
-    choice = src_bytes.argmin(0)                                                      # [L]
+    ladder = (1.0,) if opts.traffic_weight is None else WEIGHT_LADDER
+    # the node load spread a balance-only plan has anyway: the robust caps allow as much
+    allow = None if cov is None else opts.risk * unit_spread(cov, balanced, N).mean(1)
+    ours = [_search(problem, routing, ids, X, weight, hier, cov, allow, opts.epsilon * f, opts) for f in ladder]
+    cands = ours + [balanced] + ([hier] if hier is not None else [])
+    bytes_ = torch.stack([traffic(c, problem.cluster, routing).layer_bytes for c in cands])      # [C, L]
+    imb = torch.stack([gpu_imbalance(weight, c, P) for c in cands])
+    robust = None if cov is None else torch.stack([robust_imbalance(weight, cov, opts.risk, c, P) for c in cands])
+    choice = choose(bytes_, imb, robust, opts.epsilon, opts.traffic_weight, len(ours))              # [L]
     phy2log = torch.stack([c.phy2log for c in cands]).gather(0, choice.view(1, L, 1).expand(1, L, R))[0]
     plan = Plan.from_phy2log(phy2log, E).to(problem.device)
-    info = {"epsilon": opts.epsilon, "layers_own": int((choice == 0).sum()),
-            "layers_balanced": int((choice == 1).sum()), "layers_hierarchical": int((choice == 2).sum())}
+    info = {"epsilon": opts.epsilon, "traffic_weight": opts.traffic_weight, "steps": int(steps.shape[0]),
+            "layers_own": int((choice < len(ours)).sum()), "layers_balanced": int((choice == len(ours)).sum()),
+            "layers_hierarchical": int((choice == len(ours) + 1).sum())}
     return SolverOutput(plan, "global", info=info)
