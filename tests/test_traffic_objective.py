@@ -167,6 +167,24 @@ def test_cli_traffic_weight(small, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["coactivation_lift"] > 1
 
 
+def test_cli_compare_takes_the_traffic_weight_for_traffic_aware(small, tmp_path, capsys):
+    """compare --traffic-weight reaches traffic_aware (and only a solver that declares it)."""
+    tr, _ = small
+    path = save_routing(tr, tmp_path / "t.npz")
+    base = ["compare", "--loads", str(path), "--replicas", "40", "--gpus", "8", "--nodes", "2",
+            "--routing", str(path), "--policy", "global", "--json", "-O", "max_swaps=3"]
+    rows = {}
+    for weight in ("0", "100"):
+        assert main(base + ["--solvers", "deepseek,traffic_aware", "--traffic-weight", weight]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        rows[weight] = {r["solver"]: r for r in doc["rows"]}["traffic_aware"]
+    # per layer a heavier weight never picks more inter-node bytes (solvers.routing.placement.choose)
+    assert rows["100"]["inter_node_bytes"] <= rows["0"]["inter_node_bytes"]
+    assert main(base + ["--solvers", "deepseek", "--traffic-weight", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "traffic_weight" in err and "traffic_aware" in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_routing_info_takes_a_shipped_name(capsys):
     assert main(["routing", "info", "deepseek-v3-routing"]) == 0
     out = capsys.readouterr().out

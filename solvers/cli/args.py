@@ -150,6 +150,20 @@ def options_dict(pairs: list[tuple[str, Any]] | None) -> dict[str, Any]:
     return out
 
 
+def flag_option(options: dict[str, Any], name: str, value: Any, flag: str, declared_by: list[str],
+                solvers: list[str]) -> None:
+    """Put a solver option given as its own flag (``--traffic-weight`` -> ``traffic_weight``)
+    into ``options``: refused when -O gives it too, or when no solver run (``solvers``)
+    declares it (``declared_by``: those that do)."""
+    if value is None:
+        return
+    if name in options:
+        raise OptionError(name, f"given both as {flag} and -O {name}=")
+    if not declared_by:
+        raise OptionError(name, f"{flag} is an option none of {', '.join(solvers)} declares (traffic_aware has it)")
+    options[name] = value
+
+
 # --out, --json -----------------------------------------------------------------------------
 
 def add_json(p: argparse.ArgumentParser, help: str = "print metrics as JSON") -> None:

@@ -15,9 +15,10 @@ from ..errors import OptionError
 from ..io import read_loads
 from ..loadfiles import split_range
 from ..planfile import write_text_atomic
+from ..registry import get_solver
 from .inputs import problem_from_args, read_any_plan, read_loads_arg
 from .routing import routing_arg, token_bytes_arg
-from .args import options_dict
+from .args import flag_option, options_dict
 
 
 def _split_names(text: str | None, param: str) -> list[str] | None:
@@ -47,10 +48,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     routing = routing_arg(args, problem)
     names = _split_names(args.solvers, "solvers") or default_solvers(holdout=holdout is not None, routing=routing is not None)
     policies = _split_names(args.policy, "policy") or ["auto"]
+    options = options_dict(args.option)
+    flag_option(options, "traffic_weight", args.traffic_weight, "--traffic-weight",
+                [n for n in names if "traffic_weight" in get_solver(n).options], names)
     progress = _progress(len(planned_runs(problem, names, policies)))
     rows = compare_solvers(problem, names, policies=policies, holdout=holdout, previous=previous,
                            expert_bytes=expert_bytes if previous is not None else None,
-                           options=options_dict(args.option), time_limit=args.time_limit, on_progress=progress,
+                           options=options, time_limit=args.time_limit, on_progress=progress,
                            history=info.trace, holdout_steps=holdout_steps,
                            routing=routing, token_bytes=None if routing is None else token_bytes_arg(args, routing))
     best, reason = pick(rows)

@@ -63,10 +63,7 @@ def add_plan(sub) -> None:
     add_network_args(p)
     p.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert for moves (default: the model's)")
     add_routing_arg(p, "; the traffic_aware solver plans on it (-O epsilon=E: imbalance <= 1 + E)")
-    p.add_argument("--traffic-weight", type=float, default=None, metavar="W",
-                   help="traffic_aware's weighted objective: per layer, the plan within the epsilon limits "
-                        "minimising (imbalance - 1) + W x inter-node bytes / the balance-only plan's "
-                        "(docs/traffic.md); without it, the least traffic within the limits")
+    add_traffic_weight(p)
     add_out(p, "plan JSON to write", required=True)
     add_json(p)
     add_progress(p)
@@ -117,6 +114,7 @@ def add_compare(sub) -> None:
     c.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert (default: the model's)")
     c.add_argument("--time-limit", type=float, default=None, help="seconds for each solver with a time limit")
     add_routing_arg(c, " (a column per plan; traffic_aware joins the default solvers)")
+    add_traffic_weight(c)
     add_options(c, "option for every solver that declares it, repeatable")
     add_out(c, "write compare.csv and compare.html there", metavar="DIR")
     add_json(c, "print the rows and the pick as JSON")
@@ -128,6 +126,13 @@ def add_solvers(sub) -> None:
     add_json(ls, "print the schemas as JSON")
     ls.add_argument("--markdown", action="store_true", help="print the catalogue as Markdown (docs/solvers.md)")
     ls.set_defaults(handler="solvers")
+
+
+def add_traffic_weight(p) -> None:
+    p.add_argument("--traffic-weight", type=float, default=None, metavar="W",
+                   help="traffic_aware's weighted objective: per layer, the plan within the epsilon limits "
+                        "minimising (imbalance - 1) + W x inter-node bytes / the balance-only plan's "
+                        "(docs/traffic.md); without it, the least traffic within the limits")
 
 
 def add_routing_arg(p, extra: str = "") -> None:

@@ -13,7 +13,7 @@ from ..result import SolveResult
 from ..scoring import with_traffic
 from ..solve import solve
 from .routing import routing_arg, token_bytes_arg
-from .args import command_line, fail, options_dict
+from .args import command_line, fail, flag_option, options_dict
 from .inputs import (dropped_note, format_metrics, loads_sha256, plan_cluster, problem_from_args, read_any_plan,
                      read_loads_arg)
 
@@ -28,13 +28,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if "policy" in options:
             raise OptionError("policy", "given both as --policy and -O policy=")
         options["policy"] = args.policy
-    if args.traffic_weight is not None:
-        if "traffic_weight" in options:
-            raise OptionError("traffic_weight", "given both as --traffic-weight and -O traffic_weight=")
-        if "traffic_weight" not in get_solver(args.solver).options:
-            raise OptionError("traffic_weight", f"--traffic-weight is an option of traffic_aware, not of "
-                              f"{args.solver!r}")
-        options["traffic_weight"] = args.traffic_weight
+    flag_option(options, "traffic_weight", args.traffic_weight, "--traffic-weight",
+                [n for n in [args.solver] if "traffic_weight" in get_solver(n).options], [args.solver])
     # The schema refuses what is not an option of this solver (solve()'s own parameters
     # problem, solver, previous, expert_bytes included) before any file is read.
     spec = get_solver(args.solver)
