@@ -212,7 +212,7 @@ def test_6_default_settings_run_on_a_32_step_trace_and_are_scored_on_the_same_st
     _clean(at)
     assert not at.error
     totals = at.dataframe[1].value
-    assert len(totals) == 5 and totals["steps_scored"].nunique() == 1
+    assert len(totals) == 6 and totals["steps_scored"].nunique() == 1
     assert list(totals.columns[:2]) == ["setting", "frontier"]
 
 

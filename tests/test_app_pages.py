@@ -336,6 +336,7 @@ def test_results_reads_no_typed_path_and_uploads_are_checked():
 # Over time
 
 def test_over_time_replays_every_setting_with_the_simulator():
+    from app.compute import replay_totals
     from solvers.dynamics import simulate
 
     at = _app().run()
@@ -350,7 +351,7 @@ def test_over_time_replays_every_setting_with_the_simulator():
     assert not at.error
     totals = at.dataframe[1].value
     assert totals["setting"].tolist() == ["every 50", "every 50, migration 1%", "every 50, migration 1% + budget",
-                                          "every 10", "threshold 1.25"]
+                                          "every 10", "every 10, stall-aware", "threshold 1.25"]
     trace = load_dataset("olmoe-1b-7b-drifting").loads
     cluster = dict(num_replicas=72, num_groups=1, num_nodes=1, num_gpus=8, expert_bytes=2 * 3 * 2048 * 1024)
     for row, setting in ((0, {}), (2, {"migration_slack": 0.01, "migration_budget": 0.25})):
@@ -358,6 +359,10 @@ def test_over_time_replays_every_setting_with_the_simulator():
         expected_stall = expected["stall_seconds"] if row == 0 else expected_stall
         assert totals.iloc[row]["mean_imbalance"] == pytest.approx(expected["mean_imbalance"])
         assert totals.iloc[row]["total_moves"] == expected["total_moves"]
+    aware = simulate(trace, every=10, stall_aware=True, **cluster)       # the stall-aware row, scored from step 50
+    assert totals.iloc[4]["mean_imbalance"] == pytest.approx(replay_totals(aware, 50)["mean_imbalance"])
+    aware = aware.totals()
+    assert totals.iloc[4]["rebalances"] == aware["rebalances"] <= totals.iloc[3]["rebalances"]
     charts = _charts(at)
     assert {"over_time:chart:imbalance", "over_time:chart:bytes", "over_time:chart:frontier",
             "over_time:chart:net"} <= set(charts)

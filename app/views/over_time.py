@@ -33,7 +33,8 @@ SETTING_COLUMNS = ("setting", "every", "threshold", "window", "migration_slack",
 def default_settings(num_steps: int) -> pd.DataFrame:
     """The settings table a trace of ``num_steps`` steps opens with: periods that leave most
     of the trace to score (a long period of T/8 steps, 50 on a 400-step trace, and a short
-    one), migration-aware variants and a threshold row with its window filled in."""
+    one), migration-aware variants, the short period checked by the stall-aware trigger (it
+    rebalances only when the gain pays for the stall) and a threshold row with its window."""
     long = max(2, num_steps // 8)
     short = max(1, long // 5)
     table = pd.DataFrame([
@@ -42,9 +43,10 @@ def default_settings(num_steps: int) -> pd.DataFrame:
         {"setting": f"every {long}, migration 1% + budget", "every": long, "migration_slack": 0.01,
          "migration_budget": 0.25},
         {"setting": f"every {short}", "every": short},
+        {"setting": f"every {short}, stall-aware", "every": short, "stall_aware": True},
         {"setting": "threshold 1.25", "threshold": 1.25, "window": long},
     ], columns=SETTING_COLUMNS)
-    table["stall_aware"] = False                       # a checkbox column needs booleans
+    table["stall_aware"] = table["stall_aware"].fillna(False).astype(bool)   # a checkbox column needs booleans
     return table
 
 
