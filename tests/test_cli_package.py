@@ -130,3 +130,13 @@ def test_the_apps_explore_page_says_the_dense_layers_were_dropped(dump):
     assert not at.error, [e.value for e in at.error]
     assert any(f"{DENSE} leading all-zero (dense) layer(s) dropped" in c.value for c in at.caption)
 
+
+
+def test_a_reader_that_leaves_early_gets_no_error_message():
+    """`eplb ... | head`: when the pipe's reader has gone, eplb stops quietly (as cat does),
+    with no 'Broken pipe' line and no Python traceback at exit."""
+    proc = subprocess.Popen([sys.executable, "-m", "solvers.cli", "solvers", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()                      # the reader leaves before eplb writes a byte
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) in (0, 141) and err == "", err

@@ -17,6 +17,7 @@ Bad input prints one line on stderr and exits with status 2; never a traceback.
 """
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -54,7 +55,9 @@ def _main(argv: Sequence[str] | None) -> int:
         from .commands import HANDLERS, SolverBug
 
         try:
-            return int(HANDLERS[args.handler](args) or 0)
+            code = int(HANDLERS[args.handler](args) or 0)
+            sys.stdout.flush()                     # a closed pipe shows here, not at interpreter exit
+            return code
         except SolverBug as exc:  # not the user's fault: say so, exit 1
             print(f"eplb: internal error: {exc}", file=sys.stderr)
             return 1
@@ -64,6 +67,11 @@ def _main(argv: Sequence[str] | None) -> int:
         return fail(str(exc))
     except KeyboardInterrupt:
         return fail("interrupted")
+    except BrokenPipeError:
+        # `eplb score ... | head`: the reader left; say nothing (as cat and grep do) and keep
+        # Python from complaining again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141                                 # 128 + SIGPIPE, what a shell reports
     except OSError as exc:
         return fail(f"{exc.filename or ''}: {exc.strerror or exc}".strip(": "))
 
