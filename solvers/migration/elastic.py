@@ -15,7 +15,7 @@ allow; the slots it gained are holes, filled first):
   orphans also preferring GPUs below the average time. Layers left above target get the
   swap repair below;
 - **A3: the same search, orphans placed jointly** (``match_orphans``: a min-cost assignment
-  of orphans to live GPUs per layer, then the search);
+  of orphans to live GPUs per layer, then the search; like A2 where A1 met the target);
 - **B: rescue and swap repair**: experts left without a live replica, and experts whose
   replicas became heavier than the fresh plan's heaviest, heaviest first, each take a hole
   or evict a spare replica, on the slot that adds least to its GPU's excess over the target
@@ -337,10 +337,13 @@ def elastic(problem: Problem, previous: Plan, previous_cluster: Cluster | None =
         a2[ok], met2[ok] = _search(w[ok], filled[ok], gpus, target[ok], old_live[ok], old_pres[ok], P, new_gpu,
                                    spread_penalty(ideal))
     candidates.append((a2, met2))
-    # candidate A3: the orphans placed jointly (an assignment per layer), then the same search
-    ideal_all = w.sum(1) / gpus.speed.sum()
-    candidates.append(_search(w, filled, gpus, target, old_live, old_pres, P, new_gpu, spread_penalty(ideal_all),
-                              match_orphans))
+    # candidate A3: the orphans placed jointly (an assignment per layer), then the same
+    # search; like A2 only where A1 met the target
+    a3, met3 = filled.clone(), torch.zeros_like(candidates[0][1])
+    if ok.numel():
+        a3[ok], met3[ok] = _search(w[ok], filled[ok], gpus, target[ok], old_live[ok], old_pres[ok], P, new_gpu,
+                                   spread_penalty(ideal), match_orphans)
+    candidates.append((a3, met3))
     # candidate B: rescue every expert up to the replicas the fresh plan's heaviest replica
     # allows, then repair the slowest GPU by swaps
     fresh_cnt = fresh.plan.logcnt.to(torch.float64)
