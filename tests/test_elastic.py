@@ -24,7 +24,14 @@ from solvers.migration.elastic_exact import (
     prove_elastic,
     solve_elastic_layer,
 )
-from solvers.migration.elastic_moves import Layout, counts, place_orphans, reduce_excess
+from solvers.migration.elastic_moves import (
+    Layout,
+    counts,
+    match_orphans,
+    place_orphans,
+    reduce_excess,
+    shed_moves,
+)
 from solvers.workloads.exporters import export_plan, live_map, padded_map, read_exported_plan
 
 
@@ -59,6 +66,61 @@ def test_orphans_get_a_replica_and_the_excess_search_never_adds_excess():
     after = reduce_excess(w, placed, gpus, target, old)
     assert bool((counts(after, 24) >= 1).all())
     assert bool((Layout(w, after, gpus).excess(target) <= before_exc + 1e-9).all())
+
+
+def _moves(lay, old):
+    return ((lay.n > 0) & ~old).sum(1)
+
+
+def test_orphans_matched_jointly_then_unneeded_moves_shed_within_target():
+    w, healthy, before, p = _failure(L=6, E=32, seed=11, gpus=8, slots=40)
+    kept = keep_survivors(before.plan.phy2log, healthy.cluster, p.cluster)
+    orphans = counts(kept, 32) == 0
+    assert bool(orphans.any())
+    gpus = LiveGPUs.of(p.cluster, w.device)
+    # the plan in force's (live GPU, expert) pairs: what each survivor holds now
+    old = Layout(w, kept, gpus).n > 0
+    target = w.sum(1) / gpus.Q * 1.03
+    matched = match_orphans(w, kept, gpus, target, old)
+    assert bool((counts(matched, 32) >= 1).all())                 # every expert alive
+    # only orphans entered, one slot each: moves = orphans, nothing else changed
+    changed = matched != kept
+    assert int(changed.sum()) == int(orphans.sum())
+    assert bool(orphans.gather(1, matched).masked_select(changed).all())
+    # shed: excess stays 0 on the layers within target, moves never rise, others untouched
+    searched = reduce_excess(w, matched, gpus, target, old)
+    lay = Layout(w, searched, gpus)
+    met = lay.excess(target) <= 0
+    assert bool(met.any())
+    shed = shed_moves(w, searched, gpus, target, old)
+    after = Layout(w, shed, gpus)
+    assert bool((after.excess(target)[met] <= 0).all())
+    assert bool((counts(shed, 32) >= 1).all())
+    assert bool((_moves(after, old) <= _moves(lay, old)).all())
+    assert torch.equal(shed[~met], searched[~met])
+
+
+def test_shed_moves_undoes_a_move_the_target_does_not_need():
+    w, healthy, before, p = _failure(L=6, E=32, seed=11, gpus=8, slots=40)
+    kept = keep_survivors(before.plan.phy2log, healthy.cluster, p.cluster)
+    gpus = LiveGPUs.of(p.cluster, w.device)
+    full = place_orphans(w, kept, gpus, torch.full((6,), float("inf"), dtype=torch.float64),
+                         torch.zeros(6, gpus.Q * 32, dtype=torch.bool))
+    old = Layout(w, full, gpus).n > 0                             # a plan in force with every orphan placed
+    # one needless move: slot 0's replica replaced by an expert its GPU never held, if spare
+    lay = Layout(w, full, gpus)
+    e = full.clone()
+    for x in range(6):
+        r = int((lay.cnt[x].gather(0, full[x]) >= 2).nonzero()[0])
+        g = int(gpus.gpu_of[r])
+        y = int((~old[x].view(gpus.Q, 32)[g]).nonzero()[0])
+        e[x, r] = y
+    moved = Layout(w, e, gpus)
+    target = moved.t.max(1).values.maximum(lay.t.max(1).values) * 1.5   # loose: nothing needs a move
+    assert bool((_moves(moved, old) == 1).all())
+    shed = shed_moves(w, e, gpus, target, old)
+    assert bool((_moves(Layout(w, shed, gpus), old) == 0).all())
+    assert bool((counts(shed, 32) >= 1).all())
 
 
 def test_elastic_meets_the_target_with_fewer_moves_than_a_fresh_plan():

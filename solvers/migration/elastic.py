@@ -4,7 +4,7 @@ Given the plan in force (made for ``previous_cluster``) and the cluster now (the
 some failed or with other slot counts), find a plan with the fewest moves such that no
 replica is left on a failed GPU, every expert keeps at least one live replica, and every
 layer's max GPU *time* is within ``(1 + slack)`` x that of a fresh plan on the survivors
-(by ``base``, default ``kk_swap``). Batched over layers. Three candidates per layer, all
+(by ``base``, default ``kk_swap``). Batched over layers. Four candidates per layer, all
 starting from **keep** (every live GPU keeps the replicas it held, as many as its slots now
 allow; the slots it gained are holes, filled first):
 
@@ -14,6 +14,8 @@ allow; the slots it gained are holes, filled first):
   expert: one move; swap two slots: up to two). A2 repeats it where A1 met the target, its
   orphans also preferring GPUs below the average time. Layers left above target get the
   swap repair below;
+- **A3: the same search, orphans placed jointly** (``match_orphans``: a min-cost assignment
+  of orphans to live GPUs per layer, then the search; like A2 where A1 met the target);
 - **B: rescue and swap repair**: experts left without a live replica, and experts whose
   replicas became heavier than the fresh plan's heaviest, heaviest first, each take a hole
   or evict a spare replica, on the slot that adds least to its GPU's excess over the target
@@ -25,7 +27,9 @@ allow; the slots it gained are holes, filled first):
   change (a redundant replica elsewhere becomes another replica of the slowest GPU's
   heaviest expert).
 
-Each layer keeps the candidate within target with the fewest moves. Layers no candidate brings within target take the fresh plan. Moves are counted as
+Every candidate then sheds the moves it no longer needs (``shed_moves``: a moved slot
+becomes an expert its GPU holds or held, or swaps, every GPU staying within target). Each
+layer keeps the candidate within target with the fewest moves. Layers no candidate brings within target take the fresh plan. Moves are counted as
 the shared scorer counts them, each plan's slots mapped to GPUs by its own cluster: a
 (GPU, expert) pair the plan in force did not have.
 """
@@ -47,7 +51,7 @@ from ..problem import Problem
 from ..registry import SolverOutput, get_solver, register, run
 from ..result import SolveResult
 from ..scoring import gpu_presence
-from .elastic_moves import Layout, place_orphans, reduce_excess, spread_penalty
+from .elastic_moves import Layout, match_orphans, place_orphans, reduce_excess, shed_moves, spread_penalty
 from ..work import WorkModel
 
 # A time within this relative margin of its target meets it.
@@ -280,10 +284,11 @@ def repair_time(w: torch.Tensor, e: torch.Tensor, old_pres: torch.Tensor, target
 
 
 def _search(w: torch.Tensor, filled: torch.Tensor, gpus: LiveGPUs, target: torch.Tensor, old_live: torch.Tensor,
-            old_pres: torch.Tensor, num_gpus: int, new_gpu: torch.Tensor, penalty) -> tuple[torch.Tensor, torch.Tensor]:
-    """The move-minimal search from the kept layout (holes filled): (layout [L, R], met [L]);
-    layers it leaves above target get the swap repair."""
-    a = reduce_excess(w, place_orphans(w, filled, gpus, target, old_live, penalty), gpus, target, old_live)
+            old_pres: torch.Tensor, num_gpus: int, new_gpu: torch.Tensor, penalty, place=place_orphans
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The move-minimal search from the kept layout (holes filled), its orphans placed by
+    ``place``: (layout [L, R], met [L]); layers it leaves above target get the swap repair."""
+    a = reduce_excess(w, place(w, filled, gpus, target, old_live, penalty), gpus, target, old_live)
     met = Layout(w, a, gpus).excess(target) <= 0
     rest = (~met).nonzero().squeeze(1)
     if rest.numel():
@@ -332,12 +337,21 @@ def elastic(problem: Problem, previous: Plan, previous_cluster: Cluster | None =
         a2[ok], met2[ok] = _search(w[ok], filled[ok], gpus, target[ok], old_live[ok], old_pres[ok], P, new_gpu,
                                    spread_penalty(ideal))
     candidates.append((a2, met2))
+    # candidate A3: the orphans placed jointly (an assignment per layer), then the same
+    # search; like A2 only where A1 met the target
+    a3, met3 = filled.clone(), torch.zeros_like(candidates[0][1])
+    if ok.numel():
+        a3[ok], met3[ok] = _search(w[ok], filled[ok], gpus, target[ok], old_live[ok], old_pres[ok], P, new_gpu,
+                                   spread_penalty(ideal), match_orphans)
+    candidates.append((a3, met3))
     # candidate B: rescue every expert up to the replicas the fresh plan's heaviest replica
     # allows, then repair the slowest GPU by swaps
     fresh_cnt = fresh.plan.logcnt.to(torch.float64)
     cap = (w / fresh_cnt).max(1).values * (1 + slack)                                # [L]
     need = torch.ceil(w / cap.unsqueeze(1) * (1 - 1e-12)).clamp_min(1).to(torch.int64)
     candidates.append(repair_time(w, rescue(w, kept, gpus, need, target), old_pres, target, gpus, P, new_gpu))
+    # every candidate then undoes the moves it no longer needs (within target, exact checks)
+    candidates = [(shed_moves(w, a, gpus, target, old_live), m) for a, m in candidates]
     # per layer: the candidate within target with the fewest moves, else the fresh plan
     layouts = torch.stack([c[0] for c in candidates] + [fresh.plan.phy2log])          # [C+1, L, R]
     met = torch.stack([c[1] for c in candidates] + [torch.ones_like(candidates[0][1])])
@@ -354,7 +368,7 @@ def elastic(problem: Problem, previous: Plan, previous_cluster: Cluster | None =
             "fresh_max_time": fresh_t.tolist(), "target_max_time": target.tolist(),
             "fresh_moves": int(moves_fresh.sum()), "moves": int(moves.sum()),
             "moves_per_layer": moves.tolist(), "fallback_layers": (~use).nonzero().squeeze(1).tolist(),
-            "search_layers": int((pick < 2).sum()),
+            "search_layers": int((pick < 3).sum()), "matched_layers": int((pick == 2).sum()),
             "seconds": {"fresh": fresh_seconds, "repair": repair_seconds}}
     return SolverOutput(Plan.from_phy2log(p2l, E), fresh.policy, info=info)
 

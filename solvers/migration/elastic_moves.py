@@ -21,6 +21,7 @@ the search never cycles. Steps that add no move and lower the excess go first.
 from __future__ import annotations
 
 import torch
+from scipy.optimize import linear_sum_assignment
 
 from ..heuristics.speeds import LiveGPUs
 
@@ -261,3 +262,136 @@ def reduce_excess(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, target: torc
         e = e.clone()
         e[idx] = new
     return e
+
+
+def _moves_of(lay: Layout, gpus: LiveGPUs, old: torch.Tensor) -> torch.Tensor:
+    """[X] moves of a layout: (live GPU, expert) pairs held now and not in the plan in force."""
+    return ((lay.n > 0) & ~old).sum(1)
+
+
+def _fewer_within(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, target: torch.Tensor, old: torch.Tensor,
+                  moves: torch.Tensor) -> torch.Tensor:
+    """[X] the layout e: [X, R] is within target, keeps every expert and has fewer moves
+    than ``moves`` [X] (the exact check of a shed step)."""
+    lay = Layout(w, e, gpus)
+    return (lay.excess(target) <= 0) & (_moves_of(lay, gpus, old) < moves) & (lay.cnt >= 1).all(1)
+
+
+def shed_moves(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, target: torch.Tensor, old: torch.Tensor,
+               max_steps: int = 60) -> torch.Tensor:
+    """Undo moves the layout no longer needs: on layers within target, while some step
+    removes a move and keeps every GPU within target, take it (the one removing most moves,
+    then the lowest new time on the GPUs it touches). The steps: a slot holding the only
+    copy of a pair that was a move either becomes an expert its GPU holds or held (a
+    replace: its expert must keep another replica) or swaps with any slot elsewhere.
+
+    The excess search adds moves greedily until the target is met; a move taken early can
+    become unneeded once later ones relieved the same GPUs, and then the slack left under
+    the target pays for undoing it. Every step is checked exactly (no move added, no GPU
+    above target), so the moves never rise. e: [X, R] complete layout; old: [X, Q*E]."""
+    X, R = e.shape
+    E = w.shape[1]
+    tol = target * 1e-12          # slack for the replace estimate; acceptance is exact (excess 0)
+    ys_all = torch.arange(E, device=e.device).repeat(X, 1)                           # [X, E] every expert
+    done = torch.zeros(X, dtype=torch.bool, device=e.device)
+    for _ in range(max_steps):
+        lay = Layout(w, e, gpus)
+        idx = ((lay.excess(target) <= 0) & ~done).nonzero().squeeze(1)
+        if idx.numel() == 0:
+            break
+        ws, es, ts, olds, tl = w[idx], e[idx], target[idx], old[idx], tol[idx]
+        ls = Layout(ws, es, gpus)
+        x_n = idx.numel()
+        # slots holding the only copy of a pair that was a move: [x, M]
+        pair = gpus.gpu_of.view(1, R) * E + es
+        sole_new = (ls.n.gather(1, pair) == 1) & ~olds.gather(1, pair)
+        m = int(sole_new.sum(1).max())
+        if m == 0:
+            done[idx] = True
+            continue
+        rs = sole_new.to(torch.int64).topk(m, dim=1).indices                          # [x, m]
+        valid = sole_new.gather(1, rs)
+        tr, dr, finish = replace_gain(ws, ls, gpus, ts, olds, ys_all[:x_n], rs)
+        ok_r = valid.unsqueeze(2) & (dr < 0) & (tr <= tl.view(-1, 1, 1))
+        key_r = torch.where(ok_r, dr.to(w.dtype) * 1e6 + finish / ts.view(-1, 1, 1), torch.full_like(tr, INF))
+        tsw, dsw, _ = swap_gain(ls, gpus, ts, olds, rs)
+        t_after = torch.maximum(ls.t.gather(1, gpus.gpu_of[rs]).unsqueeze(2), ls.t[:, gpus.gpu_of].unsqueeze(1))
+        ok_s = valid.unsqueeze(2) & (dsw < 0) & (tsw <= tl.view(-1, 1, 1))
+        key_s = torch.where(ok_s, dsw.to(w.dtype) * 1e6 + t_after / ts.view(-1, 1, 1), torch.full_like(tsw, INF))
+        vr, jr = key_r.flatten(1).min(1)
+        vs, js = key_s.flatten(1).min(1)
+        r_rows = torch.arange(x_n, device=e.device)
+        replaced = es.clone()
+        replaced[r_rows, rs[r_rows, jr // E]] = jr % E                                  # ys_all[:, k] = k
+        swapped = es.clone()
+        a = rs.gather(1, (js // R).unsqueeze(1)).squeeze(1)
+        b = js % R
+        swapped[r_rows, a] = es[r_rows, b]
+        swapped[r_rows, b] = es[r_rows, a]
+        moves0 = _moves_of(ls, gpus, olds)
+        use_r = (_fewer_within(ws, replaced, gpus, ts, olds, moves0) & torch.isfinite(vr)
+                 & (~torch.isfinite(vs) | (vr <= vs)))
+        use_s = ~use_r & _fewer_within(ws, swapped, gpus, ts, olds, moves0) & torch.isfinite(vs)
+        # a replace whose estimate failed: the swap if it is good
+        new = torch.where(use_r.unsqueeze(1), replaced, torch.where(use_s.unsqueeze(1), swapped, es))
+        done[idx[~(use_r | use_s)]] = True
+        e = e.clone()
+        e[idx] = new
+    return e
+
+
+def match_orphans(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, target: torch.Tensor, old: torch.Tensor,
+                  penalty=None) -> torch.Tensor:
+    """Place the orphans jointly: a min-cost assignment of orphans to live GPUs, at most one
+    orphan per GPU, the cost of (orphan y, GPU g) being the least penalty growth of putting
+    y into one of g's spare slots (``replace_gain`` on the layout before any is placed).
+    The greedy ``place_orphans`` puts the heaviest orphan first where it hurts least, which
+    can leave a later orphan only bad slots; the assignment weighs them all together.
+    Costs are each judged alone (two placements interact only through an expert holding
+    slots on both GPUs), so an assignment that would evict an expert's last replicas is
+    undone for those slots, and ``place_orphans`` places whatever is left. One small
+    assignment per layer (scipy); e: [X, R] complete except for the orphans."""
+    X = e.shape[0]
+    lay = Layout(w, e, gpus)
+    orphan = lay.cnt == 0                                                             # [X, E]
+    K = int(orphan.sum(1).max())
+    if K == 0:
+        return e
+    ys = w.masked_fill(~orphan, -1.0).topk(K, dim=1).indices                          # [X, K] heaviest first
+    is_orphan = orphan.gather(1, ys)
+    rs = spare_slots(lay, SPARE_SLOTS)                                                # [X, M]
+    total, _, finish = replace_gain(w, lay, gpus, target, old, ys, rs, penalty)
+    key = total + finish * 1e-9                                                       # [X, M, K]
+    key = key.masked_fill(~is_orphan.unsqueeze(1), INF)
+    # per GPU the best of its spare slots for every orphan: [X, Q, K]
+    g = gpus.gpu_of[rs]                                                               # [X, M]
+    best = torch.full((X, gpus.Q, K), INF, dtype=w.dtype, device=e.device)
+    best.scatter_reduce_(1, g.unsqueeze(2).expand_as(key), key, "amin")
+    # the slot achieving it: among the slots of that GPU, the one with that key
+    hit = (key == best.gather(1, g.unsqueeze(2).expand_as(key))) & torch.isfinite(key)
+    slot_of = torch.full((X, gpus.Q, K), -1, dtype=torch.int64, device=e.device)
+    slot_of.scatter_reduce_(1, g.unsqueeze(2).expand_as(key),
+                            torch.where(hit, rs.unsqueeze(2).expand_as(key), torch.full_like(key, -1, dtype=torch.int64)),
+                            "amax")
+    cost = best.transpose(1, 2).cpu().numpy()                                         # [X, K, Q]
+    out = e.clone()
+    for x in range(X):                      # one small assignment per layer (orphans x GPUs)
+        ok = is_orphan[x].cpu().numpy()
+        c = cost[x][ok]
+        finite = c[c < INF]
+        if c.size == 0 or finite.size == 0:
+            continue
+        c = c.copy()
+        c[~(c < INF)] = finite.max() * 10 + 1e12
+        ks, qs = linear_sum_assignment(c)
+        kidx = ok.nonzero()[0][ks]
+        for k, q in zip(kidx.tolist(), qs.tolist()):
+            r = int(slot_of[x, q, k])
+            if r >= 0 and bool(torch.isfinite(best[x, q, k])):
+                out[x, r] = ys[x, k]
+    # undo the slots whose evicted expert lost its last replica
+    changed = out != e
+    lost = (counts(out, w.shape[1]) == 0) & ~orphan                                   # [X, E]
+    undo = changed & lost.gather(1, e)
+    out = torch.where(undo, e, out)
+    return place_orphans(w, out, gpus, target, old, penalty)
