@@ -10,7 +10,8 @@ import torch
 
 from solvers import OptionError, Problem, score, solve
 from solvers.cluster import Cluster
-from solvers.dynamics.risk import centred, risk_search, step_weights, window_objective
+from solvers.dynamics.risk import centred, moments, risk_search, step_weights, window_objective
+from solvers.dynamics.risk_migration import swapped_maps
 from solvers.migration.moves import moves_per_layer
 from solvers.migration.relabel import relabel_phy2log
 from solvers.scoring import count_duplicates
@@ -145,3 +146,30 @@ def test_current_must_be_a_plan_of_the_problem():
     p = Problem(hist.sum(0), 40, 1, 1, 8)
     with pytest.raises(OptionError, match="current"):
         solve(p, "risk_aware", history=hist, current="plan.json")
+
+
+def test_swapped_maps_are_the_best_single_swaps_of_the_map_in_force():
+    g = torch.Generator().manual_seed(3)
+    W, L, E, G, N = 6, 3, 32, 8, 4
+    hist = torch.rand(W, L, E, generator=g, dtype=torch.float64) * 100
+    k = step_weights(W, 4.0, hist.device)
+    now = torch.tensor([[0, 0, 1, 1, 2, 2, 3, 3], [3, 2, 1, 0, 0, 1, 2, 3], [1, 0, 1, 0, 3, 2, 3, 2]])
+    maps = swapped_maps(hist, k, now, G, N, 0.5, 2)
+    assert maps.shape == (L, 2, G)
+    mu, sd = moments(hist.view(W, L, G, E // G).sum(-1), k)
+    stat = mu + 0.5 * sd
+    for layer in range(L):
+        worst = []           # brute force: every swap of two groups on different nodes
+        for a in range(G):
+            for b in range(a + 1, G):
+                if now[layer, a] != now[layer, b]:
+                    m = now[layer].clone()
+                    m[a], m[b] = now[layer, b], now[layer, a]
+                    worst.append(float(torch.zeros(N, dtype=torch.float64).scatter_add_(0, m, stat[layer]).max()))
+        worst.sort()
+        for i in range(2):
+            m = maps[layer, i]
+            assert int((m != now[layer]).sum()) == 2                       # one pair swapped
+            assert torch.equal(torch.bincount(m, minlength=N), torch.full((N,), G // N))
+            got = float(torch.zeros(N, dtype=torch.float64).scatter_add_(0, m, stat[layer]).max())
+            assert math.isclose(got, worst[i], rel_tol=1e-12)
