@@ -41,7 +41,7 @@ from solvers import Problem, solve
 from solvers.errors import EPLBError
 from solvers.registry import get_solver, solver_names
 
-# Part 3's limit and target (issue 26 item 4: stop within +0.1 s of the limit, under load).
+# Part 3's limit and target: every time-limited solver stops within +0.1 s of its limit, under load.
 LIMIT = 0.25
 MAX_OVERRUN = 0.1
 

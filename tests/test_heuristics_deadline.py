@@ -418,7 +418,7 @@ def test_pack_counts_past_its_deadline_still_returns_a_full_packing(nodup):
 
 
 def test_portfolio_keeps_its_limit_at_one_gpu_of_many_slots(monkeypatch):
-    """Issue 28's case: 1 x 8 experts on one GPU of 1024 slots, where the first rung's
+    """The work model's case: 1 x 8 experts on one GPU of 1024 slots, where the first rung's
     differencing has 1023 merge steps and the greedy 1016 replication steps. On a fake clock
     charging 10 ms per packing check (every DEADLINE_EVERY merges) and 1 ms per greedy step,
     both exceed a 0.2 s budget: the construction is cut, the greedy dropped, and the portfolio
