@@ -7,7 +7,9 @@ import itertools
 import pytest
 import torch
 
+import solvers.dynamics.scenario as scenario
 from solvers import OptionError, Problem, get_solver, solve
+from solvers.clock import FakeClock, fake_clock
 from solvers.bounds import lower_bound
 from solvers.dynamics.scenario import scenario_bound, scenario_value, shared_count_bound, tail_steps
 from solvers.scoring import count_duplicates
@@ -108,3 +110,26 @@ def test_shared_counts_bound_tighter_than_per_step_counts():
     assert float(scenario_bound(p, hist)[0]) == pytest.approx(135.0)
     assert _brute_force(hist, 5, 5, False) == pytest.approx(135.0)
     assert shared_count_bound(torch.ones(2, 1, 256), 288, 32) is None      # too many count vectors to list
+
+
+def test_scenario_model_shares_its_time_over_the_layers_and_ends_on_the_time_limit(monkeypatch):
+    """A fake layer model that spends whatever limit it is given (fake clock): each of the 4
+    layers gets an equal share of the time left (before, the first took all of it and the
+    next ones 1 ms); one that finds no plan in its share ends the solve with termination
+    time_limit, not error."""
+    clock = FakeClock()
+    given = []
+
+    def layer_model(w, R, P, nodup, time_limit, threads, tail_k):
+        given.append(time_limit)
+        clock.advance(time_limit)
+        row = [e for e in range(w.shape[1])] * (R // w.shape[1])
+        return (None, float("inf"), 0.0, False) if len(given) == 3 else (torch.tensor(row).numpy(), 1.0, 1.0, False)
+
+    monkeypatch.setattr(scenario, "_layer_model", layer_model)
+    hist = torch.randint(1, 20, (2, 4, 4)).to(torch.float64)
+    with fake_clock(clock):
+        res = solve(Problem(hist.sum(0), 8, 1, 1, 2), "scenario_cpsat", history=hist, colocation="allowed",
+                    time_limit=1.0)
+    assert given == pytest.approx([0.25, 0.25, 0.25])
+    assert str(res.termination) == "time_limit" and res.plan is None

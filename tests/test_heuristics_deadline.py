@@ -23,6 +23,7 @@ from solvers.registry import SolverOutput
 from solvers.heuristics import joint, packing, pipeline, portfolio
 from solvers.heuristics.common import replicate_counts
 from solvers.heuristics.pipeline import heuristic_phy2log, layer_max
+from solvers.scoring import duplicates_per_row
 
 ROW_SECONDS = 0.001        # fake cost of packing one candidate row in the count search
 CALL_SECONDS = 0.002       # fake fixed cost of one batched evaluation (estimates then err)
@@ -378,3 +379,65 @@ def test_portfolio_with_time_for_the_greedy_is_never_worse_than_it(monkeypatch):
     greedy = pipeline.greedy_phy2log(problem, "global")
     assert bool((layer_max(problem, out.plan.phy2log) <= layer_max(problem, greedy) * (1 + 1e-12)).all())
     assert work.clock.now <= 1.0
+
+
+def test_constructions_stop_at_their_deadline_and_are_unchanged_without_one():
+    """kk and lpt at one GPU of 512 slots (511 merges, 512 placements): on a clock advancing
+    1 ms per reading they raise TimeUp a few checks past the deadline; with no deadline (or
+    one far away) they give the same packing as before."""
+    item_w = torch.rand(3, 512, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    item_e = torch.arange(512).expand(3, 512)
+    plain_kk = packing.kk_pack(item_w, 4)
+    plain_lpt = packing.lpt_pack(item_w, item_e, 4, 512)
+    for build in (lambda d: packing.kk_pack(item_w, 4, deadline=d),
+                  lambda d: packing.lpt_pack(item_w, item_e, 4, 512, deadline=d)):
+        with fake_clock(StepClock(step=0.001)) as c:
+            with pytest.raises(TimeUp):
+                build(0.005)
+            assert c.now <= 0.005 + 0.001 + 1e-12        # stopped at the first check past it
+    with fake_clock(StepClock(step=0.001)):
+        assert torch.equal(packing.kk_pack(item_w, 4, deadline=1e9), plain_kk)
+        assert torch.equal(packing.lpt_pack(item_w, item_e, 4, 512, deadline=1e9), plain_lpt)
+
+
+@pytest.mark.parametrize("nodup", [False, True])
+def test_pack_counts_past_its_deadline_still_returns_a_full_packing(nodup):
+    """Every construction cut: pack_counts falls back to the round-robin layout, every GPU
+    holds exactly its slots, every replica is kept (and none duplicated under nodup)."""
+    w = loads(2, 16, 3).to(torch.float64)
+    cnt = replicate_counts(w, 64, 4 if nodup else None)
+    with fake_clock(StepClock(step=1.0)):                  # every check is past the deadline
+        e_slots, obj = packing.pack_counts(w, cnt, 4, nodup=nodup, starts=("kk", "lpt"), deadline=0.5)
+    assert e_slots.shape == (2, 64)
+    assert torch.equal(torch.nn.functional.one_hot(e_slots, 16).sum(1), cnt)     # every replica placed
+    assert bool(torch.isfinite(obj).all())
+    if nodup:
+        assert int(duplicates_per_row(e_slots, 4).sum()) == 0
+    ref, ref_obj = packing.pack_counts(w, cnt, 4, nodup=nodup, starts=("rr",), max_steps=0)
+    assert torch.equal(e_slots, ref) and torch.equal(obj, ref_obj)   # the rr layout (no search time left)
+
+
+def test_portfolio_keeps_its_limit_at_one_gpu_of_many_slots(monkeypatch):
+    """The work model's case: 1 x 8 experts on one GPU of 1024 slots, where the first rung's
+    differencing has 1023 merge steps and the greedy 1016 replication steps. On a fake clock
+    charging 10 ms per packing check (every DEADLINE_EVERY merges) and 1 ms per greedy step,
+    both exceed a 0.2 s budget: the construction is cut, the greedy dropped, and the portfolio
+    returns a valid plan within one check of its limit."""
+    work = Work(monkeypatch)
+    checks = {0.01: 0, 0.001: 0}
+
+    def charged(cost):
+        def check(deadline):
+            checks[cost] += 1
+            work.clock.now += cost
+            check_deadline(deadline)
+        return check
+
+    monkeypatch.setattr(packing, "check_deadline", charged(0.01))
+    monkeypatch.setattr(deepseek, "check_deadline", charged(0.001))
+    problem = Problem(loads(1, 8, 5), 1024, 1, 1, 1)
+    out = portfolio.run_portfolio(problem, policy="global", nodup=False, relax=0, time_limit=0.2)
+    assert out.info["greedy"] == "timed out"
+    assert work.clock.now <= 0.2 + 0.01 + 1e-9
+    assert 0 < checks[0.01] < 1023 // packing.DEADLINE_EVERY       # the differencing was cut
+    problem.validate_plan(out.plan)

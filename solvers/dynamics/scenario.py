@@ -34,6 +34,7 @@ from ..options import Option, SolverOptions, colocation_option, threads_option, 
 from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput, register
+from ..result import Termination
 from .robust import _HISTORY, check_history
 from ..work import WorkModel
 
@@ -206,10 +207,14 @@ def solve_scenario_cpsat(problem: Problem, o: SolverOptions) -> SolverOutput:
     rows, values, bounds, optimal = [], [], [], []
     w = hist.cpu().numpy()
     for layer in range(L):
-        left = max(deadline - clock(), 1e-3)
-        row, value, bound, opt = _layer_model(w[:, layer], R, P, nodup, left, o.threads, tail_k)
+        # an equal share of the time left (the first layer took it all, leaving the next ones
+        # nothing: a plan for none); a layer without a plan in its share ends the solve on the
+        # time limit (no warm start to keep: the model has none)
+        share = max(deadline - clock(), 1e-3) / (L - layer)
+        row, value, bound, opt = _layer_model(w[:, layer], R, P, nodup, share, o.threads, tail_k)
         if row is None:
-            return SolverOutput(None, "global", message=f"no scenario plan found for layer {layer} in time")
+            return SolverOutput(None, "global", Termination.TIME_LIMIT,
+                                message=f"no scenario plan found for layer {layer} in its share of the time limit")
         rows.append(row)
         values.append(value)
         bounds.append(bound)

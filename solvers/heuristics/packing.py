@@ -18,21 +18,26 @@ import itertools
 
 import torch
 
-from ..clock import clock
+from ..clock import TimeUp, check_deadline, clock
 from ..scoring import duplicates_per_row
 from .common import expand_items, pack_loads, pick_best, presence_counts, slots_from_packs
 
 # Relative improvement a swap must bring (guards against float noise loops).
 REL_TOL = 1e-12
 
+# The constructions' loops read the clock every this many steps (a step is a few kernels,
+# ~0.1 ms on a quiet core at one row: a check costs < 1 % and ends within ~2 ms of work).
+DEADLINE_EVERY = 16
+
 
 def lpt_pack(item_w: torch.Tensor, item_e: torch.Tensor, num_packs: int, num_experts: int,
-             nodup: bool = False) -> torch.Tensor:
+             nodup: bool = False, deadline: float | None = None) -> torch.Tensor:
     """Heaviest item first into the lightest pack with room (lowest index on ties).
 
     item_w: [X, n], item_e: [X, n]. With ``nodup`` a pack already holding the expert is
     avoided unless every open pack holds it (then :func:`repair_duplicates` fixes it).
-    Returns pack: [X, n].
+    Returns pack: [X, n]. ``deadline`` (a :func:`clock` value): raise :class:`TimeUp` once
+    past it, checked every DEADLINE_EVERY items (n steps: 8192 at one GPU of 8192 slots).
     """
     X, n = item_w.shape
     dev = item_w.device
@@ -47,6 +52,8 @@ def lpt_pack(item_w: torch.Tensor, item_e: torch.Tensor, num_packs: int, num_exp
     ones = torch.ones(X, 1, dtype=torch.int64, device=dev)
     chosen = []
     for k in range(n):
+        if k % DEADLINE_EVERY == 0:
+            check_deadline(deadline)
         key = load.masked_fill(count >= per_pack, float("inf"))
         if nodup:
             held = has.gather(1, se[:, k:k + 1] * num_packs + cols)               # [X, P]
@@ -60,11 +67,13 @@ def lpt_pack(item_w: torch.Tensor, item_e: torch.Tensor, num_packs: int, num_exp
     return torch.empty_like(order).scatter_(1, order, torch.cat(chosen, 1))
 
 
-def kk_pack(item_w: torch.Tensor, num_packs: int) -> torch.Tensor:
+def kk_pack(item_w: torch.Tensor, num_packs: int, deadline: float | None = None) -> torch.Tensor:
     """Balanced largest differencing method (exactly n / packs items per pack).
 
     item_w: [X, n]. Returns pack: [X, n]. S - 1 merge steps, each a few kernels over all
     rows; every pack receives one item of each sorted chunk of ``packs`` items.
+    ``deadline`` (a :func:`clock` value): raise :class:`TimeUp` once past it, checked every
+    DEADLINE_EVERY merges (S - 1 of them: 8191 at one GPU of 8192 slots, seconds of work).
     """
     X, n = item_w.shape
     P = num_packs
@@ -77,7 +86,9 @@ def kk_pack(item_w: torch.Tensor, num_packs: int) -> torch.Tensor:
     sub = (pos % P).expand(X, n).contiguous()                                 # subset within it
     alive = torch.ones(X, S, dtype=torch.bool, device=dev)
     rows = torch.arange(X, device=dev)
-    for _ in range(S - 1):
+    for k in range(S - 1):
+        if k % DEADLINE_EVERY == 0:
+            check_deadline(deadline)
         spread = (sums.max(-1).values - sums.min(-1).values).masked_fill(~alive, -1.0)
         ab = spread.topk(2, dim=1).indices                                    # [X, 2]
         a, b = ab[:, 0], ab[:, 1]
@@ -406,7 +417,9 @@ def pack_counts(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int, *, n
 
     weight: [X, E], logcnt: [X, E]. The search runs in ``search_dtype`` (float32: half the
     memory traffic); the objective that picks the best start is recomputed in float64.
-    ``deadline`` cuts the local search short (the constructions always complete).
+    ``deadline`` cuts the local search short, and the "kk" and "lpt" constructions too
+    (their loops have S - 1 and R steps): a start cut there is replaced by the round-robin
+    layout (a few kernels whatever the shape), so a plan always comes back.
     Returns e_slots: [X, R] (local expert per slot) and max_load: [X] float64 (inf for a
     row left with duplicates under ``nodup``; the "rr" start never leaves one).
     """
@@ -414,14 +427,17 @@ def pack_counts(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int, *, n
     item_e, item_w = expand_items(weight, logcnt)
     cands_w, cands_e = [], []
     for s in starts:
-        if s == "kk":
-            pack = kk_pack(item_w, num_packs)
-        elif s == "lpt":
-            pack = lpt_pack(item_w, item_e, num_packs, E, nodup=nodup)
-        elif s == "rr":
+        try:
+            if s == "kk":
+                pack = kk_pack(item_w, num_packs, deadline=deadline)
+            elif s == "lpt":
+                pack = lpt_pack(item_w, item_e, num_packs, E, nodup=nodup, deadline=deadline)
+            elif s == "rr":
+                pack = round_robin_pack(item_w, num_packs)
+            else:
+                raise ValueError(f"unknown start {s!r}")
+        except TimeUp:
             pack = round_robin_pack(item_w, num_packs)
-        else:
-            raise ValueError(f"unknown start {s!r}")
         ws, es = slots_from_packs(pack, item_w, item_e)
         cands_w.append(ws)
         cands_e.append(es)

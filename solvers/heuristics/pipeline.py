@@ -122,7 +122,7 @@ def heuristic_phy2log(problem: Problem, resolved: str, nodup: bool, effort: Effo
     if K > 1:
         # Rank the partition candidates by a cheap packing (construction only), then
         # search only the best one per layer: N rows per layer instead of K * N.
-        _, quick = pack_counts(wr, cnt, Pn, nodup=nodup, starts=starts, max_steps=0)
+        _, quick = pack_counts(wr, cnt, Pn, nodup=nodup, starts=starts, max_steps=0, deadline=deadline)
         best_k = quick.view(L, K, N).max(-1).values.argmin(1)                     # [L]
         sel = ((torch.arange(L, device=dev) * K + best_k).unsqueeze(1) * N
                + torch.arange(N, device=dev)).flatten()                           # [L*N] row ids

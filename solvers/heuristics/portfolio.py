@@ -113,8 +113,8 @@ def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
     def climb(deadline: float) -> None:
         """Run the rungs left in ``todo``, cheapest first, while ``deadline`` allows."""
         while todo:
-            # A later rung stops at the deadline but cannot cut its first packing short: it
-            # starts only if the time left covers the previous rung's time or, when
+            # A later rung stops at the deadline (a construction cut there falls back to the
+            # round-robin layout, a worse start): it starts only if the time left covers the previous rung's time or, when
             # shorter, RUNG_START_FACTOR first rungs (a packing and a few swap steps: more
             # than a later rung's constructions).
             if clock() + min(last[0], RUNG_START_FACTOR * rung_seconds[ran[0]]) > deadline:
@@ -122,7 +122,8 @@ def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
             name, effort = todo.pop(0)
             rung(name, effort, deadline)
 
-    # Rung 1 always runs (its counts and first packing cannot be cut); its search stops at
+    # Rung 1 always runs (its counts cannot be cut; its differencing stops at its deadline,
+    # round robin in its place: one GPU of 8192 slots has 8191 merges); its search stops at
     # FIRST_RUNG_SHARE of the budget. Then the greedy, cut where the ladder must end.
     name, effort = todo.pop(0)
     rung(name, effort, start + FIRST_RUNG_SHARE * (time_budget - post[0]))

@@ -38,6 +38,10 @@ CAP_RTOL = 1e-12
 FULL_WINDOW = 6
 
 
+# Status of a layer whose model building ran out of its time limit (no solver call made).
+BUILD_TIME_LIMIT = "BUILD_TIME_LIMIT"
+
+
 @dataclass
 class ExactLayer:
     """One layer's result. phy2log: [R] placement (None if none found); moves: its moves;
@@ -120,6 +124,11 @@ def solve_layer(w: np.ndarray, old: np.ndarray, cap: float, num_gpus: int, *, gr
             for (k, n), v in home.items():
                 m.AddHint(v, bool(np.any(hint_node[(hint // size) == k] == n)))
     for e in range(E):
+        # Building is Python, seconds on a big layer (4 s at 512 experts x 128 GPUs, one
+        # expert's P variables a step): past the limit, stop and leave the layer to the caller's
+        # plan (no placement, status BUILD_TIME_LIMIT).
+        if clock() - began > time_limit:
+            return ExactLayer(None, None, 0, BUILD_TIME_LIMIT, full_window)
         if home is None:
             gpus = np.arange(P)
         else:
