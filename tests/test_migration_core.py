@@ -230,3 +230,16 @@ def test_pareto_rows_trade_moves_for_balance():
     assert all(a["moves"] >= b["moves"] for a, b in zip(sweep, sweep[1:]))     # more slack, fewer moves
     assert all(r["bytes"] == 2 * r["moves"] for r in rows)
     assert "| relabelled |" in pareto_table(rows)
+
+
+@pytest.mark.parametrize("nodes,gpus", [(1, 1), (4, 4)])
+def test_one_gpu_per_zone_leaves_no_swap_and_still_plans(nodes, gpus):
+    """One GPU (or, hierarchical, one GPU per node): the swap search has no partner GPU in the
+    zone; the re-plan keeps what it can and finishes instead of failing on an empty argmin."""
+    g = torch.Generator().manual_seed(3)
+    w = torch.rand(2, 8, generator=g, dtype=torch.float64) * 100 + 1
+    problem = Problem(w, num_replicas=12 if gpus == 1 else 16, num_groups=4, num_nodes=nodes, num_gpus=gpus)
+    current = solve(problem.with_weights(w.flip(1)), "deepseek").plan
+    res = solve(problem, "migration", current=current)
+    assert res.termination == "completed", res.message
+    assert res.score.imbalance_mean >= 1.0

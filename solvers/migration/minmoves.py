@@ -101,6 +101,9 @@ def _best_swaps(w_slot: torch.Tensor, p2l: torch.Tensor, load: torch.Tensor, old
     other_zone = (gpu_ids // zone_size).view(1, P) != (g // zone_size).view(X, 1)
     free = load.masked_fill(other_zone | (gpu_ids.view(1, P) == g.view(X, 1)), float("inf"))
     K = min(width, zone_size - 1)
+    if K <= 0:                        # one GPU per zone (one GPU in all): nothing to swap with
+        none = torch.zeros(X, dtype=torch.long, device=dev)
+        return torch.zeros(X, dtype=torch.bool, device=dev), none, none, g
     hs = free.topk(K, dim=1, largest=False).indices                                  # [X, K]
     slot_range = torch.arange(S, device=dev)
     mine = g.unsqueeze(1) * S + slot_range                                           # [X, S] slots on g
