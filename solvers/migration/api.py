@@ -27,7 +27,7 @@ them is chosen changes.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -95,28 +95,42 @@ def _within_budget(problem: Problem, old: torch.Tensor, p2l: torch.Tensor, fresh
     BUDGET_SLACKS, level by level, until the total fits (or no wider slack is left).
     old, p2l: [L, R]; fresh_moves, fresh_max: [L]. Returns the plan and {layer: slack used}."""
     E, P = problem.num_experts, problem.num_gpus
-    allowed = int(float(fresh_moves.sum()) * budget)
-    moves = moves_per_layer(p2l, old, E, P)                                         # [L]
+
+    def at(wider: float) -> tuple[torch.Tensor, torch.Tensor]:
+        fixed = repair(problem.weights, old, fresh_max.to(torch.float64) * (1 + wider), P, zones, item_cap=item_cap)
+        cand = moves_per_layer(fixed.phy2log, old, E, P)
+        return fixed.phy2log, torch.where(fixed.met, cand, moves_per_layer(p2l, old, E, P))   # unmet: no saving
+
+    out, _, relaxed = widen_to_budget(p2l, moves_per_layer(p2l, old, E, P), int(float(fresh_moves.sum()) * budget),
+                                      slack, at)
+    return out, relaxed
+
+
+def widen_to_budget(p2l: torch.Tensor, moves: torch.Tensor, allowed: int, slack: float,
+                    at: Callable[[float], tuple[torch.Tensor, torch.Tensor]],
+                    ) -> tuple[torch.Tensor, torch.Tensor, dict[int, float]]:
+    """The move budget, level by level: while the plan ``p2l`` [L, R] moves more than
+    ``allowed`` in all (``moves`` [L] per layer), take from the plan at the next wider slack of
+    BUDGET_SLACKS (``at(wider)``: its phy2log [L, R] and moves [L]) the fewest layers, largest
+    savings first, that remove the excess. Returns the plan, its moves [L] and {layer: slack
+    used}."""
+    out, moves = p2l.clone(), moves.clone()
     relaxed: dict[int, float] = {}
-    out = p2l.clone()
     for wider in BUDGET_SLACKS:
         excess = int(moves.sum()) - allowed
         if excess <= 0:
             break
         if wider <= slack:
             continue
-        target = fresh_max.to(torch.float64) * (1 + wider)
-        fixed = repair(problem.weights, old, target, P, zones, item_cap=item_cap)
-        cand = moves_per_layer(fixed.phy2log, old, E, P)
-        saving = torch.where(fixed.met, moves - cand, torch.zeros_like(moves))       # [L]
+        alt, cand = at(wider)
+        saving = (moves - cand).clamp_min(0)                                          # [L]
         order = torch.argsort(saving, descending=True, stable=True)
-        # the fewest layers (largest savings first) that remove the excess, or all that save
         need = int((torch.cumsum(saving[order], 0) < excess).sum()) + 1
         take = order[:need][saving[order[:need]] > 0]
-        out[take] = fixed.phy2log[take]
+        out[take.to(out.device)] = alt[take.to(alt.device)].to(out.device)
         moves[take] = cand[take]
         relaxed.update({int(layer): wider for layer in take.tolist()})
-    return out, relaxed
+    return out, moves, relaxed
 
 
 def copy_costs(previous: torch.Tensor, num_experts: int, num_gpus: int, num_nodes: int, network) -> torch.Tensor:
@@ -324,26 +338,15 @@ def _migrate_in_time(problem: Problem, previous: Any, *, base: str, slack: float
         raise OptionError("objective", "the makespan objective plans identical GPUs only; on a cluster with "
                           "speeds, uneven slots or failed GPUs use objective='moves'")
     out = elastic(problem, previous, problem.cluster, base=base, slack=slack, base_options=base_options)
-    p2l = out.plan.phy2log.clone()
+    p2l = out.plan.phy2log
     moves = torch.tensor(out.info["moves_per_layer"], dtype=torch.int64)                # [L]
     relaxed: dict[int, float] = {}
     if budget is not None:
-        allowed = int(out.info["fresh_moves"] * budget)
-        for wider in BUDGET_SLACKS:
-            excess = int(moves.sum()) - allowed
-            if excess <= 0:
-                break
-            if wider <= slack:
-                continue
+        def at(wider: float) -> tuple[torch.Tensor, torch.Tensor]:
             alt = elastic(problem, previous, problem.cluster, base=base, slack=wider, base_options=base_options)
-            cand = torch.tensor(alt.info["moves_per_layer"], dtype=torch.int64)
-            saving = (moves - cand).clamp_min(0)
-            order = torch.argsort(saving, descending=True, stable=True)
-            need = int((torch.cumsum(saving[order], 0) < excess).sum()) + 1
-            take = order[:need][saving[order[:need]] > 0]
-            p2l[take.to(p2l.device)] = alt.plan.phy2log[take.to(p2l.device)]
-            moves[take] = cand[take]
-            relaxed.update({int(layer): wider for layer in take.tolist()})
+            return alt.plan.phy2log, torch.tensor(alt.info["moves_per_layer"], dtype=torch.int64)
+
+        p2l, moves, relaxed = widen_to_budget(p2l, moves, int(out.info["fresh_moves"] * budget), slack, at)
     info = {"base": base, "method": "heuristic", "objective": "moves", "in_time": True, **out.info,
             "budget": budget, "relaxed_layers": relaxed, "moves_per_layer": moves.tolist(),
             "heuristic_moves": int(moves.sum())}
