@@ -57,3 +57,29 @@ def test_exact_pass_stops_starting_layers_once_a_call_overshoots(monkeypatch):
     statuses = [r["status"] for r in out.info["exact_layers"]]
     assert statuses == ["UNKNOWN"] + ["NOT_RUN"] * 7
     assert torch.equal(out.plan.phy2log, heuristic.plan.phy2log)
+
+
+def test_the_time_limit_is_the_whole_calls_the_exact_pass_gets_what_the_heuristic_left(monkeypatch):
+    """A fresh plan that takes 0.6 of a 1 s limit (the fake clock jumps while it runs) leaves the
+    exact pass 0.4 s: its layers share that, not the whole second."""
+    problem = _problem()
+    current = solve(problem, "deepseek").plan
+    clock = FakeClock()
+    fresh = api._fresh
+    calls = []
+
+    def slow_fresh(*args, **kwargs):
+        out = fresh(*args, **kwargs)
+        clock.advance(0.6)
+        return out
+
+    def layer(*args, time_limit, **kwargs):          # each call uses all of its limit
+        calls.append(time_limit)
+        clock.advance(time_limit)
+        return ExactLayer(None, None, 0, "UNKNOWN", False)
+
+    monkeypatch.setattr(api, "_fresh", slow_fresh)
+    monkeypatch.setattr(api, "solve_layer", layer)
+    with fake_clock(clock):
+        solve(problem, "migration", current=current, method="exact", time_limit=1.0)
+    assert abs(calls[0] - 0.4 / 8) < 1e-9 and sum(calls) <= 0.4 + 1e-9, calls   # (1 s / 8 before)

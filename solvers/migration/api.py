@@ -294,6 +294,7 @@ def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: 
             objective: str = "moves") -> SolverOutput:
     """The migration-aware plan and its report (see the module docstring). The options come
     checked by the ``migration`` solver's schema; ``previous`` is checked against the problem here."""
+    started = clock()              # the time limit is the whole call's: the exact pass gets what is left
     if not problem.cluster.homogeneous:
         return _migrate_in_time(problem, previous, base=base, slack=slack, method=method, budget=budget,
                                 objective=objective, base_options=base_options)
@@ -313,7 +314,8 @@ def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: 
         zones = _zones(fresh.policy, problem)
         target = torch.tensor(info["target_max_load"], dtype=torch.float64, device=problem.weights.device)
         t0 = clock()
-        p2l, reports = _exact_pass(problem, previous, p2l, fresh.plan, target, zones, time_limit, threads, seed)
+        left = max(0.0, time_limit - (t0 - started))
+        p2l, reports = _exact_pass(problem, previous, p2l, fresh.plan, target, zones, left, threads, seed)
         info["seconds"]["exact"] = clock() - t0
         info["exact_layers"] = reports
         info["exact_proven_layers"] = sum(1 for r in reports if r.get("proven"))
@@ -399,7 +401,8 @@ _SCHEMA = (
     Option("objective", str, "moves", "what the plan within the slack minimises: moves (the copies) or "
            "makespan (the transfer schedule's seconds over the cluster's network; heuristic method only)",
            choices=OBJECTIVES),
-    time_limit_option(10.0, "seconds for the exact models (all layers)"),
+    time_limit_option(10.0, "seconds for the whole re-plan: the exact models (all layers) get what the "
+                            "heuristic leaves"),
     threads_option(), seed_option(),
     Option("base_options", object, None, "options of the base solver (a dict)", nullable=True,
            advanced=True),
