@@ -66,6 +66,34 @@ def test_relabel_is_the_best_gpu_permutation():
         assert score(p, relabel(fresh, prev, P), previous=prev).moves == best
 
 
+def test_align_slots_matches_its_definition_on_random_rows():
+    """Each kept (expert, k-th replica) takes its old slot; the rest fill the free slots in order."""
+    g = torch.Generator().manual_seed(5)
+    new = torch.randint(0, 6, (200, 9), generator=g)
+    old = torch.randint(0, 6, (200, 9), generator=g)
+    out = align_slots(new, old)
+    for n, o, a in zip(new.tolist(), old.tolist(), out.tolist()):
+        def keyed(row):
+            seen: dict[int, int] = {}
+            keys = []
+            for e in row:
+                keys.append((e, seen.get(e, 0)))
+                seen[e] = seen.get(e, 0) + 1
+            return keys
+        old_at = {k: i for i, k in enumerate(keyed(o))}
+        want = [None] * len(n)
+        rest = []
+        for k in keyed(n):
+            if k in old_at:
+                want[old_at[k]] = k[0]
+            else:
+                rest.append(k[0])
+        free = [i for i, v in enumerate(want) if v is None]
+        for i, e in zip(free, rest):
+            want[i] = e
+        assert a == want
+
+
 def test_align_slots_keeps_old_slots_of_kept_experts():
     new = torch.tensor([[4, 1, 1, 2]])
     old = torch.tensor([[1, 2, 3, 1]])

@@ -66,9 +66,15 @@ def gpu_assignment(overlap: torch.Tensor, num_nodes: int = 1) -> torch.Tensor:
 
 def _rank_in_row(x: torch.Tensor) -> torch.Tensor:
     """[X, S]: how many earlier entries of the same row equal each entry (replica rank on a GPU)."""
-    S = x.shape[1]
-    earlier = torch.ones(S, S, dtype=torch.bool, device=x.device).tril(-1)     # [i, j]: j < i
-    return ((x.unsqueeze(2) == x.unsqueeze(1)) & earlier).sum(2)
+    X, S = x.shape
+    # A stable sort puts equal entries in row order; the rank is the distance from the start
+    # of its run (O(S log S): an [S, S] comparison took seconds at thousands of slots a GPU).
+    vals, order = x.sort(dim=1, stable=True)                                    # [X, S]
+    pos = torch.arange(S, device=x.device).expand(X, S)
+    starts = torch.ones_like(vals, dtype=torch.bool)
+    starts[:, 1:] = vals[:, 1:] != vals[:, :-1]
+    run_start = torch.where(starts, pos, torch.zeros_like(pos)).cummax(1).values
+    return torch.empty_like(x).scatter_(1, order, pos - run_start)
 
 
 def align_slots(new_slots: torch.Tensor, old_slots: torch.Tensor) -> torch.Tensor:
@@ -78,10 +84,15 @@ def align_slots(new_slots: torch.Tensor, old_slots: torch.Tensor) -> torch.Tenso
     X, S = new_slots.shape
     key_new = new_slots * S + _rank_in_row(new_slots)
     key_old = old_slots * S + _rank_in_row(old_slots)
-    match = key_new.unsqueeze(2) == key_old.unsqueeze(1)                        # [X, S(new), S(old)]
-    matched = match.any(2)
-    pos = match.to(torch.int8).argmax(2)
-    free = ~match.any(1)                                                        # old slots nobody took
+    # Keys are unique within a row, so matching is a sorted search: O(S log S) per row where
+    # an [X, S, S] comparison took 1.6 s at one GPU of 8192 slots.
+    sorted_old, order = key_old.sort(dim=1)                                     # [X, S]
+    at = torch.searchsorted(sorted_old.contiguous(), key_new.contiguous()).clamp_max(S - 1)
+    matched = sorted_old.gather(1, at) == key_new                               # [X, S(new)]
+    pos = order.gather(1, at)                                                   # its old slot
+    taken = torch.zeros(X, S + 1, dtype=torch.bool, device=new_slots.device)
+    taken.scatter_(1, torch.where(matched, pos, S), True)
+    free = ~taken[:, :S]                                                        # old slots nobody took
     idx = torch.arange(S, device=new_slots.device).expand(X, S)
     free_pos = torch.sort(torch.where(free, idx, idx + S), dim=1).values % S     # free slots first, in order
     k = (torch.cumsum((~matched).to(torch.int64), 1) - 1).clamp_min(0)
