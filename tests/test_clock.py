@@ -55,17 +55,26 @@ def test_certify_repartition_stops_on_the_fake_clock():
     assert torch.equal(new_experts, experts) and torch.equal(new_loads, loads)
 
 
-def test_migration_exact_pass_shares_its_time_on_the_fake_clock():
-    """Each reading of the fake clock spends the whole limit: the first layer is solved, the
-    others keep the heuristic plan (NOT_RUN), whatever the machine's speed."""
-    from solvers.migration import plan_with_migration
+def test_migration_exact_pass_shares_its_time_on_the_fake_clock(monkeypatch):
+    """Once the exact pass starts, each reading of the fake clock spends the whole limit: the
+    first layer is solved, the others keep the heuristic plan (NOT_RUN), whatever the
+    machine's speed. (Before the pass the clock stands still: the heuristic leaves it all.)"""
+    from solvers.migration import api, plan_with_migration
 
     g = torch.Generator().manual_seed(3)
     old_w = torch.exp(torch.randn(3, 12, generator=g, dtype=torch.float64)) * 100
     new_w = old_w * torch.exp(0.3 * torch.randn(3, 12, generator=g, dtype=torch.float64))
     prev = solve(Problem(old_w, 16, 1, 1, 4), "deepseek").plan
     pn = Problem(new_w, 16, 1, 1, 4)
-    with fake_clock(FakeClock(step=5.0)):
+    fake = FakeClock()
+    exact_pass = api._exact_pass
+
+    def ticking(*args, **kwargs):
+        fake.step = 5.0
+        return exact_pass(*args, **kwargs)
+
+    monkeypatch.setattr(api, "_exact_pass", ticking)
+    with fake_clock(fake):
         x = plan_with_migration(pn, "deepseek", prev, slack=0.0, method="exact", time_limit=9.0)
     status = [r["status"] for r in x.info["exact_layers"]]
     assert status[0] != "NOT_RUN" and status[1:] == ["NOT_RUN", "NOT_RUN"]
