@@ -15,7 +15,6 @@ each. ``--out`` writes the Pareto table (markdown) and figure (HTML).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 from pathlib import Path
@@ -25,6 +24,9 @@ import torch
 from solvers import Plan, Problem, score, solve
 from solvers.migration import plan_with_migration, relabel
 from solvers.migration.pareto import pareto, pareto_figure, pareto_table
+
+from . import report
+from .report import load
 
 L, E, R, G, N, P = 58, 256, 288, 8, 4, 32
 EXPERT_BYTES = 3 * 7168 * 2048
@@ -38,20 +40,12 @@ def drifted(seed: int, sigma: float = 0.2) -> tuple[torch.Tensor, torch.Tensor]:
     return old, new
 
 
-def load() -> str:
-    return f"{os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else "n/a"
-
-
 def pct(x: float) -> str:
     return f"{100 * x:.2f} %"
 
 
 def table(title: str, header: list[str], rows: list[list], verdict: tuple[bool, str] | None = None) -> bool:
-    print(f"\n## {title}\n")
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for r in rows:
-        print("| " + " | ".join(str(c) for c in r) + " |")
+    report.table(title, header, rows)
     if verdict is not None:
         print(f"\n{'PASS' if verdict[0] else 'FAIL'}: {verdict[1]}")
         return verdict[0]

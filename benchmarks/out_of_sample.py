@@ -37,6 +37,8 @@ from solvers.scoring import score
 from solvers.workloads.catalog import GENERATED, load_dataset
 from solvers.workloads.generators import generate
 
+from .report import verdict
+
 
 @dataclass(frozen=True)
 class Case:
@@ -139,10 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                 if row["risk_aware"][3] > 1.0:
                     failures.append(f"{case.dataset} seed {seed}: risk_aware took {row['risk_aware'][3]:.2f} s "
                                     "of CPU > 1 s")
-    for f in failures:
-        print("FAIL", f)
-    print("all targets met" if not failures else f"{len(failures)} target(s) missed")
-    return 1 if failures else 0
+    return verdict(failures)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+from .report import verdict
+
 TOLERANCE = 0.10
 MODELS = ("deepseek-v3", "qwen3-235b", "mixtral-8x7b", "olmoe-1b-7b", "kimi-k2")
 SHAPES = ("node-8", "prefill-4x8", "decode-ep64", "decode-ep144")
@@ -88,9 +90,7 @@ def main(argv=None) -> int:
     if not args.skip_growth:
         growth()
     print(f"load average at end: {os.getloadavg()}")
-    for f in failures:
-        print("FAIL", f)
-    return 1 if failures else 0
+    return verdict(failures, summary=False)
 
 
 if __name__ == "__main__":

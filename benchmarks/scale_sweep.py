@@ -19,6 +19,8 @@ import torch
 from solvers import Problem, solve
 from solvers.exact import backends
 
+from .report import verdict
+
 SCALES = (1e-12, 1e-9, 1e-6, 1e-3, 1.0, 1e3, 1e6, 1e9, 1e12)
 BACKENDS = ("cpsat", "highs", "cbc")
 AGREE_RTOL = 1e-6
@@ -77,9 +79,7 @@ def main(argv=None) -> int:
     base = fp16_loads() if args.fp16 else torch.tensor(TOKENS, dtype=torch.float64)
     failures = sweep(base, SCALES, args.time_limit, args.model)
     print(f"load average after: {os.getloadavg()}")
-    for f in failures:
-        print("FAIL", f)
-    return 1 if failures else 0
+    return verdict(failures, summary=False)
 
 
 if __name__ == "__main__":

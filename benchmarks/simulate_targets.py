@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,8 @@ from solvers.dynamics import simulate, step_scores
 from solvers.dynamics.sweep import frontier_table, suggest, sweep
 from solvers.workloads import generate, load_dataset
 from solvers.cluster import CLUSTERS, get_model
+
+from .report import load, table
 
 DATASETS = {          # dataset: (model, rebalance period = planning window, in steps)
     "olmoe-1b-7b-drifting": ("olmoe-1b-7b", 20),
@@ -52,10 +53,6 @@ DEFAULT_SETTING = (0.01, 0.25)
 SETTINGS = ((None, None), (0.0, None), (0.01, None), (0.03, None), DEFAULT_SETTING)
 SOLVERS = ("deepseek", "kk_swap")
 PLANNERS = ("kk_swap", "robust_sum", "robust_max", "ewma", "forecast")
-
-
-def load() -> str:
-    return f"{os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else "n/a"
 
 
 def cluster(model: str, num_experts: int) -> dict[str, Any]:
@@ -88,14 +85,6 @@ class Store:
             with self.path.open("a") as fh:
                 fh.write(json.dumps(rec) + "\n")
         return rec
-
-
-def table(title: str, header: list[str], rows: list[list]) -> None:
-    print(f"\n## {title}\n")
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for r in rows:
-        print("| " + " | ".join(str(c) for c in r) + " |")
 
 
 def speed(store: Store) -> bool:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import statistics
 import time
 
@@ -44,21 +43,11 @@ from solvers.migration.transfer_models import schedule_with
 from solvers.network import DEFAULT_NETWORK
 from solvers.workloads.generators import generate
 
+from .report import load, table
+
 TRACES = (("deepseek-v3-mild", "deepseek-v3"), ("deepseek-v3-shifting-mix", "deepseek-v3"),
           ("deepseek-v3-skewed", "deepseek-v3"), ("kimi-k2-skewed", "kimi-k2"))
 SHAPES = (("4x8", 4, 32), ("EP64", 8, 64))
-
-
-def load() -> str:
-    return f"{os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else "n/a"
-
-
-def table(title: str, header: list[str], rows: list[list]) -> None:
-    print(f"\n## {title}\n")
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for r in rows:
-        print("| " + " | ".join(str(c) for c in r) + " |")
 
 
 def replans(window: int):
