@@ -140,7 +140,6 @@ def _write_compare(out: Path, rows: list[dict]) -> list[Path]:
     writer.writerows(rows)
     write_text_atomic(out / "compare.csv", buf.getvalue())
     try:
-        import plotly.graph_objects as go
         from plotly.subplots import make_subplots
     except ImportError:
         return [out / "compare.csv"]

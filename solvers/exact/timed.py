@@ -325,7 +325,7 @@ def run_timed(problem: Problem, o, backend: str = "cpsat") -> SolverOutput:
     L, E = problem.num_layers, problem.num_experts
     w_all = problem.weights.detach().cpu().to(torch.float64).numpy()
     end = clock() + o.time_limit
-    rows, bounds, statuses, messages = [], [], [], []
+    rows, bounds, statuses = [], [], []
     for layer in range(L):
         w = w_all[layer]
         warm = None if warm_plan is None else _xg(warm_plan.phy2log[layer].cpu().numpy(), slot_live, E, len(live))
