@@ -73,7 +73,7 @@ from ..plan import Plan
 from ..problem import Problem
 from ..progress import Ticker, as_mode
 from ..registry import get_solver, run
-from ..scoring import per_slot_loads, score
+from ..scoring import per_slot_loads, score, slots_to_gpus
 from ..workloads.trace import Trace
 
 DEFAULT_WINDOW = 16
@@ -206,16 +206,15 @@ def step_stats(loads: torch.Tensor, plan: Plan, num_gpus: int,
     w = loads.to(torch.float64)
     p2l = plan.phy2log.to(w.device)
     cnt = plan.logcnt.to(w.device, torch.float64)
-    R = p2l.shape[1]
     per_slot = per_slot_loads(w, p2l, cnt)                                           # [n, L, R]
     if cluster is None or cluster.homogeneous:
-        gpu = per_slot.view(n, L, num_gpus, R // num_gpus).sum(-1)                    # [n, L, P]
+        gpu = slots_to_gpus(per_slot, None, num_gpus)                                 # [n, L, P]
         mx, mean = gpu.max(-1).values, gpu.mean(-1)
         capacity = float(num_gpus)
     else:
-        slot_gpu = torch.tensor(cluster.slot_gpus(), dtype=torch.int64, device=w.device)          # [R]
+        slot_gpu = None if cluster.uniform_slots else torch.tensor(cluster.slot_gpus(), dtype=torch.int64)  # [R]
         speed = torch.tensor(cluster.gpu_speed, dtype=torch.float64, device=w.device)             # [P]
-        gpu = torch.zeros(n, L, num_gpus, dtype=torch.float64, device=w.device).index_add_(2, slot_gpu, per_slot)
+        gpu = slots_to_gpus(per_slot, slot_gpu, num_gpus)                                         # [n, L, P]
         capacity = float(cluster.total_speed)
         mx, mean = (gpu / speed).max(-1).values, gpu.sum(-1) / capacity                         # [n, L] time
     # a subnormal mean is divided by as it is (clamping it to the smallest normal gave imbalances
