@@ -150,17 +150,17 @@ def options_dict(pairs: list[tuple[str, Any]] | None) -> dict[str, Any]:
     return out
 
 
-def flag_option(options: dict[str, Any], name: str, value: Any, flag: str, declared_by: list[str],
-                solvers: list[str]) -> None:
+def flag_option(options: dict[str, Any], name: str, value: Any, flag: str, *, declared: bool, solvers: list[str],
+                owner: str) -> None:
     """Put a solver option given as its own flag (``--traffic-weight`` -> ``traffic_weight``)
-    into ``options``: refused when -O gives it too, or when no solver run (``solvers``)
-    declares it (``declared_by``: those that do)."""
+    into ``options``: refused when -O gives it too, or when none of the solvers run
+    (``solvers``) declares it (``declared``); ``owner`` names a solver that does."""
     if value is None:
         return
     if name in options:
         raise OptionError(name, f"given both as {flag} and -O {name}=")
-    if not declared_by:
-        raise OptionError(name, f"{flag} is an option none of {', '.join(solvers)} declares (traffic_aware has it)")
+    if not declared:
+        raise OptionError(name, f"{flag} is an option none of {', '.join(solvers)} declares ({owner} has it)")
     options[name] = value
 
 

@@ -49,8 +49,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     names = _split_names(args.solvers, "solvers") or default_solvers(holdout=holdout is not None, routing=routing is not None)
     policies = _split_names(args.policy, "policy") or ["auto"]
     options = options_dict(args.option)
-    flag_option(options, "traffic_weight", args.traffic_weight, "--traffic-weight",
-                [n for n in names if "traffic_weight" in get_solver(n).options], names)
+    flag_option(options, "traffic_weight", args.traffic_weight, "--traffic-weight", solvers=names,
+                declared=any("traffic_weight" in get_solver(n).options for n in names), owner="traffic_aware")
     progress = _progress(len(planned_runs(problem, names, policies)))
     rows = compare_solvers(problem, names, policies=policies, holdout=holdout, previous=previous,
                            expert_bytes=expert_bytes if previous is not None else None,

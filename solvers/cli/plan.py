@@ -28,8 +28,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if "policy" in options:
             raise OptionError("policy", "given both as --policy and -O policy=")
         options["policy"] = args.policy
-    flag_option(options, "traffic_weight", args.traffic_weight, "--traffic-weight",
-                [n for n in [args.solver] if "traffic_weight" in get_solver(n).options], [args.solver])
+    flag_option(options, "traffic_weight", args.traffic_weight, "--traffic-weight", solvers=[args.solver],
+                declared="traffic_weight" in get_solver(args.solver).options, owner="traffic_aware")
     # The schema refuses what is not an option of this solver (solve()'s own parameters
     # problem, solver, previous, expert_bytes included) before any file is read.
     spec = get_solver(args.solver)
