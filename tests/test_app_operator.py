@@ -5,7 +5,6 @@ Tests that replay traces or run several solvers through the app are marked slow.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,30 +17,12 @@ from solvers import Problem, score, solve  # noqa: E402
 from solvers.cli import main as cli  # noqa: E402
 from solvers.workloads.catalog import load_dataset  # noqa: E402
 
-MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
-
-
-def _app() -> AppTest:
-    return AppTest.from_file(MAIN, default_timeout=120)
-
-
-def _clean(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
+# The AppTest helpers and the torch-threads fixture of the page tests (one copy).
+from tests.test_app_pages import _app, _charts, _clean, _keep_torch_threads, _layer_slider  # noqa: E402,F401
 
 
 def _layer(at: AppTest, page: str = "explore") -> int:
-    return int(next(s for s in at.slider if s.key and s.key.startswith(f"{page}:layer:")).value)
-
-
-def _charts(at: AppTest) -> dict[str, dict]:
-    return {el.key: json.loads(el.proto.spec) for el in at.get("plotly_chart") if el.key}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _keep_torch_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
+    return int(_layer_slider(at, page).value)
 
 
 @pytest.fixture(scope="module")
