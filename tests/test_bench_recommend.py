@@ -113,3 +113,27 @@ def test_layers_scale_the_timings_before_the_budget(results_dir):
         recommend(results_dir, **shape, time_budget=True)
     with pytest.raises(EPLBError, match="layers"):
         recommend(results_dir, **shape, layers=0)
+
+
+def test_held_out_ranking_compares_the_runs_every_candidate_has(tmp_path, capsys):
+    """A window planner that runs only on the hard (drifting) instance must be ranked against
+    the greedy's held-out score on that instance, not against its mean over an easier one too:
+    over all its runs the greedy averages 1.105, below the planner's 1.15, yet on the runs they
+    share the planner holds better (1.15 against 1.20)."""
+    rows = []
+    for seed in (0, 1):
+        for instance, held in (("easy", 1.01), ("hard", 1.20)):
+            r = _row(instance, "greedy", "heuristic", [101.0], [100.0], 0.01, seed=seed)
+            rows.append({**r, "holdout_imbalance_mean": held})
+        r = _row("hard", "window", "heuristic", [103.0], [100.0], 0.2, seed=seed)
+        rows.append({**r, "holdout_imbalance_mean": 1.15})
+    df, violations = derive(normalise(pd.DataFrame(rows)))
+    assert not violations
+    ResultStore(tmp_path / "res").write_final(df)
+    rec = recommend(tmp_path / "res", experts=256, replicas=288, gpus=32, nodes=4, groups=8)
+    assert rec.ranked_by == "held-out imbalance" and rec.solver == "window"
+    by = rec.table.set_index("solver")
+    assert by.loc["greedy", "holdout_imbalance"] == pytest.approx(1.20)
+    assert by.loc["window", "holdout_imbalance"] == pytest.approx(1.15)
+    assert int(by.loc["greedy", "rows"]) == 4 and set(rec.table["holdout_runs"]) == {2}
+    assert "mean over the 2 runs every candidate has" in format_recommendation(rec)

@@ -143,8 +143,9 @@ LABELS = {
     "gap_in_policy_mean": ("gap in policy", None), "gap_best_known": ("gap to best known", None),
     "imbalance_mean": ("imbalance", "max / mean GPU load, mean over layers"),
     "holdout_imbalance_mean": ("held-out imbalance", "the plan on later steps than it was made on"),
-    "holdout_imbalance": ("held-out imbalance", "plans of one window scored on the next (mean); the recommender "
-                          "ranks by it when every candidate has it"),
+    "holdout_imbalance": ("held-out imbalance", "plans of one window scored on the next, mean over the runs "
+                          "every candidate has it on; the recommender ranks by it when there are such runs"),
+    "holdout_runs": ("held-out runs", "runs (instance, seed) the held-out mean is taken over"),
     "off_node_share": ("off-node", None), "off_node_share_mean": ("off-node", None),
     "optimal_in_model": ("optimal in model", None), "all_plans": ("all plans", None),
     "num_experts": ("experts", None), "num_replicas": ("slots", None), "num_gpus": ("GPUs", None),

@@ -5,8 +5,8 @@
 Looks up the runs of that shape (E, R, P, N and G when given) in a results table (the
 shipped ``solvers/bench/results`` by default), keeps the solvers that returned a plan on every
 run with every run's wall time within the budget, and picks the lowest mean held-out
-imbalance (the plan of window 0 scored on window 1, what a served plan meets) when every
-candidate's rows have it, else the lowest mean gap to the best lower bound (ties: the lower
+imbalance (the plan of window 0 scored on window 1, what a served plan meets), averaged over
+the runs every candidate has it on, when there are such runs, else the lowest mean gap to the best lower bound (ties: the lower
 gap, then the faster); the answer says which. With no run of exactly that shape it answers
 from the nearest benchmarked shape and says so.
 """
@@ -48,7 +48,7 @@ class Recommendation:
     source: str
     layers: int | None = None      # timings scaled to this many layers (None: as measured)
     policy: str | None = None      # the pick's placement policy
-    ranked_by: str = "gap"         # "held-out imbalance" when every candidate has it, else "gap"
+    ranked_by: str = "gap"         # "held-out imbalance" when the candidates share held-out runs, else "gap"
 
     def as_dict(self) -> dict[str, Any]:
         def clean(records: list[dict]) -> list[dict]:
@@ -69,6 +69,27 @@ def _distance(df: pd.DataFrame, want: dict[str, int]) -> pd.Series:
     if "num_groups" in want:
         d += (df["num_groups"] != want["num_groups"]).astype(float)
     return d
+
+
+def _holdout_on_common_runs(rows: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with each candidate's held-out imbalance averaged over the runs (instance, seed)
+    that every candidate has a held-out score on, NaN for all when there are none.
+
+    Candidates do not all run on the same instances (the window planners run only where the
+    suite gives them a history), and a mean over easier traces would rank a planner ahead of
+    one measured only on harder ones; so the ranking compares like with like."""
+    if table.empty or "holdout_imbalance_mean" not in rows:
+        return table
+    held = rows.assign(policy=rows["policy"].where(rows["policy"].astype(str) != "", "-"),
+                       _h=pd.to_numeric(rows["holdout_imbalance_mean"], errors="coerce")).dropna(subset=["_h"])
+    runs = {key: set(zip(g["instance"], g["seed"])) for key, g in held.groupby(["solver", "policy"])}
+    keys = list(zip(table["solver"], table["policy"]))
+    common = set.intersection(*(runs.get(k, set()) for k in keys)) if keys else set()
+    if not common:
+        return table.assign(holdout_imbalance=math.nan, holdout_runs=0)
+    on = held[[(i, s) in common for i, s in zip(held["instance"], held["seed"])]]
+    mean = on.groupby(["solver", "policy"])["_h"].mean()
+    return table.assign(holdout_imbalance=[float(mean[k]) for k in keys], holdout_runs=len(common))
 
 
 def recommend(results: pd.DataFrame | str | Path | None = None, *, experts: int, replicas: int, gpus: int,
@@ -113,6 +134,7 @@ def recommend(results: pd.DataFrame | str | Path | None = None, *, experts: int,
     shape = {c: int(v) for c, v in zip(SHAPE_COLS, shape_key)}
     table = candidates(rows, time_budget)
     ranked_by = "gap"
+    table = _holdout_on_common_runs(rows, table)
     if len(table) and not table["holdout_imbalance"].isna().any():
         ranked_by = "held-out imbalance"
         table = table.sort_values(["fits", "holdout_imbalance", "gap_mean", "time_mean_s"],
@@ -150,8 +172,9 @@ def format_recommendation(rec: Recommendation) -> str:
             layers = f"{layers} layers, times scaled to {rec.layers}"
         else:
             layers += " layers"
-        held = (f"held-out imbalance {best.holdout_imbalance:.4f} mean (ranked by it: plans of one window scored "
-                f"on the next); " if rec.ranked_by == "held-out imbalance" else "")
+        held = (f"held-out imbalance {best.holdout_imbalance:.4f} mean over the {int(best.holdout_runs)} runs "
+                f"every candidate has (ranked by it: plans of one window scored on the next); "
+                if rec.ranked_by == "held-out imbalance" else "")
         lines.append(f"use {rec.solver} ({best.kind}) with the {rec.policy} policy for {shape} with {budget}: "
                      f"{held}expected gap to the best lower bound {100 * best.gap_mean:.3f}% mean, "
                      f"{100 * best.gap_max:.3f}% worst layer; gap within the {rec.policy} policy "
