@@ -32,16 +32,23 @@ becomes an expert its GPU holds or held, or swaps, every GPU staying within targ
 layer keeps the candidate within target with the fewest moves. Layers no candidate brings within target take the fresh plan. Moves are counted as
 the shared scorer counts them, each plan's slots mapped to GPUs by its own cluster: a
 (GPU, expert) pair the plan in force did not have.
+
+With ``polish_time > 0`` the chosen layouts then get the large-neighbourhood polish
+(:mod:`.elastic_lns`: a few GPUs' slots at a time solved exactly by CP-SAT, the rest
+fixed), the layers with the most moves above their orphans first, within that many seconds
+in all; it takes a neighbourhood only when it saves a move.
 """
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..clock import clock
 from ..cluster import Cluster
 from ..errors import OptionError, PlanError
+from ..exact import backends
 from ..grading import graded_run
 from ..heuristics.speed_pipeline import layer_times
 from ..heuristics.speeds import LiveGPUs
@@ -51,6 +58,8 @@ from ..problem import Problem
 from ..registry import SolverOutput, get_solver, register, run
 from ..result import SolveResult
 from ..scoring import gpu_presence
+from .elastic_exact import placement
+from .elastic_lns import moves_of, polish_layer, rows_of
 from .elastic_moves import Layout, match_orphans, place_orphans, reduce_excess, shed_moves, spread_penalty
 from ..work import WorkModel
 
@@ -299,8 +308,48 @@ def _search(w: torch.Tensor, filled: torch.Tensor, gpus: LiveGPUs, target: torch
     return a, met
 
 
+def polish(problem: Problem, previous: Plan, old_cluster: Cluster, p2l: torch.Tensor, target: torch.Tensor,
+           seconds: float, orphans: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """The large-neighbourhood polish (:mod:`.elastic_lns`) of the chosen layouts p2l: [L, R]
+    within ``seconds`` in all: the layers with the most moves above their orphans [L] first,
+    each given an even share of the time left. Returns (p2l, report)."""
+    c = problem.cluster
+    live = list(c.live_gpus)
+    E = problem.num_experts
+    slots = [c.gpu_slots[g] for g in live]
+    speed = [c.gpu_speed[g] for g in live]
+    old_gpu = np.asarray(old_cluster.slot_gpus())
+    new_gpu = np.asarray(c.slot_gpus())
+    live_of = {g: q for q, g in enumerate(live)}
+    slot_live = np.asarray([live_of[g] for g in new_gpu.tolist()])                 # [R] live GPU of every slot
+    w = problem.weights.detach().cpu().double().numpy()
+    rows = p2l.cpu().numpy().copy()
+    old_rows = previous.phy2log.cpu().numpy()
+    start = clock()
+    stop = start + seconds
+    olds = [placement(old_rows[layer], old_gpu, live, E) > 0 for layer in range(rows.shape[0])]
+    xgs = [placement(rows[layer], new_gpu, live, E) for layer in range(rows.shape[0])]
+    extra = [moves_of(xgs[layer], olds[layer]) - int(orphans[layer]) for layer in range(rows.shape[0])]
+    order = [layer for layer in sorted(range(rows.shape[0]), key=lambda x: -extra[x]) if extra[layer] > 0]
+    saved, tried = 0, 0
+    for i, layer in enumerate(order):
+        now = clock()
+        if now >= stop:
+            break
+        tried += 1
+        deadline = now + (stop - now) / (len(order) - i)
+        new = polish_layer(w[layer], slots, speed, olds[layer], xgs[layer], float(target[layer]), deadline,
+                           seed=layer)
+        gain = moves_of(xgs[layer], olds[layer]) - moves_of(new, olds[layer])
+        if gain > 0:
+            rows[layer] = rows_of(new, rows[layer], slot_live)
+            saved += gain
+    report = {"seconds": clock() - start, "layers": tried, "moves_saved": saved}
+    return torch.as_tensor(rows, dtype=p2l.dtype, device=p2l.device), report
+
+
 def elastic(problem: Problem, previous: Plan, previous_cluster: Cluster | None = None, *, base: str = "kk_swap",
-            slack: float = 0.01, base_options: dict | None = None) -> SolverOutput:
+            slack: float = 0.01, base_options: dict | None = None, polish_time: float = 0.0) -> SolverOutput:
     """The elastic re-plan and its report (see the module docstring)."""
     previous, old_cluster = check_elastic(problem, previous, previous_cluster)
     cluster = problem.cluster
@@ -364,12 +413,26 @@ def elastic(problem: Problem, previous: Plan, previous_cluster: Cluster | None =
     moves_fresh = moves_all[-1]
     use = pick < len(candidates)
     repair_seconds = clock() - t0
+    polished = None
+    if polish_time > 0:
+        if not backends.cpsat_available():
+            raise OptionError("polish_time", "the polish needs CP-SAT (ortools), which is not installed: use 0")
+        # the exact large-neighbourhood polish of the layers that used a candidate (a layer on
+        # the fresh plan has no layout within target near the plan in force to polish)
+        per_layer_orphans = (_counts(kept, E) == 0).sum(1)
+        p2l_new, polished = polish(problem, previous, old_cluster, p2l, target, polish_time,
+                                   torch.where(use, per_layer_orphans, torch.full_like(per_layer_orphans, 1 << 30)))
+        moves = (gpu_presence(p2l_new, E, P, new_gpu) & ~old_pres).flatten(1).sum(1)
+        p2l = p2l_new
     info = {"base": base, "slack": slack, "failed": list(cluster.failed), "orphans": orphans,
             "fresh_max_time": fresh_t.tolist(), "target_max_time": target.tolist(),
             "fresh_moves": int(moves_fresh.sum()), "moves": int(moves.sum()),
             "moves_per_layer": moves.tolist(), "fallback_layers": (~use).nonzero().squeeze(1).tolist(),
             "search_layers": int((pick < 3).sum()), "matched_layers": int((pick == 2).sum()),
             "seconds": {"fresh": fresh_seconds, "repair": repair_seconds}}
+    if polished is not None:
+        info["polish"] = polished
+        info["seconds"]["polish"] = polished["seconds"]
     return SolverOutput(Plan.from_phy2log(p2l, E), fresh.policy, info=info)
 
 
@@ -382,6 +445,8 @@ _SCHEMA = (
     Option("slack", float, 0.01, "each layer's max GPU time may exceed the fresh plan's by this fraction",
            minimum=0.0, maximum=10.0),
     Option("base_options", object, None, "options of the base solver (a dict)", nullable=True, advanced=True),
+    Option("polish_time", float, 0.0, "seconds in all for the exact large-neighbourhood polish of the re-plan "
+           "(CP-SAT on a few GPUs' slots at a time, per layer; 0: off)", minimum=0.0, advanced=True),
 )
 
 
@@ -401,17 +466,18 @@ def solve_elastic(problem: Problem, o: SolverOptions) -> SolverOutput:
         fresh = run(problem, o.base, base_options)
         return SolverOutput(fresh.plan, fresh.policy, info={"base": o.base, "note": "no placement in force: "
                                                             "the fresh plan"})
-    return elastic(problem, o.current, o.current_cluster, base=o.base, slack=o.slack, base_options=base_options)
+    return elastic(problem, o.current, o.current_cluster, base=o.base, slack=o.slack, base_options=base_options,
+                   polish_time=o.polish_time)
 
 
 def replan_after_failure(problem: Problem, previous: Plan, previous_cluster: Cluster | None = None, *,
                          solver: str = "kk_swap", slack: float = 0.01, expert_bytes: int | None = None,
-                         **solver_options: Any) -> SolveResult:
+                         polish_time: float = 0.0, **solver_options: Any) -> SolveResult:
     """The elastic re-plan of ``previous`` (made for ``previous_cluster``) on ``problem``'s
     cluster (some GPUs failed), graded by the shared scorer: ``score.moves`` counts the
     replicas to load against the plan in force, ``info`` the fresh plan's moves and times."""
     options = dict(base=solver, current=previous, current_cluster=previous_cluster, slack=slack,
-                   base_options=solver_options or None)
+                   base_options=solver_options or None, polish_time=polish_time)
     if previous_cluster is None and isinstance(previous, Plan):
         previous_cluster = healthy_cluster(problem, previous)
     return graded_run(problem, "elastic", options, previous=previous, expert_bytes=expert_bytes,
