@@ -10,7 +10,7 @@ import torch
 
 from solvers import OptionError, Problem, score, solve
 from solvers.cluster import Cluster
-from solvers.dynamics.risk import Slots, centred, moments, risk_search, step_weights, window_objective
+from solvers.dynamics.risk import Slots, centred, moments, repair_grid, risk_search, step_weights, window_objective
 from solvers.dynamics.risk_migration import swapped_maps
 from solvers.migration.moves import moves_per_layer
 from solvers.migration.relabel import relabel_phy2log
@@ -252,3 +252,16 @@ def test_compare_on_a_real_cluster_runs_the_window_planner():
     mine = [r for r in rows if r["solver"] == "risk_aware"]
     assert len(mine) == 1 and mine[0]["termination"] != "refused"
     assert mine[0]["time_imbalance_mean"] is not None and mine[0]["_result"].plan is not None
+
+
+def test_repair_grid_swaps_duplicates_away_and_keeps_slot_counts():
+    slots = Slots([3, 2, 3], [1.0, 2.0, 1.0], "cpu")                       # 8 real slots on a 3 x 3 grid
+    E = 6
+    p2l = torch.tensor([[0, 0, 1, 2, 3, E, 4, 5, 1],       # expert 0 twice on GPU 0
+                        [0, 1, 2, 3, 4, E, 5, 5, 0]])      # expert 5 twice on GPU 2
+    w = torch.tensor([[5.0, 5.0, 1.0, 2.0, 3.0, 0.0, 4.0, 1.0, 1.0],
+                      [5.0, 1.0, 2.0, 3.0, 4.0, 0.0, 1.0, 1.0, 5.0]], dtype=torch.float64)
+    out = repair_grid(w, p2l, slots, E)
+    assert count_duplicates(out.index_select(1, slots.real), 3, torch.tensor([0, 0, 0, 1, 1, 2, 2, 2])) == 0
+    assert bool((out[:, ~slots.valid] == E).all())
+    assert torch.equal(out.sort(1).values, p2l.sort(1).values)
