@@ -265,3 +265,27 @@ def test_repair_grid_swaps_duplicates_away_and_keeps_slot_counts():
     assert count_duplicates(out.index_select(1, slots.real), 3, torch.tensor([0, 0, 0, 1, 1, 2, 2, 2])) == 0
     assert bool((out[:, ~slots.valid] == E).all())
     assert torch.equal(out.sort(1).values, p2l.sort(1).values)
+
+
+def test_cli_compare_with_held_out_steps_on_gpus_of_two_speeds_runs_risk_aware(tmp_path, capsys):
+    import json
+
+    import numpy as np
+
+    from solvers.cli import main
+    path = tmp_path / "loads.npz"
+    np.savez(path, loads=_history(W=10, L=3, E=16).numpy().astype("int64"))
+    assert main(["compare", "--loads", f"{path}@0:6", "--holdout", "6:10", "--replicas", "24", "--nodes", "2",
+                 "--gpus", "4", "--gpu-speed", "1,1,1.5,1.5", "--policy", "global", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    row = {r["solver"]: r for r in doc["rows"]}["risk_aware"]
+    assert row["termination"] != "refused" and row["time_imbalance_mean"] is not None
+
+
+def test_simulate_with_a_migration_slack_on_a_real_cluster_wraps_risk_aware_in_migration():
+    from solvers.dynamics.simulate import simulate
+    loads = generate("olmoe-1b-7b", "drifting", steps=60, seed=0, num_layers=2, tokens_per_step=2048).loads
+    cluster = Cluster(2, 8, gpu_slots=[10] * 8, gpu_speed=[1.0] * 4 + [1.5] * 4)
+    plain = simulate(loads, cluster=cluster, solver="risk_aware", every=20, window=20)
+    aware = simulate(loads, cluster=cluster, solver="risk_aware", every=20, window=20, migration_slack=0.02)
+    assert 0 < plain.totals()["total_moves"] and aware.totals()["total_moves"] < plain.totals()["total_moves"]
