@@ -10,7 +10,7 @@ import torch
 
 from solvers import OptionError, Problem, score, solve
 from solvers.cluster import Cluster
-from solvers.dynamics.risk import centred, moments, risk_search, step_weights, window_objective
+from solvers.dynamics.risk import Slots, centred, moments, repair_grid, risk_search, step_weights, window_objective
 from solvers.dynamics.risk_migration import swapped_maps
 from solvers.migration.moves import moves_per_layer
 from solvers.migration.relabel import relabel_phy2log
@@ -173,3 +173,119 @@ def test_swapped_maps_are_the_best_single_swaps_of_the_map_in_force():
             assert torch.equal(torch.bincount(m, minlength=N), torch.full((N,), G // N))
             got = float(torch.zeros(N, dtype=torch.float64).scatter_add_(0, m, stat[layer]).max())
             assert math.isclose(got, worst[i], rel_tol=1e-12)
+
+
+# Real clusters: GPUs of different speeds, uneven slot counts, failed GPUs ---------------
+
+MIXED = dict(num_nodes=2, num_gpus=4, num_replicas=24, gpu_speed=[1.0, 1.0, 1.5, 1.5])
+UNEVEN = dict(num_nodes=2, num_gpus=4, gpu_slots=[8, 4, 8, 4])
+FAILED = dict(num_nodes=2, num_gpus=4, num_replicas=24, failed=[1])
+
+
+@pytest.mark.parametrize("shape", [MIXED, UNEVEN, FAILED])
+def test_plans_real_clusters_in_time(shape):
+    hist = _history(W=6, L=3, E=16)
+    p = Problem(hist.sum(0), **shape)
+    res = solve(p, "risk_aware", history=hist, halflife=None)
+    again = solve(p, "risk_aware", history=hist, halflife=None)
+    assert res.policy == "global" and torch.equal(res.plan.phy2log, again.plan.phy2log)
+    assert res.plan.num_replicas == p.num_replicas and bool((res.plan.logcnt >= 1).all())
+    slot_gpu = torch.tensor(p.cluster.slot_gpus())
+    assert count_duplicates(res.plan.phy2log, 4, slot_gpu) == 0
+    assert res.info["colocation"] == "forbidden"
+    # its in-window figure is the shared scorer's per-step imbalance in time
+    shared = score(p, res.plan, tokens=hist)
+    assert math.isclose(res.info["window_imbalance"], float(shared.time_imbalance.mean()), rel_tol=1e-12)
+    assert "window_gap_mean" not in res.info            # the scenario bound is for identical GPUs
+
+
+def test_fast_gpus_take_more_load_than_a_plan_for_identical_gpus_gives_them():
+    hist = _history(W=6, L=4, E=16, seed=2)
+    p = Problem(hist.sum(0), **MIXED)
+    mine = solve(p, "risk_aware", history=hist).plan
+    blind = solve(Problem(hist.sum(0), 24, 1, 2, 4), "risk_aware", history=hist).plan   # every speed 1
+    a, b = score(p, mine, tokens=hist), score(p, blind, tokens=hist)
+    load = a.gpu_load                                                                 # [L, P]
+    assert bool((load[:, 2:].sum(1) > load[:, :2].sum(1) * 1.2).all())               # speed 1.5 vs 1
+    assert float(a.time_imbalance.mean()) < float(b.time_imbalance.mean()) - 0.05
+
+
+def test_risk_search_on_a_padded_grid_lowers_the_largest_time_risk_and_keeps_slot_counts():
+    g = torch.Generator().manual_seed(5)
+    X, E, W = 3, 14, 6
+    slots = Slots([4, 2, 3, 4], [1.0, 1.4, 1.0, 2.0], "cpu")             # 13 real slots on a 4 x 4 grid
+    series = torch.rand(X, E, W, generator=g, dtype=torch.float64) * torch.rand(X, E, 1, generator=g,
+                                                                                 dtype=torch.float64) * 10
+    series = torch.cat([series, torch.zeros(X, 1, W, dtype=torch.float64)], 1)      # phantom expert E
+    start = torch.full((X, 16), E)
+    for x in range(X):
+        start[x, slots.real] = torch.randperm(E, generator=g)[:13]
+    k = step_weights(W, None, "cpu")
+    noise = torch.zeros(X, E + 1, dtype=torch.float64)
+    out, rounds = risk_search(series, k, start, 4, 1.0, True, noise, 50, slots=slots)
+
+    def worst(p2l):
+        return (_gpu_risk(series, k, p2l, 4, 1.0) / slots.speed).max(1).values
+
+    assert rounds >= 1
+    assert bool((worst(out) <= worst(start) * (1 + 1e-12)).all())
+    assert bool((worst(out) < worst(start) * (1 - 1e-6)).any())
+    assert bool((out[:, ~slots.valid] == E).all())                           # phantoms never move
+    assert torch.equal(out.sort(1).values, start.sort(1).values)
+
+
+def test_migration_aware_replan_on_a_real_cluster_names_current():
+    hist = _history()
+    p = Problem(hist.sum(0), **MIXED)
+    plan = solve(p, "risk_aware", history=hist).plan
+    with pytest.raises(OptionError, match="current"):
+        solve(p, "risk_aware", history=hist, current=plan)
+
+
+def test_compare_on_a_real_cluster_runs_the_window_planner():
+    from solvers.compare import compare_solvers, default_solvers
+    hist = _history(W=10, L=3, E=16)
+    window, held = hist[:6], hist[6:]
+    p, held_p = Problem(window.sum(0), **MIXED), Problem(held.sum(0), **MIXED)
+    rows = compare_solvers(p, default_solvers(holdout=True), policies=["global"], holdout=held_p,
+                           history=window, holdout_steps=held)
+    mine = [r for r in rows if r["solver"] == "risk_aware"]
+    assert len(mine) == 1 and mine[0]["termination"] != "refused"
+    assert mine[0]["time_imbalance_mean"] is not None and mine[0]["_result"].plan is not None
+
+
+def test_repair_grid_swaps_duplicates_away_and_keeps_slot_counts():
+    slots = Slots([3, 2, 3], [1.0, 2.0, 1.0], "cpu")                       # 8 real slots on a 3 x 3 grid
+    E = 6
+    p2l = torch.tensor([[0, 0, 1, 2, 3, E, 4, 5, 1],       # expert 0 twice on GPU 0
+                        [0, 1, 2, 3, 4, E, 5, 5, 0]])      # expert 5 twice on GPU 2
+    w = torch.tensor([[5.0, 5.0, 1.0, 2.0, 3.0, 0.0, 4.0, 1.0, 1.0],
+                      [5.0, 1.0, 2.0, 3.0, 4.0, 0.0, 1.0, 1.0, 5.0]], dtype=torch.float64)
+    out = repair_grid(w, p2l, slots, E)
+    assert count_duplicates(out.index_select(1, slots.real), 3, torch.tensor([0, 0, 0, 1, 1, 2, 2, 2])) == 0
+    assert bool((out[:, ~slots.valid] == E).all())
+    assert torch.equal(out.sort(1).values, p2l.sort(1).values)
+
+
+def test_cli_compare_with_held_out_steps_on_gpus_of_two_speeds_runs_risk_aware(tmp_path, capsys):
+    import json
+
+    import numpy as np
+
+    from solvers.cli import main
+    path = tmp_path / "loads.npz"
+    np.savez(path, loads=_history(W=10, L=3, E=16).numpy().astype("int64"))
+    assert main(["compare", "--loads", f"{path}@0:6", "--holdout", "6:10", "--replicas", "24", "--nodes", "2",
+                 "--gpus", "4", "--gpu-speed", "1,1,1.5,1.5", "--policy", "global", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    row = {r["solver"]: r for r in doc["rows"]}["risk_aware"]
+    assert row["termination"] != "refused" and row["time_imbalance_mean"] is not None
+
+
+def test_simulate_with_a_migration_slack_on_a_real_cluster_wraps_risk_aware_in_migration():
+    from solvers.dynamics.simulate import simulate
+    loads = generate("olmoe-1b-7b", "drifting", steps=60, seed=0, num_layers=2, tokens_per_step=2048).loads
+    cluster = Cluster(2, 8, gpu_slots=[10] * 8, gpu_speed=[1.0] * 4 + [1.5] * 4)
+    plain = simulate(loads, cluster=cluster, solver="risk_aware", every=20, window=20)
+    aware = simulate(loads, cluster=cluster, solver="risk_aware", every=20, window=20, migration_slack=0.02)
+    assert 0 < plain.totals()["total_moves"] and aware.totals()["total_moves"] < plain.totals()["total_moves"]

@@ -68,6 +68,27 @@ def _risk(mean: torch.Tensor, var: torch.Tensor, z: float) -> torch.Tensor:
     return mean + z * var.clamp_min(0).sqrt() if z else mean
 
 
+class Slots:
+    """The live GPUs of a real cluster (speeds, uneven slot counts; failed GPUs left out) as a
+    *padded* slot grid: GPU q holds grid slots [q x S, q x S + caps[q]) of Q x S, S = the
+    largest slot count; the other grid slots hold a phantom expert (a zero load) that never
+    moves, so every plan on the grid keeps each GPU's slot count. caps [Q] int64, speed [Q]
+    float64; valid [Q x S] bool the real slots, in the cluster's slot order."""
+
+    def __init__(self, caps: list[int], speed: list[float], device):
+        self.Q, self.S = len(caps), max(caps)
+        self.caps = torch.tensor(caps, dtype=torch.int64, device=device)
+        self.speed = torch.tensor(speed, dtype=torch.float64, device=device)
+        j = torch.arange(self.S, device=device)
+        self.valid = (j.unsqueeze(0) < self.caps.unsqueeze(1)).reshape(-1)              # [Q*S]
+        self.real = self.valid.nonzero().squeeze(1)                                      # [R] grid slot of each slot
+
+    @classmethod
+    def of(cls, cluster, device) -> "Slots":
+        live = cluster.live_gpus
+        return cls([cluster.gpu_slots[g] for g in live], [cluster.gpu_speed[g] for g in live], device)
+
+
 def centred(series: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Weighted means [X, E] and centred series [X, E, W] of per-replica loads series [X, E, W]."""
     mean = torch.einsum("xew,w->xe", series, k)
@@ -76,7 +97,7 @@ def centred(series: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.
 
 def risk_place(series: torch.Tensor, k: torch.Tensor, item_e: torch.Tensor, num_gpus: int, z: float,
                nodup: bool, noise: torch.Tensor, keep: torch.Tensor | None = None,
-               bonus: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+               bonus: torch.Tensor | None = None, slots: Slots | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Largest-first placement by risk.
 
     series: [X, E, W] per-replica load of each expert in each step; k: [W] step weights;
@@ -87,10 +108,14 @@ def risk_place(series: torch.Tensor, k: torch.Tensor, item_e: torch.Tensor, num_
     variance and its covariance with every expert ([X, P, E]), so a replica is valued on all
     GPUs in O(P) and placed in O(E). Returns (phy2log [X, R], stuck [X] bool: rows where some
     replica found no GPU without its expert and was placed anyway).
+    slots: a real cluster's live GPUs (``num_gpus`` = slots.Q): each GPU takes at most its
+    own slot count and is valued in time (risk over its speed); phy2log is then the padded
+    grid [X, Q x S] with the phantom expert E (``series`` has E + 1 rows, the last zero).
     """
     X, E, W = series.shape
     R = item_e.shape[1]
-    P, S = num_gpus, R // num_gpus
+    P = num_gpus
+    S = R // P if slots is None else slots.S
     dev = series.device
     mean_e, cent = centred(series, k)
     cov = torch.bmm(cent * k, cent.transpose(1, 2))                          # [X, E, E]
@@ -101,7 +126,8 @@ def risk_place(series: torch.Tensor, k: torch.Tensor, item_e: torch.Tensor, num_
     gcov = torch.zeros(X, P, E, dtype=torch.float64, device=dev)              # cov(GPU, expert)
     fill = torch.zeros(X, P, dtype=torch.int64, device=dev)
     pres = torch.zeros(X, P, E, dtype=torch.bool, device=dev)
-    p2l = torch.empty(X, R, dtype=torch.int64, device=dev)
+    p2l = torch.full((X, P * S), E - 1, dtype=torch.int64, device=dev)     # (phantom: only with slots)
+    room = torch.full((1, P), S, dtype=torch.int64, device=dev) if slots is None else slots.caps.unsqueeze(0)
     stuck = torch.zeros(X, dtype=torch.bool, device=dev)
     # Flat views and index_select/index_add: advanced indexing of [X, E, E] is far slower on CPU.
     rows = torch.arange(X, device=dev)
@@ -112,9 +138,11 @@ def risk_place(series: torch.Tensor, k: torch.Tensor, item_e: torch.Tensor, num_
         me, ve = mean_e.gather(1, e), var_e.gather(1, e)                      # [X, 1]
         cross = gcov.gather(2, e.view(X, 1, 1).expand(X, P, 1)).squeeze(2)  # [X, P]
         cost = _risk(gm + me, gv + ve + 2 * cross, z)
+        if slots is not None:
+            cost = cost / slots.speed                 # the time the GPU's riskiest load takes
         if keep is not None:
             cost = cost - bonus.unsqueeze(1) * keep.gather(2, e.view(X, 1, 1).expand(X, P, 1)).squeeze(2)
-        cost = cost.masked_fill(fill >= S, math.inf)
+        cost = cost.masked_fill(fill >= room, math.inf)
         free = cost.masked_fill(pres.gather(2, e.view(X, 1, 1).expand(X, P, 1)).squeeze(2), math.inf) \
             if nodup else cost
         g = free.argmin(1, keepdim=True)                                      # [X, 1]
@@ -133,7 +161,7 @@ def risk_place(series: torch.Tensor, k: torch.Tensor, item_e: torch.Tensor, num_
 
 def risk_search(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, num_gpus: int, z: float,
                 nodup: bool, noise: torch.Tensor, steps: int, *, zones: int = 1,
-                target: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+                target: torch.Tensor | None = None, slots: Slots | None = None) -> tuple[torch.Tensor, int]:
     """Swaps between the riskiest GPU's slots and any other slot, lowering the largest risk.
 
     series: [X, E, W] per-replica loads; phy2log: [X, R]. A swap of slot a (on the riskiest
@@ -141,7 +169,8 @@ def risk_search(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, nu
     variances by the covariances of the items with each other and with the two GPUs' series,
     all computed as batched matrix products; noise [X, E] as in :func:`risk_place`.
     zones: swaps stay inside blocks of P / zones consecutive GPUs (nodes). target: [X] a row
-    stops once its largest risk is at most this (None: when no swap helps).
+    stops once its largest risk is at most this (None: when no swap helps). slots: a real
+    cluster's padded grid (:func:`risk_place`): risks in time, only real slots swap.
     Returns (phy2log, rounds run).
     """
     X, E, W = series.shape
@@ -151,6 +180,7 @@ def risk_search(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, nu
     mean_e, cent_e = centred(series, k)                                      # [X, E], [X, E, W]
     slot_gpu = torch.arange(R, device=dev) // S
     slot_zone = slot_gpu // (P // zones)
+    inv = None if slots is None else 1 / slots.speed                          # [P]
     p2l = phy2log.clone()
     active = torch.ones(X, dtype=torch.bool, device=dev)
     rounds = 0
@@ -173,6 +203,8 @@ def risk_search(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, nu
         inoise = noise.index_select(0, rows).gather(1, sp)                                    # [n, R]
         gnoise = inoise.view(n, P, S).sum(-1)                                 # [n, P]
         risk = _risk(gm, gvar - gnoise, z)
+        if inv is not None:
+            risk = risk * inv
         cur, g = risk.max(1)
         mine = g.unsqueeze(1) * S + torch.arange(S, device=dev)              # [n, S] slots of g
         ca = c.gather(1, mine.unsqueeze(-1).expand(n, S, W))                   # [n, S, W]
@@ -192,9 +224,14 @@ def risk_search(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, nu
                       - (g_noise - na + nb), z)
         new_h = _risk(h_mean - mb + ma, h_var + va + vb - 2 * hb.unsqueeze(1) + 2 * ha - 2 * ab
                       - (h_noise - nb + na), z)
+        if inv is not None:
+            new_g = new_g * inv.gather(0, g).view(n, 1, 1)
+            new_h = new_h * inv.index_select(0, slot_gpu).view(1, 1, R)
         value = torch.maximum(new_g, new_h)                                   # [n, S, R]
         ea = sp.gather(1, mine)                                               # [n, S]
         ok = (slot_gpu.view(1, 1, R) != g.view(n, 1, 1)) & (ea.unsqueeze(2) != sp.unsqueeze(1))
+        if slots is not None:                 # the phantom slots keep every GPU's slot count
+            ok &= slots.valid.view(1, 1, R) & slots.valid.gather(0, mine.view(-1)).view(n, S, 1)
         if zones > 1:
             ok &= slot_zone.view(1, 1, R) == (g // (P // zones)).view(n, 1, 1)
         if nodup:
@@ -216,19 +253,60 @@ def risk_search(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, nu
     return p2l, rounds
 
 
+def repair_grid(w: torch.Tensor, p2l: torch.Tensor, slots: Slots, num_experts: int) -> torch.Tensor:
+    """Swap away same-GPU duplicates on a real cluster's padded grid, one per row per round:
+    each duplicate slot with the real slot on another GPU whose two GPUs' larger time
+    (load over speed) is least, creating no new duplicate. w: [X, Q*S] slot loads; p2l:
+    [X, Q*S] (phantom E); returns p2l. Rows with no such swap keep their duplicate (valid)."""
+    X, R = p2l.shape
+    Q, S, E = slots.Q, slots.S, num_experts + 1
+    dev = p2l.device
+    gpu_of = torch.arange(R, device=dev) // S
+    rows = torch.arange(X, device=dev)
+    p2l, w = p2l.clone(), w.clone()
+    for _ in range(R):
+        cnt = torch.zeros(X, Q * E, dtype=torch.int64, device=dev).scatter_add_(
+            1, gpu_of * E + p2l, torch.ones_like(p2l))
+        dup = (cnt.gather(1, gpu_of * E + p2l) > 1) & slots.valid
+        has = dup.any(1)
+        if not bool(has.any()):
+            break
+        q = dup.to(torch.int8).argmax(1)                                       # [X] first duplicate slot
+        h, eq, wq = gpu_of[q], p2l[rows, q], w[rows, q]
+        load = torch.zeros(X, Q, dtype=w.dtype, device=dev).index_add_(1, gpu_of, w)
+        lg = load[:, gpu_of]                                                   # [X, R]
+        on_h = ((load[rows, h] - wq).unsqueeze(1) + w) / slots.speed[h].unsqueeze(1)   # [X, R] h's time
+        cost = torch.maximum(on_h, (wq.unsqueeze(1) + lg - w) / slots.speed[gpu_of])   # and g's
+        bad = (gpu_of.unsqueeze(0) == h.unsqueeze(1)) | ~slots.valid.unsqueeze(0)
+        bad |= cnt.gather(1, gpu_of * E + eq.unsqueeze(1)) > 0                   # eq already on g
+        bad |= cnt.view(X, Q, E)[rows, h].gather(1, p2l) > 0                    # e_j already on h
+        best, j = cost.masked_fill(bad, math.inf).min(1)
+        ok = has & torch.isfinite(best)
+        if not bool(ok.any()):
+            break
+        r = rows[ok]
+        qa, ja = q[ok], j[ok]
+        p2l[r, qa], p2l[r, ja] = p2l[r, ja], p2l[r, qa]
+        w[r, qa], w[r, ja] = w[r, ja], w[r, qa]
+    return p2l
+
+
 def plan_rows(hist: torch.Tensor, k: torch.Tensor, num_slots: int, num_gpus: int, count_risk: float,
               risk: float, noise: float, steps: int, *, keep: torch.Tensor | None = None,
-              bonus: torch.Tensor | None = None, target: torch.Tensor | None = None) -> tuple[torch.Tensor, int, bool]:
+              bonus: torch.Tensor | None = None, target: torch.Tensor | None = None,
+              slots: Slots | None = None) -> tuple[torch.Tensor, int, bool]:
     """Plan independent rows: hist [W, X, E] -> (phy2log [X, R], search rounds, nodup).
 
     keep, bonus: migration-aware placement (:func:`risk_place`); target: [X] the swap search
-    stops a row once its largest risk is at most this.
+    stops a row once its largest risk is at most this. slots: a real cluster's live GPUs
+    (``num_gpus`` is then slots.Q): placement and swaps in time on the padded grid, the plan
+    returned in the cluster's slot order (:class:`Slots`).
 
     noise: the share of the Poisson variance (= the mean, for token counts) of every
     expert's per-step load taken as sampling noise, which no placement can balance away."""
     W, X, E = hist.shape
     R, P = num_slots, num_gpus
-    nodup = E >= R // P                     # otherwise some GPU must hold one expert twice
+    nodup = E >= (R // P if slots is None else slots.S)   # otherwise some GPU must hold one expert twice
     mu, sd = moments(hist, k)
     excess = (sd * sd - noise * mu).clamp_min(0).sqrt()
     stat = mu + count_risk * excess                                           # [X, E]
@@ -239,12 +317,21 @@ def plan_rows(hist: torch.Tensor, k: torch.Tensor, num_slots: int, num_gpus: int
     item_e = item_e.gather(1, order)                                          # [X, R] largest first
     series = hist.permute(1, 2, 0) / cnt.unsqueeze(-1).to(hist.dtype)         # [X, E, W] per replica
     pois = noise * mu / (cnt * cnt).to(mu.dtype)                              # [X, E] per replica
-    p2l, stuck = risk_place(series, k, item_e, P, risk, nodup, pois, keep, bonus)
+    if slots is not None:                   # the phantom expert E of the padded grid: no load
+        series = torch.cat([series, series.new_zeros(X, 1, W)], 1)            # [X, E+1, W]
+        pois = torch.cat([pois, pois.new_zeros(X, 1)], 1)                     # [X, E+1]
+    p2l, stuck = risk_place(series, k, item_e, P, risk, nodup, pois, keep, bonus, slots)
     if nodup and bool(stuck.any()):
         rows = stuck.nonzero().squeeze(1)
-        w_slots = (mu[rows] / cnt[rows]).gather(1, p2l[rows])
-        _, p2l[rows] = repair_duplicates(w_slots, p2l[rows], P, E)
-    p2l, rounds = risk_search(series, k, p2l, P, risk, nodup, pois, steps, target=target)
+        per = torch.cat([mu / cnt, mu.new_zeros(X, 1)], 1) if slots is not None else mu / cnt
+        w_slots = per[rows].gather(1, p2l[rows])
+        if slots is None:
+            _, p2l[rows] = repair_duplicates(w_slots, p2l[rows], P, E)
+        else:
+            p2l[rows] = repair_grid(w_slots, p2l[rows], slots, E)
+    p2l, rounds = risk_search(series, k, p2l, P, risk, nodup, pois, steps, target=target, slots=slots)
+    if slots is not None:
+        p2l = p2l.index_select(1, slots.real)                                 # [X, R] the cluster's order
     return p2l, rounds, nodup
 
 
@@ -263,12 +350,36 @@ def window_objective(hist: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor,
     return torch.where(mean > 0, mx / mean.clamp_min(1e-300), torch.ones_like(mx))
 
 
+def window_time_objective(hist: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, cluster) -> torch.Tensor:
+    """[L] in-window per-step imbalance in time on a real cluster (the shared scorer's
+    ``time_imbalance`` with tokens): sum over steps of the slowest GPU's time (load over
+    speed) / sum of the best time W_t / (sum of the live GPUs' speeds), weighted by k.
+    hist: [W, L, E]; phy2log: [L, R] in the cluster's slot order."""
+    W, L, E = hist.shape
+    R = phy2log.shape[1]
+    dev = hist.device
+    cnt = torch.zeros(L, E, dtype=torch.float64, device=dev).scatter_add_(
+        1, phy2log, torch.ones(L, R, dtype=torch.float64, device=dev))
+    per = hist.gather(2, phy2log.unsqueeze(0).expand(W, L, R)) / cnt.gather(1, phy2log).unsqueeze(0)
+    slot_gpu = torch.tensor(cluster.slot_gpus(), dtype=torch.int64, device=dev)
+    gpu = torch.zeros(W, L, cluster.num_gpus, dtype=torch.float64, device=dev).index_add_(2, slot_gpu, per)
+    speed = torch.tensor(cluster.gpu_speed, dtype=torch.float64, device=dev)
+    mx = ((gpu / speed).max(-1).values * k.view(W, 1)).sum(0)
+    best = (hist.sum(-1) * k.view(W, 1)).sum(0) / cluster.total_speed
+    return torch.where(best > 0, mx / best.clamp_min(1e-300), torch.ones_like(mx))
+
+
 def plan_risk_aware(problem: Problem, hist: torch.Tensor, policy: str, *, count_risk: float, risk: float,
                     halflife: float | None, steps: int, noise: float = 1.0) -> tuple[torch.Tensor, dict]:
-    """phy2log [L, R] of the risk-aware plan for ``hist [W, L, E]`` under ``policy`` (resolved)."""
+    """phy2log [L, R] of the risk-aware plan for ``hist [W, L, E]`` under ``policy`` (resolved).
+    On a real cluster (speeds, uneven slots, failed GPUs; the global policy) in time."""
     W, L, E = hist.shape
     k = step_weights(W, halflife, hist.device)
     P, R, N = problem.num_gpus, problem.num_replicas, problem.num_nodes
+    if not problem.cluster.homogeneous:
+        slots = Slots.of(problem.cluster, hist.device)
+        p2l, rounds, nodup = plan_rows(hist, k, R, slots.Q, count_risk, risk, noise, steps, slots=slots)
+        return p2l, {"search_rounds": rounds, "colocation": "forbidden" if nodup else "allowed"}
     if policy != "hierarchical" or N == 1:
         p2l, rounds, nodup = plan_rows(hist, k, R, P, count_risk, risk, noise, steps)
         return p2l, {"search_rounds": rounds, "colocation": "forbidden" if nodup else "allowed"}

@@ -12,7 +12,7 @@ from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput, register
 from .risk import (DEFAULT_COUNT_RISK, DEFAULT_HALFLIFE, DEFAULT_RISK, plan_risk_aware, step_weights,
-                   window_objective)
+                   window_objective, window_time_objective)
 from .risk_migration import keep_in_place
 from .robust import _HISTORY, buckets_of, check_history
 from .scenario import scenario_bound, scenario_value
@@ -26,6 +26,9 @@ def check_current(problem: Problem, current: Any) -> torch.Tensor | None:
     """The placement in force as phy2log [L, R] on the problem's device (None: none)."""
     if current is None:
         return None
+    if not problem.cluster.homogeneous:
+        raise OptionError("current", "migration-aware re-plans need identical GPUs (speed 1, the same slot "
+                          "count each); on this cluster re-plan without current")
     if not isinstance(current, Plan):
         raise OptionError("current", f"must be a solvers.Plan (the placement in force), got {type(current).__name__}")
     try:
@@ -41,7 +44,7 @@ def check_current(problem: Problem, current: Any) -> torch.Tensor | None:
 RISK_AWARE_WORK = WorkModel.of({"1": 0, "S": 0, "R": 0.0039, "L*R": 0, "L*E*R": 1.51e-07, "L*S^2": 0, "L*R*S": 2.84e-06, "T*L*R": 1.19e-06, "T*L*R*steps": 0, "B*L*R*S*steps": 0})
 
 
-@register("risk_aware", kind="heuristic", in_suites=False, work=RISK_AWARE_WORK,
+@register("risk_aware", kind="heuristic", in_suites=False, heterogeneous=True, work=RISK_AWARE_WORK,
           options=(policy_option(), _HISTORY,
                    Option("risk", float, DEFAULT_RISK, "z of the GPU risk mean + z x std of its per-step load "
                           "(placement and swaps)", minimum=0.0, maximum=100.0),
@@ -77,8 +80,12 @@ def solve_risk_aware(problem: Problem, o: SolverOptions) -> SolverOutput:
                                        steps=o.steps)
             info.update(kinfo)
         k = step_weights(hist.shape[0], o.halflife, hist.device)
-        # In-window gap: the plan's sum over steps of the per-step max against a bound valid for every plan.
-        gap = scenario_value(hist, p2l, problem.num_gpus) / scenario_bound(problem, hist) - 1
-        window = window_objective(hist, k, p2l, problem.num_experts, problem.num_gpus)
-    info.update(steps_in_window=hist.shape[0], window_gap_mean=float(gap.mean()), window_imbalance=float(window.mean()))
+        if problem.cluster.homogeneous:
+            # In-window gap: the plan's sum over steps of the per-step max against a bound valid for every plan.
+            gap = scenario_value(hist, p2l, problem.num_gpus) / scenario_bound(problem, hist) - 1
+            window = window_objective(hist, k, p2l, problem.num_experts, problem.num_gpus)
+            info.update(window_gap_mean=float(gap.mean()))
+        else:               # in time; the scenario bound is a token bound of identical GPUs
+            window = window_time_objective(hist, k, p2l, problem.cluster)
+    info.update(steps_in_window=hist.shape[0], window_imbalance=float(window.mean()))
     return SolverOutput(Plan.from_phy2log(p2l, problem.num_experts), resolved, info=info)

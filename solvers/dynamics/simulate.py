@@ -339,9 +339,10 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
                           "with uneven slots or failed GPUs simulate without expert_bytes")
     migration_opts = None
     # A solver that re-plans migration-aware itself (options current and slack: risk_aware)
-    # gets the placement in force and the slack; any other, or any with a move budget (the
-    # 'migration' solver's), is wrapped in 'migration'.
-    native = migration_slack is not None and migration_budget is None and {"current", "slack"} <= set(spec.options)
+    # gets the placement in force and the slack on identical GPUs; any other, any with a move
+    # budget (the 'migration' solver's) and any on a real cluster is wrapped in 'migration'.
+    native = (migration_slack is not None and migration_budget is None and {"current", "slack"} <= set(spec.options)
+              and cluster.homogeneous)
     if migration_slack is not None and not native:
         if solver == "migration":
             raise OptionError("solver", "must be another solver than 'migration' (the simulator adds migration)")
