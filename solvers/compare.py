@@ -45,8 +45,8 @@ COLUMNS = ("solver", "policy", "holdout_step_imbalance_mean", "holdout_step_imba
            "inter_node_bytes", "intra_node_bytes", "message")
 # On a cluster with per-GPU speeds the rows also carry the imbalance in time (max time over
 # W / total speed), and the pick goes by it: time is what the cluster pays.
-TIME_COLUMNS = ("time_imbalance_mean", "time_imbalance_worst", "holdout_time_imbalance_mean",
-                "holdout_time_imbalance_worst")
+TIME_COLUMNS = ("holdout_step_time_imbalance_mean", "holdout_step_time_imbalance_worst", "time_imbalance_mean",
+                "time_imbalance_worst", "holdout_time_imbalance_mean", "holdout_time_imbalance_worst")
 
 
 def solver_options(name: str, common: dict[str, Any], time_limit: float | None) -> dict[str, Any]:
@@ -140,6 +140,9 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
         if holdout_steps is not None and res.plan is not None:
             hs = score(holdout, res.plan, tokens=holdout_steps)
             row.update(holdout_step_imbalance_mean=hs.imbalance_mean, holdout_step_imbalance_worst=hs.imbalance_worst)
+            if "time_imbalance_mean" in hs.summary:        # GPUs of different speeds: each step's max time
+                row.update(holdout_step_time_imbalance_mean=hs.summary["time_imbalance_mean"],
+                           holdout_step_time_imbalance_worst=hs.summary["time_imbalance_worst"])
         if routing is not None and res.plan is not None:
             t = with_traffic(res.score, res.plan, problem, routing, token_bytes).summary
             row.update({k: t[k] for k in ("remote_nodes_mean", "remote_nodes_p99", "inter_node_bytes",
@@ -166,10 +169,10 @@ def pick(rows: Sequence[dict[str, Any]]) -> tuple[dict[str, Any] | None, str]:
     # Time is what a cluster of GPUs of different speeds pays: there the pick goes by it.
     timed = all(r.get("time_imbalance_mean") is not None for r in planned)
     t = "time_" if timed else ""
-    for key, where in (("holdout_step_imbalance_mean", "per step on the held-out steps"),
+    for key, where in ((f"holdout_step_{t}imbalance_mean", "per step on the held-out steps"),
                        (f"holdout_{t}imbalance_mean", "on the held-out window"),
                        (f"{t}imbalance_mean", "in sample (no held-out window given)")):
-        if (not timed or key != "holdout_step_imbalance_mean") and all(r.get(key) is not None for r in planned):
+        if all(r.get(key) is not None for r in planned):
             break
     best = min(planned, key=lambda r: (_num(r[key]), _num(r["wall_time_s"])))
     others = sorted(_num(r[key]) for r in planned if r is not best)

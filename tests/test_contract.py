@@ -10,7 +10,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from solvers import OptionError, Problem, SolutionStatus, Termination, get_solver, solve, solver_names
+from solvers import Cluster, OptionError, Problem, SolutionStatus, Termination, get_solver, solve, solver_names
 from solvers.cli import main
 from solvers.compare import compare_solvers, pick
 from solvers.exact.brute import brute_force
@@ -385,6 +385,31 @@ def test_compare_scores_held_out_steps_one_by_one_and_gives_planners_the_window(
     assert "per step on the held-out steps" in reason
     with pytest.raises(OptionError, match="holdout_steps"):
         compare_solvers(problem, ["deepseek"], holdout=holdout, holdout_steps=held[:, :3])
+
+
+def test_compare_on_gpus_of_different_speeds_scores_held_out_steps_in_time(capsys):
+    """On a cluster of mixed speeds a held-out step costs its slowest GPU's time: the per-step
+    figure is in time too, equal to the shared scorer's, and the pick goes by it."""
+    trace = load_dataset("olmoe-1b-7b-drifting").loads.to(torch.float64)
+    window, held = trace[:20], trace[20:40]
+    cluster = Cluster(2, 16, 80, gpu_speed=[1.0] * 8 + [1.4] * 8)
+    problem = Problem(window.sum(0), cluster=cluster, num_groups=1)
+    holdout = Problem(held.sum(0), cluster=cluster, num_groups=1)
+    rows = compare_solvers(problem, ["deepseek", "kk_swap", "risk_aware"], policies=["global"], holdout=holdout,
+                           history=window, holdout_steps=held)
+    for r in rows:
+        s = score(holdout, r["_result"].plan, tokens=held)
+        assert r["holdout_step_time_imbalance_mean"] == s.summary["time_imbalance_mean"]
+        assert r["holdout_step_time_imbalance_worst"] == s.summary["time_imbalance_worst"]
+        assert r["holdout_step_imbalance_mean"] == s.imbalance_mean           # tokens, beside it
+    best, reason = pick(rows)
+    assert best["holdout_step_time_imbalance_mean"] == min(r["holdout_step_time_imbalance_mean"] for r in rows)
+    assert "in time per step on the held-out steps" in reason
+    assert main(["compare", "--loads", "olmoe-1b-7b-drifting@0:20", "--holdout", "20:40", "--replicas", "80",
+                 "--nodes", "2", "--gpus", "16", "--gpu-speed", ",".join(["1"] * 8 + ["1.4"] * 8),
+                 "--policy", "global", "--solvers", "deepseek,kk_swap"]) == 0
+    out = capsys.readouterr().out
+    assert "held-out time per step" in out and "in time per step on the held-out steps" in out
 
 
 def test_compare_bad_input_is_one_line(capsys):

@@ -104,6 +104,10 @@ def _fmt(v: Any, pct: bool = False) -> str:
 def _compare_table(rows: list[dict], holdout: bool, moves: bool, per_step: bool = False,
                    traffic: bool = False) -> str:
     cols = [("solver", "solver", False), ("policy", "policy", False)]
+    if per_step and any(r.get("holdout_step_time_imbalance_mean") is not None for r in rows):
+        # GPUs of different speeds: what a served plan meets is each step's max time
+        cols += [("holdout_step_time_imbalance_mean", "held-out time per step", False),
+                 ("holdout_step_time_imbalance_worst", "time per step worst", False)]
     if per_step:          # what a served plan meets: first
         cols += [("holdout_step_imbalance_mean", "held-out per step", False),
                  ("holdout_step_imbalance_worst", "per step worst", False)]
