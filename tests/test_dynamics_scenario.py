@@ -6,6 +6,8 @@ import itertools
 
 import pytest
 import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 import solvers.dynamics.scenario as scenario
 from solvers import Cluster, OptionError, Problem, get_solver, solve
@@ -222,3 +224,27 @@ def test_exact_scenario_model_refuses_a_speed_that_is_no_small_ratio():
     cluster = Cluster(1, 2, gpu_slots=[2, 2], gpu_speed=[2 ** 0.5, 1.0])
     with pytest.raises(OptionError, match="gpu_speed"):
         solve(Problem(hist.sum(0), cluster=cluster), "scenario_cpsat", history=hist, colocation="allowed")
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 3), st.integers(2, 3),
+       st.lists(st.tuples(st.integers(0, 3), st.sampled_from([0.5, 1.0, 1.4, 2.0])), min_size=2, max_size=3),
+       st.booleans(), st.sampled_from([1.0, 0.5]), st.integers(0, 10 ** 6))
+def test_scenario_bound_and_exact_model_in_time_against_brute_force(W, E, gpus, nodup, tail, seed):
+    """Random tiny real clusters (slot counts 0-3, i.e. failed GPUs too; speeds 0.5-2): the
+    bound in time never exceeds the brute-force optimum, and the exact model proves it."""
+    slots = [c for c, _ in gpus]
+    speed = [s for _, s in gpus]
+    assume(E <= sum(slots) <= 6 and (not nodup or max(slots) <= E))
+    hist = _history(W, E, seed)
+    cluster = Cluster(1, len(gpus), gpu_slots=slots, gpu_speed=speed)
+    p = Problem(hist.sum(0), cluster=cluster)
+    opt = _brute_force_cluster(hist, cluster, nodup, tail)
+    assert float(scenario_bound(p, hist, tail)[0]) <= opt * (1 + 1e-12)
+    if not get_solver("scenario_cpsat").is_available():
+        return
+    res = solve(p, "scenario_cpsat", history=hist, colocation="forbidden" if nodup else "allowed",
+                time_limit=30.0, threads=1, tail=tail)
+    assert res.info["scenario_optimal"] == [True]
+    assert res.info["scenario_value"][0] == pytest.approx(opt, rel=1e-9, abs=1e-12)
+    assert res.info["scenario_bound"][0] <= opt * (1 + 1e-9) + 1e-12
