@@ -116,3 +116,20 @@ def test_spread_keeps_gpus_from_mirroring_each_other():
     # S = 16: plain LPT made GPU pairs share all 16 experts; the overlap term keeps every
     # pair well below that, with or without jitter
     assert most_shared(0.0) <= 8 and most_shared(1.0) <= 8
+
+
+@pytest.mark.parametrize("solver", ["sched_spread", "uniform_replicas"])
+def test_planners_on_an_uneven_mixed_speed_cluster_through_the_cli(tmp_path, capsys, solver):
+    """`eplb plan` with --gpu-slots/--gpu-speed/--failed and a scheduling-aware planner:
+    the plan keeps every GPU's slot count (none on the failed GPU) and is scored in time."""
+    g = np.random.default_rng(1)
+    loads = tmp_path / "loads.npz"
+    np.savez(loads, loads=g.integers(1, 200, size=(2, 16)))
+    out = tmp_path / "plan.json"
+    rc = main(["plan", "--loads", str(loads), "--gpus", "4", "--gpu-slots", "7,5,7,5", "--gpu-speed", "1.4,1,1.4,1",
+               "--failed", "1", "--solver", solver, "--out", str(out), "--json"])
+    assert rc == 0
+    metrics = json.loads(capsys.readouterr().out)
+    doc = json.loads(out.read_text())
+    assert doc["problem"]["gpu_slots"] == [7, 0, 7, 5]
+    assert len(doc["phy2log"][0]) == 19 and metrics["time_imbalance_mean"] >= 1

@@ -151,3 +151,22 @@ def test_sglang_export_covers_dense_layers(tmp_path, solved):
         Plan.from_phy2log([row], plan.num_experts).validate(num_experts=plan.num_experts)
     with pytest.raises(OptionError, match="layer_offset"):
         plan_to_sglang(plan, layer_offset=-1)
+
+
+@pytest.mark.parametrize("cluster", [dict(num_replicas=32, failed=[2]), dict(gpu_slots=[5, 3] * 4)])
+def test_trtllm_map_of_failed_or_uneven_ranks_is_refused_with_the_reason(tmp_path, cluster):
+    """TensorRT-LLM's load-balancer config (num_slots, initial_global_assignments,
+    layer_updates_per_iter) has no field that marks a rank dead and splits num_slots evenly
+    over the ranks: such a plan is refused naming the format and why, and nothing is written;
+    the same plan exports as eplb and csv."""
+    g = torch.Generator().manual_seed(0)
+    p = Problem((torch.rand(2, 24, generator=g) * 100).round(), num_nodes=2, num_gpus=8, **cluster)
+    plan = solve(p, "kk_swap").plan
+    out = tmp_path / "x.yaml"
+    with pytest.raises(OptionError) as err:
+        export_plan(plan, out, "trtllm", problem=p)
+    assert err.value.param == "format"
+    assert "no field that marks a rank dead" in str(err.value) and "eplb or csv" in str(err.value)
+    assert not out.exists()
+    for fmt, suffix in (("eplb", ".json"), ("csv", ".csv")):
+        assert export_plan(plan, tmp_path / f"x{suffix}", fmt, problem=p).exists()

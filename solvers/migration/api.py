@@ -43,6 +43,7 @@ from ..result import SolveResult
 from ..scoring import gpu_loads, gpu_presence
 from .elastic import elastic
 from .exact import count_window, solve_layer
+from .exact_time import exact_pass_in_time, moves_in_time
 from .minmoves import TARGET_RTOL, repair
 from .moves import moves_per_layer
 from .recount import recount
@@ -297,7 +298,8 @@ def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: 
     started = clock()              # the time limit is the whole call's: the exact pass gets what is left
     if not problem.cluster.homogeneous:
         return _migrate_in_time(problem, previous, base=base, slack=slack, method=method, budget=budget,
-                                objective=objective, base_options=base_options)
+                                objective=objective, base_options=base_options,
+                                exact_limit=(started, time_limit, threads, seed))
     previous = check_previous(problem, previous)
     if objective == "makespan" and method == "exact":
         raise OptionError("objective", "the exact method minimises moves; plan for makespan with "
@@ -325,17 +327,18 @@ def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: 
 
 
 def _migrate_in_time(problem: Problem, previous: Any, *, base: str, slack: float, method: str,
-                     budget: float | None, objective: str, base_options: Any) -> SolverOutput:
+                     budget: float | None, objective: str, base_options: Any,
+                     exact_limit: tuple[float, float, int, int] = (0.0, 10.0, 2, 0)) -> SolverOutput:
     """Migration on a real cluster (speeds, uneven slots, failed GPUs), in time: the elastic
     re-plan (:mod:`.elastic`) with the plan in force made for this same cluster: keep every
     replica, rescue experts whose replicas grew heavier than the fresh plan's, repair in
     time until each layer is within ``(1 + slack)`` x the fresh plan's max time, else the
     fresh plan. With ``budget``: the layers saving the most moves are re-planned at the
     wider slacks of BUDGET_SLACKS, level by level, until the moves fit ``budget`` x the
-    fresh plan's. The exact model and the makespan objective plan identical GPUs only."""
-    if method == "exact":
-        raise OptionError("method", "the exact migration model plans identical GPUs only; on a cluster with "
-                          "speeds, uneven slots or failed GPUs use method='heuristic'")
+    fresh plan's. ``method="exact"``: then the CP-SAT model per layer in time
+    (:mod:`.exact_time`), warm-started from that plan, within what is left of the time limit
+    (``exact_limit``: the call's start, its time limit, threads, seed). The makespan
+    objective plans identical GPUs only."""
     if objective == "makespan":
         raise OptionError("objective", "the makespan objective plans identical GPUs only; on a cluster with "
                           "speeds, uneven slots or failed GPUs use objective='moves'")
@@ -349,9 +352,23 @@ def _migrate_in_time(problem: Problem, previous: Any, *, base: str, slack: float
             return alt.plan.phy2log, torch.tensor(alt.info["moves_per_layer"], dtype=torch.int64)
 
         p2l, moves, relaxed = widen_to_budget(p2l, moves, int(out.info["fresh_moves"] * budget), slack, at)
-    info = {"base": base, "method": "heuristic", "objective": "moves", "in_time": True, **out.info,
+    info = {"base": base, "method": method, "objective": "moves", "in_time": True, **out.info,
             "budget": budget, "relaxed_layers": relaxed, "moves_per_layer": moves.tolist(),
             "heuristic_moves": int(moves.sum())}
+    if method == "exact":
+        started, time_limit, threads, seed = exact_limit
+        target = torch.tensor(out.info["target_max_time"], dtype=torch.float64)
+        if relaxed:                                      # the budget widened some layers' slack
+            for layer, wider in relaxed.items():
+                target[int(layer)] = out.info["fresh_max_time"][int(layer)] * (1 + wider)
+        old = previous.phy2log.to(p2l.device)            # a Plan of this cluster: elastic checked it
+        t0 = clock()
+        p2l, reports = exact_pass_in_time(problem, old, p2l, target, max(0.0, time_limit - (t0 - started)),
+                                          threads, seed)
+        info["seconds"]["exact"] = clock() - t0
+        info["exact_layers"] = reports
+        info["exact_proven_layers"] = sum(1 for r in reports if r.get("proven"))
+        info["moves_per_layer"] = moves_in_time(problem, p2l, old).tolist()
     return SolverOutput(Plan.from_phy2log(p2l, problem.num_experts), out.policy, info=info)
 
 

@@ -11,6 +11,11 @@ For one layer with loads ``w [E]``, the placement in force ``old [R]`` and a loa
 - hierarchical: booleans ``a[k, n]`` put each group on one node (G/N per node, among the
   nodes the group had in the old plan or the warm start); replicas stay on their group's node.
 
+On a real cluster (per-GPU speeds, uneven slot counts, failed GPUs) the model is the same
+in *time*: GPU g holds exactly its own ``slots[g]`` replicas (a failed GPU none, so no
+replica is left on it) and its load over its speed ``s_g`` stays within the time cap ``T``
+(coefficients ``w_e / (c s_g)``); global policy only.
+
 Loads are scaled to integers with coefficients rounded *down*, so the model is a
 relaxation (its bound on the moves is valid, and a plan exactly at the cap, such as the
 fresh plan itself at slack 0, stays feasible); a solution is re-checked in float64 and
@@ -72,24 +77,31 @@ def count_window(num_replicas: int, num_experts: int, *counts: np.ndarray) -> tu
     return lo, hi, False
 
 
-def _presence(p2l: np.ndarray, num_experts: int, num_gpus: int) -> np.ndarray:
-    """[E, P] int replicas of e on GPU g."""
-    S = len(p2l) // num_gpus
+def _presence(p2l: np.ndarray, num_experts: int, num_gpus: int, slot_gpu: np.ndarray | None = None) -> np.ndarray:
+    """[E, P] int replicas of e on GPU g. slot_gpu: [R] the GPU of every slot (None: R/P each)."""
+    if slot_gpu is None:
+        slot_gpu = np.arange(len(p2l)) // (len(p2l) // num_gpus)
     x = np.zeros((num_experts, num_gpus), dtype=np.int64)
-    np.add.at(x, (p2l, np.arange(len(p2l)) // S), 1)
+    np.add.at(x, (p2l, slot_gpu), 1)
     return x
 
 
-def moves_of(p2l: np.ndarray, old: np.ndarray, num_experts: int, num_gpus: int) -> int:
+def moves_of(p2l: np.ndarray, old: np.ndarray, num_experts: int, num_gpus: int,
+             slot_gpu: np.ndarray | None = None) -> int:
     """(GPU, expert) pairs p2l holds that old did not (the shared scorer's count)."""
-    return int(((_presence(p2l, num_experts, num_gpus) > 0) & (_presence(old, num_experts, num_gpus) == 0)).sum())
+    return int(((_presence(p2l, num_experts, num_gpus, slot_gpu) > 0)
+                & (_presence(old, num_experts, num_gpus, slot_gpu) == 0)).sum())
 
 
 def solve_layer(w: np.ndarray, old: np.ndarray, cap: float, num_gpus: int, *, group_nodes: np.ndarray | None = None,
                 lo: np.ndarray, hi: np.ndarray, full_window: bool = False, hint: np.ndarray | None = None,
-                time_limit: float = 10.0, threads: int = 2, seed: int = 0) -> ExactLayer:
+                time_limit: float = 10.0, threads: int = 2, seed: int = 0,
+                slots: np.ndarray | None = None, speed: np.ndarray | None = None) -> ExactLayer:
     """Fewest moves from ``old`` [R] such that every GPU's load under ``w`` [E] is <= ``cap``.
 
+    slots, speed: [P] a real cluster's per-GPU slot counts (0: failed) and speeds (global
+    policy only): then every GPU's *time* (load / speed) is <= ``cap``; None: R/P slots of
+    speed 1 each.
     group_nodes: [G, N] bool, hierarchical only: the nodes each group of E/G consecutive
     experts may live on (whole groups, G/N per node); None = global. lo, hi: [E] candidate
     counts. hint: [R] a placement to warm-start from (used when it fits the model).
@@ -99,8 +111,16 @@ def solve_layer(w: np.ndarray, old: np.ndarray, cap: float, num_gpus: int, *, gr
 
     began = clock()
     E, R, P = len(w), len(old), num_gpus
-    S = R // P
-    had = _presence(old, E, P) > 0
+    if slots is None:
+        S = R // P
+        per_gpu = np.full(P, S, dtype=np.int64)                               # [P] slots
+        slot_gpu = None
+    else:
+        if group_nodes is not None:
+            raise ValueError("a real cluster's exact migration model is global (no group_nodes)")
+        per_gpu = np.asarray(slots, dtype=np.int64)
+        slot_gpu = np.repeat(np.arange(P), per_gpu)                            # [R]
+    had = _presence(old, E, P, slot_gpu) > 0
     scale = LOAD_UNITS / max(cap, 1e-300) if cap > 0 else 1.0
     cap_units = math.floor(cap * (1 + CAP_RTOL) * scale)
     m = cp_model.CpModel()
@@ -108,7 +128,7 @@ def solve_layer(w: np.ndarray, old: np.ndarray, cap: float, num_gpus: int, *, gr
     slot_terms: list[list] = [[] for _ in range(P)]
     cost = []
     xvars: list[tuple[int, int, object]] = []
-    hint_x = _presence(hint, E, P) if hint is not None else None
+    hint_x = _presence(hint, E, P, slot_gpu) if hint is not None else None
     hint_c = hint_x.sum(1) if hint_x is not None else None
     home = None
     if group_nodes is not None:                     # hierarchical: a[k, n] puts group k on node n
@@ -130,7 +150,7 @@ def solve_layer(w: np.ndarray, old: np.ndarray, cap: float, num_gpus: int, *, gr
         if clock() - began > time_limit:
             return ExactLayer(None, None, 0, BUILD_TIME_LIMIT, full_window)
         if home is None:
-            gpus = np.arange(P)
+            gpus = np.flatnonzero(per_gpu)                                    # failed GPUs hold nothing
         else:
             k = e // size
             gpus = np.flatnonzero(np.repeat(group_nodes[k], Q))
@@ -139,6 +159,7 @@ def solve_layer(w: np.ndarray, old: np.ndarray, cap: float, num_gpus: int, *, gr
         m.AddExactlyOne(ys.values())
         total = []
         for g in gpus:
+            S = int(per_gpu[g])
             xs = m.NewIntVar(0, S, f"x{e}_{g}")
             total.append(xs)
             xvars.append((e, int(g), xs))
@@ -146,7 +167,8 @@ def solve_layer(w: np.ndarray, old: np.ndarray, cap: float, num_gpus: int, *, gr
                 m.Add(xs <= S * home[(k, int(g) // Q)])
             parts = []
             for c in cands:
-                coef = math.floor(float(w[e]) / c * scale)
+                coef = math.floor(float(w[e]) / c * scale if speed is None
+                                  else float(w[e]) / (c * float(speed[g])) * scale)
                 if len(cands) == 1:
                     z = xs
                 else:
@@ -171,8 +193,8 @@ def solve_layer(w: np.ndarray, old: np.ndarray, cap: float, num_gpus: int, *, gr
         if hint_x is not None:
             for c, y in ys.items():
                 m.AddHint(y, bool(hint_c[e] == c))
-    for g in range(P):
-        m.Add(sum(slot_terms[g]) == S)
+    for g in np.flatnonzero(per_gpu):
+        m.Add(sum(slot_terms[g]) == int(per_gpu[g]))
         m.Add(sum(coef * z for coef, z in load_terms[g]) <= cap_units)
     objective = sum(cost) if cost else 0
     m.Minimize(objective)
@@ -189,33 +211,39 @@ def solve_layer(w: np.ndarray, old: np.ndarray, cap: float, num_gpus: int, *, gr
     x = np.zeros((E, P), dtype=np.int64)
     for e, g, var in xvars:
         x[e, g] = solver.Value(var)
-    p2l = place(x, old, S)
+    p2l = place(x, old, R // P if slots is None else per_gpu)
     cnt = np.bincount(p2l, minlength=E)
-    if (w[p2l] / cnt[p2l]).reshape(P, S).sum(1).max() > cap * (1 + CAP_RTOL):
+    if slot_gpu is None:
+        worst = (w[p2l] / cnt[p2l]).reshape(P, R // P).sum(1).max()
+    else:                                   # in time, float64 (the model's coefficients were floored)
+        worst = (np.bincount(slot_gpu, weights=w[p2l] / cnt[p2l], minlength=P) / np.asarray(speed)).max()
+    if worst > cap * (1 + CAP_RTOL):
         return ExactLayer(None, None, int(math.ceil(solver.BestObjectiveBound() - 1e-9)), "CAP_ROUNDING",
                           full_window)
     bound = int(math.ceil(solver.BestObjectiveBound() - 1e-9)) if cost else 0
-    return ExactLayer(p2l, moves_of(p2l, old, E, P), bound, name, full_window)
+    return ExactLayer(p2l, moves_of(p2l, old, E, P, slot_gpu), bound, name, full_window)
 
 
-def place(x: np.ndarray, old: np.ndarray, slots_per_gpu: int) -> np.ndarray:
+def place(x: np.ndarray, old: np.ndarray, slots_per_gpu: int | np.ndarray) -> np.ndarray:
     """phy2log [R] from replicas x [E, P]: on every GPU, an expert the old plan had there
-    keeps its old slot; the others fill the free slots."""
+    keeps its old slot; the others fill the free slots. slots_per_gpu: S, or [P] per GPU
+    (a real cluster: slots numbered GPU by GPU)."""
     E, P = x.shape
-    S = slots_per_gpu
-    out = np.empty(P * S, dtype=np.int64)
+    per_gpu = np.broadcast_to(np.asarray(slots_per_gpu, dtype=np.int64), (P,))
+    starts = np.concatenate([[0], np.cumsum(per_gpu)])
+    out = np.empty(int(starts[-1]), dtype=np.int64)
     for g in range(P):
         left = x[:, g].copy()
         free = []
-        for j in range(S):
-            e = old[g * S + j]
+        for j in range(starts[g], starts[g + 1]):
+            e = old[j]
             if left[e] > 0:
-                out[g * S + j] = e
+                out[j] = e
                 left[e] -= 1
             else:
-                free.append(g * S + j)
+                free.append(j)
         rest = np.repeat(np.arange(E), left)
         if len(rest) != len(free):
-            raise RuntimeError(f"GPU {g} gets {int(x[:, g].sum())} replicas for {S} slots")
+            raise RuntimeError(f"GPU {g} gets {int(x[:, g].sum())} replicas for {int(per_gpu[g])} slots")
         out[free] = rest
     return out

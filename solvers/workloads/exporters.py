@@ -174,11 +174,17 @@ def engine_text(plan: Plan, format: str, *, layer_offset: int = 0, num_gpus: int
     (the CSV table writes it). gpu_slots: [P] slots per GPU of such a plan (docs/formats.md):
     SGLang maps put R/P consecutive slots on every rank, so a plan with failed GPUs and the
     same count on every live one is written padded (:func:`padded_map`; the engine masks
-    the failed ranks); other uneven plans, and TensorRT-LLM maps of any of them (its config
-    has no rank mask), are refused rather than written wrong."""
+    the failed ranks); other uneven plans, and TensorRT-LLM maps of any of them (its
+    load-balancer config has no field that marks a rank dead, docs/formats.md), are refused
+    rather than written wrong."""
     if (slot_gpus is not None or gpu_slots is not None) and format in ("sglang", "trtllm"):
         counts = {int(c) for c in gpu_slots or ()}
-        if format == "trtllm" or gpu_slots is None:
+        if format == "trtllm":
+            raise OptionError("format", "trtllm maps give every rank num_slots / ep_size slots and route tokens to "
+                              "every slot, and TensorRT-LLM's load-balancer config has no field that marks a rank "
+                              "dead; this plan's GPUs hold different counts (or some failed): export it as eplb or "
+                              "csv (or sglang, padded, for failed GPUs)")
+        if gpu_slots is None:
             raise OptionError("format", f"{format} maps give every rank the same number of slots and send tokens to "
                               "every slot; this plan's GPUs hold different counts (or some failed): export it as "
                               "eplb or csv" + (" (or sglang, padded, for failed GPUs)" if format == "trtllm" else ""))

@@ -1,0 +1,77 @@
+"""The exact migration pass on a real cluster (per-GPU speeds, uneven slot counts, failed GPUs).
+
+Per layer, the CP-SAT model of :mod:`.exact` in time: the fewest moves from the placement in
+force such that every live GPU holds exactly its own slot count (a failed GPU none) and its
+load over its speed stays within the layer's time target, ``(1 + slack)`` x the fresh plan's
+max time. Warm-started (hinted) from the heuristic's plan (the elastic re-plan), whose layer
+is kept unless the model's plan moves fewer replicas and meets the target in float64; each
+layer's report says whether its optimum is proven (within the candidate count window).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..clock import clock
+from ..problem import Problem
+from ..scoring import gpu_presence
+from .exact import count_window, moves_of, solve_layer
+from .minmoves import TARGET_RTOL
+
+# Least time worth one layer's CP-SAT call (as the homogeneous exact pass).
+MIN_LAYER_SECONDS = 0.05
+
+
+def layer_time(w: np.ndarray, p2l: np.ndarray, slot_gpu: np.ndarray, speed: np.ndarray) -> float:
+    """Max GPU time of one layer's phy2log [R] under loads w [E] (even split), float64."""
+    cnt = np.bincount(p2l, minlength=len(w))
+    return float((np.bincount(slot_gpu, weights=w[p2l] / cnt[p2l], minlength=len(speed)) / speed).max())
+
+
+def exact_pass_in_time(problem: Problem, old: torch.Tensor, start: torch.Tensor, target: torch.Tensor,
+                       time_limit: float, threads: int, seed: int) -> tuple[torch.Tensor, list[dict]]:
+    """phy2log [L, R] improved layer by layer from ``start`` [L, R] (the placement in force:
+    ``old`` [L, R], same cluster), and per-layer reports; ``target`` [L] max times."""
+    c = problem.cluster
+    w = problem.weights.to(torch.float64).cpu().numpy()
+    old_np, hints = old.cpu().numpy(), start.cpu().numpy()
+    slots = np.asarray(c.gpu_slots, dtype=np.int64)                         # [P], 0 = failed
+    speed = np.asarray(c.gpu_speed, dtype=np.float64)                       # [P]
+    slot_gpu = np.repeat(np.arange(c.num_gpus), slots)                      # [R]
+    L, E = w.shape
+    out = start.clone().cpu()
+    reports = []
+    deadline = clock() + time_limit
+    overshoot = 0.0
+    for layer in range(L):
+        # a share of the time left per layer, as the homogeneous pass (see api._exact_pass)
+        left = deadline - clock() - overshoot
+        if left < MIN_LAYER_SECONDS:
+            reports.append({"layer": layer, "status": "NOT_RUN", "moves": None, "bound": 0, "proven": False,
+                            "full_window": False})
+            continue
+        per_layer = min(left, max(MIN_LAYER_SECONDS, left / (L - layer)))
+        lo, hi, full = count_window(problem.num_replicas, E, np.bincount(old_np[layer], minlength=E),
+                                    np.bincount(hints[layer], minlength=E))
+        cap = float(target[layer])
+        began = clock()
+        res = solve_layer(w[layer], old_np[layer], cap, c.num_gpus, lo=lo, hi=hi, full_window=full,
+                          hint=hints[layer], time_limit=per_layer, threads=threads, seed=seed,
+                          slots=slots, speed=speed)
+        overshoot = max(overshoot, clock() - began - per_layer)
+        reports.append({"layer": layer, "status": res.status, "moves": res.moves, "bound": res.bound,
+                        "proven": res.proven, "full_window": full})
+        if res.phy2log is not None:
+            hint_moves = moves_of(hints[layer], old_np[layer], E, c.num_gpus, slot_gpu)
+            if (layer_time(w[layer], res.phy2log, slot_gpu, speed) <= cap * (1 + TARGET_RTOL)
+                    and res.moves < hint_moves):
+                out[layer] = torch.from_numpy(res.phy2log)
+    return out.to(start.device), reports
+
+
+def moves_in_time(problem: Problem, p2l: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+    """[L] int64 (GPU, expert) pairs ``p2l`` [L, R] holds that ``old`` [L, R] did not, slots
+    mapped to GPUs by the problem's (uneven) slot ranges (the shared scorer's count)."""
+    gpu = problem.slot_gpu().to(p2l.device)
+    E, P = problem.num_experts, problem.num_gpus
+    return (gpu_presence(p2l, E, P, gpu) & ~gpu_presence(old.to(p2l.device), E, P, gpu)).flatten(1).sum(1)
