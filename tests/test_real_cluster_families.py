@@ -70,10 +70,9 @@ def test_migration_in_time_refuses_what_plans_identical_gpus_only():
     loads = _trace(T=4)
     old = solve(Problem(loads[:2].sum(0), cluster=c), "kk_swap").plan
     p = Problem(loads[2:].sum(0), cluster=c)
-    for kw, param in ((dict(method="exact"), "method"), (dict(objective="makespan"), "objective")):
-        with pytest.raises(OptionError) as err:
-            plan_with_migration(p, "kk_swap", old, slack=0.01, **kw)
-        assert err.value.param == param
+    with pytest.raises(OptionError) as err:
+        plan_with_migration(p, "kk_swap", old, slack=0.01, method="exact")
+    assert err.value.param == "method"
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
@@ -108,10 +107,19 @@ def test_simulate_on_a_real_cluster_in_time(solver):
     assert mig.totals()["total_moves"] < plain.totals()["total_moves"]
 
 
-def test_simulate_refuses_transfer_schedules_on_uneven_slots():
-    with pytest.raises(OptionError) as err:
-        simulate(_trace(T=8), cluster=Cluster(**SHAPES["uneven"]), solver="kk_swap", every=4, expert_bytes=1000)
-    assert err.value.param == "expert_bytes"
+@pytest.mark.parametrize("shape", ["uneven", "failed"])
+def test_simulate_schedules_transfers_on_uneven_slots_and_failed_gpus(shape):
+    # the schedule maps slots to GPUs by the cluster's slot map: every rebalance's copies are timed
+    c = Cluster(**SHAPES[shape])
+    res = simulate(_trace(T=16), cluster=c, solver="kk_swap", every=4, window=4, expert_bytes=10**9,
+                   migration_slack=0.02, migration_objective="makespan", transfer_model="shared")
+    later = res.rebalances[1:]
+    assert later and all(r["makespan_seconds"] is not None and r["stall_seconds"] == r["makespan_seconds"]
+                         for r in later)
+    assert any(r["moves"] > 0 for r in later)
+    assert all((r["moves"] > 0) == (r["makespan_seconds"] > 0) for r in later)
+    assert all(r["makespan_seconds"] >= r["bound_seconds"] * (1 - 1e-9) for r in later)
+    assert res.totals()["stall_seconds"] == pytest.approx(sum(r["stall_seconds"] for r in res.rebalances))
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
