@@ -9,12 +9,13 @@ import math
 import pytest
 import torch
 
-from solvers import Cluster, Problem, score, solve
+from solvers import Cluster, Plan, Problem, score, solve
 from solvers.dynamics import simulate
 from solvers.dynamics.robust import time_robust_search
 from solvers.dynamics.simulate import step_stats
 from solvers.errors import OptionError
 from solvers.migration import plan_with_migration
+from solvers.migration.transfer_models import schedule_with
 
 SHAPES = {
     "mixed": dict(num_nodes=2, num_gpus=8, num_replicas=48, gpu_speed=[1.0] * 4 + [1.4] * 4),
@@ -168,6 +169,25 @@ def test_cli_simulate_and_migration_on_a_real_cluster(tmp_path, capsys):
     assert main(["plan", "--loads", str(later), *shape, "--solver", "kk_swap", "--previous", str(old),
                  "--migration-slack", "0.01", "--migration", "exact", "--out", str(tmp_path / "x.json")]) != 0
     assert "method" in capsys.readouterr().err
+    # planning for makespan under the sharing model on the uneven cluster: within the slack, and
+    # its schedule (the cluster's slot map) never longer than the move-count plan's
+    timed = tmp_path / "timed.json"
+    moved = tmp_path / "moved.json"
+    assert main(["plan", "--loads", str(later), *shape, "--solver", "kk_swap", "--previous", str(old),
+                 "--migration-slack", "0.02", "--out", str(moved)]) == 0
+    assert main(["plan", "--loads", str(later), *shape, "--solver", "kk_swap", "--previous", str(old),
+                 "--migration-slack", "0.02", "--migration-objective", "makespan", "--transfer-model", "shared",
+                 "--out", str(timed)]) == 0
+    c = Cluster(**SHAPES["uneven"])
+    plans = {k: Plan.from_phy2log(torch.tensor(json.loads(f.read_text())["phy2log"]), 32)
+             for k, f in (("old", old), ("moved", moved), ("timed", timed))}
+    span = {k: schedule_with(plans["old"], plans[k], 8, 4, 10**9, c.network, 32, "shared", c.slot_gpus()).makespan
+            for k in ("moved", "timed")}
+    assert span["timed"] <= span["moved"] * (1 + 1e-12)
+    capsys.readouterr()
+    assert main(["plan", "--loads", str(later), *shape, "--solver", "kk_swap", "--previous", str(old),
+                 "--migration-slack", "0.02", "--transfer-model", "shared", "--out", str(tmp_path / "y.json")]) != 0
+    assert "transfer_model" in capsys.readouterr().err
 
 
 # The hot-expert packing bound (solvers.bounds.hot_expert_packing_bound) -------------------
