@@ -154,6 +154,11 @@ def test_cli_simulate_and_migration_on_a_real_cluster(tmp_path, capsys):
                  "--migration-slack", "0.02", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["rebalances"] >= 2 and out["mean_imbalance"] >= 1
+    # with an expert size the stalls are timed on the uneven cluster too
+    assert main(["simulate", "--loads", str(trace), *shape, "--solver", "kk_swap", "--every", "4",
+                 "--expert-bytes", "1000000000", "--json"]) == 0
+    timed = json.loads(capsys.readouterr().out)
+    assert timed["stall_seconds"] > 0 and timed["net_efficiency"] < 1
     # a plan of this uneven cluster re-planned migration-aware with a move budget
     loads = tmp_path / "loads.npz"
     np.savez(loads, loads=_trace(T=16).numpy()[:8].sum(0).astype("int64"))
