@@ -190,6 +190,13 @@ def test_cli_simulate_and_migration_on_a_real_cluster(tmp_path, capsys):
             for k in ("moved", "timed")}
     assert span["timed"] <= span["moved"] * (1 + 1e-12)
     capsys.readouterr()
+    # eplb score schedules the copies on the uneven cluster by its slot map, and writes them
+    sched = tmp_path / "schedule.csv"
+    assert main(["score", "--loads", str(later), "--plan", str(timed), "--previous", str(old), *shape,
+                 "--expert-bytes", "1000000000", "--transfer-model", "shared", "--out", str(sched), "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)
+    assert m["transfers"]["makespan_seconds"] == pytest.approx(span["timed"], rel=1e-12)
+    assert m["transfers"]["moves"] == m["moves"] and sched.exists()
     assert main(["plan", "--loads", str(later), *shape, "--solver", "kk_swap", "--previous", str(old),
                  "--migration-slack", "0.02", "--transfer-model", "shared", "--out", str(tmp_path / "y.json")]) != 0
     assert "transfer_model" in capsys.readouterr().err
