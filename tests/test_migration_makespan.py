@@ -9,6 +9,8 @@ from solvers import OptionError, Plan, Problem, solve
 from solvers.cluster import Cluster
 from solvers.migration import plan_with_migration, schedule_transfers
 from solvers.migration.api import copy_costs
+from solvers.migration.transfer_models import schedule_with
+from solvers.migration.transfers import needed_copies
 from solvers.network import Network
 
 L, E, N, P, R = 6, 32, 2, 8, 40
@@ -50,7 +52,7 @@ def test_makespan_objective_within_slack_and_never_slower(policy):
         t_moves = schedule_transfers(prev, by_moves.plan, P, P // N, 1000, net).makespan
         t_time = schedule_transfers(prev, by_time.plan, P, P // N, 1000, net).makespan
         assert t_time <= t_moves * (1 + 1e-12)
-        assert by_time.info["makespan_passes"][0]["makespan_per_byte"] == pytest.approx(t_moves / 1000)
+        assert by_time.info["makespan_passes"][0]["makespan_per_byte"] == pytest.approx(t_moves / 1000, rel=1e-9)
 
 
 def test_makespan_objective_refuses_the_exact_method():
@@ -60,3 +62,57 @@ def test_makespan_objective_refuses_the_exact_method():
         plan_with_migration(Problem(new_w, R, 4, N, P), "deepseek", prev, method="exact", objective="makespan")
     with pytest.raises(OptionError, match="objective"):
         plan_with_migration(Problem(new_w, R, 4, N, P), "deepseek", prev, objective="time")
+
+
+def test_makespan_objective_plans_for_the_shared_model():
+    # the shared model times the same plans differently: planning for it never loses to the
+    # move-count plan under that model, and its first pass is the move-count plan timed so
+    net = Network(400e9, 50e9)
+    cluster = Cluster(N, P, R, network=net)
+    for seed in range(2):
+        old_w, new_w = _drifted(seed)
+        prev = solve(Problem(old_w, cluster=cluster, num_groups=4), "deepseek").plan
+        pn = Problem(new_w, cluster=cluster, num_groups=4)
+        by_moves = plan_with_migration(pn, "deepseek", prev, slack=0.02)
+        by_time = plan_with_migration(pn, "deepseek", prev, slack=0.02, objective="makespan", transfer_model="shared")
+        t_moves = schedule_with(prev, by_moves.plan, P, P // N, 1000, net, model="shared").makespan
+        t_time = schedule_with(prev, by_time.plan, P, P // N, 1000, net, model="shared").makespan
+        assert t_time <= t_moves * (1 + 1e-12)
+        assert by_time.info["makespan_passes"][0]["makespan_per_byte"] == pytest.approx(t_moves / 1000, rel=1e-9)
+        used = by_time.info["makespan_passes"][by_time.info["makespan_pass_used"]]
+        assert used["makespan_per_byte"] == pytest.approx(t_time / 1000, rel=1e-9)
+    with pytest.raises(OptionError, match="transfer_model"):
+        plan_with_migration(pn, "deepseek", prev, objective="makespan", transfer_model="fluid")
+
+
+@pytest.mark.parametrize("model", ["rounds", "shared"])
+def test_makespan_objective_on_real_clusters_within_slack_and_never_slower(model):
+    # speeds, uneven slots and a failed GPU: the plans within the slack are elastic re-plans in
+    # time; the makespan objective keeps the shortest schedule among them (slot map of the cluster)
+    net = Network(400e9, 50e9)
+    clusters = (Cluster(N, P, R, gpu_speed=[1.0] * 4 + [1.5] * 4, network=net),
+                Cluster(N, P, gpu_slots=[6, 4, 5, 5, 6, 4, 5, 5], network=net),
+                Cluster(N, P, R, failed=[3], network=net))
+    for cluster in clusters:
+        old_w, new_w = _drifted(0)
+        prev = solve(Problem(old_w, cluster=cluster), "kk_swap").plan
+        pn = Problem(new_w, cluster=cluster)
+        by_moves = plan_with_migration(pn, "kk_swap", prev, slack=0.02)
+        by_time = plan_with_migration(pn, "kk_swap", prev, slack=0.02, objective="makespan", transfer_model=model)
+        assert by_time.info["objective"] == "makespan"
+        target = torch.tensor(by_time.info["target_max_time"], dtype=torch.float64)
+        assert bool((by_time.score.max_time <= target * (1 + 1e-9)).all())
+        slots = cluster.slot_gpus()
+        t_moves = schedule_with(prev, by_moves.plan, P, P // N, 1000, net, model=model, slot_gpu=slots).makespan
+        t_time = schedule_with(prev, by_time.plan, P, P // N, 1000, net, model=model, slot_gpu=slots).makespan
+        assert t_time <= t_moves * (1 + 1e-12)
+        passes = by_time.info["makespan_passes"]
+        assert [p["slack"] for p in passes] == pytest.approx([0.02, 0.01, 0.0])
+        assert passes[0]["makespan_per_byte"] == pytest.approx(t_moves / 1000, rel=1e-9)
+        assert passes[0]["moves"] == by_moves.score.moves
+        # a failed GPU receives nothing: every copy lands on a live GPU
+        copies = needed_copies(prev, by_time.plan, P, P // N, E, slots)
+        assert set(copies.dst.tolist()) <= set(cluster.live_gpus)
+    with pytest.raises(OptionError) as err:
+        plan_with_migration(pn, "kk_swap", prev, slack=0.02, objective="makespan", budget=0.5)
+    assert err.value.param == "budget"

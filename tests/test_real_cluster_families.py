@@ -9,12 +9,13 @@ import math
 import pytest
 import torch
 
-from solvers import Cluster, Problem, score, solve
+from solvers import Cluster, Plan, Problem, score, solve
 from solvers.dynamics import simulate
 from solvers.dynamics.robust import time_robust_search
 from solvers.dynamics.simulate import step_stats
 from solvers.errors import OptionError
 from solvers.migration import plan_with_migration
+from solvers.migration.transfer_models import schedule_with
 
 SHAPES = {
     "mixed": dict(num_nodes=2, num_gpus=8, num_replicas=48, gpu_speed=[1.0] * 4 + [1.4] * 4),
@@ -65,13 +66,16 @@ def test_migration_in_time_budget_widens_the_slack_of_the_layers_that_save_most(
         assert capped.info["relaxed_layers"]
 
 
-def test_migration_in_time_refuses_what_plans_identical_gpus_only():
+def test_migration_in_time_refuses_makespan_with_a_budget_or_the_exact_method():
     c = Cluster(**SHAPES["uneven"])
     loads = _trace(T=4)
     old = solve(Problem(loads[:2].sum(0), cluster=c), "kk_swap").plan
     p = Problem(loads[2:].sum(0), cluster=c)
     with pytest.raises(OptionError) as err:
-        plan_with_migration(p, "kk_swap", old, slack=0.01, objective="makespan")
+        plan_with_migration(p, "kk_swap", old, slack=0.01, objective="makespan", budget=0.5)
+    assert err.value.param == "budget"
+    with pytest.raises(OptionError) as err:
+        plan_with_migration(p, "kk_swap", old, slack=0.01, objective="makespan", method="exact")
     assert err.value.param == "objective"
 
 
@@ -107,10 +111,19 @@ def test_simulate_on_a_real_cluster_in_time(solver):
     assert mig.totals()["total_moves"] < plain.totals()["total_moves"]
 
 
-def test_simulate_refuses_transfer_schedules_on_uneven_slots():
-    with pytest.raises(OptionError) as err:
-        simulate(_trace(T=8), cluster=Cluster(**SHAPES["uneven"]), solver="kk_swap", every=4, expert_bytes=1000)
-    assert err.value.param == "expert_bytes"
+@pytest.mark.parametrize("shape", ["uneven", "failed"])
+def test_simulate_schedules_transfers_on_uneven_slots_and_failed_gpus(shape):
+    # the schedule maps slots to GPUs by the cluster's slot map: every rebalance's copies are timed
+    c = Cluster(**SHAPES[shape])
+    res = simulate(_trace(T=16), cluster=c, solver="kk_swap", every=4, window=4, expert_bytes=10**9,
+                   migration_slack=0.02, migration_objective="makespan", transfer_model="shared")
+    later = res.rebalances[1:]
+    assert later and all(r["makespan_seconds"] is not None and r["stall_seconds"] == r["makespan_seconds"]
+                         for r in later)
+    assert any(r["moves"] > 0 for r in later)
+    assert all((r["moves"] > 0) == (r["makespan_seconds"] > 0) for r in later)
+    assert all(r["makespan_seconds"] >= r["bound_seconds"] * (1 - 1e-9) for r in later)
+    assert res.totals()["stall_seconds"] == pytest.approx(sum(r["stall_seconds"] for r in res.rebalances))
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
@@ -144,6 +157,11 @@ def test_cli_simulate_and_migration_on_a_real_cluster(tmp_path, capsys):
                  "--migration-slack", "0.02", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["rebalances"] >= 2 and out["mean_imbalance"] >= 1
+    # with an expert size the stalls are timed on the uneven cluster too
+    assert main(["simulate", "--loads", str(trace), *shape, "--solver", "kk_swap", "--every", "4",
+                 "--expert-bytes", "1000000000", "--json"]) == 0
+    timed = json.loads(capsys.readouterr().out)
+    assert timed["stall_seconds"] > 0 and timed["net_efficiency"] < 1
     # a plan of this uneven cluster re-planned migration-aware with a move budget
     loads = tmp_path / "loads.npz"
     np.savez(loads, loads=_trace(T=16).numpy()[:8].sum(0).astype("int64"))
@@ -156,6 +174,32 @@ def test_cli_simulate_and_migration_on_a_real_cluster(tmp_path, capsys):
     capsys.readouterr()
     doc = json.loads(new.read_text())
     assert doc["problem"]["gpu_slots"] == [7, 5] * 4 and doc["metrics"]["moves"] > 0
+    # planning for makespan under the sharing model on the uneven cluster: within the slack, and
+    # its schedule (the cluster's slot map) never longer than the move-count plan's
+    timed = tmp_path / "timed.json"
+    moved = tmp_path / "moved.json"
+    assert main(["plan", "--loads", str(later), *shape, "--solver", "kk_swap", "--previous", str(old),
+                 "--migration-slack", "0.02", "--out", str(moved)]) == 0
+    assert main(["plan", "--loads", str(later), *shape, "--solver", "kk_swap", "--previous", str(old),
+                 "--migration-slack", "0.02", "--migration-objective", "makespan", "--transfer-model", "shared",
+                 "--out", str(timed)]) == 0
+    c = Cluster(**SHAPES["uneven"])
+    plans = {k: Plan.from_phy2log(torch.tensor(json.loads(f.read_text())["phy2log"]), 32)
+             for k, f in (("old", old), ("moved", moved), ("timed", timed))}
+    span = {k: schedule_with(plans["old"], plans[k], 8, 4, 10**9, c.network, 32, "shared", c.slot_gpus()).makespan
+            for k in ("moved", "timed")}
+    assert span["timed"] <= span["moved"] * (1 + 1e-12)
+    capsys.readouterr()
+    # eplb score schedules the copies on the uneven cluster by its slot map, and writes them
+    sched = tmp_path / "schedule.csv"
+    assert main(["score", "--loads", str(later), "--plan", str(timed), "--previous", str(old), *shape,
+                 "--expert-bytes", "1000000000", "--transfer-model", "shared", "--out", str(sched), "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)
+    assert m["transfers"]["makespan_seconds"] == pytest.approx(span["timed"], rel=1e-12)
+    assert m["transfers"]["moves"] == m["moves"] and sched.exists()
+    assert main(["plan", "--loads", str(later), *shape, "--solver", "kk_swap", "--previous", str(old),
+                 "--migration-slack", "0.02", "--transfer-model", "shared", "--out", str(tmp_path / "y.json")]) != 0
+    assert "transfer_model" in capsys.readouterr().err
 
 
 def test_cli_exact_migration_on_a_real_cluster(tmp_path, capsys):

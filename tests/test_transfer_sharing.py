@@ -94,3 +94,16 @@ def test_no_copies_share_nothing():
     assert len(src) == 0 and lp == 0
     assert schedule_shared(copies, Network(), B).makespan == 0
     assert schedule_copies(copies, Network(), B).makespan == 0
+
+
+def test_shared_sources_do_not_depend_on_the_expert_size():
+    # the source LP runs in units of a copy's time: one-byte and 100 GB experts choose the same
+    # sources, and the makespans scale with the size (seconds of 1e-11 once fell under its tolerance)
+    rng = np.random.default_rng(7)
+    net = Network(400e9, 50e9, 60e9)
+    for _ in range(10):
+        copies = random_copies(rng, P=8, Q=4, M=int(rng.integers(4, 30)), holders=int(rng.integers(1, 4)))
+        tiny, huge = schedule_shared(copies, net, 1), schedule_shared(copies, net, 10**11)
+        assert np.array_equal(tiny.src, huge.src)
+        assert tiny.makespan * 10**11 == pytest.approx(huge.makespan, rel=1e-9)
+        assert tiny.info["lp_seconds"] * 10**11 == pytest.approx(huge.info["lp_seconds"], rel=1e-6)

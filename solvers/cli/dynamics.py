@@ -53,8 +53,6 @@ def cluster_from_args(args: argparse.Namespace, num_experts: int) -> tuple[dict[
             raise OptionError("replicas", "give --replicas (or --model NAME for a default cluster)")
         replicas = slots_for(num_experts, gpus)                 # one spare slot per GPU
     cluster = Cluster(nodes or 1, gpus, replicas, network=network_from_args(args), **real)
-    if not cluster.uniform_slots:
-        nbytes = None        # transfer schedules need one slot count per GPU: the model's size is not used
     return {"cluster": cluster, "num_groups": groups or 1}, nbytes
 
 

@@ -60,6 +60,9 @@ def add_plan(sub) -> None:
     p.add_argument("--migration-objective", choices=("moves", "makespan"), default=None,
                    help="migration-aware: minimise the moves (default) or the transfer makespan over the network "
                         "within the slack (docs/dynamics.md)")
+    p.add_argument("--transfer-model", choices=("rounds", "shared"), default=None,
+                   help="--migration-objective makespan: time the schedules in one-peer rounds (vLLM's rule, "
+                        "default) or by bandwidth sharing (docs/dynamics.md)")
     add_network_args(p)
     p.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert for moves (default: the model's)")
     add_routing_arg(p, "; the traffic_aware solver plans on it (-O epsilon=E: imbalance <= 1 + E)")

@@ -55,6 +55,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
                                       "need --previous (the placement in force)")
     if args.migration_objective is not None and args.migration_slack is None:
         raise OptionError("migration_objective", "needs --migration-slack (it chooses a plan within the slack)")
+    if args.transfer_model is not None and args.migration_objective != "makespan":
+        raise OptionError("transfer_model", "times the makespan objective's schedules: give --migration-objective "
+                                            "makespan")
     if args.migration_budget is not None and args.migration_slack is None:
         raise OptionError("migration_budget", "needs --migration-slack (the budget widens it layer by layer)")
     # a one-line progress on a terminal (or with --progress): elapsed against the work model's seconds
@@ -87,15 +90,16 @@ def _plan(args: argparse.Namespace, problem, previous, previous_cluster, expert_
     if previous is not None and args.migration_slack is not None and previous_cluster is not None:
         # GPUs failed since the plan in force was made (its recorded cluster had more slots): the
         # elastic re-plan. A plan of this same real cluster takes plan_with_migration (in time).
-        if args.migration is not None or args.migration_budget is not None:
-            raise OptionError("migration", "on a cluster with failed GPUs, speeds or uneven slots the re-plan is "
-                              "the elastic heuristic: --migration and --migration-budget do not apply")
+        if args.migration is not None or args.migration_budget is not None or args.migration_objective is not None:
+            raise OptionError("migration", "after GPUs failed the re-plan is the elastic heuristic: --migration, "
+                              "--migration-budget and --migration-objective do not apply")
         return replan_after_failure(problem, previous, previous_cluster, solver=args.solver,
                                     slack=args.migration_slack, expert_bytes=expert_bytes, **options)
     if previous is not None and args.migration_slack is not None:
         return plan_with_migration(problem, args.solver, previous, slack=args.migration_slack,
                                    method=args.migration or "heuristic", budget=args.migration_budget,
-                                   objective=args.migration_objective or "moves", expert_bytes=expert_bytes,
+                                   objective=args.migration_objective or "moves",
+                                   transfer_model=args.transfer_model or "rounds", expert_bytes=expert_bytes,
                                    **options)
     return solve(problem, args.solver, previous=previous, expert_bytes=expert_bytes,
                  previous_cluster=previous_cluster, **options)

@@ -98,11 +98,14 @@ def cmd_score(args: argparse.Namespace) -> int:
     if args.out and nbytes is None:
         raise OptionError("expert_bytes", "the transfer schedule needs the bytes of one expert (--expert-bytes "
                                           "or --model)")
-    # Transfer schedules map slots to GPUs R/P at a time: GPUs with uneven slot counts (or
-    # failed ones) on either side are not scheduled, and asking for the file says so.
-    uniform = problem.cluster.uniform_slots and (previous_cluster is None or previous_cluster.uniform_slots)
+    # Transfer schedules map slots to GPUs by the cluster's slot map when both plans are of this
+    # cluster; a plan in force made before GPUs failed (other slots) is not scheduled, and asking
+    # for the file says so.
+    uniform = previous_cluster is None
     if args.out and not uniform:
-        raise OptionError("out", "transfer schedules need the same slot count on every GPU in both plans")
+        raise OptionError("out", "transfer schedules need both plans made for the same slots (the plan in force "
+                                 "was made before GPUs failed)")
+    slot_gpu = None if problem.cluster.uniform_slots else problem.cluster.slot_gpus()       # [R]
     routing = routing_arg(args, problem)
     sc = score(problem, plan, previous=previous, expert_bytes=nbytes, previous_cluster=previous_cluster,
                routing=routing, token_bytes=None if routing is None else token_bytes_arg(args, routing))
@@ -114,7 +117,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     sched = None
     if previous is not None and nbytes and uniform:
         sched = schedule_with(previous, plan, problem.num_gpus, problem.num_gpus // problem.num_nodes, nbytes,
-                              network, num_experts=problem.num_experts, model=args.transfer_model)
+                              network, num_experts=problem.num_experts, model=args.transfer_model, slot_gpu=slot_gpu)
         if args.schedule == "exact":
             sched = exact_schedule(sched.copies, network, nbytes, time_limit=args.time_limit, hint=sched)
         metrics["transfers"] = sched.summary()

@@ -333,10 +333,8 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
     problem0 = Problem(torch.ones(1, E), cluster=cluster, num_groups=num_groups)   # checked before any work
     num_gpus = cluster.num_gpus
     per_node = num_gpus // cluster.num_nodes
-    if expert_bytes and not cluster.uniform_slots:
-        # the transfer schedule maps slot p to GPU p // S: identical slot counts only
-        raise OptionError("expert_bytes", "transfer schedules need the same slot count on every GPU; on a cluster "
-                          "with uneven slots or failed GPUs simulate without expert_bytes")
+    # the transfer schedule maps slot r to GPU r // S on identical slot counts, else by the cluster's map
+    slot_gpu = None if cluster.uniform_slots else cluster.slot_gpus()                    # [R]
     migration_opts = None
     # A solver that re-plans migration-aware itself (options current and slack: risk_aware)
     # gets the placement in force and the slack on identical GPUs; any other, any with a move
@@ -348,7 +346,7 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
             raise OptionError("solver", "must be another solver than 'migration' (the simulator adds migration)")
         migration_opts = get_solver("migration").parse(
             {"base": solver, "slack": migration_slack, "method": migration, "budget": migration_budget,
-             "objective": migration_objective})
+             "objective": migration_objective, "transfer_model": transfer_model})
 
     def plan_at(t: int, current: Plan | None) -> tuple[Plan, dict[str, Any]]:
         hist = loads[t - window:t]
@@ -376,7 +374,7 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
             record["interference_seconds"] = 0.0 if expert_bytes else None
         elif expert_bytes:
             sched = schedule_with(current, out.plan, num_gpus, per_node, expert_bytes, cluster.network,
-                                  num_experts=E, model=transfer_model)
+                                  num_experts=E, model=transfer_model, slot_gpu=slot_gpu)
             record.update(makespan_seconds=sched.makespan, bound_seconds=sched.bound,
                           stall_seconds=sched.makespan if stall == "sync" else 0.0,
                           interference_seconds=async_interference * sched.makespan if stall == "async" else 0.0)

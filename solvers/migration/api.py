@@ -22,7 +22,13 @@ ones), in the relabelling, the repair's swaps and the choice between (1) and (2)
 since the makespan is set by the busiest GPU (:mod:`.transfers`), the copies onto the GPUs
 that receive most are made dearer and the plan is made again (``MAKESPAN_PASSES`` times);
 the plan with the shortest schedule wins. Same slack and targets: only which plan within
-them is chosen changes.
+them is chosen changes. Schedules are timed under ``transfer_model`` (``rounds``: one peer
+per GPU and direction at a time; ``shared``: concurrent copies share each GPU's links,
+:mod:`.transfer_models`). On a real cluster (speeds, uneven slots, failed GPUs) the plans
+within the slack are elastic re-plans in time: the makespan objective times the elastic
+re-plan at the slack and at the tighter slacks ``slack x IN_TIME_SHARES`` (each within the
+slack too) and keeps the shortest schedule (fewest moves on ties), so it is never longer
+than the move-count plan's.
 """
 from __future__ import annotations
 
@@ -49,7 +55,8 @@ from .moves import moves_per_layer
 from .recount import recount
 from .regroup import regroup
 from .relabel import relabel
-from .transfers import presence, schedule_transfers
+from .transfer_models import TRANSFER_MODELS, schedule_with
+from .transfers import presence
 from ..work import WorkModel
 
 METHODS = ("heuristic", "exact")
@@ -68,6 +75,12 @@ ITEM_MARGIN = 0.03
 # With a move budget, layers are repaired again at these wider slacks (smallest first) until
 # the plan fits it.
 BUDGET_SLACKS = (0.02, 0.03, 0.05, 0.08, 0.13, 0.2)
+# Makespan objective on a real cluster: the elastic re-plan is also made at these shares of the
+# slack (tighter targets keep fewer replicas in place, so they move others, on other GPUs).
+IN_TIME_SHARES = (0.5, 0.0)
+# Schedules are timed with experts of this many bytes and reported per byte (copy times scale
+# with the size; one-byte experts gave the shared model's source LP makespans under its tolerance).
+TIMING_BYTES = 2**30
 
 
 def check_previous(problem: Problem, previous: Any) -> Plan:
@@ -292,13 +305,13 @@ def _heuristic(problem: Problem, previous: Plan, fresh: SolverOutput, slack: flo
 def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: float = 0.01,
             method: str = "heuristic", time_limit: float = 10.0, threads: int = 2, seed: int = 0,
             base_options: dict | None = None, budget: float | None = None,
-            objective: str = "moves") -> SolverOutput:
+            objective: str = "moves", transfer_model: str = "rounds") -> SolverOutput:
     """The migration-aware plan and its report (see the module docstring). The options come
     checked by the ``migration`` solver's schema; ``previous`` is checked against the problem here."""
     started = clock()              # the time limit is the whole call's: the exact pass gets what is left
     if not problem.cluster.homogeneous:
         return _migrate_in_time(problem, previous, base=base, slack=slack, method=method, budget=budget,
-                                objective=objective, base_options=base_options,
+                                objective=objective, base_options=base_options, transfer_model=transfer_model,
                                 exact_limit=(started, time_limit, threads, seed))
     previous = check_previous(problem, previous)
     if objective == "makespan" and method == "exact":
@@ -306,7 +319,7 @@ def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: 
                           "method='heuristic'")
     fresh, fresh_seconds = _fresh(problem, base, base_options)
     if objective == "makespan":
-        return _for_makespan(problem, previous, fresh, fresh_seconds, base, slack, budget)
+        return _for_makespan(problem, previous, fresh, fresh_seconds, base, slack, budget, transfer_model)
     E, P = problem.num_experts, problem.num_gpus
     old = previous.phy2log
     p2l, info = _heuristic(problem, previous, fresh, slack, budget)
@@ -328,6 +341,7 @@ def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: 
 
 def _migrate_in_time(problem: Problem, previous: Any, *, base: str, slack: float, method: str,
                      budget: float | None, objective: str, base_options: Any,
+                     transfer_model: str = "rounds",
                      exact_limit: tuple[float, float, int, int] = (0.0, 10.0, 2, 0)) -> SolverOutput:
     """Migration on a real cluster (speeds, uneven slots, failed GPUs), in time: the elastic
     re-plan (:mod:`.elastic`) with the plan in force made for this same cluster: keep every
@@ -338,11 +352,18 @@ def _migrate_in_time(problem: Problem, previous: Any, *, base: str, slack: float
     fresh plan's. ``method="exact"``: then the CP-SAT model per layer in time
     (:mod:`.exact_time`), warm-started from that plan, within what is left of the time limit
     (``exact_limit``: the call's start, its time limit, threads, seed). The makespan
-    objective plans identical GPUs only."""
-    if objective == "makespan":
-        raise OptionError("objective", "the makespan objective plans identical GPUs only; on a cluster with "
-                          "speeds, uneven slots or failed GPUs use objective='moves'")
+    objective also makes the elastic re-plan at the tighter slacks ``slack x IN_TIME_SHARES``
+    and keeps the shortest transfer schedule (module docstring)."""
+    if objective == "makespan" and method == "exact":
+        raise OptionError("objective", "the exact method minimises moves; plan for makespan with "
+                          "method='heuristic'")
+    if objective == "makespan" and budget is not None:
+        raise OptionError("budget", "on a cluster with speeds, uneven slots or failed GPUs the makespan objective "
+                          "takes no move budget (give one or the other)")
     out = elastic(problem, previous, problem.cluster, base=base, slack=slack, base_options=base_options)
+    passes: list[dict[str, Any]] = []
+    if objective == "makespan":
+        out, passes = _shortest_in_time(problem, previous, out, base, slack, base_options, transfer_model)
     p2l = out.plan.phy2log
     moves = torch.tensor(out.info["moves_per_layer"], dtype=torch.int64)                # [L]
     relaxed: dict[int, float] = {}
@@ -352,9 +373,13 @@ def _migrate_in_time(problem: Problem, previous: Any, *, base: str, slack: float
             return alt.plan.phy2log, torch.tensor(alt.info["moves_per_layer"], dtype=torch.int64)
 
         p2l, moves, relaxed = widen_to_budget(p2l, moves, int(out.info["fresh_moves"] * budget), slack, at)
-    info = {"base": base, "method": method, "objective": "moves", "in_time": True, **out.info,
+    info = {"base": base, "method": method, "objective": objective, "in_time": True, **out.info,
             "budget": budget, "relaxed_layers": relaxed, "moves_per_layer": moves.tolist(),
             "heuristic_moves": int(moves.sum())}
+    if passes:
+        info["makespan_passes"] = passes
+        info["makespan_pass_used"] = min(range(len(passes)),
+                                         key=lambda k: (passes[k]["makespan_per_byte"], passes[k]["moves"]))
     if method == "exact":
         started, time_limit, threads, seed = exact_limit
         target = torch.tensor(out.info["target_max_time"], dtype=torch.float64)
@@ -372,13 +397,33 @@ def _migrate_in_time(problem: Problem, previous: Any, *, base: str, slack: float
     return SolverOutput(Plan.from_phy2log(p2l, problem.num_experts), out.policy, info=info)
 
 
+def _shortest_in_time(problem: Problem, previous: Plan, first: SolverOutput, base: str, slack: float,
+                      base_options: Any, transfer_model: str) -> tuple[SolverOutput, list[dict[str, Any]]]:
+    """Of the elastic re-plans at ``slack`` (``first``) and at ``slack x IN_TIME_SHARES``, the one
+    whose transfer schedule from ``previous`` is shortest (fewest copies on ties), timed with
+    ``TIMING_BYTES`` experts (every copy time scales with the expert size); and one record per plan."""
+    cluster = problem.cluster
+    E, P = problem.num_experts, problem.num_gpus
+    slot_gpu = cluster.slot_gpus()                                                     # [R]
+    outs = [first] + [elastic(problem, previous, cluster, base=base, slack=slack * share, base_options=base_options)
+                      for share in IN_TIME_SHARES]
+    passes = []
+    for out, share in zip(outs, (1.0,) + IN_TIME_SHARES):
+        sched = schedule_with(previous, out.plan, P, P // problem.num_nodes, TIMING_BYTES, cluster.network,
+                              num_experts=E, model=transfer_model, slot_gpu=slot_gpu)
+        passes.append({"slack": slack * share, "makespan_per_byte": sched.makespan / TIMING_BYTES,
+                       "moves": sched.moves})
+    k = min(range(len(outs)), key=lambda i: (passes[i]["makespan_per_byte"], passes[i]["moves"]))
+    return outs[k], passes
+
+
 def _for_makespan(problem: Problem, previous: Plan, fresh: SolverOutput, fresh_seconds: float, base: str,
-                  slack: float, budget: float | None) -> SolverOutput:
+                  slack: float, budget: float | None, transfer_model: str = "rounds") -> SolverOutput:
     """The plan within ``slack`` whose transfer schedule is shortest (module docstring): the
     move-count plan, then ``MAKESPAN_PASSES`` plans with copies weighed by their time, each
     pass making the copies onto the busiest receivers dearer; the shortest schedule wins
-    (so never longer than the move-count plan's). Schedules are timed with one-byte experts:
-    every copy time scales with the expert size."""
+    (so never longer than the move-count plan's). Schedules are timed with ``TIMING_BYTES``
+    experts: every copy time scales with the expert size."""
     E, P, N = problem.num_experts, problem.num_gpus, problem.num_nodes
     network = problem.cluster.network
     old = previous.phy2log
@@ -388,8 +433,9 @@ def _for_makespan(problem: Problem, previous: Plan, fresh: SolverOutput, fresh_s
     passes = []
     for k in range(MAKESPAN_PASSES + 1):
         p2l, info = _heuristic(problem, previous, fresh, slack, budget, cost)
-        sched = schedule_transfers(old, p2l, P, P // N, 1, network, num_experts=E)
-        passes.append({"copy_cost": "moves" if cost is None else "time", "makespan_per_byte": sched.makespan,
+        sched = schedule_with(old, p2l, P, P // N, TIMING_BYTES, network, num_experts=E, model=transfer_model)
+        passes.append({"copy_cost": "moves" if cost is None else "time",
+                       "makespan_per_byte": sched.makespan / TIMING_BYTES,
                        "moves": sched.moves})
         if best is None or sched.makespan < best[2].makespan:
             best = (p2l, info, sched, k)
@@ -418,6 +464,9 @@ _SCHEMA = (
     Option("objective", str, "moves", "what the plan within the slack minimises: moves (the copies) or "
            "makespan (the transfer schedule's seconds over the cluster's network; heuristic method only)",
            choices=OBJECTIVES),
+    Option("transfer_model", str, "rounds", "makespan objective: how the schedule is timed: rounds (one peer "
+           "per GPU and direction at a time, vLLM's rule) or shared (concurrent copies share each GPU's "
+           "bandwidth)", choices=TRANSFER_MODELS),
     time_limit_option(10.0, "seconds for the whole re-plan: the exact models (all layers) get what the "
                             "heuristic leaves"),
     threads_option(), seed_option(),
@@ -450,12 +499,12 @@ def solve_migration(problem: Problem, o: SolverOptions) -> SolverOutput:
                                                             "the fresh plan"})
     return migrate(problem, o.current, base=o.base, slack=o.slack, method=o.method, time_limit=o.time_limit,
                    threads=o.threads, seed=o.seed, base_options=base_options, budget=o.budget,
-                   objective=o.objective)
+                   objective=o.objective, transfer_model=o.transfer_model)
 
 
 def plan_with_migration(problem: Problem, solver: str, previous: Plan, *, slack: float = 0.01,
                         method: str = "heuristic", time_limit: float = 10.0, budget: float | None = None,
-                        expert_bytes: int | None = None, objective: str = "moves",
+                        expert_bytes: int | None = None, objective: str = "moves", transfer_model: str = "rounds",
                         **solver_options: Any) -> SolveResult:
     """A plan of ``problem`` with the fewest moves from ``previous`` such that every layer's
     max GPU load is at most ``(1 + slack)`` x that of a fresh plan by ``solver``.
@@ -474,7 +523,7 @@ def plan_with_migration(problem: Problem, solver: str, previous: Plan, *, slack:
 
     objective: ``moves`` (default) or ``makespan``: within the same slack, the plan whose
     weight-transfer schedule over ``problem.cluster.network`` is shortest (module docstring;
-    ``info["makespan_passes"]``).
+    ``info["makespan_passes"]``), timed under ``transfer_model`` (``rounds`` or ``shared``).
     """
     if not isinstance(previous, Plan):     # required here (solve's previous is optional)
         raise OptionError("previous", f"must be a solvers.Plan (the placement in force), got "
@@ -483,5 +532,5 @@ def plan_with_migration(problem: Problem, solver: str, previous: Plan, *, slack:
         raise OptionError("solver", f"must name a registered solver other than 'migration', got {solver!r}")
     get_solver(solver)
     options = dict(base=solver, current=previous, slack=slack, method=method, time_limit=time_limit, budget=budget,
-                   base_options=solver_options or None, objective=objective)
+                   base_options=solver_options or None, objective=objective, transfer_model=transfer_model)
     return graded_run(problem, "migration", options, previous=previous, expert_bytes=expert_bytes)

@@ -89,7 +89,10 @@ def share_sources(copies: Copies, network: Network, expert_bytes: int) -> tuple[
         s_idx = np.concatenate([s_idx, np.full(G, -1)])
         cls = np.concatenate([cls, np.full(G, HOST)])
     V = len(g_idx)
-    secs = dur[cls]                                                                 # [V] seconds per copy
+    # the LP in units of the longer GPU copy: in seconds its coefficients (1-byte experts: 1e-11 s)
+    # fell under the solver's tolerances and the sources stopped depending on the loads
+    unit = float(max(dur[INTRA], dur[INTER]))
+    secs = dur[cls] / unit                                                          # [V] copy time in units
     # rows: send ports (s, intra|inter) = 2P, receive ports (r, intra|inter|host) = 3P
     gpu = s_idx >= 0
     send_row = np.where(cls == INTRA, 0, P) + np.where(gpu, s_idx, 0)
@@ -125,7 +128,7 @@ def share_sources(copies: Copies, network: Network, expert_bytes: int) -> tuple[
     if len(src_seq) != M:
         raise RuntimeError(f"rounding the source LP gave {len(src_seq)} copies for {M}")
     src[by_group] = src_seq
-    return src, float(res.x[V])
+    return src, float(res.x[V]) * unit
 
 
 def schedule_shared(copies: Copies, network: Network, expert_bytes: int) -> TransferSchedule:

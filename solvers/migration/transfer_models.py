@@ -24,13 +24,14 @@ def check_model(model: Any) -> str:
 
 def schedule_with(previous: Any, plan: Any, num_gpus: int, gpus_per_node: int, expert_bytes: int,
                   network: Network | None = None, num_experts: int | None = None,
-                  model: str = "rounds") -> TransferSchedule:
+                  model: str = "rounds", slot_gpu: Any = None) -> TransferSchedule:
     """The schedule of the copies from ``previous`` to ``plan`` (Plans or phy2log [L, R]) under
-    ``model`` (module docstring)."""
+    ``model`` (module docstring). slot_gpu: [R] the GPU of every slot on a cluster with uneven
+    slots or failed GPUs (``Cluster.slot_gpus()``; None: identical slot counts)."""
     model = check_model(model)
     network = network or DEFAULT_NETWORK
     expert_bytes = _check_bytes(expert_bytes)
-    copies = needed_copies(previous, plan, num_gpus, gpus_per_node, num_experts)
+    copies = needed_copies(previous, plan, num_gpus, gpus_per_node, num_experts, slot_gpu)
     if model == "shared":
         return schedule_shared(copies, network, expert_bytes)
     return schedule_copies(copies, network, expert_bytes)

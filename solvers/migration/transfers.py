@@ -79,23 +79,29 @@ def _p2l(plan: Any) -> np.ndarray:
     return np.asarray(p2l, dtype=np.int64)
 
 
-def presence(p2l: np.ndarray, num_experts: int, num_gpus: int) -> np.ndarray:
-    """[L, P, E] bool: GPU g holds expert e in layer l. p2l: [L, R]."""
+def presence(p2l: np.ndarray, num_experts: int, num_gpus: int, slot_gpu: Any = None) -> np.ndarray:
+    """[L, P, E] bool: GPU g holds expert e in layer l. p2l: [L, R]; slot_gpu: [R] the GPU of
+    every slot when GPUs hold different slot counts or some failed (default: slot r on GPU
+    ``r // (R / P)``)."""
     L, R = p2l.shape
     out = np.zeros((L, num_gpus, num_experts), dtype=bool)
-    gpu = np.broadcast_to(np.arange(R) // (R // num_gpus), (L, R))
+    per_slot = np.arange(R) // (R // num_gpus) if slot_gpu is None else np.asarray(slot_gpu, dtype=np.int64)
+    gpu = np.broadcast_to(per_slot, (L, R))
     out[np.arange(L)[:, None], gpu, p2l] = True
     return out
 
 
-def needed_copies(previous: Any, plan: Any, num_gpus: int, gpus_per_node: int, num_experts: int | None = None) -> Copies:
+def needed_copies(previous: Any, plan: Any, num_gpus: int, gpus_per_node: int, num_experts: int | None = None,
+                  slot_gpu: Any = None) -> Copies:
     """The copies taking ``previous`` (a Plan or phy2log [L, R]) to ``plan``: one per
-    (layer, GPU, expert) the new plan holds and the old did not, in (layer, GPU, expert) order."""
+    (layer, GPU, expert) the new plan holds and the old did not, in (layer, GPU, expert) order.
+    slot_gpu: [R] the GPU of every slot of both plans (a cluster with uneven slots or failed
+    GPUs: ``Cluster.slot_gpus()``); None: identical slot counts."""
     old, new = _p2l(previous), _p2l(plan)
     if old.shape != new.shape:
         raise OptionError("previous", f"has shape {tuple(old.shape)}, the plan {tuple(new.shape)}")
     E = int(max(old.max(), new.max())) + 1 if num_experts is None else num_experts
-    had, has = presence(old, E, num_gpus), presence(new, E, num_gpus)
+    had, has = presence(old, E, num_gpus, slot_gpu), presence(new, E, num_gpus, slot_gpu)
     layer, dst, expert = np.nonzero(has & ~had)                                     # [M] each
     cand = had[layer, :, expert]                                                    # [M, P]
     return Copies(layer.astype(np.int64), expert.astype(np.int64), dst.astype(np.int64), cand, num_gpus,
