@@ -19,7 +19,7 @@ from ..problem import Problem
 from ..registry import SolverOutput
 from ..scoring import per_slot_loads, slots_to_gpus, uneven_slot_gpu
 from .speeds import LiveGPUs, speed_plan
-from .spread_time import cap_counts, improve_in_time, repair_in_time
+from .spread_time import cap_counts, improve_in_time, lay_out_duplicates, realisable_counts, repair_in_time
 
 # Paired swap steps per unit of the solvers' ``steps`` option (kk_swap's default 8 gives
 # 32: on the DeepSeek-V3 shape the worst layer is then within ~0.05 % of the bound).
@@ -81,11 +81,11 @@ def run_speed_pipeline(problem: Problem, *, policy: str, nodup: bool, relax: int
     if nodup:                      # forbidden colocation: made duplicate-free (.spread_time)
         gpus = LiveGPUs.of(problem.cluster, ours.device)
         w = problem.weights.to(torch.float64)
-        ours, left = repair_in_time(w, cap_counts(w, ours, problem.num_experts, gpus.Q), gpus, problem.num_experts)
-        ours = improve_in_time(w, ours, gpus, problem.num_experts, steps=steps * STEPS_PER_UNIT)
-        if left:
-            raise OptionError("colocation", f"no duplicate-free plan found on {left} layer(s) by the swap repair; "
-                              "use colocation=allowed")
+        E = problem.num_experts
+        counted = realisable_counts(w, cap_counts(w, ours, E, gpus.Q), E, gpus.caps)
+        ours, _ = repair_in_time(w, counted, gpus, E)
+        ours = lay_out_duplicates(w, ours, gpus, E)           # the layers the swaps could not clear
+        ours = improve_in_time(w, ours, gpus, E, steps=steps * STEPS_PER_UNIT)
         cands = [ours]             # DeepSeek's token-balanced plan may hold duplicates: not a candidate
     greedy = None if nodup else token_greedy(problem)
     if greedy is not None:

@@ -10,7 +10,11 @@ The speed pipeline (:mod:`.speeds`) packs replicas in time with duplicates allow
    no new duplicate (DeepSeek's ``repair_duplicates`` in time, over uneven slot ranges).
 
 A duplicate-free plan exists whenever every live GPU has at most E slots (checked by the
-caller); a layer the swaps cannot clear (not met in practice) is reported, not hidden.
+caller), but not for every count vector: with slot counts 1, 3, 3 and three experts, each
+expert needs a replica on both 3-slot GPUs. :func:`realisable_counts` first moves replicas
+until the counts admit one (the Gale-Ryser condition), and a layer the swaps still cannot
+clear is laid out by :func:`layout_without_duplicates` (Ryser's construction, which never
+fails on realisable counts).
 """
 from __future__ import annotations
 
@@ -39,6 +43,61 @@ def cap_counts(w: torch.Tensor, e: torch.Tensor, num_experts: int, most: int) ->
         dst = per.argmax(1)
         e[rows[x], slot[x]] = dst[x]
     return e
+
+
+def realisable_counts(w: torch.Tensor, e: torch.Tensor, num_experts: int, caps: torch.Tensor) -> torch.Tensor:
+    """e: [X, R] with counts that admit a duplicate-free layout on live GPUs of ``caps`` [Q]
+    slots (every count at most Q already, :func:`cap_counts`).
+
+    Gale-Ryser: such a layout exists iff for every k the k largest GPUs' slots sum to at most
+    sum_e min(c_e, k). At a layer's first violated k, one replica of the expert with c_e > k
+    whose replicas stay lightest becomes one of the expert with c_e < k and the heaviest
+    replica: the sum at k rises by one and no other level's falls (w: [X, E] loads)."""
+    X, R = e.shape
+    Q = int(caps.numel())
+    dev = e.device
+    rows = torch.arange(X, device=dev)
+    need = torch.sort(caps, descending=True).values.cumsum(0)                           # [Q] slots of the k largest
+    k = torch.arange(1, Q + 1, device=dev)                                              # [Q]
+    e = e.clone()
+    for _ in range(R):
+        cnt = torch.zeros(X, num_experts, dtype=torch.int64, device=dev).scatter_add_(1, e, torch.ones_like(e))
+        have = torch.minimum(cnt.unsqueeze(2), k.view(1, 1, Q)).sum(1)                   # [X, Q]
+        short = need.unsqueeze(0) > have                                                 # [X, Q]
+        x = short.any(1)
+        if not bool(x.any()):
+            break
+        level = k[short.to(torch.int8).argmax(1)]                                        # [X] first violated k
+        per = w / cnt.clamp_min(1)
+        after = (w / (cnt - 1).clamp_min(1)).masked_fill(cnt <= level.unsqueeze(1), float("inf"))
+        src = after.argmin(1)                                                            # donor: c_e > k
+        dst = per.masked_fill(cnt >= level.unsqueeze(1), -1.0).argmax(1)                 # recipient: c_e < k
+        slot = (e == src.unsqueeze(1)).to(torch.int8).argmax(1)
+        e[rows[x], slot[x]] = dst[x]
+    return e
+
+
+def layout_without_duplicates(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, num_experts: int) -> torch.Tensor:
+    """e: [R] one layer's slots re-laid out with its counts kept and no expert twice on a GPU
+    (Ryser's construction: GPUs by slot count, largest first, each takes the experts with the
+    most replicas still to place, heavier replicas first on ties). Counts must be realisable
+    (:func:`realisable_counts`); the caller's swap search then balances the layout. Runs
+    for the rare layer the swap repair cannot clear, so one layer at a time (w: [E] loads)."""
+    cnt = torch.zeros(num_experts, dtype=torch.int64, device=e.device).scatter_add_(0, e, torch.ones_like(e))
+    per = w.to(torch.float64) / cnt.clamp_min(1)
+    left = cnt.clone()
+    out = e.clone()
+    for g in torch.argsort(gpus.caps, descending=True, stable=True).tolist():
+        c = int(gpus.caps[g])
+        # most replicas left first; heavier replica on ties (the sort is stable on -per)
+        by_per = torch.argsort(-per, stable=True)
+        order = by_per[torch.argsort(-left[by_per], stable=True)]
+        take = order[:c]
+        if c and bool((left[take] <= 0).any()):
+            raise ValueError("counts not realisable without duplicates")           # a bug: checked before
+        left[take] -= 1
+        out[gpus.grid[g, :c]] = take
+    return out
 
 
 def repair_in_time(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, num_experts: int) -> tuple[torch.Tensor, int]:
@@ -134,4 +193,23 @@ def improve_in_time(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, num_expert
         a, b = e[r, i[better]], e[r, j[better]]
         e[r, i[better]], e[r, j[better]] = b, a
         active = better
+    return e
+
+
+def duplicated_rows(e: torch.Tensor, gpus: LiveGPUs, num_experts: int) -> torch.Tensor:
+    """[X] bool: the layers of e [X, R] with an expert twice on one live GPU."""
+    on = torch.zeros(e.shape[0], gpus.Q * num_experts, dtype=torch.int64, device=e.device).scatter_add_(
+        1, gpus.gpu_of * num_experts + e, torch.ones_like(e))
+    return (on > 1).any(1)
+
+
+def lay_out_duplicates(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, num_experts: int) -> torch.Tensor:
+    """e [X, R] with every layer that still holds a duplicate re-laid out by
+    :func:`layout_without_duplicates` (counts kept; w: [X, E] loads)."""
+    rows = duplicated_rows(e, gpus, num_experts).nonzero().squeeze(1).tolist()
+    if not rows:
+        return e
+    e = e.clone()
+    for x in rows:
+        e[x] = layout_without_duplicates(w[x], e[x], gpus, num_experts)
     return e
