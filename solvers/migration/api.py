@@ -48,7 +48,7 @@ from ..registry import SolverOutput, get_solver, register, run
 from ..result import SolveResult
 from ..scoring import gpu_loads, gpu_presence
 from .elastic import elastic
-from .exact import count_window, solve_layer
+from .exact import LayerShares, count_window, solve_layer
 from .exact_time import exact_pass_in_time, moves_in_time
 from .minmoves import TARGET_RTOL, repair
 from .moves import moves_per_layer
@@ -182,10 +182,6 @@ def _group_nodes(previous: np.ndarray, hint: np.ndarray, E: int, G: int, P: int,
     return out
 
 
-# Least time worth one layer's CP-SAT call in the exact pass (as the exact solvers' driver).
-EXACT_MIN_LAYER_SECONDS = 0.05
-
-
 def _exact_pass(problem: Problem, previous: Plan, start: torch.Tensor, fresh: Plan, target: torch.Tensor,
                 zones: int, time_limit: float, threads: int, seed: int) -> tuple[torch.Tensor, list[dict]]:
     """Each layer's CP-SAT model, warm-started from ``start`` [L, R]; returns the improved
@@ -198,19 +194,12 @@ def _exact_pass(problem: Problem, previous: Plan, start: torch.Tensor, fresh: Pl
     P = problem.num_gpus
     out = start.clone().cpu()
     reports = []
-    deadline = clock() + time_limit
-    overshoot = 0.0          # the longest a layer's call ran past its limit (model building, reading back)
+    shares = LayerShares(L, time_limit)
     for layer in range(L):
-        # Each layer gets a share of the time left, at least EXACT_MIN_LAYER_SECONDS; the calls
-        # run past their limit by the model building (~0.2 s a layer at 512 experts x 128 GPUs,
-        # uninterruptible), so a layer starts only if the time left covers its limit plus the
-        # largest overshoot seen: the pass ends within about one layer's building of the limit.
-        left = deadline - clock() - overshoot
-        if left < EXACT_MIN_LAYER_SECONDS:
-            reports.append({"layer": layer, "status": "NOT_RUN", "moves": None, "bound": 0, "proven": False,
-                            "full_window": False})
+        per_layer = shares.share(layer)
+        if per_layer is None:
+            reports.append(LayerShares.not_run(layer))
             continue
-        per_layer = min(left, max(EXACT_MIN_LAYER_SECONDS, left / (L - layer)))
         ocnt = np.bincount(old[layer], minlength=E)
         hcnt = np.bincount(hints[layer], minlength=E)
         lo, hi, full = count_window(problem.num_replicas, E, ocnt, hcnt, fcnt[layer])
@@ -219,7 +208,7 @@ def _exact_pass(problem: Problem, previous: Plan, start: torch.Tensor, fresh: Pl
         res = solve_layer(w[layer], old[layer], float(target[layer]), P, group_nodes=groups, lo=lo, hi=hi,
                           full_window=full, hint=hints[layer], time_limit=per_layer, threads=threads,
                           seed=seed)
-        overshoot = max(overshoot, clock() - began - per_layer)
+        shares.ran(began, per_layer)
         rep = {"layer": layer, "status": res.status, "moves": res.moves, "bound": res.bound,
                "proven": res.proven, "full_window": full}
         if res.phy2log is not None:

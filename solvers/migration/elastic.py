@@ -58,7 +58,7 @@ from ..problem import Problem
 from ..registry import SolverOutput, get_solver, register, run
 from ..result import SolveResult
 from ..scoring import gpu_presence
-from .elastic_exact import placement
+from .elastic_exact import live_view, placement
 from .elastic_lns import moves_of, polish_layer, rows_of
 from .elastic_moves import Layout, match_orphans, place_orphans, reduce_excess, shed_moves, spread_penalty
 from ..work import WorkModel
@@ -313,13 +313,8 @@ def polish(problem: Problem, previous: Plan, old_cluster: Cluster, p2l: torch.Te
     """The large-neighbourhood polish (:mod:`.elastic_lns`) of the chosen layouts p2l: [L, R]
     within ``seconds`` in all: the layers with the most moves above their orphans [L] first,
     each given an even share of the time left. Returns (p2l, report)."""
-    c = problem.cluster
-    live = list(c.live_gpus)
     E = problem.num_experts
-    slots = [c.gpu_slots[g] for g in live]
-    speed = [c.gpu_speed[g] for g in live]
-    old_gpu = np.asarray(old_cluster.slot_gpus())
-    new_gpu = np.asarray(c.slot_gpus())
+    live, slots, speed, old_gpu, new_gpu = live_view(problem.cluster, old_cluster)
     live_of = {g: q for q, g in enumerate(live)}
     slot_live = np.asarray([live_of[g] for g in new_gpu.tolist()])                 # [R] live GPU of every slot
     w = problem.weights.detach().cpu().double().numpy()

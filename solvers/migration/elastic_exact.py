@@ -152,18 +152,22 @@ def placement(p2l_row: np.ndarray, slot_gpu: np.ndarray, live: Sequence[int], nu
     return xg
 
 
+def live_view(cluster, old_cluster) -> tuple[list[int], list[int], list[float], np.ndarray, np.ndarray]:
+    """The per-layer models' view of a cluster after failures: its live GPUs, their slot
+    counts and speeds, and the GPU of every slot of ``old_cluster`` (the plan in force's)
+    and of ``cluster`` ([R_old], [R] numpy)."""
+    live = list(cluster.live_gpus)
+    return (live, [cluster.gpu_slots[g] for g in live], [cluster.gpu_speed[g] for g in live],
+            np.asarray(old_cluster.slot_gpus()), np.asarray(cluster.slot_gpus()))
+
+
 def prove_elastic(problem, previous, previous_cluster, heuristic, target: Sequence[float], layers: Sequence[int], *,
                   time_limit: float = 10.0, threads: int = 1, seed: int = 0) -> list[dict]:
     """The exact model on ``layers`` of an elastic re-plan: ``heuristic`` (its Plan, the
     hint) and ``target`` [L] (its max times allowed, ``info["target_max_time"]``). One dict
     per layer: the solve_elastic_layer result plus "layer" and "heuristic_moves"."""
-    c = problem.cluster
-    live = list(c.live_gpus)
     E = problem.num_experts
-    slots = [c.gpu_slots[g] for g in live]
-    speed = [c.gpu_speed[g] for g in live]
-    old_gpu = np.asarray(previous_cluster.slot_gpus())
-    new_gpu = np.asarray(c.slot_gpus())
+    live, slots, speed, old_gpu, new_gpu = live_view(problem.cluster, previous_cluster)
     w_all = problem.weights.detach().cpu().double().numpy()
     out = []
     for layer in layers:

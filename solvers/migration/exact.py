@@ -47,6 +47,40 @@ FULL_WINDOW = 6
 BUILD_TIME_LIMIT = "BUILD_TIME_LIMIT"
 
 
+# Least time worth one layer's CP-SAT call in an exact pass (as the exact solvers' driver).
+MIN_LAYER_SECONDS = 0.05
+
+
+class LayerShares:
+    """A time limit shared over the per-layer calls of an exact pass.
+
+    Each layer gets an even share of the time left, at least MIN_LAYER_SECONDS. The calls run
+    past their limit by the model building (~0.2 s a layer at 512 experts x 128 GPUs,
+    uninterruptible), so a layer starts only if the time left covers its share plus the
+    largest overrun seen: the pass ends within about one layer's building of the limit."""
+
+    def __init__(self, layers: int, time_limit: float):
+        self.layers = layers
+        self.deadline = clock() + time_limit
+        self.overshoot = 0.0
+
+    def share(self, layer: int) -> float | None:
+        """Seconds for ``layer``'s call, or None when too little time is left to start it."""
+        left = self.deadline - clock() - self.overshoot
+        if left < MIN_LAYER_SECONDS:
+            return None
+        return min(left, max(MIN_LAYER_SECONDS, left / (self.layers - layer)))
+
+    def ran(self, began: float, share: float) -> None:
+        """Record a call that began at ``began`` with ``share`` seconds."""
+        self.overshoot = max(self.overshoot, clock() - began - share)
+
+    @staticmethod
+    def not_run(layer: int) -> dict:
+        return {"layer": layer, "status": "NOT_RUN", "moves": None, "bound": 0, "proven": False,
+                "full_window": False}
+
+
 @dataclass
 class ExactLayer:
     """One layer's result. phy2log: [R] placement (None if none found); moves: its moves;

@@ -15,11 +15,8 @@ import torch
 from ..clock import clock
 from ..problem import Problem
 from ..scoring import gpu_presence
-from .exact import count_window, moves_of, solve_layer
+from .exact import LayerShares, count_window, moves_of, solve_layer
 from .minmoves import TARGET_RTOL
-
-# Least time worth one layer's CP-SAT call (as the homogeneous exact pass).
-MIN_LAYER_SECONDS = 0.05
 
 
 def layer_time(w: np.ndarray, p2l: np.ndarray, slot_gpu: np.ndarray, speed: np.ndarray) -> float:
@@ -41,16 +38,12 @@ def exact_pass_in_time(problem: Problem, old: torch.Tensor, start: torch.Tensor,
     L, E = w.shape
     out = start.clone().cpu()
     reports = []
-    deadline = clock() + time_limit
-    overshoot = 0.0
+    shares = LayerShares(L, time_limit)                 # as the homogeneous pass (api._exact_pass)
     for layer in range(L):
-        # a share of the time left per layer, as the homogeneous pass (see api._exact_pass)
-        left = deadline - clock() - overshoot
-        if left < MIN_LAYER_SECONDS:
-            reports.append({"layer": layer, "status": "NOT_RUN", "moves": None, "bound": 0, "proven": False,
-                            "full_window": False})
+        per_layer = shares.share(layer)
+        if per_layer is None:
+            reports.append(LayerShares.not_run(layer))
             continue
-        per_layer = min(left, max(MIN_LAYER_SECONDS, left / (L - layer)))
         lo, hi, full = count_window(problem.num_replicas, E, np.bincount(old_np[layer], minlength=E),
                                     np.bincount(hints[layer], minlength=E))
         cap = float(target[layer])
@@ -58,7 +51,7 @@ def exact_pass_in_time(problem: Problem, old: torch.Tensor, start: torch.Tensor,
         res = solve_layer(w[layer], old_np[layer], cap, c.num_gpus, lo=lo, hi=hi, full_window=full,
                           hint=hints[layer], time_limit=per_layer, threads=threads, seed=seed,
                           slots=slots, speed=speed)
-        overshoot = max(overshoot, clock() - began - per_layer)
+        shares.ran(began, per_layer)
         reports.append({"layer": layer, "status": res.status, "moves": res.moves, "bound": res.bound,
                         "proven": res.proven, "full_window": full})
         if res.phy2log is not None:
