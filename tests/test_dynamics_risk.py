@@ -12,6 +12,7 @@ from solvers import OptionError, Problem, score, solve
 from solvers.cluster import Cluster
 from solvers.dynamics.risk import Slots, centred, moments, repair_grid, risk_search, step_weights, window_objective
 from solvers.dynamics.risk_migration import swapped_maps
+from solvers.dynamics.scenario import scenario_bound, scenario_value
 from solvers.migration.moves import moves_per_layer
 from solvers.migration.relabel import relabel_phy2log
 from solvers.scoring import count_duplicates
@@ -196,7 +197,11 @@ def test_plans_real_clusters_in_time(shape):
     # its in-window figure is the shared scorer's per-step imbalance in time
     shared = score(p, res.plan, tokens=hist)
     assert math.isclose(res.info["window_imbalance"], float(shared.time_imbalance.mean()), rel_tol=1e-12)
-    assert "window_gap_mean" not in res.info            # the scenario bound is for identical GPUs
+    # its in-window gap is against the scenario bound in time, valid for every plan of the cluster
+    value = scenario_value(hist.to(torch.float64), res.plan.phy2log, 4, cluster=p.cluster)
+    bound = scenario_bound(p, hist.to(torch.float64))
+    assert bool((value >= bound * (1 - 1e-9)).all())
+    assert math.isclose(res.info["window_gap_mean"], float((value / bound - 1).mean()), rel_tol=1e-9)
 
 
 def test_fast_gpus_take_more_load_than_a_plan_for_identical_gpus_gives_them():

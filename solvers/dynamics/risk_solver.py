@@ -80,12 +80,13 @@ def solve_risk_aware(problem: Problem, o: SolverOptions) -> SolverOutput:
                                        steps=o.steps)
             info.update(kinfo)
         k = step_weights(hist.shape[0], o.halflife, hist.device)
+        # In-window gap: the plan's sum over steps of the per-step max (max time on a real
+        # cluster) against the scenario bound, valid for every plan of the cluster.
+        gap = scenario_value(hist, p2l, problem.num_gpus, cluster=problem.cluster) / scenario_bound(problem, hist) - 1
+        info.update(window_gap_mean=float(gap.mean()))
         if problem.cluster.homogeneous:
-            # In-window gap: the plan's sum over steps of the per-step max against a bound valid for every plan.
-            gap = scenario_value(hist, p2l, problem.num_gpus) / scenario_bound(problem, hist) - 1
             window = window_objective(hist, k, p2l, problem.num_experts, problem.num_gpus)
-            info.update(window_gap_mean=float(gap.mean()))
-        else:               # in time; the scenario bound is a token bound of identical GPUs
+        else:
             window = window_time_objective(hist, k, p2l, problem.cluster)
     info.update(steps_in_window=hist.shape[0], window_imbalance=float(window.mean()))
     return SolverOutput(Plan.from_phy2log(p2l, problem.num_experts), resolved, info=info)
