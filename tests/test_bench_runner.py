@@ -227,6 +227,28 @@ sys.exit(main())
 
 
 @pytest.mark.slow
+def test_a_resumed_run_says_where_the_rows_it_kept_were_made(tmp_path):
+    """The kept rows are credited to the run that made them (commit, machine), in meta.json
+    and in the summary's first line, not to the commit that resumed."""
+    out = tmp_path / "run"
+    fast = FAST.split(",")
+    assert _run("--suite", "tiny", "--out", str(out), "--solvers", fast[0]) == 0
+    first = json.loads((out / "meta.json").read_text())
+    first["git"]["commit"] = "0123456789abcdef" * 2 + "01234567"     # as if made at another commit
+    first["machine"]["summary"] = "elsewhere, 2 CPUs"
+    (out / "meta.json").write_text(json.dumps(first))
+    assert _run("--suite", "tiny", "--out", str(out), "--solvers", FAST, "--resume") == 0
+    meta = json.loads((out / "meta.json").read_text())
+    kept = meta["kept_from"]
+    assert kept[0]["rows"] == first["rows"] and kept[0]["commit"].startswith("0123456789ab")
+    assert kept[0]["machine"] == "elsewhere, 2 CPUs" and meta["rows"] > first["rows"]
+    head = (out / "summary.md").read_text().split("\n")[2]
+    assert f"{first['rows']} of these rows were kept by --resume from an earlier run (commit 0123456789ab" in head
+    # a run that starts afresh keeps nothing and says nothing of it
+    assert _run("--suite", "tiny", "--out", str(tmp_path / "fresh"), "--solvers", fast[0]) == 0
+    assert "kept_from" not in json.loads((tmp_path / "fresh" / "meta.json").read_text())
+
+
 def test_killed_process_resumes(tmp_path):
     """A real run killed with SIGKILL loses nothing: --resume completes it. The kill lands
     while the fourth task blocks (not after some time), so the test does not depend on the

@@ -197,6 +197,12 @@ def render_summary(df: pd.DataFrame, meta: dict[str, Any], violations: list[str]
                  f"{s.get('jobs')} job(s), {s.get('threads')} thread(s) per job; "
                  f"machine {meta.get('machine', {}).get('summary', '?')}{load_text}; commit "
                  f"{meta.get('git', {}).get('commit', '?')[:12]}.")
+    kept = meta.get("kept_from") or []
+    if kept:                     # a resumed run: the rows it kept were made elsewhere
+        first = kept[0]
+        lines[-1] += (f" {first.get('rows')} of these rows were kept by --resume from an earlier run (commit "
+                      f"{str(first.get('commit') or '?')[:12]}, machine {first.get('machine') or '?'}, "
+                      f"finished {first.get('finished') or '?'}); this run made the rest.")
     lines += ["", GAP_DEFINITION, ""]
     if violations:
         lines += ["## HARD FAILURES", ""] + [f"- {v}" for v in violations] + [""]

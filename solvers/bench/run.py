@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
 import os
 import platform
 import subprocess
@@ -96,6 +97,28 @@ def run(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks.run
     return run_parsed(build_parser(prog).parse_args(argv), prog, argv)
 
 
+def _previous_meta(directory: Path) -> dict[str, Any] | None:
+    """The meta of the run a --resume continues (None when there is none or it is unreadable:
+    the rows are the record, the meta only says where they came from)."""
+    try:
+        meta = json.loads((directory / META_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def kept_from(previous: dict[str, Any], rows: int) -> list[dict[str, Any]]:
+    """Where the ``rows`` a resumed run keeps were made: the previous run (commit, machine,
+    command, when it finished) and, before it, what that run had kept itself. A summary of
+    a resumed run names them, so no row is credited to a commit or machine that did not run it."""
+    git, machine = previous.get("git") or {}, previous.get("machine") or {}
+    here = {"rows": rows, "commit": git.get("commit"), "dirty": git.get("dirty"),
+            "machine": machine.get("summary"), "command": (previous.get("settings") or {}).get("command"),
+            "finished": previous.get("finished")}
+    older = previous.get("kept_from")
+    return [here] + (older if isinstance(older, list) else [])
+
+
 def run_parsed(args: argparse.Namespace, prog: str, argv: Sequence[str] | None = None) -> int:
     """Run the suite ``args`` name (parsed by a parser with :func:`add_run_arguments`); argv is
     recorded as the command line (default: sys.argv)."""
@@ -114,6 +137,7 @@ def run_parsed(args: argparse.Namespace, prog: str, argv: Sequence[str] | None =
     seeds = parse_seeds(args.seeds) if args.seeds else None
     tasks = suite_tasks(suite, solvers=solvers, time_limit=args.time_limit, seeds=seeds, threads=args.threads)
 
+    previous = _previous_meta(Path(args.out)) if args.resume else None
     store = ResultStore(args.out, resume=args.resume, overwrite=args.overwrite)
     done = store.done_keys()
     todo = [t for t in tasks if t.key not in done]
@@ -128,6 +152,8 @@ def run_parsed(args: argparse.Namespace, prog: str, argv: Sequence[str] | None =
         "versions": _versions(), "git": _git(), "machine": _machine(),
         "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "finished": None,
     }
+    if previous is not None and store.rows:
+        meta["kept_from"] = kept_from(previous, len(store.rows))
     write_json(out / META_NAME, meta)
     if args.executor == "local" and args.jobs * args.threads > (os.cpu_count() or 1):
         print(f"note: {args.jobs} jobs x {args.threads} threads exceed the {os.cpu_count()} CPUs here: "
