@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 
 from solvers import Problem, SolveResult, lower_bound, score, solve
-from solvers.compare import COLUMNS, TIME_COLUMNS
+from solvers.compare import COLUMNS, TIME_COLUMNS, holdout_step_columns
 from solvers.dispatch.microbatches import microbatch_imbalance as imbalance
 from solvers.plan import Plan
 from solvers.result import ratio_gap
@@ -61,7 +61,7 @@ def score_holdout(problem: Problem, plan: Plan, steps: torch.Tensor | None = Non
     sc = score(problem, plan)
     lb = lower_bound(problem)
     per_step = None
-    if steps is not None and steps.shape[0] > 1 and problem.cluster.homogeneous:
+    if steps is not None and steps.shape[0] > 1:                 # in time too on a real cluster
         per_step = score(problem, plan, tokens=steps)
     return Holdout(sc, lb, ratio_gap(sc.max_time, lb), per_step)
 
@@ -233,8 +233,7 @@ def compare_row(name: str, outcome: Outcome, holdout: Holdout | None) -> dict[st
     if holdout is not None and r.score is not None:
         row.update({"holdout_gap_mean": float(holdout.gap.mean()), "holdout_gap_max": float(holdout.gap.max())})
         if holdout.per_step is not None:
-            row.update({"holdout_step_imbalance_mean": holdout.per_step.imbalance_mean,
-                        "holdout_step_imbalance_worst": holdout.per_step.imbalance_worst})
+            row.update(holdout_step_columns(holdout.per_step))
     return {c: row.get(c) for c in COMPARE_COLUMNS if c in row}
 
 

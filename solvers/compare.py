@@ -25,7 +25,7 @@ from .plan import Plan
 from .problem import Problem
 from .registry import get_solver
 from .routing.trace import RoutingTrace
-from .scoring import score, with_traffic
+from .scoring import Score, score, with_traffic
 from .solve import solve
 
 DEFAULT_SOLVERS = ("deepseek", "kk_swap", "joint", "best")
@@ -138,11 +138,7 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
             continue
         row = res.summary(holdout=None if holdout is None or res.plan is None else score(holdout, res.plan))
         if holdout_steps is not None and res.plan is not None:
-            hs = score(holdout, res.plan, tokens=holdout_steps)
-            row.update(holdout_step_imbalance_mean=hs.imbalance_mean, holdout_step_imbalance_worst=hs.imbalance_worst)
-            if "time_imbalance_mean" in hs.summary:        # GPUs of different speeds: each step's max time
-                row.update(holdout_step_time_imbalance_mean=hs.summary["time_imbalance_mean"],
-                           holdout_step_time_imbalance_worst=hs.summary["time_imbalance_worst"])
+            row.update(holdout_step_columns(score(holdout, res.plan, tokens=holdout_steps)))
         if routing is not None and res.plan is not None:
             t = with_traffic(res.score, res.plan, problem, routing, token_bytes).summary
             row.update({k: t[k] for k in ("remote_nodes_mean", "remote_nodes_p99", "inter_node_bytes",
@@ -152,6 +148,18 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
         if on_progress:
             on_progress(name, policy or "-", row)
     return rows
+
+
+def holdout_step_columns(per_step: Score) -> dict[str, float]:
+    """The row's per-step held-out columns from a plan scored on the held-out steps one by one
+    (``score(holdout, plan, tokens=steps)``): imbalance in tokens and, on GPUs of different
+    speeds, in time (each step's max GPU time over its ideal), what the pick goes by there."""
+    cols = {"holdout_step_imbalance_mean": per_step.imbalance_mean,
+            "holdout_step_imbalance_worst": per_step.imbalance_worst}
+    if "time_imbalance_mean" in per_step.summary:
+        cols.update(holdout_step_time_imbalance_mean=per_step.summary["time_imbalance_mean"],
+                    holdout_step_time_imbalance_worst=per_step.summary["time_imbalance_worst"])
+    return cols
 
 
 def _num(v: Any) -> float:

@@ -288,6 +288,31 @@ def test_compare_runs_solvers_in_sample_and_held_out(default_problem):
     assert at.dataframe[0].value["solver"].tolist() == ["deepseek (hierarchical)", "kk_swap (hierarchical)"]
 
 
+def test_compare_on_a_mixed_pool_runs_global_and_picks_in_time():
+    """The mixed-pool preset with the default policies (hierarchical and global): the
+    comparison runs the global policy (hierarchical needs identical GPUs, and says so) and the
+    held-out steps are scored in time, the pick going by it, as `eplb compare` on that cluster."""
+    at = _app().run()
+    at.switch_page("views/compare.py").run()
+    at.selectbox(key="cluster:cluster").set_value("mixed-4x8").run()
+    at.multiselect(key="compare:solvers").set_value(["deepseek", "kk_swap"]).run()
+    assert at.multiselect(key="compare:policies").value == ["hierarchical", "global"]
+    at.button(key="compare:run").click().run()
+    _clean(at)
+    assert not at.error
+    assert any("Hierarchical skipped" in c.value for c in at.caption)
+    table = at.dataframe[0].value
+    assert table["solver"].tolist() == ["deepseek (global)", "kk_swap (global)"]
+    trace = load_dataset(DEFAULT_DATASET).loads
+    speeds = [1.0] * 16 + [1.4] * 16
+    held = Problem(trace[12:24].sum(0).double(), 288, 8, 4, 32, gpu_speed=speeds)
+    res = solve(Problem(trace[:12].sum(0).double(), 288, 8, 4, 32, gpu_speed=speeds), "kk_swap", policy="global")
+    per_step = score(held, res.plan, tokens=trace[12:24].double())
+    row = table.set_index("solver").loc["kk_swap (global)"]
+    assert row["holdout_step_time_imbalance_mean"] == pytest.approx(per_step.summary["time_imbalance_mean"])
+    assert any("in time per step on the held-out steps" in s.value for s in at.success)
+
+
 def test_compare_bad_option_and_impossible_cluster_show_errors():
     at = _app().run()
     at.switch_page("views/compare.py").run()

@@ -121,6 +121,12 @@ def main() -> None:
         history = loads.trace[window[0]:window[1]] if window[1] - window[0] > 1 else None
         if not policies:
             raise OptionError("policy", "pick at least one policy")
+        if not problem.cluster.homogeneous and "hierarchical" in policies:
+            # the default policies name hierarchical; a real cluster (speeds, uneven slots, failed
+            # GPUs) plans globally, so the comparison runs that and says why, instead of an error
+            policies = [p for p in policies if p != "hierarchical"] or ["global"]
+            st.caption("Hierarchical skipped: it needs identical GPUs (speed 1, the same slot count each); "
+                       "this cluster is planned with the global policy.")
         planned = planned_runs(problem, [n for _, n, _ in runs], policies)
     except EPLBError as exc:
         show_error(exc)
