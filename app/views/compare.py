@@ -48,6 +48,13 @@ TABLE_COLUMNS = {
                                                   "its ideal (load / total speed), summed; the pick goes by it"),
     "holdout_step_time_imbalance_worst": _num("per step worst, time", format="%.4f"),
     "holdout_imbalance_mean": _num("held out", format="%.4f", help="the plan's imbalance on the held-out steps summed"),
+    "time_imbalance_mean": _num("imbalance, time", format="%.4f",
+                                help="GPUs of different speeds: max GPU time over its ideal (load / total speed), "
+                                     "mean over layers (planning window); the token figure beside it ignores speeds"),
+    "time_imbalance_worst": _num("worst layer, time", format="%.4f"),
+    "holdout_time_imbalance_mean": _num("held out, time", format="%.4f",
+                                        help="the same in time on the held-out steps summed"),
+    "holdout_time_imbalance_worst": _num("held out worst, time", format="%.4f"),
     "holdout_imbalance_worst": _num("held out worst", format="%.4f"),
     "gap_mean": _num("gap to bound", **_pct, help="objective / lower bound - 1 (the bound holds for every plan)"),
     "gap_max": _num("gap worst", **_pct),
@@ -62,7 +69,8 @@ TABLE_COLUMNS = {
 
 
 # What a reader compares first on the left; the rest (and the CSV) keeps every column.
-COLUMN_ORDER = ("solver", "holdout_step_time_imbalance_mean", "holdout_step_imbalance_mean", "imbalance_mean", "holdout_imbalance_mean", "gap_mean", "gap_in_policy_mean",
+COLUMN_ORDER = ("solver", "holdout_step_time_imbalance_mean", "holdout_step_imbalance_mean", "time_imbalance_mean",
+                "imbalance_mean", "holdout_time_imbalance_mean", "holdout_imbalance_mean", "gap_mean", "gap_in_policy_mean",
                 "holdout_gap_mean", "off_node_share_mean", "wall_time_s", "status", "termination", "policy",
                 "imbalance_worst", "holdout_step_imbalance_worst", "holdout_imbalance_worst", "gap_max",
                 "holdout_gap_max", "duplicates")
