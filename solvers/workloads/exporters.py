@@ -187,7 +187,7 @@ def engine_text(plan: Plan, format: str, *, layer_offset: int = 0, num_gpus: int
         if gpu_slots is None:
             raise OptionError("format", f"{format} maps give every rank the same number of slots and send tokens to "
                               "every slot; this plan's GPUs hold different counts (or some failed): export it as "
-                              "eplb or csv" + (" (or sglang, padded, for failed GPUs)" if format == "trtllm" else ""))
+                              "eplb or csv")
         if len(counts) > 1 or 0 in counts:
             plan = padded_map(plan, gpu_slots)
     if format == "sglang":
