@@ -58,8 +58,9 @@ from ..problem import Problem
 from ..registry import SolverOutput, get_solver, register, run
 from ..result import SolveResult
 from ..scoring import gpu_presence
-from .elastic_exact import live_view, placement
-from .elastic_lns import moves_of, polish_layer, rows_of
+from .elastic_exact import layer_moves, live_view, placement
+from .elastic_lns import polish_layer
+from .exact import place
 from .elastic_moves import Layout, match_orphans, place_orphans, reduce_excess, shed_moves, spread_penalty
 from ..work import WorkModel
 
@@ -315,8 +316,6 @@ def polish(problem: Problem, previous: Plan, old_cluster: Cluster, p2l: torch.Te
     each given an even share of the time left. Returns (p2l, report)."""
     E = problem.num_experts
     live, slots, speed, old_gpu, new_gpu = live_view(problem.cluster, old_cluster)
-    live_of = {g: q for q, g in enumerate(live)}
-    slot_live = np.asarray([live_of[g] for g in new_gpu.tolist()])                 # [R] live GPU of every slot
     w = problem.weights.detach().cpu().double().numpy()
     rows = p2l.cpu().numpy().copy()
     old_rows = previous.phy2log.cpu().numpy()
@@ -324,7 +323,7 @@ def polish(problem: Problem, previous: Plan, old_cluster: Cluster, p2l: torch.Te
     stop = start + seconds
     olds = [placement(old_rows[layer], old_gpu, live, E) > 0 for layer in range(rows.shape[0])]
     xgs = [placement(rows[layer], new_gpu, live, E) for layer in range(rows.shape[0])]
-    extra = [moves_of(xgs[layer], olds[layer]) - int(orphans[layer]) for layer in range(rows.shape[0])]
+    extra = [layer_moves(xgs[layer], olds[layer]) - int(orphans[layer]) for layer in range(rows.shape[0])]
     order = [layer for layer in sorted(range(rows.shape[0]), key=lambda x: -extra[x]) if extra[layer] > 0]
     saved, tried = 0, 0
     for i, layer in enumerate(order):
@@ -335,9 +334,9 @@ def polish(problem: Problem, previous: Plan, old_cluster: Cluster, p2l: torch.Te
         deadline = now + (stop - now) / (len(order) - i)
         new = polish_layer(w[layer], slots, speed, olds[layer], xgs[layer], float(target[layer]), deadline,
                            seed=layer)
-        gain = moves_of(xgs[layer], olds[layer]) - moves_of(new, olds[layer])
+        gain = layer_moves(xgs[layer], olds[layer]) - layer_moves(new, olds[layer])
         if gain > 0:
-            rows[layer] = rows_of(new, rows[layer], slot_live)
+            rows[layer] = place(new, rows[layer], np.asarray(slots))   # the live GPUs' slots, in order
             saved += gain
     report = {"seconds": clock() - start, "layers": tried, "moves_saved": saved}
     return torch.as_tensor(rows, dtype=p2l.dtype, device=p2l.device), report

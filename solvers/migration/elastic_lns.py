@@ -26,6 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from ..clock import clock
+from .elastic_exact import layer_moves
 
 # Model time units of the target (a GPU's time is resolved to target / TIME_UNITS).
 TIME_UNITS = 1e6
@@ -43,11 +44,6 @@ def gpu_times(w: np.ndarray, xg: np.ndarray, speed: np.ndarray) -> np.ndarray:
     """[Q] times of a placement xg [E, Q] under loads w [E] (even split over replicas)."""
     per = w / np.maximum(xg.sum(1), 1)
     return (per @ xg) / speed
-
-
-def moves_of(xg: np.ndarray, old: np.ndarray) -> int:
-    """(GPU, expert) pairs held and not in the plan in force (old [E, Q] bool)."""
-    return int(((xg > 0) & ~old).sum())
 
 
 def within(w: np.ndarray, xg: np.ndarray, speed: np.ndarray, target: float) -> bool:
@@ -163,7 +159,7 @@ def polish_layer(w: np.ndarray, slots: Sequence[int], speed: Sequence[float], ol
     s = np.asarray(speed, dtype=np.float64)
     fails = 0
     while clock() < deadline and fails < MAX_FAILS:
-        if moves_of(xg, old) <= int((~old.any(1)).sum()):
+        if layer_moves(xg, old) <= int((~old.any(1)).sum()):
             break                           # as few as the orphans: optimal
         free = choose_free(xg, old, gpu_times(w, xg, s), min(size, xg.shape[1]), rng)
         limit = min(step_limit, deadline - clock())
@@ -171,27 +167,8 @@ def polish_layer(w: np.ndarray, slots: Sequence[int], speed: Sequence[float], ol
             break
         new = solve_neighbourhood(w, slots, speed, old, xg, target, free, time_limit=limit,
                                   seed=int(rng.integers(1 << 30)))
-        if new is None or moves_of(new, old) >= moves_of(xg, old):
+        if new is None or layer_moves(new, old) >= layer_moves(xg, old):
             fails += 1
         else:
             xg, fails = new, 0
     return xg
-
-
-def rows_of(xg: np.ndarray, row: np.ndarray, slot_gpu: np.ndarray) -> np.ndarray:
-    """A phy2log row [R] holding placement xg [E, Q] (slot_gpu: [R] live GPU of every slot):
-    slots whose expert stays on their GPU keep it, the others take what is left."""
-    out = row.copy()
-    for g in range(xg.shape[1]):
-        idx = np.nonzero(slot_gpu == g)[0]
-        want = {int(e): int(xg[e, g]) for e in np.nonzero(xg[:, g])[0]}
-        free = []
-        for r in idx:
-            e = int(row[r])
-            if want.get(e, 0) > 0:
-                want[e] -= 1
-            else:
-                free.append(r)
-        rest = [e for e, c in want.items() for _ in range(c)]
-        out[free] = rest
-    return out
