@@ -49,7 +49,7 @@ from ..result import SolveResult
 from ..scoring import gpu_loads, gpu_presence
 from .elastic import elastic
 from .exact import LayerShares, count_window, solve_layer
-from .exact_time import exact_pass_in_time, moves_in_time
+from .exact_time import exact_pass_in_time
 from .minmoves import TARGET_RTOL, repair
 from .moves import moves_per_layer
 from .recount import recount
@@ -382,7 +382,8 @@ def _migrate_in_time(problem: Problem, previous: Any, *, base: str, slack: float
         info["seconds"]["exact"] = clock() - t0
         info["exact_layers"] = reports
         info["exact_proven_layers"] = sum(1 for r in reports if r.get("proven"))
-        info["moves_per_layer"] = moves_in_time(problem, p2l, old).tolist()
+        info["moves_per_layer"] = moves_per_layer(p2l, old, problem.num_experts, problem.num_gpus,
+                                                  problem.slot_gpu().to(p2l.device)).tolist()
     return SolverOutput(Plan.from_phy2log(p2l, problem.num_experts), out.policy, info=info)
 
 

@@ -120,6 +120,13 @@ def _presence(p2l: np.ndarray, num_experts: int, num_gpus: int, slot_gpu: np.nda
     return x
 
 
+def layer_time(w: np.ndarray, p2l: np.ndarray, slot_gpu: np.ndarray, speed: np.ndarray) -> float:
+    """Max GPU time of one layer's phy2log [R] under loads w [E] (even split), float64;
+    slot_gpu: [R] the GPU of every slot, speed: [P]."""
+    cnt = np.bincount(p2l, minlength=len(w))
+    return float((np.bincount(slot_gpu, weights=w[p2l] / cnt[p2l], minlength=len(speed)) / speed).max())
+
+
 def moves_of(p2l: np.ndarray, old: np.ndarray, num_experts: int, num_gpus: int,
              slot_gpu: np.ndarray | None = None) -> int:
     """(GPU, expert) pairs p2l holds that old did not (the shared scorer's count)."""
@@ -246,11 +253,11 @@ def solve_layer(w: np.ndarray, old: np.ndarray, cap: float, num_gpus: int, *, gr
     for e, g, var in xvars:
         x[e, g] = solver.Value(var)
     p2l = place(x, old, R // P if slots is None else per_gpu)
-    cnt = np.bincount(p2l, minlength=E)
     if slot_gpu is None:
+        cnt = np.bincount(p2l, minlength=E)
         worst = (w[p2l] / cnt[p2l]).reshape(P, R // P).sum(1).max()
     else:                                   # in time, float64 (the model's coefficients were floored)
-        worst = (np.bincount(slot_gpu, weights=w[p2l] / cnt[p2l], minlength=P) / np.asarray(speed)).max()
+        worst = layer_time(w, p2l, slot_gpu, np.asarray(speed, dtype=np.float64))
     if worst > cap * (1 + CAP_RTOL):
         return ExactLayer(None, None, int(math.ceil(solver.BestObjectiveBound() - 1e-9)), "CAP_ROUNDING",
                           full_window)

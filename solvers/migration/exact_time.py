@@ -14,15 +14,8 @@ import torch
 
 from ..clock import clock
 from ..problem import Problem
-from ..scoring import gpu_presence
-from .exact import LayerShares, count_window, moves_of, solve_layer
+from .exact import LayerShares, count_window, layer_time, moves_of, solve_layer
 from .minmoves import TARGET_RTOL
-
-
-def layer_time(w: np.ndarray, p2l: np.ndarray, slot_gpu: np.ndarray, speed: np.ndarray) -> float:
-    """Max GPU time of one layer's phy2log [R] under loads w [E] (even split), float64."""
-    cnt = np.bincount(p2l, minlength=len(w))
-    return float((np.bincount(slot_gpu, weights=w[p2l] / cnt[p2l], minlength=len(speed)) / speed).max())
 
 
 def exact_pass_in_time(problem: Problem, old: torch.Tensor, start: torch.Tensor, target: torch.Tensor,
@@ -60,11 +53,3 @@ def exact_pass_in_time(problem: Problem, old: torch.Tensor, start: torch.Tensor,
                     and res.moves < hint_moves):
                 out[layer] = torch.from_numpy(res.phy2log)
     return out.to(start.device), reports
-
-
-def moves_in_time(problem: Problem, p2l: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
-    """[L] int64 (GPU, expert) pairs ``p2l`` [L, R] holds that ``old`` [L, R] did not, slots
-    mapped to GPUs by the problem's (uneven) slot ranges (the shared scorer's count)."""
-    gpu = problem.slot_gpu().to(p2l.device)
-    E, P = problem.num_experts, problem.num_gpus
-    return (gpu_presence(p2l, E, P, gpu) & ~gpu_presence(old.to(p2l.device), E, P, gpu)).flatten(1).sum(1)
