@@ -128,6 +128,24 @@ def slots_to_gpus(per_slot: torch.Tensor, slot_gpu: torch.Tensor | None, num_gpu
     return out.index_add_(per_slot.dim() - 1, slot_gpu.to(per_slot.device), per_slot)
 
 
+def step_gpu_times(steps: torch.Tensor, phy2log: torch.Tensor, num_gpus: int, cluster=None) -> torch.Tensor:
+    """[W, L, P] float64: every step's load on every GPU under ``phy2log`` [L, R] (the even
+    split, :func:`per_slot_loads`) for step loads ``steps`` [W, L, E]; on a ``cluster`` with
+    uneven slots or failed GPUs the slots are summed by its slot map, and with GPUs of
+    different speeds each load is divided by its GPU's speed (a time). For the window
+    objectives and scenario values, which need each step's maximum."""
+    L, E = phy2log.shape[0], steps.shape[-1]
+    cnt = torch.zeros(L, E, dtype=torch.float64, device=steps.device).scatter_add_(
+        1, phy2log, torch.ones(phy2log.shape, dtype=torch.float64, device=steps.device))
+    per = per_slot_loads(steps.to(torch.float64), phy2log, cnt)                       # [W, L, R]
+    uneven = cluster is not None and not cluster.uniform_slots
+    slot_gpu = torch.tensor(cluster.slot_gpus(), device=steps.device) if uneven else None
+    gpu = slots_to_gpus(per, slot_gpu, num_gpus)                                      # [W, L, P]
+    if cluster is None or cluster.uniform_speed:
+        return gpu
+    return gpu / torch.tensor(cluster.gpu_speed, dtype=torch.float64, device=steps.device)
+
+
 def uneven_slot_gpu(problem: Problem) -> torch.Tensor | None:
     """[R] GPU of every slot when GPUs hold different slot counts, else None (the reshape
     of :func:`slots_to_gpus` is the fast path)."""

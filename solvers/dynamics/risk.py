@@ -35,6 +35,7 @@ from ..bounds import optimal_counts
 from ..heuristics.hierarchical import group_node_candidates, node_experts
 from ..heuristics.packing import repair_duplicates
 from ..problem import Problem
+from ..scoring import step_gpu_times
 
 # Defaults chosen with benchmarks/out_of_sample.py on the shipped traces and their seeds 1-4
 # (docs/dynamics.md): the counts use the upper quartile (z = 0.674) of a normal per-step load,
@@ -339,12 +340,8 @@ def window_objective(hist: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor,
                      num_gpus: int) -> torch.Tensor:
     """[L] in-window per-step imbalance: sum over steps of the max GPU load / sum of the mean
     (weighted by k), the shared scorer's even split. hist: [W, L, E]; phy2log: [L, R]."""
-    W, L, E = hist.shape
-    R = phy2log.shape[1]
-    cnt = torch.zeros(L, E, dtype=torch.float64, device=hist.device).scatter_add_(
-        1, phy2log, torch.ones(L, R, dtype=torch.float64, device=hist.device))
-    per = hist.gather(2, phy2log.unsqueeze(0).expand(W, L, R)) / cnt.gather(1, phy2log).unsqueeze(0)
-    gpu = per.view(W, L, num_gpus, R // num_gpus).sum(-1)                     # [W, L, P]
+    W = hist.shape[0]
+    gpu = step_gpu_times(hist, phy2log, num_gpus)                             # [W, L, P]
     mx = (gpu.max(-1).values * k.view(W, 1)).sum(0)
     mean = (gpu.mean(-1) * k.view(W, 1)).sum(0)
     return torch.where(mean > 0, mx / mean.clamp_min(1e-300), torch.ones_like(mx))
@@ -355,16 +352,9 @@ def window_time_objective(hist: torch.Tensor, k: torch.Tensor, phy2log: torch.Te
     ``time_imbalance`` with tokens): sum over steps of the slowest GPU's time (load over
     speed) / sum of the best time W_t / (sum of the live GPUs' speeds), weighted by k.
     hist: [W, L, E]; phy2log: [L, R] in the cluster's slot order."""
-    W, L, E = hist.shape
-    R = phy2log.shape[1]
-    dev = hist.device
-    cnt = torch.zeros(L, E, dtype=torch.float64, device=dev).scatter_add_(
-        1, phy2log, torch.ones(L, R, dtype=torch.float64, device=dev))
-    per = hist.gather(2, phy2log.unsqueeze(0).expand(W, L, R)) / cnt.gather(1, phy2log).unsqueeze(0)
-    slot_gpu = torch.tensor(cluster.slot_gpus(), dtype=torch.int64, device=dev)
-    gpu = torch.zeros(W, L, cluster.num_gpus, dtype=torch.float64, device=dev).index_add_(2, slot_gpu, per)
-    speed = torch.tensor(cluster.gpu_speed, dtype=torch.float64, device=dev)
-    mx = ((gpu / speed).max(-1).values * k.view(W, 1)).sum(0)
+    W = hist.shape[0]
+    times = step_gpu_times(hist, phy2log, cluster.num_gpus, cluster)          # [W, L, P]
+    mx = (times.max(-1).values * k.view(W, 1)).sum(0)
     best = (hist.sum(-1) * k.view(W, 1)).sum(0) / cluster.total_speed
     return torch.where(best > 0, mx / best.clamp_min(1e-300), torch.ones_like(mx))
 

@@ -42,6 +42,7 @@ from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput, register
 from ..result import Termination
+from ..scoring import step_gpu_times
 from .robust import _HISTORY, check_history
 from ..work import WorkModel
 
@@ -58,19 +59,8 @@ def scenario_value(hist: torch.Tensor, phy2log: torch.Tensor, num_gpus: int, tai
     CVaR of the per-step max at level 1 - tail, times the steps it covers). With a
     ``cluster`` that is not homogeneous: the max GPU *time* (load over speed, slots summed
     per GPU by the cluster's uneven slot ranges)."""
-    W, L, E = hist.shape
-    R = phy2log.shape[1]
-    cnt = torch.zeros(L, E, dtype=torch.float64, device=hist.device).scatter_add_(
-        1, phy2log, torch.ones(L, R, dtype=torch.float64, device=hist.device))
-    per = hist.to(torch.float64).gather(2, phy2log.unsqueeze(0).expand(W, L, R)) / cnt.gather(1, phy2log)
-    if cluster is None or cluster.homogeneous:
-        step_max = per.view(W, L, num_gpus, R // num_gpus).sum(-1).max(-1).values       # [W, L]
-    else:
-        slot_gpu = torch.tensor(cluster.slot_gpus(), device=hist.device)                 # [R]
-        speed = torch.tensor(cluster.gpu_speed, dtype=torch.float64, device=hist.device)  # [P]
-        gpu = torch.zeros(W, L, cluster.num_gpus, dtype=torch.float64, device=hist.device)
-        step_max = (gpu.index_add_(2, slot_gpu, per) / speed).max(-1).values            # [W, L]
-    return step_max.topk(tail_steps(W, tail), dim=0).values.sum(0)
+    step_max = step_gpu_times(hist, phy2log, num_gpus, cluster).max(-1).values              # [W, L]
+    return step_max.topk(tail_steps(hist.shape[0], tail), dim=0).values.sum(0)
 
 
 def scenario_bound(problem: Problem, hist: torch.Tensor, tail: float = 1.0) -> torch.Tensor:
