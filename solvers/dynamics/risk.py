@@ -34,6 +34,8 @@ import torch
 from ..bounds import optimal_counts
 from ..heuristics.hierarchical import group_node_candidates, node_experts
 from ..heuristics.packing import repair_duplicates
+from ..heuristics.speeds import LiveGPUs
+from ..heuristics.spread_time import repair_swaps
 from ..problem import Problem
 from ..scoring import step_gpu_times
 
@@ -255,41 +257,18 @@ def risk_search(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, nu
 
 
 def repair_grid(w: torch.Tensor, p2l: torch.Tensor, slots: Slots, num_experts: int) -> torch.Tensor:
-    """Swap away same-GPU duplicates on a real cluster's padded grid, one per row per round:
-    each duplicate slot with the real slot on another GPU whose two GPUs' larger time
-    (load over speed) is least, creating no new duplicate. w: [X, Q*S] slot loads; p2l:
+    """Swap away same-GPU duplicates on a real cluster's padded grid: the speed pipeline's
+    repair in time (:func:`solvers.heuristics.spread_time.repair_swaps`: each duplicate slot
+    with the slot on another GPU whose two GPUs' larger time is least, creating no new
+    duplicate) on the real slots, the phantoms left in place. w: [X, Q*S] slot loads; p2l:
     [X, Q*S] (phantom E); returns p2l. Rows with no such swap keep their duplicate (valid)."""
-    X, R = p2l.shape
-    Q, S, E = slots.Q, slots.S, num_experts + 1
-    dev = p2l.device
-    gpu_of = torch.arange(R, device=dev) // S
-    rows = torch.arange(X, device=dev)
-    p2l, w = p2l.clone(), w.clone()
-    for _ in range(R):
-        cnt = torch.zeros(X, Q * E, dtype=torch.int64, device=dev).scatter_add_(
-            1, gpu_of * E + p2l, torch.ones_like(p2l))
-        dup = (cnt.gather(1, gpu_of * E + p2l) > 1) & slots.valid
-        has = dup.any(1)
-        if not bool(has.any()):
-            break
-        q = dup.to(torch.int8).argmax(1)                                       # [X] first duplicate slot
-        h, eq, wq = gpu_of[q], p2l[rows, q], w[rows, q]
-        load = torch.zeros(X, Q, dtype=w.dtype, device=dev).index_add_(1, gpu_of, w)
-        lg = load[:, gpu_of]                                                   # [X, R]
-        on_h = ((load[rows, h] - wq).unsqueeze(1) + w) / slots.speed[h].unsqueeze(1)   # [X, R] h's time
-        cost = torch.maximum(on_h, (wq.unsqueeze(1) + lg - w) / slots.speed[gpu_of])   # and g's
-        bad = (gpu_of.unsqueeze(0) == h.unsqueeze(1)) | ~slots.valid.unsqueeze(0)
-        bad |= cnt.gather(1, gpu_of * E + eq.unsqueeze(1)) > 0                   # eq already on g
-        bad |= cnt.view(X, Q, E)[rows, h].gather(1, p2l) > 0                    # e_j already on h
-        best, j = cost.masked_fill(bad, math.inf).min(1)
-        ok = has & torch.isfinite(best)
-        if not bool(ok.any()):
-            break
-        r = rows[ok]
-        qa, ja = q[ok], j[ok]
-        p2l[r, qa], p2l[r, ja] = p2l[r, ja], p2l[r, qa]
-        w[r, qa], w[r, ja] = w[r, ja], w[r, qa]
-    return p2l
+    real = p2l.index_select(1, slots.real)                                       # [X, R] the cluster's order
+    per = torch.zeros(real.shape[0], num_experts, dtype=torch.float64, device=p2l.device).scatter_(
+        1, real, w.index_select(1, slots.real).to(torch.float64))                # [X, E] per-replica loads
+    gpus = LiveGPUs(slots.speed.tolist(), slots.caps.tolist(), p2l.device)
+    out = p2l.clone()
+    out[:, slots.real] = repair_swaps(per, real, gpus, num_experts)[0]
+    return out
 
 
 def plan_rows(hist: torch.Tensor, k: torch.Tensor, num_slots: int, num_gpus: int, count_risk: float,

@@ -104,14 +104,19 @@ def repair_in_time(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, num_experts
     """e: [X, R] duplicate-free where swaps allow (w: [X, E] loads; counts as in e). Returns
     (e, rows still holding a duplicate)."""
     X, R = e.shape
+    cnt_e = torch.zeros(X, num_experts, dtype=torch.float64, device=e.device).scatter_add_(
+        1, e, torch.ones(X, R, dtype=torch.float64, device=e.device))
+    return repair_swaps(w.to(torch.float64) / cnt_e.clamp_min(1), e, gpus, num_experts)
+
+
+def repair_swaps(per: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, num_experts: int) -> tuple[torch.Tensor, int]:
+    """:func:`repair_in_time` from each expert's per-replica load per: [X, E] (counts fixed)."""
+    X, R = e.shape
     E, Q = num_experts, gpus.Q
     dev = e.device
     rows = torch.arange(X, device=dev)
     gpu_of = gpus.gpu_of                                                               # [R]
     speed = gpus.speed.to(torch.float64)
-    cnt_e = torch.zeros(X, E, dtype=torch.float64, device=dev).scatter_add_(
-        1, e, torch.ones(X, R, dtype=torch.float64, device=dev))
-    per = w.to(torch.float64) / cnt_e.clamp_min(1)                                     # [X, E] counts fixed
     left = 0
     for _ in range(R):
         on = torch.zeros(X, Q * E, dtype=torch.int64, device=dev).scatter_add_(
