@@ -6,7 +6,15 @@ nodes its top-k experts are served on. That needs per-token routing (a
 
 **Source rank.** Every token starts on one GPU: its recorded rank mapped onto the plan's
 GPUs (:meth:`RoutingTrace.source_gpus`: rank ``r`` of ``R`` ranks on GPU ``r * P // R``),
-or, for traces without ranks, block ``t * P // T`` of consecutive tokens.
+or, for traces without ranks, block ``t * P // T`` of consecutive tokens. On a cluster
+with failed GPUs the rule maps onto the ``Q`` live GPUs instead (a failed rank runs no
+attention, so no token starts there): the ``i``-th of them, ``i = r * Q // R``.
+
+**Real clusters.** Slots belong to GPUs by the cluster's slot map (each GPU its own slot
+count, a failed GPU none: :meth:`solvers.cluster.Cluster.slot_gpus`), so no token is ever
+dispatched to a failed GPU; ``dispatched_load`` is then 0 there, and the dispatched
+imbalance is in time: the slowest GPU's dispatched load over its speed, over the best
+possible time (dispatched tokens over the live GPUs' total speed).
 
 **Dispatcher (nearest replica first).** A source GPU ``g`` sends the tokens of expert ``e``
 to one replica, fixed per (layer, e, g), as a static per-rank dispatch map does:
@@ -92,19 +100,32 @@ class Traffic:
     summary: dict = field(default_factory=dict)
 
 
+def slot_gpus(cluster: Cluster) -> torch.Tensor:
+    """[R] int64 the GPU of every slot (the cluster's slot map; ``slot // S`` when every GPU
+    holds S slots)."""
+    return torch.tensor(cluster.slot_gpus(), dtype=torch.int64)
+
+
+def source_gpus(trace: RoutingTrace, cluster: Cluster) -> torch.Tensor:
+    """[T] int64 the GPU every token starts on: :meth:`RoutingTrace.source_gpus` over the
+    live GPUs (all of them when none failed)."""
+    live = torch.tensor(cluster.live_gpus, dtype=torch.int64)
+    return live[trace.source_gpus(live.numel())]
+
+
 def dispatch_table(plan: Plan, cluster: Cluster) -> torch.Tensor:
     """[L, E, P] int64: the GPU serving expert e for tokens from source GPU g (rule above).
 
     Gathers over [L, E, P] only: the slots sorted by (expert, node) give each expert's
     replicas on each node in rank order (slot order), so "the j-th replica on node n" is one
-    offset plus j.
+    offset plus j. Slots map to GPUs by the cluster's slot map (uneven counts, failed GPUs).
     """
-    N, P, S, gpn = cluster.num_nodes, cluster.num_gpus, cluster.slots_per_gpu, cluster.gpus_per_node
+    N, P, gpn = cluster.num_nodes, cluster.num_gpus, cluster.gpus_per_node
     p2l = plan.phy2log                                                     # [L, R]
     L, R = p2l.shape
     E = plan.num_experts
-    slot = torch.arange(R, dtype=torch.int64)
-    slot_node = slot // S // gpn                                            # [R]
+    slot_gpu = slot_gpus(cluster)                                           # [R]
+    slot_node = slot_gpu // gpn                                             # [R]
     g = torch.arange(P, dtype=torch.int64)
     g_node = g // gpn
     # Replicas of e on node n, in slot order: sort slots by (e, n).
@@ -115,14 +136,14 @@ def dispatch_table(plan: Plan, cluster: Cluster) -> torch.Tensor:
     cell = (torch.arange(E).view(E, 1) * N + g_node.view(1, P)).view(1, E * P).expand(L, -1)   # (e, node of g)
     n_node = cnt_en.gather(1, cell).view(L, E, P)
     pos = start_en.gather(1, cell).view(L, E, P) + g.view(1, 1, P) % n_node.clamp_min(1)
-    on_node = order.gather(1, pos.view(L, -1).clamp_max(R - 1)).view(L, E, P) // S
+    on_node = slot_gpu[order.gather(1, pos.view(L, -1).clamp_max(R - 1))].view(L, E, P)
     # Any replica: the (g mod c)-th in rank order (log2phy).
     c = plan.logcnt.view(L, E, 1)
-    anywhere = plan.log2phy.gather(2, (g.view(1, 1, P) % c).clamp_max(plan.log2phy.shape[2] - 1)) // S
+    anywhere = slot_gpu[plan.log2phy.gather(2, (g.view(1, 1, P) % c).clamp_max(plan.log2phy.shape[2] - 1))]
     out = torch.where(n_node > 0, on_node, anywhere)
     # A replica on the source GPU itself wins.
     here = torch.zeros(L, P * E, dtype=torch.bool)
-    here.scatter_(1, (slot // S).view(1, R) * E + p2l, True)
+    here.scatter_(1, slot_gpu.view(1, R) * E + p2l, True)
     here = here.view(L, P, E).transpose(1, 2)                               # [L, E, P]
     return torch.where(here, g.view(1, 1, P).expand(L, E, P), out).contiguous()
 
@@ -165,7 +186,7 @@ def traffic(plan: Plan, cluster: Cluster, trace: RoutingTrace, token_bytes: int 
         raise PlanError("bitmask", f"bitmasks hold at most {BITMASK_GPUS} GPUs, {BITMASK_NODES} nodes and 16 "
                         f"GPUs per node; the cluster has {P}, {N} and {gpn}")
     table = dispatch_table(plan, cluster)                                   # [L, E, P]
-    src = trace.source_gpus(P)                                             # [T]
+    src = source_gpus(trace, cluster)                                      # [T]
     src_node = src // gpn
     idx_dtype = torch.int32 if L * E * P < 1 << 31 else torch.int64
     lay_off = torch.arange(L, dtype=torch.int64)
@@ -250,8 +271,11 @@ def traffic(plan: Plan, cluster: Cluster, trace: RoutingTrace, token_bytes: int 
     dest_rows = table + (lay_off * P).view(L, 1, 1)
     dispatched.index_add_(0, dest_rows.view(-1), per_src_expert.to(torch.float64))
     dispatched = dispatched.view(L, P)
-    mean = dispatched.mean(1)
-    disp_imb = torch.where(mean > 0, dispatched.max(1).values / mean.clamp_min(1e-300), torch.ones_like(mean))
+    # in time: the slowest GPU over the best possible time (the mean on identical GPUs)
+    speed = torch.tensor(cluster.gpu_speed, dtype=torch.float64)
+    ideal = dispatched.sum(1) / cluster.total_speed
+    disp_imb = torch.where(ideal > 0, (dispatched / speed).max(1).values / ideal.clamp_min(1e-300),
+                           torch.ones_like(ideal))
     gpu_sum = (gpus_hist * torch.arange(P)).sum(1)
     remote_nodes = node_sum.to(torch.float64) / T
     remote_gpus = gpu_sum.to(torch.float64) / T

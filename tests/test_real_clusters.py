@@ -222,9 +222,18 @@ def test_solvers_refuse_what_they_cannot_plan():
     with pytest.raises(ProblemError) as err:
         solve(p, "deepseek")
     assert err.value.param == "gpu_slots"
+    # every registered solver plans real clusters; the registry's refusal stays for one that
+    # would not (a copy of a spec declared homogeneous-only, not registered)
+    import dataclasses
+    from solvers.registry import _REGISTRY, get_solver
+    assert all(spec.heterogeneous for spec in _REGISTRY.values())
+    with pytest.raises(OptionError) as err:
+        dataclasses.replace(get_solver("kk_swap"), heterogeneous=False).check_cluster(p)
+    assert err.value.param == "solver" and "identical GPUs" in str(err.value)
+    # traffic_aware plans this cluster, but not without its routing trace
     with pytest.raises(OptionError) as err:
         solve(p, "traffic_aware")
-    assert err.value.param == "solver" and "identical GPUs" in str(err.value)
+    assert err.value.param == "routing"
     with pytest.raises(ProblemError) as err:
         solve(p, "kk_swap", policy="hierarchical")
     assert err.value.param == "policy"

@@ -127,15 +127,19 @@ def test_robust_imbalance_is_the_plain_one_at_risk_zero(small):
 
 
 def test_capacity_assign_respects_slots_and_places_everything():
+    """Every expert placed, no node above its own slot count: even nodes, and nodes of a real
+    cluster (different slot counts and caps, a dead node with none)."""
     g = torch.Generator().manual_seed(3)
-    L, E, N, slots = 4, 20, 4, 6
+    L, E, N = 4, 20, 4
     w = torch.rand(L, E, generator=g, dtype=torch.float64)
     cnt = torch.ones(L, E, dtype=torch.int64)
-    cap = 1.1 * w.sum(1) / N
-    node = capacity_assign(torch.rand(L, E, N, generator=g), w, cnt, torch.full((L, E), -1), slots, cap)
-    assert bool((node >= 0).all())
-    used = torch.nn.functional.one_hot(node, N).sum(1)
-    assert bool((used <= slots).all())
+    for slots, share in ((torch.full((N,), 6), torch.ones(N, dtype=torch.float64)),
+                         (torch.tensor([9, 0, 5, 7]), torch.tensor([1.4, 0.0, 1.0, 1.2], dtype=torch.float64))):
+        cap = 1.1 * (w.sum(1) / N).view(L, 1) * share.view(1, N)
+        node = capacity_assign(torch.rand(L, E, N, generator=g), w, cnt, torch.full((L, E), -1), slots, cap)
+        assert bool((node >= 0).all())
+        used = torch.nn.functional.one_hot(node, N).sum(1)
+        assert bool((used <= slots).all())
 
 
 def test_coactivation_lift_separates_structure_from_independence():

@@ -38,6 +38,7 @@ from ..registry import SolverOutput, register, run
 from ..traffic import traffic
 from ..work import WorkModel
 from .coactivation import coactivation
+from .nodes import Nodes
 from .robust import excess_covariance, robust_imbalance, unit_spread, window_steps
 from .trace import RoutingTrace
 
@@ -117,20 +118,24 @@ def per_expert(ids: torch.Tensor, inc: torch.Tensor, vals: torch.Tensor, num_exp
 
 
 def grow_nodes(A: torch.Tensor, weight: torch.Tensor, logcnt: torch.Tensor, num_nodes: int,
-               slots_per_node: int, cap: torch.Tensor) -> torch.Tensor:
+               slots_per_node: torch.Tensor, cap: torch.Tensor) -> torch.Tensor:
     """Greedy graph growing: node of every expert [L, E] (all its replicas there).
 
     Replicated experts (the hot ones, co-activated with nearly every token) go first, the
-    heaviest to the lightest node with room, so the slots left are whole. Single-replica
-    experts then grow clusters: each node starts from a seed (the heaviest such expert,
-    then each next seed the one least co-activated with the seeds so far), and the node
-    with the fewest slots used takes the unplaced expert most co-activated with it
-    (relative to the expert's total co-activation), penalised by how far it would push the
-    node over its load cap. A: [L, E, E] co-activation; weight, logcnt: [L, E]; cap: [L].
+    heaviest to the lightest node (load over its capacity share) with room, so the slots
+    left are whole. Single-replica experts then grow clusters: each live node starts from a
+    seed (the heaviest such expert, then each next seed the one least co-activated with the
+    seeds so far), and the node with the most free slots takes the unplaced expert most
+    co-activated with it (relative to the expert's total co-activation), penalised by how
+    far it would push the node over its load cap. A: [L, E, E] co-activation; weight,
+    logcnt: [L, E]; slots_per_node: [N] (0: a dead node); cap: [L, N].
     """
     L, E, _ = A.shape
     N = num_nodes
     rows = torch.arange(L)
+    spn = torch.as_tensor(slots_per_node, dtype=torch.int64).expand(N)
+    share = cap / cap.amax(1, keepdim=True).clamp_min(1e-300)                         # [L, N] 1.0 when even
+    live = (spn > 0).nonzero().squeeze(1).tolist()
     single = logcnt == 1
     A1 = A * (single.view(L, 1, E) & single.view(L, E, 1))                              # among single experts
     deg = A1.sum(2).clamp_min(1e-9)                                                     # [L, E]
@@ -151,21 +156,24 @@ def grow_nodes(A: torch.Tensor, weight: torch.Tensor, logcnt: torch.Tensor, num_
     order = torch.sort(w.masked_fill(single, -1.0), dim=1, descending=True, stable=True).indices
     for step in range(int(multi.max())):
         e = order[:, step]
-        key = load.masked_fill(slots + logcnt.gather(1, e.view(L, 1)) > slots_per_node, float("inf"))
+        key = (load / share.clamp_min(1e-300)).masked_fill(
+            (slots + logcnt.gather(1, e.view(L, 1)) > spn) | (spn == 0), float("inf"))
         place(e, key.argmin(1), step < multi)
     todo = single.sum(1)
-    for n in range(N):
-        if n == 0:
+    for i, n in enumerate(live):
+        if i == 0:
             pick = w.masked_fill(~single, -1.0).argmax(1)
         else:
             pick = (aff.sum(2).to(torch.float64) / deg).masked_fill((node >= 0) | ~single, float("inf")).argmin(1)
-        place(pick, torch.full((L,), n, dtype=torch.int64), todo > n)
-    for step in range(int(todo.max()) - N):
-        n = slots.masked_fill(slots >= slots_per_node, 1 << 40).argmin(1)                 # fewest slots used
+        place(pick, torch.full((L,), n, dtype=torch.int64), todo > i)
+    for step in range(int(todo.max()) - len(live)):
+        free = spn - slots
+        n = free.masked_fill(free <= 0, -(1 << 40)).argmax(1)                          # most free slots
+        c = cap[rows, n].view(L, 1)
         pull = aff[rows, :, n].to(torch.float64) / deg                                  # [L, E]
-        over = (load[rows, n].view(L, 1) + w - cap.view(L, 1)).clamp_min(0) / cap.view(L, 1)
+        over = (load[rows, n].view(L, 1) + w - c).clamp_min(0) / c.clamp_min(1e-300)
         score = (pull - 4.0 * over + 1e-6 * w / w.sum(1, keepdim=True)).masked_fill(node >= 0, float("-inf"))
-        place(score.argmax(1), n, step < todo - N)
+        place(score.argmax(1), n, step < todo - len(live))
     return node
 
 
@@ -176,7 +184,7 @@ def touched_nodes(ids: torch.Tensor, inc: torch.Tensor, node: torch.Tensor, num_
 
 
 def capacity_assign(score: torch.Tensor, weight: torch.Tensor, logcnt: torch.Tensor, fixed: torch.Tensor,
-                    slots_per_node: int, cap: torch.Tensor) -> torch.Tensor:
+                    slots_per_node: torch.Tensor, cap: torch.Tensor) -> torch.Tensor:
     """Experts to nodes by score under slot and load capacities: node [L, E].
 
     score: [L, E, N]; fixed: [L, E] node already chosen (-1: free). Rounds of proposals:
@@ -184,15 +192,17 @@ def capacity_assign(score: torch.Tensor, weight: torch.Tensor, logcnt: torch.Ten
     proposers best score first while they fit (slots and load cap), all layers and nodes
     at once; a proposer that no longer fits the node's room even alone is closed out of it.
     An expert closed out of every node goes, at the end, to the node with room that
-    overflows the load cap least.
+    overflows the load cap least. slots_per_node: [N] (0: a dead node, closed to all);
+    cap: [L, N].
     """
     L, E, N = score.shape
     rows = torch.arange(L)
+    spn = torch.as_tensor(slots_per_node, dtype=torch.int64).expand(N)
     w = weight.to(torch.float64)
     node = fixed.clone()
     load = torch.zeros(L, N, dtype=torch.float64).scatter_add_(1, fixed.clamp_min(0), w * (fixed >= 0))
     slots = torch.zeros(L, N, dtype=torch.int64).scatter_add_(1, fixed.clamp_min(0), logcnt * (fixed >= 0))
-    closed = torch.zeros(L, E, N, dtype=torch.bool)
+    closed = (spn == 0).view(1, 1, N).expand(L, E, N).clone()
     s = score.to(torch.float64)
     lo, hi = s.amin((1, 2), keepdim=True), s.amax((1, 2), keepdim=True)
     s = (s - lo) / (hi - lo).clamp_min(1e-12)                                           # [0, 1] per layer
@@ -215,8 +225,8 @@ def capacity_assign(score: torch.Tensor, weight: torch.Tensor, logcnt: torch.Ten
         start = first.gather(1, pn) - 1                                                 # index before the group
         base_w = torch.where(start >= 0, cw.gather(1, start.clamp_min(0)), torch.zeros_like(cw))
         base_c = torch.where(start >= 0, cc.gather(1, start.clamp_min(0)), torch.zeros_like(cc))
-        take = act & (load.gather(1, pn) + cw - base_w <= cap.view(L, 1)) & \
-            (slots.gather(1, pn) + cc - base_c <= slots_per_node)
+        take = act & (load.gather(1, pn) + cw - base_w <= cap.gather(1, pn)) & \
+            (slots.gather(1, pn) + cc - base_c <= spn[pn])
         # a group's accepted prefix: stop at its first proposer that does not fit
         bad = (act & ~take).to(torch.int64)
         bad_before = torch.cumsum(bad, 1) - bad - torch.where(start >= 0, (torch.cumsum(bad, 1) - bad).gather(
@@ -230,15 +240,15 @@ def capacity_assign(score: torch.Tensor, weight: torch.Tensor, logcnt: torch.Ten
         slots.index_put_((r, n), logcnt[r, e], accumulate=True)
         # close the nodes a proposer cannot fit even alone
         ew, ec = w.gather(1, order), logcnt.gather(1, order)
-        alone_bad = act & ~take & ((load.gather(1, pn) + ew > cap.view(L, 1)) |
-                                   (slots.gather(1, pn) + ec > slots_per_node))
+        alone_bad = act & ~take & ((load.gather(1, pn) + ew > cap.gather(1, pn)) |
+                                   (slots.gather(1, pn) + ec > spn[pn]))
         r, j = alone_bad.nonzero(as_tuple=True)
         closed[r, e_sorted[r, j], pn[r, j]] = True
     while bool((node < 0).any()):                     # leftovers: least overflow among nodes with room
         left = node < 0
         e = left.to(torch.float64).argmax(1)
         c = logcnt[rows, e]
-        key = (load + w[rows, e].view(L, 1)).masked_fill(slots + c.view(L, 1) > slots_per_node, float("inf"))
+        key = (load + w[rows, e].view(L, 1)).masked_fill(slots + c.view(L, 1) > spn, float("inf"))
         n = key.argmin(1)
         r = rows[left.any(1)]
         node[r, e[r]] = n[r]
@@ -248,7 +258,7 @@ def capacity_assign(score: torch.Tensor, weight: torch.Tensor, logcnt: torch.Ten
 
 
 def co_cluster(ids: torch.Tensor, inc: torch.Tensor, weight: torch.Tensor, logcnt: torch.Tensor, node: torch.Tensor,
-               num_nodes: int, slots_per_node: int, cap: torch.Tensor, iterations: int,
+               num_nodes: int, slots_per_node: torch.Tensor, cap: torch.Tensor, iterations: int,
                cov: torch.Tensor | None = None, risk: float = 0.0) -> torch.Tensor:
     """Alternate: every token's home is the node most of its experts are on; every expert
     goes where most of its tokens live (replicated experts stay put, capacities kept),
@@ -320,12 +330,12 @@ def swap_search(ids: torch.Tensor, X: torch.Tensor, weight: torch.Tensor, logcnt
 
     The objective is the number of (token, node) pairs touched, ``sum_t |nodes of t's
     experts|`` (a token's remote nodes plus at most one), and the overflow of the node
-    loads above ``cap`` [L], which a swap must never raise and is worth more than any
+    loads above ``cap`` [L, N] (each node's own), which a swap must never raise and is worth more than any
     traffic. A node's load is ``mean + risk x std`` over the window's steps (``cov``
     [L, E, E] the covariance of the experts' per-step loads; ``None`` or ``risk`` 0: the
     mean alone), so experts whose loads rise together weigh more on one node than apart;
     its cap is then ``cap + allow`` (``allow`` [L]: risk x the std a balance-only plan's
-    nodes have anyway).
+    nodes have anyway). Loads are counted in units of the largest node cap.
     A move of e from a to b saves the tokens for which e is alone on a and costs those not
     yet on b; a swap's estimate is the two moves' sum (exact for tokens holding one of the
     pair), and the ``candidates`` best estimates of every layer are evaluated exactly.
@@ -340,10 +350,11 @@ def swap_search(ids: torch.Tensor, X: torch.Tensor, weight: torch.Tensor, logcnt
     N = num_nodes
     node = node.clone()
     w = weight.to(torch.float64)
-    wf = (w / cap.view(L, 1)).to(torch.float32)                                         # loads in caps
+    ref = cap.amax(1).clamp_min(1e-300)                                                 # [L] the largest cap
+    wf = (w / ref.view(L, 1)).to(torch.float32)                                         # loads in caps
     robust = cov is not None and risk > 0
     if robust:
-        cv = (cov / (cap.view(L, 1, 1) ** 2)).to(torch.float32)                         # [L, E, E] in caps^2
+        cv = (cov / (ref.view(L, 1, 1) ** 2)).to(torch.float32)                         # [L, E, E] in caps^2
         diag = cv.diagonal(dim1=1, dim2=2)                                              # [L, E]
     big = float(T) * N                                                                  # per cap of relief
     schedule = matchings(N)
@@ -353,10 +364,15 @@ def swap_search(ids: torch.Tensor, X: torch.Tensor, weight: torch.Tensor, logcnt
     idle = 0
     cnt = node_counts(ids, inc, node, N)                                                # [L, T, N]
 
-    thr = torch.ones(L, 1, 1, 1) if not robust or allow is None else (1 + allow / cap).view(L, 1, 1, 1).float()
+    # every node's cap in units of the largest: 1.0 on identical GPUs, 0 on a dead node
+    thr = cap / ref.view(L, 1)                                                          # [L, N]
+    if robust and allow is not None:
+        thr = thr + (allow / ref).view(L, 1)
+    thr = thr.float()
 
-    def over(x: torch.Tensor) -> torch.Tensor:
-        return (x - thr).clamp_min(0)
+    def over(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        """Overflow of loads x [L, Q, ...] on the nodes n [Q] of this round's pairs."""
+        return (x - thr[:, n].view(L, -1, *([1] * (x.dim() - 2)))).clamp_min(0)
 
     for r_ in range(rounds):
         pairs = schedule[r_ % len(schedule)]
@@ -400,7 +416,7 @@ def swap_search(ids: torch.Tensor, X: torch.Tensor, weight: torch.Tensor, logcnt
             la, lb = la + risk * vA.clamp_min(0).sqrt(), lb + risk * vB.clamp_min(0).sqrt()
             new_a = new_a + risk * nvA.clamp_min(0).sqrt()
             new_b = new_b + risk * nvB.clamp_min(0).sqrt()
-        relief = over(la) + over(lb) - over(new_a) - over(new_b)                       # [L, Q, m, m]
+        relief = over(la, pa) + over(lb, pb) - over(new_a, pa) - over(new_b, pb)                       # [L, Q, m, m]
         same_c = logcnt.gather(1, A.view(L, -1)).view(L, Q, m, 1) == logcnt.gather(1, B.view(L, -1)).view(L, Q, 1, m)
         ok = same_c & va.unsqueeze(3) & vb.unsqueeze(2) & (relief >= -1e-6)
         score = (est + big * relief).masked_fill(~ok, float("-inf")).view(L, -1)
@@ -481,32 +497,36 @@ def gpu_imbalance(weight: torch.Tensor, plan: Plan, num_gpus: int) -> torch.Tens
     return torch.where(mean > 0, g.max(1).values / mean.clamp_min(1e-300), torch.ones_like(mean))
 
 
-def _spread_plan(problem: Problem, routing: RoutingTrace, ids: torch.Tensor, X: torch.Tensor, weight: torch.Tensor,
-                 cap: torch.Tensor, hier: Plan | None, cov: torch.Tensor | None, allow: torch.Tensor | None,
-                 opts: SolverOptions) -> Plan:
-    """The placement with the hottest experts on every node: F = (R - E) // (N - 1) experts
-    (by load) get one replica per node, so a token's dispatcher always finds them on its
-    own node (they leave the clustering); the slots left over give the next hottest a second
-    replica. The other experts are clustered into nodes (all replicas of one on one node)
-    on the slots and load left: (R / N - F) slots and ``cap`` minus the spread experts'
-    share per node."""
+def _spread_plan(problem: Problem, nodes: Nodes, routing: RoutingTrace, ids: torch.Tensor, X: torch.Tensor,
+                 weight: torch.Tensor, cap: torch.Tensor, hier: Plan | None, cov: torch.Tensor | None,
+                 allow: torch.Tensor | None, opts: SolverOptions) -> tuple[torch.Tensor, ...]:
+    """The placement with the hottest experts on every live node: F = (R - E) // (N' - 1)
+    experts (by load; N' the live nodes, F at most the fewest slots of one) get one replica
+    per live node, so a token's dispatcher always finds them on its own node (they leave the
+    clustering); the slots left over give the next hottest a second replica. The other
+    experts are clustered into nodes (all replicas of one on one node) on the slots and load
+    left: each node's slots less F, and its ``cap`` [L, N] less the spread experts' share.
+    Returns the replica items (item_e, item_w, item_node) [L, R]."""
     L, E = weight.shape
-    N, P, R = problem.num_nodes, problem.num_gpus, problem.num_replicas
-    F = min(E, (R - E) // (N - 1))
+    R = problem.num_replicas
+    live = nodes.live_ids
+    Nl = live.numel()
+    N = problem.num_nodes
+    F = min(E, (R - E) // (Nl - 1), int(nodes.slots[live].min()))
     order = torch.sort(weight, dim=1, descending=True, stable=True).indices
     rank = torch.empty_like(order).scatter_(1, order, torch.arange(E).expand(L, E).contiguous())
     full = rank < F                                                                     # [L, E]
-    extra = R - E - F * (N - 1)
-    logcnt = torch.where(full, N, 1) + ((rank >= F) & (rank < F + extra)).to(torch.int64)
+    extra = R - E - F * (Nl - 1)
+    logcnt = torch.where(full, Nl, 1) + ((rank >= F) & (rank < F + extra)).to(torch.int64)
     # The clustering sees the other experts only: zero load, zero slots and no tokens for the spread ones.
     w_red = weight.masked_fill(full, 0.0)
     c_red = logcnt.masked_fill(full, 0)
     X_red = X.masked_fill(full.view(L, 1, E), 0.0)
-    cap_red = cap - (weight * full).sum(1) / N
-    slots = R // N - F
+    cap_red = cap - ((weight * full).sum(1) / Nl).view(L, 1) * nodes.live.view(1, N)   # [L, N]
+    slots = nodes.slots - F * nodes.live                                                # [N]
     start = hier.log2phy[:, :, 0] // (R // N) if hier is not None else \
         grow_nodes(coactivation(routing), w_red, c_red, N, slots, cap_red)
-    start = start.masked_fill(full, 0)
+    start = start.masked_fill(full, int(live[0]))
     cov_red = None if cov is None else cov * (~full).view(L, E, 1) * (~full).view(L, 1, E)
     node = co_cluster(ids, X_red.gather(2, ids), w_red, c_red, start, N, slots, cap_red, opts.iterations,
                       cov=cov_red, risk=opts.risk)
@@ -515,32 +535,53 @@ def _spread_plan(problem: Problem, routing: RoutingTrace, ids: torch.Tensor, X: 
     item_e, item_w = expand_items(weight, logcnt)
     first = torch.cumsum(logcnt, 1) - logcnt
     replica = torch.arange(R).expand(L, R) - first.gather(1, item_e)                    # rank among e's replicas
-    item_node = torch.where(full.gather(1, item_e), replica, node.gather(1, item_e))
-    return Plan.from_phy2log(pack_nodes(item_e, item_w, item_node, N, P // N, E), E)
+    item_node = torch.where(full.gather(1, item_e), live[replica.clamp_max(Nl - 1)], node.gather(1, item_e))
+    return item_e, item_w, item_node
 
 
-def _search(problem: Problem, routing: RoutingTrace, ids: torch.Tensor, X: torch.Tensor, weight: torch.Tensor,
-            hier: Plan | None, cov: torch.Tensor | None, allow: torch.Tensor | None, epsilon: float,
-            opts: SolverOptions) -> Plan:
-    """The traffic-minimising plan with node loads under ``(1 + epsilon / 2) W / N``."""
+def _search(problem: Problem, nodes: Nodes, routing: RoutingTrace, ids: torch.Tensor, X: torch.Tensor,
+            weight: torch.Tensor, hier: Plan | None, balanced: Plan, cov: torch.Tensor | None,
+            allow: torch.Tensor | None, epsilon: float, opts: SolverOptions) -> tuple[Plan, torch.Tensor]:
+    """The traffic-minimising plan with node loads under ``(1 + epsilon / 2) W / N`` times the
+    node's capacity share (:meth:`Nodes.caps`), and [L] bool the layers it could not place
+    (an expert's replicas fit on no node with slots left: those rows are the balance-only
+    plan's, ``balanced``)."""
     E = problem.num_experts
     N, P, R = problem.num_nodes, problem.num_gpus, problem.num_replicas
-    cap = (1.0 + epsilon / 2) * weight.sum(1) / N
+    cap = nodes.caps(weight, epsilon)                                                   # [L, N]
     if opts.spread:
-        return _spread_plan(problem, routing, ids, X, weight, cap, hier, cov, allow, opts)
-    if hier is not None:
-        # Start from DeepSeek's hierarchical plan: its replica counts and the node of every
-        # expert (its replicas share a node).
-        logcnt = hier.logcnt
-        node = hier.log2phy[:, :, 0] // (R // N)
+        item_e, item_w, item_node = _spread_plan(problem, nodes, routing, ids, X, weight, cap, hier, cov, allow, opts)
     else:
-        logcnt = replicate_counts(weight, R)
-        node = grow_nodes(coactivation(routing), weight, logcnt, N, R // N, cap)
-    node = co_cluster(ids, torch.ones(ids.shape), weight, logcnt, node, N, R // N, cap, opts.iterations,
-                      cov=cov, risk=opts.risk)
-    node = swap_search(ids, X, weight, logcnt, node, N, cap, opts.max_swaps, cov=cov, risk=opts.risk, allow=allow)
-    item_e, item_w, item_node = replica_items(weight, logcnt, node)
-    return Plan.from_phy2log(pack_nodes(item_e, item_w, item_node, N, P // N, E), E)
+        if hier is not None:
+            # Start from DeepSeek's hierarchical plan: its replica counts and the node of every
+            # expert (its replicas share a node).
+            logcnt = hier.logcnt
+            node = hier.log2phy[:, :, 0] // (R // N)
+        else:
+            logcnt = replicate_counts(weight, R)
+            node = grow_nodes(coactivation(routing), weight, logcnt, N, nodes.slots, cap)
+        node = co_cluster(ids, torch.ones(ids.shape), weight, logcnt, node, N, nodes.slots, cap, opts.iterations,
+                          cov=cov, risk=opts.risk)
+        node = swap_search(ids, X, weight, logcnt, node, N, cap, opts.max_swaps, cov=cov, risk=opts.risk,
+                           allow=allow)
+        item_e, item_w, item_node = replica_items(weight, logcnt, node)
+    # Every node must get exactly its slots; a layer where the replica groups did not fit
+    # (fragmented slots) takes the balance-only plan's slots instead.
+    L = weight.shape[0]
+    per_node = torch.zeros(L, N, dtype=torch.int64).scatter_add_(1, item_node, torch.ones_like(item_node))
+    bad = (per_node != nodes.slots.view(1, N)).any(1)                                   # [L]
+    if bool(bad.any()):
+        b_e = balanced.phy2log
+        b_w = weight.to(torch.float64).gather(1, b_e) / balanced.logcnt.gather(1, b_e).to(torch.float64)
+        item_e = torch.where(bad.view(L, 1), b_e, item_e)
+        item_w = torch.where(bad.view(L, 1), b_w, item_w)
+        item_node = torch.where(bad.view(L, 1), nodes.slot_node.view(1, R), item_node)
+    if problem.cluster.homogeneous:
+        p2l = pack_nodes(item_e, item_w, item_node, N, P // N, E)
+    else:
+        p2l = nodes.pack(item_e, item_w, item_node)
+    p2l = torch.where(bad.view(L, 1), balanced.phy2log, p2l)
+    return Plan.from_phy2log(p2l, E), bad
 
 
 def choose(bytes_: torch.Tensor, imb: torch.Tensor, robust: torch.Tensor | None, epsilon: float,
@@ -575,36 +616,46 @@ def choose(bytes_: torch.Tensor, imb: torch.Tensor, robust: torch.Tensor | None,
 TRAFFIC_AWARE_WORK = WorkModel.of({"1": 0, "S": 0.000922, "R": 0.00013, "L*R": 1.19e-05, "L*E*R": 0, "L*S^2": 0, "L*R*S": 5.66e-08, "L*tokens*iterations": 0}, includes=("kk_swap",))
 
 
-@register("traffic_aware", kind="heuristic", options=SCHEMA, in_suites=False, work=TRAFFIC_AWARE_WORK,
+@register("traffic_aware", kind="heuristic", options=SCHEMA, in_suites=False, heterogeneous=True,
+          work=TRAFFIC_AWARE_WORK,
           description="communication-aware placement from a per-token routing trace: co-activated experts on one "
-                      "node (affinity clustering, swaps), balanced packing, imbalance <= 1 + epsilon")
+                      "node (affinity clustering, swaps), balanced packing in time, imbalance <= 1 + epsilon")
 def _solve_traffic_aware(problem: Problem, opts: SolverOptions) -> SolverOutput:
     routing = check_routing(problem, opts.routing)
     L, E = problem.num_layers, problem.num_experts
     N, P, R = problem.num_nodes, problem.num_gpus, problem.num_replicas
+    cluster = problem.cluster
+    nodes = Nodes.of(cluster)
     weight = problem.weights.to("cpu", torch.float64)
     steps, noise = window_steps(problem, routing, opts.history, opts.buckets)        # [B, L, E]
     balanced = run(problem, "kk_swap", {"policy": "global"}).plan.to("cpu")
-    if N == 1:
+    if nodes.num_live == 1:
         return SolverOutput(balanced.to(problem.device), "global", info={"fallback_layers": L,
                                                                            "reason": "one node: no cross-node traffic"})
     ids, X = incidence(routing, opts.max_tokens)
     cov = excess_covariance(steps, noise) if opts.risk > 0 else None
     hier = None
-    if problem.num_groups % N == 0 and E % problem.num_groups == 0:
+    if cluster.homogeneous and problem.num_groups % N == 0 and E % problem.num_groups == 0:
         hier = run(problem, "deepseek", {"policy": "hierarchical"}).plan.to("cpu")
     ladder = (1.0,) if opts.traffic_weight is None else WEIGHT_LADDER
     # the node load spread a balance-only plan has anyway: the robust caps allow as much
-    allow = None if cov is None else opts.risk * unit_spread(cov, balanced, N).mean(1)
-    ours = [_search(problem, routing, ids, X, weight, hier, cov, allow, opts.epsilon * f, opts) for f in ladder]
+    allow = None if cov is None else \
+        opts.risk * unit_spread(cov, balanced, N, nodes.slot_node)[:, nodes.live].mean(1)
+    found = [_search(problem, nodes, routing, ids, X, weight, hier, balanced, cov, allow, opts.epsilon * f, opts)
+             for f in ladder]
+    ours = [plan for plan, _ in found]
+    unplaced = torch.stack([bad for _, bad in found]).any(0)                            # [L]
     cands = ours + [balanced] + ([hier] if hier is not None else [])
-    bytes_ = torch.stack([traffic(c, problem.cluster, routing).layer_bytes for c in cands])      # [C, L]
-    imb = torch.stack([gpu_imbalance(weight, c, P) for c in cands])
-    robust = None if cov is None else torch.stack([robust_imbalance(weight, cov, opts.risk, c, P) for c in cands])
+    bytes_ = torch.stack([traffic(c, cluster, routing).layer_bytes for c in cands])      # [C, L]
+    # balance in time on a real cluster (the scorer's time imbalance); tokens on identical GPUs
+    imb = torch.stack([gpu_imbalance(weight, c, P) if cluster.homogeneous else nodes.imbalance(weight, c)
+                       for c in cands])
+    robust = None if cov is None else torch.stack([robust_imbalance(weight, cov, opts.risk, c, P, cluster)
+                                                   for c in cands])
     choice = choose(bytes_, imb, robust, opts.epsilon, opts.traffic_weight, len(ours))              # [L]
     phy2log = torch.stack([c.phy2log for c in cands]).gather(0, choice.view(1, L, 1).expand(1, L, R))[0]
     plan = Plan.from_phy2log(phy2log, E).to(problem.device)
     info = {"epsilon": opts.epsilon, "traffic_weight": opts.traffic_weight, "steps": int(steps.shape[0]),
             "layers_own": int((choice < len(ours)).sum()), "layers_balanced": int((choice == len(ours)).sum()),
-            "layers_hierarchical": int((choice == len(ours) + 1).sum())}
+            "layers_hierarchical": int((choice == len(ours) + 1).sum()), "layers_unplaced": int(unplaced.sum())}
     return SolverOutput(plan, "global", info=info)

@@ -15,9 +15,11 @@ from typing import Any
 
 import torch
 
+from ..cluster import Cluster
 from ..dynamics.robust import check_history
 from ..plan import Plan
 from ..problem import Problem
+from .nodes import unit_time
 from .trace import RoutingTrace
 
 
@@ -67,11 +69,17 @@ def excess_covariance(steps: torch.Tensor, noise: torch.Tensor | None) -> torch.
 
 
 def robust_imbalance(weight: torch.Tensor, cov: torch.Tensor | None, risk: float, plan: Plan,
-                     num_gpus: int) -> torch.Tensor:
+                     num_gpus: int, cluster: Cluster | None = None) -> torch.Tensor:
     """[L] max over the GPUs of (mean load + risk x its std over the window's steps) / the
     mean GPU load, even split (weight [L, E], cov [L, E, E] :func:`excess_covariance`);
     the plain imbalance when cov is None or risk is 0. A GPU whose experts rise together
-    scores higher than one holding the same mean load in experts that move apart."""
+    scores higher than one holding the same mean load in experts that move apart.
+    On a real ``cluster`` (speeds, uneven slots, failed GPUs) the same in time: each GPU's
+    (mean + risk x std) over its speed, over the best possible time W / total speed."""
+    if cluster is not None and not cluster.homogeneous:
+        slot_gpu = torch.tensor(cluster.slot_gpus(), dtype=torch.int64)
+        extra = None if cov is None or risk <= 0 else risk * unit_spread(cov, plan, num_gpus, slot_gpu)
+        return unit_time(weight, plan, cluster, extra)
     w = weight.to("cpu", torch.float64)
     L = w.shape[0]
     per = w.gather(1, plan.phy2log.cpu()) / plan.logcnt.cpu().gather(1, plan.phy2log.cpu()).to(torch.float64)
@@ -82,12 +90,15 @@ def robust_imbalance(weight: torch.Tensor, cov: torch.Tensor | None, risk: float
     return torch.where(mean > 0, g.max(1).values / mean.clamp_min(1e-300), torch.ones_like(mean))
 
 
-def unit_spread(cov: torch.Tensor, plan: Plan, num_nodes: int) -> torch.Tensor:
+def unit_spread(cov: torch.Tensor, plan: Plan, num_nodes: int, unit_of_slot: torch.Tensor | None = None) -> torch.Tensor:
     """[L, N] std of the load of every node (or GPU: ``num_nodes`` = the GPUs), sqrt(s^T
     cov s) with s [L, E, N] the share of each expert's load it serves (its replicas there /
-    all its replicas, even split); cov [L, E, E] (:func:`excess_covariance`)."""
+    all its replicas, even split); cov [L, E, E] (:func:`excess_covariance`).
+    ``unit_of_slot`` [R]: the node (or GPU) of every slot, on a cluster with uneven slot
+    counts or failed GPUs (None: R / N consecutive slots each)."""
     L, R = plan.phy2log.shape
-    node_of_slot = torch.arange(R, device=plan.phy2log.device) // (R // num_nodes)
+    node_of_slot = torch.arange(R, device=plan.phy2log.device) // (R // num_nodes) if unit_of_slot is None \
+        else unit_of_slot.to(plan.phy2log.device)
     share = torch.zeros(L, plan.num_experts, num_nodes, dtype=torch.float64)
     onehot = torch.nn.functional.one_hot(node_of_slot, num_nodes).to(torch.float64).expand(L, R, num_nodes)
     share.scatter_add_(1, plan.phy2log.cpu().unsqueeze(2).expand(L, R, num_nodes), onehot.contiguous())
