@@ -20,17 +20,20 @@ def _case(seed=0, L=3, E=12, T=40, k=3, N=2, P=4, R=16):
 
 
 def _reference(trace, plan, cluster):
-    """Per token, by hand: the replica the rule picks, then the sets."""
-    N, P, S = cluster.num_nodes, cluster.num_gpus, cluster.slots_per_gpu
+    """Per token, by hand: the replica the rule picks, then the sets. Slots on GPUs by the
+    cluster's slot map; tokens start on the live GPUs (all of them when none failed)."""
+    N, P = cluster.num_nodes, cluster.num_gpus
     gpn = P // N
-    src = trace.source_gpus(P).tolist()
+    slot_gpu = cluster.slot_gpus()
+    live = cluster.live_gpus
+    src = [live[i] for i in trace.source_gpus(len(live)).tolist()]
     out = {"nodes": 0, "gpus": 0, "intra": 0, "flat": 0, "matrix": torch.zeros(N, N)}
     for layer in range(trace.num_layers):
         for t in range(trace.num_tokens):
             g = src[t]
             dests = set()
             for e in trace.topk_ids[layer, t].tolist():
-                reps = [s // S for s in range(plan.num_replicas) if int(plan.phy2log[layer, s]) == e]
+                reps = [slot_gpu[s] for s in range(plan.num_replicas) if int(plan.phy2log[layer, s]) == e]
                 near = [r for r in reps if r // gpn == g // gpn]
                 d = g if g in reps else near[g % len(near)] if near else reps[g % len(reps)]
                 dests.add(d)
@@ -58,6 +61,32 @@ def test_traffic_matches_a_per_token_reference(seed, bitmask):
     assert torch.allclose(t.node_matrix, 10 * ref["matrix"].to(torch.float64))
     assert int(t.nodes_hist.sum()) == trace.num_layers * T
     assert float(t.dispatched_load.sum()) == trace.num_layers * T * trace.top_k
+
+
+@pytest.mark.parametrize("bitmask", [True, False])
+@pytest.mark.parametrize("kind", ["uneven", "failed"])
+def test_traffic_on_real_clusters_matches_the_reference(kind, bitmask):
+    """Uneven slot counts and a failed GPU: slots by the cluster's slot map, no token sent
+    to (or starting on) the failed GPU, every token's k experts served."""
+    cluster = Cluster(2, 4, gpu_slots=[5, 3, 2, 6]) if kind == "uneven" else Cluster(2, 4, 20, failed=[2])
+    trace, _, _ = _case(4)
+    g = torch.Generator().manual_seed(5)
+    R, E = cluster.num_replicas, 12
+    p2l = torch.stack([torch.cat([torch.randperm(E, generator=g), torch.randint(0, E, (R - E,), generator=g)])
+                       [torch.randperm(R, generator=g)] for _ in range(trace.num_layers)])
+    plan = Plan.from_phy2log(p2l, E)
+    ref = _reference(trace, plan, cluster)
+    t = traffic(plan, cluster, trace, token_bytes=10, bitmask=bitmask)
+    assert t.bytes["inter_node"] == 10 * ref["nodes"]
+    assert t.bytes["intra_node"] == 10 * ref["intra"]
+    assert t.bytes["inter_node_flat"] == 10 * ref["flat"]
+    assert torch.allclose(t.node_matrix, 10 * ref["matrix"].to(torch.float64))
+    assert float(t.dispatched_load.sum()) == trace.num_layers * trace.num_tokens * trace.top_k
+    table = dispatch_table(plan, cluster)
+    for dead in cluster.failed:
+        assert float(t.dispatched_load[:, dead].sum()) == 0 and not bool((table == dead).any())
+    # the dispatched imbalance is in time: >= 1, and the scorer's summary carries it
+    assert t.summary["dispatched_imbalance_worst"] >= 1.0
 
 
 def test_dispatch_prefers_the_same_gpu_then_the_same_node():

@@ -23,6 +23,11 @@ bound is a valid lower bound on the inter-node copies of the heuristic's plan (s
 :meth:`RoutingTrace.source_gpus`). An earlier model let every token pick its own remote
 replica (``per_token_dispatch=True`` keeps it: a weaker bound, valid for any dispatcher).
 Only for small instances (tens of experts, hundreds of tokens).
+
+On a real cluster (speeds, uneven slots, failed GPUs) ``limit`` is a *time* imbalance: every
+GPU's load is at most ``limit x W / total speed x its speed``, so node n holds exactly its
+slots (:class:`solvers.routing.nodes.Nodes`) and at most ``limit x W x speed_n / total
+speed`` of load; tokens start on the live GPUs (:func:`solvers.traffic.source_gpus`).
 """
 from __future__ import annotations
 
@@ -32,6 +37,8 @@ import torch
 
 from ..errors import OptionError
 from ..problem import Problem
+from ..traffic import source_gpus
+from .nodes import Nodes
 from .trace import RoutingTrace
 
 
@@ -54,16 +61,18 @@ def traffic_bound(problem: Problem, routing: RoutingTrace, limit: torch.Tensor |
     if not bool((w_all == w_all.round()).all()):
         raise OptionError("weights", "the traffic bound needs integer loads (token counts)")
     lim = torch.as_tensor(limit, dtype=torch.float64).expand(L)
-    src_gpu = routing.source_gpus(P).tolist()
+    src_gpu = source_gpus(routing, problem.cluster).tolist()
     src_node = [g // (P // N) for g in src_gpu]
-    per_node = R // N
+    nodes = Nodes.of(problem.cluster)
+    slots = nodes.slots.tolist()                                          # R / N each on identical GPUs
+    share = nodes.share.tolist()                                          # 1.0 each on identical GPUs
     bounds = torch.zeros(L, dtype=torch.float64)
     optimal = torch.zeros(L, dtype=torch.bool)
     for layer in range(L):
         w = [int(v) for v in w_all[layer].tolist()]
-        cap = math.floor(float(lim[layer]) * sum(w) / N + 1e-9)
+        caps = [math.floor(float(lim[layer]) * sum(w) / N * share[n] + 1e-9) for n in range(N)]
         m = cp_model.CpModel()
-        cnt = [[m.NewIntVar(0, per_node, f"m{e}_{n}") for n in range(N)] for e in range(E)]
+        cnt = [[m.NewIntVar(0, slots[n], f"m{e}_{n}") for n in range(N)] for e in range(E)]
         x = [[m.NewBoolVar(f"x{e}_{n}") for n in range(N)] for e in range(E)]
         c = [m.NewIntVar(1, R - E + 1, f"c{e}") for e in range(E)]
         for e in range(E):
@@ -72,7 +81,7 @@ def traffic_bound(problem: Problem, routing: RoutingTrace, limit: torch.Tensor |
                 m.Add(cnt[e][n] >= 1).OnlyEnforceIf(x[e][n])
                 m.Add(cnt[e][n] == 0).OnlyEnforceIf(x[e][n].Not())
         for n in range(N):
-            m.Add(sum(cnt[e][n] for e in range(E)) == per_node)
+            m.Add(sum(cnt[e][n] for e in range(E)) == slots[n])
             loads = []
             for e in range(E):
                 lo = m.NewIntVar(0, w[e], f"l{e}_{n}")
@@ -80,7 +89,7 @@ def traffic_bound(problem: Problem, routing: RoutingTrace, limit: torch.Tensor |
                 m.AddMultiplicationEquality(prod, [lo, c[e]])
                 m.Add(prod >= w[e] * cnt[e][n] - c[e] + 1)
                 loads.append(lo)
-            m.Add(sum(loads) <= cap)
+            m.Add(sum(loads) <= caps[n])
         z, d = {}, {}
         ids = routing.topk_ids[layer].tolist()
         for t, experts in enumerate(ids):
