@@ -33,10 +33,15 @@
 
 6. **Solver speed.** traffic_aware's wall and CPU time on the shipped dataset (target: a
    few seconds), with the load average.
+7. **Real clusters** (``--skip-real`` skips it). On the shipped dataset, the DeepSeek-V3
+   shape with half the nodes at speed 1.4, with two failed GPUs, and with uneven slots (10
+   and 8 alternating): inter-node bytes of ``traffic_aware`` against the balance-only
+   ``kk_swap`` (DeepSeek's hierarchical plan needs identical GPUs), both plans' time
+   imbalance (mean / worst layer) in sample and held out, and the solver's wall time.
 
     python -m benchmarks.traffic [--tokens 100000] [--repeats 5] [--seeds 1,2,3,4] [--skip-speed]
         [--risks 0,0.25] [--bias 0,2,3,4,5] [--frontier-risks ...] [--weights ...] [--slots 288,384,512]
-        [--slot-risks 0.25,0.5]
+        [--slot-risks 0.25,0.5] [--skip-real]
 
 Every timing line prints the load average: on a shared machine only low-load runs mean much.
 """
@@ -207,6 +212,52 @@ def replication(slots: list[int], risks: list[float]) -> None:
             cut_row(f"{R} slots, risk {risk:g}", trace, {"risk": risk}, modes=("out of sample",), cluster=cluster)
 
 
+# Real clusters of the DeepSeek-V3 shape (4 nodes x 8 GPUs): what the placement plans in time.
+REAL_CLUSTERS = {
+    "mixed speeds (2 nodes at 1.4)": Cluster(4, 32, 288, gpu_speed=[1.0] * 16 + [1.4] * 16),
+    "two failed GPUs (3, 17)": Cluster(4, 32, 288, failed=[3, 17]),
+    "uneven slots (10, 8 alternating)": Cluster(4, 32, gpu_slots=[10, 8] * 16),
+}
+
+
+def _ti(s, which: str) -> float:
+    """The time imbalance of a :class:`solvers.scoring.Score`, mean or worst layer (the
+    summary carries it only where speeds differ; the tensor always)."""
+    t = s.time_imbalance
+    return float(t.mean() if which == "mean" else t.max())
+
+
+def real_clusters() -> None:
+    """traffic_aware on real clusters: cut against the balance-only plan (kk_swap) at the
+    time imbalance of each, in sample and held out (planned on the first half of the shipped
+    trace, scored on the second)."""
+    trace = load_routing(dataset_path("deepseek-v3-routing"))
+    print(f"real clusters, shipped dataset, traffic_aware (default options) against kk_swap; {_load()}")
+    for name, cluster in REAL_CLUSTERS.items():
+        for mode in ("in sample", "out of sample"):
+            plan_on = trace if mode == "in sample" else _half(trace, False)
+            score_on = trace if mode == "in sample" else _half(trace, True)
+            problem = Problem(plan_on.loads(), cluster=cluster, num_groups=8)
+            graded = Problem(score_on.loads(), cluster=cluster, num_groups=8)
+            start = time.perf_counter()
+            ours = solve(problem, "traffic_aware", routing=plan_on)
+            wall = time.perf_counter() - start
+            base = solve(problem, "kk_swap", policy="global")
+            o = score(graded, ours.plan, routing=score_on)
+            b = score(graded, base.plan, routing=score_on)
+            op, bp = ours.score, base.score                                # on the loads planned on
+            cut = 1 - o.summary["inter_node_bytes"] / b.summary["inter_node_bytes"]
+            ok = _ti(op, 'worst') <= max(1.05, _ti(bp, 'worst')) + 1e-9
+            held = "" if mode == "in sample" else (f" held-out time imb kk_swap {_ti(b, 'mean'):.3f} "
+                                                   f"ours {_ti(o, 'mean'):.3f}")
+            print(f"{name:<34} {mode:<14} kk_swap {b.summary['inter_node_bytes'] / 1e9:5.2f} GB time imb "
+                  f"{_ti(bp, 'mean'):.3f}/{_ti(bp, 'worst'):.3f} | traffic_aware "
+                  f"{o.summary['inter_node_bytes'] / 1e9:5.2f} GB time imb {_ti(op, 'mean'):.3f}/"
+                  f"{_ti(op, 'worst'):.3f} ({wall:.0f} s, layers own {ours.info['layers_own']}, "
+                  f"unplaced {ours.info['layers_unplaced']}) | cut {100 * cut:5.1f} %, balance "
+                  f"{'within' if ok else 'NOT within'} max(1.05, kk_swap's){held}")
+
+
 def gaps() -> None:
     small = ModelPreset("small-16", 2, 16, 1, 4, cluster="nodes-2x4")
     for R in (16, 20):
@@ -244,6 +295,7 @@ def main() -> None:
     ap.add_argument("--slots", default="288,384,512", help="slot counts of the held-out replication table "
                     "('' skips it)")
     ap.add_argument("--slot-risks", default="0.25,0.5", help="traffic_aware risk values of the replication table")
+    ap.add_argument("--skip-real", action="store_true", help="skip the real-cluster table")
     args = ap.parse_args()
     floats = lambda text: [float(x) for x in text.split(",") if x]                 # noqa: E731
     if not args.skip_speed:
@@ -259,6 +311,8 @@ def main() -> None:
         frontier(floats(args.frontier_risks), floats(args.weights))
     if args.slots:
         replication([int(x) for x in args.slots.split(",") if x], floats(args.slot_risks))
+    if not args.skip_real:
+        real_clusters()
     if not args.skip_gaps:
         gaps()
 
