@@ -7,12 +7,13 @@ import json
 
 import pytest
 import torch
+from hypothesis import assume, given, settings, strategies as st
 
 import solvers
 from solvers import Cluster, Problem, score
 from solvers.cli import main
 from solvers.cluster import ModelPreset
-from solvers.routing import generate_routing, save_routing
+from solvers.routing import RoutingTrace, generate_routing, save_routing
 
 # 4 layers of 32 experts, top-4 (8 topic communities): seconds per solve.
 SMALL = ModelPreset("small-32", 4, 32, 1, 4, cluster="nodes-2x4")
@@ -169,3 +170,44 @@ def test_robust_imbalance_in_time_is_the_scorers_at_risk_zero(results):
         cov = excess_covariance(steps, noise)
         risky = robust_imbalance(problem.weights, cov, 1.0, out.plan, problem.num_gpus, problem.cluster)
         assert bool((risky >= plain - 1e-12).all())
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from([(2, 4), (2, 6), (3, 6), (4, 8)]), st.data())
+def test_any_small_real_cluster_gets_a_valid_plan_within_the_limit(seed, shape, data):
+    """Random slot counts (0 = drained), speeds and failed GPUs: traffic_aware always returns
+    a plan the scorer accepts (every expert served, each GPU its own slot count), every
+    layer within max(1 + epsilon, kk_swap's time imbalance), never more inter-node bytes
+    than kk_swap in any layer."""
+    N, P = shape
+    E = 12
+    slots = data.draw(st.lists(st.integers(0, 5), min_size=P, max_size=P))
+    assume(sum(slots) >= E + 1)
+    speed = data.draw(st.lists(st.sampled_from([1.0, 1.4, 2.0]), min_size=P, max_size=P))
+    g = torch.Generator().manual_seed(seed)
+    L, T, k = 2, 64, 3
+    ids = torch.stack([torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)]) for _ in range(L)])
+    tr = RoutingTrace(ids, E, torch.randint(0, P, (T,), generator=g), P)
+    problem = Problem(tr.loads(), cluster=Cluster(N, P, gpu_slots=slots, gpu_speed=speed))
+    ours = solvers.solve(problem, "traffic_aware", routing=tr, max_swaps=3, iterations=3)
+    base = solvers.solve(problem, "kk_swap")
+    s, b = score(problem, ours.plan, routing=tr), score(problem, base.plan, routing=tr)
+    assert bool((ours.plan.logcnt >= 1).all())
+    assert bool((s.time_imbalance <= torch.clamp(b.time_imbalance, min=1 + EPSILON) + 1e-9).all())
+    assert bool(s.traffic.layer_bytes.le(b.traffic.layer_bytes).all())
+
+
+def test_more_spare_slots_than_experts_to_spread():
+    """R - E above E x (nodes - 1) (every expert once per node and slots still left, on
+    identical GPUs too): the slots left go to the other experts, and the plan is valid."""
+    g = torch.Generator().manual_seed(0)
+    E, P = 8, 4
+    ids = torch.stack([torch.stack([torch.randperm(E, generator=g)[:3] for _ in range(64)]) for _ in range(2)])
+    tr = RoutingTrace(ids, E, torch.randint(0, P, (64,), generator=g), P)
+    for cluster in (Cluster(2, 4, 24), Cluster(2, 4, 24, gpu_speed=[1.0, 1.0, 2.0, 2.0])):
+        problem = Problem(tr.loads(), cluster=cluster)
+        ours = solvers.solve(problem, "traffic_aware", routing=tr)
+        assert ours.plan is not None and int(ours.plan.logcnt.sum(1)[0]) == 24
+        base = solvers.solve(problem, "kk_swap")
+        assert bool((ours.score.time_imbalance <= torch.clamp(base.score.time_imbalance, min=1 + EPSILON) + 1e-9)
+                    .all())

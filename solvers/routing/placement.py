@@ -513,11 +513,16 @@ def _spread_plan(problem: Problem, nodes: Nodes, routing: RoutingTrace, ids: tor
     Nl = live.numel()
     N = problem.num_nodes
     F = min(E, (R - E) // (Nl - 1), int(nodes.slots[live].min()))
+    if F == E and R - E - F * (Nl - 1) > 0:
+        F = E - 1               # slots beyond one replica per node of every expert: one expert takes them
     order = torch.sort(weight, dim=1, descending=True, stable=True).indices
     rank = torch.empty_like(order).scatter_(1, order, torch.arange(E).expand(L, E).contiguous())
     full = rank < F                                                                     # [L, E]
     extra = R - E - F * (Nl - 1)
-    logcnt = torch.where(full, Nl, 1) + ((rank >= F) & (rank < F + extra)).to(torch.int64)
+    # the slots left go round the other experts, hottest first: one more each while they last
+    pos = rank - F
+    more = torch.where(full | (pos >= extra), 0, (extra - pos + (E - F) - 1) // max(E - F, 1))
+    logcnt = torch.where(full, Nl, 1) + more
     # The clustering sees the other experts only: zero load, zero slots and no tokens for the spread ones.
     w_red = weight.masked_fill(full, 0.0)
     c_red = logcnt.masked_fill(full, 0)
@@ -602,6 +607,7 @@ def choose(bytes_: torch.Tensor, imb: torch.Tensor, robust: torch.Tensor | None,
     ok = imb <= torch.maximum(torch.full_like(imb[balanced], 1.0 + epsilon), imb[balanced]) * tol
     if robust is not None:
         ok &= robust <= robust[balanced] * tol + epsilon
+    ok &= torch.isfinite(bytes_)                      # inf: a layer the candidate could not place
     ok[balanced] = True
     if traffic_weight is None:
         cost = bytes_.to(torch.float64)
@@ -647,6 +653,8 @@ def _solve_traffic_aware(problem: Problem, opts: SolverOptions) -> SolverOutput:
     unplaced = torch.stack([bad for _, bad in found]).any(0)                            # [L]
     cands = ours + [balanced] + ([hier] if hier is not None else [])
     bytes_ = torch.stack([traffic(c, cluster, routing).layer_bytes for c in cands])      # [C, L]
+    for i, (_, bad) in enumerate(found):      # an unplaced layer holds the balance-only rows: not ours
+        bytes_[i, bad] = float("inf")
     # balance in time on a real cluster (the scorer's time imbalance); tokens on identical GPUs
     imb = torch.stack([gpu_imbalance(weight, c, P) if cluster.homogeneous else nodes.imbalance(weight, c)
                        for c in cands])
