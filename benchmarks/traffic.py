@@ -254,7 +254,7 @@ def real_clusters() -> None:
                   f"{_ti(bp, 'mean'):.3f}/{_ti(bp, 'worst'):.3f} | traffic_aware "
                   f"{o.summary['inter_node_bytes'] / 1e9:5.2f} GB time imb {_ti(op, 'mean'):.3f}/"
                   f"{_ti(op, 'worst'):.3f} ({wall:.0f} s, layers own {ours.info['layers_own']}, "
-                  f"unplaced {ours.info['layers_unplaced']}) | cut {100 * cut:5.1f} %, balance "
+                  f"repaired {ours.info['layers_repaired']}) | cut {100 * cut:5.1f} %, balance "
                   f"{'within' if ok else 'NOT within'} max(1.05, kk_swap's){held}")
 
 

@@ -544,13 +544,34 @@ def _spread_plan(problem: Problem, nodes: Nodes, routing: RoutingTrace, ids: tor
     return item_e, item_w, item_node
 
 
+def rehome(item_w: torch.Tensor, item_node: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(item_node [L, R] with exactly ``slots`` [N] items on every node, [L] bool the layers
+    that needed it). Each step moves, in every layer still off, the lightest replica of
+    its most over-full node to its shortest node (item_w [L, R] replica loads); a dead node
+    (0 slots) is never short. At most R steps, batched over layers."""
+    L, R = item_node.shape
+    N = slots.numel()
+    node = item_node.clone()
+    rows = torch.arange(L)
+    bad = torch.zeros(L, dtype=torch.bool)
+    for _ in range(R):
+        excess = torch.zeros(L, N, dtype=torch.int64).scatter_add_(1, node, torch.ones_like(node)) - slots.view(1, N)
+        off = (excess > 0).any(1)                                                       # [L]
+        if not bool(off.any()):
+            break
+        bad |= off
+        src, dst = excess.argmax(1), excess.argmin(1)
+        it = item_w.masked_fill(node != src.view(L, 1), float("inf")).argmin(1)         # lightest on src
+        node[rows[off], it[off]] = dst[off]
+    return node, bad
+
+
 def _search(problem: Problem, nodes: Nodes, routing: RoutingTrace, ids: torch.Tensor, X: torch.Tensor,
-            weight: torch.Tensor, hier: Plan | None, balanced: Plan, cov: torch.Tensor | None,
+            weight: torch.Tensor, hier: Plan | None, cov: torch.Tensor | None,
             allow: torch.Tensor | None, epsilon: float, opts: SolverOptions) -> tuple[Plan, torch.Tensor]:
     """The traffic-minimising plan with node loads under ``(1 + epsilon / 2) W / N`` times the
-    node's capacity share (:meth:`Nodes.caps`), and [L] bool the layers it could not place
-    (an expert's replicas fit on no node with slots left: those rows are the balance-only
-    plan's, ``balanced``)."""
+    node's capacity share (:meth:`Nodes.caps`), and [L] bool the layers whose replica groups
+    did not fit the nodes' slots (repaired by :func:`rehome`)."""
     E = problem.num_experts
     N, P, R = problem.num_nodes, problem.num_gpus, problem.num_replicas
     cap = nodes.caps(weight, epsilon)                                                   # [L, N]
@@ -570,22 +591,13 @@ def _search(problem: Problem, nodes: Nodes, routing: RoutingTrace, ids: torch.Te
         node = swap_search(ids, X, weight, logcnt, node, N, cap, opts.max_swaps, cov=cov, risk=opts.risk,
                            allow=allow)
         item_e, item_w, item_node = replica_items(weight, logcnt, node)
-    # Every node must get exactly its slots; a layer where the replica groups did not fit
-    # (fragmented slots) takes the balance-only plan's slots instead.
-    L = weight.shape[0]
-    per_node = torch.zeros(L, N, dtype=torch.int64).scatter_add_(1, item_node, torch.ones_like(item_node))
-    bad = (per_node != nodes.slots.view(1, N)).any(1)                                   # [L]
-    if bool(bad.any()):
-        b_e = balanced.phy2log
-        b_w = weight.to(torch.float64).gather(1, b_e) / balanced.logcnt.gather(1, b_e).to(torch.float64)
-        item_e = torch.where(bad.view(L, 1), b_e, item_e)
-        item_w = torch.where(bad.view(L, 1), b_w, item_w)
-        item_node = torch.where(bad.view(L, 1), nodes.slot_node.view(1, R), item_node)
+    # Every node must get exactly its slots; where the replica groups did not fit (fragmented
+    # slot counts) the lightest replicas move from over-full nodes to short ones.
+    item_node, bad = rehome(item_w, item_node, nodes.slots)
     if problem.cluster.homogeneous:
         p2l = pack_nodes(item_e, item_w, item_node, N, P // N, E)
     else:
         p2l = nodes.pack(item_e, item_w, item_node)
-    p2l = torch.where(bad.view(L, 1), balanced.phy2log, p2l)
     return Plan.from_phy2log(p2l, E), bad
 
 
@@ -647,14 +659,12 @@ def _solve_traffic_aware(problem: Problem, opts: SolverOptions) -> SolverOutput:
     # the node load spread a balance-only plan has anyway: the robust caps allow as much
     allow = None if cov is None else \
         opts.risk * unit_spread(cov, balanced, N, nodes.slot_node)[:, nodes.live].mean(1)
-    found = [_search(problem, nodes, routing, ids, X, weight, hier, balanced, cov, allow, opts.epsilon * f, opts)
+    found = [_search(problem, nodes, routing, ids, X, weight, hier, cov, allow, opts.epsilon * f, opts)
              for f in ladder]
     ours = [plan for plan, _ in found]
-    unplaced = torch.stack([bad for _, bad in found]).any(0)                            # [L]
+    repaired = torch.stack([bad for _, bad in found]).any(0)                            # [L]
     cands = ours + [balanced] + ([hier] if hier is not None else [])
     bytes_ = torch.stack([traffic(c, cluster, routing).layer_bytes for c in cands])      # [C, L]
-    for i, (_, bad) in enumerate(found):      # an unplaced layer holds the balance-only rows: not ours
-        bytes_[i, bad] = float("inf")
     # balance in time on a real cluster (the scorer's time imbalance); tokens on identical GPUs
     imb = torch.stack([gpu_imbalance(weight, c, P) if cluster.homogeneous else nodes.imbalance(weight, c)
                        for c in cands])
@@ -665,5 +675,5 @@ def _solve_traffic_aware(problem: Problem, opts: SolverOptions) -> SolverOutput:
     plan = Plan.from_phy2log(phy2log, E).to(problem.device)
     info = {"epsilon": opts.epsilon, "traffic_weight": opts.traffic_weight, "steps": int(steps.shape[0]),
             "layers_own": int((choice < len(ours)).sum()), "layers_balanced": int((choice == len(ours)).sum()),
-            "layers_hierarchical": int((choice == len(ours) + 1).sum()), "layers_unplaced": int(unplaced.sum())}
+            "layers_hierarchical": int((choice == len(ours) + 1).sum()), "layers_repaired": int(repaired.sum())}
     return SolverOutput(plan, "global", info=info)
