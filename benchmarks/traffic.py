@@ -260,20 +260,24 @@ def real_clusters() -> None:
 
 def gaps() -> None:
     small = ModelPreset("small-16", 2, 16, 1, 4, cluster="nodes-2x4")
-    for R in (16, 20):
+    # identical GPUs at 16 and 20 slots, and a real cluster (slots 6, 4, 5, 5; one node at
+    # speed 1.4): the limit is then a time imbalance (solvers.routing.bound)
+    shapes = (("R=16", Cluster(2, 4, 16)), ("R=20", Cluster(2, 4, 20)),
+              ("real R=20", Cluster(2, 4, gpu_slots=[6, 4, 5, 5], gpu_speed=[1.0, 1.0, 1.4, 1.4])))
+    for label, cluster in shapes:
         for seed in (1, 2):
             tr = generate_routing(small, seed, num_tokens=150, communities=4, num_topics=4, num_ranks=4)
-            problem = Problem(tr.loads(), cluster=Cluster(2, 4, R))
+            problem = Problem(tr.loads(), cluster=cluster)
             r = solve(problem, "traffic_aware", routing=tr)
             s = score(problem, r.plan, routing=tr)
-            base = score(problem, solve(problem, "kk_swap", policy="global").plan).imbalance
+            base = score(problem, solve(problem, "kk_swap", policy="global").plan).time_imbalance
             limit = torch.maximum(torch.full_like(base, 1.05), base)
             heur = s.traffic.layer_bytes / s.traffic.token_bytes
             bound, optimal = traffic_bound(problem, tr, limit, time_limit=30)
             loose, loose_opt = traffic_bound(problem, tr, limit, time_limit=30, per_token_dispatch=True)
             gap = (heur / bound.clamp_min(1) - 1).tolist()
             gap_loose = (heur / loose.clamp_min(1) - 1).tolist()
-            print(f"small R={R} seed {seed}: heuristic copies {heur.tolist()} bound (static dispatch) "
+            print(f"small {label} seed {seed}: heuristic copies {heur.tolist()} bound (static dispatch) "
                   f"{bound.tolist()} (proven optimal {optimal.tolist()}) gap {[f'{100 * g:.1f} %' for g in gap]}; "
                   f"per-token-dispatch bound {loose.tolist()} (optimal {loose_opt.tolist()}) gap "
                   f"{[f'{100 * g:.1f} %' for g in gap_loose]}")
