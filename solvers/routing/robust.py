@@ -90,7 +90,8 @@ def robust_imbalance(weight: torch.Tensor, cov: torch.Tensor | None, risk: float
     return torch.where(mean > 0, g.max(1).values / mean.clamp_min(1e-300), torch.ones_like(mean))
 
 
-def unit_spread(cov: torch.Tensor, plan: Plan, num_nodes: int, unit_of_slot: torch.Tensor | None = None) -> torch.Tensor:
+def unit_spread(cov: torch.Tensor, plan: Plan, num_nodes: int,
+                unit_of_slot: torch.Tensor | None = None) -> torch.Tensor:
     """[L, N] std of the load of every node (or GPU: ``num_nodes`` = the GPUs), sqrt(s^T
     cov s) with s [L, E, N] the share of each expert's load it serves (its replicas there /
     all its replicas, even split); cov [L, E, E] (:func:`excess_covariance`).
