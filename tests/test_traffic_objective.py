@@ -13,7 +13,8 @@ from solvers.cluster import ModelPreset
 from solvers.errors import OptionError
 from solvers.routing import RoutingTrace, generate_routing, save_routing
 from solvers.routing.coactivation import coactivation_lift
-from solvers.routing.placement import capacity_assign, choose, gpu_imbalance
+from solvers.routing.nodes import unit_time
+from solvers.routing.placement import capacity_assign, choose
 from solvers.routing.robust import excess_covariance, robust_imbalance, unit_spread, window_steps
 
 
@@ -120,7 +121,7 @@ def test_robust_imbalance_is_the_plain_one_at_risk_zero(small):
     plan = solvers.solve(problem, "deepseek", policy="global").plan
     steps, noise = window_steps(problem, tr, None, 4)
     cov = excess_covariance(steps, noise)
-    plain = gpu_imbalance(problem.weights, plan, problem.num_gpus)
+    plain = unit_time(problem.weights, plan, problem.num_gpus)
     assert torch.allclose(robust_imbalance(problem.weights, cov, 0.0, plan, problem.num_gpus), plain)
     assert torch.allclose(score(problem, plan).imbalance.to(torch.float64), plain)
     assert bool((robust_imbalance(problem.weights, cov, 1.0, plan, problem.num_gpus) >= plain - 1e-12).all())

@@ -20,6 +20,7 @@ import torch
 from ..cluster import Cluster
 from ..heuristics.speeds import LiveGPUs, layout, local_search, lpt_time_pack
 from ..plan import Plan
+from ..scoring import per_slot_loads, slots_to_gpus
 
 # Paired swap steps of the in-node time packing (the speed pipeline's kk_swap default).
 PACK_STEPS = 32
@@ -87,22 +88,22 @@ class Nodes:
             start += k
         return out
 
-    def imbalance(self, weight: torch.Tensor, plan: Plan) -> torch.Tensor:
-        """[L] the time imbalance of the shared scorer: the slowest GPU's load over its speed,
-        over the best possible time W / total speed (even split; weight [L, E])."""
-        return unit_time(weight, plan, self.cluster, extra=None)
 
-
-def unit_time(weight: torch.Tensor, plan: Plan, cluster: Cluster, extra: torch.Tensor | None) -> torch.Tensor:
-    """[L] max over the GPUs of (load + extra) / speed over W / total speed; extra [L, P] (a
-    risk term, None: 0). The plain time imbalance of :class:`solvers.scoring.Score`."""
+def unit_time(weight: torch.Tensor, plan: Plan, num_gpus: int, cluster: Cluster | None = None,
+              extra: torch.Tensor | None = None) -> torch.Tensor:
+    """[L] the shared scorer's imbalance of ``plan`` for ``weight`` [L, E] (even split): the
+    busiest GPU over the mean on identical GPUs; on a real ``cluster`` (speeds, uneven slots,
+    failed GPUs) its time, the slowest GPU's load over its speed, over the best possible time
+    W / total speed. ``extra`` [L, P] is added to every GPU's load first (a risk term)."""
     w = weight.to("cpu", torch.float64)
-    L, P = w.shape[0], cluster.num_gpus
-    per = w.gather(1, plan.phy2log.cpu()) / plan.logcnt.cpu().gather(1, plan.phy2log.cpu()).to(torch.float64)
-    g = torch.zeros(L, P, dtype=torch.float64).index_add_(
-        1, torch.tensor(cluster.slot_gpus(), dtype=torch.int64), per)                     # [L, P]
+    real = cluster is not None and not cluster.homogeneous
+    slot_gpu = torch.tensor(cluster.slot_gpus(), dtype=torch.int64) if real and not cluster.uniform_slots else None
+    g = slots_to_gpus(per_slot_loads(w, plan.phy2log.cpu(), plan.logcnt.cpu()), slot_gpu, num_gpus)   # [L, P]
     if extra is not None:
         g = g + extra
-    t = g / torch.tensor(cluster.gpu_speed, dtype=torch.float64)
-    best = w.sum(1) / cluster.total_speed
-    return torch.where(best > 0, t.max(1).values / best.clamp_min(1e-300), torch.ones_like(best))
+    if real:
+        g = g / torch.tensor(cluster.gpu_speed, dtype=torch.float64)
+        best = w.sum(1) / cluster.total_speed
+    else:
+        best = w.sum(1) / num_gpus
+    return torch.where(best > 0, g.max(1).values / best.clamp_min(1e-300), torch.ones_like(best))

@@ -38,7 +38,7 @@ from ..registry import SolverOutput, register, run
 from ..traffic import traffic
 from ..work import WorkModel
 from .coactivation import coactivation
-from .nodes import Nodes
+from .nodes import Nodes, unit_time
 from .robust import excess_covariance, robust_imbalance, unit_spread, window_steps
 from .trace import RoutingTrace
 
@@ -488,15 +488,6 @@ def pack_nodes(item_e: torch.Tensor, item_w: torch.Tensor, node: torch.Tensor, n
     return best_e.reshape(L, R)
 
 
-def gpu_imbalance(weight: torch.Tensor, plan: Plan, num_gpus: int) -> torch.Tensor:
-    """[L] max / mean GPU load under the even split."""
-    w = weight.to(torch.float64)
-    per = w.gather(1, plan.phy2log) / plan.logcnt.gather(1, plan.phy2log).to(torch.float64)
-    g = per.view(plan.num_layers, num_gpus, -1).sum(-1)
-    mean = g.mean(1)
-    return torch.where(mean > 0, g.max(1).values / mean.clamp_min(1e-300), torch.ones_like(mean))
-
-
 def _spread_plan(problem: Problem, nodes: Nodes, routing: RoutingTrace, ids: torch.Tensor, X: torch.Tensor,
                  weight: torch.Tensor, cap: torch.Tensor, hier: Plan | None, cov: torch.Tensor | None,
                  allow: torch.Tensor | None, opts: SolverOptions) -> tuple[torch.Tensor, ...]:
@@ -666,8 +657,7 @@ def _solve_traffic_aware(problem: Problem, opts: SolverOptions) -> SolverOutput:
     cands = ours + [balanced] + ([hier] if hier is not None else [])
     bytes_ = torch.stack([traffic(c, cluster, routing).layer_bytes for c in cands])      # [C, L]
     # balance in time on a real cluster (the scorer's time imbalance); tokens on identical GPUs
-    imb = torch.stack([gpu_imbalance(weight, c, P) if cluster.homogeneous else nodes.imbalance(weight, c)
-                       for c in cands])
+    imb = torch.stack([unit_time(weight, c, P, cluster) for c in cands])
     robust = None if cov is None else torch.stack([robust_imbalance(weight, cov, opts.risk, c, P, cluster)
                                                    for c in cands])
     choice = choose(bytes_, imb, robust, opts.epsilon, opts.traffic_weight, len(ours))              # [L]

@@ -76,18 +76,10 @@ def robust_imbalance(weight: torch.Tensor, cov: torch.Tensor | None, risk: float
     scores higher than one holding the same mean load in experts that move apart.
     On a real ``cluster`` (speeds, uneven slots, failed GPUs) the same in time: each GPU's
     (mean + risk x std) over its speed, over the best possible time W / total speed."""
-    if cluster is not None and not cluster.homogeneous:
-        slot_gpu = torch.tensor(cluster.slot_gpus(), dtype=torch.int64)
-        extra = None if cov is None or risk <= 0 else risk * unit_spread(cov, plan, num_gpus, slot_gpu)
-        return unit_time(weight, plan, cluster, extra)
-    w = weight.to("cpu", torch.float64)
-    L = w.shape[0]
-    per = w.gather(1, plan.phy2log.cpu()) / plan.logcnt.cpu().gather(1, plan.phy2log.cpu()).to(torch.float64)
-    g = per.view(L, num_gpus, -1).sum(-1)                                              # [L, P]
-    if cov is not None and risk > 0:
-        g = g + risk * unit_spread(cov, plan, num_gpus)
-    mean = w.sum(1) / num_gpus
-    return torch.where(mean > 0, g.max(1).values / mean.clamp_min(1e-300), torch.ones_like(mean))
+    real = cluster is not None and not cluster.homogeneous
+    slot_gpu = torch.tensor(cluster.slot_gpus(), dtype=torch.int64) if real else None
+    extra = None if cov is None or risk <= 0 else risk * unit_spread(cov, plan, num_gpus, slot_gpu)
+    return unit_time(weight, plan, num_gpus, cluster, extra)
 
 
 def unit_spread(cov: torch.Tensor, plan: Plan, num_nodes: int,
