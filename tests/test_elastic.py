@@ -218,6 +218,14 @@ def test_spread_bound_counts_the_gpus_a_heavy_expert_needs():
 
 
 @needs_highs
+def test_lp_move_bound_of_a_layer_without_load():
+    old = np.array([[True, False], [False, False]])
+    res = lp_move_bound(np.zeros(2), [1, 1], [1.0, 1.0], old, 0.0)
+    assert res["status"] == "optimal" and res["bound"] == 1            # the orphan still needs a GPU
+    assert lp_move_bound(np.array([1.0, 0.0]), [1, 1], [1.0, 1.0], old, 0.0)["status"] == "infeasible"
+
+
+@needs_highs
 def test_lp_bound_lies_between_the_orphans_and_the_heuristic():
     _, healthy, before, p = _failure(L=3, E=24, seed=3)
     r = replan_after_failure(p, before.plan, healthy.cluster, slack=0.01)
