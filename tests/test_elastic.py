@@ -18,6 +18,7 @@ from solvers.exact import backends
 from solvers.heuristics.speeds import LiveGPUs
 from solvers.migration import replan_after_failure
 from solvers.migration.elastic import keep_survivors
+from solvers.migration.elastic_bound import bound_elastic, lp_move_bound, spread_bound
 from solvers.migration.elastic_exact import (
     elastic_brute_force,
     layer_moves,
@@ -185,6 +186,55 @@ def test_exact_elastic_bound_is_below_the_heuristic_and_counts_orphans():
         assert orph <= row["bound"] <= moves
         if row["status"] == "optimal" and row["target_met"]:
             assert row["moves"] == row["bound"]
+
+
+# The LP bound ------------------------------------------------------------------------------
+
+needs_highs = pytest.mark.skipif(not backends.highs_available(), reason="highspy not installed")
+
+
+@needs_highs
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tiny_layers())
+def test_lp_move_bound_never_exceeds_the_brute_force_optimum(case):
+    w, slots, speed, old, target = case
+    best = elastic_brute_force(w, slots, speed, old, target)
+    res = lp_move_bound(w, slots, speed, old, target, time_limit=10)
+    if best is None:
+        return                                            # no plan: any bound (or "infeasible") is sound
+    assert res["status"] == "optimal"                     # a plan exists, so the relaxation is feasible (never
+                                                          # "infeasible" when a plan meets the target)
+    assert res["orphans"] == int((~old.any(1)).sum())
+    assert max(res["orphans"], res["spread"]) <= res["bound"] <= best
+    assert res["lp"] <= best + 1e-6
+
+
+def test_spread_bound_counts_the_gpus_a_heavy_expert_needs():
+    # expert 0 (load 30) must be on 2 GPUs at target 20; only GPU 0 held it: one new pair
+    old = np.array([[True, False], [False, True], [False, True]])
+    assert spread_bound(np.array([30.0, 5.0, 5.0]), [1.0, 1.0], old, 20.0) == 1
+    # at speed 2 one GPU runs it in 15: no move needed
+    assert spread_bound(np.array([30.0, 5.0, 5.0]), [1.0, 2.0], old, 20.0) == 0
+
+
+@needs_highs
+def test_lp_move_bound_of_a_layer_without_load():
+    old = np.array([[True, False], [False, False]])
+    res = lp_move_bound(np.zeros(2), [1, 1], [1.0, 1.0], old, 0.0)
+    assert res["status"] == "optimal" and res["bound"] == 1            # the orphan still needs a GPU
+    assert lp_move_bound(np.array([1.0, 0.0]), [1, 1], [1.0, 1.0], old, 0.0)["status"] == "infeasible"
+
+
+@needs_highs
+def test_lp_bound_lies_between_the_orphans_and_the_heuristic():
+    _, healthy, before, p = _failure(L=3, E=24, seed=3)
+    r = replan_after_failure(p, before.plan, healthy.cluster, slack=0.01)
+    rows = bound_elastic(p, before.plan, healthy.cluster, r.info["target_max_time"], range(3), time_limit=20)
+    kept = keep_survivors(before.plan.phy2log, healthy.cluster, p.cluster)
+    orphans = (counts(kept, 24) == 0).sum(1).tolist()
+    for row, orph, moves in zip(rows, orphans, r.info["moves_per_layer"]):
+        assert row["status"] == "optimal" and row["orphans"] == orph
+        assert orph <= row["bound"] <= moves
 
 
 def test_placement_and_moves_follow_the_shared_scorer():
