@@ -19,7 +19,10 @@ with the one minimising the transfer makespan (``objective="makespan"``) on Deep
 drifting traces (generated, ``--planning-seeds`` seeds, 40 steps, windows of 8, 4 x 8 GPUs,
 288 slots), both policies: the stall (makespan) of each and their ratio, under each transfer
 model (``rounds``: one peer per GPU and direction at a time; ``shared``: bandwidth sharing;
-the makespan objective plans for the model it is timed with). Target: 2x shorter.
+the makespan objective plans for the model it is timed with). Target: 2x shorter. Beside
+each: its inter-node copies and the most any GPU receives or sends, and under the
+hierarchical policy the floor of inter-node copies any plan within the slack needs
+(:func:`inter_floor`: the fewest groups that must change node, times the group size).
 
 The exact section runs the CP-SAT model (sources and rounds) on small re-plans (one layer
 of OLMoE on 2 nodes x 4 GPUs, 64 experts, 72 slots, drifted loads; the migration-aware plan
@@ -33,6 +36,7 @@ import itertools
 import statistics
 import time
 
+import numpy as np
 import torch
 
 from solvers import Problem, solve
@@ -41,6 +45,7 @@ from solvers.io import read_loads
 from solvers.migration import plan_with_migration
 from solvers.migration.transfers import check_schedule, exact_schedule, needed_copies, schedule_copies, \
     schedule_transfers
+from solvers.migration.regroup import home_nodes, labelled_assignments
 from solvers.migration.transfer_models import schedule_with
 from solvers.network import DEFAULT_NETWORK
 from solvers.workloads.generators import generate
@@ -163,6 +168,36 @@ def replan_section(args, net) -> float:
     return worst
 
 
+def inter_floor(weights: torch.Tensor, old_p2l: torch.Tensor, target: list[float], num_groups: int,
+                num_nodes: int, num_gpus: int) -> int:
+    """The fewest inter-node copies any hierarchical plan within the per-layer ``target`` max
+    GPU load needs: per layer, the fewest groups moved to another node by a group-to-node
+    assignment whose node average load meets the target (necessary for any such plan), times
+    the group size (each expert of a moved group must cross once). weights: [L, E]; old_p2l: [L, R]."""
+    w = weights.to(torch.float64).cpu().numpy()
+    old = old_p2l.cpu().numpy()
+    E = w.shape[1]
+    table = labelled_assignments(num_groups, num_nodes)                            # [M, G]
+    onehot = np.eye(num_nodes)[table]                                              # [M, G, N]
+    total = 0
+    for layer in range(w.shape[0]):
+        home = home_nodes(old[layer], num_groups, E, num_nodes)                    # [G]
+        node_avg = (w[layer].reshape(num_groups, -1).sum(1) @ onehot).max(1) / (num_gpus // num_nodes)
+        ok = node_avg <= target[layer] * (1 + 1e-9)
+        if ok.any():
+            total += int((table != home[None, :]).sum(1)[ok].min()) * (E // num_groups)
+    return total
+
+
+def _busiest_inter(s) -> int:
+    """The most inter-node copies any GPU receives or sends in schedule ``s``."""
+    inter = s.link == 1
+    if not inter.any():
+        return 0
+    P = s.copies.num_gpus
+    return int(max(np.bincount(s.copies.dst[inter], minlength=P).max(), np.bincount(s.src[inter], minlength=P).max()))
+
+
 def planning_section(args, net) -> None:
     """Moves against makespan objective at the same slack on DeepSeek-V3 drifting traces, under
     each transfer model."""
@@ -183,6 +218,7 @@ def planning_rows(args, net, model: str) -> None:
                     pn = Problem(trace[start + W:start + 2 * W].sum(0), R, 8, N, P)
                     old = solve(po, "deepseek", policy=policy).plan
                     out = {}
+                    floor = "-"
                     for objective in ("moves", "makespan"):
                         t0 = time.perf_counter()
                         res = plan_with_migration(pn, "deepseek", old, slack=slack, policy=policy, objective=objective,
@@ -190,17 +226,20 @@ def planning_rows(args, net, model: str) -> None:
                         wall = time.perf_counter() - t0
                         s = schedule_with(old, res.plan, P, P // N, preset.expert_bytes, net, model=model)
                         out[objective] = (s, wall, res.score.imbalance_mean)
+                        if objective == "moves" and res.info.get("policy") == "hierarchical":
+                            floor = inter_floor(pn.weights, old.phy2log, res.info["target_max_load"], 8, N, P)
                     (sm, wm, im), (st, wt, it) = out["moves"], out["makespan"]
                     ratio = sm.makespan / st.makespan if st.makespan > 0 else 1.0
                     ratios.setdefault((policy, slack), []).append(ratio)
-                    rows.append([seed, policy, slack, start, sm.moves, sm.summary()["copies_inter"],
-                                 f"{sm.makespan * 1e3:.1f}", st.moves, st.summary()["copies_inter"],
+                    rows.append([seed, policy, slack, start, floor, sm.moves, sm.summary()["copies_inter"],
+                                 _busiest_inter(sm), f"{sm.makespan * 1e3:.1f}", st.moves, st.summary()["copies_inter"],
+                                 _busiest_inter(st),
                                  f"{st.makespan * 1e3:.1f}", f"{ratio:.2f}", f"{im:.4f} / {it:.4f}",
                                  f"{wm:.2f} / {wt:.2f}"])
     table(f"Planning for makespan vs for moves at the same slack: DeepSeek-V3 drifting, 4 x 8 GPUs, 288 slots, "
           f"{model} transfers",
-          ["seed", "policy", "slack", "window start", "moves (moves obj.)", "inter", "stall ms", "moves (makespan obj.)",
-           "inter", "stall ms", "stall ratio", "imbalance in sample (moves / makespan)", "plan s (moves / makespan)"],
+          ["seed", "policy", "slack", "window start", "inter floor", "moves (moves obj.)", "inter", "busiest GPU inter",
+           "stall ms", "moves (makespan obj.)", "inter", "busiest GPU inter", "stall ms", "stall ratio", "imbalance in sample (moves / makespan)", "plan s (moves / makespan)"],
           rows)
     for (policy, slack), rs in sorted(ratios.items()):
         print(f"- policy {policy}, slack {slack}: stall ratio median {statistics.median(rs):.2f}, "
