@@ -116,3 +116,31 @@ def test_makespan_objective_on_real_clusters_within_slack_and_never_slower(model
     with pytest.raises(OptionError) as err:
         plan_with_migration(pn, "kk_swap", prev, slack=0.02, objective="makespan", budget=0.5)
     assert err.value.param == "budget"
+
+
+def test_spreading_receivers_keeps_every_layer_and_lowers_the_squared_receive_time():
+    """spread_receivers renames GPUs inside nodes per layer: each layer's GPU contents (so its
+    loads and its node's experts) are kept, and the sum over GPUs of the squared receive time
+    of all layers never grows (each (layer, node) step may keep its names)."""
+    from solvers.migration.spread import spread_receivers
+    from solvers.scoring import gpu_presence
+
+    net = Network(400e9, 50e9)
+    cluster = Cluster(N, P, R, network=net)
+    for seed in range(3):
+        old_w, new_w = _drifted(seed, sigma=1.0)
+        prev = solve(Problem(old_w, cluster=cluster, num_groups=4), "deepseek", policy="hierarchical").plan
+        new = solve(Problem(new_w, cluster=cluster, num_groups=4), "deepseek", policy="hierarchical").plan
+        cost = copy_costs(prev.phy2log, E, P, N, net)                                  # [L, P, E]
+        out = spread_receivers(new.phy2log, prev.phy2log, cost, E, P, N)
+        S, Q = R // P, P // N
+        for layer in range(L):
+            for n in range(N):
+                mine = lambda p2l: sorted(tuple(sorted(g)) for g in
+                                          p2l[layer].view(P, S)[n * Q:(n + 1) * Q].tolist())
+                assert mine(out) == mine(new.phy2log)
+
+        def squared(p2l):
+            receive = (gpu_presence(p2l, E, P).to(torch.float64) * cost).sum(2).sum(0)      # [P]
+            return float((receive ** 2).sum())
+        assert squared(out) <= squared(new.phy2log) * (1 + 1e-12)

@@ -21,8 +21,9 @@ Per layer, with ``T = (1 + slack) x`` the max GPU load of a fresh plan by ``solv
 ones), in the relabelling, the repair's swaps and the choice between (1) and (2). Then,
 since the makespan is set by the busiest GPU (:mod:`.transfers`), the copies onto the GPUs
 that receive most are made dearer and the plan is made again (``MAKESPAN_PASSES`` times);
-the plan with the shortest schedule wins. Same slack and targets: only which plan within
-them is chosen changes. Schedules are timed under ``transfer_model`` (``rounds``: one peer
+the plan with the shortest schedule wins; the best of them is also tried with the GPUs of
+each node renamed per layer to spread the receivers across layers (:mod:`.spread`). Same
+slack and targets: only which plan within them is chosen changes. Schedules are timed under ``transfer_model`` (``rounds``: one peer
 per GPU and direction at a time; ``shared``: concurrent copies share each GPU's links,
 :mod:`.transfer_models`). On a real cluster (speeds, uneven slots, failed GPUs) the plans
 within the slack are elastic re-plans in time: the makespan objective times the elastic
@@ -55,6 +56,7 @@ from .moves import moves_per_layer
 from .recount import recount
 from .regroup import regroup
 from .relabel import relabel
+from .spread import spread_receivers
 from .transfer_models import TRANSFER_MODELS, schedule_with
 from .transfers import presence
 from ..work import WorkModel
@@ -432,6 +434,12 @@ def _for_makespan(problem: Problem, previous: Plan, fresh: SolverOutput, fresh_s
         recv = np.bincount(sched.copies.dst, weights=sched.copy_seconds, minlength=P)       # [P] seconds
         weight = np.ones(P) + (RECEIVER_WEIGHT * recv / recv.max() if cost is not None and recv.max() > 0 else 0.0)
         cost = base_cost * torch.as_tensor(weight, dtype=base_cost.dtype, device=base_cost.device).view(-1, P, 1)
+    # the best plan with the GPUs of each node renamed per layer to spread the receivers
+    spread = spread_receivers(best[0], old, base_cost, E, P, N)
+    sched = schedule_with(old, spread, P, P // N, TIMING_BYTES, network, num_experts=E, model=transfer_model)
+    passes.append({"copy_cost": "spread", "makespan_per_byte": sched.makespan / TIMING_BYTES, "moves": sched.moves})
+    if sched.makespan < best[2].makespan:
+        best = (spread, best[1], sched, len(passes) - 1)
     p2l, info, sched, k = best
     info = {"base": base, "method": "heuristic", "objective": "makespan", **info,
             "makespan_passes": passes, "makespan_pass_used": k}
