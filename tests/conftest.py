@@ -19,3 +19,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Small kernels on a shared, busy CPU: several torch threads only wait on each other
+    (20x slower), so a module that asks for it runs on one (``pytestmark``)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

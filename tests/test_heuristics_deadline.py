@@ -73,13 +73,7 @@ def work(monkeypatch) -> Work:
     return Work(monkeypatch)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: one torch thread (several spin on a shared, busy CPU: 20x slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def loads(layers: int, experts: int, seed: int) -> torch.Tensor:

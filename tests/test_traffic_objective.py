@@ -22,13 +22,7 @@ from solvers.routing.robust import excess_covariance, robust_imbalance, unit_spr
 SMALL = ModelPreset("small-32", 4, 32, 1, 4, cluster="nodes-2x4")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small kernels: on a shared, loaded machine two torch threads only wait on each other."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

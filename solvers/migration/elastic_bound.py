@@ -34,7 +34,7 @@ import numpy as np
 
 from ..clock import clock
 from ..exact import backends
-from .elastic_exact import live_view, placement
+from .elastic_exact import layer_inputs
 
 # Relative margin on the time target in the LP (keeps it a relaxation under HiGHS's
 # feasibility tolerance of 1e-7 on rows scaled to the target).
@@ -164,13 +164,10 @@ def bound_elastic(problem, previous, previous_cluster, target: Sequence[float], 
     """:func:`lp_move_bound` on ``layers`` of an elastic re-plan of ``previous`` (made for
     ``previous_cluster``) with the per-layer ``target`` (``info["target_max_time"]``). One
     dict per layer, with "layer"."""
-    E = problem.num_experts
-    live, slots, speed, old_gpu, _ = live_view(problem.cluster, previous_cluster)
-    w_all = problem.weights.detach().cpu().double().numpy()
+    (_, slots, speed, _, _), rows = layer_inputs(problem, previous, previous_cluster, layers)
     out = []
-    for layer in layers:
-        old = placement(previous.phy2log[layer].cpu().numpy(), old_gpu, live, E) > 0
-        res = lp_move_bound(w_all[layer], slots, speed, old, float(target[layer]), time_limit=time_limit,
+    for layer, w, old in rows:
+        res = lp_move_bound(w, slots, speed, old, float(target[layer]), time_limit=time_limit,
                             threads=threads)
         out.append({"layer": int(layer), **res})
     return out

@@ -161,19 +161,28 @@ def live_view(cluster, old_cluster) -> tuple[list[int], list[int], list[float], 
             np.asarray(old_cluster.slot_gpus()), np.asarray(cluster.slot_gpus()))
 
 
+def layer_inputs(problem, previous, previous_cluster, layers: Sequence[int]):
+    """What a per-layer model of an elastic re-plan of ``previous`` (made for
+    ``previous_cluster``) needs: the :func:`live_view` and, for every layer of ``layers``,
+    (layer, w [E] float64 its loads, old [Q, E] bool which live GPU held which expert)."""
+    view = live, _, _, old_gpu, _ = live_view(problem.cluster, previous_cluster)
+    w_all = problem.weights.detach().cpu().double().numpy()
+    rows = [(int(layer), w_all[layer],
+             placement(previous.phy2log[layer].cpu().numpy(), old_gpu, live, problem.num_experts) > 0)
+            for layer in layers]
+    return view, rows
+
+
 def prove_elastic(problem, previous, previous_cluster, heuristic, target: Sequence[float], layers: Sequence[int], *,
                   time_limit: float = 10.0, threads: int = 1, seed: int = 0) -> list[dict]:
     """The exact model on ``layers`` of an elastic re-plan: ``heuristic`` (its Plan, the
     hint) and ``target`` [L] (its max times allowed, ``info["target_max_time"]``). One dict
     per layer: the solve_elastic_layer result plus "layer" and "heuristic_moves"."""
-    E = problem.num_experts
-    live, slots, speed, old_gpu, new_gpu = live_view(problem.cluster, previous_cluster)
-    w_all = problem.weights.detach().cpu().double().numpy()
+    (live, slots, speed, _, new_gpu), rows = layer_inputs(problem, previous, previous_cluster, layers)
     out = []
-    for layer in layers:
-        old = placement(previous.phy2log[layer].cpu().numpy(), old_gpu, live, E) > 0
-        hint = placement(heuristic.phy2log[layer].cpu().numpy(), new_gpu, live, E)
-        res = solve_elastic_layer(w_all[layer], slots, speed, old, float(target[layer]), hint=hint,
+    for layer, w, old in rows:
+        hint = placement(heuristic.phy2log[layer].cpu().numpy(), new_gpu, live, problem.num_experts)
+        res = solve_elastic_layer(w, slots, speed, old, float(target[layer]), hint=hint,
                                   time_limit=time_limit, threads=threads, seed=seed)
         res.pop("xg")
         out.append({"layer": int(layer), "heuristic_moves": layer_moves(hint, old), **res})
