@@ -91,3 +91,23 @@ def test_explore_runs_traffic_aware_on_a_routing_trace():
     # the view shows the traffic_aware plan's numbers, not another plan's
     assert cards["remote nodes / token"] == f"{ours.summary['remote_nodes_mean']:.4g}"
     assert cards["inter-node GB"] == f"{ours.summary['inter_node_bytes'] / 1e9:.4g}"
+
+
+def test_explore_traffic_aware_on_a_cluster_with_a_failed_gpu():
+    """A failed GPU from the sidebar: traffic_aware plans the survivors, and the traffic view
+    shows that plan's traffic on that cluster (no token to or from the failed GPU)."""
+    at = AppTest.from_file(MAIN, default_timeout=300).run()
+    at.text_input(key="cluster:failed").set_value("3").run()
+    at.selectbox(key="explore:solver").set_value("traffic_aware").run()
+    at.button(key="explore:run").click().run()
+    at.segmented_control(key="explore:view").set_value("Traffic").run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+    cards = {m.label: m.value for m in at.metric}
+    steps = load_dataset(DEFAULT_DATASET).loads
+    problem = Problem(steps.sum(0).double(), 288, 8, 4, 32, failed=[3])
+    tr = load_routing(dataset_path("deepseek-v3-routing"))
+    out = solve(problem, "traffic_aware", routing=tr, history=steps)
+    ours = traffic(out.plan, problem.cluster, tr, 7168 * 2)
+    assert bool((ours.dispatched_load[:, 3] == 0).all()) and float(ours.dispatched_load.sum()) > 0
+    assert cards["remote nodes / token"] == f"{ours.summary['remote_nodes_mean']:.4g}"
+    assert cards["inter-node GB"] == f"{ours.summary['inter_node_bytes'] / 1e9:.4g}"
