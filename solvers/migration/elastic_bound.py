@@ -34,7 +34,7 @@ import numpy as np
 
 from ..clock import clock
 from ..exact import backends
-from .elastic_exact import layer_inputs
+from .elastic_exact import layer_inputs, least_counts
 
 # Relative margin on the time target in the LP (keeps it a relaxation under HiGHS's
 # feasibility tolerance of 1e-7 on rows scaled to the target).
@@ -47,17 +47,7 @@ def spread_bound(w: np.ndarray, speed: Sequence[float], old: np.ndarray, target:
     """Moves every plan meeting ``target`` needs because an expert must be on at least
     ``ceil(w_e / (target x fastest speed))`` GPUs (>= 1): the GPUs beyond those that held it
     are new pairs. w: [E]; old: [E, Q] bool, the pairs of the plan in force."""
-    return int(np.maximum(0, _least_counts(w, speed, target) - np.asarray(old).sum(1)).sum())
-
-
-def _least_counts(w: np.ndarray, speed: Sequence[float], target: float) -> np.ndarray:
-    """[E] the fewest replicas (and GPUs) each expert needs: one replica of e runs at least
-    w_e / (c x fastest speed). A zero target (a layer without load) allows only zero loads:
-    a loaded expert then needs more replicas than any plan has."""
-    w = np.asarray(w, np.float64)
-    if target <= 0:
-        return np.where(w > 0, np.iinfo(np.int32).max, 1).astype(np.int64)
-    return np.maximum(1, np.ceil(w / (target * max(speed)) * (1 - 1e-12))).astype(np.int64)
+    return int(np.maximum(0, least_counts(w, speed, target) - np.asarray(old).sum(1)).sum())
 
 
 def lp_move_bound(w: np.ndarray, slots: Sequence[int], speed: Sequence[float], old: np.ndarray, target: float, *,
@@ -79,7 +69,7 @@ def lp_move_bound(w: np.ndarray, slots: Sequence[int], speed: Sequence[float], o
     orphans = int((~old.any(1)).sum())
     spread = spread_bound(w, s, old, target)
     out = {"bound": max(orphans, spread), "lp": None, "status": "unknown", "orphans": orphans, "spread": spread}
-    lo = _least_counts(w, s, target)
+    lo = least_counts(w, s, target)
     extra = R - int(lo.sum())
     if extra < 0:
         out.update(bound=None, status="infeasible", seconds=clock() - start)

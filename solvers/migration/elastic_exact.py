@@ -45,6 +45,17 @@ def layer_time(w: np.ndarray, xg: np.ndarray, speed: Sequence[float]) -> float:
     return float(((w / xg.sum(1)) @ xg / np.asarray(speed, dtype=np.float64)).max())
 
 
+def least_counts(w: np.ndarray, speed: Sequence[float], target: float) -> np.ndarray:
+    """[E] int64 the fewest replicas (and GPUs) each expert needs to meet ``target``: a
+    replica of e runs at least w_e / (c x fastest speed), so fewer cannot. A zero target (a
+    layer without load) allows only zero loads: a loaded expert then needs more replicas
+    than any plan has."""
+    w = np.asarray(w, np.float64)
+    if target <= 0:
+        return np.where(w > 0, np.iinfo(np.int32).max, 1).astype(np.int64)
+    return np.maximum(1, np.ceil(w / (target * max(speed)) * (1 - 1e-12) - 1e-9)).astype(np.int64)
+
+
 def solve_elastic_layer(w: np.ndarray, slots: Sequence[int], speed: Sequence[float], old: np.ndarray,
                         target: float, *, hint: np.ndarray | None = None, time_limit: float = 10.0,
                         threads: int = 1, seed: int = 0) -> dict:
@@ -61,8 +72,7 @@ def solve_elastic_layer(w: np.ndarray, slots: Sequence[int], speed: Sequence[flo
     s = np.asarray(speed, dtype=np.float64)
     scale = TIME_UNITS / target if target > 0 else 1.0
     cap = int(math.ceil(scale * target))
-    # a replica of e runs at least w_e / (c * fastest speed): fewer replicas cannot meet the target
-    lo = np.maximum(1, np.ceil(w / (target * s.max()) * (1 - 1e-12) - 1e-9).astype(np.int64))
+    lo = least_counts(w, s, target)
     extra = R - int(lo.sum())
     if extra < 0:
         return {"status": "infeasible", "xg": None, "moves": None, "bound": None, "target_met": False,
