@@ -100,12 +100,6 @@ class Traffic:
     summary: dict = field(default_factory=dict)
 
 
-def slot_gpus(cluster: Cluster) -> torch.Tensor:
-    """[R] int64 the GPU of every slot (the cluster's slot map; ``slot // S`` when every GPU
-    holds S slots)."""
-    return torch.tensor(cluster.slot_gpus(), dtype=torch.int64)
-
-
 def source_gpus(trace: RoutingTrace, cluster: Cluster) -> torch.Tensor:
     """[T] int64 the GPU every token starts on: :meth:`RoutingTrace.source_gpus` over the
     live GPUs (all of them when none failed)."""
@@ -124,7 +118,7 @@ def dispatch_table(plan: Plan, cluster: Cluster) -> torch.Tensor:
     p2l = plan.phy2log                                                     # [L, R]
     L, R = p2l.shape
     E = plan.num_experts
-    slot_gpu = slot_gpus(cluster)                                           # [R]
+    slot_gpu = torch.tensor(cluster.slot_gpus(), dtype=torch.int64)          # [R] the cluster's slot map
     slot_node = slot_gpu // gpn                                             # [R]
     g = torch.arange(P, dtype=torch.int64)
     g_node = g // gpn
