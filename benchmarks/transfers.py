@@ -45,7 +45,7 @@ from solvers.io import read_loads
 from solvers.migration import plan_with_migration
 from solvers.migration.transfers import check_schedule, exact_schedule, needed_copies, schedule_copies, \
     schedule_transfers
-from solvers.migration.regroup import home_nodes, labelled_assignments
+from solvers.migration.regroup import candidate_assignments, home_nodes
 from solvers.migration.transfer_models import schedule_with
 from solvers.network import DEFAULT_NETWORK
 from solvers.workloads.generators import generate
@@ -177,15 +177,15 @@ def inter_floor(weights: torch.Tensor, old_p2l: torch.Tensor, target: list[float
     w = weights.to(torch.float64).cpu().numpy()
     old = old_p2l.cpu().numpy()
     E = w.shape[1]
-    table = labelled_assignments(num_groups, num_nodes)                            # [M, G]
-    onehot = np.eye(num_nodes)[table]                                              # [M, G, N]
+    size = E // num_groups
     total = 0
     for layer in range(w.shape[0]):
         home = home_nodes(old[layer], num_groups, E, num_nodes)                    # [G]
-        node_avg = (w[layer].reshape(num_groups, -1).sum(1) @ onehot).max(1) / (num_gpus // num_nodes)
-        ok = node_avg <= target[layer] * (1 + 1e-9)
-        if ok.any():
-            total += int((table != home[None, :]).sum(1)[ok].min()) * (E // num_groups)
+        # the assignments meeting the target, fewest groups moved first
+        fewest = candidate_assignments(w[layer], home, np.full(num_groups, size), target[layer] * (1 + 1e-9),
+                                       num_groups, num_nodes, num_gpus, top=1)
+        if fewest:
+            total += int((fewest[0] != home).sum()) * size
     return total
 
 
