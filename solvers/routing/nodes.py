@@ -20,7 +20,7 @@ import torch
 from ..cluster import Cluster
 from ..heuristics.speeds import LiveGPUs, layout, local_search, lpt_time_pack
 from ..plan import Plan
-from ..scoring import per_slot_loads, slots_to_gpus
+from ..scoring import step_gpu_times
 
 # Paired swap steps of the in-node time packing (the speed pipeline's kk_swap default).
 PACK_STEPS = 32
@@ -97,13 +97,8 @@ def unit_time(weight: torch.Tensor, plan: Plan, num_gpus: int, cluster: Cluster 
     W / total speed. ``extra`` [L, P] is added to every GPU's load first (a risk term)."""
     w = weight.to("cpu", torch.float64)
     real = cluster is not None and not cluster.homogeneous
-    slot_gpu = torch.tensor(cluster.slot_gpus(), dtype=torch.int64) if real and not cluster.uniform_slots else None
-    g = slots_to_gpus(per_slot_loads(w, plan.phy2log.cpu(), plan.logcnt.cpu()), slot_gpu, num_gpus)   # [L, P]
+    g = step_gpu_times(w.unsqueeze(0), plan.phy2log.cpu(), num_gpus, cluster if real else None)[0]   # [L, P]
     if extra is not None:
-        g = g + extra
-    if real:
-        g = g / torch.tensor(cluster.gpu_speed, dtype=torch.float64)
-        best = w.sum(1) / cluster.total_speed
-    else:
-        best = w.sum(1) / num_gpus
+        g = g + (extra / torch.tensor(cluster.gpu_speed, dtype=torch.float64) if real else extra)
+    best = w.sum(1) / (cluster.total_speed if real else num_gpus)
     return torch.where(best > 0, g.max(1).values / best.clamp_min(1e-300), torch.ones_like(best))
