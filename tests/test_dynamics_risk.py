@@ -10,8 +10,8 @@ import torch
 
 from solvers import OptionError, Problem, score, solve
 from solvers.cluster import Cluster
-from solvers.dynamics.risk import Slots, centred, moments, repair_grid, risk_search, step_weights, window_objective
-from solvers.dynamics.risk_migration import swapped_maps
+from solvers.dynamics.risk import Slots, centred, repair_grid, risk_search, step_weights, window_objective
+from solvers.dynamics.risk_migration import node_risk, swapped_maps
 from solvers.dynamics.scenario import scenario_bound, scenario_value
 from solvers.migration.moves import moves_per_layer
 from solvers.migration.relabel import relabel_phy2log
@@ -142,11 +142,44 @@ def test_migration_aware_replan_moves_fewer_replicas_within_slack(policy):
                 assert node[aware.plan.phy2log[layer] // 32 == grp].unique().numel() == 1
 
 
+def test_more_bonus_levels_never_move_more_at_equal_slack(monkeypatch):
+    # The bonus levels are candidates each; a superset of levels keeps every earlier candidate,
+    # so per layer the fewest moves within slack can only fall.
+    import solvers.dynamics.risk_migration as rm
+    trace = generate("deepseek-v3", "drifting", steps=40, seed=2, num_layers=2, tokens_per_step=8192)
+    loads = trace.loads.to(torch.float64)
+    old, new = loads[:20], loads[20:]
+    cluster = Cluster(4, 32, 288)
+    p_old, p_new = Problem(old.sum(0), cluster=cluster, num_groups=8), Problem(new.sum(0), cluster=cluster, num_groups=8)
+    current = solve(p_old, "risk_aware", history=old, policy="hierarchical").plan
+    moves = {}
+    for levels in (rm.BONUS_LEVELS, tuple(b for b in rm.BONUS_LEVELS if b in (0.0, 0.05, 0.25, 1.0, 4.0))):
+        monkeypatch.setattr(rm, "BONUS_LEVELS", levels)
+        aware = solve(p_new, "risk_aware", history=new, policy="hierarchical", current=current, slack=0.02)
+        moves[len(levels)] = moves_per_layer(aware.plan.phy2log, current.phy2log, 256, 32)
+    assert len(moves) == 2 and bool((moves[max(moves)] <= moves[min(moves)]).all())
+
+
 def test_current_must_be_a_plan_of_the_problem():
     hist = _history()
     p = Problem(hist.sum(0), 40, 1, 1, 8)
     with pytest.raises(OptionError, match="current"):
         solve(p, "risk_aware", history=hist, current="plan.json")
+
+
+def _node_risk_brute(hist, k, m, N, z):
+    """Largest node risk of one layer's map m [G] by loops: recent level + z x window std."""
+    W, E = hist.shape
+    G = m.numel()
+    worst = -math.inf
+    for n in range(N):
+        series = [sum(float(hist[t, g * (E // G):(g + 1) * (E // G)].sum()) for g in range(G) if int(m[g]) == n)
+                  for t in range(W)]
+        level = sum(float(k[t]) * series[t] for t in range(W))
+        mean = sum(series) / W
+        std = math.sqrt(sum((x - mean) ** 2 for x in series) / W)
+        worst = max(worst, level + z * std)
+    return worst
 
 
 def test_swapped_maps_are_the_best_single_swaps_of_the_map_in_force():
@@ -157,8 +190,6 @@ def test_swapped_maps_are_the_best_single_swaps_of_the_map_in_force():
     now = torch.tensor([[0, 0, 1, 1, 2, 2, 3, 3], [3, 2, 1, 0, 0, 1, 2, 3], [1, 0, 1, 0, 3, 2, 3, 2]])
     maps = swapped_maps(hist, k, now, G, N, 0.5, 2)
     assert maps.shape == (L, 2, G)
-    mu, sd = moments(hist.view(W, L, G, E // G).sum(-1), k)
-    stat = mu + 0.5 * sd
     for layer in range(L):
         worst = []           # brute force: every swap of two groups on different nodes
         for a in range(G):
@@ -166,14 +197,31 @@ def test_swapped_maps_are_the_best_single_swaps_of_the_map_in_force():
                 if now[layer, a] != now[layer, b]:
                     m = now[layer].clone()
                     m[a], m[b] = now[layer, b], now[layer, a]
-                    worst.append(float(torch.zeros(N, dtype=torch.float64).scatter_add_(0, m, stat[layer]).max()))
+                    worst.append(_node_risk_brute(hist[:, layer], k, m, N, 0.5))
         worst.sort()
         for i in range(2):
             m = maps[layer, i]
             assert int((m != now[layer]).sum()) == 2                       # one pair swapped
             assert torch.equal(torch.bincount(m, minlength=N), torch.full((N,), G // N))
-            got = float(torch.zeros(N, dtype=torch.float64).scatter_add_(0, m, stat[layer]).max())
+            got = _node_risk_brute(hist[:, layer], k, m, N, 0.5)
             assert math.isclose(got, worst[i], rel_tol=1e-12)
+
+
+def test_node_risk_pairs_groups_that_drift_apart():
+    # Four groups on two nodes, equal mean loads: groups 0 and 1 rise over the window while
+    # 2 and 3 fall. Every map has the same mean node loads; the one pairing a rising group
+    # with a falling one keeps its node loads flat, so its risk is the smallest.
+    W, G, N = 8, 4, 2
+    t = torch.arange(W, dtype=torch.float64)
+    rise, fall = 100 + 10 * (t - t.mean()), 100 - 10 * (t - t.mean())
+    hist = torch.stack([rise, rise, fall, fall], 1).view(W, 1, G)               # one expert a group
+    k = step_weights(W, None, hist.device)
+    together = torch.tensor([[[0, 0, 1, 1], [0, 1, 0, 1]]])                     # [L=1, M=2, G]
+    risk = node_risk(hist, k, together, G, N, 1.0)
+    assert math.isclose(float(risk[0, 1]), 200.0, rel_tol=1e-12)                # flat nodes
+    assert float(risk[0, 0]) > 200.0 + 10.0
+    best = swapped_maps(hist, k, together[:, 0], G, N, 1.0, 1)[0, 0]           # one swap from [0, 0, 1, 1]
+    assert best[0] != best[1] and best[2] != best[3]                          # a rising and a falling group a node
 
 
 # Real clusters: GPUs of different speeds, uneven slot counts, failed GPUs ---------------
