@@ -118,13 +118,19 @@ def test_beats_the_greedy_out_of_sample_on_a_drifting_trace(seed):
     assert mine.imbalance_mean < greedy.imbalance_mean - 0.05
 
 
-@pytest.mark.parametrize("policy", ["global", "hierarchical"])
-def test_migration_aware_replan_moves_fewer_replicas_within_slack(policy):
+def _drifting_replan():
+    """(old steps, new steps, problem on the old, problem on the new): a generated DeepSeek-V3
+    drifting trace of 40 steps, 2 layers, on 4 x 8 GPUs with 288 slots, split in two halves."""
     trace = generate("deepseek-v3", "drifting", steps=40, seed=2, num_layers=2, tokens_per_step=8192)
     loads = trace.loads.to(torch.float64)
     old, new = loads[:20], loads[20:]
     cluster = Cluster(4, 32, 288)
-    p_old, p_new = Problem(old.sum(0), cluster=cluster, num_groups=8), Problem(new.sum(0), cluster=cluster, num_groups=8)
+    return old, new, Problem(old.sum(0), cluster=cluster, num_groups=8), Problem(new.sum(0), cluster=cluster, num_groups=8)
+
+
+@pytest.mark.parametrize("policy", ["global", "hierarchical"])
+def test_migration_aware_replan_moves_fewer_replicas_within_slack(policy):
+    old, new, p_old, p_new = _drifting_replan()
     current = solve(p_old, "risk_aware", history=old, policy=policy).plan
     fresh = solve(p_new, "risk_aware", history=new, policy=policy).plan
     aware = solve(p_new, "risk_aware", history=new, policy=policy, current=current, slack=0.02)
@@ -146,11 +152,7 @@ def test_more_bonus_levels_never_move_more_at_equal_slack(monkeypatch):
     # The bonus levels are candidates each; a superset of levels keeps every earlier candidate,
     # so per layer the fewest moves within slack can only fall.
     import solvers.dynamics.risk_migration as rm
-    trace = generate("deepseek-v3", "drifting", steps=40, seed=2, num_layers=2, tokens_per_step=8192)
-    loads = trace.loads.to(torch.float64)
-    old, new = loads[:20], loads[20:]
-    cluster = Cluster(4, 32, 288)
-    p_old, p_new = Problem(old.sum(0), cluster=cluster, num_groups=8), Problem(new.sum(0), cluster=cluster, num_groups=8)
+    old, new, p_old, p_new = _drifting_replan()
     current = solve(p_old, "risk_aware", history=old, policy="hierarchical").plan
     moves = {}
     for levels in (rm.BONUS_LEVELS, tuple(b for b in rm.BONUS_LEVELS if b in (0.0, 0.05, 0.25, 1.0, 4.0))):
