@@ -151,10 +151,18 @@ _PACKING_CANDIDATES = 96
 def _smallest_sum(values: torch.Tensor, mult: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """Sum of the ``k`` smallest items of a multiset: ``values`` [..., E] each ``mult`` [..., E]
     times (float64), ``k`` [...] (at most the items there are: inf beyond)."""
-    v, order = values.sort(-1)
+    # Every value with items holds at least one, so the k smallest items lie among the k
+    # smallest such values: a partial sort (topk) when k is below the values there are.
+    n = values.shape[-1]
+    most = int(math.ceil(float(k.max()))) if k.numel() else 0
+    if 0 < most < n:
+        order = values.masked_fill(mult <= 0, math.inf).topk(most, dim=-1, largest=False).indices
+        v = values.gather(-1, order)
+    else:
+        v, order = values.sort(-1)
     m = mult.gather(-1, order)
     cum_n = m.cumsum(-1)                                                     # items up to each value
-    cum_w = (v * m).cumsum(-1)
+    cum_w = torch.where(m > 0, v * m, torch.zeros_like(v)).cumsum(-1)       # (an inf value of no items: 0)
     # items of the values fully taken, then a part of the next value
     full = (cum_n <= k.unsqueeze(-1)).sum(-1, keepdim=True)                  # [..., 1] values fully taken
     zero = torch.zeros_like(cum_n[..., :1])

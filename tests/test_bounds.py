@@ -156,3 +156,23 @@ def test_replication_value_equals_the_greedy_optimum():
             w = torch.full((X, E), 7.0, dtype=torch.float64)
             w[:, 0] = float(torch.randint(0, 100, (1,), generator=g))
         assert torch.equal(replication_value(w, R), (w / optimal_counts(w, R)).max(1).values), (w, R)
+
+
+def test_smallest_sum_matches_the_listed_multiset():
+    """The k smallest items of a multiset (values each mult times, zero multiplicities and
+    infinite values among them): the partial sort of small k and the full sort agree with
+    listing every item."""
+    from solvers.bounds import _smallest_sum
+    g = torch.Generator().manual_seed(7)
+    for trial in range(60):
+        n = int(torch.randint(1, 12, (1,), generator=g))
+        values = torch.randint(0, 6, (3, n), generator=g).to(torch.float64)
+        if trial % 5 == 0:
+            values[0, 0] = math.inf
+        mult = torch.randint(0, 4, (3, n), generator=g).to(torch.float64)
+        k = torch.randint(0, 2 * n + 2, (3,), generator=g).to(torch.float64)
+        got = _smallest_sum(values, mult, k)
+        for row in range(3):
+            items = sorted(v for v, m in zip(values[row].tolist(), mult[row].tolist()) for _ in range(int(m)))
+            want = sum(items[:int(k[row])]) if k[row] <= len(items) else math.inf
+            assert got[row].item() == want, (values[row], mult[row], k[row])

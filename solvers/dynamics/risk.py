@@ -71,6 +71,19 @@ def _risk(mean: torch.Tensor, var: torch.Tensor, z: float) -> torch.Tensor:
     return mean + z * var.clamp_min(0).sqrt() if z else mean
 
 
+def _swap_risk(mean: torch.Tensor, var: torch.Tensor, ab2: torch.Tensor, ha2: torch.Tensor | None,
+               z: float) -> torch.Tensor:
+    """The risk ``mean + z x sqrt(var - ab2 (+ ha2))`` of a GPU after each swap [n, S, R], in
+    place on the new full tables (``mean`` and ``var`` arrive as broadcast sums, so each is
+    one fresh [n, S, R] tensor)."""
+    if not z:
+        return mean
+    var.sub_(ab2)
+    if ha2 is not None:
+        var += ha2
+    return mean.add_(var.clamp_min_(0).sqrt_(), alpha=z)
+
+
 class Slots:
     """The live GPUs of a real cluster (speeds, uneven slot counts; failed GPUs left out) as a
     *padded* slot grid: GPU q holds grid slots [q x S, q x S + caps[q]) of Q x S, S = the
@@ -211,22 +224,26 @@ def risk_search(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, nu
         cur, g = risk.max(1)
         mine = g.unsqueeze(1) * S + torch.arange(S, device=dev)              # [n, S] slots of g
         ca = c.gather(1, mine.unsqueeze(-1).expand(n, S, W))                   # [n, S, W]
-        ab = torch.bmm(ca * k, c.transpose(1, 2))                             # [n, S, R] <c_a, c_b>
+        ab2 = torch.bmm(ca * (2 * k), c.transpose(1, 2))                     # [n, S, R] 2 <c_a, c_b>
         gb = torch.bmm(gck.gather(1, g.view(n, 1, 1).expand(n, 1, W)), c.transpose(1, 2)).squeeze(1)  # [n, R]
         ga = gb.gather(1, mine)                                               # [n, S]   <G_g, c_a>
         hb = (gck.index_select(1, slot_gpu) * c).sum(-1)                                   # [n, R]   <G_h(b), c_b>
-        ha = torch.bmm(gck, ca.transpose(1, 2)).index_select(1, slot_gpu).transpose(1, 2)  # [n, S, R] <G_h(b), c_a>
+        ha2 = torch.bmm(2 * gck, ca.transpose(1, 2)).index_select(1, slot_gpu).transpose(1, 2)  # [n, S, R] 2 <G_h(b), c_a>
         ma, va = m.gather(1, mine).unsqueeze(2), ivar.gather(1, mine).unsqueeze(2)
+        na, nb = inoise.gather(1, mine).unsqueeze(2), inoise.unsqueeze(1)
         mb, vb = m.unsqueeze(1), ivar.unsqueeze(1)
         g_var = gvar.gather(1, g.unsqueeze(1)).unsqueeze(2)
         g_mean = gm.gather(1, g.unsqueeze(1)).unsqueeze(2)
+        g_noise = gnoise.gather(1, g.unsqueeze(1)).unsqueeze(2)
         h_var, h_mean = gvar.index_select(1, slot_gpu).unsqueeze(1), gm.index_select(1, slot_gpu).unsqueeze(1)
-        na, nb = inoise.gather(1, mine).unsqueeze(2), inoise.unsqueeze(1)
-        g_noise, h_noise = gnoise.gather(1, g.unsqueeze(1)).unsqueeze(2), gnoise.index_select(1, slot_gpu).unsqueeze(1)
-        new_g = _risk(g_mean - ma + mb, g_var + va + vb - 2 * ga.unsqueeze(2) + 2 * gb.unsqueeze(1) - 2 * ab
-                      - (g_noise - na + nb), z)
-        new_h = _risk(h_mean - mb + ma, h_var + va + vb - 2 * hb.unsqueeze(1) + 2 * ha - 2 * ab
-                      - (h_noise - nb + na), z)
+        h_noise = gnoise.index_select(1, slot_gpu).unsqueeze(1)
+        # The [n, S, R] tables are the hot path: the terms that depend on a alone ([n, S, 1])
+        # or on b alone ([n, 1, R]) are summed first, so each table costs a few full passes.
+        new_g = _swap_risk((g_mean - ma) + mb,
+                           (g_var - g_noise + va + na - 2 * ga.unsqueeze(2)) + (vb - nb + 2 * gb.unsqueeze(1)),
+                           ab2, None, z)
+        new_h = _swap_risk((h_mean - mb) + ma, (va - na) + (h_var - h_noise + vb + nb - 2 * hb.unsqueeze(1)),
+                           ab2, ha2, z)
         if inv is not None:
             new_g = new_g * inv.gather(0, g).view(n, 1, 1)
             new_h = new_h * inv.index_select(0, slot_gpu).view(1, 1, R)
