@@ -20,10 +20,17 @@ z = 0.674 that FlashLB's public description uses for both counts and placement, 
 search and no noise correction (the closest the planner here comes to that description).
 
     python -m benchmarks.out_of_sample [--seeds 0,1,2,3,4] [--policy global] [--repeat 3]
+    python -m benchmarks.out_of_sample --unseen [--unseen-seeds 1,2,3]
+
+``--unseen`` replays generator settings that none of the targets (nor any default) was
+chosen on (other models, scenarios and window lengths: ``UNSEEN``) and prints each solver's
+held-out imbalance averaged over the seeds, and ``risk_aware`` minus ``flashlb-style`` per
+seed: a planner tuned to the three target traces would show it there. No targets.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -47,6 +54,7 @@ class Case:
     plan: int            # steps planned on
     score: int           # steps scored on, right after
     target: float        # held-out imbalance of risk_aware on the shipped trace
+    generator: tuple | None = None   # (model, scenario, steps, tokens per step): not a shipped dataset
 
 
 def _cases() -> tuple[Case, ...]:
@@ -70,8 +78,26 @@ SOLVERS = (
 )
 
 
+# (model, scenario, steps planned on, steps scored, tokens per step) of --unseen: settings
+# no target or default was chosen on, each on its model's default cluster.
+UNSEEN = (("deepseek-v3", "mild", 16, 16, 16384), ("deepseek-v3", "drifting", 24, 24, 16384),
+          ("deepseek-v3", "bursty", 20, 20, 16384), ("deepseek-v3", "zipf", 16, 16, 16384),
+          ("qwen3-235b", "shifting-mix", 24, 24, 16384), ("qwen3-235b", "skewed", 12, 12, 16384),
+          ("kimi-k2", "drifting", 16, 16, 16384), ("olmoe-1b-7b", "bursty", 100, 100, 4096),
+          ("mixtral-8x7b", "shifting-mix", 200, 200, 4096))
+
+
+def unseen_cases() -> tuple[Case, ...]:
+    return tuple(Case(f"{model}/{scenario}", get_model(model).default_cluster(), plan, held, math.inf,
+                      (model, scenario, plan + held, tokens))
+                 for model, scenario, plan, held, tokens in UNSEEN)
+
+
 def trace_of(case: Case, seed: int) -> torch.Tensor:
     """[T, L, E] float64: the shipped dataset (seed 0) or its generator settings with ``seed``."""
+    if case.generator is not None:
+        model, scenario, steps, tokens = case.generator
+        return generate(model, scenario, steps=steps, tokens_per_step=tokens, seed=seed).loads.to(torch.float64)
     if seed == 0:
         return load_dataset(case.dataset).loads.to(torch.float64)
     spec = dict(GENERATED[case.dataset])
@@ -111,9 +137,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policy", default="global", choices=("global", "hierarchical"))
     ap.add_argument("--repeat", type=int, default=1, help="runs per plan (median time)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads")
-    ap.add_argument("--cases", default=None, help="comma-separated dataset names (default: all three)")
+    ap.add_argument("--cases", default=None, help="comma-separated dataset names (default: all three; with --unseen: "
+                    "model/scenario names of UNSEEN)")
+    ap.add_argument("--unseen", action="store_true",
+                    help="the generator settings of UNSEEN instead of the targets (no targets)")
+    ap.add_argument("--unseen-seeds", default="1,2,3", help="seeds of --unseen")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.unseen:
+        if args.policy != "global":
+            ap.error("--unseen replays models without expert groups too: global policy only")
+        return unseen([int(s) for s in args.unseen_seeds.split(",")],
+                      None if args.cases is None else args.cases.split(","))
     seeds = [int(s) for s in args.seeds.split(",")]
     cases = [c for c in _cases() if args.cases is None or c.dataset in args.cases.split(",")]
     cols = [c for c, _, _ in SOLVERS]
@@ -142,6 +177,24 @@ def main(argv: list[str] | None = None) -> int:
                     failures.append(f"{case.dataset} seed {seed}: risk_aware took {row['risk_aware'][3]:.2f} s "
                                     "of CPU > 1 s")
     return verdict(failures)
+
+
+def unseen(seeds: list[int], names: list[str] | None) -> int:
+    """Held-out imbalance per solver on the UNSEEN settings (global policy; only ``names``,
+    "model/scenario", when given), mean over ``seeds``."""
+    cols = [c for c, _, _ in SOLVERS]
+    print(f"policy global; held-out imbalance per step, mean over seeds {','.join(map(str, seeds))}; "
+          "last column: risk_aware - flashlb-style per seed")
+    print(f"{'generator setting':26s} {'plan/score':>10s} " + " ".join(f"{c:>13s}" for c in cols))
+    for case in unseen_cases():
+        if names is not None and case.dataset not in names:
+            continue
+        rows = [run_case(case, seed, "global", 1, 1) for seed in seeds]
+        means = (statistics.fmean(r[c][0] for r in rows) for c in cols)
+        diff = " ".join(f"{r['risk_aware'][0] - r['flashlb-style'][0]:+.4f}" for r in rows)
+        print(f"{case.dataset:26s} {f'{case.plan}/{case.score}':>10s} " + " ".join(f"{m:13.4f}" for m in means)
+              + f"   {diff}", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
