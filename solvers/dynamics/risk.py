@@ -198,25 +198,26 @@ def risk_search(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, nu
     slot_zone = slot_gpu // (P // zones)
     inv = None if slots is None else 1 / slots.speed                          # [P]
     p2l = phy2log.clone()
-    active = torch.ones(X, dtype=torch.bool, device=dev)
     rounds = 0
+    # Per-slot state of the rows still searching (rows: their indices in p2l), gathered once;
+    # a swap exchanges two slots' entries, a row that stops is dropped. The GPU sums are
+    # recomputed from it every round, as the slots hold them (no drift from updates).
+    rows = torch.arange(X, device=dev)
+    sp = p2l.clone()                                                          # [n, R]
+    m = mean_e.gather(1, sp)                                                  # [n, R] item means
+    c = cent_e.gather(1, sp.unsqueeze(-1).expand(X, R, W))                    # [n, R, W] centred
+    ivar = (c * (c * k)).sum(-1)                                              # [n, R] raw
+    inoise = noise.gather(1, sp)                                              # [n, R]
     for _ in range(steps):
-        rows = active.nonzero().squeeze(1)
-        if rows.numel() == 0:
+        n = rows.numel()
+        if n == 0:
             break
         rounds += 1
-        n = rows.numel()
         ar = torch.arange(n, device=dev)
-        sp = p2l.index_select(0, rows)                                        # [n, R]
-        m = mean_e.index_select(0, rows).gather(1, sp)                        # [n, R] item means
-        c = cent_e.index_select(0, rows).gather(1, sp.unsqueeze(-1).expand(n, R, W))   # [n, R, W] centred
-        ck = c * k                                                            # weighted
         gm = m.view(n, P, S).sum(-1)                                          # [n, P]
         gc = c.view(n, P, S, W).sum(2)                                        # [n, P, W]
         gck = gc * k
         gvar = (gc * gck).sum(-1)                                             # [n, P] raw
-        ivar = (c * ck).sum(-1)                                               # [n, R] raw
-        inoise = noise.index_select(0, rows).gather(1, sp)                                    # [n, R]
         gnoise = inoise.view(n, P, S).sum(-1)                                 # [n, P]
         risk = _risk(gm, gvar - gnoise, z)
         if inv is not None:
@@ -227,7 +228,7 @@ def risk_search(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, nu
         ab2 = torch.bmm(ca * (2 * k), c.transpose(1, 2))                     # [n, S, R] 2 <c_a, c_b>
         gb = torch.bmm(gck.gather(1, g.view(n, 1, 1).expand(n, 1, W)), c.transpose(1, 2)).squeeze(1)  # [n, R]
         ga = gb.gather(1, mine)                                               # [n, S]   <G_g, c_a>
-        hb = (gck.index_select(1, slot_gpu) * c).sum(-1)                                   # [n, R]   <G_h(b), c_b>
+        hb = (c.view(n, P, S, W) * gck.unsqueeze(2)).sum(-1).view(n, R)                     # [n, R]   <G_h(b), c_b>
         ha2 = torch.bmm(2 * gck, ca.transpose(1, 2)).index_select(1, slot_gpu).transpose(1, 2)  # [n, S, R] 2 <G_h(b), c_a>
         ma, va = m.gather(1, mine).unsqueeze(2), ivar.gather(1, mine).unsqueeze(2)
         na, nb = inoise.gather(1, mine).unsqueeze(2), inoise.unsqueeze(1)
@@ -266,10 +267,13 @@ def risk_search(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, nu
             better &= cur > target.index_select(0, rows)
         i = mine.gather(1, (best // R).unsqueeze(1)).squeeze(1)
         j = best % R
-        swapped = sp.clone()
-        swapped[ar, i], swapped[ar, j] = sp[ar, j], sp[ar, i]
-        p2l.index_copy_(0, rows, torch.where(better.unsqueeze(1), swapped, sp))
-        active[rows[~better]] = False
+        if not bool(better.all()):                                            # drop the rows that stop
+            keep = better.nonzero().squeeze(1)
+            rows, i, j, ar = rows[keep], i[keep], j[keep], ar[:keep.numel()]
+            sp, m, c, ivar, inoise = (t.index_select(0, keep) for t in (sp, m, c, ivar, inoise))
+        for t in (sp, m, c, ivar, inoise):                                    # slot i <-> slot j
+            t[ar, i], t[ar, j] = t[ar, j].clone(), t[ar, i].clone()
+        p2l.index_copy_(0, rows, sp)
     return p2l, rounds
 
 
