@@ -185,12 +185,24 @@ def test_highs_thread_count_can_change_between_solves():
         assert r.info["layers"][0]["solution"] == "solver"
 
 
+def test_highs_after_another_highs_user_with_another_thread_count():
+    # The token scheduler's LP (one thread) and the exact model (two) share HiGHS' global
+    # scheduler: each run resets it when the count changes, whoever ran before.
+    backend("highs")
+    from solvers.dispatch.lp import solve_lp
+    p = small_packing()
+    for threads in (2, 1):
+        assert solve_lp([0, 1, 0, 2], [9, 3, 4], 2).integer == 8
+        r = solve(p, "highs", model="packing", time_limit=10, threads=threads, warm_start=None)
+        assert bool(r.optimal_in_model.all()), (threads, r.message)
+
+
 def test_highs_failure_is_an_error_not_a_time_limit(monkeypatch):
     backend("highs")
-    from solvers.exact import milp
+    from solvers.exact import backends as be
     p = small_packing()
     solve(p, "highs", model="packing", time_limit=10, threads=1)
-    monkeypatch.setattr(milp, "_prepare_scheduler", lambda threads: None)    # no reset: HiGHS refuses
+    monkeypatch.setattr(be, "prepare_highs_scheduler", lambda threads: None)    # no reset: HiGHS refuses
     r = solve(p, "highs", model="packing", time_limit=10, threads=2)
     if r.termination is Termination.OPTIMAL:
         pytest.skip("this HiGHS accepts a new thread count without a reset")

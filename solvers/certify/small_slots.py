@@ -249,6 +249,7 @@ def _solve_lp(o: CountOptions, num_experts: int, num_replicas: int, *, time_limi
         row(0, inf, [K + 1 + lv, K], [1.0, 1.0])
     h.addRows(len(lo_), np.array(lo_, float), np.array(hi_, float), len(idx), np.array(starts, np.int32),
               np.array(idx, np.int32), np.array(val, float))
+    backends.prepare_highs_scheduler(int(threads))   # a shared scheduler: see there
     h.run()
     status = h.getModelStatus()
     if status == highspy.HighsModelStatus.kInfeasible:

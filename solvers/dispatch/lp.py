@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..exact.backends import cpsat_available
+from ..exact.backends import cpsat_available, prepare_highs_scheduler
 from ..plan import Plan
 
 
@@ -65,6 +65,8 @@ def solve_lp(phy2log, tokens, num_gpus: int) -> LPSolution:
         vals = np.array([1.0] * len(cols) + [-1.0])
         h.addRow(-inf, 0.0, len(idx), idx, vals)
     h.changeObjectiveSense(highspy.ObjSense.kMinimize)
+    h.setOptionValue("threads", 1)
+    prepare_highs_scheduler(1)             # the exact models' HiGHS runs share its scheduler
     h.run()
     if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         raise RuntimeError(f"HiGHS: {h.modelStatusToString(h.getModelStatus())}")

@@ -75,3 +75,20 @@ def cbc_command(**kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         return pulp.PULP_CBC_CMD(**kwargs)
+
+
+_SCHEDULER_THREADS: int | None = None
+
+
+def prepare_highs_scheduler(threads: int) -> None:
+    """Call before every HiGHS run of the process, with the run's thread count. HiGHS runs
+    every solve on one global task scheduler, created with the first solve's thread count;
+    a later solve asking for another count is refused (model status "Not Set" after
+    0.01 s). The scheduler is reset whenever the count changes, and once before the first
+    run seen here (another caller may have created it with any count)."""
+    global _SCHEDULER_THREADS
+    import highspy
+
+    if threads != _SCHEDULER_THREADS:
+        highspy.Highs.resetGlobalScheduler(True)
+    _SCHEDULER_THREADS = threads

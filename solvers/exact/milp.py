@@ -295,19 +295,6 @@ def _cbc_log(text: str) -> tuple[float | None, bool, str]:
 
 
 _HIGHS_CLS = None
-_SCHEDULER_THREADS: int | None = None
-
-
-def _prepare_scheduler(threads: int) -> None:
-    """HiGHS runs every solve of a process on one global task scheduler, created with the
-    first solve's thread count; a later solve asking for another count is refused (model
-    status "Not Set" after 0.01 s). Reset the scheduler whenever the count changes."""
-    global _SCHEDULER_THREADS
-    import highspy
-
-    if _SCHEDULER_THREADS is not None and threads != _SCHEDULER_THREADS:
-        highspy.Highs.resetGlobalScheduler(True)
-    _SCHEDULER_THREADS = threads
 
 
 @contextlib.contextmanager
@@ -351,7 +338,7 @@ def _highs_class():
                 sol.col_value = [float(self.warm.get(var.name, 0.0)) for var in lp.variables()]
                 sol.value_valid = True
                 h.setSolution(sol)
-            _prepare_scheduler(int(self.threads or 0))
+            backends.prepare_highs_scheduler(int(self.threads or 0))
             with _quiet_stdout():          # HiGHS 1.12 prints a debug line on warm solutions
                 run_status = h.run()
             status = h.getModelStatus()

@@ -138,6 +138,7 @@ def lp_move_bound(w: np.ndarray, slots: Sequence[int], speed: Sequence[float], o
     h.addCols(ncol, cost, np.zeros(ncol), upper, 0, np.array([], np.int32), np.array([], np.int32), np.array([]))
     h.addRows(nrow, np.concatenate(rows_lo), np.concatenate(rows_hi), v.size, starts, c.astype(np.int32), v)
     h.changeObjectiveSense(highspy.ObjSense.kMinimize)
+    backends.prepare_highs_scheduler(int(threads))   # a shared scheduler: see there
     h.run()
     status = h.getModelStatus()
     if status == highspy.HighsModelStatus.kInfeasible:
