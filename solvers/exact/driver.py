@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ..bounds import optimal_counts
+from ..clock import clock
 from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput
@@ -53,16 +54,25 @@ def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, options:
     bounds = torch.zeros(L, dtype=torch.float64)
     statuses, layers_info = [], []
     skipping, skip_cost = False, _skip_cost(problem.num_experts)
+    overhead = 0.0                       # seconds spent so far on the layers outside the backend
     for layer in range(L):
+        began = clock()
         lm = build_layer(problem, layer, opts, warm_plan, fixed, float(lbs[layer]), explicit)
-        left = deadline.left() - skip_cost * (L - layer - 1)      # keep time to finish the rest
+        # keep time to finish the rest: the estimate, or what a layer has cost here so far
+        # beside its solve (a loaded machine makes every layer slower, not only the backend)
+        per_layer = max(skip_cost, overhead / layer if layer else 0.0)
+        left = deadline.left() - per_layer * (L - layer - 1)
         skipping = skipping or left < _MIN_SOLVE
+        solving = 0.0
         if skipping:
             res = _skipped(problem, layer, lm, opts)
         else:
             limit = min(left, max(_MIN_SOLVE, deadline.share(L - layer) - _RESERVE))
+            t = clock()
             res = solve_layer(lm, time_limit=limit, threads=opts.threads, seed=opts.seed, gap=opts.gap)
+            solving = clock() - t
         row, used = _layer_plan(lm, res)
+        overhead += clock() - began - solving
         status = res.status
         if row is None:
             if status not in ("infeasible", "error"):

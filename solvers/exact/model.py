@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -137,7 +137,7 @@ class LayerModel:
     node_budget: str
     forbid: bool
     replication_only: bool
-    cand: list[list[int]]
+    cand: list[Sequence[int]]
     lb: float
     warm: np.ndarray | None = None
     warm_counts: np.ndarray | None = None
@@ -302,13 +302,13 @@ def plan_counts_matrix(phy2log: np.ndarray, num_experts: int, num_gpus: int) -> 
 def phy2log_from_matrix(xg: np.ndarray, slots_per_gpu: int) -> np.ndarray:
     """[E, P] replicas per GPU -> phy2log [R] (experts in id order on each GPU)."""
     E, P = xg.shape
-    rows = [np.repeat(np.arange(E), xg[:, g]) for g in range(P)]
-    if any(len(r) != slots_per_gpu for r in rows):
+    if bool((xg.sum(0) != slots_per_gpu).any()):
         raise RuntimeError("solver returned a GPU with the wrong number of replicas")
-    return np.concatenate(rows)
+    # GPU-major, experts in id order inside each GPU, each repeated its count there
+    return np.repeat(np.tile(np.arange(E), P), xg.T.reshape(-1))
 
 
-def candidate_counts(w: np.ndarray, lm_caps: np.ndarray, total: int, ub: float | None) -> list[list[int]]:
+def candidate_counts(w: np.ndarray, lm_caps: np.ndarray, total: int, ub: float | None) -> list[range]:
     """Counts each expert may take in an optimal plan of value <= ub.
 
     w: [E]; lm_caps: [E] structural max count. With an upper bound ub, an expert needs
@@ -320,7 +320,8 @@ def candidate_counts(w: np.ndarray, lm_caps: np.ndarray, total: int, ub: float |
         lo = np.maximum(1, np.ceil(w / ub * (1 - 1e-12) - 1e-12).astype(np.int64))
     hi = np.minimum(lm_caps, total - (lo.sum() - lo))
     hi = np.maximum(hi, lo)      # infeasible only if the warm start was; keep one candidate
-    return [list(range(int(lo[e]), int(hi[e]) + 1)) for e in range(E)]
+    # ranges, not lists: E of them per layer are built even for layers left to the warm start
+    return [range(a, b + 1) for a, b in zip(lo.tolist(), hi.tolist())]
 
 
 def build_layer(problem: Problem, layer: int, opts: ExactOptions, warm_plan: Plan | None,
