@@ -271,3 +271,17 @@ def test_one_gpu_per_zone_leaves_no_swap_and_still_plans(nodes, gpus):
     res = solve(problem, "migration", current=current)
     assert res.termination == "completed", res.message
     assert res.score.imbalance_mean >= 1.0
+
+
+def test_moves_per_layer_counts_new_pairs_as_the_presence_tables_do():
+    """moves_per_layer (sorted pair keys) against the scorer's [L, P, E] presence tables, on
+    random plans with repeated experts on a GPU, and with an uneven slot-to-GPU map."""
+    from solvers.migration import moves_per_layer
+    from solvers.scoring import gpu_presence
+    g = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        E, P, S = (int(torch.randint(1, hi, (1,), generator=g)) for hi in (10, 6, 5))
+        a, b = (torch.randint(0, E, (3, P * S), generator=g) for _ in range(2))
+        for slot_gpu in (None, torch.sort(torch.randint(0, P, (P * S,), generator=g)).values):
+            want = (gpu_presence(a, E, P, slot_gpu) & ~gpu_presence(b, E, P, slot_gpu)).flatten(1).sum(1)
+            assert torch.equal(moves_per_layer(a, b, E, P, slot_gpu), want)
