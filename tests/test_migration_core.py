@@ -274,10 +274,11 @@ def test_one_gpu_per_zone_leaves_no_swap_and_still_plans(nodes, gpus):
 
 
 def test_moves_per_layer_counts_new_pairs_as_the_presence_tables_do():
-    """moves_per_layer (sorted pair keys) against the scorer's [L, P, E] presence tables, on
-    random plans with repeated experts on a GPU, and with an uneven slot-to-GPU map."""
+    """moves_per_layer and the scorer's new_pairs (sorted pair keys) against [L, P, E]
+    presence tables, on random plans with repeated experts on a GPU, with an uneven
+    slot-to-GPU map, and with another map and slot count for the previous plan."""
     from solvers.migration import moves_per_layer
-    from solvers.scoring import gpu_presence
+    from solvers.scoring import gpu_presence, new_pairs
     g = torch.Generator().manual_seed(0)
     for _ in range(200):
         E, P, S = (int(torch.randint(1, hi, (1,), generator=g)) for hi in (10, 6, 5))
@@ -285,3 +286,8 @@ def test_moves_per_layer_counts_new_pairs_as_the_presence_tables_do():
         for slot_gpu in (None, torch.sort(torch.randint(0, P, (P * S,), generator=g)).values):
             want = (gpu_presence(a, E, P, slot_gpu) & ~gpu_presence(b, E, P, slot_gpu)).flatten(1).sum(1)
             assert torch.equal(moves_per_layer(a, b, E, P, slot_gpu), want)
+        # the scorer's form: each plan with its own slot map (a failed GPU's slots in the old one)
+        old_gpu = torch.sort(torch.randint(0, P, (P * S + 2,), generator=g)).values
+        c = torch.randint(0, E, (3, P * S + 2), generator=g)
+        want = (gpu_presence(a, E, P) & ~gpu_presence(c, E, P, old_gpu)).flatten(1).sum(1)
+        assert torch.equal(new_pairs(a, c, E, P, None, old_gpu), want)

@@ -272,7 +272,7 @@ def risk_search(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, nu
             rows, i, j, ar = rows[keep], i[keep], j[keep], ar[:keep.numel()]
             sp, m, c, ivar, inoise = (t.index_select(0, keep) for t in (sp, m, c, ivar, inoise))
         for t in (sp, m, c, ivar, inoise):                                    # slot i <-> slot j
-            t[ar, i], t[ar, j] = t[ar, j].clone(), t[ar, i].clone()
+            t[ar, i], t[ar, j] = t[ar, j], t[ar, i]                           # (index reads are copies)
         p2l.index_copy_(0, rows, sp)
     return p2l, rounds
 

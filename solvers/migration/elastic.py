@@ -57,7 +57,7 @@ from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput, get_solver, register, run
 from ..result import SolveResult
-from ..scoring import gpu_presence
+from ..scoring import gpu_presence, new_pairs
 from .elastic_exact import layer_moves, live_view, placement
 from .elastic_lns import polish_layer
 from .exact import place
@@ -398,7 +398,7 @@ def elastic(problem: Problem, previous: Plan, previous_cluster: Cluster | None =
     # per layer: the candidate within target with the fewest moves, else the fresh plan
     layouts = torch.stack([c[0] for c in candidates] + [fresh.plan.phy2log])          # [C+1, L, R]
     met = torch.stack([c[1] for c in candidates] + [torch.ones_like(candidates[0][1])])
-    moves_all = torch.stack([(gpu_presence(x, E, P, new_gpu) & ~old_pres).flatten(1).sum(1) for x in layouts])
+    moves_all = torch.stack([new_pairs(x, previous.phy2log, E, P, new_gpu, old_gpu) for x in layouts])
     key = torch.where(met, moves_all, torch.full_like(moves_all, 1 << 40))
     pick = key.argmin(0)                                                              # [L], ties: first
     rows = torch.arange(pick.shape[0], device=w.device)
@@ -416,7 +416,7 @@ def elastic(problem: Problem, previous: Plan, previous_cluster: Cluster | None =
         per_layer_orphans = (_counts(kept, E) == 0).sum(1)
         p2l_new, polished = polish(problem, previous, old_cluster, p2l, target, polish_time,
                                    torch.where(use, per_layer_orphans, torch.full_like(per_layer_orphans, 1 << 30)))
-        moves = (gpu_presence(p2l_new, E, P, new_gpu) & ~old_pres).flatten(1).sum(1)
+        moves = new_pairs(p2l_new, previous.phy2log, E, P, new_gpu, old_gpu)
         p2l = p2l_new
     info = {"base": base, "slack": slack, "failed": list(cluster.failed), "orphans": orphans,
             "fresh_max_time": fresh_t.tolist(), "target_max_time": target.tolist(),
