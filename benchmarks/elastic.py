@@ -19,7 +19,7 @@ import time
 import torch
 
 from solvers import Cluster, Problem, score, solve
-from solvers.exact import backends
+from solvers import backends
 from solvers.migration import replan_after_failure
 from solvers.migration.elastic_bound import bound_elastic
 from solvers.migration.elastic_exact import prove_elastic

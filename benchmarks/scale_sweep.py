@@ -17,7 +17,7 @@ import sys
 import torch
 
 from solvers import Problem, solve
-from solvers.exact import backends
+from solvers import backends
 
 from .report import verdict
 

@@ -13,7 +13,7 @@ from solvers.bounds import lower_bound, structure_bound
 from solvers.certify import gap_closure
 from solvers.certify.repartition import polish, split_masks
 from solvers.errors import OptionError
-from solvers.exact.backends import highs_available
+from solvers.backends import highs_available
 from solvers.exact.brute import brute_force, packing_optimum
 
 pytestmark = pytest.mark.skipif(not highs_available(), reason="needs highspy")

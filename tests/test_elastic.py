@@ -14,7 +14,7 @@ from app.exports import plan_downloads
 from solvers import Plan, Problem, score, solve
 from solvers.cli import main
 from solvers.errors import OptionError
-from solvers.exact import backends
+from solvers import backends
 from solvers.heuristics.speeds import LiveGPUs
 from solvers.migration import replan_after_failure
 from solvers.migration.elastic import keep_survivors

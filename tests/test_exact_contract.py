@@ -199,7 +199,7 @@ def test_highs_after_another_highs_user_with_another_thread_count():
 
 def test_highs_failure_is_an_error_not_a_time_limit(monkeypatch):
     backend("highs")
-    from solvers.exact import backends as be
+    from solvers import backends as be
     p = small_packing()
     solve(p, "highs", model="packing", time_limit=10, threads=1)
     monkeypatch.setattr(be, "prepare_highs_scheduler", lambda threads: None)    # no reset: HiGHS refuses

@@ -376,7 +376,7 @@ def test_cli_elastic_replan_after_failure(tmp_path, capsys):
 # Exact model in time -------------------------------------------------------------------
 
 def _cpsat_available():
-    from solvers.exact import backends
+    from solvers import backends
     return backends.cpsat_available()
 
 
@@ -427,7 +427,7 @@ def test_exact_backends_in_time_prove_the_brute_force_optimum(backend, w, gpus, 
     enumeration finds; the universal bound never exceeds the optimum of every plan, the
     model bound never exceeds the optimum of the model."""
     from solvers import solve
-    from solvers.exact import backends
+    from solvers import backends
     if not getattr(backends, f"{backend}_available")():
         pytest.skip(f"{backend} not installed")
     slots = [c for c, _ in gpus]
@@ -451,7 +451,7 @@ def test_exact_backends_in_time_prove_the_brute_force_optimum(backend, w, gpus, 
 @needs_cpsat
 def test_certify_in_time_proves_tiny_optima_and_bounds_larger_layers():
     from solvers import solve
-    from solvers.exact import backends
+    from solvers import backends
     if not backends.highs_available():
         pytest.skip("certify needs HiGHS")
     w, slots, speed = [20.0, 3.0, 2.0, 1.0, 1.0], [3, 4], [1.0, 2.0]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from solvers import Problem, solve
-from solvers.exact import backends
+from solvers import backends
 from solvers.exact.milp import _cbc_log, printed_floor
 from solvers.exact.model import LayerModel, LayerResult
 from solvers.exact.scaling import certified, scale_exponent, scaled_layer, unscaled_result

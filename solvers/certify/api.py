@@ -39,7 +39,7 @@ import torch
 from ..bounds import lower_bound
 from ..clock import clock
 from ..errors import OptionError
-from ..exact import backends
+from .. import backends
 from ..heuristics.portfolio import run_portfolio
 from ..options import Option, SolverOptions, policy_option, seed_option, threads_option, time_limit_option
 from ..plan import Plan

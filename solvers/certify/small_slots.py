@@ -28,7 +28,7 @@ import torch
 
 from ..bounds import replica_items
 from ..clock import clock
-from ..exact import backends
+from .. import backends
 from . import shares
 
 # A T proven infeasible in float64 is reported rounded down by this much (load tests
@@ -209,7 +209,7 @@ def _solve_lp(o: CountOptions, num_experts: int, num_replicas: int, *, time_limi
     D_l per level. Rows: one choice per expert; slots <= R; y only beside a full choice;
     D_l = D_{l-1} + supply - demand at level l; D_l + y >= 0.
     """
-    backends.highs_available()           # OR-Tools' HiGHS symbols first (see solvers.exact.backends)
+    backends.highs_available()           # OR-Tools' HiGHS symbols first (see solvers.backends)
     import highspy
 
     E, K, L, R = num_experts, len(o.count), o.num_levels, num_replicas

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..exact.backends import cpsat_available, prepare_highs_scheduler
+from ..backends import cpsat_available, prepare_highs_scheduler
 from ..plan import Plan
 
 
@@ -29,7 +29,7 @@ class LPSolution:
 
 def _highspy():
 
-    cpsat_available()          # OR-Tools first: it bundles HiGHS' symbols (see exact.backends)
+    cpsat_available()          # OR-Tools first: it bundles HiGHS' symbols (see solvers.backends)
     import highspy
 
     return highspy

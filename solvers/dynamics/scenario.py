@@ -36,7 +36,7 @@ from ..bounds import lower_bound
 from ..cluster import Cluster
 from ..clock import clock
 from ..errors import OptionError
-from ..exact import backends
+from .. import backends
 from ..options import Option, SolverOptions, colocation_option, threads_option, time_limit_option
 from ..plan import Plan
 from ..problem import Problem

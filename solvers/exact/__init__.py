@@ -9,7 +9,7 @@ themselves load lazily (``import solvers`` never imports ortools, pulp or highsp
     r.termination, r.status, r.objective, r.gap_max   # optimal, proven_optimal, 196.67, 0
 
 Models and options: :mod:`solvers.exact.api`; formulation: :mod:`solvers.exact.model`;
-backend probes and the ortools/highspy pairing: :mod:`solvers.exact.backends`;
+backend probes: :mod:`solvers.backends`;
 brute-force reference for tiny instances: :func:`brute_force`.
 """
 from . import api  # noqa: F401  (registers the solvers)

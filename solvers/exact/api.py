@@ -44,7 +44,8 @@ from ..options import (
 )
 from ..problem import Problem
 from ..registry import SolverOutput, register
-from . import backends, cpsat, milp
+from .. import backends
+from . import cpsat, milp
 from .driver import run_exact
 from .timed import run_timed
 from ..work import WorkModel

@@ -31,8 +31,8 @@ import numpy as np
 from ..clock import clock
 from ..tolerances import MIP_BOUND_ABS_DISCOUNT, MIP_BOUND_REL_DISCOUNT
 from ..childproc import scratch_dir
-from . import backends
-from .backends import cbc_command
+from .. import backends
+from ..backends import cbc_command
 from .model import LayerModel, LayerResult, canonical_gpu_order
 from .scaling import solve_scaled
 

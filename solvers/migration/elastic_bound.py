@@ -33,7 +33,7 @@ from typing import Sequence
 import numpy as np
 
 from ..clock import clock
-from ..exact import backends
+from .. import backends
 from .elastic_exact import layer_inputs, least_counts
 
 # Relative margin on the time target in the LP (keeps it a relaxation under HiGHS's
@@ -57,7 +57,7 @@ def lp_move_bound(w: np.ndarray, slots: Sequence[int], speed: Sequence[float], o
     "orphans", "spread", "seconds"}. w: [E] loads; slots, speed: [Q] of the live GPUs; old:
     [E, Q] bool; target: max time allowed. "infeasible": no plan meets the target (bound
     None)."""
-    backends.highs_available()           # OR-Tools' HiGHS symbols first (see solvers.exact.backends)
+    backends.highs_available()           # OR-Tools' HiGHS symbols first (see solvers.backends)
     import highspy
 
     start = clock()

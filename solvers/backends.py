@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import importlib
 
-from ..childproc import tied_subprocess_module
+from .childproc import tied_subprocess_module
 
 _reasons: dict[str, str] = {}
 
@@ -92,3 +92,17 @@ def prepare_highs_scheduler(threads: int) -> None:
     if threads != _SCHEDULER_THREADS:
         highspy.Highs.resetGlobalScheduler(True)
     _SCHEDULER_THREADS = threads
+
+
+def cpsat_solver(time_limit: float, threads: int, seed: int = 0, gap: float = 0.0):
+    """A CP-SAT solver with the parameters every model of the package runs under."""
+    from ortools.sat.python import cp_model
+
+    solver = cp_model.CpSolver()
+    p = solver.parameters
+    p.max_time_in_seconds = float(time_limit)
+    p.num_workers = max(1, int(threads))
+    p.random_seed = int(seed)
+    p.relative_gap_limit = float(gap)
+    p.log_search_progress = False
+    return solver

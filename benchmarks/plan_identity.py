@@ -1,0 +1,121 @@
+"""Plans a fixed set of instances with every registered solver on every cluster kind and
+fingerprints each plan (md5 of its phy2log), so that a refactor can show its plans unchanged.
+
+    python -m benchmarks.plan_identity --out before.json            # record
+    python -m benchmarks.plan_identity --check benchmarks/plan_identity.json
+
+Cluster kinds: homogeneous, mixed speeds, uneven slots, a failed GPU (2 nodes x 4 GPUs, 24
+slots). Every solver runs with a fixed seed, one thread and time limits its small instances
+never reach, so a plan is a function of the code alone. A refusal is recorded as its
+message: a solver that refused a cluster kind before and plans it now shows as changed.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+
+import torch
+
+import solvers
+from solvers import Cluster, Problem
+from solvers.cluster import ModelPreset
+
+L, E, G = 3, 16, 4
+KINDS = {
+    "homogeneous": dict(),
+    "speeds": dict(gpu_speed=[1, 1, 1, 1, 1.4, 1.4, 1.4, 1.4]),
+    "uneven": dict(gpu_slots=[4, 4, 3, 3, 3, 3, 2, 2]),
+    "failed": dict(failed=[3]),
+}
+EXACT = dict(time_limit=60.0, threads=1, seed=0)
+# per solver: options beyond the history / plan in force / routing given below
+OPTIONS: dict[str, dict] = {
+    "cpsat": EXACT, "highs": EXACT, "cbc": EXACT,
+    "certify": dict(time_limit=60.0, threads=1, seed=0),
+    "scenario_cpsat": dict(time_limit=60.0, threads=1),
+    "best": dict(time_limit=30.0),
+}
+HISTORY = {"risk_aware", "robust_sum", "robust_max", "ewma", "forecast", "scenario_cpsat", "sched_spread",
+           "traffic_aware"}
+IN_FORCE = {"migration", "elastic"}
+
+
+def trace(seed: int = 0) -> torch.Tensor:
+    """[T=8, L, E] drifting lognormal steps: the window the history planners see."""
+    g = torch.Generator().manual_seed(seed)
+    base = torch.exp(torch.randn(L, E, generator=g, dtype=torch.float64) * 1.2)
+    steps = [base * torch.exp(0.3 * torch.randn(L, E, generator=g, dtype=torch.float64)) + 0.01 * t
+             for t in range(8)]
+    return torch.stack(steps).mul(100).round()
+
+
+def cluster(kind: str) -> Cluster:
+    return Cluster(2, 8, 24, **KINDS[kind]) if "gpu_slots" not in KINDS[kind] else Cluster(2, 8, **KINDS[kind])
+
+
+def fingerprint(result) -> str:
+    return hashlib.md5(result.plan.phy2log.to(torch.int64).contiguous().numpy().tobytes()).hexdigest()
+
+
+def run() -> dict[str, str]:
+    torch.set_num_threads(1)
+    steps = trace()
+    weights = steps.sum(0)
+    routing = None
+    out: dict[str, str] = {}
+    for kind in KINDS:
+        problem = Problem(weights, num_groups=G, cluster=cluster(kind))
+        previous = solvers.solve(Problem(trace(1).sum(0), num_groups=G, cluster=cluster("homogeneous")),
+                                 "deepseek").plan
+        for name in solvers.solver_names():
+            spec = solvers.get_solver(name)
+            if not spec.is_available():
+                out[f"{name}/{kind}"] = "unavailable"
+                continue
+            opts = dict(OPTIONS.get(name, {}))
+            if name in HISTORY:
+                opts["history"] = steps
+            if name in IN_FORCE:
+                opts["current"] = previous
+                if kind != "homogeneous" and name == "elastic":
+                    opts["current_cluster"] = cluster("homogeneous")
+            if name == "traffic_aware":
+                if routing is None:
+                    from solvers.routing import generate_routing
+                    routing = generate_routing(ModelPreset("tiny", L, E, G, 2, cluster="nodes-2x4"), seed=0,
+                                               num_tokens=512, communities=4)
+                opts["routing"] = routing
+            try:
+                res = solvers.solve(problem, name, **opts)
+                out[f"{name}/{kind}"] = fingerprint(res) if res.plan is not None else f"no plan: {res.termination}"
+            except ValueError as exc:
+                out[f"{name}/{kind}"] = f"refused: {exc}"
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", help="write the fingerprints here (JSON)")
+    ap.add_argument("--check", help="compare with fingerprints recorded before (JSON)")
+    args = ap.parse_args(argv)
+    got = run()
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(got, f, indent=1, sort_keys=True)
+    planned = sum(1 for v in got.values() if len(v) == 32)
+    print(f"{len(got)} (solver, cluster kind) cases, {planned} planned")
+    if not args.check:
+        return 0
+    with open(args.check) as f:
+        before = json.load(f)
+    changed = sorted(k for k in set(before) | set(got) if before.get(k) != got.get(k))
+    for k in changed:
+        print(f"changed {k}: {before.get(k)!r} -> {got.get(k)!r}")
+    print(f"{len(changed)} changed, {len(got) - len(changed)} identical")
+    return 1 if changed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
