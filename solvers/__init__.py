@@ -12,8 +12,6 @@ not import torch. Every solver registers (:mod:`solvers.builtin`) when ``solve``
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -31,7 +29,7 @@ _EXPORTS: dict[str, str] = {
     "solver_names": "registry",
     "SolveResult": "result", "Termination": "result", "SolutionStatus": "result",
     "Score": "scoring", "score": "scoring",
-    "BoundViolation": "solve", "InvalidSolverPlan": "solve", "SolverBug": "solve", "solve": "solve",
+    "BoundViolation": "grading", "InvalidSolverPlan": "grading", "SolverBug": "grading", "solve": "entry",
 }
 
 if TYPE_CHECKING:
@@ -44,7 +42,8 @@ if TYPE_CHECKING:
     from .registry import SolverOutput, SolverSpec, get_solver, register, solver_names
     from .result import SolutionStatus, SolveResult, Termination
     from .scoring import Score, score
-    from .solve import BoundViolation, InvalidSolverPlan, SolverBug, solve
+    from .entry import solve
+    from .grading import BoundViolation, InvalidSolverPlan, SolverBug
 
 __all__ = [
     "Problem", "Cluster", "MODELS", "CLUSTERS", "Plan", "Score", "score", "solve", "SolveResult", "SolutionStatus", "Termination", "rebalance_experts",
@@ -56,7 +55,7 @@ __all__ = [
 
 def _export(name: str) -> Any:
     module = importlib.import_module(f".{_EXPORTS[name]}", __name__)
-    if _EXPORTS[name] in ("registry", "solve", "scoring"):
+    if _EXPORTS[name] in ("registry", "entry", "scoring"):
         importlib.import_module(".builtin", __name__)       # every solver registered
     return getattr(module, name)
 
@@ -64,28 +63,10 @@ def _export(name: str) -> Any:
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         value = _export(name)
-        if name != "solve":
-            globals()[name] = value                          # looked up once
+        globals()[name] = value                              # looked up once
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_EXPORTS))
-
-
-class _Root(types.ModuleType):
-    """``solvers.solve`` is the function, not the submodule of the same name: importing the
-    submodule sets the package's attribute to it, which this property ignores."""
-
-    @property
-    def solve(self) -> Any:
-        return _export("solve")
-
-    @solve.setter
-    def solve(self, value: Any) -> None:
-        if not isinstance(value, types.ModuleType):
-            raise AttributeError("solvers.solve is the solve() function; patch solvers.solve.solve instead")
-
-
-sys.modules[__name__].__class__ = _Root

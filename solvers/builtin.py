@@ -2,7 +2,7 @@
 
 Front ends import it (the ``eplb`` commands, the app, the benchmark tasks, the package root's
 :func:`solvers.solve`), so :func:`solvers.registry.solver_names` lists every solver there.
-:mod:`solvers.solve` imports it too: the solvers never call ``solve()`` (they compose
+:mod:`solvers.entry` imports it too: the solvers never call ``solve()`` (they compose
 through :func:`solvers.registry.run`), so the one front-end entry can register them all.
 """
 from __future__ import annotations

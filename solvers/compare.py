@@ -26,7 +26,7 @@ from .problem import Problem
 from .registry import get_solver
 from .routing.trace import RoutingTrace
 from .scoring import Score, score, with_traffic
-from .solve import solve
+from .entry import solve
 
 DEFAULT_SOLVERS = ("deepseek", "kk_swap", "joint", "best")
 # Judged on held-out steps, the planner of the window's steps is the one to beat: the

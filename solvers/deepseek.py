@@ -29,6 +29,7 @@ from .plan import Plan, build_log2phy, replica_ranks
 from .cluster import Cluster
 from .problem import Problem, as_weights
 from .options import SolverOptions, policy_option
+from .threads import one_intra_op_thread
 from .registry import SolverOutput, register
 from .errors import ProblemError
 from .work import WorkModel
@@ -175,7 +176,8 @@ def rebalance_experts(weight: Any, num_replicas: int, num_groups: int, num_nodes
     cluster = Cluster(num_nodes, num_gpus, num_replicas, nodes_must_divide_gpus=False)
     G = cluster.check_experts(w.shape[1], num_groups)
     resolved = cluster.resolve_policy(policy, w.shape[1], G)
-    return deepseek_plan(w, cluster.num_replicas, G, cluster.num_nodes, cluster.num_gpus, resolved).as_tuple()
+    with one_intra_op_thread():      # as every graded solve: small kernels, a thread team only waits
+        return deepseek_plan(w, cluster.num_replicas, G, cluster.num_nodes, cluster.num_gpus, resolved).as_tuple()
 
 
 # Work model (solvers.work): seconds on 2 cores, coefficients measured by

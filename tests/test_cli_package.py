@@ -26,7 +26,7 @@ def test_help_and_version_do_not_import_torch():
             "             ['generate', '--help'], ['convert', '--help']):\n"
             "    assert main(argv) == 0, argv\n"
             "assert 'torch' not in sys.modules, 'torch imported'\n"
-            "assert 'solvers.solve' not in sys.modules\n")
+            "assert 'solvers.entry' not in sys.modules\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "eplb 0.1.0" in out.stdout and "usage: eplb plan" in out.stdout

@@ -63,6 +63,19 @@ def test_unknown_solver_and_option():
         solve(W, "deepseek")
 
 
+def test_solver_by_keyword_and_the_package_attribute():
+    """solve(problem, solver="x"), the call most people type first, runs solver x; the
+    package's ``solve`` is the function whatever was imported before (no module of that name)."""
+    import importlib
+
+    import solvers
+    problem = Problem(W, 16, 4, 2, 8)
+    assert solve(problem, solver="kk_swap").solver == "kk_swap"
+    importlib.import_module("solvers.entry")
+    assert callable(solvers.solve) and solvers.solve is solve
+    assert type(solvers) is type(importlib)          # a plain module: no class swap
+
+
 def test_plan_below_a_proven_bound_fails_loudly(temporary_solver):
     def lying(problem, options):
         plan = Plan(*rebalance_experts(problem.weights, problem.num_replicas, 1, 1, problem.num_gpus))

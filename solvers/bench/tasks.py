@@ -23,7 +23,8 @@ from solvers.errors import EPLBError, OptionError, PlanError
 from solvers.options import option_by_role
 from solvers.registry import get_solver, solver_names
 from solvers.scoring import score
-from solvers.solve import BoundViolation, InvalidSolverPlan, solve
+from solvers.entry import solve
+from solvers.grading import BoundViolation, InvalidSolverPlan
 
 from .dynamics_tasks import is_trace_id, run_dynamics_task
 from .instances import load_instance

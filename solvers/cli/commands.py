@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..solve import SolverBug
+from ..grading import SolverBug
 from .bench import cmd_bench_run, cmd_recommend
 from .catalogue import cmd_solvers
 from .compare import cmd_compare

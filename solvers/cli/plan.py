@@ -11,7 +11,7 @@ from ..progress import Ticker, progress_mode
 from ..registry import get_solver
 from ..result import SolveResult
 from ..scoring import with_traffic
-from ..solve import solve
+from ..entry import solve
 from .routing import routing_arg, token_bytes_arg
 from .args import command_line, fail, flag_option, options_dict
 from .inputs import (dropped_note, format_metrics, loads_sha256, plan_cluster, problem_from_args, read_any_plan,

@@ -1,4 +1,4 @@
-"""``solve``: the front ends' one entry point: any registered solver, its plan graded.
+"""``solve``: the front ends' one entry point (the package root's ``solvers.solve``): any registered solver, its plan graded.
 
 Importing this module registers every solver of the library (the imports below); the
 solvers themselves never call :func:`solve`: they compose through
@@ -18,7 +18,7 @@ from .result import SolveResult
 __all__ = ["solve", "BoundViolation", "InvalidSolverPlan", "SolverBug"]
 
 
-def solve(problem: Problem, solver: str = "deepseek", /, *, previous: Plan | None = None,
+def solve(problem: Problem, solver: str = "deepseek", *, previous: Plan | None = None,
           expert_bytes: int | None = None, previous_cluster: Cluster | None = None, **options: Any) -> SolveResult:
     """Run ``solver`` on ``problem`` and score its plan with the shared scorer.
 
