@@ -5,7 +5,6 @@ import torch
 
 import solvers.registry as registry
 from solvers import Plan, Problem, SolutionStatus, SolverOutput, Termination, rebalance_experts, register, solve
-from solvers.bench.rowkeys import legacy_rows
 
 W = [[90, 132, 40, 61, 104, 165, 39, 4, 73, 56, 183, 86],
      [20, 107, 104, 64, 19, 197, 187, 157, 172, 86, 16, 27]]
@@ -119,32 +118,7 @@ def test_exact_infeasible_or_error_has_no_plan(monkeypatch, bad):
     assert "layer 1" in res.message
 
 
-# Benchmark rows written before the split ------------------------------------------------
-
-def test_legacy_rows_get_termination_and_status():
-    import pandas as pd
-
-    old = pd.DataFrame([
-        {"kind": "heuristic", "status": "optimal", "objective": 1.0},
-        {"kind": "exact", "status": "optimal", "objective": 1.0},
-        {"kind": "exact", "status": "optimal_in_model", "objective": 1.0},
-        {"kind": "heuristic", "status": "feasible", "objective": 1.0},
-        {"kind": "exact", "status": "time_limit", "objective": 1.0},
-        {"kind": "exact", "status": "time_limit", "objective": float("nan")},
-        {"kind": "exact", "status": "infeasible", "objective": float("nan")},
-        {"kind": "heuristic", "status": "bound_violation", "objective": float("nan")},
-        {"kind": "heuristic", "status": "simulated", "objective": float("nan")},
-    ])
-    new = legacy_rows(old)
-    assert list(new["termination"]) == ["completed", "optimal", "optimal", "completed", "time_limit", "time_limit",
-                                        "infeasible", "bound_violation", "simulated"]
-    assert list(new["status"]) == ["proven_optimal", "proven_optimal", "optimal_in_model", "feasible", "feasible",
-                                   "none", "none", "none", ""]
-    assert legacy_rows(new).equals(new)                      # rows of the new layout are left alone
-    mixed = pd.concat([new, pd.DataFrame([{"kind": "exact", "termination": "completed", "status": "feasible",
-                                           "objective": 2.0}])], ignore_index=True)
-    assert legacy_rows(mixed).equals(mixed)
-
+# Shipped benchmark rows ---------------------------------------------------------------------
 
 def test_shipped_results_read_in_the_new_layout():
     from solvers.bench.recommend import SHIPPED_RESULTS

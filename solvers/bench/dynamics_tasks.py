@@ -30,7 +30,7 @@ from solvers.registry import get_solver
 from solvers.workloads import generate, list_datasets, load_dataset
 
 from .instances import TOKENS_PER_STEP
-from .rowkeys import BAD_INPUT, SIMULATED, options_key
+from .store import BAD_INPUT, SIMULATED, options_key
 
 # Keys of a dynamics task's options that set the rebalancing (the others go to the solver).
 SETTING_KEYS = ("every", "threshold", "window", "migration_slack", "migration", "migration_budget", "cooldown")

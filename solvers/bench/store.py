@@ -22,7 +22,20 @@ import pandas as pd
 from solvers.errors import LoadFileError, OptionError
 from solvers.safewrite import write_atomic, write_text_atomic
 
-from .rowkeys import legacy_rows
+# A row's ``termination`` is why the run stopped: a solvers.Termination value, or one of the
+# harness's own verdicts below; its ``status`` is what it has: a solvers.SolutionStatus value
+# ("none" for the verdicts, "" for a replay of the dynamics suite, which is not one plan).
+INVALID_PLAN = "invalid_plan"          # the plan failed validation (a solver bug)
+BOUND_VIOLATION = "bound_violation"    # objective below a proven lower bound (a solver or bound bug)
+BAD_INPUT = "bad_input"                # the solver rejected the instance or options
+HARD_FAILURES = (INVALID_PLAN, BOUND_VIOLATION)
+SIMULATED = "simulated"                # termination of a finished replay (dynamics suite)
+
+
+def options_key(options: dict[str, Any]) -> str:
+    """A task's options as canonical JSON (the ``options`` column and part of the resume key)."""
+    return json.dumps(options, sort_keys=True, separators=(",", ":"))
+
 
 # Column order of the tidy table (one row per instance x solver x options x seed).
 COLUMNS = [
@@ -82,7 +95,7 @@ OWN_FILES = (CSV_NAME, PARQUET_NAME, META_NAME, SUMMARY_NAME, "profile.png", "pr
 def normalise(df: pd.DataFrame) -> pd.DataFrame:
     """Column order and dtypes of a results table (so CSV and Parquet read back alike)."""
     cols = COLUMNS + [c for c in DERIVED if c in df.columns]
-    df = legacy_rows(df).reindex(columns=cols)      # old rows: one status for why and what (rowkeys)
+    df = df.reindex(columns=cols)
     for c in NUMERIC:
         if c in df.columns:
             df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
@@ -194,7 +207,7 @@ class ResultStore:
         if existing:
             # the CSV is appended and synced per row, so it is the record; Parquet only without it
             old = _read_csv(self.csv_path) if has_csv else read_results(self.dir)
-            old = legacy_rows(old.drop(columns=[c for c in DERIVED if c in old.columns]))
+            old = old.drop(columns=[c for c in DERIVED if c in old.columns])
             self.rows = [{k: v for k, v in r.items() if k in COLUMNS} for r in old.to_dict("records")]
         self._rewrite_csv()    # drops any partial record and fixes the header
         if has_csv:            # the CSV is the record; a Parquet beside it may be behind it

@@ -28,7 +28,7 @@ from solvers.grading import BoundViolation, InvalidSolverPlan
 
 from .dynamics_tasks import is_trace_id, run_dynamics_task
 from .instances import load_instance
-from .rowkeys import BAD_INPUT, BOUND_VIOLATION, HARD_FAILURES, INVALID_PLAN, options_key  # noqa: F401
+from .store import BAD_INPUT, BOUND_VIOLATION, HARD_FAILURES, INVALID_PLAN, options_key  # noqa: F401
 from .store import COLUMNS
 from .suites import DynamicsGroup, Group, Suite
 
