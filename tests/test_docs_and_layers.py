@@ -7,7 +7,7 @@ from solvers.cli import build_parser
 from solvers.cli.catalogue import solver_catalogue_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "notes").glob("*.md"))]
 
 
 def _repository_files() -> list[Path]:

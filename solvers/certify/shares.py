@@ -6,8 +6,8 @@ that share again). The time left is then shared equally over the layers still to
 and each layer's span is cut into phases. A phase runs until its *end*: a cumulative
 fraction of the layer's span measured from the layer's start (so ``lp_bound=0.4`` means
 "the LP bisection runs until 40 % of the layer's time"); the last phase runs to the end of
-the layer. docs/certify.md explains why these numbers (and docs/certify-results.md what
-they gave).
+the layer. docs/certify.md explains why these numbers (and
+docs/notes/2026-11-23-certify-results.md what they gave).
 
 Two slots per GPU, global policy (:data:`TWO_SLOTS` below :data:`WINDOW_FROM_EXPERTS`
 experts, :data:`TWO_SLOTS_LARGE` from there on):
