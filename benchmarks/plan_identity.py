@@ -51,25 +51,34 @@ def trace(seed: int = 0) -> torch.Tensor:
     return torch.stack(steps).mul(100).round()
 
 
-def cluster(kind: str) -> Cluster:
-    return Cluster(2, 8, 24, **KINDS[kind]) if "gpu_slots" not in KINDS[kind] else Cluster(2, 8, **KINDS[kind])
+# survivable puts every expert on two GPUs (2 E slots at least): its own, roomier clusters
+ROOMY = {"homogeneous": dict(), "speeds": KINDS["speeds"], "uneven": dict(gpu_slots=[6, 6, 5, 5, 5, 5, 4, 4]),
+         "failed": dict(failed=[3])}
+
+
+def cluster(kind: str, roomy: bool = False) -> Cluster:
+    kw = (ROOMY if roomy else KINDS)[kind]
+    return Cluster(2, 8, **kw) if "gpu_slots" in kw else Cluster(2, 8, 40 if roomy else 24, **kw)
 
 
 def fingerprint(result) -> str:
     return hashlib.md5(result.plan.phy2log.to(torch.int64).contiguous().numpy().tobytes()).hexdigest()
 
 
-def run() -> dict[str, str]:
+def run(only: set[str] | None = None) -> dict[str, str]:
     torch.set_num_threads(1)
     steps = trace()
     weights = steps.sum(0)
     routing = None
     out: dict[str, str] = {}
     for kind in KINDS:
-        problem = Problem(weights, num_groups=G, cluster=cluster(kind))
+        problems = {roomy: Problem(weights, num_groups=G, cluster=cluster(kind, roomy)) for roomy in (False, True)}
         previous = solvers.solve(Problem(trace(1).sum(0), num_groups=G, cluster=cluster("homogeneous")),
                                  "deepseek").plan
         for name in solvers.solver_names():
+            if only and name not in only:
+                continue
+            problem = problems[name == "survivable"]
             spec = solvers.get_solver(name)
             if not spec.is_available():
                 out[f"{name}/{kind}"] = "unavailable"
@@ -89,7 +98,8 @@ def run() -> dict[str, str]:
                 opts["routing"] = routing
             try:
                 res = solvers.solve(problem, name, **opts)
-                out[f"{name}/{kind}"] = fingerprint(res) if res.plan is not None else f"no plan: {res.termination}"
+                out[f"{name}/{kind}"] = fingerprint(res) if res.plan is not None else \
+                    f"no plan: {res.termination}: {res.message[:200]}"
             except ValueError as exc:
                 out[f"{name}/{kind}"] = f"refused: {exc}"
     return out
@@ -99,8 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="write the fingerprints here (JSON)")
     ap.add_argument("--check", help="compare with fingerprints recorded before (JSON)")
+    ap.add_argument("--solvers", help="only these solvers (comma-separated; default: all)")
     args = ap.parse_args(argv)
-    got = run()
+    only = set(args.solvers.split(",")) if args.solvers else None
+    got = run(only)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(got, f, indent=1, sort_keys=True)
@@ -110,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with open(args.check) as f:
         before = json.load(f)
+    if only:
+        before = {k: v for k, v in before.items() if k.split("/")[0] in only}
     changed = sorted(k for k in set(before) | set(got) if before.get(k) != got.get(k))
     for k in changed:
         print(f"changed {k}: {before.get(k)!r} -> {got.get(k)!r}")
