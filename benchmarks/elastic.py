@@ -20,11 +20,11 @@ import torch
 
 from solvers import Cluster, Problem, score, solve
 from solvers import backends
-from solvers.migration import replan_after_failure
-from solvers.migration.elastic_bound import bound_elastic
+from solvers.elastic import replan_after_failure
 from solvers.migration.elastic_exact import prove_elastic
 from solvers.workloads.catalog import load_dataset
 
+from .elastic_bound import bound_elastic
 from .heuristic_targets import LOADS, pct, table, timed
 
 L, E, P, N = 58, 256, 32, 4
@@ -97,7 +97,7 @@ def exact_rows(args, plans) -> None:
     """The exact elastic model (solvers.migration.elastic_exact) beside the heuristic: on
     small instances (16 experts, 2 nodes x 2 GPUs, 24 slots, GPU 1 failed) it proves the
     fewest moves; on the first real-shape layers it reports the bound it reaches in time.
-    Beside it the LP bound (solvers.migration.elastic_bound, HiGHS; "-" without highspy)."""
+    Beside it the LP bound (benchmarks.elastic_bound, HiGHS; "-" without highspy)."""
     if not backends.cpsat_available():
         print("\n## exact elastic model: skipped (ortools not installed)")
         return

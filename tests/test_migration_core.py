@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from solvers import OptionError, Plan, Problem, score, solve
-from solvers.migration import plan_with_migration, relabel
 from solvers.migration.exact import moves_of, solve_layer
-from solvers.migration.minmoves import repair
-from solvers.migration.relabel import align_slots
+from solvers.replan import plan_with_migration, relabel
+from solvers.replan.relabel import align_slots
+from solvers.replan.repair import repair
 
 
 def _plan(rows, E):
@@ -249,7 +249,7 @@ def test_exact_hierarchical_keeps_groups_whole():
 
 
 def test_pareto_rows_trade_moves_for_balance():
-    from solvers.migration import pareto, pareto_table
+    from benchmarks.migration_pareto import pareto, pareto_table
     old_w, new_w = _drifted(4, 32, 5)
     prev = solve(Problem(old_w, 48, 1, 1, 8), "deepseek").plan
     rows = pareto(Problem(new_w, 48, 1, 1, 8), "deepseek", prev, slacks=(0.0, 0.05, 0.2), expert_bytes=2)
@@ -273,11 +273,10 @@ def test_one_gpu_per_zone_leaves_no_swap_and_still_plans(nodes, gpus):
     assert res.score.imbalance_mean >= 1.0
 
 
-def test_moves_per_layer_counts_new_pairs_as_the_presence_tables_do():
-    """moves_per_layer and the scorer's new_pairs (sorted pair keys) against [L, P, E]
+def test_new_pairs_counts_as_the_presence_tables_do():
+    """The scorer's new_pairs (sorted pair keys), the re-plans' move count, against [L, P, E]
     presence tables, on random plans with repeated experts on a GPU, with an uneven
     slot-to-GPU map, and with another map and slot count for the previous plan."""
-    from solvers.migration import moves_per_layer
     from solvers.scoring import gpu_presence, new_pairs
     g = torch.Generator().manual_seed(0)
     for _ in range(200):
@@ -285,7 +284,7 @@ def test_moves_per_layer_counts_new_pairs_as_the_presence_tables_do():
         a, b = (torch.randint(0, E, (3, P * S), generator=g) for _ in range(2))
         for slot_gpu in (None, torch.sort(torch.randint(0, P, (P * S,), generator=g)).values):
             want = (gpu_presence(a, E, P, slot_gpu) & ~gpu_presence(b, E, P, slot_gpu)).flatten(1).sum(1)
-            assert torch.equal(moves_per_layer(a, b, E, P, slot_gpu), want)
+            assert torch.equal(new_pairs(a, b, E, P, slot_gpu, slot_gpu), want)
         # the scorer's form: each plan with its own slot map (a failed GPU's slots in the old one)
         old_gpu = torch.sort(torch.randint(0, P, (P * S + 2,), generator=g)).values
         c = torch.randint(0, E, (3, P * S + 2), generator=g)

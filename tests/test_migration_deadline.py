@@ -9,8 +9,8 @@ import torch
 
 from solvers import Problem, solve
 from solvers.clock import FakeClock, fake_clock
-from solvers.migration import api
 from solvers.migration.exact import BUILD_TIME_LIMIT, ExactLayer, solve_layer
+from solvers.replan import solver as api
 
 
 def _problem(layers: int = 8) -> Problem:

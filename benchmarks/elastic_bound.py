@@ -32,9 +32,9 @@ from typing import Sequence
 
 import numpy as np
 
-from ..clock import clock
-from .. import backends
-from .elastic_exact import layer_inputs, least_counts
+from solvers import backends
+from solvers.clock import clock
+from solvers.migration.elastic_exact import layer_inputs, least_counts
 
 # Relative margin on the time target in the LP (keeps it a relaxation under HiGHS's
 # feasibility tolerance of 1e-7 on rows scaled to the target).

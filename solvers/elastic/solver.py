@@ -8,7 +8,7 @@ layer's max GPU *time* is within ``(1 + slack)`` x that of a fresh plan on the s
 starting from **keep** (every live GPU keeps the replicas it held, as many as its slots now
 allow; the slots it gained are holes, filled first):
 
-- **A1, A2: the move-minimal search** (:mod:`.elastic_moves`): orphans (experts left
+- **A1, A2: the move-minimal search** (:mod:`.search`): orphans (experts left
   without a live replica) replace spare replicas where the excess time over the target
   grows least, then the steps removing the most excess per move added (replace one slot's
   expert: one move; swap two slots: up to two). A2 repeats it where A1 met the target, its
@@ -29,26 +29,20 @@ allow; the slots it gained are holes, filled first):
 
 Every candidate then sheds the moves it no longer needs (``shed_moves``: a moved slot
 becomes an expert its GPU holds or held, or swaps, every GPU staying within target). Each
-layer keeps the candidate within target with the fewest moves. Layers no candidate brings within target take the fresh plan. Moves are counted as
+layer keeps the candidate within target with the fewest moves; layers no candidate brings
+within target take the fresh plan. Moves are counted as
 the shared scorer counts them, each plan's slots mapped to GPUs by its own cluster: a
 (GPU, expert) pair the plan in force did not have.
-
-With ``polish_time > 0`` the chosen layouts then get the large-neighbourhood polish
-(:mod:`.elastic_lns`: a few GPUs' slots at a time solved exactly by CP-SAT, the rest
-fixed), the layers with the most moves above their orphans first, within that many seconds
-in all; it takes a neighbourhood only when it saves a move.
 """
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
 from ..clock import clock
 from ..cluster import Cluster
 from ..errors import OptionError, PlanError
-from .. import backends
 from ..grading import graded_run
 from ..heuristics.speed_pipeline import layer_times
 from ..heuristics.speeds import LiveGPUs
@@ -58,10 +52,7 @@ from ..problem import Problem
 from ..registry import SolverOutput, get_solver, register, run
 from ..result import SolveResult
 from ..scoring import gpu_presence, new_pairs
-from .elastic_exact import layer_moves, live_view, placement
-from .elastic_lns import polish_layer
-from .exact import place
-from .elastic_moves import Layout, match_orphans, place_orphans, reduce_excess, shed_moves, spread_penalty
+from .search import Layout, counts, match_orphans, place_orphans, reduce_excess, shed_moves, spread_penalty
 from ..work import WorkModel
 
 # A time within this relative margin of its target meets it.
@@ -123,13 +114,6 @@ def keep_survivors(old: torch.Tensor, old_cluster: Cluster, cluster: Cluster) ->
     return out
 
 
-def _counts(e: torch.Tensor, num_experts: int) -> torch.Tensor:
-    """[X, E] replicas per expert of a layout with holes (-1) e: [X, R]."""
-    cnt = torch.zeros(e.shape[0], num_experts + 1, dtype=torch.int64, device=e.device)
-    cnt.scatter_add_(1, e + 1, torch.ones_like(e))
-    return cnt[:, 1:]
-
-
 def rescue(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, need: torch.Tensor,
            target: torch.Tensor | None = None) -> torch.Tensor:
     """Fill the holes (-1) of e: [X, R] and bring every expert up to ``need`` [X, E]
@@ -143,7 +127,7 @@ def rescue(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, need: torch.Tensor,
     rows = torch.arange(X, device=e.device)
     inv = 1 / gpus.speed
     for _ in range(2 * R):
-        cnt = _counts(e, E)
+        cnt = counts(e, E)
         holes = e < 0
         short = cnt < need
         want = short.any(1)
@@ -209,7 +193,7 @@ def repair_time(w: torch.Tensor, e: torch.Tensor, old_pres: torch.Tensor, target
     old_flat = old_pres.reshape(X, -1)                                               # [X, P*E]
     live_ids = torch.tensor(sorted(set(slot_gpu.tolist())), device=e.device)          # cluster id of live index
     for _ in range(max_rounds):
-        cnt = _counts(e, E)
+        cnt = counts(e, E)
         per = w / cnt
         sw = per.gather(1, e)                                                         # [X, R]
         load = gpus.loads(sw)
@@ -288,7 +272,7 @@ def repair_time(w: torch.Tensor, e: torch.Tensor, old_pres: torch.Tensor, target
         if not bool(ok.any()):
             break
         e = e2
-    cnt = _counts(e, E)
+    cnt = counts(e, E)
     final = gpus.times((w / cnt).gather(1, e)).max(1).values
     return e, final <= target * (1 + TARGET_RTOL)
 
@@ -309,49 +293,18 @@ def _search(w: torch.Tensor, filled: torch.Tensor, gpus: LiveGPUs, target: torch
     return a, met
 
 
-def polish(problem: Problem, previous: Plan, old_cluster: Cluster, p2l: torch.Tensor, target: torch.Tensor,
-           seconds: float, orphans: torch.Tensor) -> tuple[torch.Tensor, dict]:
-    """The large-neighbourhood polish (:mod:`.elastic_lns`) of the chosen layouts p2l: [L, R]
-    within ``seconds`` in all: the layers with the most moves above their orphans [L] first,
-    each given an even share of the time left. Returns (p2l, report)."""
-    E = problem.num_experts
-    live, slots, speed, old_gpu, new_gpu = live_view(problem.cluster, old_cluster)
-    w = problem.weights.detach().cpu().double().numpy()
-    rows = p2l.cpu().numpy().copy()
-    old_rows = previous.phy2log.cpu().numpy()
-    start = clock()
-    stop = start + seconds
-    olds = [placement(old_rows[layer], old_gpu, live, E) > 0 for layer in range(rows.shape[0])]
-    xgs = [placement(rows[layer], new_gpu, live, E) for layer in range(rows.shape[0])]
-    extra = [layer_moves(xgs[layer], olds[layer]) - int(orphans[layer]) for layer in range(rows.shape[0])]
-    order = [layer for layer in sorted(range(rows.shape[0]), key=lambda x: -extra[x]) if extra[layer] > 0]
-    saved, tried = 0, 0
-    for i, layer in enumerate(order):
-        now = clock()
-        if now >= stop:
-            break
-        tried += 1
-        deadline = now + (stop - now) / (len(order) - i)
-        new = polish_layer(w[layer], slots, speed, olds[layer], xgs[layer], float(target[layer]), deadline,
-                           seed=layer)
-        gain = layer_moves(xgs[layer], olds[layer]) - layer_moves(new, olds[layer])
-        if gain > 0:
-            rows[layer] = place(new, rows[layer], np.asarray(slots))   # the live GPUs' slots, in order
-            saved += gain
-    report = {"seconds": clock() - start, "layers": tried, "moves_saved": saved}
-    return torch.as_tensor(rows, dtype=p2l.dtype, device=p2l.device), report
-
-
 def elastic(problem: Problem, previous: Plan, previous_cluster: Cluster | None = None, *, base: str = "kk_swap",
-            slack: float = 0.01, base_options: dict | None = None, polish_time: float = 0.0) -> SolverOutput:
-    """The elastic re-plan and its report (see the module docstring)."""
+            slack: float = 0.01, base_options: dict | None = None, fresh: SolverOutput | None = None) -> SolverOutput:
+    """The elastic re-plan and its report (see the module docstring). fresh: the fresh plan by
+    ``base`` when the caller has it (re-plans at several slacks share one)."""
     previous, old_cluster = check_elastic(problem, previous, previous_cluster)
     cluster = problem.cluster
     E, P = problem.num_experts, problem.num_gpus
     began = clock()
-    fresh = run(problem, base, base_options)
-    if fresh.plan is None:
-        raise OptionError("base", f"{base!r} found no fresh plan ({fresh.termination}): {fresh.message}")
+    if fresh is None:
+        fresh = run(problem, base, base_options)
+        if fresh.plan is None:
+            raise OptionError("base", f"{base!r} found no fresh plan ({fresh.termination}): {fresh.message}")
     fresh_seconds = clock() - began
     fresh_t = layer_times(problem, fresh.plan.phy2log)                              # [L]
     target = fresh_t * (1 + slack)
@@ -362,7 +315,7 @@ def elastic(problem: Problem, previous: Plan, previous_cluster: Cluster | None =
     new_gpu = _slot_tensor(cluster, w.device)
     old_pres = gpu_presence(previous.phy2log, E, P, old_gpu)                         # [L, P, E]
     kept = keep_survivors(previous.phy2log, old_cluster, cluster)
-    orphans = int((_counts(kept, E) == 0).sum())
+    orphans = int((counts(kept, E) == 0).sum())
     live = torch.tensor(cluster.live_gpus, dtype=torch.int64, device=w.device)
     old_live = old_pres[:, live, :].flatten(1)                                       # [L, Q*E]
     # candidates A1, A2: the move-minimal search (orphans where the excess grows least, A2
@@ -407,26 +360,12 @@ def elastic(problem: Problem, previous: Plan, previous_cluster: Cluster | None =
     moves_fresh = moves_all[-1]
     use = pick < len(candidates)
     repair_seconds = clock() - t0
-    polished = None
-    if polish_time > 0:
-        if not backends.cpsat_available():
-            raise OptionError("polish_time", "the polish needs CP-SAT (ortools), which is not installed: use 0")
-        # the exact large-neighbourhood polish of the layers that used a candidate (a layer on
-        # the fresh plan has no layout within target near the plan in force to polish)
-        per_layer_orphans = (_counts(kept, E) == 0).sum(1)
-        p2l_new, polished = polish(problem, previous, old_cluster, p2l, target, polish_time,
-                                   torch.where(use, per_layer_orphans, torch.full_like(per_layer_orphans, 1 << 30)))
-        moves = new_pairs(p2l_new, previous.phy2log, E, P, new_gpu, old_gpu)
-        p2l = p2l_new
     info = {"base": base, "slack": slack, "failed": list(cluster.failed), "orphans": orphans,
             "fresh_max_time": fresh_t.tolist(), "target_max_time": target.tolist(),
             "fresh_moves": int(moves_fresh.sum()), "moves": int(moves.sum()),
             "moves_per_layer": moves.tolist(), "fallback_layers": (~use).nonzero().squeeze(1).tolist(),
             "search_layers": int((pick < 3).sum()), "matched_layers": int((pick == 2).sum()),
             "seconds": {"fresh": fresh_seconds, "repair": repair_seconds}}
-    if polished is not None:
-        info["polish"] = polished
-        info["seconds"]["polish"] = polished["seconds"]
     return SolverOutput(Plan.from_phy2log(p2l, E), fresh.policy, info=info)
 
 
@@ -439,8 +378,6 @@ _SCHEMA = (
     Option("slack", float, 0.01, "each layer's max GPU time may exceed the fresh plan's by this fraction",
            minimum=0.0, maximum=10.0),
     Option("base_options", object, None, "options of the base solver (a dict)", nullable=True, advanced=True),
-    Option("polish_time", float, 0.0, "seconds in all for the exact large-neighbourhood polish of the re-plan "
-           "(CP-SAT on a few GPUs' slots at a time, per layer; 0: off)", minimum=0.0, advanced=True),
 )
 
 
@@ -460,18 +397,17 @@ def solve_elastic(problem: Problem, o: SolverOptions) -> SolverOutput:
         fresh = run(problem, o.base, base_options)
         return SolverOutput(fresh.plan, fresh.policy, info={"base": o.base, "note": "no placement in force: "
                                                             "the fresh plan"})
-    return elastic(problem, o.current, o.current_cluster, base=o.base, slack=o.slack, base_options=base_options,
-                   polish_time=o.polish_time)
+    return elastic(problem, o.current, o.current_cluster, base=o.base, slack=o.slack, base_options=base_options)
 
 
 def replan_after_failure(problem: Problem, previous: Plan, previous_cluster: Cluster | None = None, *,
                          solver: str = "kk_swap", slack: float = 0.01, expert_bytes: int | None = None,
-                         polish_time: float = 0.0, **solver_options: Any) -> SolveResult:
+                         **solver_options: Any) -> SolveResult:
     """The elastic re-plan of ``previous`` (made for ``previous_cluster``) on ``problem``'s
     cluster (some GPUs failed), graded by the shared scorer: ``score.moves`` counts the
     replicas to load against the plan in force, ``info`` the fresh plan's moves and times."""
     options = dict(base=solver, current=previous, current_cluster=previous_cluster, slack=slack,
-                   base_options=solver_options or None, polish_time=polish_time)
+                   base_options=solver_options or None)
     if previous_cluster is None and isinstance(previous, Plan):
         previous_cluster = healthy_cluster(problem, previous)
     return graded_run(problem, "elastic", options, previous=previous, expert_bytes=expert_bytes,

@@ -14,16 +14,18 @@ layer still above target, the heaviest GPU ``g`` sheds load by one of:
 Moves are counted as the shared scorer counts them, per (GPU, expert) the old plan did not
 hold; a swap's cost is its change of that count (undoing an earlier move is a gain). With
 ``copy_cost`` (planning for transfer time) each such pair weighs what its copy costs
-instead (an inter-node copy several intra-node ones, :func:`solvers.migration.api.copy_costs`),
+instead (an inter-node copy several intra-node ones, :func:`.relabel.copy_costs`),
 and swap partners are searched on every GPU of the zone (a near one is worth the search).
 Under the hierarchical policy replicas never leave their node (``num_zones`` = nodes),
 so whole groups stay together. Layers the repair cannot bring within target are reported
-(the caller falls back to the relabelled fresh plan there).
+(the caller falls back to the relabelled fresh plan there); :func:`recount` gives those a
+second start.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from ..heuristics.common import presence_counts
@@ -50,12 +52,6 @@ class RepairOutcome:
     swaps: torch.Tensor
     count_changes: torch.Tensor
     info: dict = field(default_factory=dict)
-
-
-def _copies(p2l: torch.Tensor, num_experts: int, num_gpus: int) -> torch.Tensor:
-    """[X, P, E] int64 replicas of each expert on each GPU. p2l: [X, R]."""
-
-    return presence_counts(p2l, num_experts, num_gpus)
 
 
 def _counts(p2l: torch.Tensor, num_experts: int) -> torch.Tensor:
@@ -235,7 +231,7 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
     L, E = w.shape
     P = num_gpus
     p2l = previous.clone()
-    old = _copies(previous, E, P) > 0                                             # [L, P, E]
+    old = presence_counts(previous, E, P) > 0                                            # [L, P, E]
     if copy_cost is not None:
         width = max(width, P)
     target = target.to(w.device, torch.float64)
@@ -306,3 +302,51 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
         swaps[rows] += found.to(torch.int64)
         done[rows[~found]] = True
     return RepairOutcome(p2l, met, rounds, swaps, changes, {"polish_rounds": polish})
+
+
+# A second start ----------------------------------------------------------------------------
+# A second start for layers the repair could not bring within target: the placement in
+# force with the fresh plan's replica counts.
+#
+# The repair keeps replica counts unless one expert is too hot, so a layer whose counts
+# drifted far (a regime shift on a small model) may get stuck where no single swap or count
+# change helps; it then fell back to the relabelled fresh plan, which moves most replicas.
+# Here only the replicas whose counts changed move: an expert with more replicas than the
+# fresh plan gives up its replicas on the heaviest GPUs, and an expert with fewer gets those
+# slots (its heaviest replicas to the lightest GPUs). The repair then runs from this start.
+
+
+def recount_layer(w: np.ndarray, p2l: np.ndarray, counts: np.ndarray, num_gpus: int) -> np.ndarray:
+    """phy2log [R] of ``p2l`` [R] with replica counts ``counts`` [E]; w: [E] loads."""
+    R, E = len(p2l), len(w)
+    S = R // num_gpus
+    out = p2l.copy()
+    cnt = np.bincount(out, minlength=E)
+    per = w[out] / cnt[out]                                                     # [R] load per replica
+    gpu_load = np.bincount(np.arange(R) // S, weights=per, minlength=num_gpus)
+    free = []
+    for e in np.flatnonzero(cnt > counts):                                       # surplus replicas
+        slots = np.flatnonzero(out == e)
+        free += list(slots[np.argsort(-gpu_load[slots // S], kind="stable")][: cnt[e] - counts[e]])
+    if not free:
+        return out
+    free = np.asarray(free)
+    np.subtract.at(gpu_load, free // S, per[free])
+    need = np.repeat(np.flatnonzero(counts > cnt), (counts - cnt).clip(min=0)[counts > cnt])
+    need = need[np.argsort(-(w[need] / counts[need]), kind="stable")]          # heaviest replica first
+    for e in need:
+        k = int(np.argmin(gpu_load[free // S]))
+        out[free[k]] = e
+        gpu_load[free[k] // S] += w[e] / counts[e]
+        free = np.delete(free, k)
+    return out
+
+
+def recount(weights: torch.Tensor, p2l: torch.Tensor, counts: torch.Tensor, num_gpus: int) -> torch.Tensor:
+    """phy2log [X, R] of ``p2l`` [X, R] with replica counts ``counts`` [X, E] (rows sum to R);
+    weights: [X, E]."""
+    w = weights.to(torch.float64).cpu().numpy()
+    old = p2l.cpu().numpy()
+    c = counts.cpu().numpy()
+    rows = [recount_layer(w[i], old[i], c[i], num_gpus) for i in range(len(old))]
+    return torch.as_tensor(np.stack(rows), device=p2l.device) if rows else p2l.clone()

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..errors import OptionError
-from ..plan import Plan
-from ..problem import Problem
-from ..registry import run
-from ..scoring import score
-from .api import check_previous, plan_with_migration
-from .relabel import relabel
+from solvers.errors import OptionError
+from solvers.plan import Plan
+from solvers.problem import Problem
+from solvers.registry import run
+from solvers.replan import plan_with_migration, relabel
+from solvers.replan.solver import check_previous
+from solvers.scoring import score
 
 DEFAULT_SLACKS = (0.0, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1)
 

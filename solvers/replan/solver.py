@@ -1,34 +1,36 @@
-"""Migration-aware planning: the fewest moves within ``(1 + slack)`` of a fresh plan's balance.
+"""Re-planning near a plan in force: the fewest moves within ``(1 + slack)`` of a fresh plan's balance.
 
-:func:`plan_with_migration` is the library entry point; the registered solver
-``migration`` does the work, so the plan is graded (max loads, moves, bytes) by the
-shared scorer through :func:`solvers.solve` like any other plan.
+:func:`plan_with_migration` is the library entry; the registered solver ``migration`` does
+the work, so the plan is graded (max loads, moves, bytes) by the shared scorer through
+:func:`solvers.solve` like any other plan. One path over the cluster, per layer, with
+``T = (1 + slack) x`` the max GPU time of a fresh plan by ``base`` (on a homogeneous
+cluster, speed 1 and R/P slots everywhere, the max load):
 
-Per layer, with ``T = (1 + slack) x`` the max GPU load of a fresh plan by ``solver``:
+1. candidates near the plan in force. Homogeneous cluster: the fresh plan relabelled to keep
+   the most replicas in place (:mod:`.relabel`; it always meets T and is the fallback), and the
+   placement in force repaired until it meets T (:mod:`.repair`; under the hierarchical policy,
+   layers whose nodes drifted apart first move the fewest whole groups, :mod:`.regroup`), kept
+   where it moves fewer replicas. Speeds, uneven slots or failed GPUs: the elastic re-plan in
+   time (:mod:`solvers.elastic`), the plan in force being made for this cluster or, after GPUs
+   failed, for the same GPUs before (every GPU with the live GPUs' slot count);
+2. ``budget``: when the plan moves more than ``budget`` x the fresh plan's moves, the layers
+   saving the most moves are re-planned at the wider slacks of ``BUDGET_SLACKS``, level by
+   level, until it fits;
+3. ``method="exact"``: a CP-SAT model per layer over the cluster (:mod:`solvers.migration.exact`),
+   warm-started from the best of the above, within what is left of ``time_limit``; proven
+   optimum or gap per layer.
 
-1. the fresh plan, relabelled to keep the most replicas in place (:mod:`.relabel`): it
-   always meets T, and is the fallback;
-2. ``method="heuristic"``: the placement in force repaired until it meets T
-   (:mod:`.minmoves`; under the hierarchical policy, layers whose nodes drifted apart
-   first move the fewest whole groups, :mod:`.regroup`), kept where it moves fewer
-   replicas than (1);
-3. ``method="exact"``: a CP-SAT model per layer (:mod:`.exact`), warm-started from the
-   best of (1) and (2), within ``time_limit`` for all layers; proven optimum or gap per layer.
-
-``objective="makespan"`` plans for transfer time instead of the move count: every new
-(GPU, expert) pair weighs what its copy takes over the cluster's network
-(:func:`copy_costs`: an inter-node copy costs ``intra_node_bw / inter_node_bw`` intra-node
-ones), in the relabelling, the repair's swaps and the choice between (1) and (2). Then,
-since the makespan is set by the busiest GPU (:mod:`.transfers`), the copies onto the GPUs
-that receive most are made dearer and the plan is made again (``MAKESPAN_PASSES`` times);
-the plan with the shortest schedule wins; the best of them is also tried with the GPUs of
-each node renamed per layer to spread the receivers across layers (:mod:`.spread`). Same
-slack and targets: only which plan within them is chosen changes. Schedules are timed under ``transfer_model`` (``rounds``: one peer
-per GPU and direction at a time; ``shared``: concurrent copies share each GPU's links,
-:mod:`.transfer_models`). On a real cluster (speeds, uneven slots, failed GPUs) the plans
-within the slack are elastic re-plans in time: the makespan objective times the elastic
-re-plan at the slack and at the tighter slacks ``slack x IN_TIME_SHARES`` (each within the
-slack too) and keeps the shortest schedule (fewest moves on ties), so it is never longer
+``objective="makespan"`` plans for transfer time instead of the move count (same slack and
+targets: only which plan within them is chosen changes), timed under ``transfer_model``
+(:func:`solvers.transfers.schedule_transfers`). Homogeneous: every new (GPU, expert) pair
+weighs what its copy takes over the cluster's network (:func:`.relabel.copy_costs`: an
+inter-node copy costs ``intra_node_bw / inter_node_bw`` intra-node ones), in the relabelling,
+the repair's swaps and the choice between them; since the makespan is set by the busiest GPU,
+the copies onto the GPUs that receive most are made dearer and the plan is made again
+(``MAKESPAN_PASSES`` times), and the best is also tried with the GPUs of each node renamed per
+layer to spread the receivers (:func:`.relabel.spread_receivers`). Elsewhere the elastic
+re-plan is also made at the tighter slacks ``slack x IN_TIME_SHARES`` (each within the slack
+too). The plan with the shortest schedule wins (fewest moves on ties), so it is never longer
 than the move-count plan's.
 """
 from __future__ import annotations
@@ -40,26 +42,22 @@ import numpy as np
 import torch
 
 from ..clock import clock
+from ..elastic.solver import check_elastic, elastic
 from ..errors import OptionError, PlanError
+from ..grading import graded_run
+from ..heuristics.speed_pipeline import layer_times
+from ..migration.exact import LayerShares, count_window, solve_layer
 from ..options import Option, SolverOptions, seed_option, threads_option, time_limit_option
 from ..plan import Plan
 from ..problem import Problem
-from ..grading import graded_run
 from ..registry import SolverOutput, get_solver, register, run
 from ..result import SolveResult
-from ..scoring import gpu_loads, gpu_presence
-from .elastic import elastic
-from .exact import LayerShares, count_window, solve_layer
-from .exact_time import exact_pass_in_time
-from .minmoves import TARGET_RTOL, repair
-from .moves import moves_per_layer
-from .recount import recount
-from .regroup import regroup
-from .relabel import relabel
-from .spread import spread_receivers
-from .transfer_models import TRANSFER_MODELS, schedule_with
-from .transfers import presence
+from ..scoring import gpu_loads, gpu_presence, new_pairs, uneven_slot_gpu
+from ..transfers.schedule import TRANSFER_MODELS, schedule_transfers
 from ..work import WorkModel
+from .regroup import regroup
+from .relabel import copy_costs, relabel, spread_receivers
+from .repair import TARGET_RTOL, recount, repair
 
 METHODS = ("heuristic", "exact")
 OBJECTIVES = ("moves", "makespan")
@@ -114,10 +112,10 @@ def _within_budget(problem: Problem, old: torch.Tensor, p2l: torch.Tensor, fresh
 
     def at(wider: float) -> tuple[torch.Tensor, torch.Tensor]:
         fixed = repair(problem.weights, old, fresh_max.to(torch.float64) * (1 + wider), P, zones, item_cap=item_cap)
-        cand = moves_per_layer(fixed.phy2log, old, E, P)
-        return fixed.phy2log, torch.where(fixed.met, cand, moves_per_layer(p2l, old, E, P))   # unmet: no saving
+        cand = new_pairs(fixed.phy2log, old, E, P)
+        return fixed.phy2log, torch.where(fixed.met, cand, new_pairs(p2l, old, E, P))   # unmet: no saving
 
-    out, _, relaxed = widen_to_budget(p2l, moves_per_layer(p2l, old, E, P), int(float(fresh_moves.sum()) * budget),
+    out, _, relaxed = widen_to_budget(p2l, new_pairs(p2l, old, E, P), int(float(fresh_moves.sum()) * budget),
                                       slack, at)
     return out, relaxed
 
@@ -149,21 +147,6 @@ def widen_to_budget(p2l: torch.Tensor, moves: torch.Tensor, allowed: int, slack:
     return out, moves, relaxed
 
 
-def copy_costs(previous: torch.Tensor, num_experts: int, num_gpus: int, num_nodes: int, network) -> torch.Tensor:
-    """[L, P, E] float64: what a copy of expert e onto GPU g costs in units of an intra-node
-    copy: 0 where g held e in ``previous`` ([L, R] phy2log), 1 where another GPU of g's node
-    held it, else the inter-node (or host, when faster) copy's time over the intra-node one."""
-    old = presence(previous.cpu().numpy(), num_experts, num_gpus)                  # [L, P, E]
-    L, P, E = old.shape
-    node_has = old.reshape(L, num_nodes, P // num_nodes, E).any(2)                    # [L, N, E]
-    on_node = np.repeat(node_has, P // num_nodes, axis=1)                             # [L, P, E]
-    far = network.intra_node_bw / network.inter_node_bw
-    if network.host_bw is not None:
-        far = min(far, network.intra_node_bw / network.host_bw)
-    cost = np.where(old, 0.0, np.where(on_node, 1.0, far))
-    return torch.from_numpy(cost).to(previous.device)
-
-
 def _pair_cost(p2l: torch.Tensor, cost: torch.Tensor, num_experts: int, num_gpus: int) -> torch.Tensor:
     """[L] the copies' cost of ``p2l`` [L, R] under ``cost`` [L, P, E] (units of an intra copy)."""
     new = gpu_presence(p2l, num_experts, num_gpus)
@@ -184,17 +167,68 @@ def _group_nodes(previous: np.ndarray, hint: np.ndarray, E: int, G: int, P: int,
     return out
 
 
-def _exact_pass(problem: Problem, previous: Plan, start: torch.Tensor, fresh: Plan, target: torch.Tensor,
-                zones: int, time_limit: float, threads: int, seed: int) -> tuple[torch.Tensor, list[dict]]:
-    """Each layer's CP-SAT model, warm-started from ``start`` [L, R]; returns the improved
-    phy2log and per-layer reports."""
+def _fresh(problem: Problem, base: str, base_options: dict | None) -> tuple[SolverOutput, float]:
+    began = clock()
+    fresh = run(problem, base, base_options)
+    if fresh.plan is None:
+        raise OptionError("solver", f"{base!r} found no fresh plan ({fresh.termination}): {fresh.message}")
+    return fresh, clock() - began
+
+
+def _in_time(problem: Problem, previous: Plan, old_cluster, fresh: SolverOutput, base: str, slack: float,
+             budget: float | None, objective: str, transfer_model: str) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Step 1 (and 2) on a cluster with speeds, uneven slots or failed GPUs: the elastic re-plan
+    of ``previous`` (made for ``old_cluster``) at ``slack``; for the makespan objective also at
+    ``slack x IN_TIME_SHARES``, the shortest schedule kept. Returns phy2log [L, R] and the report."""
+    def at(s: float) -> SolverOutput:
+        return elastic(problem, previous, old_cluster, base=base, slack=s, fresh=fresh)
+
+    out, info = at(slack), {}
+    if objective == "makespan":
+        outs = [out] + [at(slack * share) for share in IN_TIME_SHARES]
+        passes = [{"slack": slack * share, **_timed(problem, previous, old_cluster, x.plan.phy2log, transfer_model)}
+                  for x, share in zip(outs, (1.0,) + IN_TIME_SHARES)]
+        k = min(range(len(outs)), key=lambda i: (passes[i]["makespan_per_byte"], passes[i]["moves"]))
+        out, info = outs[k], {"makespan_passes": passes, "makespan_pass_used": k}
+    p2l = out.plan.phy2log
+    moves = torch.tensor(out.info["moves_per_layer"], dtype=torch.int64)                # [L]
+    relaxed: dict[int, float] = {}
+    if budget is not None:
+        def wider(s: float) -> tuple[torch.Tensor, torch.Tensor]:
+            alt = at(s)
+            return alt.plan.phy2log, torch.tensor(alt.info["moves_per_layer"], dtype=torch.int64)
+
+        p2l, moves, relaxed = widen_to_budget(p2l, moves, int(out.info["fresh_moves"] * budget), slack, wider)
+    return p2l, {"in_time": True, **out.info, "budget": budget, "relaxed_layers": relaxed,
+                 "heuristic_moves": int(moves.sum()), **info}
+
+
+def _timed(problem: Problem, previous: Plan, old_cluster, p2l: torch.Tensor, transfer_model: str) -> dict[str, Any]:
+    """The transfer schedule from ``previous`` to ``p2l`` [L, R] on ``problem``'s cluster, timed
+    with ``TIMING_BYTES`` experts (every copy time scales with the expert size)."""
+    c = problem.cluster
+    sched = schedule_transfers(previous, p2l, c.num_gpus, c.num_gpus // c.num_nodes, TIMING_BYTES, c.network,
+                               num_experts=problem.num_experts, model=transfer_model, slot_gpu=c.slot_gpus(),
+                               previous_slot_gpu=old_cluster.slot_gpus())
+    return {"makespan_per_byte": sched.makespan / TIMING_BYTES, "moves": sched.moves}
+
+
+def _exact_pass(problem: Problem, old: torch.Tensor, start: torch.Tensor, target: torch.Tensor,
+                fresh_cnt: np.ndarray | None, zones: int, time_limit: float, threads: int,
+                seed: int) -> tuple[torch.Tensor, list[dict]]:
+    """Step 3: each layer's CP-SAT model over the cluster (its per-GPU slots and speeds), the
+    plan in force ``old`` [L, R] on this cluster, warm-started from ``start`` [L, R]; a layer
+    takes the model's plan when it moves fewer replicas and meets ``target`` [L] (max time) in
+    float64. fresh_cnt: [L, E] the fresh plan's counts, widening the count window (homogeneous
+    only); zones: nodes whole groups stay in (hierarchical). Returns phy2log and per-layer reports."""
+    c = problem.cluster
     w = problem.weights.to(torch.float64).cpu().numpy()
-    old = previous.phy2log.cpu().numpy()
-    hints = start.cpu().numpy()
-    fcnt = fresh.logcnt.cpu().numpy()
+    old_np, hints = old.cpu().numpy(), start.cpu().numpy()
     L, E = w.shape
     P = problem.num_gpus
-    out = start.clone().cpu()
+    real = {} if c.homogeneous else {"slots": np.asarray(c.gpu_slots, dtype=np.int64),
+                                      "speed": np.asarray(c.gpu_speed, dtype=np.float64)}
+    cand, found = start.clone().cpu(), torch.zeros(L, dtype=torch.bool)
     reports = []
     shares = LayerShares(L, time_limit)
     for layer in range(L):
@@ -202,35 +236,72 @@ def _exact_pass(problem: Problem, previous: Plan, start: torch.Tensor, fresh: Pl
         if per_layer is None:
             reports.append(LayerShares.not_run(layer))
             continue
-        ocnt = np.bincount(old[layer], minlength=E)
-        hcnt = np.bincount(hints[layer], minlength=E)
-        lo, hi, full = count_window(problem.num_replicas, E, ocnt, hcnt, fcnt[layer])
-        groups = _group_nodes(old[layer], hints[layer], E, problem.num_groups, P, zones) if zones > 1 else None
+        counts = [np.bincount(old_np[layer], minlength=E), np.bincount(hints[layer], minlength=E)]
+        lo, hi, full = count_window(problem.num_replicas, E, *counts, *([] if fresh_cnt is None else [fresh_cnt[layer]]))
+        groups = _group_nodes(old_np[layer], hints[layer], E, problem.num_groups, P, zones) if zones > 1 else None
         began = clock()
-        res = solve_layer(w[layer], old[layer], float(target[layer]), P, group_nodes=groups, lo=lo, hi=hi,
-                          full_window=full, hint=hints[layer], time_limit=per_layer, threads=threads,
-                          seed=seed)
+        res = solve_layer(w[layer], old_np[layer], float(target[layer]), P, group_nodes=groups, lo=lo, hi=hi,
+                          full_window=full, hint=hints[layer], time_limit=per_layer, threads=threads, seed=seed,
+                          **real)
         shares.ran(began, per_layer)
-        rep = {"layer": layer, "status": res.status, "moves": res.moves, "bound": res.bound,
-               "proven": res.proven, "full_window": full}
+        reports.append({"layer": layer, "status": res.status, "moves": res.moves, "bound": res.bound,
+                        "proven": res.proven, "full_window": full})
         if res.phy2log is not None:
-            cand = torch.from_numpy(res.phy2log).view(1, -1)
-            plan = Plan.from_phy2log(cand, E)
-            load = gpu_loads(problem.weights[layer:layer + 1].cpu(), plan, P).max(1).values
-            hint_moves = int(moves_per_layer(start[layer:layer + 1].cpu(), previous.phy2log[layer:layer + 1].cpu(),
-                                             E, P)[0])
-            if float(load[0]) <= float(target[layer]) * (1 + TARGET_RTOL) and res.moves < hint_moves:
-                out[layer] = cand[0]
-        reports.append(rep)
-    return out.to(start.device), reports
+            cand[layer], found[layer] = torch.from_numpy(res.phy2log), True
+    cand = cand.to(start.device)
+    sg = uneven_slot_gpu(problem)
+    better = (found.to(start.device) & (layer_times(problem, cand) <= target.to(start.device) * (1 + TARGET_RTOL))
+              & (new_pairs(cand, old, E, P, sg, sg) < new_pairs(start, old, E, P, sg, sg)))
+    return torch.where(better.unsqueeze(1), cand, start), reports
 
 
-def _fresh(problem: Problem, base: str, base_options: dict | None) -> tuple[SolverOutput, float]:
-    began = clock()
-    fresh = run(problem, base, base_options)
-    if fresh.plan is None:
-        raise OptionError("solver", f"{base!r} found no fresh plan ({fresh.termination}): {fresh.message}")
-    return fresh, clock() - began
+def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: float = 0.01,
+            method: str = "heuristic", time_limit: float = 10.0, threads: int = 2, seed: int = 0,
+            base_options: dict | None = None, budget: float | None = None,
+            objective: str = "moves", transfer_model: str = "rounds") -> SolverOutput:
+    """The migration-aware plan and its report (module docstring). The options come checked by
+    the ``migration`` solver's schema; ``previous`` is checked against the problem here."""
+    started = clock()              # the time limit is the whole call's: the exact pass gets what is left
+    if objective == "makespan" and method == "exact":
+        raise OptionError("objective", "the exact method minimises moves; plan for makespan with "
+                          "method='heuristic'")
+    homogeneous = problem.cluster.homogeneous
+    if homogeneous:
+        previous, old_cluster = check_previous(problem, previous), problem.cluster
+    else:
+        if objective == "makespan" and budget is not None:
+            raise OptionError("budget", "on a cluster with speeds, uneven slots or failed GPUs the makespan "
+                              "objective takes no move budget (give one or the other)")
+        previous, old_cluster = check_elastic(problem, previous, None)
+        if method == "exact" and previous.num_replicas != problem.num_replicas:
+            raise OptionError("method", "the exact model keeps replicas in the slots of the plan in force, made "
+                              "here for other slots (before GPUs failed): use method='heuristic' (the elastic "
+                              "re-plan)")
+    fresh, fresh_seconds = _fresh(problem, base, base_options)
+    if not homogeneous:
+        p2l, info = _in_time(problem, previous, old_cluster, fresh, base, slack, budget, objective, transfer_model)
+    elif objective == "makespan":
+        p2l, info = _for_makespan(problem, previous, fresh, slack, budget, transfer_model)
+    else:
+        p2l, info = _heuristic(problem, previous, fresh, slack, budget)
+    info = {"base": base, "method": method, "objective": objective, **info}
+    info["seconds"]["fresh"] = fresh_seconds
+    old = previous.phy2log.to(p2l.device)
+    if method == "exact":
+        fresh_max = info["fresh_max_load" if homogeneous else "fresh_max_time"]
+        target = torch.tensor(info["target_max_load" if homogeneous else "target_max_time"], dtype=torch.float64)
+        for layer, wider in info["relaxed_layers"].items():    # the budget widened these layers' slack
+            target[int(layer)] = fresh_max[int(layer)] * (1 + wider)
+        t0 = clock()
+        p2l, reports = _exact_pass(problem, old, p2l, target, fresh.plan.logcnt.cpu().numpy() if homogeneous else None,
+                                   _zones(fresh.policy, problem) if homogeneous else 1,
+                                   max(0.0, time_limit - (t0 - started)), threads, seed)
+        info["seconds"]["exact"] = clock() - t0
+        info["exact_layers"] = reports
+        info["exact_proven_layers"] = sum(1 for r in reports if r.get("proven"))
+    new_gpu, old_gpu = problem.slot_gpu(), torch.tensor(old_cluster.slot_gpus(), device=problem.device)
+    info["moves_per_layer"] = new_pairs(p2l, old, problem.num_experts, problem.num_gpus, new_gpu, old_gpu).tolist()
+    return SolverOutput(Plan.from_phy2log(p2l, problem.num_experts), fresh.policy, info=info)
 
 
 def _heuristic(problem: Problem, previous: Plan, fresh: SolverOutput, slack: float, budget: float | None,
@@ -246,8 +317,8 @@ def _heuristic(problem: Problem, previous: Plan, fresh: SolverOutput, slack: flo
     t0 = clock()
     relabelled = relabel(fresh.plan, previous, P, problem.num_nodes if zones > 1 else 1, copy_cost).phy2log
     relabel_seconds = clock() - t0
-    fresh_moves = moves_per_layer(fresh.plan.phy2log, old, E, P)
-    relabel_moves = moves_per_layer(relabelled, old, E, P)
+    fresh_moves = new_pairs(fresh.plan.phy2log, old, E, P)
+    relabel_moves = new_pairs(relabelled, old, E, P)
     t0 = clock()
     fresh_cnt = fresh.plan.logcnt.to(torch.float64)
     item_cap = (problem.weights.to(torch.float64) / fresh_cnt).max(1).values * (1 + slack) * (1 + ITEM_MARGIN)
@@ -272,7 +343,7 @@ def _heuristic(problem: Problem, previous: Plan, fresh: SolverOutput, slack: flo
         recounted = ok.tolist()
     repair_seconds = clock() - t0
     if copy_cost is None:
-        use = met & (moves_per_layer(repaired, old, E, P) <= relabel_moves)           # [L]
+        use = met & (new_pairs(repaired, old, E, P) <= relabel_moves)           # [L]
     else:
         use = met & (_pair_cost(repaired, copy_cost, E, P) <= _pair_cost(relabelled, copy_cost, E, P))
     p2l = torch.where(use.unsqueeze(1), repaired, relabelled)
@@ -283,7 +354,7 @@ def _heuristic(problem: Problem, previous: Plan, fresh: SolverOutput, slack: flo
         "slack": slack, "policy": policy,
         "fresh_max_load": fresh_max.tolist(), "target_max_load": target.tolist(),
         "fresh_moves": int(fresh_moves.sum()), "relabelled_moves": int(relabel_moves.sum()),
-        "heuristic_moves": int(moves_per_layer(p2l, old, E, P).sum()),
+        "heuristic_moves": int(new_pairs(p2l, old, E, P).sum()),
         "repair_rounds": fixed.rounds, "repair_swaps": int(fixed.swaps.sum()),
         "repair_count_changes": int(fixed.count_changes.sum()),
         "budget": budget, "relaxed_layers": relaxed,
@@ -293,129 +364,13 @@ def _heuristic(problem: Problem, previous: Plan, fresh: SolverOutput, slack: flo
     return p2l, info
 
 
-def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: float = 0.01,
-            method: str = "heuristic", time_limit: float = 10.0, threads: int = 2, seed: int = 0,
-            base_options: dict | None = None, budget: float | None = None,
-            objective: str = "moves", transfer_model: str = "rounds") -> SolverOutput:
-    """The migration-aware plan and its report (see the module docstring). The options come
-    checked by the ``migration`` solver's schema; ``previous`` is checked against the problem here."""
-    started = clock()              # the time limit is the whole call's: the exact pass gets what is left
-    if not problem.cluster.homogeneous:
-        return _migrate_in_time(problem, previous, base=base, slack=slack, method=method, budget=budget,
-                                objective=objective, base_options=base_options, transfer_model=transfer_model,
-                                exact_limit=(started, time_limit, threads, seed))
-    previous = check_previous(problem, previous)
-    if objective == "makespan" and method == "exact":
-        raise OptionError("objective", "the exact method minimises moves; plan for makespan with "
-                          "method='heuristic'")
-    fresh, fresh_seconds = _fresh(problem, base, base_options)
-    if objective == "makespan":
-        return _for_makespan(problem, previous, fresh, fresh_seconds, base, slack, budget, transfer_model)
-    E, P = problem.num_experts, problem.num_gpus
-    old = previous.phy2log
-    p2l, info = _heuristic(problem, previous, fresh, slack, budget)
-    info = {"base": base, "method": method, "objective": objective, **info}
-    info["seconds"]["fresh"] = fresh_seconds
-    if method == "exact":
-        zones = _zones(fresh.policy, problem)
-        target = torch.tensor(info["target_max_load"], dtype=torch.float64, device=problem.weights.device)
-        t0 = clock()
-        left = max(0.0, time_limit - (t0 - started))
-        p2l, reports = _exact_pass(problem, previous, p2l, fresh.plan, target, zones, left, threads, seed)
-        info["seconds"]["exact"] = clock() - t0
-        info["exact_layers"] = reports
-        info["exact_proven_layers"] = sum(1 for r in reports if r.get("proven"))
-    moves = moves_per_layer(p2l, old, E, P)
-    info["moves_per_layer"] = moves.tolist()
-    return SolverOutput(Plan.from_phy2log(p2l, E), fresh.policy, info=info)
-
-
-def _migrate_in_time(problem: Problem, previous: Any, *, base: str, slack: float, method: str,
-                     budget: float | None, objective: str, base_options: Any,
-                     transfer_model: str = "rounds",
-                     exact_limit: tuple[float, float, int, int] = (0.0, 10.0, 2, 0)) -> SolverOutput:
-    """Migration on a real cluster (speeds, uneven slots, failed GPUs), in time: the elastic
-    re-plan (:mod:`.elastic`) with the plan in force made for this same cluster: keep every
-    replica, rescue experts whose replicas grew heavier than the fresh plan's, repair in
-    time until each layer is within ``(1 + slack)`` x the fresh plan's max time, else the
-    fresh plan. With ``budget``: the layers saving the most moves are re-planned at the
-    wider slacks of BUDGET_SLACKS, level by level, until the moves fit ``budget`` x the
-    fresh plan's. ``method="exact"``: then the CP-SAT model per layer in time
-    (:mod:`.exact_time`), warm-started from that plan, within what is left of the time limit
-    (``exact_limit``: the call's start, its time limit, threads, seed). The makespan
-    objective also makes the elastic re-plan at the tighter slacks ``slack x IN_TIME_SHARES``
-    and keeps the shortest transfer schedule (module docstring)."""
-    if objective == "makespan" and method == "exact":
-        raise OptionError("objective", "the exact method minimises moves; plan for makespan with "
-                          "method='heuristic'")
-    if objective == "makespan" and budget is not None:
-        raise OptionError("budget", "on a cluster with speeds, uneven slots or failed GPUs the makespan objective "
-                          "takes no move budget (give one or the other)")
-    out = elastic(problem, previous, problem.cluster, base=base, slack=slack, base_options=base_options)
-    passes: list[dict[str, Any]] = []
-    if objective == "makespan":
-        out, passes = _shortest_in_time(problem, previous, out, base, slack, base_options, transfer_model)
-    p2l = out.plan.phy2log
-    moves = torch.tensor(out.info["moves_per_layer"], dtype=torch.int64)                # [L]
-    relaxed: dict[int, float] = {}
-    if budget is not None:
-        def at(wider: float) -> tuple[torch.Tensor, torch.Tensor]:
-            alt = elastic(problem, previous, problem.cluster, base=base, slack=wider, base_options=base_options)
-            return alt.plan.phy2log, torch.tensor(alt.info["moves_per_layer"], dtype=torch.int64)
-
-        p2l, moves, relaxed = widen_to_budget(p2l, moves, int(out.info["fresh_moves"] * budget), slack, at)
-    info = {"base": base, "method": method, "objective": objective, "in_time": True, **out.info,
-            "budget": budget, "relaxed_layers": relaxed, "moves_per_layer": moves.tolist(),
-            "heuristic_moves": int(moves.sum())}
-    if passes:
-        info["makespan_passes"] = passes
-        info["makespan_pass_used"] = min(range(len(passes)),
-                                         key=lambda k: (passes[k]["makespan_per_byte"], passes[k]["moves"]))
-    if method == "exact":
-        started, time_limit, threads, seed = exact_limit
-        target = torch.tensor(out.info["target_max_time"], dtype=torch.float64)
-        if relaxed:                                      # the budget widened some layers' slack
-            for layer, wider in relaxed.items():
-                target[int(layer)] = out.info["fresh_max_time"][int(layer)] * (1 + wider)
-        old = previous.phy2log.to(p2l.device)            # a Plan of this cluster: elastic checked it
-        t0 = clock()
-        p2l, reports = exact_pass_in_time(problem, old, p2l, target, max(0.0, time_limit - (t0 - started)),
-                                          threads, seed)
-        info["seconds"]["exact"] = clock() - t0
-        info["exact_layers"] = reports
-        info["exact_proven_layers"] = sum(1 for r in reports if r.get("proven"))
-        info["moves_per_layer"] = moves_per_layer(p2l, old, problem.num_experts, problem.num_gpus,
-                                                  problem.slot_gpu().to(p2l.device)).tolist()
-    return SolverOutput(Plan.from_phy2log(p2l, problem.num_experts), out.policy, info=info)
-
-
-def _shortest_in_time(problem: Problem, previous: Plan, first: SolverOutput, base: str, slack: float,
-                      base_options: Any, transfer_model: str) -> tuple[SolverOutput, list[dict[str, Any]]]:
-    """Of the elastic re-plans at ``slack`` (``first``) and at ``slack x IN_TIME_SHARES``, the one
-    whose transfer schedule from ``previous`` is shortest (fewest copies on ties), timed with
-    ``TIMING_BYTES`` experts (every copy time scales with the expert size); and one record per plan."""
-    cluster = problem.cluster
-    E, P = problem.num_experts, problem.num_gpus
-    slot_gpu = cluster.slot_gpus()                                                     # [R]
-    outs = [first] + [elastic(problem, previous, cluster, base=base, slack=slack * share, base_options=base_options)
-                      for share in IN_TIME_SHARES]
-    passes = []
-    for out, share in zip(outs, (1.0,) + IN_TIME_SHARES):
-        sched = schedule_with(previous, out.plan, P, P // problem.num_nodes, TIMING_BYTES, cluster.network,
-                              num_experts=E, model=transfer_model, slot_gpu=slot_gpu)
-        passes.append({"slack": slack * share, "makespan_per_byte": sched.makespan / TIMING_BYTES,
-                       "moves": sched.moves})
-    k = min(range(len(outs)), key=lambda i: (passes[i]["makespan_per_byte"], passes[i]["moves"]))
-    return outs[k], passes
-
-
-def _for_makespan(problem: Problem, previous: Plan, fresh: SolverOutput, fresh_seconds: float, base: str,
-                  slack: float, budget: float | None, transfer_model: str = "rounds") -> SolverOutput:
+def _for_makespan(problem: Problem, previous: Plan, fresh: SolverOutput, slack: float, budget: float | None,
+                  transfer_model: str) -> tuple[torch.Tensor, dict[str, Any]]:
     """The plan within ``slack`` whose transfer schedule is shortest (module docstring): the
     move-count plan, then ``MAKESPAN_PASSES`` plans with copies weighed by their time, each
     pass making the copies onto the busiest receivers dearer; the shortest schedule wins
     (so never longer than the move-count plan's). Schedules are timed with ``TIMING_BYTES``
-    experts: every copy time scales with the expert size."""
+    experts: every copy time scales with the expert size. Returns phy2log [L, R] and the report."""
     E, P, N = problem.num_experts, problem.num_gpus, problem.num_nodes
     network = problem.cluster.network
     old = previous.phy2log
@@ -425,7 +380,7 @@ def _for_makespan(problem: Problem, previous: Plan, fresh: SolverOutput, fresh_s
     passes = []
     for k in range(MAKESPAN_PASSES + 1):
         p2l, info = _heuristic(problem, previous, fresh, slack, budget, cost)
-        sched = schedule_with(old, p2l, P, P // N, TIMING_BYTES, network, num_experts=E, model=transfer_model)
+        sched = schedule_transfers(old, p2l, P, P // N, TIMING_BYTES, network, num_experts=E, model=transfer_model)
         passes.append({"copy_cost": "moves" if cost is None else "time",
                        "makespan_per_byte": sched.makespan / TIMING_BYTES,
                        "moves": sched.moves})
@@ -436,16 +391,12 @@ def _for_makespan(problem: Problem, previous: Plan, fresh: SolverOutput, fresh_s
         cost = base_cost * torch.as_tensor(weight, dtype=base_cost.dtype, device=base_cost.device).view(-1, P, 1)
     # the best plan with the GPUs of each node renamed per layer to spread the receivers
     spread = spread_receivers(best[0], old, base_cost, E, P, N)
-    sched = schedule_with(old, spread, P, P // N, TIMING_BYTES, network, num_experts=E, model=transfer_model)
+    sched = schedule_transfers(old, spread, P, P // N, TIMING_BYTES, network, num_experts=E, model=transfer_model)
     passes.append({"copy_cost": "spread", "makespan_per_byte": sched.makespan / TIMING_BYTES, "moves": sched.moves})
     if sched.makespan < best[2].makespan:
         best = (spread, best[1], sched, len(passes) - 1)
     p2l, info, sched, k = best
-    info = {"base": base, "method": "heuristic", "objective": "makespan", **info,
-            "makespan_passes": passes, "makespan_pass_used": k}
-    info["seconds"]["fresh"] = fresh_seconds
-    info["moves_per_layer"] = moves_per_layer(p2l, old, E, P).tolist()
-    return SolverOutput(Plan.from_phy2log(p2l, E), fresh.policy, info=info)
+    return p2l, {**info, "makespan_passes": passes, "makespan_pass_used": k}
 
 
 _SCHEMA = (

@@ -12,7 +12,7 @@ moved (then the lowest node load) that leave every node within target become sta
   with spare replicas give slots (those whose replicas stay lightest);
 - arriving replicas go heaviest first to the lightest GPU with a free slot.
 
-The caller repairs every start inside its nodes (:func:`.minmoves.repair`) and keeps,
+The caller repairs every start inside its nodes (:func:`.repair.repair`) and keeps,
 per layer, the start that meets the target with the fewest moves (with a copy-cost table,
 planning for transfer time: the cheapest copies).
 """
@@ -26,9 +26,8 @@ import numpy as np
 import torch
 
 from ..heuristics.hierarchical import balanced_partitions
-from ..scoring import gpu_presence
-from .minmoves import repair
-from .moves import moves_per_layer
+from ..scoring import gpu_presence, new_pairs
+from .repair import repair
 
 
 @lru_cache(maxsize=16)
@@ -161,7 +160,7 @@ def regroup(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor,
     fixed = repair(weights[idx], starts, target[idx], num_gpus, num_nodes,
                    item_cap=None if item_cap is None else item_cap[idx], copy_cost=cost)
     if cost is None:
-        moves = moves_per_layer(fixed.phy2log, previous[idx], E, num_gpus).to(torch.float64)
+        moves = new_pairs(fixed.phy2log, previous[idx], E, num_gpus).to(torch.float64)
     else:
         moves = (gpu_presence(fixed.phy2log, E, num_gpus).to(cost.dtype) * cost).flatten(1).sum(1)
     best: dict[int, tuple[float, torch.Tensor]] = {}
