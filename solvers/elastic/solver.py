@@ -36,6 +36,7 @@ the shared scorer counts them, each plan's slots mapped to GPUs by its own clust
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -90,8 +91,22 @@ def check_elastic(problem: Problem, previous: Any, previous_cluster: Any) -> tup
         previous.validate(problem.num_layers, problem.num_experts, previous_cluster.num_replicas,
                           previous_cluster.num_gpus if previous_cluster.uniform_slots else None)
     except PlanError as exc:
-        raise OptionError("previous", f"is not a valid plan of previous_cluster: {exc}") from None
+        raise OptionError("previous", f"is not a valid plan of the cluster it was made for: {exc}") from None
     return previous.to(problem.device), previous_cluster
+
+
+def fresh_plan(problem: Problem, base: Any, base_options: Any) -> tuple[SolverOutput, float]:
+    """The fresh plan by ``base`` with ``base_options`` (a dict, checked by its schema) and its
+    seconds: the re-plans' balance target (OptionError naming ``base`` or ``base_options``)."""
+    if base in ("elastic", "migration"):
+        raise OptionError("base", f"must be a planning solver, got {base!r}")
+    if base_options is not None and not isinstance(base_options, Mapping):
+        raise OptionError("base_options", f"must be a dict of the base solver's options, got {base_options!r}")
+    began = clock()
+    fresh = run(problem, base, get_solver(base).parse(base_options))
+    if fresh.plan is None:
+        raise OptionError("base", f"{base!r} found no fresh plan ({fresh.termination}): {fresh.message}")
+    return fresh, clock() - began
 
 
 def _slot_tensor(cluster: Cluster, device) -> torch.Tensor:
@@ -175,6 +190,10 @@ def rescue(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, need: torch.Tensor,
             break
         e = e.clone()
         e[rows[act], slot[act]] = who[act]
+    if bool(need.any()) and bool((e < 0).any()):
+        # more replicas needed than slots: the shortages kept taking slots and left holes (a
+        # GPU that gained slots); fill them as the search's start does
+        return rescue(w, e, gpus, torch.zeros_like(need))
     return e
 
 
@@ -294,18 +313,14 @@ def _search(w: torch.Tensor, filled: torch.Tensor, gpus: LiveGPUs, target: torch
 
 
 def elastic(problem: Problem, previous: Plan, previous_cluster: Cluster | None = None, *, base: str = "kk_swap",
-            slack: float = 0.01, base_options: dict | None = None, fresh: SolverOutput | None = None) -> SolverOutput:
+            slack: float = 0.01, base_options: dict | None = None,
+            fresh: SolverOutput | None = None) -> SolverOutput:
     """The elastic re-plan and its report (see the module docstring). fresh: the fresh plan by
     ``base`` when the caller has it (re-plans at several slacks share one)."""
     previous, old_cluster = check_elastic(problem, previous, previous_cluster)
     cluster = problem.cluster
     E, P = problem.num_experts, problem.num_gpus
-    began = clock()
-    if fresh is None:
-        fresh = run(problem, base, base_options)
-        if fresh.plan is None:
-            raise OptionError("base", f"{base!r} found no fresh plan ({fresh.termination}): {fresh.message}")
-    fresh_seconds = clock() - began
+    fresh, fresh_seconds = (fresh, 0.0) if fresh is not None else fresh_plan(problem, base, base_options)
     fresh_t = layer_times(problem, fresh.plan.phy2log)                              # [L]
     target = fresh_t * (1 + slack)
     t0 = clock()
@@ -390,14 +405,16 @@ ELASTIC_WORK = WorkModel.of({"1": 0, "R": 0, "L*R": 0, "L*E*R": 0})
           description="after GPU failures: fewest moves from the placement in force, every expert alive, "
                       "each layer's max time within (1 + slack) x a fresh plan on the survivors")
 def solve_elastic(problem: Problem, o: SolverOptions) -> SolverOutput:
-    if o.base in ("elastic", "migration"):
-        raise OptionError("base", f"must be a planning solver, got {o.base!r}")
-    base_options = get_solver(o.base).parse(o.base_options)
     if o.current is None:
-        fresh = run(problem, o.base, base_options)
-        return SolverOutput(fresh.plan, fresh.policy, info={"base": o.base, "note": "no placement in force: "
-                                                            "the fresh plan"})
-    return elastic(problem, o.current, o.current_cluster, base=o.base, slack=o.slack, base_options=base_options)
+        return no_plan_in_force(problem, o.base, o.base_options)
+    return elastic(problem, o.current, o.current_cluster, base=o.base, slack=o.slack, base_options=o.base_options)
+
+
+def no_plan_in_force(problem: Problem, base: str, base_options: Any) -> SolverOutput:
+    """Without a placement in force (e.g. a benchmark sweep of every solver) nothing can be
+    kept: the fresh plan of ``base``, as is."""
+    fresh, _ = fresh_plan(problem, base, base_options)
+    return SolverOutput(fresh.plan, fresh.policy, info={"base": base, "note": "no placement in force: the fresh plan"})
 
 
 def replan_after_failure(problem: Problem, previous: Plan, previous_cluster: Cluster | None = None, *,

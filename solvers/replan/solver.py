@@ -35,22 +35,21 @@ than the move-count plan's.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from ..clock import clock
-from ..elastic.solver import check_elastic, elastic
-from ..errors import OptionError, PlanError
+from ..elastic.solver import check_elastic, elastic, fresh_plan, healthy_cluster, no_plan_in_force
+from ..errors import OptionError
 from ..grading import graded_run
 from ..heuristics.speed_pipeline import layer_times
 from ..migration.exact import LayerShares, count_window, solve_layer
 from ..options import Option, SolverOptions, seed_option, threads_option, time_limit_option
 from ..plan import Plan
 from ..problem import Problem
-from ..registry import SolverOutput, get_solver, register, run
+from ..registry import SolverOutput, get_solver, register
 from ..result import SolveResult
 from ..scoring import gpu_loads, gpu_presence, new_pairs, uneven_slot_gpu
 from ..transfers.schedule import TRANSFER_MODELS, schedule_transfers
@@ -81,24 +80,6 @@ IN_TIME_SHARES = (0.5, 0.0)
 # Schedules are timed with experts of this many bytes and reported per byte (copy times scale
 # with the size; one-byte experts gave the shared model's source LP makespans under its tolerance).
 TIMING_BYTES = 2**30
-
-
-def check_previous(problem: Problem, previous: Any) -> Plan:
-    """The plan in force, validated against ``problem`` (OptionError naming ``previous``)."""
-    if not isinstance(previous, Plan):
-        raise OptionError("previous", f"must be a solvers.Plan (the placement in force), got "
-                          f"{type(previous).__name__}")
-    want = (problem.num_layers, problem.num_replicas)
-    if tuple(previous.phy2log.shape) != want or previous.num_experts != problem.num_experts:
-        raise OptionError("previous", f"has {previous.num_layers} layers x {previous.num_replicas} slots for "
-                          f"{previous.num_experts} experts; the problem has {want[0]} layers x {want[1]} "
-                          f"slots for {problem.num_experts} experts")
-    try:
-        previous.to(problem.device).validate(problem.num_layers, problem.num_experts, problem.num_replicas,
-                                             problem.num_gpus)
-    except PlanError as exc:
-        raise OptionError("previous", f"is not a valid plan: {exc}") from None
-    return previous.to(problem.device)
 
 
 def _within_budget(problem: Problem, old: torch.Tensor, p2l: torch.Tensor, fresh_moves: torch.Tensor,
@@ -165,14 +146,6 @@ def _group_nodes(previous: np.ndarray, hint: np.ndarray, E: int, G: int, P: int,
     for p2l in (previous, hint):
         out[p2l // (E // G), np.arange(len(p2l)) // S // Q] = True
     return out
-
-
-def _fresh(problem: Problem, base: str, base_options: dict | None) -> tuple[SolverOutput, float]:
-    began = clock()
-    fresh = run(problem, base, base_options)
-    if fresh.plan is None:
-        raise OptionError("solver", f"{base!r} found no fresh plan ({fresh.termination}): {fresh.message}")
-    return fresh, clock() - began
 
 
 def _in_time(problem: Problem, previous: Plan, old_cluster, fresh: SolverOutput, base: str, slack: float,
@@ -253,55 +226,6 @@ def _exact_pass(problem: Problem, old: torch.Tensor, start: torch.Tensor, target
     better = (found.to(start.device) & (layer_times(problem, cand) <= target.to(start.device) * (1 + TARGET_RTOL))
               & (new_pairs(cand, old, E, P, sg, sg) < new_pairs(start, old, E, P, sg, sg)))
     return torch.where(better.unsqueeze(1), cand, start), reports
-
-
-def migrate(problem: Problem, previous: Plan, *, base: str = "deepseek", slack: float = 0.01,
-            method: str = "heuristic", time_limit: float = 10.0, threads: int = 2, seed: int = 0,
-            base_options: dict | None = None, budget: float | None = None,
-            objective: str = "moves", transfer_model: str = "rounds") -> SolverOutput:
-    """The migration-aware plan and its report (module docstring). The options come checked by
-    the ``migration`` solver's schema; ``previous`` is checked against the problem here."""
-    started = clock()              # the time limit is the whole call's: the exact pass gets what is left
-    if objective == "makespan" and method == "exact":
-        raise OptionError("objective", "the exact method minimises moves; plan for makespan with "
-                          "method='heuristic'")
-    homogeneous = problem.cluster.homogeneous
-    if homogeneous:
-        previous, old_cluster = check_previous(problem, previous), problem.cluster
-    else:
-        if objective == "makespan" and budget is not None:
-            raise OptionError("budget", "on a cluster with speeds, uneven slots or failed GPUs the makespan "
-                              "objective takes no move budget (give one or the other)")
-        previous, old_cluster = check_elastic(problem, previous, None)
-        if method == "exact" and previous.num_replicas != problem.num_replicas:
-            raise OptionError("method", "the exact model keeps replicas in the slots of the plan in force, made "
-                              "here for other slots (before GPUs failed): use method='heuristic' (the elastic "
-                              "re-plan)")
-    fresh, fresh_seconds = _fresh(problem, base, base_options)
-    if not homogeneous:
-        p2l, info = _in_time(problem, previous, old_cluster, fresh, base, slack, budget, objective, transfer_model)
-    elif objective == "makespan":
-        p2l, info = _for_makespan(problem, previous, fresh, slack, budget, transfer_model)
-    else:
-        p2l, info = _heuristic(problem, previous, fresh, slack, budget)
-    info = {"base": base, "method": method, "objective": objective, **info}
-    info["seconds"]["fresh"] = fresh_seconds
-    old = previous.phy2log.to(p2l.device)
-    if method == "exact":
-        fresh_max = info["fresh_max_load" if homogeneous else "fresh_max_time"]
-        target = torch.tensor(info["target_max_load" if homogeneous else "target_max_time"], dtype=torch.float64)
-        for layer, wider in info["relaxed_layers"].items():    # the budget widened these layers' slack
-            target[int(layer)] = fresh_max[int(layer)] * (1 + wider)
-        t0 = clock()
-        p2l, reports = _exact_pass(problem, old, p2l, target, fresh.plan.logcnt.cpu().numpy() if homogeneous else None,
-                                   _zones(fresh.policy, problem) if homogeneous else 1,
-                                   max(0.0, time_limit - (t0 - started)), threads, seed)
-        info["seconds"]["exact"] = clock() - t0
-        info["exact_layers"] = reports
-        info["exact_proven_layers"] = sum(1 for r in reports if r.get("proven"))
-    new_gpu, old_gpu = problem.slot_gpu(), torch.tensor(old_cluster.slot_gpus(), device=problem.device)
-    info["moves_per_layer"] = new_pairs(p2l, old, problem.num_experts, problem.num_gpus, new_gpu, old_gpu).tolist()
-    return SolverOutput(Plan.from_phy2log(p2l, problem.num_experts), fresh.policy, info=info)
 
 
 def _heuristic(problem: Problem, previous: Plan, fresh: SolverOutput, slack: float, budget: float | None,
@@ -433,22 +357,51 @@ MIGRATION_WORK = WorkModel.of({"1": 0, "R": 7.76e-05, "L*R": 0, "L*E*R": 1.65e-0
           description="fewest moves from the placement in force within (1 + slack) x a fresh plan's max load "
                       "(max time on real clusters)")
 def solve_migration(problem: Problem, o: SolverOptions) -> SolverOutput:
-    """Without a placement in force (``current=None``, e.g. in a benchmark sweep of every
-    solver) nothing can be kept: the fresh plan of ``base`` is returned as is."""
-    if o.base == "migration":
-        raise OptionError("base", "must be another solver than 'migration'")
-    if o.base_options is not None and not isinstance(o.base_options, Mapping):
-        raise OptionError("base_options", f"must be a dict of the base solver's options, got {o.base_options!r}")
-    base_options = get_solver(o.base).parse(o.base_options)       # checked once, before any work
+    """The migration-aware plan and its report (module docstring); ``current`` is checked
+    against the problem here, the other options by the schema."""
+    started = clock()              # the time limit is the whole call's: the exact pass gets what is left
     if o.current is None:
-        fresh = run(problem, o.base, base_options)
-        if fresh.plan is None:
-            raise OptionError("base", f"{o.base!r} found no plan ({fresh.termination}): {fresh.message}")
-        return SolverOutput(fresh.plan, fresh.policy, info={"base": o.base, "note": "no placement in force: "
-                                                            "the fresh plan"})
-    return migrate(problem, o.current, base=o.base, slack=o.slack, method=o.method, time_limit=o.time_limit,
-                   threads=o.threads, seed=o.seed, base_options=base_options, budget=o.budget,
-                   objective=o.objective, transfer_model=o.transfer_model)
+        return no_plan_in_force(problem, o.base, o.base_options)
+    if o.objective == "makespan" and o.method == "exact":
+        raise OptionError("objective", "the exact method minimises moves; plan for makespan with "
+                          "method='heuristic'")
+    homogeneous = problem.cluster.homogeneous
+    if not homogeneous and o.objective == "makespan" and o.budget is not None:
+        raise OptionError("budget", "on a cluster with speeds, uneven slots or failed GPUs the makespan "
+                          "objective takes no move budget (give one or the other)")
+    # the plan in force is of this cluster or, after GPUs failed, of the same GPUs before
+    previous, old_cluster = check_elastic(problem, o.current, None if problem.cluster.failed else problem.cluster)
+    if o.method == "exact" and old_cluster is not problem.cluster:
+        raise OptionError("method", "the exact model keeps replicas in the slots of the plan in force, made "
+                          "here for other slots (before GPUs failed): use method='heuristic' (the elastic "
+                          "re-plan)")
+    fresh, fresh_seconds = fresh_plan(problem, o.base, o.base_options)
+    if not homogeneous:
+        p2l, info = _in_time(problem, previous, old_cluster, fresh, o.base, o.slack, o.budget, o.objective,
+                             o.transfer_model)
+    elif o.objective == "makespan":
+        p2l, info = _for_makespan(problem, previous, fresh, o.slack, o.budget, o.transfer_model)
+    else:
+        p2l, info = _heuristic(problem, previous, fresh, o.slack, o.budget)
+    info = {"base": o.base, "method": o.method, "objective": o.objective, **info}
+    info["seconds"]["fresh"] = fresh_seconds
+    old = previous.phy2log.to(p2l.device)
+    if o.method == "exact":
+        fresh_max = info["fresh_max_load" if homogeneous else "fresh_max_time"]
+        target = torch.tensor(info["target_max_load" if homogeneous else "target_max_time"], dtype=torch.float64)
+        for layer, wider in info["relaxed_layers"].items():    # the budget widened these layers' slack
+            target[int(layer)] = fresh_max[int(layer)] * (1 + wider)
+        t0 = clock()
+        p2l, reports = _exact_pass(problem, old, p2l, target,
+                                   fresh.plan.logcnt.cpu().numpy() if homogeneous else None,
+                                   _zones(fresh.policy, problem) if homogeneous else 1,
+                                   max(0.0, o.time_limit - (t0 - started)), o.threads, o.seed)
+        info["seconds"]["exact"] = clock() - t0
+        info["exact_layers"] = reports
+        info["exact_proven_layers"] = sum(1 for r in reports if r.get("proven"))
+    new_gpu, old_gpu = problem.slot_gpu(), torch.tensor(old_cluster.slot_gpus(), device=problem.device)
+    info["moves_per_layer"] = new_pairs(p2l, old, problem.num_experts, problem.num_gpus, new_gpu, old_gpu).tolist()
+    return SolverOutput(Plan.from_phy2log(p2l, problem.num_experts), fresh.policy, info=info)
 
 
 def plan_with_migration(problem: Problem, solver: str, previous: Plan, *, slack: float = 0.01,
@@ -482,4 +435,7 @@ def plan_with_migration(problem: Problem, solver: str, previous: Plan, *, slack:
     get_solver(solver)
     options = dict(base=solver, current=previous, slack=slack, method=method, time_limit=time_limit, budget=budget,
                    base_options=solver_options or None, objective=objective, transfer_model=transfer_model)
-    return graded_run(problem, "migration", options, previous=previous, expert_bytes=expert_bytes)
+    # after GPUs failed the plan in force is graded on the cluster it was made for
+    previous_cluster = healthy_cluster(problem, previous) if problem.cluster.failed else None
+    return graded_run(problem, "migration", options, previous=previous, expert_bytes=expert_bytes,
+                      previous_cluster=previous_cluster)
