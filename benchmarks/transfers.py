@@ -45,7 +45,7 @@ from solvers.io import read_loads
 from solvers.network import DEFAULT_NETWORK
 from solvers.replan import plan_with_migration
 from solvers.replan.regroup import candidate_assignments, home_nodes
-from solvers.transfers.schedule import check_schedule, exact_schedule, needed_copies, schedule_copies, \
+from solvers.transfers.schedule import TransferSchedule, exact_schedule, needed_copies, schedule_copies, \
     schedule_transfers
 from solvers.workloads.generators import generate
 
@@ -54,6 +54,20 @@ from .report import load, table
 TRACES = (("deepseek-v3-mild", "deepseek-v3"), ("deepseek-v3-shifting-mix", "deepseek-v3"),
           ("deepseek-v3-skewed", "deepseek-v3"), ("kimi-k2-skewed", "kimi-k2"))
 SHAPES = (("4x8", 4, 32), ("EP64", 8, 64))
+
+
+def check_schedule(sched: TransferSchedule) -> None:
+    """Raise AssertionError unless every copy has a valid source and every round is a
+    matching (one send and one receive per GPU, one host copy per receiver)."""
+    c = sched.copies
+    P = c.num_gpus
+    gpu = sched.src >= 0
+    assert np.all(c.candidates[np.flatnonzero(gpu), sched.src[gpu]]), "a source did not hold the expert"
+    sender = np.where(gpu, sched.src, P + c.dst)
+    for ids in (sender, c.dst):
+        pairs = np.stack([sched.round, ids], 1)
+        assert len(np.unique(pairs, axis=0)) == len(pairs), "a GPU sends or receives twice in a round"
+
 
 
 def replans(window: int):

@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 import torch
 
+from benchmarks.transfers import check_schedule
 from solvers import Plan
 from solvers.cluster import Cluster
 from solvers.errors import OptionError, ProblemError
 from solvers.network import DEFAULT_NETWORK, Network
-from solvers.transfers.schedule import (Copies, check_schedule, colour_edges, exact_schedule, links_of, lower_bounds,
-                                        max_degree, needed_copies, schedule_copies, schedule_transfers)
+from solvers.transfers.schedule import (Copies, colour_edges, exact_schedule, links_of, lower_bounds, max_degree,
+                                        needed_copies, schedule_copies, schedule_transfers)
 
 B = 1_000_000
 

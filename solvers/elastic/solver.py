@@ -109,10 +109,6 @@ def fresh_plan(problem: Problem, base: Any, base_options: Any) -> tuple[SolverOu
     return fresh, clock() - began
 
 
-def _slot_tensor(cluster: Cluster, device) -> torch.Tensor:
-    return torch.tensor(cluster.slot_gpus(), dtype=torch.int64, device=device)
-
-
 def keep_survivors(old: torch.Tensor, old_cluster: Cluster, cluster: Cluster) -> torch.Tensor:
     """[L, R] phy2log on ``cluster`` with each live GPU's old replicas kept (first ones when
     it has fewer slots now); -1 marks a hole. old: [L, R_old] on ``old_cluster``."""
@@ -197,20 +193,16 @@ def rescue(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, need: torch.Tensor,
     return e
 
 
-def repair_time(w: torch.Tensor, e: torch.Tensor, old_pres: torch.Tensor, target: torch.Tensor, gpus: LiveGPUs,
-                num_gpus: int, slot_gpu: torch.Tensor, max_rounds: int = MAX_ROUNDS
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+def repair_time(w: torch.Tensor, e: torch.Tensor, old: torch.Tensor, target: torch.Tensor, gpus: LiveGPUs,
+                max_rounds: int = MAX_ROUNDS) -> tuple[torch.Tensor, torch.Tensor]:
     """Step 3: swaps and count changes until every layer's max time <= target.
 
-    w: [X, E] float64; e: [X, R] complete layout; old_pres: [X, P, E] bool, the plan in
-    force's (GPU, expert) pairs; target: [X]; slot_gpu: [R] the (cluster) GPU of every
-    slot. Returns (e, met [X])."""
+    w: [X, E] float64; e: [X, R] complete layout; old: [X, Q*E] bool, the plan in force's
+    (live GPU, expert) pairs; target: [X]. Returns (e, met [X])."""
     X, R = e.shape
     E = w.shape[1]
     rows = torch.arange(X, device=e.device)
     inv = 1 / gpus.speed
-    old_flat = old_pres.reshape(X, -1)                                               # [X, P*E]
-    live_ids = torch.tensor(sorted(set(slot_gpu.tolist())), device=e.device)          # cluster id of live index
     for _ in range(max_rounds):
         cnt = counts(e, E)
         per = w / cnt
@@ -221,9 +213,9 @@ def repair_time(w: torch.Tensor, e: torch.Tensor, old_pres: torch.Tensor, target
         active = th > target * (1 + TARGET_RTOL)
         if not bool(active.any()):
             break
-        # presence counts of the current plan, on cluster GPU ids
-        pres = torch.zeros(X, num_gpus * E, dtype=torch.int64, device=e.device)
-        pres.scatter_add_(1, slot_gpu * E + e, torch.ones_like(e))
+        # presence counts of the current plan on the live GPUs
+        pres = torch.zeros(X, gpus.Q * E, dtype=torch.int64, device=e.device)
+        pres.scatter_add_(1, gpus.gpu_of * E + e, torch.ones_like(e))
         qh = gpus.grid[h]                                                             # [X, S]
         vh = gpus.valid[h]
         wa = sw.gather(1, qh).masked_fill(~vh, -float("inf"))                         # [X, S]
@@ -233,27 +225,19 @@ def repair_time(w: torch.Tensor, e: torch.Tensor, old_pres: torch.Tensor, target
         new_h = new_h * inv[h].view(X, 1, 1)
         new_g = (load[:, gpus.gpu_of].unsqueeze(1) + d) * inv[gpus.gpu_of]
         cost = torch.maximum(new_h, new_g)                                            # [X, S, R]
-        # moves added by swapping slot a (on h, expert ea) with slot b (on g, expert eb)
-        hg = live_ids[h]                                                              # [X] cluster id
-        gg = slot_gpu                                                                 # [R]
-        eb = e                                                                        # [X, R]
+        # moves added by swapping slot a (on h, expert ea) with slot b (on g, expert eb = e[b])
+        def new_pair(gpu, expert, held):   # the GPU holds ``held`` copies and the plan in force none
+            idx = (gpu * E + expert).view(X, -1)
+            return ((pres.gather(1, idx) == held) & ~old.gather(1, idx)).view_as(gpu).to(torch.int64)
 
-        def gained(gpu, expert):      # the GPU gets the expert: a move unless it holds or held it
-            idx = gpu * E + expert
-            return ((pres.gather(1, idx.view(X, -1)).view_as(idx) == 0)
-                    & ~old_flat.gather(1, idx.view(X, -1)).view_as(idx)).to(torch.int64)
-
-        def lost(gpu, expert):        # the GPU's only copy leaves: a move undone if it was one
-            idx = gpu * E + expert
-            return ((pres.gather(1, idx.view(X, -1)).view_as(idx) == 1)
-                    & ~old_flat.gather(1, idx.view(X, -1)).view_as(idx)).to(torch.int64)
-
-        H = hg.view(X, 1, 1).expand(X, qh.shape[1], R)
-        G = gg.view(1, 1, R).expand(X, qh.shape[1], R)
+        H = h.view(X, 1, 1).expand(X, qh.shape[1], R)
+        G = gpus.gpu_of.view(1, 1, R).expand(X, qh.shape[1], R)
         A = ea.unsqueeze(2).expand(X, qh.shape[1], R)
-        B = eb.unsqueeze(1).expand(X, qh.shape[1], R)
+        B = e.unsqueeze(1).expand(X, qh.shape[1], R)
         same = A == B
-        dm = gained(H, B) + gained(G, A) - lost(H, A) - lost(G, B)
+        # gaining an expert it neither holds nor held is a move; losing its only copy of a
+        # pair that was a move undoes one
+        dm = new_pair(H, B, 0) + new_pair(G, A, 0) - new_pair(H, A, 1) - new_pair(G, B, 1)
         dm = torch.where(same, torch.zeros_like(dm), dm)
         bad = (d <= 0) | (G == H) | same
         cost = cost.masked_fill(bad, float("inf"))
@@ -297,16 +281,14 @@ def repair_time(w: torch.Tensor, e: torch.Tensor, old_pres: torch.Tensor, target
 
 
 def _search(w: torch.Tensor, filled: torch.Tensor, gpus: LiveGPUs, target: torch.Tensor, old_live: torch.Tensor,
-            old_pres: torch.Tensor, num_gpus: int, new_gpu: torch.Tensor, penalty, place=place_orphans
-            ) -> tuple[torch.Tensor, torch.Tensor]:
+            penalty, place=place_orphans) -> tuple[torch.Tensor, torch.Tensor]:
     """The move-minimal search from the kept layout (holes filled), its orphans placed by
     ``place``: (layout [L, R], met [L]); layers it leaves above target get the swap repair."""
     a = reduce_excess(w, place(w, filled, gpus, target, old_live, penalty), gpus, target, old_live)
     met = Layout(w, a, gpus).excess(target) <= 0
     rest = (~met).nonzero().squeeze(1)
     if rest.numel():
-        a_rest, met_rest = repair_time(w[rest], a[rest], old_pres[rest], target[rest], gpus, num_gpus, new_gpu,
-                                       max_rounds=MAX_ROUNDS // 4)
+        a_rest, met_rest = repair_time(w[rest], a[rest], old_live[rest], target[rest], gpus, MAX_ROUNDS // 4)
         a = a.clone()
         a[rest], met[rest] = a_rest, met_rest
     return a, met
@@ -326,41 +308,32 @@ def elastic(problem: Problem, previous: Plan, previous_cluster: Cluster | None =
     t0 = clock()
     w = problem.weights.to(torch.float64)
     gpus = LiveGPUs.of(cluster, w.device)
-    old_gpu = _slot_tensor(old_cluster, w.device)
-    new_gpu = _slot_tensor(cluster, w.device)
-    old_pres = gpu_presence(previous.phy2log, E, P, old_gpu)                         # [L, P, E]
+    old_gpu = torch.tensor(old_cluster.slot_gpus(), dtype=torch.int64, device=w.device)
+    new_gpu = torch.tensor(cluster.slot_gpus(), dtype=torch.int64, device=w.device)
+    live = torch.tensor(cluster.live_gpus, dtype=torch.int64, device=w.device)
+    old_live = gpu_presence(previous.phy2log, E, P, old_gpu)[:, live, :].flatten(1)  # [L, Q*E]
     kept = keep_survivors(previous.phy2log, old_cluster, cluster)
     orphans = int((counts(kept, E) == 0).sum())
-    live = torch.tensor(cluster.live_gpus, dtype=torch.int64, device=w.device)
-    old_live = old_pres[:, live, :].flatten(1)                                       # [L, Q*E]
-    # candidates A1, A2: the move-minimal search (orphans where the excess grows least, A2
-    # also preferring GPUs below the average; then the most excess removed per move)
-    if bool((kept < 0).any()):
-        filled = rescue(w, kept, gpus, torch.zeros_like(w, dtype=torch.int64))     # holes only
-    else:
-        filled = kept
-    candidates = [_search(w, filled, gpus, target, old_live, old_pres, P, new_gpu, None)]
-    # A2 only where A1 met the target (where it did not, A2 rarely does, at the same cost)
+    # candidate A1: the move-minimal search (orphans where the excess grows least; then the
+    # most excess removed per move), from the kept layout with its holes filled
+    filled = rescue(w, kept, gpus, torch.zeros_like(w, dtype=torch.int64)) if bool((kept < 0).any()) else kept
+    candidates = [_search(w, filled, gpus, target, old_live, None)]
+    # A2 (orphans also preferring GPUs below the average time) and A3 (orphans placed jointly,
+    # an assignment per layer), only where A1 met the target (elsewhere they rarely do, at
+    # the same cost)
     ok = candidates[0][1].nonzero().squeeze(1)
-    a2, met2 = filled.clone(), torch.zeros_like(candidates[0][1])
-    if ok.numel():
-        ideal = w[ok].sum(1) / gpus.speed.sum()                                      # average time
-        a2[ok], met2[ok] = _search(w[ok], filled[ok], gpus, target[ok], old_live[ok], old_pres[ok], P, new_gpu,
-                                   spread_penalty(ideal))
-    candidates.append((a2, met2))
-    # candidate A3: the orphans placed jointly (an assignment per layer), then the same
-    # search; like A2 only where A1 met the target
-    a3, met3 = filled.clone(), torch.zeros_like(candidates[0][1])
-    if ok.numel():
-        a3[ok], met3[ok] = _search(w[ok], filled[ok], gpus, target[ok], old_live[ok], old_pres[ok], P, new_gpu,
-                                   spread_penalty(ideal), match_orphans)
-    candidates.append((a3, met3))
+    for place in (place_orphans, match_orphans):
+        a, met = filled.clone(), torch.zeros_like(candidates[0][1])
+        if ok.numel():
+            a[ok], met[ok] = _search(w[ok], filled[ok], gpus, target[ok], old_live[ok],
+                                     spread_penalty(w[ok].sum(1) / gpus.speed.sum()), place)
+        candidates.append((a, met))
     # candidate B: rescue every expert up to the replicas the fresh plan's heaviest replica
     # allows, then repair the slowest GPU by swaps
     fresh_cnt = fresh.plan.logcnt.to(torch.float64)
     cap = (w / fresh_cnt).max(1).values * (1 + slack)                                # [L]
     need = torch.ceil(w / cap.unsqueeze(1) * (1 - 1e-12)).clamp_min(1).to(torch.int64)
-    candidates.append(repair_time(w, rescue(w, kept, gpus, need, target), old_pres, target, gpus, P, new_gpu))
+    candidates.append(repair_time(w, rescue(w, kept, gpus, need, target), old_live, target, gpus))
     # every candidate then undoes the moves it no longer needs (within target, exact checks)
     candidates = [(shed_moves(w, a, gpus, target, old_live), m) for a, m in candidates]
     # per layer: the candidate within target with the fewest moves, else the fresh plan

@@ -148,6 +148,26 @@ def _best_swaps(w_slot: torch.Tensor, p2l: torch.Tensor, load: torch.Tensor, old
     return found, slot_g, slot_h, g
 
 
+def _swapped(p2l: torch.Tensor, slot_a: torch.Tensor, slot_b: torch.Tensor) -> torch.Tensor:
+    """p2l [X, R] with the experts of slots slot_a [X] and slot_b [X] swapped in every row."""
+    a, b = p2l.gather(1, slot_a.unsqueeze(1)), p2l.gather(1, slot_b.unsqueeze(1))
+    return p2l.clone().scatter_(1, slot_a.unsqueeze(1), b).scatter_(1, slot_b.unsqueeze(1), a)
+
+
+def _donor(w: torch.Tensor, p2l: torch.Tensor, cnt: torch.Tensor, x: torch.Tensor, allowed: torch.Tensor,
+           slot_load: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The slot that gives a replica to expert x [X]: among ``allowed`` [X, R] slots of experts
+    other than x with another replica, one whose expert's replicas stay lightest after, on the
+    lightest GPU (``slot_load`` [X, R]: the load of each slot's GPU). Returns (slot [X], that
+    expert's load per replica after [X], inf where no slot qualifies)."""
+    c_slot = cnt.gather(1, p2l)
+    allowed = allowed & (c_slot >= 2) & (p2l != x.unsqueeze(1))
+    key = (w.gather(1, p2l) / (c_slot - 1).clamp_min(1).to(w.dtype)).masked_fill(~allowed, float("inf"))
+    lowest = key.min(1, keepdim=True).values
+    tie = allowed & (key <= lowest * (1 + TARGET_RTOL))
+    return slot_load.masked_fill(~tie, float("inf")).argmin(1), lowest.squeeze(1)
+
+
 def _count_change(w: torch.Tensor, p2l: torch.Tensor, cnt: torch.Tensor, load: torch.Tensor,
                   per: torch.Tensor, g: torch.Tensor, num_gpus: int, num_zones: int):
     """One slot given to the heaviest expert of GPU g by an expert with spare replicas.
@@ -162,17 +182,12 @@ def _count_change(w: torch.Tensor, p2l: torch.Tensor, cnt: torch.Tensor, load: t
     mine = g.unsqueeze(1) * S + torch.arange(S, device=dev)
     x = p2l.gather(1, mine).gather(1, per.gather(1, mine).argmax(1, keepdim=True)).squeeze(1)   # [X]
     h = torch.arange(R, device=dev) // S
-    c_slot = cnt.gather(1, p2l)
-    new_d = w.gather(1, p2l) / (c_slot - 1).clamp_min(1).to(w.dtype)                  # donor's replicas after
-    allowed = (c_slot >= 2) & (p2l != x.unsqueeze(1)) & (h.view(1, R) != g.view(X, 1))
+    allowed = h.view(1, R) != g.view(X, 1)
     if num_zones > 1:
         zone = h // (P // num_zones)
         allowed &= zone.view(1, R) == (g // (P // num_zones)).view(X, 1)
-    key = new_d.masked_fill(~allowed, float("inf"))
-    lowest = key.min(1, keepdim=True).values
-    tie = allowed & (key <= lowest * (1 + TARGET_RTOL))
-    j = load.gather(1, h.expand(X, R)).masked_fill(~tie, float("inf")).argmin(1)       # lightest GPU
-    have = torch.isfinite(lowest.squeeze(1))
+    j, lowest = _donor(w, p2l, cnt, x, allowed, load.gather(1, h.expand(X, R)))
+    have = torch.isfinite(lowest)
     # Exact new max load of the layer after the change.
     trial = p2l.clone()
     trial.scatter_(1, j.unsqueeze(1), x.unsqueeze(1))
@@ -199,14 +214,9 @@ def _spread_hot_experts(w: torch.Tensor, p2l: torch.Tensor, item_cap: torch.Tens
         per = per_slot_loads(w, p2l, cnt)                                          # [L, R]
         top, heavy = per.max(1)
         x = p2l.gather(1, heavy.unsqueeze(1)).squeeze(1)
-        c_slot = cnt.gather(1, p2l)
-        after = w.gather(1, p2l) / (c_slot - 1).clamp_min(1).to(w.dtype)
-        allowed = (c_slot >= 2) & (p2l != x.unsqueeze(1)) & (zone.view(1, R) == zone[heavy].view(L, 1))
-        key = after.masked_fill(~allowed, float("inf"))
-        lowest = key.min(1, keepdim=True).values
-        load = per.view(L, P, S).sum(-1).gather(1, slot_gpu.expand(L, R))
-        j = load.masked_fill(~(allowed & (key <= lowest * (1 + TARGET_RTOL))), float("inf")).argmin(1)
-        go = (top > item_cap * (1 + TARGET_RTOL)) & (lowest.squeeze(1) < top)
+        j, lowest = _donor(w, p2l, cnt, x, zone.view(1, R) == zone[heavy].view(L, 1),
+                           per.view(L, P, S).sum(-1).gather(1, slot_gpu.expand(L, R)))
+        go = (top > item_cap * (1 + TARGET_RTOL)) & (lowest < top)
         if not bool(go.any()):
             break
         rows = go.nonzero().squeeze(1)
@@ -259,12 +269,7 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
         sp, sper, sload, cnt = sp[keep], sper[keep], sload[keep], cnt[keep]
         found, slot_g, slot_h, g = _best_swaps(sper, sp, sload, old[rows], target[rows], P, num_zones, width,
                                                copy_cost=None if copy_cost is None else copy_cost[rows])
-        a = sp.gather(1, slot_g.unsqueeze(1))
-        b = sp.gather(1, slot_h.unsqueeze(1))
-        swapped = sp.clone()
-        swapped.scatter_(1, slot_g.unsqueeze(1), b)
-        swapped.scatter_(1, slot_h.unsqueeze(1), a)
-        new = torch.where(found.unsqueeze(1), swapped, sp)
+        new = torch.where(found.unsqueeze(1), _swapped(sp, slot_g, slot_h), sp)
         need = ~found                      # no swap helps: give g's heaviest expert a replica
         if bool(need.any()):
             ok, j, x = _count_change(w[rows], sp, cnt, sload, sper, g, P, num_zones)
@@ -294,11 +299,7 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
         found, slot_g, slot_h, _ = _best_swaps(per, sp, sload, old[rows], sload.max(1).values, P, num_zones,
                                                width, max_cost=0,
                                                copy_cost=None if copy_cost is None else copy_cost[rows])
-        a, b = sp.gather(1, slot_g.unsqueeze(1)), sp.gather(1, slot_h.unsqueeze(1))
-        swapped = sp.clone()
-        swapped.scatter_(1, slot_g.unsqueeze(1), b)
-        swapped.scatter_(1, slot_h.unsqueeze(1), a)
-        p2l[rows] = torch.where(found.unsqueeze(1), swapped, sp)
+        p2l[rows] = torch.where(found.unsqueeze(1), _swapped(sp, slot_g, slot_h), sp)
         swaps[rows] += found.to(torch.int64)
         done[rows[~found]] = True
     return RepairOutcome(p2l, met, rounds, swaps, changes, {"polish_rounds": polish})

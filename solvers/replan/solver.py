@@ -52,7 +52,7 @@ from ..problem import Problem
 from ..registry import SolverOutput, get_solver, register
 from ..result import SolveResult
 from ..scoring import gpu_loads, gpu_presence, new_pairs, uneven_slot_gpu
-from ..transfers.schedule import TRANSFER_MODELS, schedule_transfers
+from ..transfers.schedule import TRANSFER_MODELS, TransferSchedule, schedule_transfers
 from ..work import WorkModel
 from .regroup import regroup
 from .relabel import copy_costs, relabel, spread_receivers
@@ -128,12 +128,6 @@ def widen_to_budget(p2l: torch.Tensor, moves: torch.Tensor, allowed: int, slack:
     return out, moves, relaxed
 
 
-def _pair_cost(p2l: torch.Tensor, cost: torch.Tensor, num_experts: int, num_gpus: int) -> torch.Tensor:
-    """[L] the copies' cost of ``p2l`` [L, R] under ``cost`` [L, P, E] (units of an intra copy)."""
-    new = gpu_presence(p2l, num_experts, num_gpus)
-    return (new.to(cost.dtype) * cost).flatten(1).sum(1)
-
-
 def _zones(policy: str, problem: Problem) -> int:
     """Node zones replicas must stay in: the nodes under a strict hierarchical plan, else 1."""
     return problem.num_nodes if policy == "hierarchical" else 1
@@ -159,7 +153,7 @@ def _in_time(problem: Problem, previous: Plan, old_cluster, fresh: SolverOutput,
     out, info = at(slack), {}
     if objective == "makespan":
         outs = [out] + [at(slack * share) for share in IN_TIME_SHARES]
-        passes = [{"slack": slack * share, **_timed(problem, previous, old_cluster, x.plan.phy2log, transfer_model)}
+        passes = [_timed(problem, previous, old_cluster, x.plan.phy2log, transfer_model, slack=slack * share)[1]
                   for x, share in zip(outs, (1.0,) + IN_TIME_SHARES)]
         k = min(range(len(outs)), key=lambda i: (passes[i]["makespan_per_byte"], passes[i]["moves"]))
         out, info = outs[k], {"makespan_passes": passes, "makespan_pass_used": k}
@@ -176,14 +170,16 @@ def _in_time(problem: Problem, previous: Plan, old_cluster, fresh: SolverOutput,
                  "heuristic_moves": int(moves.sum()), **info}
 
 
-def _timed(problem: Problem, previous: Plan, old_cluster, p2l: torch.Tensor, transfer_model: str) -> dict[str, Any]:
-    """The transfer schedule from ``previous`` to ``p2l`` [L, R] on ``problem``'s cluster, timed
-    with ``TIMING_BYTES`` experts (every copy time scales with the expert size)."""
+def _timed(problem: Problem, previous: Plan, old_cluster, p2l: torch.Tensor, transfer_model: str,
+           **label: Any) -> tuple[TransferSchedule, dict[str, Any]]:
+    """The transfer schedule from ``previous`` (made for ``old_cluster``) to ``p2l`` [L, R] on
+    ``problem``'s cluster, timed with ``TIMING_BYTES`` experts (every copy time scales with the
+    expert size), and its record for ``info["makespan_passes"]`` (``label`` first)."""
     c = problem.cluster
     sched = schedule_transfers(previous, p2l, c.num_gpus, c.num_gpus // c.num_nodes, TIMING_BYTES, c.network,
                                num_experts=problem.num_experts, model=transfer_model, slot_gpu=c.slot_gpus(),
                                previous_slot_gpu=old_cluster.slot_gpus())
-    return {"makespan_per_byte": sched.makespan / TIMING_BYTES, "moves": sched.moves}
+    return sched, {**label, "makespan_per_byte": sched.makespan / TIMING_BYTES, "moves": sched.moves}
 
 
 def _exact_pass(problem: Problem, old: torch.Tensor, start: torch.Tensor, target: torch.Tensor,
@@ -269,7 +265,8 @@ def _heuristic(problem: Problem, previous: Plan, fresh: SolverOutput, slack: flo
     if copy_cost is None:
         use = met & (new_pairs(repaired, old, E, P) <= relabel_moves)           # [L]
     else:
-        use = met & (_pair_cost(repaired, copy_cost, E, P) <= _pair_cost(relabelled, copy_cost, E, P))
+        cost = [(gpu_presence(x, E, P).to(copy_cost.dtype) * copy_cost).flatten(1).sum(1) for x in (repaired, relabelled)]
+        use = met & (cost[0] <= cost[1])                 # [L] the copies' cost (units of an intra copy)
     p2l = torch.where(use.unsqueeze(1), repaired, relabelled)
     relaxed: dict[int, float] = {}
     if budget is not None:
@@ -296,18 +293,16 @@ def _for_makespan(problem: Problem, previous: Plan, fresh: SolverOutput, slack: 
     (so never longer than the move-count plan's). Schedules are timed with ``TIMING_BYTES``
     experts: every copy time scales with the expert size. Returns phy2log [L, R] and the report."""
     E, P, N = problem.num_experts, problem.num_gpus, problem.num_nodes
-    network = problem.cluster.network
     old = previous.phy2log
-    base_cost = copy_costs(old, E, P, N, network)                                       # [L, P, E]
+    base_cost = copy_costs(old, E, P, N, problem.cluster.network)                       # [L, P, E]
     cost: torch.Tensor | None = None
     best = None
     passes = []
     for k in range(MAKESPAN_PASSES + 1):
         p2l, info = _heuristic(problem, previous, fresh, slack, budget, cost)
-        sched = schedule_transfers(old, p2l, P, P // N, TIMING_BYTES, network, num_experts=E, model=transfer_model)
-        passes.append({"copy_cost": "moves" if cost is None else "time",
-                       "makespan_per_byte": sched.makespan / TIMING_BYTES,
-                       "moves": sched.moves})
+        sched, record = _timed(problem, previous, problem.cluster, p2l, transfer_model,
+                               copy_cost="moves" if cost is None else "time")
+        passes.append(record)
         if best is None or sched.makespan < best[2].makespan:
             best = (p2l, info, sched, k)
         recv = np.bincount(sched.copies.dst, weights=sched.copy_seconds, minlength=P)       # [P] seconds
@@ -315,8 +310,8 @@ def _for_makespan(problem: Problem, previous: Plan, fresh: SolverOutput, slack: 
         cost = base_cost * torch.as_tensor(weight, dtype=base_cost.dtype, device=base_cost.device).view(-1, P, 1)
     # the best plan with the GPUs of each node renamed per layer to spread the receivers
     spread = spread_receivers(best[0], old, base_cost, E, P, N)
-    sched = schedule_transfers(old, spread, P, P // N, TIMING_BYTES, network, num_experts=E, model=transfer_model)
-    passes.append({"copy_cost": "spread", "makespan_per_byte": sched.makespan / TIMING_BYTES, "moves": sched.moves})
+    sched, record = _timed(problem, previous, problem.cluster, spread, transfer_model, copy_cost="spread")
+    passes.append(record)
     if sched.makespan < best[2].makespan:
         best = (spread, best[1], sched, len(passes) - 1)
     p2l, info, sched, k = best

@@ -50,6 +50,7 @@ import torch
 
 from ..errors import OptionError
 from ..network import DEFAULT_NETWORK, Network
+from ..scoring import gpu_presence
 
 INTRA, INTER, HOST = 0, 1, 2
 # How a schedule is timed (:func:`schedule_transfers`).
@@ -80,18 +81,6 @@ def _p2l(plan: Any) -> np.ndarray:
     return np.asarray(p2l, dtype=np.int64)
 
 
-def presence(p2l: np.ndarray, num_experts: int, num_gpus: int, slot_gpu: Any = None) -> np.ndarray:
-    """[L, P, E] bool: GPU g holds expert e in layer l. p2l: [L, R]; slot_gpu: [R] the GPU of
-    every slot when GPUs hold different slot counts or some failed (default: slot r on GPU
-    ``r // (R / P)``)."""
-    L, R = p2l.shape
-    out = np.zeros((L, num_gpus, num_experts), dtype=bool)
-    per_slot = np.arange(R) // (R // num_gpus) if slot_gpu is None else np.asarray(slot_gpu, dtype=np.int64)
-    gpu = np.broadcast_to(per_slot, (L, R))
-    out[np.arange(L)[:, None], gpu, p2l] = True
-    return out
-
-
 def needed_copies(previous: Any, plan: Any, num_gpus: int, gpus_per_node: int, num_experts: int | None = None,
                   slot_gpu: Any = None, previous_slot_gpu: Any = None) -> Copies:
     """The copies taking ``previous`` (a Plan or phy2log [L, R]) to ``plan``: one per
@@ -104,7 +93,8 @@ def needed_copies(previous: Any, plan: Any, num_gpus: int, gpus_per_node: int, n
         raise OptionError("previous", f"has shape {tuple(old.shape)}, the plan {tuple(new.shape)}")
     E = int(max(old.max(), new.max())) + 1 if num_experts is None else num_experts
     old_slots = slot_gpu if previous_slot_gpu is None else previous_slot_gpu
-    had, has = presence(old, E, num_gpus, old_slots), presence(new, E, num_gpus, slot_gpu)
+    had, has = (gpu_presence(torch.from_numpy(x), E, num_gpus, None if g is None else torch.as_tensor(g)).numpy()
+                for x, g in ((old, old_slots), (new, slot_gpu)))                     # [L, P, E] each
     layer, dst, expert = np.nonzero(has & ~had)                                     # [M] each
     cand = had[layer, :, expert]                                                    # [M, P]
     return Copies(layer.astype(np.int64), expert.astype(np.int64), dst.astype(np.int64), cand, num_gpus,
@@ -426,19 +416,6 @@ def _finish(copies: Copies, src: np.ndarray, rnd: np.ndarray, network: Network, 
     return TransferSchedule(copies, src, link, rnd.astype(np.int64), secs, float(secs.sum()),
                             lower_bounds(copies, src, link, network, expert_bytes), int(expert_bytes), method,
                             info or {}, network)
-
-
-def check_schedule(sched: TransferSchedule) -> None:
-    """Raise AssertionError unless every copy has a valid source and every round is a
-    matching (one send and one receive per GPU, one host copy per receiver)."""
-    c = sched.copies
-    P = c.num_gpus
-    gpu = sched.src >= 0
-    assert np.all(c.candidates[np.flatnonzero(gpu), sched.src[gpu]]), "a source did not hold the expert"
-    sender = np.where(gpu, sched.src, P + c.dst)
-    for ids in (sender, c.dst):
-        pairs = np.stack([sched.round, ids], 1)
-        assert len(np.unique(pairs, axis=0)) == len(pairs), "a GPU sends or receives twice in a round"
 
 
 def schedule_transfers(previous: Any, plan: Any, num_gpus: int, gpus_per_node: int, expert_bytes: int,
