@@ -1,6 +1,6 @@
 """A lower bound on the elastic re-plan's moves of one layer, from a linear relaxation
 (HiGHS), valid for every plan that meets the target; for proof beside the heuristic, where
-the exact CP-SAT model (:mod:`.elastic_exact`) is too large to raise its bound.
+the exact CP-SAT model (:mod:`solvers.migration.elastic_exact`) is too large to raise its bound.
 
 The LP relaxes the exact model's integer program (live GPUs g, experts e, replica counts c):
 

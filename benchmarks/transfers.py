@@ -44,7 +44,7 @@ from solvers.cluster import MODELS, slots_for
 from solvers.io import read_loads
 from solvers.network import DEFAULT_NETWORK
 from solvers.replan import plan_with_migration
-from solvers.replan.regroup import candidate_assignments, home_nodes
+from solvers.replan.repair import candidate_assignments, home_nodes
 from solvers.transfers.schedule import TransferSchedule, exact_schedule, needed_copies, schedule_copies, \
     schedule_transfers
 from solvers.workloads.generators import generate

@@ -7,8 +7,7 @@ import torch
 
 from solvers import Plan, Problem, score, solve
 from solvers.replan import plan_with_migration
-from solvers.replan.regroup import regroup
-from solvers.replan.repair import recount
+from solvers.replan.repair import recount, regroup
 
 
 def test_recount_gives_the_counts_and_moves_only_changed_replicas():

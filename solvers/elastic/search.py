@@ -366,7 +366,8 @@ def match_orphans(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, target: torc
     hit = (key == best.gather(1, g.unsqueeze(2).expand_as(key))) & torch.isfinite(key)
     slot_of = torch.full((X, gpus.Q, K), -1, dtype=torch.int64, device=e.device)
     slot_of.scatter_reduce_(1, g.unsqueeze(2).expand_as(key),
-                            torch.where(hit, rs.unsqueeze(2).expand_as(key), torch.full_like(key, -1, dtype=torch.int64)),
+                            torch.where(hit, rs.unsqueeze(2).expand_as(key),
+                                        torch.full_like(key, -1, dtype=torch.int64)),
                             "amax")
     cost = best.transpose(1, 2).cpu().numpy()                                         # [X, K, Q]
     out = e.clone()

@@ -244,7 +244,8 @@ def repair_time(w: torch.Tensor, e: torch.Tensor, old: torch.Tensor, target: tor
         fits = cost <= target.view(X, 1, 1) * (1 + TARGET_RTOL)
         # within target: fewest added moves, then lowest cost; else lowest cost if it helps
         big = float(R + 1)
-        key_fit = torch.where(fits, dm.to(w.dtype) * big * 4 + cost / th.view(X, 1, 1), torch.full_like(cost, float("inf")))
+        key_fit = torch.where(fits, dm.to(w.dtype) * big * 4 + cost / th.view(X, 1, 1),
+                              torch.full_like(cost, float("inf")))
         kf, jf = key_fit.view(X, -1).min(1)
         kc, jc = cost.view(X, -1).min(1)
         use_fit = torch.isfinite(kf)
@@ -262,7 +263,8 @@ def repair_time(w: torch.Tensor, e: torch.Tensor, old: torch.Tensor, target: tor
             heavy = ea.gather(1, wa.argmax(1, keepdim=True)).squeeze(1)             # [X]
             c_heavy = cnt.gather(1, heavy.unsqueeze(1)).squeeze(1)
             item = w[rows, heavy] / (c_heavy + 1).to(w.dtype)
-            donor_ok = (cnt.gather(1, e) >= 2) & (e != heavy.unsqueeze(1)) & (gpus.gpu_of.unsqueeze(0) != h.unsqueeze(1))
+            donor_ok = ((cnt.gather(1, e) >= 2) & (e != heavy.unsqueeze(1))
+                        & (gpus.gpu_of.unsqueeze(0) != h.unsqueeze(1)))
             finish = (load[:, gpus.gpu_of] - sw + item.unsqueeze(1)) * inv[gpus.gpu_of]
             key = finish.masked_fill(~donor_ok, float("inf"))
             kmin, slot = key.min(1)

@@ -9,7 +9,7 @@ cluster, speed 1 and R/P slots everywhere, the max load):
 1. candidates near the plan in force. Homogeneous cluster: the fresh plan relabelled to keep
    the most replicas in place (:mod:`.relabel`; it always meets T and is the fallback), and the
    placement in force repaired until it meets T (:mod:`.repair`; under the hierarchical policy,
-   layers whose nodes drifted apart first move the fewest whole groups, :mod:`.regroup`), kept
+   layers whose nodes drifted apart first move the fewest whole groups, :func:`.repair.regroup`), kept
    where it moves fewer replicas. Speeds, uneven slots or failed GPUs: the elastic re-plan in
    time (:mod:`solvers.elastic`), the plan in force being made for this cluster or, after GPUs
    failed, for the same GPUs before (every GPU with the live GPUs' slot count);
@@ -54,9 +54,8 @@ from ..result import SolveResult
 from ..scoring import gpu_loads, gpu_presence, new_pairs, uneven_slot_gpu
 from ..transfers.schedule import TRANSFER_MODELS, TransferSchedule, schedule_transfers
 from ..work import WorkModel
-from .regroup import regroup
 from .relabel import copy_costs, relabel, spread_receivers
-from .repair import TARGET_RTOL, recount, repair
+from .repair import TARGET_RTOL, recount, regroup, repair
 
 METHODS = ("heuristic", "exact")
 OBJECTIVES = ("moves", "makespan")
@@ -206,7 +205,8 @@ def _exact_pass(problem: Problem, old: torch.Tensor, start: torch.Tensor, target
             reports.append(LayerShares.not_run(layer))
             continue
         counts = [np.bincount(old_np[layer], minlength=E), np.bincount(hints[layer], minlength=E)]
-        lo, hi, full = count_window(problem.num_replicas, E, *counts, *([] if fresh_cnt is None else [fresh_cnt[layer]]))
+        counts += [] if fresh_cnt is None else [fresh_cnt[layer]]
+        lo, hi, full = count_window(problem.num_replicas, E, *counts)
         groups = _group_nodes(old_np[layer], hints[layer], E, problem.num_groups, P, zones) if zones > 1 else None
         began = clock()
         res = solve_layer(w[layer], old_np[layer], float(target[layer]), P, group_nodes=groups, lo=lo, hi=hi,
@@ -265,7 +265,8 @@ def _heuristic(problem: Problem, previous: Plan, fresh: SolverOutput, slack: flo
     if copy_cost is None:
         use = met & (new_pairs(repaired, old, E, P) <= relabel_moves)           # [L]
     else:
-        cost = [(gpu_presence(x, E, P).to(copy_cost.dtype) * copy_cost).flatten(1).sum(1) for x in (repaired, relabelled)]
+        cost = [(gpu_presence(x, E, P).to(copy_cost.dtype) * copy_cost).flatten(1).sum(1)
+                for x in (repaired, relabelled)]
         use = met & (cost[0] <= cost[1])                 # [L] the copies' cost (units of an intra copy)
     p2l = torch.where(use.unsqueeze(1), repaired, relabelled)
     relaxed: dict[int, float] = {}
@@ -279,7 +280,8 @@ def _heuristic(problem: Problem, previous: Plan, fresh: SolverOutput, slack: flo
         "repair_rounds": fixed.rounds, "repair_swaps": int(fixed.swaps.sum()),
         "repair_count_changes": int(fixed.count_changes.sum()),
         "budget": budget, "relaxed_layers": relaxed,
-        "regrouped_layers": regrouped, "recounted_layers": recounted, "fallback_layers": (~use).nonzero().squeeze(1).tolist(),
+        "regrouped_layers": regrouped, "recounted_layers": recounted,
+        "fallback_layers": (~use).nonzero().squeeze(1).tolist(),
         "seconds": {"relabel": relabel_seconds, "heuristic": repair_seconds},
     }
     return p2l, info
