@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.exports import plan_downloads
-from solvers import Plan, Problem, score, solve
+from solvers import Cluster, Plan, Problem, score, solve
 from solvers.cli import main
 from solvers.errors import OptionError
 from solvers import backends
@@ -308,3 +308,20 @@ def test_app_offers_the_padded_sglang_map_of_failed_ranks(tmp_path):
     path.write_bytes(by["expert_location_sglang.json"].data)
     back = live_map(read_exported_plan(path, "sglang", num_experts=24), 8, [5])
     assert torch.equal(back.phy2log, res.plan.phy2log)
+
+
+def test_a_gpu_that_gained_slots_gets_them_filled_when_experts_need_more_replicas_than_slots():
+    """The plan in force of 3 slots a GPU on a cluster now holding 4, 4, 3, 3, 3, 3, 2, 2: the
+    GPUs that gained a slot start with a hole; the rescue of candidate B asks for more replicas
+    than there are slots, and must still fill every hole (it used to leave one: index -1)."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.exp(torch.randn(3, 16, generator=g, dtype=torch.float64) * 1.2) * 100
+    healthy = Cluster(2, 8, 24)
+    uneven = Cluster(2, 8, gpu_slots=[4, 4, 3, 3, 3, 3, 2, 2])
+    before = solve(Problem(w.flip(1), num_groups=4, cluster=healthy), "deepseek").plan
+    p = Problem(w, num_groups=4, cluster=uneven)
+    for slack in (0.0, 0.01, 0.05):
+        r = replan_after_failure(p, before, healthy, slack=slack)
+        assert r.plan.phy2log.min() >= 0 and bool((r.plan.logcnt >= 1).all())
+        fresh_t = torch.tensor(r.info["fresh_max_time"], dtype=torch.float64)
+        assert bool((r.score.max_time <= fresh_t * (1 + slack) * (1 + 1e-9)).all())

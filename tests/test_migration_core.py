@@ -290,3 +290,27 @@ def test_new_pairs_counts_as_the_presence_tables_do():
         c = torch.randint(0, E, (3, P * S + 2), generator=g)
         want = (gpu_presence(a, E, P) & ~gpu_presence(c, E, P, old_gpu)).flatten(1).sum(1)
         assert torch.equal(new_pairs(a, c, E, P, None, old_gpu), want)
+
+
+def test_migration_after_gpu_failures_is_the_elastic_re_plan_of_the_healthy_clusters_plan():
+    """The plan in force was made before a GPU failed (other slots): the migration solver
+    plans (the elastic re-plan in time, the same plan as the ``elastic`` solver's), grades its
+    moves against that plan on the healthy cluster, times schedules across the two slot maps
+    for the makespan objective, and refuses the exact method naming the one that plans."""
+    from solvers import Cluster
+    g = torch.Generator().manual_seed(5)
+    w = torch.exp(torch.randn(3, 16, generator=g, dtype=torch.float64)) * 100
+    healthy, failed = Cluster(2, 8, 24), Cluster(2, 8, 24, failed=[3])
+    before = solve(Problem(w.flip(1), num_groups=4, cluster=healthy), "kk_swap").plan
+    p = Problem(w, num_groups=4, cluster=failed)
+    res = plan_with_migration(p, "kk_swap", before, slack=0.01)
+    el = solve(p, "elastic", current=before, current_cluster=healthy, slack=0.01)
+    assert torch.equal(res.plan.phy2log, el.plan.phy2log)
+    assert res.score.moves == sum(res.info["moves_per_layer"]) == el.info["moves"]
+    assert not res.plan.phy2log.eq(-1).any() and res.plan.num_replicas == failed.num_replicas
+    by_time = plan_with_migration(p, "kk_swap", before, slack=0.01, objective="makespan")
+    passes = by_time.info["makespan_passes"]
+    assert len(passes) == 3 and all(x["makespan_per_byte"] > 0 for x in passes)
+    with pytest.raises(OptionError) as err:
+        plan_with_migration(p, "kk_swap", before, method="exact")
+    assert err.value.param == "method" and "heuristic" in str(err.value)

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from ..clock import clock
+from ..cluster import Cluster
 from ..elastic.solver import check_elastic, elastic, fresh_plan, healthy_cluster, no_plan_in_force
 from ..errors import OptionError
 from ..grading import graded_run
@@ -141,7 +142,7 @@ def _group_nodes(previous: np.ndarray, hint: np.ndarray, E: int, G: int, P: int,
     return out
 
 
-def _in_time(problem: Problem, previous: Plan, old_cluster, fresh: SolverOutput, base: str, slack: float,
+def _in_time(problem: Problem, previous: Plan, old_cluster: Cluster, fresh: SolverOutput, base: str, slack: float,
              budget: float | None, objective: str, transfer_model: str) -> tuple[torch.Tensor, dict[str, Any]]:
     """Step 1 (and 2) on a cluster with speeds, uneven slots or failed GPUs: the elastic re-plan
     of ``previous`` (made for ``old_cluster``) at ``slack``; for the makespan objective also at
@@ -169,7 +170,7 @@ def _in_time(problem: Problem, previous: Plan, old_cluster, fresh: SolverOutput,
                  "heuristic_moves": int(moves.sum()), **info}
 
 
-def _timed(problem: Problem, previous: Plan, old_cluster, p2l: torch.Tensor, transfer_model: str,
+def _timed(problem: Problem, previous: Plan, old_cluster: Cluster, p2l: torch.Tensor, transfer_model: str,
            **label: Any) -> tuple[TransferSchedule, dict[str, Any]]:
     """The transfer schedule from ``previous`` (made for ``old_cluster``) to ``p2l`` [L, R] on
     ``problem``'s cluster, timed with ``TIMING_BYTES`` experts (every copy time scales with the
