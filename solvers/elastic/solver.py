@@ -43,7 +43,7 @@ import torch
 
 from ..clock import clock
 from ..cluster import Cluster
-from ..errors import OptionError, PlanError
+from ..errors import OptionError, PlanError, ProblemError
 from ..grading import graded_run
 from ..heuristics.speed_pipeline import layer_times
 from ..heuristics.speeds import LiveGPUs
@@ -102,8 +102,12 @@ def fresh_plan(problem: Problem, base: Any, base_options: Any) -> tuple[SolverOu
         raise OptionError("base", f"must be a planning solver, got {base!r}")
     if base_options is not None and not isinstance(base_options, Mapping):
         raise OptionError("base_options", f"must be a dict of the base solver's options, got {base_options!r}")
+    options = get_solver(base).parse(base_options)
     began = clock()
-    fresh = run(problem, base, get_solver(base).parse(base_options))
+    try:
+        fresh = run(problem, base, options)
+    except ProblemError as exc:        # the base cannot plan this cluster (DeepSeek's greedy, uneven slots)
+        raise OptionError("base", f"{base!r} cannot be the base on this cluster: {exc}") from None
     if fresh.plan is None:
         raise OptionError("base", f"{base!r} found no fresh plan ({fresh.termination}): {fresh.message}")
     return fresh, clock() - began
