@@ -45,8 +45,8 @@ from solvers.io import read_loads
 from solvers.network import DEFAULT_NETWORK
 from solvers.replan import plan_with_migration
 from solvers.replan.repair import candidate_assignments, home_nodes
-from solvers.transfers.schedule import TransferSchedule, exact_schedule, needed_copies, schedule_copies, \
-    schedule_transfers
+from solvers.transfers import TransferSchedule, exact_schedule, schedule_transfers
+from solvers.transfers.schedule import needed_copies, schedule_copies
 from solvers.workloads.generators import generate
 
 from .report import load, table

@@ -113,7 +113,8 @@ CORE = ("solvers.problem", "solvers.plan", "solvers.scoring", "solvers.bounds", 
 # What the core may never reach, function-level imports included: the solver families, the
 # workloads, the session layer (solve, compare, files) and the front ends.
 FEATURES = ("solvers.heuristics", "solvers.exact", "solvers.certify", "solvers.dispatch", "solvers.dynamics",
-            "solvers.migration", "solvers.workloads", "solvers.bench", "solvers.cli", "solvers.builtin",
+            "solvers.migration", "solvers.replan", "solvers.elastic", "solvers.transfers", "solvers.workloads",
+            "solvers.bench", "solvers.cli", "solvers.builtin",
             "solvers.solve", "solvers.compare", "solvers.io", "solvers.loadfiles", "solvers.planfile")
 
 
@@ -170,7 +171,7 @@ def test_solvers_never_call_solve():
     """Solvers compose through solvers.registry.run; only front ends call solve()."""
     graph = _import_graph()
     families = ("solvers.heuristics", "solvers.exact", "solvers.certify", "solvers.dispatch", "solvers.dynamics",
-                "solvers.migration", "solvers.deepseek")
+                "solvers.migration", "solvers.replan", "solvers.elastic", "solvers.transfers", "solvers.deepseek")
     for m, targets in graph.items():
         if m.startswith(families):
             assert "solvers.solve" not in targets, m

@@ -12,8 +12,9 @@ from solvers import Plan
 from solvers.cluster import Cluster
 from solvers.errors import OptionError, ProblemError
 from solvers.network import DEFAULT_NETWORK, Network
-from solvers.transfers.schedule import (Copies, colour_edges, exact_schedule, links_of, lower_bounds, max_degree,
-                                        needed_copies, schedule_copies, schedule_transfers)
+from solvers.transfers import exact_schedule, schedule_transfers
+from solvers.transfers.schedule import (Copies, colour_edges, links_of, lower_bounds, max_degree, needed_copies,
+                                        schedule_copies)
 
 B = 1_000_000
 

@@ -53,7 +53,7 @@ from ..problem import Problem
 from ..registry import SolverOutput, get_solver, register
 from ..result import SolveResult
 from ..scoring import gpu_loads, gpu_presence, new_pairs, uneven_slot_gpu
-from ..transfers.schedule import TRANSFER_MODELS, TransferSchedule, schedule_transfers
+from ..transfers import TRANSFER_MODELS, TransferSchedule, schedule_transfers
 from ..work import WorkModel
 from .relabel import copy_costs, relabel, spread_receivers
 from .repair import TARGET_RTOL, recount, regroup, repair

@@ -28,7 +28,7 @@ Lower bounds (valid for every schedule of the model):
 ``bound`` is the best valid bound for the sources chosen (``rounds``); ``gap`` is
 ``makespan / bound - 1``.
 
-Heuristic (:func:`schedule_transfers`): sources by an earliest-finish greedy (fewest
+Heuristic (:func:`schedule_copies`): sources by an earliest-finish greedy (fewest
 candidates first; the source minimising the larger of its send time and the receiver's
 time after the copy; ties to the faster link); then per class, slowest first, König's
 colouring of that class's copies (the fewest rounds, :func:`colour_edges`), and faster copies
@@ -53,8 +53,6 @@ from ..network import DEFAULT_NETWORK, Network
 from ..scoring import gpu_presence
 
 INTRA, INTER, HOST = 0, 1, 2
-# How a schedule is timed (:func:`schedule_transfers`).
-TRANSFER_MODELS = ("rounds", "shared")
 LINK_NAMES = ("intra", "inter", "host")
 
 
@@ -416,27 +414,6 @@ def _finish(copies: Copies, src: np.ndarray, rnd: np.ndarray, network: Network, 
     return TransferSchedule(copies, src, link, rnd.astype(np.int64), secs, float(secs.sum()),
                             lower_bounds(copies, src, link, network, expert_bytes), int(expert_bytes), method,
                             info or {}, network)
-
-
-def schedule_transfers(previous: Any, plan: Any, num_gpus: int, gpus_per_node: int, expert_bytes: int,
-                       network: Network | None = None, num_experts: int | None = None, model: str = "rounds",
-                       slot_gpu: Any = None, previous_slot_gpu: Any = None) -> TransferSchedule:
-    """The schedule of the copies from ``previous`` to ``plan`` (Plans or phy2log [L, R]) on
-    ``num_gpus`` GPUs, ``gpus_per_node`` per node, under ``model``: ``rounds`` (module
-    docstring: one peer per GPU and direction at a time, vLLM's rule) or ``shared``
-    (:mod:`.sharing`: concurrent copies share each GPU's links). slot_gpu: [R] the GPU of
-    every slot on a cluster with uneven slots or failed GPUs (``Cluster.slot_gpus()``; None:
-    identical slot counts); previous_slot_gpu: the plan in force's, when it was made for other
-    slots (before GPUs failed; default slot_gpu)."""
-    if model not in TRANSFER_MODELS:
-        raise OptionError("transfer_model", f"must be one of {', '.join(TRANSFER_MODELS)}, got {model!r}")
-    network = network or DEFAULT_NETWORK
-    expert_bytes = _check_bytes(expert_bytes)
-    copies = needed_copies(previous, plan, num_gpus, gpus_per_node, num_experts, slot_gpu, previous_slot_gpu)
-    if model == "shared":
-        from .sharing import schedule_shared      # sharing builds on this module's types
-        return schedule_shared(copies, network, expert_bytes)
-    return schedule_copies(copies, network, expert_bytes)
 
 
 def schedule_copies(copies: Copies, network: Network, expert_bytes: int) -> TransferSchedule:
