@@ -53,8 +53,8 @@ from ..problem import Problem
 from ..registry import SolverOutput, get_solver, register, run
 from ..result import SolveResult
 from ..scoring import gpu_presence, new_pairs
-from .search import Layout, counts, match_orphans, place_orphans, reduce_excess, shed_moves, spread_penalty
 from ..work import WorkModel
+from .search import Layout, counts, match_orphans, place_orphans, reduce_excess, shed_moves, spread_penalty
 
 # A time within this relative margin of its target meets it.
 TARGET_RTOL = 1e-12

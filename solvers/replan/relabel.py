@@ -12,6 +12,11 @@ two-level assignment: a GPU matching for every pair of nodes, then a node matchi
 those values), so a hierarchical plan keeps its groups together and node loads keep
 their values. Inside each GPU, a replica that the old GPU also held takes that old slot
 (engines then leave the slot untouched).
+
+Planning for transfer time, the renaming minimises what the copies cost instead
+(:func:`copy_costs`: an inter-node copy weighs several intra-node ones), and
+:func:`spread_receivers` renames the GPUs of each node again to spread the copies over the
+receiving GPUs across layers (below).
 """
 from __future__ import annotations
 
