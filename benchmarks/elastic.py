@@ -4,7 +4,6 @@ elastic re-plan at slack 0.01 beside their lower bound (the orphans) and a fresh
 then the exact per-layer model beside the heuristic.
 
     .venv/bin/python -m benchmarks.elastic [--seeds 0 1 2] [--slack 0.01] [--exact-time 20] [--exact-layers 2]
-                                           [--polish-time 0]
 
 Also part of ``benchmarks.real_clusters``. A move = a (layer, live GPU, expert) replica the
 plan in force did not have there (the shared scorer's count); share = moves / (58 x 270).
@@ -20,11 +19,11 @@ import torch
 
 from solvers import Cluster, Problem, score, solve
 from solvers import backends
-from solvers.migration import replan_after_failure
-from solvers.migration.elastic_bound import bound_elastic
+from solvers.elastic import replan_after_failure
 from solvers.migration.elastic_exact import prove_elastic
 from solvers.workloads.catalog import load_dataset
 
+from .elastic_bound import bound_elastic
 from .heuristic_targets import LOADS, pct, table, timed
 
 L, E, P, N = 58, 256, 32, 4
@@ -44,8 +43,6 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--exact-time", type=float, default=20.0,
                     help="seconds per layer for the exact elastic model (0: skip it)")
     ap.add_argument("--exact-layers", type=int, default=2, help="real-shape layers given to the exact model")
-    ap.add_argument("--polish-time", type=float, default=0.0,
-                    help="seconds per instance for the elastic re-plan's large-neighbourhood polish (0: off)")
 
 
 def failed_part(args, cases) -> bool:
@@ -62,8 +59,7 @@ def failed_part(args, cases) -> bool:
         alive &= bool((kk.plan.logcnt >= 1).all())
         gaps.append(kk.gap_max)
         t0 = time.perf_counter()
-        el = replan_after_failure(p, before.plan, healthy.cluster, slack=args.slack,
-                                  polish_time=args.polish_time)
+        el = replan_after_failure(p, before.plan, healthy.cluster, slack=args.slack)
         el_t = time.perf_counter() - t0
         plans[name] = (p, before, healthy, el)
         alive &= bool((el.plan.logcnt >= 1).all())
@@ -74,12 +70,11 @@ def failed_part(args, cases) -> bool:
         shares.append(share if within else float("inf"))
         rows.append([name, pct(kk.gap_mean), pct(kk.gap_max), f"{kk_t * 1e3:.1f}", pct(fresh_moves / live),
                      pct(el.info["orphans"] / live), pct(share), el.info["search_layers"],
-                     el.info.get("polish", {}).get("moves_saved", "-"),
                      f"{float((el.score.max_time / fresh_t).max()):.4f}", f"{el_t:.2f}"])
     ok_all &= table(f"GPUs {FAILED} of 32 failed (270 live slots): fresh kk_swap on the survivors, and the "
                     f"elastic re-plan of the plan in force at slack {args.slack}",
                     ["loads", "fresh gap mean", "fresh gap max", "fresh ms", "fresh moves", "moves bound (orphans)",
-                     "elastic moves", "search layers", "polish saved", "elastic max / fresh", "elastic s"], rows,
+                     "elastic moves", "search layers", "elastic max / fresh", "elastic s"], rows,
                     (alive and max(gaps) <= 5e-3 and max(shares) <= 0.10,
                      f"every expert alive: {alive}; fresh plan's worst layer gap {pct(max(gaps))} (target <= 0.5%); "
                      f"elastic moves at most {pct(max(shares))} of the replicas (target <= 10%), every layer "
@@ -97,7 +92,7 @@ def exact_rows(args, plans) -> None:
     """The exact elastic model (solvers.migration.elastic_exact) beside the heuristic: on
     small instances (16 experts, 2 nodes x 2 GPUs, 24 slots, GPU 1 failed) it proves the
     fewest moves; on the first real-shape layers it reports the bound it reaches in time.
-    Beside it the LP bound (solvers.migration.elastic_bound, HiGHS; "-" without highspy)."""
+    Beside it the LP bound (benchmarks.elastic_bound, HiGHS; "-" without highspy)."""
     if not backends.cpsat_available():
         print("\n## exact elastic model: skipped (ortools not installed)")
         return
@@ -114,8 +109,7 @@ def exact_rows(args, plans) -> None:
             healthy = Problem(w, cluster=Cluster(2, 4, 24))
             p = Problem(w, cluster=Cluster(2, 4, 24, failed=[1]))
             before = solve(healthy, "kk_swap")
-            el = replan_after_failure(p, before.plan, healthy.cluster, slack=args.slack,
-                                      polish_time=args.polish_time)
+            el = replan_after_failure(p, before.plan, healthy.cluster, slack=args.slack)
             lps = lp(p, before, healthy, el, range(3))
             for r, b in zip(prove_elastic(p, before.plan, healthy.cluster, el.plan, el.info["target_max_time"],
                                           range(3), time_limit=args.exact_time), lps):

@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 
 from solvers import Plan, Problem, score, solve
-from solvers.migration import plan_with_migration, relabel
-from solvers.migration.pareto import pareto, pareto_figure, pareto_table
+from solvers.replan import plan_with_migration, relabel
 
 from . import report
+from .migration_pareto import pareto, pareto_figure, pareto_table
 from .report import load
 
 L, E, R, G, N, P = 58, 256, 288, 8, 4, 32

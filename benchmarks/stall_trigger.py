@@ -28,7 +28,7 @@ from solvers.cluster import CLUSTERS, MODELS
 from solvers.dynamics.simulate import step_stats
 from solvers.dynamics.sweep import sweep
 from solvers.io import read_loads
-from solvers.migration.transfers import schedule_transfers
+from solvers.transfers import schedule_transfers
 from solvers.problem import Problem
 from solvers.registry import run
 from solvers.workloads.catalog import GENERATED

@@ -42,12 +42,11 @@ import torch
 from solvers import Problem, solve
 from solvers.cluster import MODELS, slots_for
 from solvers.io import read_loads
-from solvers.migration import plan_with_migration
-from solvers.migration.transfers import check_schedule, exact_schedule, needed_copies, schedule_copies, \
-    schedule_transfers
-from solvers.migration.regroup import candidate_assignments, home_nodes
-from solvers.migration.transfer_models import schedule_with
 from solvers.network import DEFAULT_NETWORK
+from solvers.replan import plan_with_migration
+from solvers.replan.repair import candidate_assignments, home_nodes
+from solvers.transfers import TransferSchedule, exact_schedule, schedule_transfers
+from solvers.transfers.schedule import needed_copies, schedule_copies
 from solvers.workloads.generators import generate
 
 from .report import load, table
@@ -55,6 +54,20 @@ from .report import load, table
 TRACES = (("deepseek-v3-mild", "deepseek-v3"), ("deepseek-v3-shifting-mix", "deepseek-v3"),
           ("deepseek-v3-skewed", "deepseek-v3"), ("kimi-k2-skewed", "kimi-k2"))
 SHAPES = (("4x8", 4, 32), ("EP64", 8, 64))
+
+
+def check_schedule(sched: TransferSchedule) -> None:
+    """Raise AssertionError unless every copy has a valid source and every round is a
+    matching (one send and one receive per GPU, one host copy per receiver)."""
+    c = sched.copies
+    P = c.num_gpus
+    gpu = sched.src >= 0
+    assert np.all(c.candidates[np.flatnonzero(gpu), sched.src[gpu]]), "a source did not hold the expert"
+    sender = np.where(gpu, sched.src, P + c.dst)
+    for ids in (sender, c.dst):
+        pairs = np.stack([sched.round, ids], 1)
+        assert len(np.unique(pairs, axis=0)) == len(pairs), "a GPU sends or receives twice in a round"
+
 
 
 def replans(window: int):
@@ -117,7 +130,7 @@ def shared_section(args, net) -> None:
     rows, gaps, ratios, walls = [], [], [], []
     for name, label, policy, kind, steps, (N, P, R), old, new, nbytes in replans(args.window):
         t0 = time.perf_counter()
-        s = schedule_with(old, new, P, P // N, nbytes, net, model="shared")
+        s = schedule_transfers(old, new, P, P // N, nbytes, net, model="shared")
         wall = time.perf_counter() - t0
         r = schedule_transfers(old, new, P, P // N, nbytes, net)
         lp = s.info["lp_seconds"]
@@ -224,7 +237,7 @@ def planning_rows(args, net, model: str) -> None:
                         res = plan_with_migration(pn, "deepseek", old, slack=slack, policy=policy, objective=objective,
                                                   transfer_model=model)
                         wall = time.perf_counter() - t0
-                        s = schedule_with(old, res.plan, P, P // N, preset.expert_bytes, net, model=model)
+                        s = schedule_transfers(old, res.plan, P, P // N, preset.expert_bytes, net, model=model)
                         out[objective] = (s, wall, res.score.imbalance_mean)
                         if objective == "moves" and res.info.get("policy") == "hierarchical":
                             floor = inter_floor(pn.weights, old.phy2log, res.info["target_max_load"], 8, N, P)

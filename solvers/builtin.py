@@ -8,7 +8,7 @@ through :func:`solvers.registry.run`), so the one front-end entry can register t
 from __future__ import annotations
 
 from . import exact, heuristics  # noqa: F401  isort: skip
-from . import certify, dispatch, dynamics, migration  # noqa: F401  isort: skip
+from . import certify, dispatch, dynamics, elastic, replan  # noqa: F401  isort: skip
 from .routing import placement  # noqa: F401  isort: skip
 
 __all__: list[str] = []

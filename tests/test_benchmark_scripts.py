@@ -419,7 +419,7 @@ def run(problem, hist):
 def test_catches_moved_names_and_library_keywords():
     source = '''
 from solvers import solve, no_such_function
-from solvers.migration import plan_with_migration
+from solvers.replan import plan_with_migration
 from solvers.dynamics import simulate
 def run(pn, prev, trace):
     plan_with_migration(pn, "deepseek", prev, slack=0.01, policy="global", nodup=True)

@@ -59,7 +59,7 @@ def test_migration_exact_pass_shares_its_time_on_the_fake_clock(monkeypatch):
     """Once the exact pass starts, each reading of the fake clock spends the whole limit: the
     first layer is solved, the others keep the heuristic plan (NOT_RUN), whatever the
     machine's speed. (Before the pass the clock stands still: the heuristic leaves it all.)"""
-    from solvers.migration import api, plan_with_migration
+    from solvers.replan import plan_with_migration, solver as api
 
     g = torch.Generator().manual_seed(3)
     old_w = torch.exp(torch.randn(3, 12, generator=g, dtype=torch.float64)) * 100

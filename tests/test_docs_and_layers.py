@@ -193,7 +193,7 @@ def test_solvers_never_call_solve():
     """Solvers compose through solvers.registry.run; only front ends call solve()."""
     graph = _import_graph()
     families = ("solvers.heuristics", "solvers.exact", "solvers.certify", "solvers.dispatch", "solvers.dynamics",
-                "solvers.migration", "solvers.deepseek")
+                "solvers.migration", "solvers.replan", "solvers.elastic", "solvers.transfers", "solvers.deepseek")
     for m, targets in graph.items():
         if m.startswith(families):
             assert "solvers.entry" not in targets, m

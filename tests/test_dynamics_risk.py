@@ -13,8 +13,8 @@ from solvers.cluster import Cluster
 from solvers.dynamics.risk import Slots, centred, repair_grid, risk_search, step_weights, window_objective
 from solvers.dynamics.risk_migration import node_risk, swapped_maps
 from solvers.dynamics.scenario import scenario_bound, scenario_value
-from solvers.migration.moves import moves_per_layer
-from solvers.migration.relabel import relabel_phy2log
+from solvers.replan.relabel import relabel_phy2log
+from solvers.scoring import new_pairs
 from solvers.scoring import count_duplicates
 from solvers.workloads.generators import generate
 
@@ -135,7 +135,7 @@ def test_migration_aware_replan_moves_fewer_replicas_within_slack(policy):
     fresh = solve(p_new, "risk_aware", history=new, policy=policy).plan
     aware = solve(p_new, "risk_aware", history=new, policy=policy, current=current, slack=0.02)
     relabelled = relabel_phy2log(fresh.phy2log, current.phy2log, 256, 32, 4 if policy == "hierarchical" else 1)
-    mine, base = moves_per_layer(aware.plan.phy2log, current.phy2log, 256, 32), moves_per_layer(relabelled, current.phy2log, 256, 32)
+    mine, base = new_pairs(aware.plan.phy2log, current.phy2log, 256, 32), new_pairs(relabelled, current.phy2log, 256, 32)
     assert bool((mine <= base).all()) and int(mine.sum()) < int(base.sum())
     k = step_weights(20, 4.0, "cpu")
     assert bool((window_objective(new, k, aware.plan.phy2log, 256, 32)
@@ -158,7 +158,7 @@ def test_more_bonus_levels_never_move_more_at_equal_slack(monkeypatch):
     for levels in (rm.BONUS_LEVELS, tuple(b for b in rm.BONUS_LEVELS if b in (0.0, 0.05, 0.25, 1.0, 4.0))):
         monkeypatch.setattr(rm, "BONUS_LEVELS", levels)
         aware = solve(p_new, "risk_aware", history=new, policy="hierarchical", current=current, slack=0.02)
-        moves[len(levels)] = moves_per_layer(aware.plan.phy2log, current.phy2log, 256, 32)
+        moves[len(levels)] = new_pairs(aware.plan.phy2log, current.phy2log, 256, 32)
     assert len(moves) == 2 and bool((moves[max(moves)] <= moves[min(moves)]).all())
 
 

@@ -11,8 +11,7 @@ from solvers.cluster import Cluster
 from solvers.dynamics import simulate
 from solvers.dynamics.simulate import Regret, age_curve, predicted_ratios, step_stats
 from solvers.dynamics.sweep import best_net, sweep
-from solvers.migration import schedule_transfers
-from solvers.migration.transfer_models import schedule_with
+from solvers.transfers import schedule_transfers
 from solvers.network import Network
 
 NBYTES = 10**9
@@ -185,7 +184,7 @@ def test_shared_transfer_model_times_the_stalls():
     prev = solve(Problem(loads[0:2].sum(0), cluster=CLUSTER), "deepseek").plan
     for r, s in zip(rounds.rebalances, shared.rebalances):
         new = solve(Problem(loads[r["step"] - 2:r["step"]].sum(0), cluster=CLUSTER), "deepseek").plan
-        want = schedule_with(prev, new, 4, 2, NBYTES, CLUSTER.network, model="shared").makespan
+        want = schedule_transfers(prev, new, 4, 2, NBYTES, CLUSTER.network, model="shared").makespan
         assert s["stall_seconds"] == pytest.approx(want) and s["moves"] == r["moves"]
         prev = new
     with pytest.raises(OptionError, match="transfer_model"):

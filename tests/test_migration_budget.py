@@ -7,8 +7,8 @@ import torch
 
 from solvers import OptionError, Problem, score, solve
 from solvers.dynamics import simulate
-from solvers.migration import plan_with_migration
-from solvers.migration.api import BUDGET_SLACKS
+from solvers.replan import plan_with_migration
+from solvers.replan.solver import BUDGET_SLACKS
 
 
 def _drifted(L, E, seed, sigma=0.4):

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from solvers import OptionError, Plan, Problem, score, solve
-from solvers.migration import plan_with_migration, relabel
 from solvers.migration.exact import moves_of, solve_layer
-from solvers.migration.minmoves import repair
-from solvers.migration.relabel import align_slots
+from solvers.replan import plan_with_migration, relabel
+from solvers.replan.relabel import align_slots
+from solvers.replan.repair import repair
 
 
 def _plan(rows, E):
@@ -249,7 +249,7 @@ def test_exact_hierarchical_keeps_groups_whole():
 
 
 def test_pareto_rows_trade_moves_for_balance():
-    from solvers.migration import pareto, pareto_table
+    from benchmarks.migration_pareto import pareto, pareto_table
     old_w, new_w = _drifted(4, 32, 5)
     prev = solve(Problem(old_w, 48, 1, 1, 8), "deepseek").plan
     rows = pareto(Problem(new_w, 48, 1, 1, 8), "deepseek", prev, slacks=(0.0, 0.05, 0.2), expert_bytes=2)
@@ -273,11 +273,10 @@ def test_one_gpu_per_zone_leaves_no_swap_and_still_plans(nodes, gpus):
     assert res.score.imbalance_mean >= 1.0
 
 
-def test_moves_per_layer_counts_new_pairs_as_the_presence_tables_do():
-    """moves_per_layer and the scorer's new_pairs (sorted pair keys) against [L, P, E]
+def test_new_pairs_counts_as_the_presence_tables_do():
+    """The scorer's new_pairs (sorted pair keys), the re-plans' move count, against [L, P, E]
     presence tables, on random plans with repeated experts on a GPU, with an uneven
     slot-to-GPU map, and with another map and slot count for the previous plan."""
-    from solvers.migration import moves_per_layer
     from solvers.scoring import gpu_presence, new_pairs
     g = torch.Generator().manual_seed(0)
     for _ in range(200):
@@ -285,9 +284,33 @@ def test_moves_per_layer_counts_new_pairs_as_the_presence_tables_do():
         a, b = (torch.randint(0, E, (3, P * S), generator=g) for _ in range(2))
         for slot_gpu in (None, torch.sort(torch.randint(0, P, (P * S,), generator=g)).values):
             want = (gpu_presence(a, E, P, slot_gpu) & ~gpu_presence(b, E, P, slot_gpu)).flatten(1).sum(1)
-            assert torch.equal(moves_per_layer(a, b, E, P, slot_gpu), want)
+            assert torch.equal(new_pairs(a, b, E, P, slot_gpu, slot_gpu), want)
         # the scorer's form: each plan with its own slot map (a failed GPU's slots in the old one)
         old_gpu = torch.sort(torch.randint(0, P, (P * S + 2,), generator=g)).values
         c = torch.randint(0, E, (3, P * S + 2), generator=g)
         want = (gpu_presence(a, E, P) & ~gpu_presence(c, E, P, old_gpu)).flatten(1).sum(1)
         assert torch.equal(new_pairs(a, c, E, P, None, old_gpu), want)
+
+
+def test_migration_after_gpu_failures_is_the_elastic_re_plan_of_the_healthy_clusters_plan():
+    """The plan in force was made before a GPU failed (other slots): the migration solver
+    plans (the elastic re-plan in time, the same plan as the ``elastic`` solver's), grades its
+    moves against that plan on the healthy cluster, times schedules across the two slot maps
+    for the makespan objective, and refuses the exact method naming the one that plans."""
+    from solvers import Cluster
+    g = torch.Generator().manual_seed(5)
+    w = torch.exp(torch.randn(3, 16, generator=g, dtype=torch.float64)) * 100
+    healthy, failed = Cluster(2, 8, 24), Cluster(2, 8, 24, failed=[3])
+    before = solve(Problem(w.flip(1), num_groups=4, cluster=healthy), "kk_swap").plan
+    p = Problem(w, num_groups=4, cluster=failed)
+    res = plan_with_migration(p, "kk_swap", before, slack=0.01)
+    el = solve(p, "elastic", current=before, current_cluster=healthy, slack=0.01)
+    assert torch.equal(res.plan.phy2log, el.plan.phy2log)
+    assert res.score.moves == sum(res.info["moves_per_layer"]) == el.info["moves"]
+    assert not res.plan.phy2log.eq(-1).any() and res.plan.num_replicas == failed.num_replicas
+    by_time = plan_with_migration(p, "kk_swap", before, slack=0.01, objective="makespan")
+    passes = by_time.info["makespan_passes"]
+    assert len(passes) == 3 and all(x["makespan_per_byte"] > 0 for x in passes)
+    with pytest.raises(OptionError) as err:
+        plan_with_migration(p, "kk_swap", before, method="exact")
+    assert err.value.param == "method" and "heuristic" in str(err.value)

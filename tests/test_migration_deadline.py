@@ -9,8 +9,8 @@ import torch
 
 from solvers import Problem, solve
 from solvers.clock import FakeClock, fake_clock
-from solvers.migration import api
 from solvers.migration.exact import BUILD_TIME_LIMIT, ExactLayer, solve_layer
+from solvers.replan import solver as api
 
 
 def _problem(layers: int = 8) -> Problem:
@@ -65,7 +65,7 @@ def test_the_time_limit_is_the_whole_calls_the_exact_pass_gets_what_the_heuristi
     problem = _problem()
     current = solve(problem, "deepseek").plan
     clock = FakeClock()
-    fresh = api._fresh
+    fresh = api.fresh_plan
     calls = []
 
     def slow_fresh(*args, **kwargs):
@@ -78,7 +78,7 @@ def test_the_time_limit_is_the_whole_calls_the_exact_pass_gets_what_the_heuristi
         clock.advance(time_limit)
         return ExactLayer(None, None, 0, "UNKNOWN", False)
 
-    monkeypatch.setattr(api, "_fresh", slow_fresh)
+    monkeypatch.setattr(api, "fresh_plan", slow_fresh)
     monkeypatch.setattr(api, "solve_layer", layer)
     with fake_clock(clock):
         solve(problem, "migration", current=current, method="exact", time_limit=1.0)

@@ -7,10 +7,10 @@ import torch
 
 from solvers import OptionError, Plan, Problem, solve
 from solvers.cluster import Cluster
-from solvers.migration import plan_with_migration, schedule_transfers
-from solvers.migration.api import copy_costs
-from solvers.migration.transfer_models import schedule_with
-from solvers.migration.transfers import needed_copies
+from solvers.replan import plan_with_migration
+from solvers.replan.relabel import copy_costs
+from solvers.transfers import schedule_transfers
+from solvers.transfers.schedule import needed_copies
 from solvers.network import Network
 
 L, E, N, P, R = 6, 32, 2, 8, 40
@@ -75,8 +75,8 @@ def test_makespan_objective_plans_for_the_shared_model():
         pn = Problem(new_w, cluster=cluster, num_groups=4)
         by_moves = plan_with_migration(pn, "deepseek", prev, slack=0.02)
         by_time = plan_with_migration(pn, "deepseek", prev, slack=0.02, objective="makespan", transfer_model="shared")
-        t_moves = schedule_with(prev, by_moves.plan, P, P // N, 1000, net, model="shared").makespan
-        t_time = schedule_with(prev, by_time.plan, P, P // N, 1000, net, model="shared").makespan
+        t_moves = schedule_transfers(prev, by_moves.plan, P, P // N, 1000, net, model="shared").makespan
+        t_time = schedule_transfers(prev, by_time.plan, P, P // N, 1000, net, model="shared").makespan
         assert t_time <= t_moves * (1 + 1e-12)
         assert by_time.info["makespan_passes"][0]["makespan_per_byte"] == pytest.approx(t_moves / 1000, rel=1e-9)
         used = by_time.info["makespan_passes"][by_time.info["makespan_pass_used"]]
@@ -103,8 +103,8 @@ def test_makespan_objective_on_real_clusters_within_slack_and_never_slower(model
         target = torch.tensor(by_time.info["target_max_time"], dtype=torch.float64)
         assert bool((by_time.score.max_time <= target * (1 + 1e-9)).all())
         slots = cluster.slot_gpus()
-        t_moves = schedule_with(prev, by_moves.plan, P, P // N, 1000, net, model=model, slot_gpu=slots).makespan
-        t_time = schedule_with(prev, by_time.plan, P, P // N, 1000, net, model=model, slot_gpu=slots).makespan
+        t_moves = schedule_transfers(prev, by_moves.plan, P, P // N, 1000, net, model=model, slot_gpu=slots).makespan
+        t_time = schedule_transfers(prev, by_time.plan, P, P // N, 1000, net, model=model, slot_gpu=slots).makespan
         assert t_time <= t_moves * (1 + 1e-12)
         passes = by_time.info["makespan_passes"]
         assert [p["slack"] for p in passes] == pytest.approx([0.02, 0.01, 0.0])
@@ -122,7 +122,7 @@ def test_spreading_receivers_keeps_every_layer_and_lowers_the_squared_receive_ti
     """spread_receivers renames GPUs inside nodes per layer: each layer's GPU contents (so its
     loads and its node's experts) are kept, and the sum over GPUs of the squared receive time
     of all layers never grows (each (layer, node) step may keep its names)."""
-    from solvers.migration.spread import spread_receivers
+    from solvers.replan.relabel import spread_receivers
     from solvers.scoring import gpu_presence
 
     net = Network(400e9, 50e9)

@@ -6,9 +6,8 @@ import numpy as np
 import torch
 
 from solvers import Plan, Problem, score, solve
-from solvers.migration import plan_with_migration
-from solvers.migration.recount import recount
-from solvers.migration.regroup import regroup
+from solvers.replan import plan_with_migration
+from solvers.replan.repair import recount, regroup
 
 
 def test_recount_gives_the_counts_and_moves_only_changed_replicas():

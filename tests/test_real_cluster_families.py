@@ -14,8 +14,8 @@ from solvers.dynamics import simulate
 from solvers.dynamics.robust import time_robust_search
 from solvers.dynamics.simulate import step_stats
 from solvers.errors import OptionError
-from solvers.migration import plan_with_migration
-from solvers.migration.transfer_models import schedule_with
+from solvers.replan import plan_with_migration
+from solvers.transfers import schedule_transfers
 
 SHAPES = {
     "mixed": dict(num_nodes=2, num_gpus=8, num_replicas=48, gpu_speed=[1.0] * 4 + [1.4] * 4),
@@ -186,7 +186,7 @@ def test_cli_simulate_and_migration_on_a_real_cluster(tmp_path, capsys):
     c = Cluster(**SHAPES["uneven"])
     plans = {k: Plan.from_phy2log(torch.tensor(json.loads(f.read_text())["phy2log"]), 32)
              for k, f in (("old", old), ("moved", moved), ("timed", timed))}
-    span = {k: schedule_with(plans["old"], plans[k], 8, 4, 10**9, c.network, 32, "shared", c.slot_gpus()).makespan
+    span = {k: schedule_transfers(plans["old"], plans[k], 8, 4, 10**9, c.network, 32, "shared", c.slot_gpus()).makespan
             for k in ("moved", "timed")}
     assert span["timed"] <= span["moved"] * (1 + 1e-12)
     capsys.readouterr()

@@ -317,7 +317,7 @@ def test_cli_compare_on_uneven_slots_records_refusals(tmp_path, capsys):
 
 def test_elastic_replan_keeps_survivors_and_meets_the_target():
     from solvers import solve
-    from solvers.migration import replan_after_failure
+    from solvers.elastic import replan_after_failure
     w = _loads(L=5, E=24, seed=7)
     healthy = Problem(w, 32, 1, 2, 8)
     before = solve(healthy, "kk_swap")
@@ -335,7 +335,7 @@ def test_elastic_replan_keeps_survivors_and_meets_the_target():
 
 def test_elastic_without_failure_keeps_a_plan_that_meets_the_target():
     from solvers import solve
-    from solvers.migration import replan_after_failure
+    from solvers.elastic import replan_after_failure
     w = _loads(L=3, E=16, seed=2)
     p = Problem(w, 24, 1, 2, 4, gpu_speed=[1, 1, 1.4, 1.4])
     fresh = solve(p, "kk_swap")
@@ -345,7 +345,7 @@ def test_elastic_without_failure_keeps_a_plan_that_meets_the_target():
 
 def test_elastic_refuses_a_plan_of_another_cluster():
     from solvers.errors import OptionError
-    from solvers.migration import replan_after_failure
+    from solvers.elastic import replan_after_failure
     p = Problem(_loads(L=1, E=8), num_gpus=4, gpu_slots=[3, 3, 2, 4])
     with pytest.raises(OptionError) as err:
         replan_after_failure(p, Plan.from_phy2log([list(range(8)) * 2], 8))

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from solvers.errors import OptionError
-from solvers.migration.sharing import PORTS, port_loads, schedule_shared, share_sources, shared_makespan
-from solvers.migration.transfer_models import schedule_with
-from solvers.migration.transfers import Copies, links_of, schedule_copies
+from solvers.transfers import schedule_transfers
+from solvers.transfers.schedule import Copies, links_of, schedule_copies
+from solvers.transfers.sharing import PORTS, port_loads, schedule_shared, share_sources, shared_makespan
 from solvers.network import Network
 
 from test_transfers import random_copies, random_plans
@@ -72,12 +72,12 @@ def test_lp_rounding_is_optimal_when_the_lp_is_integral():
     assert dict(zip(PORTS, port_loads(copies, sched.src, net, B)[3]))["recv_intra"] == pytest.approx(sched.makespan)
 
 
-def test_sharing_never_exceeds_rounds_with_the_same_sources_and_schedule_with_picks_the_model():
+def test_sharing_never_exceeds_rounds_with_the_same_sources_and_schedule_transfers_picks_the_model():
     net = Network(400e9, 50e9)
     for seed in range(4):
         old, new = random_plans(seed, P=8)
-        rounds = schedule_with(old, new, 8, 4, B, net, model="rounds")
-        shared = schedule_with(old, new, 8, 4, B, net, model="shared")
+        rounds = schedule_transfers(old, new, 8, 4, B, net, model="rounds")
+        shared = schedule_transfers(old, new, 8, 4, B, net, model="shared")
         assert rounds.model == "rounds" and shared.model == "shared" and shared.moves == rounds.moves
         # the rounds schedule meets its own port loads one copy at a time, so it is never shorter
         assert shared_makespan(rounds.copies, rounds.src, net, B) <= rounds.makespan * (1 + 1e-12)
@@ -85,7 +85,7 @@ def test_sharing_never_exceeds_rounds_with_the_same_sources_and_schedule_with_pi
         rows = shared.rows()
         assert all(r["start_s"] == 0 and r["end_s"] == pytest.approx(shared.makespan) for r in rows)
     with pytest.raises(OptionError, match="transfer_model"):
-        schedule_with(old, new, 8, 4, B, net, model="fluid")
+        schedule_transfers(old, new, 8, 4, B, net, model="fluid")
 
 
 def test_no_copies_share_nothing():

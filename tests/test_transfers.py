@@ -7,13 +7,14 @@ import numpy as np
 import pytest
 import torch
 
+from benchmarks.transfers import check_schedule
 from solvers import Plan
 from solvers.cluster import Cluster
 from solvers.errors import OptionError, ProblemError
-from solvers.migration.colouring import colour_edges, max_degree
-from solvers.migration.transfers import (Copies, check_schedule, exact_schedule, links_of, lower_bounds,
-                                         needed_copies, schedule_copies, schedule_transfers)
 from solvers.network import DEFAULT_NETWORK, Network
+from solvers.transfers import exact_schedule, schedule_transfers
+from solvers.transfers.schedule import (Copies, colour_edges, links_of, lower_bounds, max_degree, needed_copies,
+                                        schedule_copies)
 
 B = 1_000_000
 
@@ -187,7 +188,7 @@ def test_lower_bounds_by_hand():
 
 
 def test_holder_bound_counts_copies_that_must_leave_few_gpus():
-    from solvers.migration.transfers import _holder_bound
+    from solvers.transfers.schedule import _holder_bound
 
     cand = np.zeros((7, 4), dtype=bool)
     cand[:3, 0] = True                      # 3 copies only GPU 0 holds

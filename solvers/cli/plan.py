@@ -5,7 +5,8 @@ import argparse
 import json
 
 from ..errors import OptionError
-from ..migration import plan_with_migration, replan_after_failure
+from ..elastic import replan_after_failure
+from ..replan import plan_with_migration
 from ..planfile import plan_document, write_plan
 from ..progress import Ticker, progress_mode
 from ..registry import get_solver

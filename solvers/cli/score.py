@@ -8,8 +8,7 @@ import math
 import torch
 
 from ..errors import LoadFileError, OptionError
-from ..migration.transfer_models import schedule_with
-from ..migration.transfers import exact_schedule, write_schedule
+from ..transfers import exact_schedule, schedule_transfers, write_schedule
 from ..problem import Problem
 from ..scoring import score
 from ..workloads.exporters import live_map
@@ -116,8 +115,9 @@ def cmd_score(args: argparse.Namespace) -> int:
             metrics["gpu_time"] = sc.gpu_time.tolist()
     sched = None
     if previous is not None and nbytes and uniform:
-        sched = schedule_with(previous, plan, problem.num_gpus, problem.num_gpus // problem.num_nodes, nbytes,
-                              network, num_experts=problem.num_experts, model=args.transfer_model, slot_gpu=slot_gpu)
+        sched = schedule_transfers(previous, plan, problem.num_gpus, problem.num_gpus // problem.num_nodes, nbytes,
+                                   network, num_experts=problem.num_experts, model=args.transfer_model,
+                                   slot_gpu=slot_gpu)
         if args.schedule == "exact":
             sched = exact_schedule(sched.copies, network, nbytes, time_limit=args.time_limit, hint=sched)
         metrics["transfers"] = sched.summary()

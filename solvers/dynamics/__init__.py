@@ -16,4 +16,4 @@ __all__ = ["simulate", "SimulationResult", "step_scores"]
 from . import robust  # noqa: E402,F401  registers the time-robust planners
 from . import risk_solver  # noqa: E402,F401  registers the out-of-sample planner 'risk_aware'
 from . import scenario  # noqa: E402,F401  registers the exact scenario model 'scenario_cpsat'
-from .. import migration  # noqa: E402,F401  registers 'migration' (the simulator's migration-aware re-plans)
+from .. import replan  # noqa: E402,F401  registers 'migration' (the simulator's migration-aware re-plans)

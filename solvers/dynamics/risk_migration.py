@@ -29,10 +29,9 @@ import math
 
 import torch
 
-from ..migration.moves import moves_per_layer
-from ..migration.relabel import relabel_phy2log
 from ..problem import Problem
-from ..scoring import gpu_presence
+from ..replan.relabel import relabel_phy2log
+from ..scoring import gpu_presence, new_pairs
 from .risk import moments, plan_on_nodes, plan_rows, step_weights, window_objective
 
 
@@ -121,7 +120,7 @@ def keep_in_place(problem: Problem, hist: torch.Tensor, policy: str, fresh: torc
     cands = torch.cat([relabelled.unsqueeze(0), sticky])                                 # [1+B', L, R]
     fits = torch.cat([torch.ones(1, L, dtype=torch.bool, device=hist.device),
                       torch.stack([window_objective(hist, k, c, E, P) <= target for c in sticky])])
-    moves = torch.stack([moves_per_layer(c, current, E, P) for c in cands])             # [1+B, L]
+    moves = torch.stack([new_pairs(c, current, E, P) for c in cands])                   # [1+B, L]
     pick = moves.masked_fill(~fits, torch.iinfo(torch.int64).max).argmin(0)             # first on ties
     info = {"sticky_layers": int((pick > 0).sum())}
     return cands.gather(0, pick.view(1, L, 1).expand(1, L, R)).squeeze(0), info

@@ -67,7 +67,7 @@ import torch
 
 from ..cluster import Cluster
 from ..errors import OptionError
-from ..migration.transfer_models import TRANSFER_MODELS, schedule_with
+from ..transfers import TRANSFER_MODELS, schedule_transfers
 from ..options import Option
 from ..plan import Plan
 from ..problem import Problem
@@ -373,8 +373,8 @@ def simulate(loads: Any, *, cluster: Cluster | None = None, num_replicas: int | 
             record["stall_seconds"] = 0.0 if expert_bytes else None
             record["interference_seconds"] = 0.0 if expert_bytes else None
         elif expert_bytes:
-            sched = schedule_with(current, out.plan, num_gpus, per_node, expert_bytes, cluster.network,
-                                  num_experts=E, model=transfer_model, slot_gpu=slot_gpu)
+            sched = schedule_transfers(current, out.plan, num_gpus, per_node, expert_bytes, cluster.network,
+                                       num_experts=E, model=transfer_model, slot_gpu=slot_gpu)
             record.update(makespan_seconds=sched.makespan, bound_seconds=sched.bound,
                           stall_seconds=sched.makespan if stall == "sync" else 0.0,
                           interference_seconds=async_interference * sched.makespan if stall == "async" else 0.0)

@@ -50,18 +50,13 @@ def _excess(t: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return (t - target.view(-1, *([1] * (t.dim() - 1)))).clamp_min(0)
 
 
-_excess_fn = _excess
-
-
 def spread_penalty(ideal: torch.Tensor):
     """A penalty that also counts the spread around ``ideal`` [X] (the average time): the
     excess over the target first (x EXCESS_WEIGHT), then ``(t - ideal)^2 / ideal``, so that a
     placement that lifts a GPU left below the average is preferred (the lost GPUs' load must
     end up on nearly every survivor, and each GPU lifted without a move saves one later)."""
-    ref = ideal
-
     def penalty(t: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        r = ref.view(-1, *([1] * (t.dim() - 1)))
+        r = ideal.view(-1, *([1] * (t.dim() - 1)))
         return _excess(t, target) * EXCESS_WEIGHT + (t - r).square() / r
     return penalty
 
@@ -92,7 +87,7 @@ def replace_gain(w: torch.Tensor, lay: Layout, gpus: LiveGPUs, target: torch.Ten
     bool, the plan in force's pairs on live GPU indices. penalty(t, target): the per-GPU
     cost summed (default: the excess over the target). Only the experts of the slots and
     the candidates are evaluated on every GPU ([X, Q, M] and [X, Q, K] tables)."""
-    _excess = penalty or _excess_fn
+    cost = penalty or _excess
     X, M = rs.shape
     E = w.shape[1]
     K = ys.shape[1]
@@ -100,7 +95,7 @@ def replace_gain(w: torch.Tensor, lay: Layout, gpus: LiveGPUs, target: torch.Ten
     inv = (1 / gpus.speed).view(1, Q, 1)
     cnt = lay.cnt.to(w.dtype)
     n3 = lay.n.view(X, Q, E)
-    cur = _excess(lay.t, target)                                                      # [X, Q]
+    cur = cost(lay.t, target)                                                      # [X, Q]
     tq = lay.t.unsqueeze(2)
     g = gpus.gpu_of[rs]                                                               # [X, M] slot GPUs
     x = lay.e.gather(1, rs)                                                           # [X, M] their experts
@@ -108,14 +103,14 @@ def replace_gain(w: torch.Tensor, lay: Layout, gpus: LiveGPUs, target: torch.Ten
     cx, wx = lay.cnt.gather(1, x), w.gather(1, x)
     growth = torch.where(cx >= 2, wx / (cx - 1).clamp_min(1) - wx / cx.clamp_min(1), torch.zeros_like(wx))
     nx = n3.gather(2, x.unsqueeze(1).expand(X, Q, M)).to(w.dtype)                    # [X, Q, M]
-    up = torch.where(nx > 0, _excess(tq + nx * growth.unsqueeze(1) * inv, target) - cur.unsqueeze(2),
+    up = torch.where(nx > 0, cost(tq + nx * growth.unsqueeze(1) * inv, target) - cur.unsqueeze(2),
                      torch.zeros_like(nx))
     up_g = up.gather(1, g.unsqueeze(1)).squeeze(1)                                    # [X, M] at the slot GPU
     # y gaining one: its replicas on every GPU shrink
     cy, wy = cnt.gather(1, ys), w.gather(1, ys)                                       # [X, K]
     shy = wy / cy.clamp_min(1) - wy / (cy + 1)
     ny = n3.gather(2, ys.unsqueeze(1).expand(X, Q, K)).to(w.dtype)                   # [X, Q, K]
-    down = torch.where(ny > 0, _excess(tq - ny * shy.unsqueeze(1) * inv, target) - cur.unsqueeze(2),
+    down = torch.where(ny > 0, cost(tq - ny * shy.unsqueeze(1) * inv, target) - cur.unsqueeze(2),
                        torch.zeros_like(ny))
     down_g = down.gather(1, g.unsqueeze(2).expand(X, M, K))                           # [X, M, K]
     n_gx = lay.n.gather(1, g * E + x).to(w.dtype)                                     # [X, M]
@@ -123,7 +118,7 @@ def replace_gain(w: torch.Tensor, lay: Layout, gpus: LiveGPUs, target: torch.Ten
     dload = ((-lay.sw.gather(1, rs) + (n_gx - 1) * growth).unsqueeze(2)
              + (wy / (cy + 1)).unsqueeze(1) - n_gy * shy.unsqueeze(1))
     finish = lay.t.gather(1, g).unsqueeze(2) + dload * (1 / gpus.speed)[g].unsqueeze(2)
-    d_g = _excess(finish, target) - cur.gather(1, g).unsqueeze(2)
+    d_g = cost(finish, target) - cur.gather(1, g).unsqueeze(2)
     total = d_g + (up.sum(1) - up_g).unsqueeze(2) + down.sum(1).unsqueeze(1) - down_g
     bad = (cx < 2).unsqueeze(2) | (x.unsqueeze(2) == ys.unsqueeze(1))
     total = total.masked_fill(bad, INF)
@@ -371,7 +366,8 @@ def match_orphans(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, target: torc
     hit = (key == best.gather(1, g.unsqueeze(2).expand_as(key))) & torch.isfinite(key)
     slot_of = torch.full((X, gpus.Q, K), -1, dtype=torch.int64, device=e.device)
     slot_of.scatter_reduce_(1, g.unsqueeze(2).expand_as(key),
-                            torch.where(hit, rs.unsqueeze(2).expand_as(key), torch.full_like(key, -1, dtype=torch.int64)),
+                            torch.where(hit, rs.unsqueeze(2).expand_as(key),
+                                        torch.full_like(key, -1, dtype=torch.int64)),
                             "amax")
     cost = best.transpose(1, 2).cpu().numpy()                                         # [X, K, Q]
     out = e.clone()

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..errors import OptionError
-from ..plan import Plan
-from ..problem import Problem
-from ..registry import run
-from ..scoring import score
-from .api import check_previous, plan_with_migration
-from .relabel import relabel
+from solvers.elastic.solver import check_elastic
+from solvers.errors import OptionError
+from solvers.plan import Plan
+from solvers.problem import Problem
+from solvers.registry import run
+from solvers.replan import plan_with_migration, relabel
+from solvers.scoring import score
 
 DEFAULT_SLACKS = (0.0, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1)
 
@@ -33,7 +33,7 @@ def pareto(problem: Problem, solver: str, previous: Plan, slacks: Sequence[float
     Row keys: plan, slack, moves, moved_share (of all layer x slot replicas), bytes (with
     ``expert_bytes``), max_load_sum, imbalance_mean, imbalance_worst (shared scorer).
     """
-    previous = check_previous(problem, previous)
+    previous, _ = check_elastic(problem, previous, problem.cluster)
     total = problem.num_layers * problem.num_replicas
     fresh = run(problem, solver, solver_options)
     if fresh.plan is None:

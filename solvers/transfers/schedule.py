@@ -28,10 +28,10 @@ Lower bounds (valid for every schedule of the model):
 ``bound`` is the best valid bound for the sources chosen (``rounds``); ``gap`` is
 ``makespan / bound - 1``.
 
-Heuristic (:func:`schedule_transfers`): sources by an earliest-finish greedy (fewest
+Heuristic (:func:`schedule_copies`): sources by an earliest-finish greedy (fewest
 candidates first; the source minimising the larger of its send time and the receiver's
 time after the copy; ties to the faster link); then per class, slowest first, König's
-colouring of that class's copies (the fewest rounds, :mod:`.colouring`), and faster copies
+colouring of that class's copies (the fewest rounds, :func:`colour_edges`), and faster copies
 are packed into those rounds greedily where both ends are free (largest remaining degree
 first). Exact (:func:`exact_schedule`): a CP-SAT model choosing sources and rounds, for
 small instances; it proves the optimum or reports its bound.
@@ -50,7 +50,7 @@ import torch
 
 from ..errors import OptionError
 from ..network import DEFAULT_NETWORK, Network
-from .colouring import colour_edges
+from ..scoring import gpu_presence
 
 INTRA, INTER, HOST = 0, 1, 2
 LINK_NAMES = ("intra", "inter", "host")
@@ -79,29 +79,20 @@ def _p2l(plan: Any) -> np.ndarray:
     return np.asarray(p2l, dtype=np.int64)
 
 
-def presence(p2l: np.ndarray, num_experts: int, num_gpus: int, slot_gpu: Any = None) -> np.ndarray:
-    """[L, P, E] bool: GPU g holds expert e in layer l. p2l: [L, R]; slot_gpu: [R] the GPU of
-    every slot when GPUs hold different slot counts or some failed (default: slot r on GPU
-    ``r // (R / P)``)."""
-    L, R = p2l.shape
-    out = np.zeros((L, num_gpus, num_experts), dtype=bool)
-    per_slot = np.arange(R) // (R // num_gpus) if slot_gpu is None else np.asarray(slot_gpu, dtype=np.int64)
-    gpu = np.broadcast_to(per_slot, (L, R))
-    out[np.arange(L)[:, None], gpu, p2l] = True
-    return out
-
-
 def needed_copies(previous: Any, plan: Any, num_gpus: int, gpus_per_node: int, num_experts: int | None = None,
-                  slot_gpu: Any = None) -> Copies:
+                  slot_gpu: Any = None, previous_slot_gpu: Any = None) -> Copies:
     """The copies taking ``previous`` (a Plan or phy2log [L, R]) to ``plan``: one per
     (layer, GPU, expert) the new plan holds and the old did not, in (layer, GPU, expert) order.
     slot_gpu: [R] the GPU of every slot of both plans (a cluster with uneven slots or failed
-    GPUs: ``Cluster.slot_gpus()``); None: identical slot counts."""
+    GPUs: ``Cluster.slot_gpus()``); None: identical slot counts. previous_slot_gpu: [R'] the
+    plan in force's, when it was made for other slots (before GPUs failed; default slot_gpu)."""
     old, new = _p2l(previous), _p2l(plan)
-    if old.shape != new.shape:
+    if old.shape[0] != new.shape[0] or (previous_slot_gpu is None and old.shape != new.shape):
         raise OptionError("previous", f"has shape {tuple(old.shape)}, the plan {tuple(new.shape)}")
     E = int(max(old.max(), new.max())) + 1 if num_experts is None else num_experts
-    had, has = presence(old, E, num_gpus, slot_gpu), presence(new, E, num_gpus, slot_gpu)
+    old_slots = slot_gpu if previous_slot_gpu is None else previous_slot_gpu
+    had, has = (gpu_presence(torch.from_numpy(x), E, num_gpus, None if g is None else torch.as_tensor(g)).numpy()
+                for x, g in ((old, old_slots), (new, slot_gpu)))                     # [L, P, E] each
     layer, dst, expert = np.nonzero(has & ~had)                                     # [M] each
     cand = had[layer, :, expert]                                                    # [M, P]
     return Copies(layer.astype(np.int64), expert.astype(np.int64), dst.astype(np.int64), cand, num_gpus,
@@ -283,6 +274,69 @@ def _holder_bound(candidates: np.ndarray) -> int:
     return best
 
 
+# Rounds -----------------------------------------------------------------------------------------
+# A round is a matching between senders and receivers (each GPU sends at most one copy and
+# receives at most one). With copies of one duration and fixed sources, the fewest rounds is
+# the colouring number of the bipartite multigraph (senders, receivers, one edge per copy),
+# which König's theorem puts at its largest degree. colour_edges reaches it in O(edges x
+# vertices): each edge takes a colour free at both ends, after swapping two colours along an
+# alternating path when needed (a Kempe chain; in a bipartite graph the chain never returns to
+# the edge's other end, so the swap is always safe).
+
+
+def max_degree(src: np.ndarray, dst: np.ndarray, num_src: int, num_dst: int) -> int:
+    """The largest degree of the bipartite multigraph with edges ``src[i] -> dst[i]``."""
+    if len(src) == 0:
+        return 0
+    return int(max(np.bincount(src, minlength=num_src).max(), np.bincount(dst, minlength=num_dst).max()))
+
+
+def colour_edges(src: np.ndarray, dst: np.ndarray, num_src: int, num_dst: int) -> tuple[np.ndarray, int]:
+    """A proper edge colouring of the bipartite multigraph ``src[i] -> dst[i]`` ([M] int
+    arrays, sender ids < num_src, receiver ids < num_dst) with exactly ``max_degree``
+    colours. Returns (colour [M] int64 in 0..D-1, D)."""
+    M = len(src)
+    D = max_degree(src, dst, num_src, num_dst)
+    colour = np.full(M, -1, dtype=np.int64)
+    if M == 0:
+        return colour, 0
+    V = num_src + num_dst
+    # at[v][c]: the edge of colour c at vertex v (-1: c is free at v); vertices: senders, then receivers
+    at = [[-1] * D for _ in range(V)]
+    ends = [(int(s), num_src + int(d)) for s, d in zip(src.tolist(), dst.tolist())]
+    for i, (u, v) in enumerate(ends):
+        au, av = at[u], at[v]
+        a = au.index(-1)                   # free at u
+        if av[a] != -1:                    # a is taken at v: take a colour b free at v
+            b = av.index(-1)
+            if au[b] == -1:
+                a = b
+            else:                          # swap a and b along the a/b chain that starts at v
+                path = []
+                x, c = v, a
+                while True:
+                    e = at[x][c]
+                    if e == -1:
+                        break
+                    path.append(e)
+                    p, q = ends[e]
+                    x = q if p == x else p
+                    c = b if c == a else a
+                for e in path:             # clear first, then set: chain edges share vertices
+                    p, q = ends[e]
+                    at[p][colour[e]] = -1
+                    at[q][colour[e]] = -1
+                for e in path:
+                    colour[e] = b if colour[e] == a else a
+                    p, q = ends[e]
+                    at[p][colour[e]] = e
+                    at[q][colour[e]] = e
+        colour[i] = a
+        au[a] = i
+        av[a] = i
+    return colour, D
+
+
 def _greedy_pack(src: np.ndarray, dst: np.ndarray, pending: np.ndarray, busy_s: np.ndarray, busy_r: np.ndarray,
                  priority: np.ndarray) -> np.ndarray:
     """Indices of pending edges added to a round whose busy senders/receivers are given:
@@ -360,29 +414,6 @@ def _finish(copies: Copies, src: np.ndarray, rnd: np.ndarray, network: Network, 
     return TransferSchedule(copies, src, link, rnd.astype(np.int64), secs, float(secs.sum()),
                             lower_bounds(copies, src, link, network, expert_bytes), int(expert_bytes), method,
                             info or {}, network)
-
-
-def check_schedule(sched: TransferSchedule) -> None:
-    """Raise AssertionError unless every copy has a valid source and every round is a
-    matching (one send and one receive per GPU, one host copy per receiver)."""
-    c = sched.copies
-    P = c.num_gpus
-    gpu = sched.src >= 0
-    assert np.all(c.candidates[np.flatnonzero(gpu), sched.src[gpu]]), "a source did not hold the expert"
-    sender = np.where(gpu, sched.src, P + c.dst)
-    for ids in (sender, c.dst):
-        pairs = np.stack([sched.round, ids], 1)
-        assert len(np.unique(pairs, axis=0)) == len(pairs), "a GPU sends or receives twice in a round"
-
-
-def schedule_transfers(previous: Any, plan: Any, num_gpus: int, gpus_per_node: int, expert_bytes: int,
-                       network: Network | None = None, num_experts: int | None = None) -> TransferSchedule:
-    """The heuristic schedule of the copies from ``previous`` to ``plan`` (Plans or phy2log
-    [L, R]) on ``num_gpus`` GPUs, ``gpus_per_node`` per node (module docstring)."""
-    network = network or DEFAULT_NETWORK
-    expert_bytes = _check_bytes(expert_bytes)
-    return schedule_copies(needed_copies(previous, plan, num_gpus, gpus_per_node, num_experts), network,
-                           expert_bytes)
 
 
 def schedule_copies(copies: Copies, network: Network, expert_bytes: int) -> TransferSchedule:

@@ -1,6 +1,6 @@
 """The bandwidth-sharing transfer model: concurrent copies share each GPU's links.
 
-The rounds model (:mod:`.transfers`) follows vLLM's rule: one send and one receive per GPU at
+The rounds model (:mod:`.schedule`) follows vLLM's rule: one send and one receive per GPU at
 a time. Here instead every copy may run at once and a GPU's bandwidth of each direction and
 link class (docs/dynamics.md, "Bandwidth sharing") is shared by the copies crossing it:
 
@@ -35,7 +35,7 @@ import scipy.optimize
 import scipy.sparse
 
 from ..network import Network
-from .transfers import HOST, INTER, INTRA, Copies, TransferSchedule, _bandwidths, links_of
+from .schedule import HOST, INTER, INTRA, Copies, TransferSchedule, _bandwidths, links_of
 
 # Port kinds, in the column order of :func:`port_loads`.
 PORTS = ("send_intra", "send_inter", "recv_intra", "recv_inter", "recv_host")
