@@ -25,7 +25,7 @@ import os
 import torch
 
 from solvers.cluster import CLUSTERS, MODELS
-from solvers.dynamics.simulate import step_stats
+from solvers.dynamics import step_stats
 from solvers.dynamics.sweep import sweep
 from solvers.io import read_loads
 from solvers.migration.transfers import schedule_transfers

@@ -338,7 +338,7 @@ def test_cli_compare_with_held_out_steps_on_gpus_of_two_speeds_runs_risk_aware(t
 
 
 def test_simulate_with_a_migration_slack_on_a_real_cluster_wraps_risk_aware_in_migration():
-    from solvers.dynamics.simulate import simulate
+    from solvers.dynamics import simulate
     loads = generate("olmoe-1b-7b", "drifting", steps=60, seed=0, num_layers=2, tokens_per_step=2048).loads
     cluster = Cluster(2, 8, gpu_slots=[10] * 8, gpu_speed=[1.0] * 4 + [1.5] * 4)
     plain = simulate(loads, cluster=cluster, solver="risk_aware", every=20, window=20)
