@@ -289,12 +289,24 @@ def test_risk_search_on_a_padded_grid_lowers_the_largest_time_risk_and_keeps_slo
     assert torch.equal(out.sort(1).values, start.sort(1).values)
 
 
-def test_migration_aware_replan_on_a_real_cluster_names_current():
-    hist = _history()
-    p = Problem(hist.sum(0), **MIXED)
-    plan = solve(p, "risk_aware", history=hist).plan
+@pytest.mark.parametrize("shape", [MIXED, UNEVEN, FAILED])
+def test_migration_aware_replan_on_a_real_cluster_moves_fewer_within_its_slack(shape):
+    from solvers.dynamics.risk import step_weights, window_time_objective
+
+    old, new = _history(seed=1), _history(seed=2)
+    c = Problem(old.sum(0), **shape).cluster
+    current = solve(Problem(old.sum(0), cluster=c), "risk_aware", history=old).plan
+    p = Problem(new.sum(0), cluster=c)
+    fresh = solve(p, "risk_aware", history=new)
+    aware = solve(p, "risk_aware", history=new, current=current, slack=0.05, previous=current)
+    assert aware.plan.phy2log.shape == fresh.plan.phy2log.shape and aware.info["sticky_layers"] >= 0
+    assert aware.score.moves < score(p, fresh.plan, previous=current).moves
+    # per layer within the slack of the fresh plan's per-step time imbalance on the window
+    k = step_weights(new.shape[0], 4.0, new.device)
+    mine, base = (window_time_objective(new.to(torch.float64), k, r.plan.phy2log, c) for r in (aware, fresh))
+    assert bool((mine <= base * 1.05 + 1e-9).all())
     with pytest.raises(OptionError, match="current"):
-        solve(p, "risk_aware", history=hist, current=plan)
+        solve(p, "risk_aware", history=new, current="plan.json")
 
 
 def test_compare_on_a_real_cluster_runs_the_window_planner():

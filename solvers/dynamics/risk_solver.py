@@ -26,14 +26,11 @@ def check_current(problem: Problem, current: Any) -> torch.Tensor | None:
     """The placement in force as phy2log [L, R] on the problem's device (None: none)."""
     if current is None:
         return None
-    if not problem.cluster.homogeneous:
-        raise OptionError("current", "migration-aware re-plans need identical GPUs (speed 1, the same slot "
-                          "count each); on this cluster re-plan without current")
     if not isinstance(current, Plan):
         raise OptionError("current", f"must be a solvers.Plan (the placement in force), got {type(current).__name__}")
     try:
         current.to(problem.device).validate(problem.num_layers, problem.num_experts, problem.num_replicas,
-                                            problem.num_gpus)
+                                            problem.num_gpus if problem.cluster.uniform_slots else None)
     except PlanError as exc:
         raise OptionError("current", f"is not a valid plan of this problem: {exc}") from None
     return current.phy2log.to(problem.device)
