@@ -94,7 +94,7 @@ def test_window_objective_is_the_shared_scorers_per_step_imbalance():
     hist = _history(W=5)
     p = Problem(hist.sum(0), 24, 1, 1, 8)
     plan = solve(p, "risk_aware", history=hist).plan
-    mine = window_objective(hist.to(torch.float64), step_weights(5, None, "cpu"), plan.phy2log, 16, 8)
+    mine = window_objective(hist.to(torch.float64), step_weights(5, None, "cpu"), plan.phy2log, 8)
     shared = score(p, plan, tokens=hist)
     assert math.isclose(float(mine.mean()), shared.imbalance_mean, rel_tol=1e-12)
 
@@ -138,8 +138,8 @@ def test_migration_aware_replan_moves_fewer_replicas_within_slack(policy):
     mine, base = moves_per_layer(aware.plan.phy2log, current.phy2log, 256, 32), moves_per_layer(relabelled, current.phy2log, 256, 32)
     assert bool((mine <= base).all()) and int(mine.sum()) < int(base.sum())
     k = step_weights(20, 4.0, "cpu")
-    assert bool((window_objective(new, k, aware.plan.phy2log, 256, 32)
-                 <= window_objective(new, k, fresh.phy2log, 256, 32) * 1.02 * (1 + 1e-12)).all())
+    assert bool((window_objective(new, k, aware.plan.phy2log, 32)
+                 <= window_objective(new, k, fresh.phy2log, 32) * 1.02 * (1 + 1e-12)).all())
     assert count_duplicates(aware.plan.phy2log, 32) == 0
     if policy == "hierarchical":
         node = torch.arange(288) // 72
@@ -291,7 +291,7 @@ def test_risk_search_on_a_padded_grid_lowers_the_largest_time_risk_and_keeps_slo
 
 @pytest.mark.parametrize("shape", [MIXED, UNEVEN, FAILED])
 def test_migration_aware_replan_on_a_real_cluster_moves_fewer_within_its_slack(shape):
-    from solvers.dynamics.risk import step_weights, window_time_objective
+    from solvers.dynamics.risk import step_weights, window_objective
 
     old, new = _history(seed=1), _history(seed=2)
     c = Problem(old.sum(0), **shape).cluster
@@ -303,7 +303,7 @@ def test_migration_aware_replan_on_a_real_cluster_moves_fewer_within_its_slack(s
     assert aware.score.moves < score(p, fresh.plan, previous=current).moves
     # per layer within the slack of the fresh plan's per-step time imbalance on the window
     k = step_weights(new.shape[0], 4.0, new.device)
-    mine, base = (window_time_objective(new.to(torch.float64), k, r.plan.phy2log, c) for r in (aware, fresh))
+    mine, base = (window_objective(new.to(torch.float64), k, r.plan.phy2log, c.num_gpus, c) for r in (aware, fresh))
     assert bool((mine <= base * 1.05 + 1e-9).all())
     with pytest.raises(OptionError, match="current"):
         solve(p, "risk_aware", history=new, current="plan.json")

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from solvers import Problem, get_solver, solver_names
+from solvers import POLICIES, Problem, get_solver, solver_names
 from solvers.dynamics.settings import DEFAULT_WINDOW, SETTINGS
 from solvers.dynamics.sweep import frontier
 from solvers.errors import EPLBError
@@ -21,7 +21,6 @@ from app.compute import common_start, replay_totals
 from app.widgets import (REPLAY_TOTALS_COLUMNS, cluster_picker, describe_cluster, describe_loads, error_text, keep, kept,
                          loads_picker, show_error, solver_select)
 
-POLICIES = ("auto", "hierarchical", "global")
 _num = st.column_config.NumberColumn
 
 PAGE = "over_time"
@@ -205,13 +204,13 @@ def _show(results: dict, has_bytes: bool) -> None:
     st.dataframe(rows, hide_index=True, width="stretch", column_config=REPLAY_TOTALS_COLUMNS)
     st.download_button("Download totals (CSV)", rows.to_csv(index=False).encode(), "replay_totals.csv", "text/csv",
                        key=f"{PAGE}:csv", on_click="ignore")
-    runs = {}
-    cum = {}
+    runs, cum, net = {}, {}, {}
     for name, r in results.items():
-        steps = np.arange(start, r.imbalance.shape[0])
-        runs[name] = (steps, r.imbalance[start:].numpy(), [x["step"] for x in r.rebalances])
-        table = pd.DataFrame(r.step_rows())
-        cum[name] = (table["step"].to_numpy(), table["cumulative_bytes" if has_bytes else "cumulative_moves"].to_numpy())
+        runs[name] = (np.arange(start, r.imbalance.shape[0]), r.imbalance[start:].numpy(),
+                      [x["step"] for x in r.rebalances])
+        t = pd.DataFrame(r.step_rows())
+        cum[name] = (t["step"].to_numpy(), t["cumulative_bytes" if has_bytes else "cumulative_moves"].to_numpy())
+        net[name] = (t["step"].to_numpy(), t["cumulative_efficiency"].to_numpy(), t["stall_seconds"].to_numpy())
     st.markdown("**Realised imbalance per step** (triangles: a new plan takes effect)")
     st.plotly_chart(figures.realised_imbalance_figure(runs), width="stretch", key=f"{PAGE}:chart:imbalance")
     c1, c2 = st.columns(2)
@@ -220,11 +219,6 @@ def _show(results: dict, has_bytes: bool) -> None:
     c2.markdown(f"**{unit} moved against realised imbalance** (ringed and dotted: the frontier)")
     c2.plotly_chart(figures.frontier_figure(rows, front, unit), width="stretch", key=f"{PAGE}:chart:frontier")
     if has_bytes:
-        net = {}
-        for name, r in results.items():
-            table = pd.DataFrame(r.step_rows())
-            net[name] = (table["step"].to_numpy(), table["cumulative_efficiency"].to_numpy(),
-                         table["stall_seconds"].to_numpy())
         st.markdown("**Net line: stalls and net efficiency so far** (x: a rebalance's stall, sized by its seconds)")
         st.plotly_chart(figures.net_efficiency_figure(net), width="stretch", key=f"{PAGE}:chart:net")
     _rebalances(results)

@@ -107,47 +107,36 @@ class SimulationResult:
         return self.imbalance[self.first_step:]
 
     def totals(self) -> dict[str, Any]:
-        """mean_imbalance, p99_imbalance (over scored steps), total_moves, total_bytes (None
-        without an expert size), rebalances (after the first plan), tokens_lost, steps."""
-        s = self.scored
-        moves = sum(r["moves"] for r in self.rebalances)
-        nbytes = None
-        if all(r["bytes"] is not None for r in self.rebalances):
-            nbytes = sum(r["bytes"] for r in self.rebalances)
+        """Over the scored steps: mean_imbalance, p99_imbalance, worst_imbalance, total_moves,
+        total_bytes (None without an expert size), rebalances (after the first plan), tokens_lost,
+        steps_scored, wall_seconds; stall_seconds (None without an expert size), serving_seconds,
+        tokens_lost_stall (the load the stalled cluster would have served), net_throughput (routed
+        load per second of serving and stalls), net_efficiency (the balanced, stall-free time over
+        that time), skipped_rebalances (stall-aware trigger), interference_seconds (async copies:
+        the serving time lost while they run, counted in the net figures like a stall)."""
+        s, first, rebs = self.scored, self.first_step, self.rebalances
+        n = self.step_time.shape[0] - first
+        step = float(self.settings.get("step_seconds") or 1.0)
+        stalls = [r.get("stall_seconds") for r in rebs]
+        known = all(x is not None for x in stalls)
+        stall, lost_stall = (float(sum(stalls)), 0.0) if known else (None, None)
+        if known and rebs:
+            at = torch.tensor([r["step"] for r in rebs], dtype=torch.int64)
+            lost_stall = float((torch.tensor(stalls, dtype=torch.float64) * self.step_load[at] / step).sum())
+        serving = float(self.step_time[first:].sum())
+        interference = float(sum(r.get("interference_seconds") or 0.0 for r in rebs))
+        busy = serving + (stall or 0.0) + interference
         return {"mean_imbalance": float(s.mean()) if s.numel() else math.nan,
                 "p99_imbalance": float(torch.quantile(s, 0.99)) if s.numel() else math.nan,
-                "worst_imbalance": float(self.imbalance_worst[self.first_step:].max()) if s.numel() else math.nan,
-                "total_moves": int(moves), "total_bytes": nbytes, "rebalances": len(self.rebalances),
-                "tokens_lost": float(self.tokens_lost[self.first_step:].sum()),
-                "steps_scored": int(s.numel()), "wall_seconds": self.wall_seconds, **self.time_totals()}
-
-    def time_totals(self) -> dict[str, Any]:
-        """stall_seconds (None without an expert size), serving_seconds, tokens_lost_stall (the
-        load the stalled cluster would have served), net_throughput (routed load per second of
-        serving and stalls), net_efficiency (the balanced, stall-free time over that time),
-        skipped_rebalances (stall-aware trigger), interference_seconds (async copies: the serving
-        time lost while they run, counted in the net figures like a stall)."""
-        first = self.first_step
-        step = float(self.settings.get("step_seconds") or 1.0)
-        stalls = [r.get("stall_seconds") for r in self.rebalances]
-        known = all(x is not None for x in stalls)
-        stall = float(sum(stalls)) if known else None
-        serving = float(self.step_time[first:].sum())
-        load = float(self.step_load[first:].sum())
-        rate = self.step_load[first:] / step                                  # [n] balanced load per second
-        lost_stall = None
-        if known:
-            at = torch.tensor([r["step"] for r in self.rebalances], dtype=torch.int64)
-            secs = torch.tensor(stalls, dtype=torch.float64)
-            lost_stall = float((secs * self.step_load[at] / step).sum()) if len(at) else 0.0
-        interference = float(sum(r.get("interference_seconds") or 0.0 for r in self.rebalances))
-        busy = serving + (stall or 0.0) + interference
-        n = self.step_time.shape[0] - first
-        return {"stall_seconds": stall, "serving_seconds": serving, "tokens_lost_stall": lost_stall,
-                "net_throughput": load / busy if busy > 0 else math.nan,
-                "net_efficiency": n * step / busy if busy > 0 and rate.numel() else math.nan,
-                "skipped_rebalances": len(self.skipped),
-                "interference_seconds": interference if known else None}
+                "worst_imbalance": float(self.imbalance_worst[first:].max()) if s.numel() else math.nan,
+                "total_moves": int(sum(r["moves"] for r in rebs)),
+                "total_bytes": sum(r["bytes"] for r in rebs) if all(r["bytes"] is not None for r in rebs) else None,
+                "rebalances": len(rebs), "tokens_lost": float(self.tokens_lost[first:].sum()),
+                "steps_scored": int(s.numel()), "wall_seconds": self.wall_seconds,
+                "stall_seconds": stall, "serving_seconds": serving, "tokens_lost_stall": lost_stall,
+                "net_throughput": float(self.step_load[first:].sum()) / busy if busy > 0 else math.nan,
+                "net_efficiency": n * step / busy if busy > 0 and n > 0 else math.nan,
+                "skipped_rebalances": len(self.skipped), "interference_seconds": interference if known else None}
 
     def step_rows(self) -> list[dict[str, Any]]:
         """One row per step: step, imbalance, worst layer's imbalance, tokens lost, rebalanced
@@ -155,7 +144,7 @@ class SimulationResult:
         stall_seconds (the rebalance's stall plus its async interference, charged to its step)."""
         by_step = {r["step"]: r for r in self.rebalances}
         step = float(self.settings.get("step_seconds") or 1.0)
-        rows, cum_moves, cum_bytes, clock_s, served = [], 0, 0, 0.0, 0.0
+        rows, cum_moves, cum_bytes, clock_s = [], 0, 0, 0.0
         for t in range(self.first_step, self.imbalance.shape[0]):
             r = by_step.get(t)
             moves = r["moves"] if r else 0
@@ -165,7 +154,6 @@ class SimulationResult:
             stall = float((r.get("stall_seconds") or 0.0) + (r.get("interference_seconds") or 0.0)) if r else 0.0
             seconds = float(self.step_time[t])
             clock_s += stall + seconds
-            served += float(self.step_load[t])
             rows.append({"step": t, "imbalance": float(self.imbalance[t]),
                          "imbalance_worst": float(self.imbalance_worst[t]),
                          "tokens_lost": float(self.tokens_lost[t]), "rebalanced": r is not None,
@@ -293,11 +281,7 @@ def simulate(loads: Any, settings: Settings | None = None, *, cluster: Cluster |
                   "in_sample_imbalance": sc.summary.get("time_imbalance_mean", sc.imbalance_mean),
                   "stall_seconds": None, "makespan_seconds": None, "bound_seconds": None,
                   "interference_seconds": None}
-        if current is None:
-            record["bytes"] = 0 if nbytes is not None else None
-            record["stall_seconds"] = 0.0 if nbytes else None
-            record["interference_seconds"] = 0.0 if nbytes else None
-        elif nbytes:
+        if current is not None and nbytes:
             sched = schedule_with(current, out.plan, num_gpus, per_node, nbytes, cluster.network,
                                   num_experts=E, model=s.transfer_model, slot_gpu=slot_gpu)
             record.update(makespan_seconds=sched.makespan, bound_seconds=sched.bound,
@@ -307,16 +291,6 @@ def simulate(loads: Any, settings: Settings | None = None, *, cluster: Cluster |
 
     period = every if every is not None else s.cooldown
     regret = Regret()
-
-    def renews(t: int, current: Plan, new: Plan, record: dict[str, Any]) -> bool:
-        """The stall-aware rule (module docstring, :class:`Regret`)."""
-        age = t - since
-        delay = _delay(record["makespan_seconds"], step_seconds) if stall == "async" else 0
-        gain = regret.decide(loads, t, window, current, new, num_gpus, age, period, delay) * step_seconds
-        record["predicted_gain_seconds"] = gain
-        record["gain_calibration"] = regret.calibration
-        return gain > (record["stall_seconds"] or 0.0) + (record["interference_seconds"] or 0.0)
-
     imb = torch.full((T,), math.nan, dtype=torch.float64)
     worst = torch.full((T,), math.nan, dtype=torch.float64)
     lost = torch.zeros(T, dtype=torch.float64)
@@ -360,9 +334,14 @@ def simulate(loads: Any, settings: Settings | None = None, *, cluster: Cluster |
             plan_new, record = plan_at(t, plan)
             record["reason"] = reason
             last = t
-            if s.stall_aware and not renews(t, plan, plan_new, record):
-                skipped.append(record)
-                continue
+            if s.stall_aware:                  # the stall-aware rule (module docstring, Regret)
+                delay = _delay(record["makespan_seconds"], step_seconds) if stall == "async" else 0
+                gain = step_seconds * regret.decide(loads, t, window, plan, plan_new, num_gpus, t - since, period,
+                                                    delay)
+                record.update(predicted_gain_seconds=gain, gain_calibration=regret.calibration)
+                if gain <= (record["stall_seconds"] or 0.0) + (record["interference_seconds"] or 0.0):
+                    skipped.append(record)
+                    continue
             rebalances.append(record)
             if stall == "async" and record["makespan_seconds"]:
                 record["effective_step"] = t + _delay(record["makespan_seconds"], step_seconds)
@@ -378,7 +357,8 @@ def simulate(loads: Any, settings: Settings | None = None, *, cluster: Cluster |
             "transfer_model": s.transfer_model,
             "async_interference": s.async_interference if stall == "async" else None,
             "network": cluster.network.as_dict(),
-            "solver_options": {k: v for k, v in (s.solver_options or {}).items() if isinstance(v, (int, float, str, bool))},
+            "solver_options": {k: v for k, v in (s.solver_options or {}).items()
+                               if isinstance(v, (int, float, str, bool))},
             **cluster.as_dict(), "num_groups": problem0.num_groups}
     step_load = loads.to(torch.float64).sum((1, 2))                                      # [T]
     return SimulationResult(imb, worst, lost, ratio * step_seconds, step_load, rebalances, used,

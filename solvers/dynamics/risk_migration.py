@@ -38,7 +38,7 @@ import torch
 from ..migration.relabel import relabel_phy2log
 from ..problem import Problem
 from ..scoring import gpu_presence, new_pairs
-from .risk import Slots, moments, plan_on_nodes, plan_rows, step_weights, window_objective, window_time_objective
+from .risk import Slots, moments, plan_on_nodes, plan_rows, step_weights, window_objective
 
 
 def counts_of(phy2log: torch.Tensor, num_experts: int) -> torch.Tensor:
@@ -93,7 +93,7 @@ def keep_in_place(problem: Problem, hist: torch.Tensor, policy: str, fresh: torc
                                 noise=noise, steps=steps)
     hier = policy == "hierarchical" and N > 1
     relabelled = relabel_phy2log(fresh, current, E, P, N if hier else 1)
-    target = window_objective(hist, k, fresh, E, P) * (1 + slack)                       # [L]
+    target = window_objective(hist, k, fresh, P) * (1 + slack)                       # [L]
     node_of_group = groups_on_nodes(current, E, G, P, N) if hier else None
     if hier and node_of_group is None:      # the placement in force is not hierarchical: relabel only
         return relabelled, {"sticky_layers": 0}
@@ -128,7 +128,7 @@ def keep_in_place(problem: Problem, hist: torch.Tensor, policy: str, fresh: torc
         sticky[i] = relabel_phy2log(sticky[i], current, E, P, N if hier else 1)
     cands = torch.cat([relabelled.unsqueeze(0), sticky])                                 # [1+B', L, R]
     fits = torch.cat([torch.ones(1, L, dtype=torch.bool, device=hist.device),
-                      torch.stack([window_objective(hist, k, c, E, P) <= target for c in sticky])])
+                      torch.stack([window_objective(hist, k, c, P) <= target for c in sticky])])
     return _fewest_moves(cands, fits, current, E, P)
 
 
@@ -159,8 +159,8 @@ def _keep_on_cluster(problem: Problem, hist: torch.Tensor, k: torch.Tensor, fres
     sticky, _, _ = plan_rows(hist.repeat(1, B, 1), k, R, slots.Q, count_risk, risk, noise, steps,
                              keep=keep.repeat(B, 1, 1), bonus=bonus, slots=slots)
     cands = torch.cat([fresh.unsqueeze(0), sticky.view(B, L, R)])                               # [1+B, L, R]
-    target = window_time_objective(hist, k, fresh, c) * (1 + slack)                            # [L]
-    fits = torch.stack([window_time_objective(hist, k, p, c) <= target for p in cands])
+    target = window_objective(hist, k, fresh, c.num_gpus, c) * (1 + slack)                            # [L]
+    fits = torch.stack([window_objective(hist, k, p, c.num_gpus, c) <= target for p in cands])
     fits[0] = True
     return _fewest_moves(cands, fits, current, E, c.num_gpus, slot_gpu)
 

@@ -12,7 +12,7 @@ from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput, register
 from .risk import (DEFAULT_COUNT_RISK, DEFAULT_HALFLIFE, DEFAULT_RISK, plan_risk_aware, step_weights,
-                   window_objective, window_time_objective)
+                   window_objective)
 from .risk_migration import keep_in_place
 from .robust import _HISTORY, buckets_of, check_history
 from .scenario import scenario_bound, scenario_value
@@ -81,9 +81,6 @@ def solve_risk_aware(problem: Problem, o: SolverOptions) -> SolverOutput:
         # cluster) against the scenario bound, valid for every plan of the cluster.
         gap = scenario_value(hist, p2l, problem.num_gpus, cluster=problem.cluster) / scenario_bound(problem, hist) - 1
         info.update(window_gap_mean=float(gap.mean()))
-        if problem.cluster.homogeneous:
-            window = window_objective(hist, k, p2l, problem.num_experts, problem.num_gpus)
-        else:
-            window = window_time_objective(hist, k, p2l, problem.cluster)
+        window = window_objective(hist, k, p2l, problem.num_gpus, problem.cluster)
     info.update(steps_in_window=hist.shape[0], window_imbalance=float(window.mean()))
     return SolverOutput(Plan.from_phy2log(p2l, problem.num_experts), resolved, info=info)
