@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -67,14 +68,12 @@ def planner_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    def write(tmp: Path) -> None:
-        with tmp.open("w", newline="") as fh:
-            if rows:
-                writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-                writer.writeheader()
-                writer.writerows(rows)
-
-    write_atomic(path, write)
+    buf = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    write_text_atomic(path, buf.getvalue())
 
 
 def simulation_figure(result):
@@ -211,15 +210,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(frontier_table(rows))
     top = best_net(rows)
     if top is not None:
-        slack = "plain re-planning" if top["migration_slack"] is None else f"--migration-slack {top['migration_slack']:g}"
         print(f"highest net throughput with {shape['cluster'].network.describe()} and {base.step_seconds:g} s steps: "
-              f"{top['trigger']}, {slack} (net efficiency {top['net_efficiency']:.4f}, stalls "
+              f"{top['trigger']}, {_slack(top)} (net efficiency {top['net_efficiency']:.4f}, stalls "
               f"{top['stall_seconds']:.3g} s)")
     if args.budget_gb is not None:
         if pick is None:
             print(f"no setting moves at most {args.budget_gb:g} {'GB' if nbytes else 'replicas'}")
         else:
-            slack = "plain re-planning" if pick["migration_slack"] is None else f"--migration-slack {pick['migration_slack']:g}"
-            print(f"suggested within {args.budget_gb:g} {'GB' if nbytes else 'replicas'}: {pick['trigger']}, {slack} "
-                  f"(mean imbalance {pick['mean_imbalance']:.4f})")
+            print(f"suggested within {args.budget_gb:g} {'GB' if nbytes else 'replicas'}: {pick['trigger']}, "
+                  f"{_slack(pick)} (mean imbalance {pick['mean_imbalance']:.4f})")
     return 0
+
+
+def _slack(row: dict[str, Any]) -> str:
+    return "plain re-planning" if row["migration_slack"] is None else f"--migration-slack {row['migration_slack']:g}"
