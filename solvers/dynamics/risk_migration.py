@@ -41,13 +41,6 @@ from ..scoring import gpu_presence, new_pairs
 from .risk import Slots, moments, plan_on_nodes, plan_rows, step_weights, window_objective
 
 
-def counts_of(phy2log: torch.Tensor, num_experts: int) -> torch.Tensor:
-    """[L, E] int64 replicas of each expert in ``phy2log`` [L, R]."""
-    L, R = phy2log.shape
-    return torch.zeros(L, num_experts, dtype=torch.int64, device=phy2log.device).scatter_add_(
-        1, phy2log, torch.ones(L, R, dtype=torch.int64, device=phy2log.device))
-
-
 def groups_on_nodes(phy2log: torch.Tensor, num_experts: int, num_groups: int, num_gpus: int,
                     num_nodes: int) -> torch.Tensor | None:
     """[L, G] the node of every group in ``phy2log`` [L, R], or None when some layer has a
@@ -98,7 +91,7 @@ def keep_in_place(problem: Problem, hist: torch.Tensor, policy: str, fresh: torc
     if hier and node_of_group is None:      # the placement in force is not hierarchical: relabel only
         return relabelled, {"sticky_layers": 0}
     mu, _ = moments(hist, k)
-    fc = counts_of(fresh, E)
+    fc = torch.nn.functional.one_hot(fresh, E).sum(1)                                   # [L, E] replicas
     fresh_risk = _max_risk(hist.permute(1, 2, 0) / fc.unsqueeze(-1).to(hist.dtype), k, fresh, P, risk,
                            noise * mu / (fc * fc).to(mu.dtype))
     levels = torch.tensor(BONUS_LEVELS, dtype=torch.float64, device=hist.device)
