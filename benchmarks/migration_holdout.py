@@ -26,7 +26,7 @@ import time
 import torch
 
 from solvers.cluster import get_model
-from solvers.dynamics.simulate import simulate
+from solvers.dynamics import simulate
 from solvers.workloads.generators import generate
 
 CASES = (("deepseek-v3", "global"), ("deepseek-v3", "hierarchical"), ("qwen3-235b", "global"),

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from solvers import Problem, score, solve
-from solvers.dynamics import simulate, step_scores
+from solvers.dynamics import simulate, step_stats
 from solvers.dynamics.sweep import frontier_table, suggest, sweep
 from solvers.workloads import generate, load_dataset
 from solvers.cluster import CLUSTERS, get_model
@@ -236,7 +236,7 @@ def out_of_sample(store: Store) -> bool:
                         opts["halflife"] = max(1.0, size / 4)
                     plan = solve(problem, p, **opts).plan
                     sums[p].append(score(evaluate, plan).imbalance_mean)
-                    steps[p].append(float(step_scores(nxt, plan, shape["num_gpus"])[0].mean()))
+                    steps[p].append(float(step_stats(nxt, plan, shape["num_gpus"])[0].mean()))
             rec = store.put({"case": case, "pairs": W - 1, "load": load(),
                              "next_window": {p: sum(v) / len(v) for p, v in sums.items()},
                              "per_step": {p: sum(v) / len(v) for p, v in steps.items()}})

@@ -1,14 +1,14 @@
 """Does rebalancing pay? The stall-aware trigger against fixed periods, by net throughput.
 
     .venv/bin/python -m benchmarks.stall_trigger [--traces NAME ...] [--step-seconds 1] [--stall sync|async]
-                                                 [--hindsight] [--horizon H] [--seeds 0 1 2]
+                                                 [--hindsight] [--seeds 0 1 2]
 
 For each shipped drifting or shifting trace (on its model's default cluster, the documented
 default network: intra-node 400 GB/s, inter-node 50 GB/s per GPU, the model's expert bytes,
 ``--stall`` copies (sync by default), ``--step-seconds`` per balanced step) and each
 re-planning mode (plain, migration slack 0.01), the sweep's fixed periods and the
 horizon-free stall-aware trigger (``stall_aware``, checked at the smallest period; nothing
-is tuned per trace) are simulated; ``--horizon H`` adds the first rule with that horizon.
+is tuned per trace) are simulated.
 Printed: rebalances, declines, stalls, realised imbalance and net efficiency (balanced
 stall-free time over serving plus stall time) of each, and whether the stall-aware trigger
 reaches the best fixed period's net throughput. Target: it does on every trace and mode.
@@ -25,7 +25,7 @@ import os
 import torch
 
 from solvers.cluster import CLUSTERS, MODELS
-from solvers.dynamics.simulate import step_stats
+from solvers.dynamics import step_stats
 from solvers.dynamics.sweep import sweep
 from solvers.io import read_loads
 from solvers.transfers import schedule_transfers
@@ -76,8 +76,6 @@ def hindsight_best(trace: torch.Tensor, cluster, num_groups: int, window: int, e
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--traces", nargs="*", default=[t[0] for t in TRACES])
-    ap.add_argument("--horizon", type=int, default=None,
-                    help="also the older stall-aware trigger with this gain horizon (steps), for comparison")
     ap.add_argument("--step-seconds", type=float, default=1.0, help="seconds of one balanced step")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--stall", choices=("sync", "async"), default="sync")
@@ -98,7 +96,7 @@ def main(argv=None) -> int:
         trace = read_loads(name).trace if seed == 0 else regenerate(name, seed)
         cluster = CLUSTERS[preset.cluster].cluster(preset.num_experts)
         rows = sweep(trace, periods=periods, slacks=(None, 0.01), window=window, expert_bytes=preset.expert_bytes,
-                     horizons=() if args.horizon is None else (args.horizon,), stall_aware=True,
+                     stall_aware=True,
                      step_seconds=args.step_seconds, cluster=cluster, stall=args.stall,
                      num_groups=preset.num_groups)
         print(f"\n## {name}{'' if seed == 0 else f' (regenerated, seed {seed})'} ({trace.shape[0]} steps) on "
@@ -112,7 +110,7 @@ def main(argv=None) -> int:
                       f"{r['skipped_rebalances']} | {r['stall_seconds']:.3g} | {r['mean_imbalance']:.4f} | "
                       f"{r['net_efficiency']:.4f} |")
             fixed, best = max((r["net_efficiency"], r["trigger"]) for r in mine
-                              if r["gain_horizon"] is None and not r["stall_aware"])
+                              if not r["stall_aware"])
             aware = next(r["net_efficiency"] for r in mine if r["stall_aware"])
             met = aware >= fixed * (1 - 1e-9)
             ok &= met

@@ -51,7 +51,7 @@ def graded_run(problem: Problem, solver: str, options: Mapping[str, Any] | Solve
                previous_cluster: Cluster | None = None) -> SolveResult:
     """Check the inputs at the edge (once), parse ``options`` against ``solver``'s schema,
     run it and grade its plan: what :func:`solvers.solve` and
-    :func:`solvers.migration.plan_with_migration` do. The universal lower bound is computed
+    :func:`solvers.replan.plan_with_migration` do. The universal lower bound is computed
     once here; a backend crash becomes a result with termination ``error``."""
     if not isinstance(problem, Problem):
         raise OptionError("problem", f"must be a solvers.Problem, got {type(problem).__name__}")

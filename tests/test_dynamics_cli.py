@@ -86,16 +86,15 @@ def test_two_dimensional_loads_are_refused(tmp_path, capsys):
 def test_simulate_and_sweep_weigh_stalls(trace_file, capsys):
     base = ["--loads", trace_file, "--replicas", "12", "--gpus", "4", "--nodes", "2", "--expert-bytes", "1000000000",
             "--inter-node-bw", "1", "--step-seconds", "0.5"]
-    assert main(["simulate", *base, "--every", "2", "--window", "2", "--gain-horizon", "4"]) == 0
+    assert main(["simulate", *base, "--every", "2", "--window", "2"]) == 0
     text = capsys.readouterr().out
-    assert "stall-aware horizon 4" in text and "net efficiency" in text and "inter-node 1 GB/s" in text
+    assert "net efficiency" in text and "inter-node 1 GB/s" in text
     assert main(["simulate", *base, "--every", "4", "--stall", "async", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["stall_seconds"] == 0 and 0 < out["net_efficiency"] <= 1
-    assert main(["sweep", *base, "--periods", "2,4", "--window", "2", "--slacks", "plain", "--horizons", "4",
-                 "--json"]) == 0
+    assert main(["sweep", *base, "--periods", "2,4", "--window", "2", "--slacks", "plain", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [r["trigger"] for r in doc["rows"]] == ["every 2", "every 4", "stall-aware 4", "stall-aware"]
+    assert [r["trigger"] for r in doc["rows"]] == ["every 2", "every 4", "stall-aware"]
     assert doc["best_net"]["net_throughput"] == max(r["net_throughput"] for r in doc["rows"])
     assert main(["sweep", *base, "--periods", "2,4", "--window", "2", "--slacks", "plain", "--no-stall-aware",
                  "--json"]) == 0

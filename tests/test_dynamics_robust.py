@@ -9,7 +9,7 @@ import torch
 
 from solvers import OptionError, Problem, get_solver, solve
 from solvers.dynamics.robust import _excluding_two, buckets_of, ewma_weights, trend_forecast
-from solvers.dynamics.simulate import step_scores
+from solvers.dynamics import step_stats
 
 
 def _history(W=6, L=3, E=16, seed=0):
@@ -20,7 +20,7 @@ def _history(W=6, L=3, E=16, seed=0):
 
 def _per_step_max(hist, plan, P):
     """[W, L] max GPU load per step (the scorer's arithmetic)."""
-    imb, _, _ = step_scores(hist, plan, P)
+    imb, _, _, _ = step_stats(hist, plan, P)
     w = hist.to(torch.float64)
     per = w.gather(2, plan.phy2log.expand(w.shape[0], *plan.phy2log.shape)) / plan.logcnt.gather(
         1, plan.phy2log).to(torch.float64)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from solvers import OptionError, Problem, score, solve
-from solvers.dynamics import simulate, step_scores
+from solvers.dynamics import simulate, step_stats
 from solvers.dynamics.sweep import frontier, suggest, sweep
 
 SHAPE = dict(num_replicas=8, num_groups=1, num_nodes=1, num_gpus=4)
@@ -24,10 +24,10 @@ def _trace(T=12, L=2, E=6, seed=0, drift=0.3):
     return torch.stack(steps).to(torch.int64)
 
 
-def test_step_scores_match_the_shared_scorer():
+def test_step_stats_match_the_shared_scorer():
     loads = _trace(T=4)
     plan = solve(Problem(loads[0], **SHAPE), "deepseek").plan
-    imb, worst, lost = step_scores(loads, plan, 4)
+    imb, worst, lost, _ = step_stats(loads, plan, 4)
     for t in range(4):
         sc = score(Problem(loads[t], **SHAPE), plan)
         assert math.isclose(float(imb[t]), sc.imbalance_mean, rel_tol=1e-12)
@@ -113,3 +113,24 @@ def test_bad_input_names_the_parameter(kwargs, param):
 def test_loads_must_be_a_trace():
     with pytest.raises(OptionError, match="^loads:"):
         simulate(torch.ones(2, 6), **SHAPE, every=1)
+
+
+def test_one_settings_object_is_the_keywords_and_its_schema_makes_the_flags():
+    from solvers.cli import build_parser
+    from solvers.dynamics import SETTINGS, Settings
+    from solvers.transfers import TRANSFER_MODELS
+
+    loads = _trace(T=10)
+    s = Settings.parse({"every": 3, "window": 2, "expert_bytes": 5})
+    a, b = simulate(loads, s, **SHAPE), simulate(loads, **SHAPE, every=3, window=2, expert_bytes=5)
+    assert torch.equal(a.imbalance.nan_to_num(), b.imbalance.nan_to_num()) and a.settings == b.settings
+    assert simulate(loads, s, **SHAPE, every=4).settings["every"] == 4          # keywords over the object
+    with pytest.raises(OptionError, match="^evry: is not a setting of simulate"):
+        simulate(loads, **SHAPE, evry=3)
+    assert SETTINGS["transfer_model"].choices == TRANSFER_MODELS
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices
+    flags = {o.dest: o for o in sub["simulate"]._actions}
+    for name in ("solver", "every", "window", "migration_slack", "migration", "stall", "step_seconds",
+                 "async_interference", "transfer_model", "stall_aware"):
+        assert SETTINGS[name].help in flags[name].help and flags[name].choices == SETTINGS[name].choices
+    assert "gain_horizon" not in flags and "horizons" not in {o.dest for o in sub["sweep"]._actions}

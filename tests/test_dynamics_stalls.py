@@ -9,7 +9,8 @@ import torch
 from solvers import OptionError, Problem, solve
 from solvers.cluster import Cluster
 from solvers.dynamics import simulate
-from solvers.dynamics.simulate import Regret, age_curve, predicted_ratios, step_stats
+from solvers.dynamics import step_stats
+from solvers.dynamics.replay import Regret
 from solvers.dynamics.sweep import best_net, sweep
 from solvers.transfers import schedule_transfers
 from solvers.network import Network
@@ -72,43 +73,16 @@ def test_async_copies_delay_the_plan_and_do_not_stall():
     assert float(sync.imbalance[t]) != pytest.approx(float(asyn.imbalance[t]))
 
 
-def test_stall_aware_trigger_declines_what_does_not_pay():
-    loads = _trace(T=20)
-    slow = Cluster(2, 4, 12, network=Network(1e6, 1e5))          # stalls of hours: nothing pays
-    res = simulate(loads, cluster=slow, every=2, window=2, expert_bytes=NBYTES, gain_horizon=4)
-    assert res.totals()["rebalances"] == 0 and res.totals()["skipped_rebalances"] == 8
-    assert all(r["predicted_gain_seconds"] < r["stall_seconds"] for r in res.info["skipped"])
-    free = simulate(loads, cluster=CLUSTER, every=2, window=2, expert_bytes=1, gain_horizon=4, step_seconds=1e6)
-    assert free.totals()["rebalances"] > 0                          # stalls of nanoseconds: gains pay
-    with pytest.raises(OptionError, match="gain_horizon"):
-        simulate(loads, cluster=CLUSTER, every=2, gain_horizon=4)
-    with pytest.raises(OptionError, match="stall"):
-        simulate(loads, cluster=CLUSTER, every=2, expert_bytes=1, stall="later")
-
-
-def test_age_curve_and_predictions_by_hand():
-    ratio = torch.tensor([math.nan, 1.0, 1.2, 1.4, 1.1, 1.3, 1.5])
-    curve = age_curve(ratio, [1, 4], 7)                          # plans at 1 (ages 0..2) and 4 (ages 0..2)
-    assert curve.tolist() == pytest.approx([1.05, 1.25, 1.45])
-    keep, fresh = predicted_ratios(ratio, [1, 4], 7, horizon=2, window=2, now_in_sample=1.0, new_in_sample=1.0,
-                                   past_in_sample=[1.0, 1.0])
-    # the plan in force is 3 steps old: ages 3, 4 take the oldest value (1.45), shifted by how its
-    # last 2 steps (1.3, 1.5) ran against the curve at ages 1, 2 (1.25, 1.45): +0.05
-    assert keep == pytest.approx(1.45 + 0.05)
-    assert fresh == pytest.approx((1.05 + 1.25) / 2)
-    assert predicted_ratios(ratio, [1], 1, 2, 2, 1.1, 1.0, [1.0]) == (1.1, 1.0)     # nothing served yet
-
-
 def test_sweep_has_stall_aware_rows_and_the_best_net_setting():
     loads = _trace(T=16)
-    rows = sweep(loads, periods=(2, 4), horizons=(4,), expert_bytes=NBYTES, window=2, cluster=CLUSTER,
+    rows = sweep(loads, periods=(2, 4), stall_aware=True, expert_bytes=NBYTES, window=2, cluster=CLUSTER,
                  num_groups=1)
-    aware = [r for r in rows if r["gain_horizon"] is not None]
-    assert len(aware) == 1 and aware[0]["every"] == 2 and aware[0]["trigger"] == "stall-aware 4"
+    aware = [r for r in rows if r["stall_aware"]]
+    assert len(aware) == 1 and aware[0]["every"] == 2 and aware[0]["trigger"] == "stall-aware"
     top = best_net(rows)
     assert top["net_throughput"] == max(r["net_throughput"] for r in rows)
-    with pytest.raises(OptionError, match="horizons"):
-        sweep(loads, thresholds=(1.2,), horizons=(4,), expert_bytes=NBYTES, cluster=CLUSTER)
+    with pytest.raises(OptionError, match="stall_aware"):
+        sweep(loads, thresholds=(1.2,), stall_aware=True, expert_bytes=NBYTES, cluster=CLUSTER)
 
 
 def test_horizon_free_trigger_declines_what_does_not_pay_and_keeps_what_does():
@@ -116,18 +90,18 @@ def test_horizon_free_trigger_declines_what_does_not_pay_and_keeps_what_does():
     slow = Cluster(2, 4, 12, network=Network(1e6, 1e5))          # stalls of hours: nothing pays
     res = simulate(loads, cluster=slow, every=2, window=2, expert_bytes=NBYTES, stall_aware=True)
     assert res.totals()["rebalances"] == 0 and res.totals()["skipped_rebalances"] == 8
-    assert all(r["predicted_gain_seconds"] < r["stall_seconds"] for r in res.info["skipped"])
+    assert all(r["predicted_gain_seconds"] < r["stall_seconds"] for r in res.skipped)
     # stalls of nanoseconds: every check with a predicted gain > 0 rebalances, like the plain period
     free = simulate(loads, cluster=CLUSTER, every=2, window=2, expert_bytes=1, stall_aware=True, step_seconds=1e6)
     every = simulate(loads, cluster=CLUSTER, every=2, window=2, expert_bytes=1, step_seconds=1e6)
     assert free.totals()["rebalances"] == len(free.rebalances) > 0
     assert all(r["predicted_gain_seconds"] > r["stall_seconds"] for r in free.rebalances)
-    assert all(r["predicted_gain_seconds"] <= 0 for r in free.info["skipped"])
+    assert all(r["predicted_gain_seconds"] <= 0 for r in free.skipped)
     assert free.totals()["rebalances"] + free.totals()["skipped_rebalances"] == every.totals()["rebalances"]
     with pytest.raises(OptionError, match="stall_aware"):
         simulate(loads, cluster=CLUSTER, every=2, stall_aware=True)
-    with pytest.raises(OptionError, match="gain_horizon"):
-        simulate(loads, cluster=CLUSTER, every=2, expert_bytes=1, stall_aware=True, gain_horizon=3)
+    with pytest.raises(OptionError, match="stall"):
+        simulate(loads, cluster=CLUSTER, every=2, expert_bytes=1, stall="later")
 
 
 def test_regret_calibration_and_renewal_horizon_by_hand():

@@ -12,7 +12,7 @@ import torch
 from solvers import Cluster, Plan, Problem, score, solve
 from solvers.dynamics import simulate
 from solvers.dynamics.robust import time_robust_search
-from solvers.dynamics.simulate import step_stats
+from solvers.dynamics import step_stats
 from solvers.errors import OptionError
 from solvers.replan import plan_with_migration
 from solvers.transfers import schedule_transfers

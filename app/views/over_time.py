@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from solvers import Problem, get_solver, solver_names
+from solvers import POLICIES, Problem, get_solver, solver_names
+from solvers.dynamics.settings import DEFAULT_WINDOW, SETTINGS
 from solvers.dynamics.sweep import frontier
-from solvers.dynamics.simulate import DEFAULT_ASYNC_INTERFERENCE, DEFAULT_WINDOW
 from solvers.errors import EPLBError
 from solvers.network import DEFAULT_INTER_NODE_BW, DEFAULT_INTRA_NODE_BW, Network
 
@@ -21,13 +21,34 @@ from app.compute import common_start, replay_totals
 from app.widgets import (REPLAY_TOTALS_COLUMNS, cluster_picker, describe_cluster, describe_loads, error_text, keep, kept,
                          loads_picker, show_error, solver_select)
 
-POLICIES = ("auto", "hierarchical", "global")
 _num = st.column_config.NumberColumn
 
 PAGE = "over_time"
 DEFAULT_DATASET = "olmoe-1b-7b-drifting"
-SETTING_COLUMNS = ("setting", "every", "threshold", "window", "migration_slack", "migration_budget", "stall_aware",
-                   "gain_horizon")
+SETTING_COLUMNS = ("setting", "every", "threshold", "window", "migration_slack", "migration_budget", "stall_aware")
+# Labels of the widgets made from the replay settings' schema (the others show the setting's name).
+LABELS = {"step_seconds": "Seconds per step", "stall": "Weight copies", "transfer_model": "Transfer model",
+          "async_interference": "Async interference", "migration_slack": "migration slack",
+          "migration_budget": "migration budget", "stall_aware": "stall-aware"}
+
+
+def setting_column(name: str):
+    """The settings table's column of replay setting ``name``: its schema's range and help."""
+    o = SETTINGS[name]
+    if o.type is bool:
+        return st.column_config.CheckboxColumn(LABELS.get(name, name), help=o.help)
+    return st.column_config.NumberColumn(LABELS.get(name, name), min_value=o.minimum, max_value=o.maximum,
+                                         step=1 if o.type is int else None,
+                                         format=None if o.type is int else "%.3f", help=o.help)
+
+
+def setting_input(name: str):
+    """A sidebar widget of replay setting ``name``: its schema's choices (a radio) or range and default."""
+    o = SETTINGS[name]
+    if o.choices:
+        return st.radio(LABELS[name], o.choices, horizontal=True, key=f"{PAGE}:{name}", help=o.help)
+    return st.number_input(LABELS[name], o.minimum, o.maximum, o.default, key=f"{PAGE}:{name}", format="%.4g",
+                           help=o.help)
 
 
 def default_settings(num_steps: int) -> pd.DataFrame:
@@ -53,14 +74,13 @@ def default_settings(num_steps: int) -> pd.DataFrame:
 def _setting(row: pd.Series) -> dict:
     """One editor row as simulate() keywords (blank cells are left out)."""
     out = {}
-    for col, cast in (("every", int), ("threshold", float), ("window", int), ("migration_slack", float),
-                      ("migration_budget", float), ("gain_horizon", int)):
-        v = row.get(col)
-        if v is not None and not (isinstance(v, float) and math.isnan(v)):
+    for col in SETTING_COLUMNS[1:]:
+        v, cast = row.get(col), SETTINGS[col].type
+        if cast is bool:
+            if isinstance(v, (bool, np.bool_)) and v:    # a blank checkbox cell is None or NaN
+                out[col] = True
+        elif v is not None and not (isinstance(v, float) and math.isnan(v)):
             out[col] = cast(v)
-    aware = row.get("stall_aware")
-    if isinstance(aware, (bool, np.bool_)) and aware:    # a blank checkbox cell is None or NaN
-        out["stall_aware"] = True
     return out
 
 
@@ -99,22 +119,9 @@ def main() -> None:
         size = kept(key, st.number_input("Bytes per expert", 0, 10**12, step=1_000_000, key=key,
                                          help="weights of one expert (moves x this = bytes moved)"))
         st.subheader("Network")
-        timing = {"step_seconds": st.number_input(
-                      "Seconds per step", 1e-4, 1e4, 1.0, key=f"{PAGE}:step_seconds", format="%.4g",
-                      help="one trace step at perfect balance: the stalls (transfer makespan over the network "
-                           "below) are weighed against it"),
-                  "stall": st.radio("Weight copies", ("sync", "async"), horizontal=True, key=f"{PAGE}:stall",
-                                    help="sync: serving stops for the makespan; async: copies run in the background "
-                                         "and the old plan serves until they finish"),
-                  "transfer_model": st.radio("Transfer model", ("rounds", "shared"), horizontal=True,
-                                             key=f"{PAGE}:transfer_model",
-                                             help="rounds: every GPU sends to one and receives from one peer at a "
-                                                  "time (vLLM); shared: concurrent copies share each GPU's links")}
+        timing = {name: setting_input(name) for name in ("step_seconds", "stall", "transfer_model")}
         if timing["stall"] == "async":
-            timing["async_interference"] = st.number_input(
-                "Async interference", 0.0, 1.0, DEFAULT_ASYNC_INTERFERENCE, step=0.05, key=f"{PAGE}:interference",
-                help="fraction of serving throughput lost while background copies run (an assumption: "
-                     "docs/dynamics.md)")
+            timing["async_interference"] = setting_input("async_interference")
         intra = st.number_input("Intra-node GB/s per GPU", 0.001, 1e6, DEFAULT_INTRA_NODE_BW / 1e9,
                                 key=f"{PAGE}:intra_bw", format="%g", help="NVLink-class, per GPU and direction")
         inter = st.number_input("Inter-node GB/s per GPU", 0.001, 1e6, DEFAULT_INTER_NODE_BW / 1e9,
@@ -138,25 +145,8 @@ def main() -> None:
     st.markdown(f"**Settings** (edit, add or delete rows; blank = not used; {T} steps in this trace: a plan's "
                 "window must leave steps to score)")
     edited = st.data_editor(default_settings(T), num_rows="dynamic", hide_index=True, width="stretch",
-                            key=f"{PAGE}:settings:{T}", column_config={
-                                "every": st.column_config.NumberColumn(min_value=1, step=1),
-                                "threshold": st.column_config.NumberColumn(min_value=1.0, format="%.3f"),
-                                "window": st.column_config.NumberColumn(min_value=1, step=1,
-                                                                        help="steps planned on (blank: the period, "
-                                                                             f"else {DEFAULT_WINDOW})"),
-                                "migration_slack": st.column_config.NumberColumn(
-                                    "migration slack", min_value=0.0, format="%.3f",
-                                    help="blank: plain re-planning; else keep every layer within 1 + this of a "
-                                         "fresh plan's max load, moving the fewest experts"),
-                                "migration_budget": st.column_config.NumberColumn(
-                                    "migration budget", min_value=0.0, format="%.2f", help="at most this fraction of a fresh plan's "
-                                    "moves per rebalance; the layers saving most get wider slacks (needs a slack)"),
-                                "stall_aware": st.column_config.CheckboxColumn(
-                                    "stall-aware", help="at each trigger, rebalance only when the calibrated gain "
-                                    "over the renewal horizon exceeds the stall (needs bytes per expert)"),
-                                "gain_horizon": st.column_config.NumberColumn(
-                                    "gain horizon", min_value=1, step=1, help="stall-aware: at each trigger, rebalance only when the "
-                                    "predicted gain over this many steps exceeds the stall (needs bytes per expert)")})
+                            key=f"{PAGE}:settings:{T}",
+                            column_config={name: setting_column(name) for name in SETTING_COLUMNS[1:]})
     run = st.button("Run replay", type="primary", key=f"{PAGE}:run")
     settings = [(str(r["setting"] or f"setting {k}"), {**_setting(r), **(timing if size else {})})
                 for k, r in edited.iterrows()]
@@ -214,13 +204,13 @@ def _show(results: dict, has_bytes: bool) -> None:
     st.dataframe(rows, hide_index=True, width="stretch", column_config=REPLAY_TOTALS_COLUMNS)
     st.download_button("Download totals (CSV)", rows.to_csv(index=False).encode(), "replay_totals.csv", "text/csv",
                        key=f"{PAGE}:csv", on_click="ignore")
-    runs = {}
-    cum = {}
+    runs, cum, net = {}, {}, {}
     for name, r in results.items():
-        steps = np.arange(start, r.imbalance.shape[0])
-        runs[name] = (steps, r.imbalance[start:].numpy(), [x["step"] for x in r.rebalances])
-        table = pd.DataFrame(r.step_rows())
-        cum[name] = (table["step"].to_numpy(), table["cumulative_bytes" if has_bytes else "cumulative_moves"].to_numpy())
+        runs[name] = (np.arange(start, r.imbalance.shape[0]), r.imbalance[start:].numpy(),
+                      [x["step"] for x in r.rebalances])
+        t = pd.DataFrame(r.step_rows())
+        cum[name] = (t["step"].to_numpy(), t["cumulative_bytes" if has_bytes else "cumulative_moves"].to_numpy())
+        net[name] = (t["step"].to_numpy(), t["cumulative_efficiency"].to_numpy(), t["stall_seconds"].to_numpy())
     st.markdown("**Realised imbalance per step** (triangles: a new plan takes effect)")
     st.plotly_chart(figures.realised_imbalance_figure(runs), width="stretch", key=f"{PAGE}:chart:imbalance")
     c1, c2 = st.columns(2)
@@ -229,11 +219,6 @@ def _show(results: dict, has_bytes: bool) -> None:
     c2.markdown(f"**{unit} moved against realised imbalance** (ringed and dotted: the frontier)")
     c2.plotly_chart(figures.frontier_figure(rows, front, unit), width="stretch", key=f"{PAGE}:chart:frontier")
     if has_bytes:
-        net = {}
-        for name, r in results.items():
-            table = pd.DataFrame(r.step_rows())
-            net[name] = (table["step"].to_numpy(), table["cumulative_efficiency"].to_numpy(),
-                         table["stall_seconds"].to_numpy())
         st.markdown("**Net line: stalls and net efficiency so far** (x: a rebalance's stall, sized by its seconds)")
         st.plotly_chart(figures.net_efficiency_figure(net), width="stretch", key=f"{PAGE}:chart:net")
     _rebalances(results)

@@ -62,18 +62,12 @@ class TraceInstance:
     def of_dataset(cls, name: str, model: str, shape: str) -> "TraceInstance":
         """Shipped dataset ``name`` (of preset ``model``: its expert count sizes the slots) on
         the named cluster ``shape`` (a key of solvers.cluster.CLUSTERS). The catalog is read when the trace is."""
-        get_model(model)
-        cluster = get_cluster(shape)
-        return cls(name, None, None, None, None, cluster.nodes, cluster.gpus,
-                   cluster.replicas(MODELS[model].num_experts))
+        return cls(name, None, None, None, None, *_on(model, shape))
 
     @classmethod
     def generated(cls, model: str, scenario: str, shape: str, *, layers: int, steps: int) -> "TraceInstance":
         """A generated ``scenario`` trace of preset ``model`` on the named cluster ``shape``."""
-        get_model(model)
-        cluster = get_cluster(shape)
-        return cls(None, model, scenario, int(layers), int(steps), cluster.nodes, cluster.gpus,
-                   cluster.replicas(MODELS[model].num_experts))
+        return cls(None, model, scenario, int(layers), int(steps), *_on(model, shape))
 
     @property
     def id(self) -> str:
@@ -112,21 +106,21 @@ def load_trace(instance_id: str, seed: int):
     return inst, trace.loads, model, groups
 
 
+def _on(model: str, shape: str) -> tuple[int, int, int]:
+    """(nodes, GPUs, slots) of the named cluster ``shape`` for preset ``model``'s experts."""
+    get_model(model)
+    cluster = get_cluster(shape)
+    return cluster.nodes, cluster.gpus, cluster.replicas(MODELS[model].num_experts)
+
+
 def setting_label(options: dict[str, Any]) -> str:
     """A short name of a rebalancing setting, e.g. ``every 4, window 4, slack 0.01``."""
-    parts = []
-    if options.get("every") is not None:
-        parts.append(f"every {options['every']}")
-    if options.get("threshold") is not None:
-        parts.append(f"threshold {options['threshold']:g}")
-    if options.get("window") is not None:
-        parts.append(f"window {options['window']}")
-    slack = options.get("migration_slack")
+    o = options
+    slack, method = o.get("migration_slack"), o.get("migration")
+    parts = [f"{k} {o[k]:g}" for k in ("every", "threshold", "window") if o.get(k) is not None]
     parts.append("plain" if slack is None else f"slack {slack:g}"
-                 + (f" ({options['migration']})" if options.get("migration") not in (None, "heuristic") else ""))
-    if options.get("migration_budget") is not None:
-        parts.append(f"budget {options['migration_budget']:g}")
-    return ", ".join(parts)
+                 + (f" ({method})" if method not in (None, "heuristic") else ""))
+    return ", ".join(parts + ([f"budget {o['migration_budget']:g}"] if o.get("migration_budget") is not None else []))
 
 
 def run_dynamics_task(task, threads: int = 1) -> dict[str, Any]:
@@ -175,7 +169,6 @@ def run_dynamics_task(task, threads: int = 1) -> dict[str, Any]:
 
 
 def _dataset_scenario(name: str | None) -> str:
-
     entry = next((e for e in list_datasets() if e["name"] == name), {})
     return str(entry.get("scenario") or "")
 
@@ -184,9 +177,6 @@ def dynamics_options(every: int | None = None, *, threshold: float | None = None
                      slack: float | None = None, migration: str | None = None,
                      budget: float | None = None) -> dict[str, Any]:
     """A task's options for one rebalancing setting (only the keys that are set, so keys stay short)."""
-    out: dict[str, Any] = {}
-    for key, value in (("every", every), ("threshold", threshold), ("window", window),
-                       ("migration_slack", slack), ("migration", migration), ("migration_budget", budget)):
-        if value is not None:
-            out[key] = value
-    return json.loads(json.dumps(out))
+    return json.loads(json.dumps({k: v for k, v in (("every", every), ("threshold", threshold), ("window", window),
+                                                     ("migration_slack", slack), ("migration", migration),
+                                                     ("migration_budget", budget)) if v is not None}))

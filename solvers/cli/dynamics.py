@@ -4,6 +4,7 @@
                   [--gpu-speed LIST] [--gpu-slots LIST] [--failed IDS] [--solver S] (--every N | --threshold X) [--window W] [--migration-slack EPS]
                   [--migration heuristic|exact] [--migration-budget F] [--expert-bytes B] [-O KEY=VALUE]
                   [--json] [--out DIR]
+    (the replay flags come from the settings' schema, solvers.dynamics.SETTINGS)
     eplb sweep    --loads TRACE (--model NAME | ...) [--periods 10,25,50] [--thresholds 1.2,1.3]
                   [--slacks plain,0,0.01,0.03] [--budget-gb X] [--json] [--out DIR]
 """
@@ -11,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 from pathlib import Path
 from typing import Any
 
-from ..dynamics.simulate import simulate
+from ..dynamics import Settings, simulate
 from ..dynamics.sweep import best_net, frontier, frontier_table, suggest, sweep
 from ..errors import OptionError
 from ..progress import progress_mode
@@ -23,8 +25,7 @@ from ..safewrite import write_atomic, write_text_atomic
 from ..cluster import CLUSTERS, Cluster, get_model, slots_for
 from .args import network_from_args, options_dict, real_cluster_kwargs
 from .inputs import dropped_note, read_trace_arg
-
-
+from .parser import REPLAY_FLAGS, SIMULATE_FLAGS
 
 REPLAYS = "the simulator replays steps"
 
@@ -67,14 +68,12 @@ def planner_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    def write(tmp: Path) -> None:
-        with tmp.open("w", newline="") as fh:
-            if rows:
-                writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-                writer.writeheader()
-                writer.writerows(rows)
-
-    write_atomic(path, write)
+    buf = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    write_text_atomic(path, buf.getvalue())
 
 
 def simulation_figure(result):
@@ -116,19 +115,24 @@ def write_outputs(out: Path, result) -> list[Path]:
     return written + [out / "simulation.html"]
 
 
+def replay_settings(args: argparse.Namespace, names: tuple[str, ...], model_bytes: int | None) -> Settings:
+    """The flags ``names`` that were given (an unset one takes the schema's default), the
+    model's expert bytes unless --expert-bytes, the planner's options, as checked Settings."""
+    values = {n: getattr(args, n) for n in names if getattr(args, n) is not None and getattr(args, n) is not False}
+    if values.get("expert_bytes") is None:
+        values["expert_bytes"] = model_bytes
+    if "async_interference" in values and values.get("stall") != "async":
+        raise OptionError("async_interference", "applies to background copies: give --stall async")
+    return Settings.parse({**values, "solver_options": planner_options(args)})
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     if args.every is None and args.threshold is None:
         raise OptionError("every", "give --every N (rebalance period) or --threshold X (or both)")
     info, loads = read_trace_arg(args.loads, REPLAYS)
     shape, model_bytes = cluster_from_args(args, loads.shape[2])
-    nbytes = args.expert_bytes if args.expert_bytes is not None else model_bytes
-    res = simulate(loads, solver=args.solver, every=args.every, threshold=args.threshold, window=args.window,
-                   migration_slack=args.migration_slack, migration=args.migration,
-                   migration_budget=args.migration_budget, expert_bytes=nbytes,
-                   solver_options=planner_options(args), progress=progress_mode(args.progress), stall=args.stall,
-                   step_seconds=args.step_seconds, gain_horizon=args.gain_horizon, stall_aware=args.stall_aware,
-                   migration_objective=args.migration_objective, transfer_model=args.transfer_model,
-                   **_interference(args), **shape)
+    s = replay_settings(args, REPLAY_FLAGS + SIMULATE_FLAGS, model_bytes)
+    res = simulate(loads, s, progress=progress_mode(args.progress), **shape)
     totals = res.totals()
     if args.out:
         for path in write_outputs(Path(args.out), res):
@@ -140,37 +144,27 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                          indent=2))
         return 0
     gb = "-" if totals["total_bytes"] is None else f"{totals['total_bytes'] / 1e9:.1f} GB"
-    print(f"{loads.shape[0]} steps x {loads.shape[1]} layers{dropped_note(info)}, solver {args.solver}, "
-          f"{'every ' + str(args.every) if args.every else ''}"
-          f"{' threshold ' + str(args.threshold) if args.threshold else ''}, window {res.settings['window']}, "
-          f"{'plain re-planning' if args.migration_slack is None else 'migration slack ' + str(args.migration_slack)}"
-          f"{'' if args.migration_budget is None else ', move budget ' + str(args.migration_budget)}"
-          f"{', minimising the transfer makespan' if args.migration_slack is not None and args.migration_objective == 'makespan' else ''}"
-          f"{', stall-aware horizon ' + str(args.gain_horizon) if args.gain_horizon else ''}"
-          f"{', stall-aware' if args.stall_aware else ''}")
+    print(f"{loads.shape[0]} steps x {loads.shape[1]} layers{dropped_note(info)}, solver {s.solver}, "
+          f"{'every ' + str(s.every) if s.every else ''}"
+          f"{' threshold ' + str(s.threshold) if s.threshold else ''}, window {res.settings['window']}, "
+          f"{'plain re-planning' if s.migration_slack is None else 'migration slack ' + str(s.migration_slack)}"
+          f"{'' if s.migration_budget is None else ', move budget ' + str(s.migration_budget)}"
+          f"{', minimising the transfer makespan' if s.migration_slack is not None and s.migration_objective == 'makespan' else ''}"
+          f"{', stall-aware' if s.stall_aware else ''}")
     print(f"realised imbalance: mean {totals['mean_imbalance']:.4f}, p99 {totals['p99_imbalance']:.4f}; "
           f"{totals['rebalances']} rebalances, {totals['total_moves']} replicas moved ({gb}); "
           f"tokens lost to imbalance {totals['tokens_lost']:.4g}; {totals['wall_seconds']:.2f} s")
     if totals["stall_seconds"] is not None:
         skipped = (f"; {totals['skipped_rebalances']} rebalances declined (gain below stall)"
-                   if args.gain_horizon or args.stall_aware else "")
-        if args.stall == "async":
+                   if s.stall_aware else "")
+        if s.stall == "async":
             skipped += (f"; background copies cost {totals['interference_seconds']:.4g} s of serving "
                         f"(interference {res.settings['async_interference']:g})")
-        print(f"time ({args.stall} copies, {args.step_seconds:g} s per balanced step, "
-              f"{shape['cluster'].network.describe()}, {args.transfer_model} transfers): stalls {totals['stall_seconds']:.4g} s, serving "
+        print(f"time ({s.stall} copies, {s.step_seconds:g} s per balanced step, "
+              f"{shape['cluster'].network.describe()}, {s.transfer_model} transfers): stalls {totals['stall_seconds']:.4g} s, serving "
               f"{totals['serving_seconds']:.4g} s, load lost to stalls {totals['tokens_lost_stall']:.4g}; net "
               f"efficiency {totals['net_efficiency']:.4f} of the balanced stall-free ideal{skipped}")
     return 0
-
-
-def _interference(args: argparse.Namespace) -> dict[str, float]:
-    """--async-interference as a simulate keyword (the simulator's default when not given)."""
-    if args.async_interference is None:
-        return {}
-    if args.stall != "async":
-        raise OptionError("async_interference", "applies to background copies: give --stall async")
-    return {"async_interference": args.async_interference}
 
 
 def _floats(text: str | None, name: str, allow_plain: bool = False) -> list[Any]:
@@ -192,19 +186,14 @@ def _floats(text: str | None, name: str, allow_plain: bool = False) -> list[Any]
 def cmd_sweep(args: argparse.Namespace) -> int:
     _, loads = read_trace_arg(args.loads, REPLAYS)
     shape, model_bytes = cluster_from_args(args, loads.shape[2])
-    nbytes = args.expert_bytes if args.expert_bytes is not None else model_bytes
+    base = replay_settings(args, REPLAY_FLAGS, model_bytes)
+    nbytes = base.expert_bytes
     periods = [int(p) for p in _floats(args.periods, "periods")]
     if any(p < 1 for p in periods):
         raise OptionError("periods", f"must be integers >= 1, got {args.periods!r}")
-    horizons = [int(h) for h in _floats(args.horizons, "horizons")] if nbytes else []
-    if any(h < 1 for h in horizons):
-        raise OptionError("horizons", f"must be integers >= 1, got {args.horizons!r}")
-    rows = sweep(loads, periods=periods, thresholds=_floats(args.thresholds, "thresholds"),
-                 slacks=_floats(args.slacks, "slacks", allow_plain=True) or [None], window=args.window,
-                 solver=args.solver, expert_bytes=nbytes, solver_options=planner_options(args),
-                 horizons=horizons, stall=args.stall, step_seconds=args.step_seconds,
+    rows = sweep(loads, base, periods=periods, thresholds=_floats(args.thresholds, "thresholds"),
+                 slacks=_floats(args.slacks, "slacks", allow_plain=True) or [None],
                  stall_aware=bool(nbytes) and not args.no_stall_aware and bool(periods),
-                 transfer_model=args.transfer_model, async_interference=_interference(args).get("async_interference"),
                  progress=progress_mode(args.progress), **shape)
     pick = None
     if args.budget_gb is not None:
@@ -221,15 +210,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(frontier_table(rows))
     top = best_net(rows)
     if top is not None:
-        slack = "plain re-planning" if top["migration_slack"] is None else f"--migration-slack {top['migration_slack']:g}"
-        print(f"highest net throughput with {shape['cluster'].network.describe()} and {args.step_seconds:g} s steps: "
-              f"{top['trigger']}, {slack} (net efficiency {top['net_efficiency']:.4f}, stalls "
+        print(f"highest net throughput with {shape['cluster'].network.describe()} and {base.step_seconds:g} s steps: "
+              f"{top['trigger']}, {_slack(top)} (net efficiency {top['net_efficiency']:.4f}, stalls "
               f"{top['stall_seconds']:.3g} s)")
     if args.budget_gb is not None:
         if pick is None:
             print(f"no setting moves at most {args.budget_gb:g} {'GB' if nbytes else 'replicas'}")
         else:
-            slack = "plain re-planning" if pick["migration_slack"] is None else f"--migration-slack {pick['migration_slack']:g}"
-            print(f"suggested within {args.budget_gb:g} {'GB' if nbytes else 'replicas'}: {pick['trigger']}, {slack} "
-                  f"(mean imbalance {pick['mean_imbalance']:.4f})")
+            print(f"suggested within {args.budget_gb:g} {'GB' if nbytes else 'replicas'}: {pick['trigger']}, "
+                  f"{_slack(pick)} (mean imbalance {pick['mean_imbalance']:.4f})")
     return 0
+
+
+def _slack(row: dict[str, Any]) -> str:
+    return "plain re-planning" if row["migration_slack"] is None else f"--migration-slack {row['migration_slack']:g}"

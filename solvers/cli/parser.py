@@ -10,6 +10,7 @@ from .. import __version__
 from ..bench.arguments import DESCRIPTION as BENCH_RUN_DESCRIPTION
 from ..bench.arguments import add_run_arguments
 from ..cluster import MODELS
+from ..dynamics.settings import SETTINGS
 from ..workloads.formats import FORMATS, PLAN_FORMATS, TRACE_FORMATS
 from ..workloads.scenarios import SCENARIOS
 from .args import (LOADS_HELP, POLICIES, Parser, add_cluster_args, add_json, add_loads, add_network_args,
@@ -243,6 +244,25 @@ def add_recommend(sub) -> None:
 
 # simulate, sweep -----------------------------------------------------------------------------
 
+# The replay settings (solvers.dynamics.SETTINGS) both commands take as flags, and those of simulate alone.
+REPLAY_FLAGS = ("solver", "window", "expert_bytes", "stall", "step_seconds", "async_interference", "transfer_model")
+SIMULATE_FLAGS = ("every", "threshold", "migration_slack", "migration", "migration_budget", "migration_objective",
+                  "stall_aware")
+
+
+def _add_settings(p: argparse.ArgumentParser, names: tuple[str, ...]) -> None:
+    """One flag per replay setting, made from its schema: --NAME-WITH-DASHES, its type, choices
+    and help (an unset flag is None: the schema's default applies, and simulate checks the range)."""
+    for name in names:
+        o = SETTINGS[name]
+        flag = "--" + name.replace("_", "-")
+        if o.type is bool:
+            p.add_argument(flag, action="store_true", help=o.help)
+        else:
+            p.add_argument(flag, type=o.type, choices=o.choices, default=None,
+                           metavar=None if o.choices else {int: "N", float: "X"}.get(o.type, "NAME"), help=o.help + ("" if o.default is None else f" (default {o.default})"))
+
+
 def _add_replay(p: argparse.ArgumentParser) -> None:
     """What simulate and sweep share: the trace, the cluster (or a model's default) and the planner."""
     add_loads(p, " (a trace: [steps, layers, experts])")
@@ -253,23 +273,10 @@ def _add_replay(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=int, default=None, help="nodes N")
     p.add_argument("--gpus", type=int, default=None, help="GPUs P")
     add_real_cluster_args(p)
-    p.add_argument("--solver", default="deepseek", help="planner (see `eplb solvers`; robust_sum, ewma, ... "
-                                                        "get the window's steps)")
     p.add_argument("--policy", choices=POLICIES, default=None,
                    help="placement policy of every plan (the planner's policy option; default auto: hierarchical "
                         "when the groups split evenly over the nodes)")
-    p.add_argument("--window", type=int, default=None, help="steps each plan is made on (default: the period)")
-    p.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert (default: the model's)")
-    p.add_argument("--stall", choices=("sync", "async"), default="sync",
-                   help="a rebalance's weight copies stall serving for their makespan (sync, default) or run in the "
-                        "background while the old plan serves (async)")
-    p.add_argument("--step-seconds", type=float, default=1.0, metavar="S",
-                   help="seconds one trace step takes at perfect balance (default 1): stalls against serving time")
-    p.add_argument("--async-interference", type=float, default=None, metavar="F",
-                   help="--stall async: fraction of serving throughput lost while background copies run "
-                        "(default 0.1, an assumption: docs/dynamics.md)")
-    p.add_argument("--transfer-model", choices=("rounds", "shared"), default="rounds",
-                   help="copies in one-peer rounds (vLLM's rule, default) or sharing each GPU's bandwidth")
+    _add_settings(p, REPLAY_FLAGS)
     add_network_args(p)
     add_options(p, "planner option, repeatable")
     add_json(p, "print the totals as JSON")
@@ -280,24 +287,7 @@ def _add_replay(p: argparse.ArgumentParser) -> None:
 def add_simulate(sub) -> None:
     s = sub.add_parser("simulate", help="replay a load trace with periodic or threshold rebalancing")
     _add_replay(s)
-    s.add_argument("--every", type=int, default=None, help="rebalance every N steps")
-    s.add_argument("--threshold", type=float, default=None,
-                   help="rebalance after a step whose realised imbalance exceeds X")
-    s.add_argument("--migration-slack", type=float, default=None,
-                   help="migration-aware re-planning: fewest moves within this slack of a fresh plan")
-    s.add_argument("--migration", choices=("heuristic", "exact"), default="heuristic",
-                   help="migration method (default heuristic)")
-    s.add_argument("--migration-budget", type=float, default=None, metavar="F",
-                   help="with --migration-slack: move at most F x a fresh plan's moves per rebalance, widening "
-                        "the slack of the layers that save most (0.25 with slack 0.01: docs/dynamics.md)")
-    s.add_argument("--migration-objective", choices=("moves", "makespan"), default="moves",
-                   help="with --migration-slack: minimise the moves (default) or the transfer makespan")
-    s.add_argument("--stall-aware", action="store_true",
-                   help="stall-aware trigger: at each trigger, put the new plan in force only when its calibrated "
-                        "gain over the renewal horizon exceeds its stall (no horizon to guess; needs an expert size)")
-    s.add_argument("--gain-horizon", type=int, default=None, metavar="H",
-                   help="the older stall-aware trigger: put the new plan in force only when its predicted gain "
-                        "over H steps exceeds its stall (needs an expert size)")
+    _add_settings(s, SIMULATE_FLAGS)
     s.set_defaults(handler="simulate")
 
 
@@ -311,9 +301,6 @@ def add_sweep(sub) -> None:
     w.add_argument("--no-stall-aware", action="store_true",
                    help="no stall-aware row (by default one per slack, checked at the smallest period, when the "
                         "expert size is known)")
-    w.add_argument("--horizons", default="",
-                   help="rows of the older stall-aware trigger: comma-separated gain horizons H in steps, checked at "
-                        "the smallest period (default none; needs an expert size)")
     w.add_argument("--budget-gb", type=float, default=None, help="suggest the best setting within this many GB")
     w.set_defaults(handler="sweep")
 

@@ -336,27 +336,21 @@ def plan_rows(hist: torch.Tensor, k: torch.Tensor, num_slots: int, num_gpus: int
     return p2l, rounds, nodup
 
 
-def window_objective(hist: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, num_experts: int,
-                     num_gpus: int) -> torch.Tensor:
+def window_objective(hist: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, num_gpus: int,
+                     cluster=None) -> torch.Tensor:
     """[L] in-window per-step imbalance: sum over steps of the max GPU load / sum of the mean
-    (weighted by k), the shared scorer's even split. hist: [W, L, E]; phy2log: [L, R]."""
+    (weighted by k), the shared scorer's even split. hist: [W, L, E]; phy2log: [L, R] (in the
+    cluster's slot order). On a real ``cluster`` (speeds, uneven slots, failed GPUs) in time, the
+    shared scorer's ``time_imbalance`` with tokens: the slowest GPU's time (load over speed) over
+    the best time W_t / (sum of the live GPUs' speeds)."""
     W = hist.shape[0]
-    gpu = step_gpu_times(hist, phy2log, num_gpus)                             # [W, L, P]
+    gpu = step_gpu_times(hist, phy2log, num_gpus, cluster)                      # [W, L, P] (time: real cluster)
     mx = (gpu.max(-1).values * k.view(W, 1)).sum(0)
-    mean = (gpu.mean(-1) * k.view(W, 1)).sum(0)
+    if cluster is None or cluster.homogeneous:
+        mean = (gpu.mean(-1) * k.view(W, 1)).sum(0)
+    else:
+        mean = (hist.sum(-1) * k.view(W, 1)).sum(0) / cluster.total_speed
     return torch.where(mean > 0, mx / mean.clamp_min(1e-300), torch.ones_like(mx))
-
-
-def window_time_objective(hist: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, cluster) -> torch.Tensor:
-    """[L] in-window per-step imbalance in time on a real cluster (the shared scorer's
-    ``time_imbalance`` with tokens): sum over steps of the slowest GPU's time (load over
-    speed) / sum of the best time W_t / (sum of the live GPUs' speeds), weighted by k.
-    hist: [W, L, E]; phy2log: [L, R] in the cluster's slot order."""
-    W = hist.shape[0]
-    times = step_gpu_times(hist, phy2log, cluster.num_gpus, cluster)          # [W, L, P]
-    mx = (times.max(-1).values * k.view(W, 1)).sum(0)
-    best = (hist.sum(-1) * k.view(W, 1)).sum(0) / cluster.total_speed
-    return torch.where(best > 0, mx / best.clamp_min(1e-300), torch.ones_like(mx))
 
 
 def plan_risk_aware(problem: Problem, hist: torch.Tensor, policy: str, *, count_risk: float, risk: float,
@@ -406,7 +400,7 @@ def plan_on_nodes(problem: Problem, hist: torch.Tensor, k: torch.Tensor, node_of
     p2l, rounds, nodup = plan_rows(sub, k, R // N, P // N, count_risk, risk, noise, steps, **rows)  # [L*K*N, R/N]
     cand = ids.reshape(L * K * N, E // N).gather(1, p2l).view(L * K, R)       # node-major = GPU order
     # The group-to-node candidate whose plan has the best per-step imbalance on the window.
-    obj = window_objective(hk, k, cand, E, P).view(L, K)
+    obj = window_objective(hk, k, cand, P).view(L, K)
     pick = obj.argmin(1)
     glob = cand.view(L, K, R)[torch.arange(L, device=hist.device), pick]
     return glob, {"search_rounds": rounds, "colocation": "forbidden" if nodup else "allowed",

@@ -6,7 +6,7 @@ imbalance on the window (sum over steps of the max GPU load / sum of the mean). 
 the plan with the fewest moves among
 
 - **relabelled**: the fresh plan with GPUs (and nodes) renamed to keep the most replicas in
-  place (:func:`solvers.migration.relabel`): its balance is the fresh plan's;
+  place (:func:`solvers.replan.relabel`): its balance is the fresh plan's;
 - **sticky**: the planner run again with a bonus for every replica that stays on a GPU that
   holds its expert now (the placement gives up to that much risk to keep it: levels of 0, 0.05,
   0.1, 0.25, 0.5, 1, 2 and 4 x the mean GPU load, each a candidate) and its swap search stopped as soon as
@@ -22,6 +22,12 @@ the most groups in place, and the map in force with one pair of groups on two no
 covariances of the groups included). A swap moves two groups' replicas, where the fresh map often moves more: on the
 generated DeepSeek-V3 drifting trace it cut the bytes by about 15 % at the same realised
 imbalance (``benchmarks/migration_holdout.py``).
+
+On a real cluster (speeds, uneven slot counts, failed GPUs: the fresh plan is global and in
+time, :class:`solvers.dynamics.risk.Slots`) GPUs are not interchangeable, so nothing is
+relabelled: per layer the plan with the fewest moves among the fresh plan and the sticky
+plans (the same bonus levels, in time) whose per-step time imbalance on the window is within
+``slack`` of the fresh plan's.
 """
 from __future__ import annotations
 
@@ -29,17 +35,10 @@ import math
 
 import torch
 
-from ..problem import Problem
 from ..replan.relabel import relabel_phy2log
+from ..problem import Problem
 from ..scoring import gpu_presence, new_pairs
-from .risk import moments, plan_on_nodes, plan_rows, step_weights, window_objective
-
-
-def counts_of(phy2log: torch.Tensor, num_experts: int) -> torch.Tensor:
-    """[L, E] int64 replicas of each expert in ``phy2log`` [L, R]."""
-    L, R = phy2log.shape
-    return torch.zeros(L, num_experts, dtype=torch.int64, device=phy2log.device).scatter_add_(
-        1, phy2log, torch.ones(L, R, dtype=torch.int64, device=phy2log.device))
+from .risk import Slots, moments, plan_on_nodes, plan_rows, step_weights, window_objective
 
 
 def groups_on_nodes(phy2log: torch.Tensor, num_experts: int, num_groups: int, num_gpus: int,
@@ -82,14 +81,17 @@ def keep_in_place(problem: Problem, hist: torch.Tensor, policy: str, fresh: torc
     P, R, N, G = problem.num_gpus, problem.num_replicas, problem.num_nodes, problem.num_groups
     B = len(BONUS_LEVELS)
     k = step_weights(W, halflife, hist.device)
+    if not problem.cluster.homogeneous:
+        return _keep_on_cluster(problem, hist, k, fresh, current, slack=slack, count_risk=count_risk, risk=risk,
+                                noise=noise, steps=steps)
     hier = policy == "hierarchical" and N > 1
     relabelled = relabel_phy2log(fresh, current, E, P, N if hier else 1)
-    target = window_objective(hist, k, fresh, E, P) * (1 + slack)                       # [L]
+    target = window_objective(hist, k, fresh, P) * (1 + slack)                       # [L]
     node_of_group = groups_on_nodes(current, E, G, P, N) if hier else None
     if hier and node_of_group is None:      # the placement in force is not hierarchical: relabel only
         return relabelled, {"sticky_layers": 0}
     mu, _ = moments(hist, k)
-    fc = counts_of(fresh, E)
+    fc = torch.nn.functional.one_hot(fresh, E).sum(1)                                   # [L, E] replicas
     fresh_risk = _max_risk(hist.permute(1, 2, 0) / fc.unsqueeze(-1).to(hist.dtype), k, fresh, P, risk,
                            noise * mu / (fc * fc).to(mu.dtype))
     levels = torch.tensor(BONUS_LEVELS, dtype=torch.float64, device=hist.device)
@@ -119,11 +121,41 @@ def keep_in_place(problem: Problem, hist: torch.Tensor, policy: str, fresh: torc
         sticky[i] = relabel_phy2log(sticky[i], current, E, P, N if hier else 1)
     cands = torch.cat([relabelled.unsqueeze(0), sticky])                                 # [1+B', L, R]
     fits = torch.cat([torch.ones(1, L, dtype=torch.bool, device=hist.device),
-                      torch.stack([window_objective(hist, k, c, E, P) <= target for c in sticky])])
-    moves = torch.stack([new_pairs(c, current, E, P) for c in cands])                   # [1+B, L]
-    pick = moves.masked_fill(~fits, torch.iinfo(torch.int64).max).argmin(0)             # first on ties
-    info = {"sticky_layers": int((pick > 0).sum())}
-    return cands.gather(0, pick.view(1, L, 1).expand(1, L, R)).squeeze(0), info
+                      torch.stack([window_objective(hist, k, c, P) <= target for c in sticky])])
+    return _fewest_moves(cands, fits, current, E, P)
+
+
+def _fewest_moves(cands: torch.Tensor, fits: torch.Tensor, current: torch.Tensor, num_experts: int,
+                  num_gpus: int, slot_gpu: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+    """Per layer the candidate of ``cands`` [C, L, R] (the first: always eligible) with the fewest
+    moves from ``current`` [L, R] among those ``fits`` [C, L] allows, the first on ties."""
+    C, L, R = cands.shape
+    moves = torch.stack([new_pairs(c, current, num_experts, num_gpus, slot_gpu, slot_gpu) for c in cands])
+    pick = moves.masked_fill(~fits, torch.iinfo(torch.int64).max).argmin(0)                # [L]
+    return cands.gather(0, pick.view(1, L, 1).expand(1, L, R)).squeeze(0), {"sticky_layers": int((pick > 0).sum())}
+
+
+def _keep_on_cluster(problem: Problem, hist: torch.Tensor, k: torch.Tensor, fresh: torch.Tensor,
+                     current: torch.Tensor, *, slack: float, count_risk: float, risk: float, noise: float,
+                     steps: int) -> tuple[torch.Tensor, dict]:
+    """:func:`keep_in_place` on a real cluster (module docstring): hist [W, L, E], k [W] the step
+    weights, fresh and current [L, R] in the cluster's slot order."""
+    W, L, E = hist.shape
+    c, R, B = problem.cluster, problem.num_replicas, len(BONUS_LEVELS)
+    slots = Slots.of(c, hist.device)
+    slot_gpu = torch.tensor(c.slot_gpus(), dtype=torch.int64, device=hist.device)              # [R]
+    live = torch.tensor(c.live_gpus, dtype=torch.int64, device=hist.device)                     # [Q]
+    keep = gpu_presence(current, E, c.num_gpus, slot_gpu).index_select(1, live)                 # [L, Q, E]
+    mu, _ = moments(hist, k)
+    levels = torch.tensor(BONUS_LEVELS, dtype=torch.float64, device=hist.device)
+    bonus = (levels.view(B, 1) * (mu.sum(1) / c.total_speed).view(1, L)).reshape(B * L)       # mean GPU time
+    sticky, _, _ = plan_rows(hist.repeat(1, B, 1), k, R, slots.Q, count_risk, risk, noise, steps,
+                             keep=keep.repeat(B, 1, 1), bonus=bonus, slots=slots)
+    cands = torch.cat([fresh.unsqueeze(0), sticky.view(B, L, R)])                               # [1+B, L, R]
+    target = window_objective(hist, k, fresh, c.num_gpus, c) * (1 + slack)                            # [L]
+    fits = torch.stack([window_objective(hist, k, p, c.num_gpus, c) <= target for p in cands])
+    fits[0] = True
+    return _fewest_moves(cands, fits, current, E, c.num_gpus, slot_gpu)
 
 
 def _max_risk(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, num_gpus: int, z: float,

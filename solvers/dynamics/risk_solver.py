@@ -12,7 +12,7 @@ from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput, register
 from .risk import (DEFAULT_COUNT_RISK, DEFAULT_HALFLIFE, DEFAULT_RISK, plan_risk_aware, step_weights,
-                   window_objective, window_time_objective)
+                   window_objective)
 from .risk_migration import keep_in_place
 from .robust import _HISTORY, buckets_of, check_history
 from .scenario import scenario_bound, scenario_value
@@ -26,14 +26,11 @@ def check_current(problem: Problem, current: Any) -> torch.Tensor | None:
     """The placement in force as phy2log [L, R] on the problem's device (None: none)."""
     if current is None:
         return None
-    if not problem.cluster.homogeneous:
-        raise OptionError("current", "migration-aware re-plans need identical GPUs (speed 1, the same slot "
-                          "count each); on this cluster re-plan without current")
     if not isinstance(current, Plan):
         raise OptionError("current", f"must be a solvers.Plan (the placement in force), got {type(current).__name__}")
     try:
         current.to(problem.device).validate(problem.num_layers, problem.num_experts, problem.num_replicas,
-                                            problem.num_gpus)
+                                            problem.num_gpus if problem.cluster.uniform_slots else None)
     except PlanError as exc:
         raise OptionError("current", f"is not a valid plan of this problem: {exc}") from None
     return current.phy2log.to(problem.device)
@@ -84,9 +81,6 @@ def solve_risk_aware(problem: Problem, o: SolverOptions) -> SolverOutput:
         # cluster) against the scenario bound, valid for every plan of the cluster.
         gap = scenario_value(hist, p2l, problem.num_gpus, cluster=problem.cluster) / scenario_bound(problem, hist) - 1
         info.update(window_gap_mean=float(gap.mean()))
-        if problem.cluster.homogeneous:
-            window = window_objective(hist, k, p2l, problem.num_experts, problem.num_gpus)
-        else:
-            window = window_time_objective(hist, k, p2l, problem.cluster)
+        window = window_objective(hist, k, p2l, problem.num_gpus, problem.cluster)
     info.update(steps_in_window=hist.shape[0], window_imbalance=float(window.mean()))
     return SolverOutput(Plan.from_phy2log(p2l, problem.num_experts), resolved, info=info)

@@ -8,9 +8,8 @@ imbalance (fewest bytes on ties).
 
 With an expert size every row also has its stalls and net throughput (the simulator's
 time model over the cluster's network); ``stall_aware`` adds a row per slack for the
-horizon-free stall-aware trigger and ``horizons`` rows for the older one with a horizon H
-(both checked at the smallest period, rebalancing only when the predicted gain exceeds the
-stall), and :func:`best_net` picks the setting with the highest net throughput.
+stall-aware trigger (checked at the smallest period, rebalancing only when the predicted
+gain exceeds the stall), and :func:`best_net` picks the setting with the highest net throughput.
 """
 from __future__ import annotations
 
@@ -18,61 +17,36 @@ from typing import Any, Sequence
 
 from ..errors import OptionError
 from ..progress import Ticker, as_mode
-from .simulate import simulate
+from .replay import Settings, simulate
 
 
-def sweep(loads: Any, *, periods: Sequence[int] = (), thresholds: Sequence[float] = (),
-          slacks: Sequence[float | None] = (None,), window: int | None = None, solver: str = "deepseek",
-          expert_bytes: int | None = None, solver_options: dict[str, Any] | None = None,
-          progress: bool = False, horizons: Sequence[int] = (), stall: str = "sync", step_seconds: float = 1.0,
-          migration_objective: str = "moves", stall_aware: bool = False,
-          async_interference: float | None = None, transfer_model: str = "rounds", **shape: Any) -> list[dict[str, Any]]:
-    """One row per setting: trigger ("every N", "threshold X", "stall-aware" or "stall-aware
-    H"), every, threshold, gain_horizon, stall_aware, migration_slack, then the totals of
-    :meth:`SimulationResult.totals`.
-    ``shape``: the cluster (or num_replicas, num_nodes, num_gpus) and num_groups. A stall-aware
-    row is checked at the smallest period (``window`` or that period steps per plan)."""
+def sweep(loads: Any, settings: Settings | None = None, *, periods: Sequence[int] = (),
+          thresholds: Sequence[float] = (), slacks: Sequence[float | None] = (None,), stall_aware: bool = False,
+          progress: bool = False, **kw: Any) -> list[dict[str, Any]]:
+    """One row per setting: trigger ("every N", "threshold X" or "stall-aware"), every,
+    threshold, stall_aware, window, migration_slack, then the totals of
+    :meth:`SimulationResult.totals`. ``settings`` and ``kw`` (settings by name, the cluster or
+    num_replicas, num_nodes, num_gpus, and num_groups) go to every :func:`simulate`; each row
+    sets its trigger and slack. A stall-aware row is checked at the smallest period."""
     triggers = ([("every", int(p)) for p in periods] + [("threshold", float(x)) for x in thresholds]
-                + [("stall-aware", int(h)) for h in horizons] + ([("stall-aware", None)] if stall_aware else []))
+                + ([("stall-aware", None)] if stall_aware else []))
     if not triggers:
         raise OptionError("periods", "give at least one period or threshold to sweep")
-    if horizons and not periods:
-        raise OptionError("horizons", "stall-aware rows check at the smallest period: give periods too")
     if stall_aware and not periods:
         raise OptionError("stall_aware", "stall-aware rows check at the smallest period: give periods too")
-    extra = {} if async_interference is None else {"async_interference": async_interference}
     rows = []
     with Ticker("sweep", None, as_mode(progress), total=len(triggers) * len(slacks), unit="settings") as bar:
-        _sweep_rows(rows, bar, triggers, loads, periods=periods, slacks=slacks, window=window, solver=solver,
-                    expert_bytes=expert_bytes, solver_options=solver_options, stall=stall, step_seconds=step_seconds,
-                    migration_objective=migration_objective,
-                    shape={**shape, **extra, "transfer_model": transfer_model})   # passed to every simulate
+        for kind, value in triggers:
+            trigger = {"every": value if kind == "every" else min(periods) if kind == "stall-aware" else None,
+                       "threshold": value if kind == "threshold" else None, "stall_aware": kind == "stall-aware"}
+            for slack in slacks:
+                res = simulate(loads, settings, **{**kw, **trigger, "migration_slack": slack})
+                rows.append({"trigger": kind if value is None else f"{kind} {value:g}",
+                             "every": trigger["every"], "threshold": trigger["threshold"],
+                             "stall_aware": trigger["stall_aware"], "window": res.settings["window"],
+                             "migration_slack": slack, **res.totals()})
+                bar.update()
     return rows
-
-
-def _sweep_rows(rows, bar, triggers, loads, *, periods, slacks, window, solver, expert_bytes, solver_options, stall,
-                step_seconds, migration_objective, shape) -> None:
-    """Simulate every (trigger, slack) into ``rows``, counting each on ``bar``."""
-    for kind, value in triggers:
-        for slack in slacks:
-            if kind == "every":
-                kw: dict[str, Any] = {"every": value}
-            elif kind == "threshold":
-                kw = {"threshold": value, "window": window or 16}
-            elif value is None:
-                kw = {"every": min(periods), "stall_aware": True}
-            else:
-                kw = {"every": min(periods), "gain_horizon": value}
-            if kind != "threshold" and window is not None:
-                kw["window"] = window
-            res = simulate(loads, solver=solver, migration_slack=slack, expert_bytes=expert_bytes,
-                           solver_options=solver_options, stall=stall, step_seconds=step_seconds,
-                           migration_objective=migration_objective, **kw, **shape)
-            rows.append({"trigger": kind if value is None else f"{kind} {value:g}", "every": kw.get("every"),
-                         "threshold": kw.get("threshold"), "gain_horizon": kw.get("gain_horizon"),
-                         "stall_aware": bool(kw.get("stall_aware")), "window": res.settings["window"],
-                         "migration_slack": slack, **res.totals()})
-            bar.update()
 
 
 def best_net(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
