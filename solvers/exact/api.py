@@ -28,8 +28,8 @@ is returned as a *model bound* with its scope; only a model of every plan (globa
 counts, duplicates allowed; or the replication model) gives a lower bound.
 
 On a cluster with per-GPU speeds, uneven slot counts or failed GPUs, every backend solves
-the joint model in time (:mod:`.timed`; global policy; duplicates allowed gives a lower
-bound, colocation="forbidden" a model bound).
+the same joint model in time over the live GPUs (global policy; duplicates allowed gives a
+lower bound, colocation="forbidden" a model bound; warm start: kk_swap's plan).
 """
 from __future__ import annotations
 
@@ -47,7 +47,6 @@ from ..registry import SolverOutput, register
 from .. import backends
 from . import cpsat, milp
 from .driver import run_exact
-from .timed import run_timed
 from ..work import WorkModel
 
 EXACT_OPTIONS = (
@@ -73,8 +72,6 @@ def _exact_solver(backend: str, layer_solver, probe):
     """The registered function of one backend: every backend takes the same options."""
     def solve_exact(problem: Problem, options: SolverOptions) -> SolverOutput:
         probe()             # import the backend (OR-Tools first, about 1 s) before the clock starts
-        if not problem.cluster.homogeneous:        # the joint model in time (.timed)
-            return run_timed(problem, options, backend)
         return run_exact(problem, backend, layer_solver(), options)
 
     solve_exact.__name__ = f"solve_{backend}"

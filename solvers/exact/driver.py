@@ -143,12 +143,10 @@ def _layer_plan(lm: LayerModel, res: LayerResult) -> tuple[np.ndarray | None, st
     if res.xg is None:
         if lm.warm is None:
             return None, None
-        return phy2log_from_matrix(lm.warm, lm.slots_per_gpu), "warm_start"
-    if lm.warm is not None:                    # never hand back worse than the warm start
-        value = float(((lm.w / res.xg.sum(1)) @ res.xg).max())
-        if value > lm.ub:
-            return phy2log_from_matrix(lm.warm, lm.slots_per_gpu), "warm_start"
-    return phy2log_from_matrix(res.xg, lm.slots_per_gpu), "solver"
+        return phy2log_from_matrix(lm.warm, lm.slots), "warm_start"
+    if lm.warm is not None and lm.time(res.xg) > lm.ub:      # never hand back worse than the warm start
+        return phy2log_from_matrix(lm.warm, lm.slots), "warm_start"
+    return phy2log_from_matrix(res.xg, lm.slots), "solver"
 
 
 def model_scope(opts: ExactOptions, num_nodes: int) -> ModelScope:
