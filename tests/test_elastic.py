@@ -1,7 +1,5 @@
 """Elastic re-planning after GPU failures: the move-minimal search, the exact per-layer
-model and the large-neighbourhood polish against brute force, and engine maps of plans
-with failed ranks."""
-import itertools
+model against brute force, and engine maps of plans with failed ranks."""
 import json
 
 import numpy as np
@@ -20,14 +18,12 @@ from solvers.migration import replan_after_failure
 from solvers.migration.elastic import keep_survivors
 from solvers.migration.elastic_bound import bound_elastic, lp_move_bound, spread_bound
 from solvers.migration.elastic_exact import (
-    elastic_brute_force,
     layer_moves,
     layer_time,
     placement,
     prove_elastic,
     solve_elastic_layer,
 )
-from solvers.migration.elastic_lns import solve_neighbourhood
 from solvers.migration.elastic_moves import (
     Layout,
     counts,
@@ -37,6 +33,7 @@ from solvers.migration.elastic_moves import (
     shed_moves,
 )
 from solvers.workloads.exporters import export_plan, live_map, padded_map, read_exported_plan
+from tests.brute import elastic_brute_force
 
 
 def _loads(L=4, E=16, seed=0):
@@ -316,79 +313,3 @@ def test_app_offers_the_padded_sglang_map_of_failed_ranks(tmp_path):
     path.write_bytes(by["expert_location_sglang.json"].data)
     back = live_map(read_exported_plan(path, "sglang", num_experts=24), 8, [5])
     assert torch.equal(back.phy2log, res.plan.phy2log)
-
-
-# The large-neighbourhood polish ---------------------------------------------------------
-
-@st.composite
-def tiny_neighbourhoods(draw):
-    w, slots, speed, old, target = draw(tiny_layers())
-    E, Q = len(w), len(slots)
-    # a start placement (any, within target or not): every GPU full, each expert somewhere
-    order = list(range(E)) + draw(st.lists(st.integers(0, E - 1), min_size=sum(slots) - E,
-                                           max_size=sum(slots) - E))
-    xg = np.zeros((E, Q), dtype=np.int64)
-    gpu_of = [g for g in range(Q) for _ in range(slots[g])]
-    for e, g in zip(order, draw(st.permutations(gpu_of))):
-        xg[e, g] += 1
-    free = draw(st.lists(st.integers(0, Q - 1), min_size=1, max_size=Q, unique=True))
-    return w, slots, speed, old, target, xg, free
-
-
-def _brute_neighbourhood(w, slots, speed, old, target, xg, free):
-    """The fewest moves over every placement changing only the GPUs ``free`` of xg."""
-    best = None
-    per_gpu = [list(itertools.combinations_with_replacement(range(len(w)), slots[g])) for g in free]
-    for combo in itertools.product(*per_gpu):
-        x = xg.copy()
-        x[:, free] = 0
-        for g, experts in zip(free, combo):
-            for e in experts:
-                x[e, g] += 1
-        if (x.sum(1) >= 1).all() and layer_time(w, x, speed) <= target * (1 + 1e-12):
-            mv = layer_moves(x, old)
-            best = mv if best is None else min(best, mv)
-    return best
-
-
-@needs_cpsat
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(tiny_neighbourhoods())
-def test_neighbourhood_model_agrees_with_brute_force(case):
-    w, slots, speed, old, target, xg, free = case
-    res = solve_neighbourhood(w, slots, speed, old, xg, target, free, time_limit=10, extra=sum(slots))
-    # the model rounds times up (a plan it returns meets the target in float64), so its
-    # optimum lies between the brute force's at the target and at a hair below it
-    best = _brute_neighbourhood(w, slots, speed, old, target, xg, free)
-    tight = _brute_neighbourhood(w, slots, speed, old, target * (1 - 1e-5), xg, free)
-    if res is None:
-        assert tight is None
-        return
-    fixed = [g for g in range(len(slots)) if g not in free]
-    assert (res[:, fixed] == xg[:, fixed]).all()               # only the freed GPUs changed
-    assert (res.sum(0) == np.asarray(slots)).all() and (res.sum(1) >= 1).all()
-    assert layer_time(w, res, speed) <= target * (1 + 1e-12)
-    assert best is not None and best <= layer_moves(res, old)
-    if tight is not None:
-        assert layer_moves(res, old) <= tight
-
-
-@needs_cpsat
-def test_polish_keeps_the_constraints_and_never_adds_moves():
-    _, healthy, before, p = _failure(L=3, E=16, seed=2, failed=(1,), gpus=4, slots=24)
-    plain = replan_after_failure(p, before.plan, healthy.cluster, slack=0.01)
-    r = replan_after_failure(p, before.plan, healthy.cluster, slack=0.01, polish_time=5.0)
-    target = torch.tensor(r.info["target_max_time"], dtype=torch.float64)
-    assert bool((r.score.max_time <= target * (1 + 1e-9)).all())
-    assert bool((r.plan.logcnt >= 1).all())
-    live_slots = torch.tensor(p.cluster.slot_gpus())
-    assert not bool(torch.isin(live_slots, torch.tensor([1])).any())      # no slot on the failed GPU
-    assert r.score.moves == r.info["moves"] <= plain.info["moves"]
-    assert r.info["moves"] == plain.info["moves"] - r.info["polish"]["moves_saved"]
-    assert r.info["moves"] >= r.info["orphans"]
-
-
-def test_polish_time_is_checked_at_the_edge():
-    _, healthy, before, p = _failure(L=2, E=16, seed=2, failed=(1,), gpus=4, slots=24)
-    with pytest.raises(OptionError, match="polish_time"):
-        replan_after_failure(p, before.plan, healthy.cluster, slack=0.01, polish_time=-1.0)

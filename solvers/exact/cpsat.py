@@ -166,16 +166,35 @@ def _solve_units(lm: LayerModel, *, time_limit: float, threads: int, seed: int, 
     why = lm.too_big(SECONDS_PER_VARIABLE, time_limit)
     if why:
         return LayerResult("time_limit", message=why, stats={"variables": lm.placement_variables})
-    # data
     scale, exact = choose_scale(lm)
     q = coefficients(lm, scale, exact)
+    m = cp_model.CpModel()
+    pl = Placement(m, lm.cand)
+    (_replication if lm.replication_only else _joint)(m, lm, q, pl, scale, exact)
+    build = clock() - start
+    solver = cpsat_solver(max(0.05, time_limit - build), threads, seed, gap)
+    for key, value in (params or {}).items():
+        setattr(solver.parameters, key, value)
+    status = solver.solve(m)
+    stats = {"build_s": build, "scale": float(scale), "exact_coefficients": exact, "variables": len(m.proto.variables),
+             "constraints": len(m.proto.constraints), "wall": solver.wall_time,
+             "conflicts": solver.num_conflicts}
+    st = _status(cp_model, status)
+    out = dict(status=st, bound=_bound(solver, scale, st), stats=stats, message=solver.status_name(status))
+    if st in ("infeasible", "error") or status == cp_model.UNKNOWN:
+        return LayerResult(**out)
+    out["objective"] = solver.objective_value / scale
+    if lm.replication_only:
+        return LayerResult(counts=np.array([next(c for c in cs if len(cs) == 1 or solver.value(pl.y[e][c]))
+                                            for e, cs in enumerate(lm.cand)], dtype=np.int64), **out)
+    return LayerResult(xg=pl.solution(solver, (lm.num_experts, lm.num_gpus)), **out)
+
+
+def _joint(m, lm: LayerModel, q, pl: Placement, scale, exact: bool) -> None:
+    """The joint / packing / hierarchical model in time (module doc of :mod:`.model`)."""
+    # data
     E, P, R, cand = lm.num_experts, lm.num_gpus, lm.num_replicas, lm.cand
     gpus = range(P)
-    m = cp_model.CpModel()
-    # variables: counts y, the objective T, placement z
-    pl = Placement(m, cand)
-    if lm.replication_only:
-        return _solve_replication(m, cp_model, lm, q, pl.y, scale, exact, time_limit, threads, seed, gap)
     # Largest possible GPU time (model units): the warm start's value, else a full GPU of its heaviest replica.
     view = [0] if lm.unit_speed else gpus                # the GPUs whose coefficients differ
     t_hi = max(int(lm.slots.max() if lm.unit_speed else lm.slots[g])
@@ -187,6 +206,7 @@ def _solve_units(lm: LayerModel, *, time_limit: float, threads: int, seed: int, 
         warm_xg, warm_loads = lm.warm[:, perm], [int(v) for v in warm_loads[perm]]
         t_hi = max(warm_loads)
     t_lo = math.floor(lm.lb * scale * (1 - 1e-9)) - (0 if exact else int(lm.slots.max()) + 1)
+    # variables (counts y: the block's): the objective T, placement z
     T = m.new_int_var(max(0, min(t_lo, t_hi)), t_hi, "T")
     for e in range(E):
         pl.place(e, gpus, lm.max_per_gpu, lm.forbid)
@@ -214,7 +234,7 @@ def _solve_units(lm: LayerModel, *, time_limit: float, threads: int, seed: int, 
             for n in range(N):
                 m.add(sum(a[k, n] for k in range(G)) == G // N)
         for (e, c, g), var in pl.z.items():
-            m.add(var <= lm.max_per_gpu(c, g) * a[lm.group_of(e), lm.node_of_gpu(g)])
+            m.add(var <= lm.max_per_gpu(c, g) * a[e // lm.group_size, g // gpn])
         for n in range(N):                               # nodes are interchangeable too
             nl = m.new_int_var(0, gpn * t_hi, f"node{n}")
             m.add(nl == sum(load[n * gpn:(n + 1) * gpn]))
@@ -233,21 +253,6 @@ def _solve_units(lm: LayerModel, *, time_limit: float, threads: int, seed: int, 
             for k in range(lm.num_groups):
                 members = range(k * lm.group_size, (k + 1) * lm.group_size)
                 m.add_hint(a[k, n], int(bool(warm_xg[list(members), n * gpn:(n + 1) * gpn].sum() > 0)))
-
-    build = clock() - start
-    solver = cpsat_solver(max(0.05, time_limit - build), threads, seed, gap)
-    for key, value in (params or {}).items():
-        setattr(solver.parameters, key, value)
-    status = solver.solve(m)
-    stats = {"build_s": build, "scale": float(scale), "exact_coefficients": exact, "variables": len(m.proto.variables),
-             "constraints": len(m.proto.constraints), "wall": solver.wall_time,
-             "conflicts": solver.num_conflicts}
-    st = _status(cp_model, status)
-    if st in ("infeasible", "error") or status == cp_model.UNKNOWN:
-        return LayerResult(st, bound=_bound(solver, scale, st), stats=stats,
-                           message=solver.status_name(status))
-    return LayerResult(st, xg=pl.solution(solver, (E, P)), bound=_bound(solver, scale, st),
-                       objective=solver.objective_value / scale, stats=stats, message=solver.status_name(status))
 
 
 def _status(cp_model, status) -> str:
@@ -271,9 +276,9 @@ def _bound(solver, scale, st: str) -> float | None:
     return math.nextafter(b, -math.inf) if b > 0 else b
 
 
-def _solve_replication(m, cp_model, lm, q, y, scale, exact, time_limit, threads, seed, gap) -> LayerResult:
+def _replication(m, lm: LayerModel, q, pl: Placement, scale, exact: bool) -> None:
     """min T subject to T >= q[e, c] y[e, c] and sum c y[e, c] = R."""
-    E, R = lm.num_experts, lm.num_replicas
+    E, R, y = lm.num_experts, lm.num_replicas, pl.y
     t_hi = max(max(q(e, c, 0) for c in lm.cand[e]) for e in range(E))
     t_lo = max(min(q(e, c, 0) for c in lm.cand[e]) for e in range(E))    # every expert at its largest count
     T = m.new_int_var(t_lo, t_hi, "T")
@@ -290,13 +295,3 @@ def _solve_replication(m, cp_model, lm, q, y, scale, exact, time_limit, threads,
                 for c in lm.cand[e]:
                     m.add_hint(y[e][c], int(c == int(lm.warm_counts[e])))
         m.add_hint(T, max(q(e, int(lm.warm_counts[e]), 0) for e in range(E)))
-    solver = cpsat_solver(time_limit, threads, seed, gap)
-    status = solver.solve(m)
-    st = _status(cp_model, status)
-    stats = {"scale": float(scale), "exact_coefficients": exact, "wall": solver.wall_time}
-    if st in ("infeasible", "error") or status == cp_model.UNKNOWN:
-        return LayerResult(st, bound=_bound(solver, scale, st), stats=stats, message=solver.status_name(status))
-    counts = np.array([next(c for c in lm.cand[e] if len(lm.cand[e]) == 1 or solver.value(y[e][c]))
-                       for e in range(E)], dtype=np.int64)
-    return LayerResult(st, counts=counts, bound=_bound(solver, scale, st),
-                       objective=solver.objective_value / scale, stats=stats, message=solver.status_name(status))

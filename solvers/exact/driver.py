@@ -15,15 +15,15 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..bounds import optimal_counts
 from ..clock import clock
 from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput
 from ..result import ModelScope, Termination
-from .model import (Deadline, ExactOptions, LayerModel, LayerResult, build_layer, exact_options,
+from .model import (ExactOptions, LayerModel, LayerResult, build_layer, exact_options,
                     default_warm_plan, fit_warm_to_counts, fixed_counts_for, layer_problem_bound, phy2log_from_matrix,
                     replication_plan)
+from .scaling import with_counts
 
 LayerSolver = Callable[..., LayerResult]
 
@@ -41,7 +41,7 @@ def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, options:
     """Solve every layer of ``problem`` with ``solve_layer`` (one backend's formulation);
     ``options``: the backend's typed options (see :func:`.model.exact_options`)."""
     opts = exact_options(problem, options)
-    deadline = Deadline(opts.time_limit)
+    end = clock() + opts.time_limit
     explicit = isinstance(opts.warm_start, Plan)
     warm_plan = opts.warm_start if explicit else None
     if opts.warm_start == "auto" and opts.model != "replication":
@@ -61,13 +61,14 @@ def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, options:
         # keep time to finish the rest: the estimate, or what a layer has cost here so far
         # beside its solve (a loaded machine makes every layer slower, not only the backend)
         per_layer = max(skip_cost, overhead / layer if layer else 0.0)
-        left = deadline.left() - per_layer * (L - layer - 1)
+        left = end - clock() - per_layer * (L - layer - 1)
         skipping = skipping or left < _MIN_SOLVE
         solving = 0.0
         if skipping:
-            res = _skipped(problem, layer, lm, opts)
+            res = with_counts(lm, LayerResult("time_limit", stats={"skipped": True},
+                                              message="not solved: the time limit was spent on earlier layers"))
         else:
-            limit = min(left, max(_MIN_SOLVE, deadline.share(L - layer) - _RESERVE))
+            limit = min(left, max(_MIN_SOLVE, max(0.05, (end - clock()) / (L - layer)) - _RESERVE))
             t = clock()
             res = solve_layer(lm, time_limit=limit, threads=opts.threads, seed=opts.seed, gap=opts.gap)
             solving = clock() - t
@@ -118,19 +119,6 @@ def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, options:
     optimal = torch.tensor([st == "optimal" for st in statuses], dtype=torch.bool, device=problem.device)
     return SolverOutput(plan, policy, term, message=_message(statuses), info=info, model_optimal=optimal,
                         **bound_kw)
-
-
-def _skipped(problem: Problem, layer: int, lm: LayerModel, opts: ExactOptions) -> LayerResult:
-    """A layer left unsolved because the time limit is spent: the driver keeps its warm start."""
-    counts = None
-    if lm.replication_only:               # the greedy counts (optimal, but not proven here)
-        if lm.warm_counts is not None:
-            counts = lm.warm_counts
-        else:
-            cap = problem.num_gpus if opts.forbid else None
-            counts = optimal_counts(problem.weights[layer:layer + 1].cpu(), problem.num_replicas, cap)[0].numpy()
-    return LayerResult("time_limit", counts=counts, message="not solved: the time limit was spent on earlier layers",
-                       stats={"skipped": True})
 
 
 def _layer_plan(lm: LayerModel, res: LayerResult) -> tuple[np.ndarray | None, str | None]:

@@ -122,7 +122,7 @@ def _build(lm: LayerModel):
             for n in range(N):
                 prob += pulp.lpSum(a[k, n] for k in range(G)) == G // N
         for (e, c, g), v in z.items():
-            prob += v <= lm.max_per_gpu(c, g) * a[lm.group_of(e), lm.node_of_gpu(g)]
+            prob += v <= lm.max_per_gpu(c, g) * a[e // lm.group_size, g // gpn]
         node = [pulp.lpSum(load[n * gpn:(n + 1) * gpn]) for n in range(N)]
         for n in range(N):
             prob += node[n] <= gpn * T                   # node-level bound inside the LP

@@ -35,7 +35,6 @@ import numpy as np
 import torch
 
 from ..bounds import lower_bound, optimal_counts
-from ..clock import clock
 from ..deepseek import balanced_packing, deepseek_plan
 from ..errors import OptionError, PlanError
 from ..heuristics.packing import pack_counts
@@ -156,35 +155,11 @@ class LayerModel:
     ub: float | None = None
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def num_experts(self) -> int:
-        return len(self.w)
-
-    @property
-    def num_gpus(self) -> int:
-        return len(self.slots)
-
-    @property
-    def num_replicas(self) -> int:
-        return int(self.slots.sum())
-
-    @property
-    def unit_speed(self) -> bool:
-        return bool((self.speed == 1.0).all())
-
-    @property
-    def gpus_per_node(self) -> int:
-        return self.num_gpus // self.num_nodes
-
-    @property
-    def group_size(self) -> int:
-        return self.num_experts // self.num_groups
-
-    def node_of_gpu(self, g: int) -> int:
-        return g // self.gpus_per_node
-
-    def group_of(self, e: int) -> int:
-        return e // self.group_size
+    def __post_init__(self):
+        # sizes of the view (recomputed by dataclasses.replace, as scaling does)
+        self.num_experts, self.num_gpus, self.num_replicas = len(self.w), len(self.slots), int(self.slots.sum())
+        self.unit_speed = bool((self.speed == 1.0).all())
+        self.gpus_per_node, self.group_size = self.num_gpus // self.num_nodes, self.num_experts // self.num_groups
 
     @property
     def placement_variables(self) -> int:
@@ -213,7 +188,7 @@ class LayerModel:
         """Interchangeable GPUs (same node, speed and slot count), each list in GPU order."""
         out: dict[tuple, list[int]] = {}
         for g in range(self.num_gpus):
-            out.setdefault((self.node_of_gpu(g), float(self.speed[g]), int(self.slots[g])), []).append(g)
+            out.setdefault((g // self.gpus_per_node, float(self.speed[g]), int(self.slots[g])), []).append(g)
         return list(out.values())
 
 
@@ -434,20 +409,6 @@ def replication_plan(w: np.ndarray, counts: np.ndarray, num_gpus: int, forbid: b
     p2l = np.empty_like(phy_e)
     p2l[slot] = phy_e
     return p2l
-
-
-class Deadline:
-    """The time left for the whole solve, shared out over the layers still to solve (on
-    :func:`solvers.clock.clock`, which tests replace with a deterministic one)."""
-
-    def __init__(self, seconds: float):
-        self.end = clock() + seconds
-
-    def left(self) -> float:
-        return self.end - clock()
-
-    def share(self, layers_left: int, reserve: float = 0.0) -> float:
-        return max(0.05, (self.left() - reserve) / max(1, layers_left))
 
 
 def fixed_counts_for(problem: Problem, opts: ExactOptions, warm_plan: Plan | None) -> torch.Tensor | None:
