@@ -28,7 +28,7 @@ from ..backends import cpsat_solver
 from ..clock import clock
 from ..tolerances import CPSAT_EXACT_LIMIT, CPSAT_LOAD_UNITS
 from .model import LayerModel, LayerResult, canonical_gpu_order
-from .scaling import certified, solve_scaled, with_counts
+from .scaling import certified, reference_load, solve_scaled, with_counts
 
 
 class Placement:
@@ -62,10 +62,6 @@ class Placement:
             for g in gpus:
                 m.add(sum(z[e, c, g] for c in cand) <= 1)
 
-    def on(self, g: int) -> list[tuple[int, int]]:
-        """The (expert, count) pairs with a variable on GPU g, in expert order."""
-        return [(e, c) for e in range(len(self.cand)) for c in self.cand[e] if (e, c, g) in self.z]
-
     def gpu_rows(self, slots: Sequence[int], coef: Callable[[int, int, int], int], hi: int, cap) -> list:
         """Per GPU g with slots: exactly ``slots[g]`` replicas, its load variable (0..hi) equal to
         ``sum coef(e, c, g) z[e, c, g]`` and at most ``cap`` (a number or the variable T)."""
@@ -73,7 +69,7 @@ class Placement:
         for g in range(len(slots)):
             if not slots[g]:
                 continue
-            pairs = self.on(g)
+            pairs = [(e, c) for e in range(len(self.cand)) for c in self.cand[e] if (e, c, g) in self.z]
             self.m.add(sum(self.z[e, c, g] for e, c in pairs) == int(slots[g]))
             lg = self.m.new_int_var(0, hi, f"load{g}")
             self.m.add(lg == sum(coef(e, c, g) * self.z[e, c, g] for e, c in pairs))
@@ -118,8 +114,7 @@ def choose_scale(lm: LayerModel) -> tuple[int, bool]:
     mult = exact_multiplier(lm)
     if mult is not None:
         return mult, True
-    w = lm.w
-    ref = max(float(w.sum()) / float(lm.speed.sum()), float(w.max()) / float(lm.speed.max()))
+    ref = reference_load(lm)
     if not ref > 0:
         return 1, True                                   # unreachable: all-zero loads are integers
     # ref * 2**exp is about CPSAT_LOAD_UNITS. Loads reach here already scaled (reference
@@ -179,7 +174,9 @@ def _solve_units(lm: LayerModel, *, time_limit: float, threads: int, seed: int, 
     stats = {"build_s": build, "scale": float(scale), "exact_coefficients": exact, "variables": len(m.proto.variables),
              "constraints": len(m.proto.constraints), "wall": solver.wall_time,
              "conflicts": solver.num_conflicts}
-    st = _status(cp_model, status)
+    # OPTIMAL also at relative_gap_limit > 0 (the certified bound settles it); FEASIBLE or UNKNOWN: the time limit
+    st = {cp_model.OPTIMAL: "optimal", cp_model.INFEASIBLE: "infeasible", cp_model.MODEL_INVALID: "error"}.get(
+        status, "time_limit")
     out = dict(status=st, bound=_bound(solver, scale, st), stats=stats, message=solver.status_name(status))
     if st in ("infeasible", "error") or status == cp_model.UNKNOWN:
         return LayerResult(**out)
@@ -255,24 +252,11 @@ def _joint(m, lm: LayerModel, q, pl: Placement, scale, exact: bool) -> None:
                 m.add_hint(a[k, n], int(bool(warm_xg[list(members), n * gpn:(n + 1) * gpn].sum() > 0)))
 
 
-def _status(cp_model, status) -> str:
-    if status == cp_model.OPTIMAL:
-        # relative_gap_limit > 0 also reports OPTIMAL; the caller's bound settles it.
-        return "optimal"
-    if status == cp_model.INFEASIBLE:
-        return "infeasible"
-    if status == cp_model.MODEL_INVALID:
-        return "error"
-    return "time_limit"          # FEASIBLE or UNKNOWN: stopped by the time limit
-
-
 def _bound(solver, scale, st: str) -> float | None:
-    if st in ("infeasible", "error"):
+    """CP-SAT's proven bound in the caller's units, rounded down (None when it has none)."""
+    if st in ("infeasible", "error") or not math.isfinite(solver.best_objective_bound):
         return None
-    b = solver.best_objective_bound
-    if not math.isfinite(b):
-        return None
-    b = float(b) / float(scale)
+    b = float(solver.best_objective_bound) / float(scale)
     return math.nextafter(b, -math.inf) if b > 0 else b
 
 

@@ -31,10 +31,8 @@ LayerSolver = Callable[..., LayerResult]
 _RESERVE = 0.25
 # Least time worth one backend call (model building included); below it a layer is skipped.
 _MIN_SOLVE = 0.05
-# Time to finish one skipped layer (its data and warm start): measured 0.1 ms at 16 experts,
-# 0.5 ms at 256; this estimate (seconds per layer) doubles that.
-def _skip_cost(num_experts: int) -> float:
-    return 2e-4 + 4e-6 * num_experts
+# Time to finish one skipped layer (its data and warm start), seconds: measured 0.1 ms at 16
+# experts, 0.5 ms at 256; the estimate 2e-4 + 4e-6 E doubles that.
 
 
 def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, options: Any) -> SolverOutput:
@@ -53,7 +51,7 @@ def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, options:
     phy2log = np.zeros((L, R), dtype=np.int64)
     bounds = torch.zeros(L, dtype=torch.float64)
     statuses, layers_info = [], []
-    skipping, skip_cost = False, _skip_cost(problem.num_experts)
+    skipping, skip_cost = False, 2e-4 + 4e-6 * problem.num_experts
     overhead = 0.0                       # seconds spent so far on the layers outside the backend
     for layer in range(L):
         began = clock()
@@ -74,14 +72,11 @@ def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, options:
             solving = clock() - t
         row, used = _layer_plan(lm, res)
         overhead += clock() - began - solving
-        status = res.status
-        if row is None:
-            if status not in ("infeasible", "error"):
-                status = "time_limit"
-        else:
+        # a layer without a plan (and not infeasible or failed) ran out of time
+        status = res.status if row is not None or res.status in ("infeasible", "error") else "time_limit"
+        if row is not None:
             phy2log[layer] = row
-        proven = res.bound if res.bound is not None else -np.inf
-        bounds[layer] = max(float(lbs[layer]), proven)
+        bounds[layer] = max(float(lbs[layer]), -np.inf if res.bound is None else res.bound)
         statuses.append(status)
         layers_info.append({"status": status, "solution": used, "backend_status": res.message,
                             "backend_bound": res.bound, "model_objective": res.objective,
@@ -96,14 +91,12 @@ def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, options:
     # A bound of a restricted model goes to model_bound with its scope, never to bound.
     bound_kw = ({"bound": dev_bounds} if scope.universal else
                 {"model_bound": dev_bounds, "model_scope": scope})
-    if "infeasible" in statuses:
-        bad = statuses.index("infeasible")
-        return SolverOutput(None, policy, Termination.INFEASIBLE, None,
-                            f"layer {bad}: model {opts.model!r} is infeasible with these options", info)
-    if "error" in statuses:
-        bad = statuses.index("error")
-        return SolverOutput(None, policy, Termination.ERROR, None,
-                            f"layer {bad}: backend error: {layers_info[bad]['backend_status']}", info)
+    for failed, term in (("infeasible", Termination.INFEASIBLE), ("error", Termination.ERROR)):
+        if failed in statuses:
+            bad = statuses.index(failed)
+            why = (f"model {opts.model!r} is infeasible with these options" if failed == "infeasible" else
+                   f"backend error: {layers_info[bad]['backend_status']}")
+            return SolverOutput(None, policy, term, None, f"layer {bad}: {why}", info)
     if "time_limit" in statuses and any(i["solution"] is None for i in layers_info):
         bad = next(i for i, x in enumerate(layers_info) if x["solution"] is None)
         return SolverOutput(None, policy, Termination.TIME_LIMIT, message=f"layer {bad}: no plan found "
@@ -117,8 +110,8 @@ def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, options:
         info["replication_objective"] = [i["backend_bound"] if i["status"] == "optimal" else None
                                          for i in layers_info]
     optimal = torch.tensor([st == "optimal" for st in statuses], dtype=torch.bool, device=problem.device)
-    return SolverOutput(plan, policy, term, message=_message(statuses), info=info, model_optimal=optimal,
-                        **bound_kw)
+    message = ", ".join(f"{statuses.count(s)} layer(s) {s}" for s in dict.fromkeys(statuses))
+    return SolverOutput(plan, policy, term, message=message, info=info, model_optimal=optimal, **bound_kw)
 
 
 def _layer_plan(lm: LayerModel, res: LayerResult) -> tuple[np.ndarray | None, str | None]:
@@ -145,8 +138,3 @@ def model_scope(opts: ExactOptions, num_nodes: int) -> ModelScope:
         return ModelScope("global", opts.counts, opts.colocation)
     return ModelScope("hierarchical" if opts.hierarchical else "global", opts.counts, opts.colocation,
                       opts.node_budget if opts.hierarchical else None)
-
-
-def _message(statuses: list[str]) -> str:
-    counts = {s: statuses.count(s) for s in dict.fromkeys(statuses)}
-    return ", ".join(f"{n} layer(s) {s}" for s, n in counts.items())

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import os
 import re
@@ -38,11 +39,8 @@ from .scaling import solve_scaled
 
 
 def layer_solver(backend: str):
-    """solve_layer for ``backend`` ("highs" or "cbc")."""
-    def solve_layer(lm: LayerModel, *, time_limit: float, threads: int, seed: int, gap: float) -> LayerResult:
-        return solve_scaled(_solve, lm, backend=backend, time_limit=time_limit, threads=threads, seed=seed,
-                            gap=gap)
-    return solve_layer
+    """solve_layer(lm, time_limit=, threads=, seed=, gap=) for ``backend`` ("highs" or "cbc"), in scaled units."""
+    return functools.partial(solve_scaled, _solve, backend=backend)
 
 
 def _round_down(b: float | None) -> float | None:

@@ -417,9 +417,8 @@ def fixed_counts_for(problem: Problem, opts: ExactOptions, warm_plan: Plan | Non
         return None
     if opts.replica_counts is not None:
         return opts.replica_counts
-    cap = None
-    if opts.forbid:
-        cap = problem.num_gpus // (problem.num_nodes if opts.hierarchical else 1)
+    # forbidden colocation: an expert reaches at most the GPUs (of its node)
+    cap = problem.num_gpus // (problem.num_nodes if opts.hierarchical else 1) if opts.forbid else None
     if warm_plan is not None:
         counts = warm_plan.logcnt.cpu()
         if cap is None or int(counts.max()) <= cap or isinstance(opts.warm_start, Plan):

@@ -15,6 +15,7 @@ import math
 from typing import Callable
 
 import numpy as np
+import torch
 
 from ..bounds import optimal_counts
 from ..tolerances import BOUND_RTOL, SCALED_LOAD_TARGET
@@ -84,9 +85,6 @@ def with_counts(lm: LayerModel, res: LayerResult) -> LayerResult:
     (optimal replication counts, found in closed form), so the solve still has a plan."""
     if not lm.replication_only or res.counts is not None or res.status != "time_limit":
         return res
-    import torch
-
-
     counts = lm.warm_counts
     if counts is None:
         w = torch.from_numpy(np.ascontiguousarray(lm.w, dtype=np.float64)).unsqueeze(0)

@@ -74,11 +74,9 @@ def solve_elastic_layer(w: np.ndarray, slots: Sequence[int], speed: Sequence[flo
 def placement(p2l_row: np.ndarray, slot_gpu: np.ndarray, live: Sequence[int], num_experts: int) -> np.ndarray:
     """[E, Q] replicas of every expert on every live GPU of a phy2log row (slot_gpu: [R]
     cluster GPU of each slot; live: the live GPUs' cluster ids, in order)."""
-    idx = {g: q for q, g in enumerate(live)}
+    on = np.isin(slot_gpu, live)                 # slots of GPUs that failed since hold nothing now
     xg = np.zeros((num_experts, len(live)), dtype=np.int64)
-    for e, g in zip(p2l_row.tolist(), slot_gpu.tolist()):
-        if g in idx:
-            xg[e, idx[g]] += 1
+    np.add.at(xg, (p2l_row[on], np.searchsorted(live, slot_gpu[on])), 1)
     return xg
 
 

@@ -36,6 +36,7 @@ import numpy as np
 from ..backends import cpsat_solver
 from ..clock import clock
 from ..exact.cpsat import Placement
+from ..exact.model import plan_counts_matrix
 
 # Scaled GPU capacity: coefficients are about this / S; large enough that rounding costs
 # a relative 1e-11 of a GPU's load, small enough that sums stay far inside int64.
@@ -114,15 +115,6 @@ def count_window(num_replicas: int, num_experts: int, *counts: np.ndarray) -> tu
     return lo, hi, False
 
 
-def _presence(p2l: np.ndarray, num_experts: int, num_gpus: int, slot_gpu: np.ndarray | None = None) -> np.ndarray:
-    """[E, P] int replicas of e on GPU g. slot_gpu: [R] the GPU of every slot (None: R/P each)."""
-    if slot_gpu is None:
-        slot_gpu = np.arange(len(p2l)) // (len(p2l) // num_gpus)
-    x = np.zeros((num_experts, num_gpus), dtype=np.int64)
-    np.add.at(x, (p2l, slot_gpu), 1)
-    return x
-
-
 def layer_time(w: np.ndarray, p2l: np.ndarray, slot_gpu: np.ndarray, speed: np.ndarray) -> float:
     """Max GPU time of one layer's phy2log [R] under loads w [E] (even split), float64;
     slot_gpu: [R] the GPU of every slot, speed: [P]."""
@@ -133,8 +125,10 @@ def layer_time(w: np.ndarray, p2l: np.ndarray, slot_gpu: np.ndarray, speed: np.n
 def moves_of(p2l: np.ndarray, old: np.ndarray, num_experts: int, num_gpus: int,
              slot_gpu: np.ndarray | None = None) -> int:
     """(GPU, expert) pairs p2l holds that old did not (the shared scorer's count)."""
-    return int(((_presence(p2l, num_experts, num_gpus, slot_gpu) > 0)
-                & (_presence(old, num_experts, num_gpus, slot_gpu) == 0)).sum())
+    slots = np.bincount(np.arange(len(p2l)) // (len(p2l) // num_gpus) if slot_gpu is None else slot_gpu,
+                        minlength=num_gpus)
+    return int(((plan_counts_matrix(p2l, num_experts, slots) > 0) & (plan_counts_matrix(old, num_experts, slots) == 0))
+               .sum())
 
 
 def fewest_moves(w: np.ndarray, had: np.ndarray, cap: float, slots: np.ndarray, speed: np.ndarray,
@@ -221,9 +215,9 @@ def solve_layer(w: np.ndarray, old: np.ndarray, cap: float, num_gpus: int, *, gr
     speed = np.ones(P) if speed is None else np.asarray(speed, dtype=np.float64)
     slot_gpu = np.repeat(np.arange(P), per_gpu)                                                           # [R]
     cand = [range(int(a), int(b) + 1) for a, b in zip(lo, hi)]
-    status, x, bound = fewest_moves(w, _presence(old, E, P, slot_gpu) > 0, cap, per_gpu, speed, cand,
+    status, x, bound = fewest_moves(w, plan_counts_matrix(old, E, per_gpu) > 0, cap, per_gpu, speed, cand,
                                     group_nodes=group_nodes, time_limit=time_limit, threads=threads, seed=seed,
-                                    hint=None if hint is None else _presence(hint, E, P, slot_gpu))
+                                    hint=None if hint is None else plan_counts_matrix(hint, E, per_gpu))
     if x is None:
         return ExactLayer(None, None, bound, status, full_window)
     p2l = place(x, old, per_gpu)
