@@ -7,7 +7,7 @@ import torch
 
 from solvers import OptionError, Problem, lower_bound, lower_bounds, solve
 from solvers.bounds import item_bounds, optimal_counts
-from solvers.exact.brute import brute_force, compositions
+from tests.brute import brute_force, compositions
 
 JOINT = [600, 560, 120, 120, 20, 10, 10, 10]
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from solvers.certify.repack import count_moves, num_splits, polish_three, three_way_masks
 from solvers.certify.repartition import polish
-from solvers.exact.brute import brute_force, packing_optimum
+from tests.brute import brute_force, packing_optimum
 
 
 @pytest.mark.parametrize("slots", [1, 2, 3, 4])

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from solvers.backends import highs_available
-from solvers.exact.brute import brute_force, packing_optimum
+from tests.brute import brute_force, packing_optimum
 from solvers.certify.small_slots import (candidate_below, count_options, count_search, exact_feasible, lp_bound,
                                          lp_feasible, pair_phy2log, pair_values, prove_optimal)
 

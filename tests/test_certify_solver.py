@@ -14,7 +14,7 @@ from solvers.certify import gap_closure
 from solvers.certify.repartition import polish, split_masks
 from solvers.errors import OptionError
 from solvers.backends import highs_available
-from solvers.exact.brute import brute_force, packing_optimum
+from tests.brute import brute_force, packing_optimum
 
 pytestmark = pytest.mark.skipif(not highs_available(), reason="needs highspy")
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from solvers import Cluster, OptionError, Problem, SolutionStatus, Termination, get_solver, solve, solver_names
 from solvers.cli import main
 from solvers.compare import compare_solvers, pick
-from solvers.exact.brute import brute_force
+from tests.brute import brute_force
 from solvers.io import read_loads
 from solvers.options import Option, validate_options
 from solvers.planfile import dumps_plan, plan_document, read_plan

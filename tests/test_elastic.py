@@ -1,7 +1,6 @@
 """Elastic re-planning after GPU failures: the move-minimal search, the exact per-layer
 model against brute force, the LP bound (benchmarks/elastic_bound.py), and engine maps of
 plans with failed ranks."""
-import itertools
 import json
 
 import numpy as np
@@ -21,7 +20,6 @@ from solvers.elastic import replan_after_failure
 from solvers.elastic.search import Layout, counts, match_orphans, place_orphans, reduce_excess, shed_moves
 from solvers.elastic.solver import keep_survivors
 from solvers.migration.elastic_exact import (
-    elastic_brute_force,
     layer_moves,
     layer_time,
     placement,
@@ -29,6 +27,7 @@ from solvers.migration.elastic_exact import (
     solve_elastic_layer,
 )
 from solvers.workloads.exporters import export_plan, live_map, padded_map, read_exported_plan
+from tests.brute import elastic_brute_force
 
 
 def _loads(L=4, E=16, seed=0):

@@ -7,7 +7,7 @@ import torch
 
 from solvers import Problem, SolutionStatus, Termination, get_solver, lower_bound, solve
 from solvers.bounds import optimal_counts
-from solvers.exact.brute import brute_force
+from tests.brute import brute_force
 
 BACKENDS = ["cpsat", "highs", "cbc"]
 

@@ -231,7 +231,7 @@ def test_cli_exact_migration_on_a_real_cluster(tmp_path, capsys):
 
 def test_hot_expert_packing_bound_reaches_the_brute_force_optimum():
     from solvers.bounds import lower_bounds
-    from solvers.exact.brute import brute_force, cluster_brute_force
+    from tests.brute import brute_force, cluster_brute_force
     # 3 GPUs x 2 slots: expert 1 needs 2 replicas (32.5 each), and each of their GPUs must
     # take one more replica, at least 7: 39.5, which the other bounds (32.5) miss
     w = [8.0, 65.0, 7.0, 7.0, 9.0]
@@ -255,7 +255,7 @@ def test_hot_expert_packing_bound_never_exceeds_optima_of_hot_and_tail_layers():
     import random
 
     from solvers.bounds import lower_bounds
-    from solvers.exact.brute import cluster_brute_force
+    from tests.brute import cluster_brute_force
     rng = random.Random(5)
     for _ in range(40):
         E = rng.randint(3, 5)

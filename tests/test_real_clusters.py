@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from solvers import Cluster, Plan, Problem, score
 from solvers.bounds import lower_bound, lower_bounds
 from solvers.errors import PlanError, ProblemError
-from solvers.exact.brute import brute_force, cluster_brute_force
+from tests.brute import brute_force, cluster_brute_force
 
 
 # Cluster model -----------------------------------------------------------------------

@@ -90,7 +90,7 @@ def test_readme_example_bound_never_above_a_known_plan(backend, scale):
 
 def _layer(w):
     w = np.asarray(w, dtype=np.float64)
-    return LayerModel(w, 4, 2, 1, 1, False, "fixed", False, False, [[1, 2, 3]] * len(w), lb=float(w.max()) / 3,
+    return LayerModel(w, np.full(4, 2), np.ones(4), 1, 1, False, "fixed", False, False, [[1, 2, 3]] * len(w), lb=float(w.max()) / 3,
                       ub=float(w.sum()))
 
 
@@ -145,7 +145,7 @@ def test_cbc_bound_is_the_most_precise_printed_figure_floored():
 def test_a_replication_layer_stopped_before_any_solution_keeps_greedy_counts():
     from solvers.exact.scaling import with_counts
 
-    lm = LayerModel(np.array([5.0, 3.0, 1.0]), 2, 3, 1, 1, False, "fixed", False, True, [[1, 2, 3, 4]] * 3, lb=1.0)
+    lm = LayerModel(np.array([5.0, 3.0, 1.0]), np.full(2, 3), np.ones(2), 1, 1, False, "fixed", False, True, [[1, 2, 3, 4]] * 3, lb=1.0)
     counts = with_counts(lm, LayerResult("time_limit")).counts
     assert counts.sum() == 6 and (counts >= 1).all()
     assert (lm.w / counts).max() <= 5.0 / 3 + 1e-12         # the optimal replication value

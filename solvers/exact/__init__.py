@@ -9,8 +9,6 @@ themselves load lazily (``import solvers`` never imports ortools, pulp or highsp
     r.termination, r.status, r.objective, r.gap_max   # optimal, proven_optimal, 196.67, 0
 
 Models and options: :mod:`solvers.exact.api`; formulation: :mod:`solvers.exact.model`;
-backend probes: :mod:`solvers.backends`;
-brute-force reference for tiny instances: :func:`brute_force`.
+backend probes: :mod:`solvers.backends`.
 """
 from . import api  # noqa: F401  (registers the solvers)
-from .brute import brute_force  # noqa: F401

@@ -28,8 +28,8 @@ is returned as a *model bound* with its scope; only a model of every plan (globa
 counts, duplicates allowed; or the replication model) gives a lower bound.
 
 On a cluster with per-GPU speeds, uneven slot counts or failed GPUs, every backend solves
-the joint model in time (:mod:`.timed`; global policy; duplicates allowed gives a lower
-bound, colocation="forbidden" a model bound).
+the same joint model in time over the live GPUs (global policy; duplicates allowed gives a
+lower bound, colocation="forbidden" a model bound; warm start: kk_swap's plan).
 """
 from __future__ import annotations
 
@@ -47,7 +47,6 @@ from ..registry import SolverOutput, register
 from .. import backends
 from . import cpsat, milp
 from .driver import run_exact
-from .timed import run_timed
 from ..work import WorkModel
 
 EXACT_OPTIONS = (
@@ -69,45 +68,29 @@ EXACT_OPTIONS = (
 )
 
 
-def _exact_solver(backend: str, layer_solver, probe):
+def _exact_solver(backend: str, probe):
     """The registered function of one backend: every backend takes the same options."""
     def solve_exact(problem: Problem, options: SolverOptions) -> SolverOutput:
         probe()             # import the backend (OR-Tools first, about 1 s) before the clock starts
-        if not problem.cluster.homogeneous:        # the joint model in time (.timed)
-            return run_timed(problem, options, backend)
-        return run_exact(problem, backend, layer_solver(), options)
+        # the layer solver looked up at each call (tests replace cpsat.solve_layer)
+        return run_exact(problem, backend, cpsat.solve_layer if backend == "cpsat" else milp.layer_solver(backend),
+                         options)
 
     solve_exact.__name__ = f"solve_{backend}"
     return solve_exact
-
-
-def _cpsat_layer():
-    return cpsat.solve_layer
-
-
-def _milp_layer(backend: str):
-    def layer():
-        return milp.layer_solver(backend)
-    return layer
 
 
 # Work model (solvers.work): seconds on 2 cores, coefficients measured by
 # `python -m benchmarks.work_model --fit`.
 EXACT_WORK = WorkModel.of({"1": 0, "S": 0, "R": 0.000125, "L*R": 0, "L*E*R": 4.37e-07, "L*S^2": 0, "L*R*S": 0, "L": 0}, time_limited=True)
 
-
-solve_cpsat = register("cpsat", kind="exact", options=EXACT_OPTIONS, work=EXACT_WORK, is_available=backends.cpsat_available,
-                       requires="pip install ortools", heterogeneous=True,
-                       description="OR-Tools CP-SAT: joint/packing/replication models, global or hierarchical, "
-                                   "proven bounds; the joint model in time on real clusters")(_exact_solver("cpsat", _cpsat_layer, backends.cpsat_available))
-solve_highs = register("highs", kind="exact", options=EXACT_OPTIONS, work=EXACT_WORK, is_available=backends.highs_available,
-                       requires="pip install pulp 'highspy==<the HiGHS version your ortools bundles, 1.12.* for "
-                                "ortools 9.15>'",
-                       heterogeneous=True,
-                       description="PuLP MILP solved by HiGHS (highspy): same models, mip_dual_bound as bound; "
-                                   "the joint model in time on real clusters")(
-    _exact_solver("highs", _milp_layer("highs"), backends.highs_available))
-solve_cbc = register("cbc", kind="exact", options=EXACT_OPTIONS, work=EXACT_WORK, is_available=backends.cbc_available,
-                     requires="pip install pulp", heterogeneous=True,
-                     description="PuLP MILP solved by CBC (bundled with PuLP): same models, bound read from CBC's "
-                                 "log; the joint model in time on real clusters")(_exact_solver("cbc", _milp_layer("cbc"), backends.cbc_available))
+_IN_TIME = "; the joint model in time on real clusters"
+for _name, _probe, _requires, _what in (
+        ("cpsat", backends.cpsat_available, "pip install ortools",
+         "OR-Tools CP-SAT: joint/packing/replication models, global or hierarchical, proven bounds"),
+        ("highs", backends.highs_available, "pip install pulp 'highspy==<the HiGHS version your ortools bundles, "
+         "1.12.* for ortools 9.15>'", "PuLP MILP solved by HiGHS (highspy): same models, mip_dual_bound as bound"),
+        ("cbc", backends.cbc_available, "pip install pulp",
+         "PuLP MILP solved by CBC (bundled with PuLP): same models, bound read from CBC's log")):
+    register(_name, kind="exact", options=EXACT_OPTIONS, work=EXACT_WORK, is_available=_probe, requires=_requires,
+             heterogeneous=True, description=_what + _IN_TIME)(_exact_solver(_name, _probe))

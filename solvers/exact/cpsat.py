@@ -1,12 +1,15 @@
-"""OR-Tools CP-SAT formulation of the exact models (one layer at a time).
+"""OR-Tools CP-SAT formulation of the exact models (one layer at a time), and the one
+count/placement block (:class:`Placement`) every CP-SAT model of the package is built on:
+the joint, packing, hierarchical and in-time models here, the migration and elastic
+fewest-moves models (:mod:`solvers.migration.exact`).
 
-CP-SAT needs integer coefficients. A replica of e with count c carries ``w_e / c``; we
-use ``q[e, c] = floor(w_e * scale / c)``:
+CP-SAT needs integer coefficients. A replica of e with count c on GPU g carries ``w_e /
+(c s_g)``; we use ``q[e, c, g] = floor(w_e * scale / (c s_g))``:
 
-- integer loads with a small common multiple of the candidate counts: ``scale`` is that
-  multiple and every coefficient is exact;
-- otherwise ``scale`` makes a GPU load about 1e9 units; flooring makes every model load
-  <= scale * true load, so the proven bound divided by scale (rounded down) is still a
+- integer loads, speed 1 and a small common multiple of the candidate counts: ``scale`` is
+  that multiple and every coefficient is exact;
+- otherwise ``scale`` makes a GPU time about 1e9 units; flooring makes every model time
+  <= scale * true time, so the proven bound divided by scale (rounded down) is still a
   valid bound on the true optimum, and a model optimum is within S / 1e9 (relative) of it.
 
 Float loads are first brought to well-conditioned units (:mod:`.scaling`: a power of two
@@ -17,19 +20,86 @@ float64; nothing here grades it, and "optimal" is re-checked against the unscale
 from __future__ import annotations
 
 import math
+from typing import Callable, Sequence
 
 import numpy as np
 
+from ..backends import cpsat_solver
 from ..clock import clock
 from ..tolerances import CPSAT_EXACT_LIMIT, CPSAT_LOAD_UNITS
 from .model import LayerModel, LayerResult, canonical_gpu_order
-from .scaling import certified, solve_scaled, with_counts
+from .scaling import certified, reference_load, solve_scaled, with_counts
+
+
+class Placement:
+    """The count/placement block of a CP-SAT model (data: candidate counts per expert).
+
+    Variables: ``y[e][c]`` binary, expert e has c replicas (the constant 1 for a single
+    candidate); ``z[e, c, g]`` integer replicas of e (count c) on GPU g. Constraints:
+    ``sum_g z[e, c, g] = c y[e][c]``, one count per expert (:meth:`place`); GPU g holds
+    exactly ``slots[g]`` replicas and its load ``sum coef z`` stays within a cap (:meth:`gpu_rows`).
+    """
+
+    def __init__(self, m, cand: Sequence[Sequence[int]]):
+        self.m, self.cand = m, cand
+        self.y = [{c: (m.new_bool_var(f"y{e}_{c}") if len(cand[e]) > 1 else 1) for c in cand[e]}
+                  for e in range(len(cand))]
+        self.z: dict[tuple[int, int, int], object] = {}
+        self.gpus: dict[int, Sequence[int]] = {}
+
+    def place(self, e: int, gpus: Sequence[int], most: Callable[[int, int], int], forbid: bool = False) -> None:
+        """Expert e's replicas over ``gpus`` (at most ``most(c, g)`` on GPU g; with
+        ``forbid`` at most one whatever the count)."""
+        m, z, cand = self.m, self.z, self.cand[e]
+        self.gpus[e] = gpus
+        for c in cand:
+            for g in gpus:
+                z[e, c, g] = m.new_int_var(0, most(c, g), f"z{e}_{c}_{g}")
+            m.add(sum(z[e, c, g] for g in gpus) == c * self.y[e][c])
+        if len(cand) > 1:
+            m.add_exactly_one(self.y[e].values())
+        if forbid:
+            for g in gpus:
+                m.add(sum(z[e, c, g] for c in cand) <= 1)
+
+    def gpu_rows(self, slots: Sequence[int], coef: Callable[[int, int, int], int], hi: int, cap) -> list:
+        """Per GPU g with slots: exactly ``slots[g]`` replicas, its load variable (0..hi) equal to
+        ``sum coef(e, c, g) z[e, c, g]`` and at most ``cap`` (a number or the variable T)."""
+        loads = []
+        for g in range(len(slots)):
+            if not slots[g]:
+                continue
+            pairs = [(e, c) for e in range(len(self.cand)) for c in self.cand[e] if (e, c, g) in self.z]
+            self.m.add(sum(self.z[e, c, g] for e, c in pairs) == int(slots[g]))
+            lg = self.m.new_int_var(0, hi, f"load{g}")
+            self.m.add(lg == sum(coef(e, c, g) * self.z[e, c, g] for e, c in pairs))
+            self.m.add(lg <= cap)
+            loads.append(lg)
+        return loads
+
+    def hint(self, xg: np.ndarray) -> None:
+        """A complete hint of the block from the placement xg [E, P]."""
+        counts = xg.sum(1)
+        for e, cand in enumerate(self.cand):
+            if len(cand) > 1:
+                for c in cand:
+                    self.m.add_hint(self.y[e][c], int(c == counts[e]))
+            for c in cand:
+                for g in self.gpus[e]:
+                    self.m.add_hint(self.z[e, c, g], int(xg[e, g]) if c == counts[e] else 0)
+
+    def solution(self, solver, shape: tuple[int, int]) -> np.ndarray:
+        xg = np.zeros(shape, dtype=np.int64)
+        for (e, c, g), var in self.z.items():
+            xg[e, g] += solver.value(var)
+        return xg
 
 
 def exact_multiplier(lm: LayerModel) -> int | None:
-    """The lcm of the candidate counts when loads are integers it keeps exact, else None."""
+    """The lcm of the candidate counts when loads are integers it keeps exact (and every
+    speed is 1), else None."""
     w = lm.w
-    if not np.all(w == np.round(w)):
+    if not lm.unit_speed or not np.all(w == np.round(w)):
         return None
     mult = 1
     for c in sorted({c for cs in lm.cand for c in cs}):
@@ -44,8 +114,7 @@ def choose_scale(lm: LayerModel) -> tuple[int, bool]:
     mult = exact_multiplier(lm)
     if mult is not None:
         return mult, True
-    w = lm.w
-    ref = max(float(w.sum()) / lm.num_gpus, float(w.max()))
+    ref = reference_load(lm)
     if not ref > 0:
         return 1, True                                   # unreachable: all-zero loads are integers
     # ref * 2**exp is about CPSAT_LOAD_UNITS. Loads reach here already scaled (reference
@@ -55,16 +124,17 @@ def choose_scale(lm: LayerModel) -> tuple[int, bool]:
     return 2 ** exp if exp >= 0 else 2.0 ** exp, False
 
 
-def coefficients(lm: LayerModel, scale, exact: bool) -> list[dict[int, int]]:
-    """q[e][c]: scaled load of one replica of e when e has c replicas (floored)."""
+def coefficients(lm: LayerModel, scale, exact: bool) -> Callable[[int, int, int], int]:
+    """q(e, c, g): scaled time of one replica of e on GPU g when e has c replicas (floored)."""
     if exact:
         wi = [int(round(x)) for x in lm.w]
-        return [{c: wi[e] * scale // c for c in lm.cand[e]} for e in range(lm.num_experts)]
-    return [{c: int(math.floor(lm.w[e] * scale / c)) for c in lm.cand[e]} for e in range(lm.num_experts)]
-
-
-def _round_down(x: float) -> float:
-    return math.nextafter(x, -math.inf) if x > 0 else x
+        q = [{c: wi[e] * scale // c for c in lm.cand[e]} for e in range(lm.num_experts)]
+        return lambda e, c, g: q[e][c]
+    if lm.unit_speed:
+        q = [{c: int(math.floor(lm.w[e] * scale / c)) for c in lm.cand[e]} for e in range(lm.num_experts)]
+        return lambda e, c, g: q[e][c]
+    s = lm.speed.tolist()
+    return lambda e, c, g: int(math.floor(lm.w[e] * scale / (c * s[g])))
 
 
 # Measured model-building cost in Python (about 30 us per placement variable, 2 cores).
@@ -91,60 +161,66 @@ def _solve_units(lm: LayerModel, *, time_limit: float, threads: int, seed: int, 
     why = lm.too_big(SECONDS_PER_VARIABLE, time_limit)
     if why:
         return LayerResult("time_limit", message=why, stats={"variables": lm.placement_variables})
-
     scale, exact = choose_scale(lm)
     q = coefficients(lm, scale, exact)
-    E, P, S, R = lm.num_experts, lm.num_gpus, lm.slots_per_gpu, lm.num_replicas
     m = cp_model.CpModel()
-    y = [{c: (m.new_bool_var(f"y{e}_{c}") if len(lm.cand[e]) > 1 else 1) for c in lm.cand[e]}
-         for e in range(E)]
-    warm_perm_xg = None
+    pl = Placement(m, lm.cand)
+    (_replication if lm.replication_only else _joint)(m, lm, q, pl, scale, exact)
+    build = clock() - start
+    solver = cpsat_solver(max(0.05, time_limit - build), threads, seed, gap)
+    for key, value in (params or {}).items():
+        setattr(solver.parameters, key, value)
+    status = solver.solve(m)
+    stats = {"build_s": build, "scale": float(scale), "exact_coefficients": exact, "variables": len(m.proto.variables),
+             "constraints": len(m.proto.constraints), "wall": solver.wall_time,
+             "conflicts": solver.num_conflicts}
+    # OPTIMAL also at relative_gap_limit > 0 (the certified bound settles it); FEASIBLE or UNKNOWN: the time limit
+    st = {cp_model.OPTIMAL: "optimal", cp_model.INFEASIBLE: "infeasible", cp_model.MODEL_INVALID: "error"}.get(
+        status, "time_limit")
+    out = dict(status=st, bound=_bound(solver, scale, st), stats=stats, message=solver.status_name(status))
+    if st in ("infeasible", "error") or status == cp_model.UNKNOWN:
+        return LayerResult(**out)
+    out["objective"] = solver.objective_value / scale
     if lm.replication_only:
-        return _solve_replication(m, cp_model, lm, q, y, scale, exact, time_limit, threads, seed, gap)
+        return LayerResult(counts=np.array([next(c for c in cs if len(cs) == 1 or solver.value(pl.y[e][c]))
+                                            for e, cs in enumerate(lm.cand)], dtype=np.int64), **out)
+    return LayerResult(xg=pl.solution(solver, (lm.num_experts, lm.num_gpus)), **out)
 
-    # Largest possible GPU load (model units): the warm start's value, else S top items.
-    top = sorted((v for qe in q for v in qe.values()), reverse=True)[:S]
-    t_hi = S * max(top)
+
+def _joint(m, lm: LayerModel, q, pl: Placement, scale, exact: bool) -> None:
+    """The joint / packing / hierarchical model in time (module doc of :mod:`.model`)."""
+    # data
+    E, P, R, cand = lm.num_experts, lm.num_gpus, lm.num_replicas, lm.cand
+    gpus = range(P)
+    # Largest possible GPU time (model units): the warm start's value, else a full GPU of its heaviest replica.
+    view = [0] if lm.unit_speed else gpus                # the GPUs whose coefficients differ
+    t_hi = max(int(lm.slots.max() if lm.unit_speed else lm.slots[g])
+               * max(q(e, c, g) for e in range(E) for c in cand[e]) for g in view)
     if lm.warm is not None:
-        per = np.array([q[e][int(lm.warm_counts[e])] for e in range(E)], dtype=np.int64)
-        perm = canonical_gpu_order(lm.warm, per, lm)
-        warm_perm_xg = lm.warm[:, perm]
-        warm_loads = [int(v) for v in per @ warm_perm_xg]
+        qw = np.array([[q(e, int(lm.warm_counts[e]), g) for g in view] for e in range(E)], dtype=np.int64)
+        warm_loads = (qw * lm.warm).sum(0)                                               # [P]
+        perm = canonical_gpu_order(warm_loads, lm)
+        warm_xg, warm_loads = lm.warm[:, perm], [int(v) for v in warm_loads[perm]]
         t_hi = max(warm_loads)
-    t_lo = math.floor(lm.lb * scale * (1 - 1e-9)) - (0 if exact else S + 1)
-    t_lo = max(0, min(t_lo, t_hi))
-    T = m.new_int_var(t_lo, t_hi, "T")
-
-    z = {}
+    t_lo = math.floor(lm.lb * scale * (1 - 1e-9)) - (0 if exact else int(lm.slots.max()) + 1)
+    # variables (counts y: the block's): the objective T, placement z
+    T = m.new_int_var(max(0, min(t_lo, t_hi)), t_hi, "T")
     for e in range(E):
-        for c in lm.cand[e]:
-            for g in range(P):
-                z[e, c, g] = m.new_int_var(0, lm.max_per_gpu(c), f"z{e}_{c}_{g}")
-            m.add(sum(z[e, c, g] for g in range(P)) == c * y[e][c])
-        if len(lm.cand[e]) > 1:
-            m.add_exactly_one(y[e].values())
-        if lm.forbid:
-            for g in range(P):
-                m.add(sum(z[e, c, g] for c in lm.cand[e]) <= 1)
-    free = [e for e in range(E) if len(lm.cand[e]) > 1]
-    for e in free:                                       # a GPU carries at least its heaviest replica
-        m.add(T >= sum(q[e][c] * y[e][c] for c in lm.cand[e]))
-    if free:                                             # implied by the GPU rows; helps the LP
-        m.add(sum(c * y[e][c] for e in free for c in lm.cand[e])
-              == R - sum(lm.cand[e][0] for e in range(E) if len(lm.cand[e]) == 1))
-    load = []
-    for g in range(P):
-        m.add(sum(z[e, c, g] for e in range(E) for c in lm.cand[e]) == S)
-        lg = m.new_int_var(0, t_hi, f"load{g}")
-        m.add(lg == sum(q[e][c] * z[e, c, g] for e in range(E) for c in lm.cand[e]))
-        m.add(lg <= T)
-        load.append(lg)
-    gpn, N = lm.gpus_per_node, lm.num_nodes
-    for n in range(N):                                   # GPUs of a node are interchangeable
-        for g in range(n * gpn, (n + 1) * gpn - 1):
-            m.add(load[g] >= load[g + 1])
-    a = {}
-    node_load = []
+        pl.place(e, gpus, lm.max_per_gpu, lm.forbid)
+    # constraints: a GPU carries at least its heaviest replica (on the fastest GPU); the
+    # counts fill the slots (implied by the GPU rows; both help the LP)
+    free = [e for e in range(E) if len(cand[e]) > 1]
+    fastest = int(np.argmax(lm.speed))
+    for e in free:
+        m.add(T >= sum(q(e, c, fastest) * pl.y[e][c] for c in cand[e]))
+    if free:
+        m.add(sum(c * pl.y[e][c] for e in free for c in cand[e])
+              == R - sum(cand[e][0] for e in range(E) if len(cand[e]) == 1))
+    load = pl.gpu_rows(lm.slots, q, t_hi, T)
+    for members in lm.classes():                         # interchangeable GPUs: ordered times
+        for a, b in zip(members, members[1:]):
+            m.add(load[a] >= load[b])
+    a, node_load, gpn, N = {}, [], lm.gpus_per_node, lm.num_nodes
     if lm.hierarchical:
         G = lm.num_groups
         for k in range(G):
@@ -154,97 +230,47 @@ def _solve_units(lm: LayerModel, *, time_limit: float, threads: int, seed: int, 
         if lm.node_budget == "fixed":
             for n in range(N):
                 m.add(sum(a[k, n] for k in range(G)) == G // N)
-        for (e, c, g), var in z.items():
-            m.add(var <= lm.max_per_gpu(c) * a[lm.group_of(e), lm.node_of_gpu(g)])
+        for (e, c, g), var in pl.z.items():
+            m.add(var <= lm.max_per_gpu(c, g) * a[e // lm.group_size, g // gpn])
         for n in range(N):                               # nodes are interchangeable too
             nl = m.new_int_var(0, gpn * t_hi, f"node{n}")
             m.add(nl == sum(load[n * gpn:(n + 1) * gpn]))
             node_load.append(nl)
         for n in range(N - 1):
             m.add(node_load[n] >= node_load[n + 1])
+    # objective
     m.minimize(T)
-
-    if warm_perm_xg is not None:                         # complete hint, consistent with the order
-        for e in range(E):
-            ce = int(lm.warm_counts[e])
-            if len(lm.cand[e]) > 1:
-                for c in lm.cand[e]:
-                    m.add_hint(y[e][c], int(c == ce))
-            for c in lm.cand[e]:
-                for g in range(P):
-                    m.add_hint(z[e, c, g], int(warm_perm_xg[e, g]) if c == ce else 0)
-        for g in range(P):
+    if lm.warm is not None:                              # complete hint, consistent with the order
+        pl.hint(warm_xg)
+        for g in gpus:
             m.add_hint(load[g], warm_loads[g])
         m.add_hint(T, max(warm_loads))
-        if lm.hierarchical:
-            for n in range(N):
-                m.add_hint(node_load[n], sum(warm_loads[n * gpn:(n + 1) * gpn]))
-                for k in range(lm.num_groups):
-                    members = range(k * lm.group_size, (k + 1) * lm.group_size)
-                    on = bool(warm_perm_xg[list(members), n * gpn:(n + 1) * gpn].sum() > 0)
-                    m.add_hint(a[k, n], int(on))
-
-    build = clock() - start
-    solver = _solver(cp_model, max(0.05, time_limit - build), threads, seed, gap)
-    for key, value in (params or {}).items():
-        setattr(solver.parameters, key, value)
-    status = solver.solve(m)
-    stats = {"build_s": build, "scale": float(scale), "exact_coefficients": exact, "variables": len(m.proto.variables),
-             "constraints": len(m.proto.constraints), "wall": solver.wall_time,
-             "conflicts": solver.num_conflicts}
-    st = _status(cp_model, status)
-    if st in ("infeasible", "error") or status == cp_model.UNKNOWN:
-        return LayerResult(st, bound=_bound(solver, scale, st), stats=stats,
-                           message=solver.status_name(status))
-    xg = np.zeros((E, P), dtype=np.int64)
-    for (e, c, g), var in z.items():
-        xg[e, g] += solver.value(var)
-    return LayerResult(st, xg=xg, bound=_bound(solver, scale, st), objective=solver.objective_value / scale,
-                       stats=stats, message=solver.status_name(status))
-
-
-def _solver(cp_model, time_limit: float, threads: int, seed: int, gap: float):
-    solver = cp_model.CpSolver()
-    p = solver.parameters
-    p.max_time_in_seconds = float(time_limit)
-    p.num_workers = int(threads)
-    p.random_seed = int(seed)
-    p.relative_gap_limit = float(gap)
-    p.log_search_progress = False
-    return solver
-
-
-def _status(cp_model, status) -> str:
-    if status == cp_model.OPTIMAL:
-        # relative_gap_limit > 0 also reports OPTIMAL; the caller's bound settles it.
-        return "optimal"
-    if status == cp_model.INFEASIBLE:
-        return "infeasible"
-    if status == cp_model.MODEL_INVALID:
-        return "error"
-    return "time_limit"          # FEASIBLE or UNKNOWN: stopped by the time limit
+        for n in range(len(node_load)):
+            m.add_hint(node_load[n], sum(warm_loads[n * gpn:(n + 1) * gpn]))
+            for k in range(lm.num_groups):
+                members = range(k * lm.group_size, (k + 1) * lm.group_size)
+                m.add_hint(a[k, n], int(bool(warm_xg[list(members), n * gpn:(n + 1) * gpn].sum() > 0)))
 
 
 def _bound(solver, scale, st: str) -> float | None:
-    if st in ("infeasible", "error"):
+    """CP-SAT's proven bound in the caller's units, rounded down (None when it has none)."""
+    if st in ("infeasible", "error") or not math.isfinite(solver.best_objective_bound):
         return None
-    b = solver.best_objective_bound
-    if not math.isfinite(b):
-        return None
-    return _round_down(float(b) / float(scale))
+    b = float(solver.best_objective_bound) / float(scale)
+    return math.nextafter(b, -math.inf) if b > 0 else b
 
 
-def _solve_replication(m, cp_model, lm, q, y, scale, exact, time_limit, threads, seed, gap) -> LayerResult:
+def _replication(m, lm: LayerModel, q, pl: Placement, scale, exact: bool) -> None:
     """min T subject to T >= q[e, c] y[e, c] and sum c y[e, c] = R."""
-    E, R = lm.num_experts, lm.num_replicas
-    t_hi = max(max(qe.values()) for qe in q)
-    t_lo = max(min(qe.values()) for qe in q)          # every expert at its largest count
+    E, R, y = lm.num_experts, lm.num_replicas, pl.y
+    t_hi = max(max(q(e, c, 0) for c in lm.cand[e]) for e in range(E))
+    t_lo = max(min(q(e, c, 0) for c in lm.cand[e]) for e in range(E))    # every expert at its largest count
     T = m.new_int_var(t_lo, t_hi, "T")
     for e in range(E):
         if len(lm.cand[e]) > 1:
             m.add_exactly_one(y[e].values())
         for c in lm.cand[e]:
-            m.add(T >= q[e][c] * y[e][c])
+            m.add(T >= q(e, c, 0) * y[e][c])
     m.add(sum(c * y[e][c] for e in range(E) for c in lm.cand[e]) == R)
     m.minimize(T)
     if lm.warm_counts is not None:                       # complete hint: every y and T
@@ -252,14 +278,4 @@ def _solve_replication(m, cp_model, lm, q, y, scale, exact, time_limit, threads,
             if len(lm.cand[e]) > 1:
                 for c in lm.cand[e]:
                     m.add_hint(y[e][c], int(c == int(lm.warm_counts[e])))
-        m.add_hint(T, max(q[e][int(lm.warm_counts[e])] for e in range(E)))
-    solver = _solver(cp_model, time_limit, threads, seed, gap)
-    status = solver.solve(m)
-    st = _status(cp_model, status)
-    stats = {"scale": float(scale), "exact_coefficients": exact, "wall": solver.wall_time}
-    if st in ("infeasible", "error") or status == cp_model.UNKNOWN:
-        return LayerResult(st, bound=_bound(solver, scale, st), stats=stats, message=solver.status_name(status))
-    counts = np.array([next(c for c in lm.cand[e] if len(lm.cand[e]) == 1 or solver.value(y[e][c]))
-                       for e in range(E)], dtype=np.int64)
-    return LayerResult(st, counts=counts, bound=_bound(solver, scale, st),
-                       objective=solver.objective_value / scale, stats=stats, message=solver.status_name(status))
+        m.add_hint(T, max(q(e, int(lm.warm_counts[e]), 0) for e in range(E)))

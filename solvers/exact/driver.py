@@ -15,15 +15,15 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..bounds import optimal_counts
 from ..clock import clock
 from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput
 from ..result import ModelScope, Termination
-from .model import (Deadline, ExactOptions, LayerModel, LayerResult, build_layer, exact_options,
+from .model import (ExactOptions, LayerModel, LayerResult, build_layer, exact_options,
                     default_warm_plan, fit_warm_to_counts, fixed_counts_for, layer_problem_bound, phy2log_from_matrix,
                     replication_plan)
+from .scaling import with_counts
 
 LayerSolver = Callable[..., LayerResult]
 
@@ -31,17 +31,15 @@ LayerSolver = Callable[..., LayerResult]
 _RESERVE = 0.25
 # Least time worth one backend call (model building included); below it a layer is skipped.
 _MIN_SOLVE = 0.05
-# Time to finish one skipped layer (its data and warm start): measured 0.1 ms at 16 experts,
-# 0.5 ms at 256; this estimate (seconds per layer) doubles that.
-def _skip_cost(num_experts: int) -> float:
-    return 2e-4 + 4e-6 * num_experts
+# Time to finish one skipped layer (its data and warm start), seconds: measured 0.1 ms at 16
+# experts, 0.5 ms at 256; the estimate 2e-4 + 4e-6 E doubles that.
 
 
 def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, options: Any) -> SolverOutput:
     """Solve every layer of ``problem`` with ``solve_layer`` (one backend's formulation);
     ``options``: the backend's typed options (see :func:`.model.exact_options`)."""
     opts = exact_options(problem, options)
-    deadline = Deadline(opts.time_limit)
+    end = clock() + opts.time_limit
     explicit = isinstance(opts.warm_start, Plan)
     warm_plan = opts.warm_start if explicit else None
     if opts.warm_start == "auto" and opts.model != "replication":
@@ -53,7 +51,7 @@ def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, options:
     phy2log = np.zeros((L, R), dtype=np.int64)
     bounds = torch.zeros(L, dtype=torch.float64)
     statuses, layers_info = [], []
-    skipping, skip_cost = False, _skip_cost(problem.num_experts)
+    skipping, skip_cost = False, 2e-4 + 4e-6 * problem.num_experts
     overhead = 0.0                       # seconds spent so far on the layers outside the backend
     for layer in range(L):
         began = clock()
@@ -61,26 +59,24 @@ def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, options:
         # keep time to finish the rest: the estimate, or what a layer has cost here so far
         # beside its solve (a loaded machine makes every layer slower, not only the backend)
         per_layer = max(skip_cost, overhead / layer if layer else 0.0)
-        left = deadline.left() - per_layer * (L - layer - 1)
+        left = end - clock() - per_layer * (L - layer - 1)
         skipping = skipping or left < _MIN_SOLVE
         solving = 0.0
         if skipping:
-            res = _skipped(problem, layer, lm, opts)
+            res = with_counts(lm, LayerResult("time_limit", stats={"skipped": True},
+                                              message="not solved: the time limit was spent on earlier layers"))
         else:
-            limit = min(left, max(_MIN_SOLVE, deadline.share(L - layer) - _RESERVE))
+            limit = min(left, max(_MIN_SOLVE, max(0.05, (end - clock()) / (L - layer)) - _RESERVE))
             t = clock()
             res = solve_layer(lm, time_limit=limit, threads=opts.threads, seed=opts.seed, gap=opts.gap)
             solving = clock() - t
         row, used = _layer_plan(lm, res)
         overhead += clock() - began - solving
-        status = res.status
-        if row is None:
-            if status not in ("infeasible", "error"):
-                status = "time_limit"
-        else:
+        # a layer without a plan (and not infeasible or failed) ran out of time
+        status = res.status if row is not None or res.status in ("infeasible", "error") else "time_limit"
+        if row is not None:
             phy2log[layer] = row
-        proven = res.bound if res.bound is not None else -np.inf
-        bounds[layer] = max(float(lbs[layer]), proven)
+        bounds[layer] = max(float(lbs[layer]), -np.inf if res.bound is None else res.bound)
         statuses.append(status)
         layers_info.append({"status": status, "solution": used, "backend_status": res.message,
                             "backend_bound": res.bound, "model_objective": res.objective,
@@ -95,14 +91,12 @@ def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, options:
     # A bound of a restricted model goes to model_bound with its scope, never to bound.
     bound_kw = ({"bound": dev_bounds} if scope.universal else
                 {"model_bound": dev_bounds, "model_scope": scope})
-    if "infeasible" in statuses:
-        bad = statuses.index("infeasible")
-        return SolverOutput(None, policy, Termination.INFEASIBLE, None,
-                            f"layer {bad}: model {opts.model!r} is infeasible with these options", info)
-    if "error" in statuses:
-        bad = statuses.index("error")
-        return SolverOutput(None, policy, Termination.ERROR, None,
-                            f"layer {bad}: backend error: {layers_info[bad]['backend_status']}", info)
+    for failed, term in (("infeasible", Termination.INFEASIBLE), ("error", Termination.ERROR)):
+        if failed in statuses:
+            bad = statuses.index(failed)
+            why = (f"model {opts.model!r} is infeasible with these options" if failed == "infeasible" else
+                   f"backend error: {layers_info[bad]['backend_status']}")
+            return SolverOutput(None, policy, term, None, f"layer {bad}: {why}", info)
     if "time_limit" in statuses and any(i["solution"] is None for i in layers_info):
         bad = next(i for i, x in enumerate(layers_info) if x["solution"] is None)
         return SolverOutput(None, policy, Termination.TIME_LIMIT, message=f"layer {bad}: no plan found "
@@ -116,21 +110,8 @@ def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, options:
         info["replication_objective"] = [i["backend_bound"] if i["status"] == "optimal" else None
                                          for i in layers_info]
     optimal = torch.tensor([st == "optimal" for st in statuses], dtype=torch.bool, device=problem.device)
-    return SolverOutput(plan, policy, term, message=_message(statuses), info=info, model_optimal=optimal,
-                        **bound_kw)
-
-
-def _skipped(problem: Problem, layer: int, lm: LayerModel, opts: ExactOptions) -> LayerResult:
-    """A layer left unsolved because the time limit is spent: the driver keeps its warm start."""
-    counts = None
-    if lm.replication_only:               # the greedy counts (optimal, but not proven here)
-        if lm.warm_counts is not None:
-            counts = lm.warm_counts
-        else:
-            cap = problem.num_gpus if opts.forbid else None
-            counts = optimal_counts(problem.weights[layer:layer + 1].cpu(), problem.num_replicas, cap)[0].numpy()
-    return LayerResult("time_limit", counts=counts, message="not solved: the time limit was spent on earlier layers",
-                       stats={"skipped": True})
+    message = ", ".join(f"{statuses.count(s)} layer(s) {s}" for s in dict.fromkeys(statuses))
+    return SolverOutput(plan, policy, term, message=message, info=info, model_optimal=optimal, **bound_kw)
 
 
 def _layer_plan(lm: LayerModel, res: LayerResult) -> tuple[np.ndarray | None, str | None]:
@@ -143,12 +124,10 @@ def _layer_plan(lm: LayerModel, res: LayerResult) -> tuple[np.ndarray | None, st
     if res.xg is None:
         if lm.warm is None:
             return None, None
-        return phy2log_from_matrix(lm.warm, lm.slots_per_gpu), "warm_start"
-    if lm.warm is not None:                    # never hand back worse than the warm start
-        value = float(((lm.w / res.xg.sum(1)) @ res.xg).max())
-        if value > lm.ub:
-            return phy2log_from_matrix(lm.warm, lm.slots_per_gpu), "warm_start"
-    return phy2log_from_matrix(res.xg, lm.slots_per_gpu), "solver"
+        return phy2log_from_matrix(lm.warm, lm.slots), "warm_start"
+    if lm.warm is not None and lm.time(res.xg) > lm.ub:      # never hand back worse than the warm start
+        return phy2log_from_matrix(lm.warm, lm.slots), "warm_start"
+    return phy2log_from_matrix(res.xg, lm.slots), "solver"
 
 
 def model_scope(opts: ExactOptions, num_nodes: int) -> ModelScope:
@@ -159,8 +138,3 @@ def model_scope(opts: ExactOptions, num_nodes: int) -> ModelScope:
         return ModelScope("global", opts.counts, opts.colocation)
     return ModelScope("hierarchical" if opts.hierarchical else "global", opts.counts, opts.colocation,
                       opts.node_budget if opts.hierarchical else None)
-
-
-def _message(statuses: list[str]) -> str:
-    counts = {s: statuses.count(s) for s in dict.fromkeys(statuses)}
-    return ", ".join(f"{n} layer(s) {s}" for s, n in counts.items())

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import os
 import re
@@ -38,11 +39,8 @@ from .scaling import solve_scaled
 
 
 def layer_solver(backend: str):
-    """solve_layer for ``backend`` ("highs" or "cbc")."""
-    def solve_layer(lm: LayerModel, *, time_limit: float, threads: int, seed: int, gap: float) -> LayerResult:
-        return solve_scaled(_solve, lm, backend=backend, time_limit=time_limit, threads=threads, seed=seed,
-                            gap=gap)
-    return solve_layer
+    """solve_layer(lm, time_limit=, threads=, seed=, gap=) for ``backend`` ("highs" or "cbc"), in scaled units."""
+    return functools.partial(solve_scaled, _solve, backend=backend)
 
 
 def _round_down(b: float | None) -> float | None:
@@ -66,52 +64,53 @@ def _build(lm: LayerModel):
     """The PuLP problem, its variables, and a complete warm-start assignment (or None)."""
     import pulp
 
-    E, P, S, R = lm.num_experts, lm.num_gpus, lm.slots_per_gpu, lm.num_replicas
+    # data
+    E, P, R, w, cand = lm.num_experts, lm.num_gpus, lm.num_replicas, lm.w, lm.cand
+    speed = lm.speed.tolist()
     prob = pulp.LpProblem("eplb", pulp.LpMinimize)
     t_hi = lm.ub * (1 + 1e-9) + 1e-12 if lm.ub is not None else None
     # T's domain: [best combinatorial bound, warm start's value]; the replication model's T
     # is the heaviest replica, bounded below by every expert at its largest count.
-    t_lo = max(lm.w[e] / lm.cand[e][-1] for e in range(E)) if lm.replication_only else lm.lb
+    t_lo = max(w[e] / cand[e][-1] for e in range(E)) if lm.replication_only else lm.lb
+    # variables: T, counts y, placement z
     var = _variable_factory(prob)
     T = var("T", t_lo * (1 - 1e-12), t_hi, "Continuous")
     prob += T
-    y = {(e, c): var(f"y_{e}_{c}", 0, 1, "Binary") for e in range(E) for c in lm.cand[e]
-         if len(lm.cand[e]) > 1}
+    y = {(e, c): var(f"y_{e}_{c}", 0, 1, "Binary") for e in range(E) for c in cand[e] if len(cand[e]) > 1}
 
     def yv(e, c):
         return y[e, c] if (e, c) in y else 1
 
+    # constraints
     for e in range(E):
-        if len(lm.cand[e]) > 1:
-            prob += pulp.lpSum(y[e, c] for c in lm.cand[e]) == 1
-    prob += pulp.lpSum(c * yv(e, c) for e in range(E) for c in lm.cand[e]) == R
+        if len(cand[e]) > 1:
+            prob += pulp.lpSum(y[e, c] for c in cand[e]) == 1
+    prob += pulp.lpSum(c * yv(e, c) for e in range(E) for c in cand[e]) == R
+    fastest = max(speed)
+    for e in range(E):               # a GPU (the fastest at best) carries at least its heaviest replica
+        if lm.replication_only or len(cand[e]) > 1:
+            prob += pulp.lpSum((w[e] / (c * fastest)) * yv(e, c) for c in cand[e]) <= T
     if lm.replication_only:
-        for e in range(E):
-            prob += pulp.lpSum((lm.w[e] / c) * yv(e, c) for c in lm.cand[e]) <= T
         return prob, {"T": T, "y": y}, None
 
-    for e in range(E):                                   # a GPU carries at least its heaviest replica
-        if len(lm.cand[e]) > 1:
-            prob += pulp.lpSum((lm.w[e] / c) * y[e, c] for c in lm.cand[e]) <= T
-    z = {(e, c, g): var(f"z_{e}_{c}_{g}", 0, lm.max_per_gpu(c), "Integer")
-         for e in range(E) for c in lm.cand[e] for g in range(P)}
+    z = {(e, c, g): var(f"z_{e}_{c}_{g}", 0, lm.max_per_gpu(c, g), "Integer")
+         for e in range(E) for c in cand[e] for g in range(P)}
     for e in range(E):
-        for c in lm.cand[e]:
+        for c in cand[e]:
             prob += pulp.lpSum(z[e, c, g] for g in range(P)) == c * yv(e, c)
         if lm.forbid:
             for g in range(P):
-                prob += pulp.lpSum(z[e, c, g] for c in lm.cand[e]) <= 1
+                prob += pulp.lpSum(z[e, c, g] for c in cand[e]) <= 1
     load = []
     for g in range(P):
-        prob += pulp.lpSum(z[e, c, g] for e in range(E) for c in lm.cand[e]) == S
-        lg = pulp.LpAffineExpression([(z[e, c, g], lm.w[e] / c) for e in range(E) for c in lm.cand[e]])
+        prob += pulp.lpSum(z[e, c, g] for e in range(E) for c in cand[e]) == int(lm.slots[g])
+        lg = pulp.LpAffineExpression([(z[e, c, g], w[e] / (c * speed[g])) for e in range(E) for c in cand[e]])
         prob += lg <= T
         load.append(lg)
-    gpn, N = lm.gpus_per_node, lm.num_nodes
-    for n in range(N):                                   # ordered GPU loads inside each node
-        for g in range(n * gpn, (n + 1) * gpn - 1):
-            prob += load[g] - load[g + 1] >= 0
-    a = {}
+    for members in lm.classes():                         # ordered times of interchangeable GPUs
+        for a, b in zip(members, members[1:]):
+            prob += load[a] - load[b] >= 0
+    a, gpn, N = {}, lm.gpus_per_node, lm.num_nodes
     if lm.hierarchical:
         G = lm.num_groups
         a = {(k, n): var(f"a_{k}_{n}", 0, 1, "Binary") for k in range(G) for n in range(N)}
@@ -120,8 +119,8 @@ def _build(lm: LayerModel):
         if lm.node_budget == "fixed":
             for n in range(N):
                 prob += pulp.lpSum(a[k, n] for k in range(G)) == G // N
-        for (e, c, g), var in z.items():
-            prob += var <= lm.max_per_gpu(c) * a[lm.group_of(e), lm.node_of_gpu(g)]
+        for (e, c, g), v in z.items():
+            prob += v <= lm.max_per_gpu(c, g) * a[e // lm.group_size, g // gpn]
         node = [pulp.lpSum(load[n * gpn:(n + 1) * gpn]) for n in range(N)]
         for n in range(N):
             prob += node[n] <= gpn * T                   # node-level bound inside the LP
@@ -129,17 +128,18 @@ def _build(lm: LayerModel):
             prob += node[n] - node[n + 1] >= 0
     variables = {"T": T, "y": y, "z": z, "a": a}
     warm = None
-    if lm.warm is not None:
-        per = lm.w / lm.warm_counts
-        xg = lm.warm[:, canonical_gpu_order(lm.warm, per, lm)]
-        warm = {T.name: float((per @ xg).max())}
-        for (e, c), var in y.items():
-            warm[var.name] = float(c == lm.warm_counts[e])
-        for (e, c, g), var in z.items():
-            warm[var.name] = float(xg[e, g]) if c == lm.warm_counts[e] else 0.0
-        for (k, n), var in a.items():
+    if lm.warm is not None:                              # complete, consistent with the order
+        per = w / lm.warm_counts
+        perm = canonical_gpu_order(per @ lm.warm / lm.speed, lm)
+        xg = lm.warm[:, perm]
+        warm = {T.name: float((per @ xg / lm.speed[perm]).max())}
+        for (e, c), v in y.items():
+            warm[v.name] = float(c == lm.warm_counts[e])
+        for (e, c, g), v in z.items():
+            warm[v.name] = float(xg[e, g]) if c == lm.warm_counts[e] else 0.0
+        for (k, n), v in a.items():
             members = slice(k * lm.group_size, (k + 1) * lm.group_size)
-            warm[var.name] = float(xg[members, n * gpn:(n + 1) * gpn].sum() > 0)
+            warm[v.name] = float(xg[members, n * gpn:(n + 1) * gpn].sum() > 0)
         warm[T.name] = min(warm[T.name], t_hi) if t_hi is not None else warm[T.name]
     return prob, variables, warm
 
@@ -244,7 +244,7 @@ def _solve(lm: LayerModel, *, backend: str, time_limit: float, threads: int, see
     xg = np.zeros((lm.num_experts, lm.num_gpus), dtype=np.int64)
     for (e, c, g), var in v["z"].items():
         xg[e, g] += int(round(var.varValue or 0.0))
-    if (xg.sum(0) != lm.slots_per_gpu).any():
+    if (xg.sum(0) != lm.slots).any():
         return LayerResult("error", stats=stats, message=f"{backend}: solution with fractional replica counts")
     return LayerResult(st, xg=xg, bound=bound, objective=T, stats=stats, message=out.message)
 

@@ -1,22 +1,29 @@
 """Backend-independent part of the exact models: options, per-layer data, warm starts.
 
-Every placement model (packing, joint, hierarchical) is one formulation per layer:
+Every placement model (packing, joint, hierarchical, and the joint model in time on a real
+cluster) is one formulation per layer, over the cluster's live GPUs (the *view*: each GPU's
+slot count ``slots[g]`` and speed ``s_g``; a homogeneous cluster is the case of S slots and
+speed 1 everywhere):
 
 - candidate counts ``cand[e]`` per expert (one value when counts are fixed), binary
   ``y[e, c]`` picks one; integer ``z[e, c, g]`` replicas of e (with count c) on GPU g,
   ``sum_g z[e, c, g] = c * y[e, c]``: identical replicas are aggregated, never one
   variable per replica;
-- exactly S slots per GPU; GPU load ``sum (w_e / c) z[e, c, g] <= T``; minimise T, with
-  T's domain ``[best combinatorial bound, warm start's value]``;
-- GPU symmetry broken by ordered loads (inside each node; hierarchical also orders the
-  node loads), and warm starts are permuted the same way so hints stay consistent;
-- hierarchical: binary ``a[k, n]`` puts group k on node n (G/N groups per node when
-  ``node_budget="fixed"``, any number when "free"); ``z[e, c, g] <= c * a[group(e), node(g)]``
-  keeps replicas inside their node. Each node always has its R/N physical slots.
+- exactly ``slots[g]`` replicas on GPU g; GPU time ``sum w_e / (c s_g) z[e, c, g] <= T``;
+  minimise T, with T's domain ``[best combinatorial bound, warm start's value]``;
+- symmetry broken by ordered times of interchangeable GPUs (same node, speed and slot
+  count; hierarchical also orders the node loads), and warm starts are permuted the same
+  way so hints stay consistent;
+- hierarchical (identical GPUs only): binary ``a[k, n]`` puts group k on node n (G/N groups
+  per node when ``node_budget="fixed"``, any number when "free"); ``z[e, c, g] <= c *
+  a[group(e), node(g)]`` keeps replicas inside their node. Each node has its R/N slots.
 
 The replication model only chooses counts (``min max_e w_e / c_e``); its optimum is a
 lower bound on the max GPU load, and its plan places the counts with DeepSeek's packing
 (the heuristics' duplicate-free packing under colocation="forbidden").
+
+On a real cluster (per-GPU speeds, uneven slots, failed GPUs) the joint model is solved,
+global policy; its warm start is ``kk_swap``'s plan (the speed-aware heuristic).
 """
 from __future__ import annotations
 
@@ -28,7 +35,6 @@ import numpy as np
 import torch
 
 from ..bounds import lower_bound, optimal_counts
-from ..clock import clock
 from ..deepseek import balanced_packing, deepseek_plan
 from ..errors import OptionError, PlanError
 from ..heuristics.packing import pack_counts
@@ -68,15 +74,17 @@ def exact_options(problem: Problem, o: Any) -> ExactOptions:
 
     Internal models: "replication"; "joint" and "packing" (global: free or fixed counts);
     "hierarchical" with free or fixed counts. On one node the hierarchical model restricts
-    nothing, so the simpler global one is solved."""
+    nothing, so the simpler global one is solved. A real cluster has the joint model only."""
     resolved = problem.resolve_policy(o.policy)        # raises ProblemError on a bad shape
+    if not problem.cluster.homogeneous and o.model != "joint":
+        raise OptionError("model", "on a cluster with speeds, uneven slots or failed GPUs only the joint model "
+                          f"is available, got {o.model!r}")
     if o.model == "replication" or resolved == "global" or problem.num_nodes == 1:
         model, counts = o.model, ("fixed" if o.model == "packing" else "free")
     else:
         model, counts = "hierarchical", ("free" if o.model == "joint" else "fixed")
     colocation, node_budget, warm_start, replica_counts = o.colocation, o.node_budget, o.warm_start, o.replica_counts
     L, E, R, P = problem.num_layers, problem.num_experts, problem.num_replicas, problem.num_gpus
-    S = problem.slots_per_gpu
     if warm_start is False:
         warm_start = None
     if warm_start is not None and not (isinstance(warm_start, Plan) or warm_start == "auto"):
@@ -84,7 +92,7 @@ def exact_options(problem: Problem, o: Any) -> ExactOptions:
     if isinstance(warm_start, Plan):
         warm_start = warm_start.to("cpu")
         try:
-            warm_start.validate(L, E, R, P)
+            problem.validate_plan(warm_start)
         except PlanError as exc:
             raise OptionError("warm_start", f"does not fit the problem: {exc}") from None
     rc = None
@@ -108,8 +116,9 @@ def exact_options(problem: Problem, o: Any) -> ExactOptions:
         rc = rc.contiguous()
     if colocation == "forbidden":
         pool = E // problem.num_nodes if model == "hierarchical" and node_budget == "fixed" else E
-        if pool < S:
-            raise OptionError("colocation", f"'forbidden' is infeasible: a GPU has {S} slots but only "
+        most = max(problem.cluster.gpu_slots)
+        if pool < most:
+            raise OptionError("colocation", f"'forbidden' is infeasible: a GPU has {most} slots but only "
                               f"{pool} distinct experts can go there")
         cap = P // problem.num_nodes if model == "hierarchical" else P
         if rc is not None and int(rc.max()) > cap:
@@ -123,14 +132,16 @@ def exact_options(problem: Problem, o: Any) -> ExactOptions:
 class LayerModel:
     """One layer's model data, shared by the CP-SAT and PuLP formulations.
 
-    w: [E] loads (float); cand[e]: candidate replica counts of expert e; lb: a valid lower
-    bound on this model's optimum; warm: [E, P] replicas of e on GPU g of a feasible warm
-    start (canonical GPU order not yet applied) with ``warm_counts`` [E] and ``ub`` its value.
+    w: [E] loads (float); slots: [P] int64 replicas and speed: [P] float64 speed of every
+    GPU of the view (the live GPUs); cand[e]: candidate replica counts of expert e; lb: a
+    valid lower bound on this model's optimum; warm: [E, P] replicas of e on GPU g of a
+    feasible warm start (canonical GPU order not yet applied) with ``warm_counts`` [E] and
+    ``ub`` its value.
     """
 
     w: np.ndarray
-    num_gpus: int
-    slots_per_gpu: int
+    slots: np.ndarray
+    speed: np.ndarray
     num_nodes: int                 # 1 unless hierarchical
     num_groups: int                # 1 unless hierarchical
     hierarchical: bool
@@ -144,27 +155,11 @@ class LayerModel:
     ub: float | None = None
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def num_experts(self) -> int:
-        return len(self.w)
-
-    @property
-    def num_replicas(self) -> int:
-        return self.num_gpus * self.slots_per_gpu
-
-    @property
-    def gpus_per_node(self) -> int:
-        return self.num_gpus // self.num_nodes
-
-    @property
-    def group_size(self) -> int:
-        return self.num_experts // self.num_groups
-
-    def node_of_gpu(self, g: int) -> int:
-        return g // self.gpus_per_node
-
-    def group_of(self, e: int) -> int:
-        return e // self.group_size
+    def __post_init__(self):
+        # sizes of the view (recomputed by dataclasses.replace, as scaling does)
+        self.num_experts, self.num_gpus, self.num_replicas = len(self.w), len(self.slots), int(self.slots.sum())
+        self.unit_speed = bool((self.speed == 1.0).all())
+        self.gpus_per_node, self.group_size = self.num_gpus // self.num_nodes, self.num_experts // self.num_groups
 
     @property
     def placement_variables(self) -> int:
@@ -181,9 +176,20 @@ class LayerModel:
                     f"variables need about {need:.1f} s to build, {time_limit:.1f} s available")
         return None
 
-    def max_per_gpu(self, c: int) -> int:
-        """Most replicas of one expert (with count c) on one GPU."""
-        return 1 if self.forbid else min(c, self.slots_per_gpu)
+    def max_per_gpu(self, c: int, g: int) -> int:
+        """Most replicas of one expert (with count c) on GPU g."""
+        return 1 if self.forbid else min(c, int(self.slots[g]))
+
+    def time(self, xg: np.ndarray) -> float:
+        """Max GPU time of a placement xg: [E, P] (even split), float64."""
+        return float(((self.w / xg.sum(1)) @ xg / self.speed).max())
+
+    def classes(self) -> list[list[int]]:
+        """Interchangeable GPUs (same node, speed and slot count), each list in GPU order."""
+        out: dict[tuple, list[int]] = {}
+        for g in range(self.num_gpus):
+            out.setdefault((g // self.gpus_per_node, float(self.speed[g]), int(self.slots[g])), []).append(g)
+        return list(out.values())
 
 
 @dataclass
@@ -222,20 +228,17 @@ def warm_layer(xg: np.ndarray, counts: np.ndarray, lm: LayerModel) -> str | None
     return None
 
 
-def canonical_gpu_order(xg: np.ndarray, per_replica: np.ndarray, lm: LayerModel) -> np.ndarray:
-    """GPU permutation [P] that sorts nodes by load, then GPUs inside each node, descending.
-
-    per_replica: [E] the load of one replica of e in the backend's own units (so ties
-    and order agree exactly with the model's symmetry-breaking constraints).
-    """
-    loads = per_replica @ xg                                                          # [P]
+def canonical_gpu_order(loads: np.ndarray, lm: LayerModel) -> np.ndarray:
+    """GPU permutation [P] that sorts nodes by load, then interchangeable GPUs by time,
+    descending. loads: [P] the GPU times in the backend's own units (so ties and order agree
+    exactly with the model's symmetry-breaking constraints)."""
     gpn = lm.gpus_per_node
     node_loads = loads.reshape(lm.num_nodes, gpn).sum(1)
-    order = []
-    for n in sorted(range(lm.num_nodes), key=lambda n: -node_loads[n]):
-        gpus = list(range(n * gpn, (n + 1) * gpn))
-        order.extend(sorted(gpus, key=lambda g: -loads[g]))
-    return np.asarray(order, dtype=np.int64)
+    nodes = sorted(range(lm.num_nodes), key=lambda n: -node_loads[n])
+    order = np.concatenate([np.arange(n * gpn, (n + 1) * gpn) for n in nodes])
+    for members in lm.classes():
+        order[members] = sorted(order[members].tolist(), key=lambda g: -loads[g])
+    return order
 
 
 def layer_problem_bound(problem: Problem, opts: ExactOptions, counts: torch.Tensor | None) -> torch.Tensor:
@@ -250,8 +253,11 @@ def default_warm_plan(problem: Problem, opts: ExactOptions) -> Plan:
 
     With colocation="forbidden" DeepSeek's plan usually puts two replicas of a hot expert
     on one GPU (and would be dropped, leaving CP-SAT without a hint): take the heuristics'
-    duplicate-free plan (kk_swap with nodup) instead, DeepSeek's when that fails.
+    duplicate-free plan (kk_swap with nodup) instead, DeepSeek's when that fails. On a real
+    cluster: kk_swap's plan (duplicate-free under forbidden colocation).
     """
+    if not problem.cluster.homogeneous:
+        return run(problem.to("cpu"), "kk_swap", {"colocation": opts.colocation}).plan
     policy = "hierarchical" if opts.hierarchical else "global"
     if opts.forbid:
         try:
@@ -291,33 +297,34 @@ def fit_warm_to_counts(problem: Problem, opts: ExactOptions, warm_plan: Plan | N
     return Plan.from_phy2log(phy2log, problem.num_experts)
 
 
-def plan_counts_matrix(phy2log: np.ndarray, num_experts: int, num_gpus: int) -> np.ndarray:
-    """phy2log: [R] -> [E, P] number of replicas of e on GPU g."""
-    S = len(phy2log) // num_gpus
-    xg = np.zeros((num_experts, num_gpus), dtype=np.int64)
-    np.add.at(xg, (phy2log, np.arange(len(phy2log)) // S), 1)
+def plan_counts_matrix(phy2log: np.ndarray, num_experts: int, slots: np.ndarray) -> np.ndarray:
+    """phy2log: [R] -> [E, P] number of replicas of e on GPU g (slots: [P] per GPU)."""
+    xg = np.zeros((num_experts, len(slots)), dtype=np.int64)
+    np.add.at(xg, (phy2log, np.repeat(np.arange(len(slots)), slots)), 1)
     return xg
 
 
-def phy2log_from_matrix(xg: np.ndarray, slots_per_gpu: int) -> np.ndarray:
+def phy2log_from_matrix(xg: np.ndarray, slots: np.ndarray) -> np.ndarray:
     """[E, P] replicas per GPU -> phy2log [R] (experts in id order on each GPU)."""
     E, P = xg.shape
-    if bool((xg.sum(0) != slots_per_gpu).any()):
+    if bool((xg.sum(0) != slots).any()):
         raise RuntimeError("solver returned a GPU with the wrong number of replicas")
     # GPU-major, experts in id order inside each GPU, each repeated its count there
     return np.repeat(np.tile(np.arange(E), P), xg.T.reshape(-1))
 
 
-def candidate_counts(w: np.ndarray, lm_caps: np.ndarray, total: int, ub: float | None) -> list[range]:
+def candidate_counts(w: np.ndarray, lm_caps: np.ndarray, total: int, ub: float | None,
+                     fastest: float = 1.0) -> list[range]:
     """Counts each expert may take in an optimal plan of value <= ub.
 
     w: [E]; lm_caps: [E] structural max count. With an upper bound ub, an expert needs
-    c >= w_e / ub (its replica must fit under ub), and the others' minimums cap it.
+    c >= w_e / (ub x the fastest speed) (its replica must fit under ub), and the others'
+    minimums cap it.
     """
     E = len(w)
     lo = np.ones(E, dtype=np.int64)
     if ub is not None and ub > 0:
-        lo = np.maximum(1, np.ceil(w / ub * (1 - 1e-12) - 1e-12).astype(np.int64))
+        lo = np.maximum(1, np.ceil(w / (ub * fastest) * (1 - 1e-12) - 1e-12).astype(np.int64))
     hi = np.minimum(lm_caps, total - (lo.sum() - lo))
     hi = np.maximum(hi, lo)      # infeasible only if the warm start was; keep one candidate
     # ranges, not lists: E of them per layer are built even for layers left to the warm start
@@ -328,12 +335,15 @@ def build_layer(problem: Problem, layer: int, opts: ExactOptions, warm_plan: Pla
                 fixed: torch.Tensor | None, lb: float, explicit_warm: bool) -> LayerModel:
     """The model data of one layer (counts candidates, bound, feasible warm start)."""
     w = problem.weights[layer].detach().cpu().to(torch.float64).numpy()
-    E, P, R = problem.num_experts, problem.num_gpus, problem.num_replicas
+    c = problem.cluster
+    live = list(c.live_gpus)
+    slots = np.asarray([c.gpu_slots[g] for g in live], dtype=np.int64)
+    speed = np.asarray([c.gpu_speed[g] for g in live], dtype=np.float64)
+    E, P, R = problem.num_experts, len(live), problem.num_replicas
     hier = opts.hierarchical
     N = problem.num_nodes if hier else 1
     G = problem.num_groups if hier else 1
-    lm = LayerModel(w, P, problem.slots_per_gpu, N, G, hier, opts.node_budget, opts.forbid,
-                    opts.model == "replication", [], lb)
+    lm = LayerModel(w, slots, speed, N, G, hier, opts.node_budget, opts.forbid, opts.model == "replication", [], lb)
     # Structural caps on one expert's count.
     if hier and opts.node_budget == "fixed":
         cap = (R - E) // N + 1
@@ -346,8 +356,7 @@ def build_layer(problem: Problem, layer: int, opts: ExactOptions, warm_plan: Pla
     caps = np.full(E, cap, dtype=np.int64)
     xg = counts = None
     if warm_plan is not None:
-        p2l = warm_plan.phy2log[layer].numpy()
-        xg = plan_counts_matrix(p2l, E, P)
+        xg = plan_counts_matrix(warm_plan.phy2log[layer].numpy(), E, slots)
         counts = xg.sum(1)
     if fixed is not None:
         lm.cand = [[int(c)] for c in fixed[layer].tolist()]
@@ -359,8 +368,8 @@ def build_layer(problem: Problem, layer: int, opts: ExactOptions, warm_plan: Pla
             # Candidate pruning needs a *feasible* upper bound: check structure first.
             lm.cand = [list(range(1, cap + 1))] * E
             if warm_layer(xg, counts, lm) is None:
-                ub = float(((w / counts) @ xg).max())
-        lm.cand = candidate_counts(w, caps, R, ub)
+                ub = lm.time(xg)
+        lm.cand = candidate_counts(w, caps, R, ub, float(speed.max()))
     if xg is not None and lm.replication_only:
         if all(int(c) in lm.cand[e] for e, c in enumerate(counts)):
             lm.warm_counts = counts                  # a hint for the counts model
@@ -370,8 +379,7 @@ def build_layer(problem: Problem, layer: int, opts: ExactOptions, warm_plan: Pla
     if xg is not None and not lm.replication_only:
         why = warm_layer(xg, counts, lm)
         if why is None:
-            lm.warm, lm.warm_counts = xg, counts
-            lm.ub = float(((w / counts) @ xg).max())
+            lm.warm, lm.warm_counts, lm.ub = xg, counts, lm.time(xg)
         elif explicit_warm:
             raise OptionError("warm_start", f"layer {layer}: infeasible for model {opts.model!r}: {why}")
         else:
@@ -387,7 +395,6 @@ def replication_plan(w: np.ndarray, counts: np.ndarray, num_gpus: int, forbid: b
     count is <= the GPUs, which the model's counts are).
     """
     if forbid:
-
         e_slots, obj = pack_counts(torch.from_numpy(np.ascontiguousarray(w, dtype=np.float64)).unsqueeze(0),
                                    torch.from_numpy(np.asarray(counts, dtype=np.int64)).unsqueeze(0),
                                    num_gpus, nodup=True, starts=("kk", "lpt", "rr"))
@@ -404,29 +411,14 @@ def replication_plan(w: np.ndarray, counts: np.ndarray, num_gpus: int, forbid: b
     return p2l
 
 
-class Deadline:
-    """The time left for the whole solve, shared out over the layers still to solve (on
-    :func:`solvers.clock.clock`, which tests replace with a deterministic one)."""
-
-    def __init__(self, seconds: float):
-        self.end = clock() + seconds
-
-    def left(self) -> float:
-        return self.end - clock()
-
-    def share(self, layers_left: int, reserve: float = 0.0) -> float:
-        return max(0.05, (self.left() - reserve) / max(1, layers_left))
-
-
 def fixed_counts_for(problem: Problem, opts: ExactOptions, warm_plan: Plan | None) -> torch.Tensor | None:
     """[L, E] counts for fixed-count models: given, else the warm start's, else optimal replication."""
     if opts.counts != "fixed":
         return None
     if opts.replica_counts is not None:
         return opts.replica_counts
-    cap = None
-    if opts.forbid:
-        cap = problem.num_gpus // (problem.num_nodes if opts.hierarchical else 1)
+    # forbidden colocation: an expert reaches at most the GPUs (of its node)
+    cap = problem.num_gpus // (problem.num_nodes if opts.hierarchical else 1) if opts.forbid else None
     if warm_plan is not None:
         counts = warm_plan.logcnt.cpu()
         if cap is None or int(counts.max()) <= cap or isinstance(opts.warm_start, Plan):

@@ -15,6 +15,7 @@ import math
 from typing import Callable
 
 import numpy as np
+import torch
 
 from ..bounds import optimal_counts
 from ..tolerances import BOUND_RTOL, SCALED_LOAD_TARGET
@@ -22,9 +23,10 @@ from .model import LayerModel, LayerResult
 
 
 def reference_load(lm: LayerModel) -> float:
-    """The scale of a layer's objective: max(mean GPU load, hottest expert), >= 0."""
+    """The scale of a layer's objective: max(best possible time, hottest expert on the
+    fastest GPU), >= 0 (on identical GPUs: max(mean GPU load, hottest expert))."""
     w = lm.w
-    return max(float(np.sum(w)) / lm.num_gpus, float(np.max(w))) if len(w) else 0.0
+    return max(float(np.sum(w)) / float(lm.speed.sum()), float(np.max(w)) / float(lm.speed.max())) if len(w) else 0.0
 
 
 def scale_exponent(lm: LayerModel) -> int:
@@ -59,12 +61,9 @@ def unscaled_result(res: LayerResult, k: int) -> LayerResult:
 
 
 def true_objective(lm: LayerModel, res: LayerResult) -> float | None:
-    """The max GPU load (caller's units, float64) of the backend's placement, or None."""
+    """The max GPU time (caller's units, float64) of the backend's placement, or None."""
     if res.xg is not None:
-        counts = res.xg.sum(1)
-        if (counts < 1).any():
-            return None
-        return float(((lm.w / counts) @ res.xg).max())
+        return None if (res.xg.sum(1) < 1).any() else lm.time(res.xg)
     if res.counts is not None:                     # replication model: the heaviest replica
         return float((lm.w / res.counts).max())
     return None
@@ -86,9 +85,6 @@ def with_counts(lm: LayerModel, res: LayerResult) -> LayerResult:
     (optimal replication counts, found in closed form), so the solve still has a plan."""
     if not lm.replication_only or res.counts is not None or res.status != "time_limit":
         return res
-    import torch
-
-
     counts = lm.warm_counts
     if counts is None:
         w = torch.from_numpy(np.ascontiguousarray(lm.w, dtype=np.float64)).unsqueeze(0)

@@ -1,20 +1,20 @@
 """Fewest moves under a balance budget, exactly: one CP-SAT model per layer.
 
 For one layer with loads ``w [E]``, the placement in force ``old [R]`` and a load cap
-``T``, choose integer replicas ``x[e, g]`` of expert e on GPU g:
+``T``, on the count/placement block every CP-SAT model of the package shares
+(:class:`solvers.exact.cpsat.Placement`):
 
-- exactly S replicas per GPU; expert e has ``c_e = sum_g x[e, g]`` replicas, one value of
-  a candidate window chosen by booleans ``y[e, c]``; ``z[e, c, g]`` carries x under count
-  c so that the GPU load ``sum w_e / c * z[e, c, g] <= T`` stays linear;
+- booleans ``y[e, c]`` choose expert e's count c from a candidate window; integer
+  ``z[e, c, g]`` replicas of e (count c) on GPU g, ``sum_g z[e, c, g] = c y[e, c]``;
+  GPU g holds exactly its slots and its time ``sum w_e / (c s_g) z[e, c, g] <= T``;
 - ``p[e, g]`` is 1 when g holds e and the old plan did not (a move, as the shared scorer
   counts it); minimise ``sum p``;
 - hierarchical: booleans ``a[k, n]`` put each group on one node (G/N per node, among the
   nodes the group had in the old plan or the warm start); replicas stay on their group's node.
 
-On a real cluster (per-GPU speeds, uneven slot counts, failed GPUs) the model is the same
-in *time*: GPU g holds exactly its own ``slots[g]`` replicas (a failed GPU none, so no
-replica is left on it) and its load over its speed ``s_g`` stays within the time cap ``T``
-(coefficients ``w_e / (c s_g)``); global policy only.
+On a real cluster (per-GPU speeds, uneven slot counts, failed GPUs) GPU g holds exactly its
+own ``slots[g]`` replicas (a failed GPU none, so no replica is left on it) and ``s_g`` is its
+speed; global policy only. The exact elastic re-plan (:mod:`.elastic_exact`) is the same model.
 
 Loads are scaled to integers with coefficients rounded *down*, so the model is a
 relaxation (its bound on the moves is valid, and a plan exactly at the cap, such as the
@@ -29,10 +29,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
+from ..backends import cpsat_solver
 from ..clock import clock
+from ..exact.cpsat import Placement
+from ..exact.model import plan_counts_matrix
 
 # Scaled GPU capacity: coefficients are about this / S; large enough that rounding costs
 # a relative 1e-11 of a GPU's load, small enough that sums stay far inside int64.
@@ -111,15 +115,6 @@ def count_window(num_replicas: int, num_experts: int, *counts: np.ndarray) -> tu
     return lo, hi, False
 
 
-def _presence(p2l: np.ndarray, num_experts: int, num_gpus: int, slot_gpu: np.ndarray | None = None) -> np.ndarray:
-    """[E, P] int replicas of e on GPU g. slot_gpu: [R] the GPU of every slot (None: R/P each)."""
-    if slot_gpu is None:
-        slot_gpu = np.arange(len(p2l)) // (len(p2l) // num_gpus)
-    x = np.zeros((num_experts, num_gpus), dtype=np.int64)
-    np.add.at(x, (p2l, slot_gpu), 1)
-    return x
-
-
 def layer_time(w: np.ndarray, p2l: np.ndarray, slot_gpu: np.ndarray, speed: np.ndarray) -> float:
     """Max GPU time of one layer's phy2log [R] under loads w [E] (even split), float64;
     slot_gpu: [R] the GPU of every slot, speed: [P]."""
@@ -130,8 +125,73 @@ def layer_time(w: np.ndarray, p2l: np.ndarray, slot_gpu: np.ndarray, speed: np.n
 def moves_of(p2l: np.ndarray, old: np.ndarray, num_experts: int, num_gpus: int,
              slot_gpu: np.ndarray | None = None) -> int:
     """(GPU, expert) pairs p2l holds that old did not (the shared scorer's count)."""
-    return int(((_presence(p2l, num_experts, num_gpus, slot_gpu) > 0)
-                & (_presence(old, num_experts, num_gpus, slot_gpu) == 0)).sum())
+    slots = np.bincount(np.arange(len(p2l)) // (len(p2l) // num_gpus) if slot_gpu is None else slot_gpu,
+                        minlength=num_gpus)
+    return int(((plan_counts_matrix(p2l, num_experts, slots) > 0) & (plan_counts_matrix(old, num_experts, slots) == 0))
+               .sum())
+
+
+def fewest_moves(w: np.ndarray, had: np.ndarray, cap: float, slots: np.ndarray, speed: np.ndarray,
+                 cand: Sequence[Sequence[int]], *, group_nodes: np.ndarray | None = None,
+                 hint: np.ndarray | None = None, time_limit: float = 10.0, threads: int = 2,
+                 seed: int = 0) -> tuple[str, np.ndarray | None, int]:
+    """The CP-SAT model of the module doc, on the shared count/placement block
+    (:class:`solvers.exact.cpsat.Placement`). w: [E] loads; had: [E, P] bool, the pairs of
+    the plan in force; cap: max GPU time; slots, speed: [P] (0 slots: a failed GPU);
+    cand[e]: candidate counts; group_nodes: [G, N] bool (hierarchical) or None; hint: [E, P]
+    replicas or None. Returns (CP-SAT's status name or BUILD_TIME_LIMIT, x [E, P] or None,
+    proven lower bound on the moves: 0 when none is known, R + 1 when infeasible)."""
+    from ortools.sat.python import cp_model
+
+    began = clock()
+    # data: coefficients floored, the cap in the same units
+    E, P = had.shape
+    scale = LOAD_UNITS / max(cap, 1e-300) if cap > 0 else 1.0
+    cap_units = math.floor(cap * (1 + CAP_RTOL) * scale)
+    s = [float(v) for v in speed]
+    m = cp_model.CpModel()
+    # variables and constraints: hierarchical homes a[k, n] (G/N groups per node), then the block
+    home, gpus = {}, np.flatnonzero(slots).tolist()                       # failed GPUs hold nothing
+    if group_nodes is not None:
+        G, N = group_nodes.shape
+        Q, size = P // N, E // G
+        home = {(k, n): m.new_bool_var(f"a{k}_{n}") for k in range(G) for n in range(N) if group_nodes[k, n]}
+        for k in range(G):
+            m.add_exactly_one(v for (kk, _), v in home.items() if kk == k)
+        for n in range(N):
+            m.add(sum(v for (_, nn), v in home.items() if nn == n) == G // N)
+    pl = Placement(m, cand)
+    cost = []
+    for e in range(E):
+        # Building is Python, seconds on a big layer (4 s at 512 experts x 128 GPUs): past the
+        # limit, stop and leave the layer to the caller's plan.
+        if clock() - began > time_limit:
+            return BUILD_TIME_LIMIT, None, 0
+        on = gpus if not home else np.flatnonzero(np.repeat(group_nodes[e // size], Q)).tolist()
+        pl.place(e, on, lambda c, g: min(c, int(slots[g])))
+        for g in on:
+            x = sum(pl.z[e, c, g] for c in cand[e])
+            if home:
+                m.add(x <= int(slots[g]) * home[e // size, g // Q])
+            if not had[e, g]:                         # p = 1: g loads e, a move
+                cost.append(m.new_bool_var(f"p{e}_{g}"))
+                m.add(x <= int(slots[g]) * cost[-1])
+                if hint is not None:
+                    m.add_hint(cost[-1], bool(hint[e, g] > 0))
+    pl.gpu_rows(slots, lambda e, c, g: math.floor(float(w[e]) / (c * s[g]) * scale), cap_units, cap_units)
+    # objective
+    m.minimize(sum(cost) if cost else 0)
+    if hint is not None:
+        pl.hint(hint)
+        for (k, n), v in home.items():
+            m.add_hint(v, bool(hint[k * size:(k + 1) * size, n * Q:(n + 1) * Q].sum() > 0))
+    # the time limit covers building the model too (Python, seconds on a big layer)
+    solver = cpsat_solver(max(0.05, float(time_limit) - (clock() - began)), threads, seed)
+    status = solver.solve(m)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return solver.status_name(status), None, 0 if status != cp_model.INFEASIBLE else int(slots.sum()) + 1
+    bound = int(math.ceil(solver.best_objective_bound - 1e-9)) if cost else 0
+    return solver.status_name(status), pl.solution(solver, (E, P)), bound
 
 
 def solve_layer(w: np.ndarray, old: np.ndarray, cap: float, num_gpus: int, *, group_nodes: np.ndarray | None = None,
@@ -148,121 +208,23 @@ def solve_layer(w: np.ndarray, old: np.ndarray, cap: float, num_gpus: int, *, gr
     counts. hint: [R] a placement to warm-start from (used when it fits the model).
     time_limit: seconds for building and solving.
     """
-    from ortools.sat.python import cp_model
-
-    began = clock()
     E, R, P = len(w), len(old), num_gpus
-    if slots is None:
-        S = R // P
-        per_gpu = np.full(P, S, dtype=np.int64)                               # [P] slots
-        slot_gpu = None
-    else:
-        if group_nodes is not None:
-            raise ValueError("a real cluster's exact migration model is global (no group_nodes)")
-        per_gpu = np.asarray(slots, dtype=np.int64)
-        slot_gpu = np.repeat(np.arange(P), per_gpu)                            # [R]
-    had = _presence(old, E, P, slot_gpu) > 0
-    scale = LOAD_UNITS / max(cap, 1e-300) if cap > 0 else 1.0
-    cap_units = math.floor(cap * (1 + CAP_RTOL) * scale)
-    m = cp_model.CpModel()
-    load_terms: list[list[tuple]] = [[] for _ in range(P)]
-    slot_terms: list[list] = [[] for _ in range(P)]
-    cost = []
-    xvars: list[tuple[int, int, object]] = []
-    hint_x = _presence(hint, E, P, slot_gpu) if hint is not None else None
-    hint_c = hint_x.sum(1) if hint_x is not None else None
-    home = None
-    if group_nodes is not None:                     # hierarchical: a[k, n] puts group k on node n
-        G, N = group_nodes.shape
-        Q, size = P // N, E // G
-        home = {(k, n): m.NewBoolVar(f"a{k}_{n}") for k in range(G) for n in range(N) if group_nodes[k, n]}
-        for k in range(G):
-            m.AddExactlyOne(v for (kk, _), v in home.items() if kk == k)
-        for n in range(N):
-            m.Add(sum(v for (_, nn), v in home.items() if nn == n) == G // N)
-        if hint is not None:
-            hint_node = (np.arange(R) // S // Q)
-            for (k, n), v in home.items():
-                m.AddHint(v, bool(np.any(hint_node[(hint // size) == k] == n)))
-    for e in range(E):
-        # Building is Python, seconds on a big layer (4 s at 512 experts x 128 GPUs, one
-        # expert's P variables a step): past the limit, stop and leave the layer to the caller's
-        # plan (no placement, status BUILD_TIME_LIMIT).
-        if clock() - began > time_limit:
-            return ExactLayer(None, None, 0, BUILD_TIME_LIMIT, full_window)
-        if home is None:
-            gpus = np.flatnonzero(per_gpu)                                    # failed GPUs hold nothing
-        else:
-            k = e // size
-            gpus = np.flatnonzero(np.repeat(group_nodes[k], Q))
-        cands = list(range(int(lo[e]), int(hi[e]) + 1))
-        ys = {c: m.NewBoolVar(f"y{e}_{c}") for c in cands}
-        m.AddExactlyOne(ys.values())
-        total = []
-        for g in gpus:
-            S = int(per_gpu[g])
-            xs = m.NewIntVar(0, S, f"x{e}_{g}")
-            total.append(xs)
-            xvars.append((e, int(g), xs))
-            if home is not None:
-                m.Add(xs <= S * home[(k, int(g) // Q)])
-            parts = []
-            for c in cands:
-                coef = math.floor(float(w[e]) / c * scale if speed is None
-                                  else float(w[e]) / (c * float(speed[g])) * scale)
-                if len(cands) == 1:
-                    z = xs
-                else:
-                    z = m.NewIntVar(0, min(c, S), f"z{e}_{c}_{g}")
-                    m.Add(z <= min(c, S) * ys[c])
-                    parts.append(z)
-                load_terms[g].append((coef, z))
-                if hint_x is not None and len(cands) > 1:
-                    m.AddHint(z, int(hint_x[e, g]) if hint_c[e] == c else 0)
-            if parts:
-                m.Add(sum(parts) == xs)
-            slot_terms[g].append(xs)
-            if not had[e, g]:
-                p = m.NewBoolVar(f"p{e}_{g}")
-                m.Add(xs <= S * p)
-                cost.append(p)
-                if hint_x is not None:
-                    m.AddHint(p, bool(hint_x[e, g] > 0))
-            if hint_x is not None:
-                m.AddHint(xs, int(hint_x[e, g]))
-        m.Add(sum(total) == sum(c * y for c, y in ys.items()))
-        if hint_x is not None:
-            for c, y in ys.items():
-                m.AddHint(y, bool(hint_c[e] == c))
-    for g in np.flatnonzero(per_gpu):
-        m.Add(sum(slot_terms[g]) == int(per_gpu[g]))
-        m.Add(sum(coef * z for coef, z in load_terms[g]) <= cap_units)
-    objective = sum(cost) if cost else 0
-    m.Minimize(objective)
-    solver = cp_model.CpSolver()
-    # the time limit covers building the model too (Python, seconds on a big layer)
-    solver.parameters.max_time_in_seconds = max(0.05, float(time_limit) - (clock() - began))
-    solver.parameters.num_workers = int(threads)
-    solver.parameters.random_seed = int(seed)
-    status = solver.Solve(m)
-    name = solver.StatusName(status)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        bound = 0 if status != cp_model.INFEASIBLE else R + 1
-        return ExactLayer(None, None, bound, name, full_window)
-    x = np.zeros((E, P), dtype=np.int64)
-    for e, g, var in xvars:
-        x[e, g] = solver.Value(var)
-    p2l = place(x, old, R // P if slots is None else per_gpu)
-    if slot_gpu is None:
-        cnt = np.bincount(p2l, minlength=E)
-        worst = (w[p2l] / cnt[p2l]).reshape(P, R // P).sum(1).max()
-    else:                                   # in time, float64 (the model's coefficients were floored)
-        worst = layer_time(w, p2l, slot_gpu, np.asarray(speed, dtype=np.float64))
-    if worst > cap * (1 + CAP_RTOL):
-        return ExactLayer(None, None, int(math.ceil(solver.BestObjectiveBound() - 1e-9)), "CAP_ROUNDING",
-                          full_window)
-    bound = int(math.ceil(solver.BestObjectiveBound() - 1e-9)) if cost else 0
-    return ExactLayer(p2l, moves_of(p2l, old, E, P, slot_gpu), bound, name, full_window)
+    if slots is not None and group_nodes is not None:
+        raise ValueError("a real cluster's exact migration model is global (no group_nodes)")
+    per_gpu = np.full(P, R // P, dtype=np.int64) if slots is None else np.asarray(slots, dtype=np.int64)   # [P]
+    speed = np.ones(P) if speed is None else np.asarray(speed, dtype=np.float64)
+    slot_gpu = np.repeat(np.arange(P), per_gpu)                                                           # [R]
+    cand = [range(int(a), int(b) + 1) for a, b in zip(lo, hi)]
+    status, x, bound = fewest_moves(w, plan_counts_matrix(old, E, per_gpu) > 0, cap, per_gpu, speed, cand,
+                                    group_nodes=group_nodes, time_limit=time_limit, threads=threads, seed=seed,
+                                    hint=None if hint is None else plan_counts_matrix(hint, E, per_gpu))
+    if x is None:
+        return ExactLayer(None, None, bound, status, full_window)
+    p2l = place(x, old, per_gpu)
+    # in float64 (the model's coefficients were floored)
+    if layer_time(w, p2l, slot_gpu, speed) > cap * (1 + CAP_RTOL):
+        return ExactLayer(None, None, bound, "CAP_ROUNDING", full_window)
+    return ExactLayer(p2l, moves_of(p2l, old, E, P, slot_gpu), bound, status, full_window)
 
 
 def place(x: np.ndarray, old: np.ndarray, slots_per_gpu: int | np.ndarray) -> np.ndarray:

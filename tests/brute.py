@@ -1,4 +1,4 @@
-"""Brute-force optimum of tiny instances (a reference for tests of the exact models).
+"""Brute-force optima of tiny instances (references for tests of the exact and elastic models).
 
 Plain enumeration, no solver: every count vector, every group-to-node assignment and
 every placement of replicas (GPUs filled in non-increasing lexicographic order, since
@@ -10,6 +10,8 @@ from __future__ import annotations
 import itertools
 import math
 from typing import Sequence
+
+import numpy as np
 
 
 def compositions(total: int, parts: int, caps: Sequence[int]) -> list[tuple[int, ...]]:
@@ -179,3 +181,32 @@ def _timed_packing(per: Sequence[float], counts: Sequence[int], live: Sequence[t
 
     place(0, tuple(counts), None, 0.0)
     return best[0]
+
+
+def elastic_brute_force(w: Sequence[float], slots: Sequence[int], speed: Sequence[float], old: np.ndarray,
+                        target: float) -> int | None:
+    """The fewest moves over every placement of the live slots (E ** R of them: tiny
+    instances only) with every expert alive and max time <= target; None when none."""
+    w = np.asarray(w, dtype=np.float64)
+    E, Q = len(w), len(slots)
+    per_gpu = [list(itertools.combinations_with_replacement(range(E), k)) for k in slots]
+    best = None
+    for combo in itertools.product(*per_gpu):
+        xg = np.zeros((E, Q), dtype=np.int64)
+        for g, experts in enumerate(combo):
+            for e in experts:
+                xg[e, g] += 1
+        if (xg.sum(1) == 0).any():
+            continue
+        mv = _moves(xg, old)
+        if (best is None or mv < best) and _time(w, xg, speed) <= target * (1 + 1e-12):
+            best = mv
+    return best
+
+
+def _moves(xg: np.ndarray, old: np.ndarray) -> int:
+    return int(((xg > 0) & ~old).sum())
+
+
+def _time(w: np.ndarray, xg: np.ndarray, speed: Sequence[float]) -> float:
+    return float(((w / xg.sum(1)) @ xg / np.asarray(speed, dtype=np.float64)).max())
