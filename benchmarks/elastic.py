@@ -20,7 +20,7 @@ import torch
 from solvers import Cluster, Problem, score, solve
 from solvers import backends
 from solvers.elastic import replan_after_failure
-from solvers.migration.elastic_exact import prove_elastic
+from benchmarks.elastic_exact import prove_elastic
 from solvers.workloads.catalog import load_dataset
 
 from .elastic_bound import bound_elastic
@@ -89,7 +89,7 @@ def failed_part(args, cases) -> bool:
 
 
 def exact_rows(args, plans) -> None:
-    """The exact elastic model (solvers.migration.elastic_exact) beside the heuristic: on
+    """The exact elastic model (benchmarks.elastic_exact) beside the heuristic: on
     small instances (16 experts, 2 nodes x 2 GPUs, 24 slots, GPU 1 failed) it proves the
     fewest moves; on the first real-shape layers it reports the bound it reaches in time.
     Beside it the LP bound (benchmarks.elastic_bound, HiGHS; "-" without highspy)."""

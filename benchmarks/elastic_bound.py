@@ -1,6 +1,6 @@
 """A lower bound on the elastic re-plan's moves of one layer, from a linear relaxation
 (HiGHS), valid for every plan that meets the target; for proof beside the heuristic, where
-the exact CP-SAT model (:mod:`solvers.migration.elastic_exact`) is too large to raise its bound.
+the exact CP-SAT model (:mod:`benchmarks.elastic_exact`) is too large to raise its bound.
 
 The LP relaxes the exact model's integer program (live GPUs g, experts e, replica counts c):
 
@@ -34,7 +34,7 @@ import numpy as np
 
 from solvers import backends
 from solvers.clock import clock
-from solvers.migration.elastic_exact import layer_inputs, least_counts
+from benchmarks.elastic_exact import layer_inputs, least_counts
 
 # Relative margin on the time target in the LP (keeps it a relaxation under HiGHS's
 # feasibility tolerance of 1e-7 on rows scaled to the target).

@@ -115,7 +115,7 @@ CORE = ("solvers.problem", "solvers.plan", "solvers.scoring", "solvers.bounds", 
 # features (routing traces and the traffic metric among them), the workloads, the session
 # layer (entry, compare, files) and the front ends.
 FEATURES = ("solvers.heuristics", "solvers.exact", "solvers.certify", "solvers.dispatch", "solvers.dynamics",
-            "solvers.migration", "solvers.replan", "solvers.elastic", "solvers.transfers", "solvers.routing",
+            "solvers.replan", "solvers.elastic", "solvers.transfers", "solvers.routing",
             "solvers.traffic", "solvers.workloads", "solvers.bench", "solvers.cli", "solvers.builtin",
             "solvers.entry", "solvers.compare", "solvers.io", "solvers.loadfiles", "solvers.planfile")
 
@@ -193,7 +193,7 @@ def test_solvers_never_call_solve():
     """Solvers compose through solvers.registry.run; only front ends call solve()."""
     graph = _import_graph()
     families = ("solvers.heuristics", "solvers.exact", "solvers.certify", "solvers.dispatch", "solvers.dynamics",
-                "solvers.migration", "solvers.replan", "solvers.elastic", "solvers.transfers", "solvers.deepseek")
+                "solvers.replan", "solvers.elastic", "solvers.transfers", "solvers.deepseek")
     for m, targets in graph.items():
         if m.startswith(families):
             assert "solvers.entry" not in targets, m

@@ -19,7 +19,7 @@ from benchmarks.elastic_bound import bound_elastic, lp_move_bound, spread_bound
 from solvers.elastic import replan_after_failure
 from solvers.elastic.search import Layout, counts, match_orphans, place_orphans, reduce_excess, shed_moves
 from solvers.elastic.solver import keep_survivors
-from solvers.migration.elastic_exact import (
+from benchmarks.elastic_exact import (
     layer_moves,
     layer_time,
     placement,

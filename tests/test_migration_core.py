@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from solvers import OptionError, Plan, Problem, score, solve
-from solvers.migration.exact import moves_of, solve_layer
+from solvers.replan.exact import moves_of, solve_layer
 from solvers.replan import plan_with_migration, relabel
 from solvers.replan.relabel import align_slots
 from solvers.replan.repair import repair

@@ -9,7 +9,7 @@ import torch
 
 from solvers import Problem, solve
 from solvers.clock import FakeClock, fake_clock
-from solvers.migration.exact import BUILD_TIME_LIMIT, ExactLayer, solve_layer
+from solvers.replan.exact import BUILD_TIME_LIMIT, ExactLayer, solve_layer
 from solvers.replan import solver as api
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from solvers import Cluster, Plan, Problem, get_solver, solve
-from solvers.migration.exact import count_window, layer_time, solve_layer
+from solvers.replan.exact import count_window, layer_time, solve_layer
 
 pytestmark = pytest.mark.skipif(not get_solver("cpsat").is_available(), reason="ortools is not installed")
 

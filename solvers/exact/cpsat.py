@@ -1,7 +1,7 @@
 """OR-Tools CP-SAT formulation of the exact models (one layer at a time), and the one
 count/placement block (:class:`Placement`) every CP-SAT model of the package is built on:
 the joint, packing, hierarchical and in-time models here, the migration and elastic
-fewest-moves models (:mod:`solvers.migration.exact`).
+fewest-moves models (:mod:`solvers.replan.exact`).
 
 CP-SAT needs integer coefficients. A replica of e with count c on GPU g carries ``w_e /
 (c s_g)``; we use ``q[e, c, g] = floor(w_e * scale / (c s_g))``:

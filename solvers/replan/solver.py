@@ -16,7 +16,7 @@ cluster, speed 1 and R/P slots everywhere, the max load):
 2. ``budget``: when the plan moves more than ``budget`` x the fresh plan's moves, the layers
    saving the most moves are re-planned at the wider slacks of ``BUDGET_SLACKS``, level by
    level, until it fits;
-3. ``method="exact"``: a CP-SAT model per layer over the cluster (:mod:`solvers.migration.exact`),
+3. ``method="exact"``: a CP-SAT model per layer over the cluster (:mod:`solvers.replan.exact`),
    warm-started from the best of the above, within what is left of ``time_limit``; proven
    optimum or gap per layer.
 
@@ -46,7 +46,7 @@ from ..elastic.solver import check_elastic, elastic, fresh_plan, healthy_cluster
 from ..errors import OptionError
 from ..grading import graded_run
 from ..heuristics.speed_pipeline import layer_times
-from ..migration.exact import LayerShares, count_window, solve_layer
+from .exact import LayerShares, count_window, solve_layer
 from ..options import Option, SolverOptions, seed_option, threads_option, time_limit_option
 from ..plan import Plan
 from ..problem import Problem

@@ -17,8 +17,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..clock import clock
-from .exact import fewest_moves
+from solvers.clock import clock
+from solvers.replan.exact import fewest_moves
 
 
 def layer_moves(xg: np.ndarray, old: np.ndarray) -> int:
