@@ -19,7 +19,7 @@ import streamlit as st
 
 from solvers import get_solver, solver_names
 from solvers.cluster import CLUSTERS, MODELS, Cluster
-from solvers.cluster_text import gpu_ids, per_gpu_values
+from solvers.cluster_text import cluster_from_args, gpu_ids, per_gpu_values
 from solvers.errors import EPLBError, OptionError
 from solvers.options import Option
 from solvers.workloads.catalog import dataset_names
@@ -329,7 +329,8 @@ def cluster_picker(page: str, loads: Loads, default_cluster: str = DEFAULT_CLUST
     model = model if model in MODELS else None
     try:
         real = real_cluster_panel(page, int(nodes), int(gpus))
-        cluster = Cluster(int(nodes), int(gpus), None if real["gpu_slots"] else int(gpus) * int(slots), **real)
+        cluster = cluster_from_args(E, nodes=int(nodes), gpus=int(gpus),
+                                    replicas=None if real["gpu_slots"] else int(gpus) * int(slots), **real).cluster
     except EPLBError as exc:
         return ClusterPick(None, int(groups), model, exc)
     st.caption(policy_note(cluster, E, int(groups)))

@@ -12,7 +12,8 @@ from ..bench.arguments import add_run_arguments
 from ..cluster import MODELS
 from ..workloads.formats import FORMATS, PLAN_FORMATS, TRACE_FORMATS
 from ..workloads.scenarios import SCENARIOS
-from .args import (LOADS_HELP, POLICIES, Parser, add_cluster_args, add_json, add_loads, add_network_args,
+from ..cluster import POLICIES
+from .args import (LOADS_HELP, Parser, add_cluster_args, add_json, add_loads, add_network_args,
                    add_options, add_out, add_real_cluster_args, key_value)
 
 SOLVER_OPTIONS_HELP = ("solver options: every solver declares its options (type, default, allowed values); "

@@ -1,9 +1,10 @@
 """Workloads: synthetic load generators, importers of engines' dumps, plan exporters, datasets.
 
 - :func:`generate` draws a seeded trace for a model preset (:data:`solvers.cluster.MODELS`) and a named
-  scenario (:data:`SCENARIOS`); a :class:`Trace` holds loads ``[steps, layers, experts]``.
+  scenario (:data:`SCENARIOS`); :class:`Loads` (the one loads type) holds ``[steps, layers, experts]``.
 - :func:`windows` / :func:`out_of_sample_pairs` turn a trace into planning windows.
-- :func:`read_trace` / :func:`read_weights` import SGLang, vLLM, Megatron, CSV, npz, pt and
+- :func:`read_trace` / :func:`read_weights` (format level, dense layers kept; the front ends'
+  reader is :func:`solvers.io.read_loads`) import SGLang, vLLM, Megatron, CSV, npz, pt and
   JSON dumps; :func:`write_trace` writes traces, :func:`export_plan` writes plans for
   engines (SGLang, TensorRT-LLM, CSV, ours) and :func:`read_exported_plan` reads them back.
 - :func:`load_dataset` / :func:`list_datasets`: the catalog shipped in ``datasets/``.
@@ -23,9 +24,9 @@ _EXPORTS: dict[str, str] = {
     "PLAN_FORMATS": "formats", "TRACE_FORMATS": "formats", "FORMATS": "formats",
     "generate": "generators",
     "LAWS": "scenarios", "SCENARIOS": "scenarios", "Scenario": "scenarios", "get_scenario": "scenarios",
-    "detect_format": "importers", "iter_vllm_steps": "importers", "read_loads": "importers",
+    "detect_format": "importers", "iter_vllm_steps": "importers",
     "read_trace": "importers", "read_weights": "importers",
-    "Trace": "trace", "save_trace": "trace",
+    "Loads": "trace", "Trace": "trace", "save_trace": "trace",
     "out_of_sample_pairs": "windows", "windows": "windows",
 }
 
@@ -35,15 +36,15 @@ if TYPE_CHECKING:
                             write_vllm_json)
     from .formats import FORMATS, PLAN_FORMATS, TRACE_FORMATS
     from .generators import generate
-    from .importers import detect_format, iter_vllm_steps, read_loads, read_trace, read_weights
+    from .importers import detect_format, iter_vllm_steps, read_trace, read_weights
     from .scenarios import LAWS, SCENARIOS, Scenario, get_scenario
-    from .trace import Trace, save_trace
+    from .trace import Loads, Trace, save_trace
     from .windows import out_of_sample_pairs, windows
 
 __all__ = [
     "SCENARIOS", "Scenario", "get_scenario", "LAWS",
-    "generate", "Trace", "save_trace", "windows", "out_of_sample_pairs",
-    "FORMATS", "detect_format", "read_loads", "read_trace", "read_weights", "iter_vllm_steps",
+    "generate", "Loads", "Trace", "save_trace", "windows", "out_of_sample_pairs",
+    "FORMATS", "detect_format", "read_trace", "read_weights", "iter_vllm_steps",
     "PLAN_FORMATS", "TRACE_FORMATS", "export_plan", "read_exported_plan", "plan_to_sglang",
     "plan_to_trtllm", "write_trace", "write_vllm_json",
     "load_dataset", "list_datasets", "dataset_names", "dataset_path",

@@ -27,8 +27,7 @@ from ..planfile import file_sha256
 from ..routing.generator import generate_routing
 from ..routing.trace import save_routing
 from .generators import SCENARIOS, generate
-from .importers import read_trace
-from .trace import Trace, save_trace
+from .trace import Loads, save_trace
 from ..safewrite import write_text_atomic
 
 CATALOG_FILE = "catalog.json"
@@ -143,12 +142,13 @@ def dataset_path(name: str) -> Path:
     return path
 
 
-def load_dataset(name: str) -> Trace:
-    """The shipped dataset ``name`` as a :class:`Trace` (loads ``[steps, layers, experts]``)."""
+def load_dataset(name: str) -> Loads:
+    """The shipped dataset ``name`` as :class:`Loads` (``[steps, layers, experts]``), read by
+    the one reader (:func:`solvers.io.read_loads`); unknown names raise OptionError."""
+    from ..io import read_loads          # solvers.io resolves dataset names through this module
 
-    trace = read_trace(dataset_path(name))
-    trace.meta = {**trace.meta, "dataset": name}
-    return trace
+    dataset_path(name)
+    return read_loads(name)
 
 
 def loads_sha256(loads) -> str:
