@@ -14,6 +14,7 @@ from .. import safejson                    # json with a depth limit (numpy, no 
 from ..errors import OptionError
 from ..cluster import MODELS
 from ..cluster_text import ClusterArgs, cluster_from_args, gpu_ids, per_gpu_values
+from ..options import check_expert_bytes
 from ..network import DEFAULT_INTER_NODE_BW, DEFAULT_INTRA_NODE_BW, Network
 
 EXIT_USAGE = 2
@@ -140,6 +141,14 @@ def key_value(text: str) -> tuple[str, Any]:
     """argparse type of ``-O``/``--set``: :func:`parse_key_value`, errors as argparse's."""
     try:
         return parse_key_value(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def expert_bytes_arg(text: str) -> int:
+    """argparse type of ``--expert-bytes``: :func:`solvers.options.check_expert_bytes`, the one rule."""
+    try:
+        return check_expert_bytes(int(text) if text.strip().lstrip("+-").isdigit() else text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
