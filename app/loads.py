@@ -1,27 +1,24 @@
 """Where the app's loads come from: a shipped dataset, a generated trace, or an upload.
 
-Everything here is plain Python (no Streamlit), so tests can call it directly. A source
-becomes :class:`solvers.io.Loads` (the one loads type: a trace ``[steps, layers, experts]``
+Everything here is plain Python (no Streamlit), so tests can call it directly. A source (datasets:
+:func:`solvers.workloads.catalog.load_dataset`) becomes :class:`solvers.io.Loads` (the one loads type: a trace ``[steps, layers, experts]``
 plus what is known about it: model preset, expert groups, dense layers dropped), read by
 :func:`solvers.io.read_loads` as the CLI reads it; a content hash keys caches.
 """
 from __future__ import annotations
 
 import hashlib
-import re
 from pathlib import Path
 
 import torch
 
 from solvers.errors import LoadFileError
 from solvers.io import Loads, read_loads
-from solvers.workloads.catalog import load_dataset
 from solvers.workloads.formats import SUFFIX_FORMAT
 from solvers.workloads.generators import generate
 
 DEFAULT_DATASET = "deepseek-v3-skewed"
 UPLOAD_SUFFIXES = tuple(s.lstrip(".") for s in SUFFIX_FORMAT)       # the importers' one suffix table
-_TEMP_PATH = re.compile(r"\S*eplb-loads-[^/\s]+/upload\.\w+")
 
 
 def content_hash(*tensors: torch.Tensor) -> str:
@@ -32,11 +29,6 @@ def content_hash(*tensors: torch.Tensor) -> str:
         h.update(f"{t.dtype}{tuple(t.shape)}".encode())
         h.update(t.numpy().tobytes())
     return h.hexdigest()
-
-
-def from_dataset(name: str) -> Loads:
-    """A shipped dataset by name (``eplb datasets`` lists them; unknown names raise OptionError)."""
-    return load_dataset(name)
 
 
 def from_generator(model: str, scenario: str, steps: int, seed: int, tokens_per_step: int,
@@ -57,7 +49,4 @@ def from_upload(filename: str, data: bytes, format: str | None = None) -> Loads:
     if suffix.lstrip(".") not in UPLOAD_SUFFIXES:
         raise LoadFileError("loads", f"{filename}: unsupported file type {suffix or '(none)'}; "
                             f"use one of {', '.join('.' + s for s in UPLOAD_SUFFIXES)}")
-    try:
-        return read_loads(data, format, name=filename)
-    except LoadFileError as exc:          # name the user's file, not the reader's temporary copy
-        raise LoadFileError(exc.param, _TEMP_PATH.sub(filename, str(exc).split(": ", 1)[1])) from None
+    return read_loads(data, format, name=filename)

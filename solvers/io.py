@@ -39,6 +39,9 @@ from .workloads.importers import read_raw
 from .workloads.trace import Loads
 
 
+_TEMP_PATH = re.compile(r"\S*eplb-loads-[^/\s]+/upload\.\w+")     # the copy of bytes read
+
+
 def _split_format(text: str) -> tuple[str | None, str]:
     """(forced format or None, the rest) for ``FORMAT:SPEC``."""
     head, sep, rest = text.partition(":")
@@ -151,7 +154,10 @@ def read_loads(source: str | os.PathLike | bytes | BinaryIO, format: str | None 
         with tempfile.TemporaryDirectory(prefix="eplb-loads-") as tmp:
             path = Path(tmp) / f"upload{suffix.lower()}"
             path.write_bytes(data)
-            loads = read_loads(path, format, steps=steps, drop_dense=drop_dense)
+            try:
+                loads = read_loads(path, format, steps=steps, drop_dense=drop_dense)
+            except LoadFileError as exc:          # name the user's file, not the temporary copy
+                raise LoadFileError(exc.param, _TEMP_PATH.sub(name or "upload", str(exc).split(": ", 1)[1])) from None
         loads.source, loads.path = name or "upload", None
         return loads
     if not isinstance(source, (str, os.PathLike)):

@@ -41,14 +41,7 @@ if TYPE_CHECKING:
     from .trace import Loads, Trace, save_trace
     from .windows import out_of_sample_pairs, windows
 
-__all__ = [
-    "SCENARIOS", "Scenario", "get_scenario", "LAWS",
-    "generate", "Loads", "Trace", "save_trace", "windows", "out_of_sample_pairs",
-    "FORMATS", "detect_format", "read_trace", "read_weights", "iter_vllm_steps",
-    "PLAN_FORMATS", "TRACE_FORMATS", "export_plan", "read_exported_plan", "plan_to_sglang",
-    "plan_to_trtllm", "write_trace", "write_vllm_json",
-    "load_dataset", "list_datasets", "dataset_names", "dataset_path",
-]
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
