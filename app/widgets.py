@@ -406,19 +406,15 @@ def _option_widget(opt: Option, key: str) -> Any:
     label = opt.name.replace("_", " ")
     if opt.type is bool:
         return kept(key, st.checkbox(label, key=keep(key, bool(opt.default)), help=opt.help))
+    if opt.choices:                                       # str or numeric choices: a selectbox
+        choices = list(opt.choices)
+        return kept(key, st.selectbox(label, choices, key=keep(key, opt.default if opt.default in choices
+                                                               else choices[0], choices), help=opt.help))
     if opt.type is str:
-        if opt.choices:
-            choices = list(opt.choices)
-            return kept(key, st.selectbox(label, choices, key=keep(key, opt.default if opt.default in choices
-                                                                   else choices[0], choices), help=opt.help))
         return kept(key, st.text_input(label, key=keep(key, opt.default or ""), help=opt.help))
     integer = opt.type is int
     lo = None if opt.minimum is None else (int(opt.minimum) if integer else float(opt.minimum))
     hi = None if opt.maximum is None else (int(opt.maximum) if integer else float(opt.maximum))
-    if opt.choices:
-        choices = list(opt.choices)
-        return kept(key, st.selectbox(label, choices, key=keep(key, opt.default if opt.default in choices
-                                                               else choices[0], choices), help=opt.help))
     if opt.nullable:
         use = kept(key + ":set", st.checkbox(f"set {label}", key=keep(key + ":set", opt.default is not None),
                                              help=opt.help))

@@ -76,15 +76,6 @@ def _resolve(text: str) -> tuple[str | None, str | list[Path], str | None]:
     raise LoadFileError("loads", f"{text}: no such file or dataset{hint}")
 
 
-def loads_source(spec: str | Path) -> Path | None:
-    """The single file a ``--loads`` spec reads (for provenance checksums), or None when it
-    reads several files."""
-    target = _resolve(split_range(spec)[0])[1]
-    if isinstance(target, list):
-        return target[0] if len(target) == 1 else None
-    return Path(target) if Path(target).is_file() else None
-
-
 def leading_zero_layers(loads: torch.Tensor) -> int:
     """Leading layers whose loads are all zero. loads: [..., layers, experts]. Every layer
     zero gives 0 (nothing to tell dense from MoE)."""
@@ -201,4 +192,4 @@ def read_loads(source: str | os.PathLike | bytes | BinaryIO, format: str | None 
                  files[0] if len(files) == 1 and files[0].is_file() else None)
 
 
-__all__ = ["Loads", "read_loads", "leading_zero_layers", "split_range", "loads_source"]
+__all__ = ["Loads", "read_loads", "leading_zero_layers", "split_range"]
