@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import safejson                    # json with a depth limit (numpy, no torch)
 from ..errors import OptionError
-from ..cluster import MODELS
+from ..cluster import MODELS, POLICIES  # noqa: F401  (POLICIES: the --policy choices, defined once there)
 from ..cluster_text import ClusterArgs, cluster_from_args, gpu_ids, per_gpu_values
 from ..options import check_expert_bytes
 from ..network import DEFAULT_INTER_NODE_BW, DEFAULT_INTRA_NODE_BW, Network

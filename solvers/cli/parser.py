@@ -12,8 +12,7 @@ from ..bench.arguments import add_run_arguments
 from ..cluster import MODELS
 from ..workloads.formats import FORMATS, PLAN_FORMATS, TRACE_FORMATS
 from ..workloads.scenarios import SCENARIOS
-from ..cluster import POLICIES
-from .args import (LOADS_HELP, Parser, add_cluster_args, add_json, add_loads, add_network_args,
+from .args import (LOADS_HELP, POLICIES, Parser, add_cluster_args, add_json, add_loads, add_network_args,
                    add_options, add_out, add_real_cluster_args, expert_bytes_arg, key_value)
 
 SOLVER_OPTIONS_HELP = ("solver options: every solver declares its options (type, default, allowed values); "
@@ -65,7 +64,8 @@ def add_plan(sub) -> None:
                    help="--migration-objective makespan: time the schedules in one-peer rounds (vLLM's rule, "
                         "default) or by bandwidth sharing (docs/dynamics.md)")
     add_network_args(p)
-    p.add_argument("--expert-bytes", type=expert_bytes_arg, default=None, help="bytes per expert for moves (default: the model's)")
+    p.add_argument("--expert-bytes", type=expert_bytes_arg, default=None,
+                   help="bytes per expert for moves (default: the model's)")
     add_routing_arg(p, "; the traffic_aware solver plans on it (-O epsilon=E: imbalance <= 1 + E)")
     add_traffic_weight(p)
     add_out(p, "plan JSON to write", required=True)
@@ -260,7 +260,7 @@ def _add_replay(p: argparse.ArgumentParser) -> None:
                    help="placement policy of every plan (the planner's policy option; default auto: hierarchical "
                         "when the groups split evenly over the nodes)")
     p.add_argument("--window", type=int, default=None, help="steps each plan is made on (default: the period)")
-    p.add_argument("--expert-bytes", type=expert_bytes_arg, default=None, help="bytes per expert (default: the model's)")
+    p.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert (default: the model's)")
     p.add_argument("--stall", choices=("sync", "async"), default="sync",
                    help="a rebalance's weight copies stall serving for their makespan (sync, default) or run in the "
                         "background while the old plan serves (async)")
