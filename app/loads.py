@@ -1,9 +1,10 @@
 """Where the app's loads come from: a shipped dataset, a generated trace, or an upload.
 
-Everything here is plain Python (no Streamlit), so tests can call it directly. A source (datasets:
-:func:`solvers.workloads.catalog.load_dataset`) becomes :class:`solvers.io.Loads` (the one loads type: a trace ``[steps, layers, experts]``
-plus what is known about it: model preset, expert groups, dense layers dropped), read by
-:func:`solvers.io.read_loads` as the CLI reads it; a content hash keys caches.
+Everything here is plain Python (no Streamlit), so tests can call it directly. Every source
+becomes :class:`solvers.io.Loads`, the one loads type (a trace ``[steps, layers, experts]``
+plus what is known about it: model preset, expert groups, dense layers dropped), read as the
+CLI reads it (:func:`solvers.io.read_loads`; datasets by
+:func:`solvers.workloads.catalog.load_dataset`); a content hash keys caches.
 """
 from __future__ import annotations
 
