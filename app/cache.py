@@ -21,7 +21,7 @@ from solvers.bench.store import read_results, read_results_bytes
 from solvers.cluster import CLUSTERS
 from solvers.dynamics import simulate as run_simulation
 from solvers.routing import RoutingTrace
-from solvers.workloads.catalog import load_dataset
+from solvers.io import load_dataset
 
 from . import compute, figures, worker
 from . import loads as loads_mod

@@ -23,7 +23,7 @@ from solvers import backends
 from solvers.migration import replan_after_failure
 from solvers.migration.elastic_bound import bound_elastic
 from solvers.migration.elastic_exact import prove_elastic
-from solvers.workloads.catalog import load_dataset
+from solvers.io import load_dataset
 
 from .heuristic_targets import LOADS, pct, table, timed
 

@@ -192,4 +192,12 @@ def read_loads(source: str | os.PathLike | bytes | BinaryIO, format: str | None 
                  files[0] if len(files) == 1 and files[0].is_file() else None)
 
 
-__all__ = ["Loads", "read_loads", "leading_zero_layers", "split_range"]
+def load_dataset(name: str) -> Loads:
+    """The shipped dataset ``name`` as :class:`Loads` (``[steps, layers, experts]``, with its
+    catalog's model and groups), read as ``--loads NAME`` is; unknown names raise OptionError
+    listing the known ones."""
+    dataset_path(name)
+    return read_loads(name)
+
+
+__all__ = ["Loads", "read_loads", "load_dataset", "leading_zero_layers", "split_range"]

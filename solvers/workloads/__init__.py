@@ -18,7 +18,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS: dict[str, str] = {
-    "dataset_names": "catalog", "dataset_path": "catalog", "list_datasets": "catalog", "load_dataset": "catalog",
+    "dataset_names": "catalog", "dataset_path": "catalog", "list_datasets": "catalog", "load_dataset": "..io",
     "export_plan": "exporters", "plan_to_sglang": "exporters", "plan_to_trtllm": "exporters",
     "read_exported_plan": "exporters", "write_trace": "exporters", "write_vllm_json": "exporters",
     "PLAN_FORMATS": "formats", "TRACE_FORMATS": "formats", "FORMATS": "formats",
@@ -31,7 +31,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 if TYPE_CHECKING:
-    from .catalog import dataset_names, dataset_path, list_datasets, load_dataset
+    from .catalog import dataset_names, dataset_path, list_datasets
     from .exporters import (export_plan, plan_to_sglang, plan_to_trtllm, read_exported_plan, write_trace,
                             write_vllm_json)
     from .formats import FORMATS, PLAN_FORMATS, TRACE_FORMATS
@@ -46,7 +46,8 @@ __all__ = list(_EXPORTS)
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        module = importlib.import_module(f".{_EXPORTS[name]}", __name__)
+        where = _EXPORTS[name]                  # a module of this package, or "..io" (solvers.io)
+        module = importlib.import_module(where if where.startswith(".") else f".{where}", __name__)
         value = globals()[name] = getattr(module, name)
         if _EXPORTS.get("windows") == "windows" and module.__name__.endswith(".windows"):
             globals()["windows"] = module.windows       # the function, not its module of the same name

@@ -27,7 +27,7 @@ from ..planfile import file_sha256
 from ..routing.generator import generate_routing
 from ..routing.trace import save_routing
 from .generators import SCENARIOS, generate
-from .trace import Loads, save_trace
+from .trace import save_trace
 from ..safewrite import write_text_atomic
 
 CATALOG_FILE = "catalog.json"
@@ -140,15 +140,6 @@ def dataset_path(name: str) -> Path:
     if not path.is_file():
         raise LoadFileError("dataset", f"{name}: file {path} is missing")
     return path
-
-
-def load_dataset(name: str) -> Loads:
-    """The shipped dataset ``name`` as :class:`Loads` (``[steps, layers, experts]``), read by
-    the one reader (:func:`solvers.io.read_loads`); unknown names raise OptionError."""
-    from ..io import read_loads          # solvers.io resolves dataset names through this module
-
-    dataset_path(name)
-    return read_loads(name)
 
 
 def loads_sha256(loads) -> str:
