@@ -21,6 +21,7 @@ from solvers.bench.store import read_results, read_results_bytes
 from solvers.cluster import CLUSTERS
 from solvers.dynamics import simulate as run_simulation
 from solvers.routing import RoutingTrace
+from solvers.io import load_dataset
 
 from . import compute, figures, worker
 from . import loads as loads_mod
@@ -30,7 +31,7 @@ from .compute import Holdout, Outcome, run_solver, score_holdout
 
 @st.cache_data(show_spinner="Reading the dataset...", max_entries=16)
 def dataset(name: str) -> loads_mod.Loads:
-    return loads_mod.from_dataset(name)
+    return load_dataset(name)
 
 
 @st.cache_data(show_spinner="Generating the trace...", max_entries=16)

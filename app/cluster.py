@@ -38,8 +38,3 @@ def expert_bytes(model: str | None) -> int | None:
     preset = MODELS.get(model or "")
     return int(preset.expert_bytes) if preset is not None and preset.expert_bytes else None
 
-
-def dense_layers(model: str | None) -> int:
-    """Dense layers before the first MoE layer (engines count them in per-layer maps)."""
-    preset = MODELS.get(model or "")
-    return int(preset.dense_layers) if preset is not None else 0

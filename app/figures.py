@@ -102,7 +102,7 @@ def gpu_load_figure(weights: torch.Tensor, phy2log: torch.Tensor, logcnt: torch.
     weights: [E]; phy2log: [R]; logcnt: [E]. One bar trace holds every segment (x = GPU,
     ``base`` = the load below it on that GPU): the browser draws one trace much faster than
     one per slot, and one figure faster than two. The segments' sum per GPU is the scorer's
-    ``gpu_load`` for this layer (:func:`bar_totals` reads it back)."""
+    ``gpu_load`` for this layer (the tests read it back)."""
     tokens, expert, rank = replica_loads(weights, phy2log, logcnt, num_gpus)   # [P, S] each
     P, S = tokens.shape
     cnt = _np(logcnt).astype(np.int64)
@@ -191,16 +191,6 @@ def _node_panel(fig: go.Figure, load: np.ndarray) -> None:
                       xaxis2={"domain": [GPU_DOMAIN + 0.06, 1.0], "anchor": "y2",
                               "title": f"node (dashed: mean {mean:,.0f})"},
                       yaxis2={"anchor": "x2", "rangemode": "tozero", "side": "right", "title": "tokens per node"})
-
-
-def bar_totals(fig: go.Figure) -> np.ndarray:
-    """[P] the bars' totals per x position (sum of the segments there) on the per-GPU axes:
-    what a reader sees per GPU."""
-    bars = [t for t in fig.data if t.type == "bar" and t.xaxis in (None, "x") and t.x is not None
-            and len(t.x) and t.x[0] is not None]
-    x = np.concatenate([np.asarray(t.x, dtype=np.int64) for t in bars])
-    y = np.concatenate([np.asarray(t.y, dtype=np.float64) for t in bars])
-    return np.bincount(x, weights=y)
 
 
 def load_heatmap(gpu_load: torch.Tensor, num_nodes: int) -> go.Figure:

@@ -19,7 +19,7 @@ import streamlit as st
 
 from solvers import get_solver, solver_names
 from solvers.cluster import CLUSTERS, MODELS, Cluster
-from solvers.cluster_text import gpu_ids, per_gpu_values
+from solvers.cluster_text import cluster_from_args, gpu_ids, per_gpu_values
 from solvers.errors import EPLBError, OptionError
 from solvers.options import Option
 from solvers.workloads.catalog import dataset_names
@@ -329,7 +329,8 @@ def cluster_picker(page: str, loads: Loads, default_cluster: str = DEFAULT_CLUST
     model = model if model in MODELS else None
     try:
         real = real_cluster_panel(page, int(nodes), int(gpus))
-        cluster = Cluster(int(nodes), int(gpus), None if real["gpu_slots"] else int(gpus) * int(slots), **real)
+        cluster = cluster_from_args(E, nodes=int(nodes), gpus=int(gpus),
+                                    replicas=None if real["gpu_slots"] else int(gpus) * int(slots), **real).cluster
     except EPLBError as exc:
         return ClusterPick(None, int(groups), model, exc)
     st.caption(policy_note(cluster, E, int(groups)))
@@ -405,19 +406,15 @@ def _option_widget(opt: Option, key: str) -> Any:
     label = opt.name.replace("_", " ")
     if opt.type is bool:
         return kept(key, st.checkbox(label, key=keep(key, bool(opt.default)), help=opt.help))
+    if opt.choices:                                       # str or numeric choices: a selectbox
+        choices = list(opt.choices)
+        return kept(key, st.selectbox(label, choices, key=keep(key, opt.default if opt.default in choices
+                                                               else choices[0], choices), help=opt.help))
     if opt.type is str:
-        if opt.choices:
-            choices = list(opt.choices)
-            return kept(key, st.selectbox(label, choices, key=keep(key, opt.default if opt.default in choices
-                                                                   else choices[0], choices), help=opt.help))
         return kept(key, st.text_input(label, key=keep(key, opt.default or ""), help=opt.help))
     integer = opt.type is int
     lo = None if opt.minimum is None else (int(opt.minimum) if integer else float(opt.minimum))
     hi = None if opt.maximum is None else (int(opt.maximum) if integer else float(opt.maximum))
-    if opt.choices:
-        choices = list(opt.choices)
-        return kept(key, st.selectbox(label, choices, key=keep(key, opt.default if opt.default in choices
-                                                               else choices[0], choices), help=opt.help))
     if opt.nullable:
         use = kept(key + ":set", st.checkbox(f"set {label}", key=keep(key + ":set", opt.default is not None),
                                              help=opt.help))

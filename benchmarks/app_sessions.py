@@ -24,7 +24,7 @@ import statistics
 import time
 from pathlib import Path
 
-from app.harness import CHART, EXCEPTION, browser, free_port, running_app, wait_healthy
+from benchmarks.app_harness import CHART, EXCEPTION, browser, free_port, running_app, wait_healthy
 
 _WATCH = """(() => { const t0 = performance.now(); const id = setInterval(() => {
   if (document.querySelector('%s')) { window.__chartAt = performance.now(); clearInterval(id); } }, 50); })();""" % CHART

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from app.harness import CHART, browser, chromium_path, serve, wait_idle
+from benchmarks.app_harness import CHART, browser, chromium_path, serve, wait_idle
 
 TARGETS = {"explore_first_render_s": 3.0, "chart_change_s": 0.5, "view_change_s": 0.5, "compare_4_solvers_s": 10.0}
 # Explore's views and a text that only the view's chart has.

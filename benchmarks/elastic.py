@@ -21,7 +21,7 @@ from solvers import Cluster, Problem, score, solve
 from solvers import backends
 from solvers.elastic import replan_after_failure
 from benchmarks.elastic_exact import prove_elastic
-from solvers.workloads.catalog import load_dataset
+from solvers.io import load_dataset
 
 from .elastic_bound import bound_elastic
 from .heuristic_targets import LOADS, pct, table, timed

@@ -41,7 +41,8 @@ import torch
 from solvers import Problem, solve
 from solvers.cluster import Cluster, get_model
 from solvers.scoring import score
-from solvers.workloads.catalog import GENERATED, load_dataset
+from solvers.workloads.catalog import GENERATED
+from solvers.io import load_dataset
 from solvers.workloads.generators import generate
 
 from .report import verdict

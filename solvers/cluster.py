@@ -441,6 +441,17 @@ def get_model(model: str) -> ModelPreset:
     return MODELS[model]
 
 
+def dense_rows(model: str | None, num_layers: int | None, dropped: int = 0) -> int:
+    """Dense-layer rows before the MoE layers in an engine's per-layer map (SGLang's, TensorRT-LLM's
+    keys) of a plan for ``num_layers`` MoE layers: the model preset's dense layers when the
+    loads are the whole model's MoE layers (engines count them), else the leading all-zero
+    layers ``dropped`` from the loads' file. The one dense-layer rule of the CLI's and the app's
+    exports; a map read back for loads keeps its last rows, one per MoE layer
+    (:func:`solvers.workloads.exporters.read_plan_for_loads`)."""
+    preset = MODELS.get(model or "")
+    return preset.dense_layers if preset is not None and num_layers == preset.num_layers else dropped
+
+
 def get_cluster(name: str) -> ClusterPreset:
     """The cluster shape named ``name`` (a key of :data:`CLUSTERS`); unknown names raise OptionError."""
     if not isinstance(name, str) or name not in CLUSTERS:

@@ -1,13 +1,16 @@
-"""Per-GPU lists as text, for the CLI flags and the app's fields (torch-free).
+"""Clusters from arguments, for every CLI command and the app's fields (torch-free).
 
-``1,1,1.4,1.4`` or with repeats ``1*2,1.4*2``; or the path of a file holding such numbers
-(separated by commas, spaces or lines). The values themselves are checked by
-:class:`solvers.cluster.Cluster`, once.
+:func:`cluster_from_args` is the one rule from a model preset, nodes, GPUs, slots, speeds and
+failed GPUs to a :class:`solvers.cluster.Cluster`. Per-GPU lists are text: ``1,1,1.4,1.4`` or
+with repeats ``1*2,1.4*2``; or the path of a file holding such numbers (separated by commas,
+spaces or lines). The values themselves are checked by :class:`Cluster`, once.
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, NamedTuple
 
+from .cluster import CLUSTERS, Cluster, dense_rows, get_model, slots_for
 from .errors import OptionError
 
 
@@ -52,3 +55,59 @@ def gpu_ids(text: str | None, param: str = "failed") -> list[int] | None:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise OptionError(param, f"expected comma-separated GPU ids, got {text!r}") from None
+
+
+class ClusterArgs(NamedTuple):
+    """What cluster arguments give: the cluster, the expert groups, the bytes of one expert
+    (the model's; None when unknown) and the dense-layer rows of engine maps (:func:`dense_rows`)."""
+
+    cluster: Cluster
+    num_groups: int
+    expert_bytes: int | None
+    dense_layers: int
+
+
+def cluster_from_args(num_experts: int, *, num_layers: int | None = None, dense_dropped: int = 0,
+                      model: str | None = None, groups: int | None = None, nodes: int | None = None,
+                      gpus: int | None = None, replicas: int | None = None, gpu_speed: Any = None,
+                      gpu_slots: Any = None, failed: Any = None, network: Any = None,
+                      files: bool = True) -> ClusterArgs:
+    """The cluster of a command's (or the app's) arguments for loads of ``num_experts``
+    experts and ``num_layers`` MoE layers (``dense_dropped`` leading all-zero layers dropped).
+
+    A model preset must match the loads (experts, at most its MoE layers, its dense layers)
+    and fills the expert groups, the expert bytes, and the nodes and GPUs left unset (its
+    :data:`CLUSTERS` shape); slots left unset get one spare per GPU with a model.
+    gpu_speed / gpu_slots / failed: lists, or text (:func:`per_gpu_values`, :func:`gpu_ids`;
+    ``files``: a path may hold the values, never in the app). Raises OptionError naming the
+    argument, or the cluster's own errors."""
+    nbytes = None
+    if model is not None:
+        preset = get_model(model)
+        if num_experts != preset.num_experts:
+            raise OptionError("model", f"{model} has {preset.num_experts} routed experts, but the loads "
+                              f"have {num_experts}")
+        if groups is not None and groups != preset.num_groups:
+            raise OptionError("groups", f"{groups} contradicts --model {model} ({preset.num_groups} groups)")
+        if num_layers is not None and num_layers > preset.num_layers:
+            raise OptionError("model", f"{model} has {preset.num_layers} MoE layers, but the loads have "
+                              f"{num_layers} (after {dense_dropped} leading all-zero layers)")
+        if dense_dropped and dense_dropped != preset.dense_layers:
+            raise OptionError("model", f"the loads start with {dense_dropped} all-zero layers; "
+                              f"{model} has {preset.dense_layers} dense layers")
+        groups, nbytes = preset.num_groups, preset.expert_bytes or None
+        shape = CLUSTERS[preset.cluster]
+        nodes, gpus = shape.nodes if nodes is None else nodes, shape.gpus if gpus is None else gpus
+    if gpus is None:
+        raise OptionError("gpus", "give --gpus (and --replicas, --nodes, --groups) or --model NAME")
+    text = lambda v, param: per_gpu_values(v, param, files) if isinstance(v, str) else v  # noqa: E731
+    gpu_speed, gpu_slots = text(gpu_speed, "gpu_speed"), text(gpu_slots, "gpu_slots")
+    failed = gpu_ids(failed) if isinstance(failed, str) else failed
+    if replicas is None and gpu_slots is None:
+        if model is None:
+            raise OptionError("replicas", "give --replicas (or --model NAME for a default cluster)")
+        replicas = slots_for(num_experts, gpus)                 # one spare slot per GPU
+    cluster = Cluster(1 if nodes is None else nodes, gpus, replicas, gpu_speed=gpu_speed, gpu_slots=gpu_slots,
+                      failed=failed, network=network)
+    return ClusterArgs(cluster, 1 if groups is None else groups, nbytes,
+                       dense_rows(model, num_layers, dense_dropped))

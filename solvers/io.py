@@ -1,22 +1,31 @@
-"""Library I/O for front ends: read loads from anything a user has, in one call.
+"""Reading loads: the one reader of every front end (the CLI, the app, datasets, benchmarks).
 
-    info = read_loads("dump_dir/", format="sglang")        # a path, glob or dataset name
-    info = read_loads(uploaded_bytes, name="run.json")     # bytes (the app's uploads)
-    info = read_loads(open("x.npz", "rb"), format="npz")   # a binary file object
-    info.weights   # [moe_layers, experts] summed over the window of steps
-    info.trace     # [steps, moe_layers, experts] of the window (None for a plain matrix)
+    loads = read_loads("dump_dir/", format="sglang")        # a path, glob or dataset name
+    loads = read_loads(uploaded_bytes, name="run.json")     # bytes (the app's uploads)
+    loads = read_loads(open("x.npz", "rb"), format="npz")   # a binary file object
+    loads.weights   # [moe_layers, experts] summed over the window of steps
+    loads.trace     # [steps, moe_layers, experts] of the window (one step for a plain matrix)
+
+A ``--loads`` spec is, in order: an existing file, directory or glob pattern (read by
+:mod:`solvers.workloads.importers`: SGLang dumps, vLLM JSON histories (streamed), Megatron
+per-rank ``.npz``, CSV, ``.npz``, ``.pt``, JSON), else the name of a shipped dataset
+(``datasets/catalog.json``). ``FORMAT:SPEC`` forces a format (``vllm:run.json``); ``SPEC@A:B``
+keeps steps A..B-1 of a trace (Python slice bounds, either may be omitted), so one can plan
+on ``NAME@0:12`` and score on ``NAME@12:24`` (out of sample).
 
 Engines count dense layers in their per-layer dumps (SGLang's recorder writes 61 rows for
 DeepSeek-V3, the first 3 all zero). Leading all-zero layers are detected and dropped, so
 only MoE layers are planned and scored (zero rows would flatter the mean imbalance); the
-count is kept (``dense_layers``) so exported maps get the engine's row count back.
+count is kept (``dense_layers``) so exported maps get the engine's row count back
+(:func:`solvers.cluster.dense_rows`, the one rule).
 """
 from __future__ import annotations
 
+import glob
 import math
 import os
+import re
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -24,48 +33,47 @@ import numpy as np
 import torch
 
 from .errors import LoadFileError
-from .loadfiles import LoadsSpec, resolve_spec
+from .workloads.catalog import dataset_names, dataset_path, list_datasets
 from .workloads.formats import FORMATS, suffix_of
-from .workloads.importers import read_loads as read_raw
+from .workloads.importers import read_raw
+from .workloads.trace import Loads
 
 
-@dataclass(frozen=True)
-class LoadsInfo:
-    """What :func:`read_loads` found.
+_TEMP_PATH = re.compile(r"\S*eplb-loads-[^/\s]+/upload\.\w+")     # the copy of bytes read
 
-    weights: [layers, experts] float loads of the MoE layers, summed over the window.
-    trace: [steps, layers, experts] of the window when the source has steps, else None.
-    format: the detected (or given) format; source: what was read.
-    file_layers: rows per step in the source (the engine's layer count, dense included).
-    dense_layers: leading all-zero layers dropped (0 when none, or when every layer is zero).
-    total_steps: steps in the source (None for a plain matrix); window: the steps kept.
-    path: the one file read (for checksums; None for several files or bytes).
-    """
 
-    weights: torch.Tensor
-    trace: torch.Tensor | None
-    format: str
-    source: str
-    file_layers: int
-    dense_layers: int
-    total_steps: int | None
-    window: tuple[int, int] | None
-    meta: dict[str, Any] = field(default_factory=dict)
-    path: Path | None = None
+def _split_format(text: str) -> tuple[str | None, str]:
+    """(forced format or None, the rest) for ``FORMAT:SPEC``."""
+    head, sep, rest = text.partition(":")
+    if sep and head in FORMATS and not Path(text).exists():
+        return head, rest
+    return None, text
 
-    @property
-    def num_layers(self) -> int:
-        """MoE layers planned (rows of ``weights``)."""
-        return self.weights.shape[0]
 
-    @property
-    def num_experts(self) -> int:
-        return self.weights.shape[1]
+_RANGE = re.compile(r"^(?P<spec>.+)@(?P<start>-?\d*):(?P<stop>-?\d*)$")
 
-    def summary(self) -> dict[str, Any]:
-        return {"format": self.format, "source": self.source, "layers": self.num_layers,
-                "experts": self.num_experts, "file_layers": self.file_layers, "dense_layers": self.dense_layers,
-                "steps": self.total_steps, "window": list(self.window) if self.window else None}
+
+def split_range(spec: str | Path) -> tuple[str, slice | None]:
+    """(spec, step slice or None) for ``SPEC@A:B`` (a real path containing '@' wins)."""
+    text = str(spec)
+    m = _RANGE.match(text)
+    if m is None or Path(text).exists():
+        return text, None
+    to_int = lambda v: int(v) if v else None  # noqa: E731
+    return m["spec"], slice(to_int(m["start"]), to_int(m["stop"]))
+
+
+def _resolve(text: str) -> tuple[str | None, str | list[Path], str | None]:
+    """(forced format or None, what to read: the spec itself or [the dataset file], the
+    dataset name or None)."""
+    fmt, text = _split_format(text)
+    if Path(text).exists() or (any(c in text for c in "*?[") and bool(glob.glob(text))):
+        return fmt, text, None
+    known = dataset_names()
+    if text in known:
+        return fmt, [dataset_path(text)], text
+    hint = f"; shipped datasets: {', '.join(known)}" if known else ""
+    raise LoadFileError("loads", f"{text}: no such file or dataset{hint}")
 
 
 def leading_zero_layers(loads: torch.Tensor) -> int:
@@ -110,14 +118,14 @@ def _window(steps: Any) -> slice:
     raise LoadFileError("steps", f"must be a slice or (start, stop), got {steps!r}")
 
 
-def read_loads(source: str | os.PathLike | LoadsSpec | bytes | BinaryIO, format: str | None = None, *,
-               steps: Any = None, name: str | None = None, drop_dense: bool = True) -> LoadsInfo:
-    """Loads from a path / spec (see ``--loads``: files, per-rank directories, globs, shipped
-    dataset names, ``FORMAT:SPEC``, ``SPEC@A:B``), a spec already resolved
-    (:func:`solvers.loadfiles.resolve_spec`), bytes, or a binary file object. The one loads
-    reader of every front end: leading all-zero (dense) layers are dropped the same way.
+def read_loads(source: str | os.PathLike | bytes | BinaryIO, format: str | None = None, *,
+               steps: Any = None, name: str | None = None, drop_dense: bool = True) -> Loads:
+    """:class:`Loads` from a path or spec (see the module docstring: files, per-rank
+    directories, globs, shipped dataset names, ``FORMAT:SPEC``, ``SPEC@A:B``), bytes, or a
+    binary file object. The one loads reader of every front end: leading all-zero (dense)
+    layers are dropped the same way; a dataset gets its catalog's model and groups.
 
-    format: one of ``solvers.workloads.importers.FORMATS`` (default: detected from the name
+    format: one of ``solvers.workloads.formats.FORMATS`` (default: detected from the name
     and content). steps: a slice or (start, stop) of steps to keep (the planning window).
     name: the original file name of bytes or a file object (its suffix helps detection).
     drop_dense: drop leading all-zero layers (engines' dense layers).
@@ -137,24 +145,25 @@ def read_loads(source: str | os.PathLike | LoadsSpec | bytes | BinaryIO, format:
         with tempfile.TemporaryDirectory(prefix="eplb-loads-") as tmp:
             path = Path(tmp) / f"upload{suffix.lower()}"
             path.write_bytes(data)
-            info = read_loads(path, format, steps=steps, drop_dense=drop_dense)
-        return LoadsInfo(info.weights, info.trace, info.format, name or "upload", info.file_layers,
-                         info.dense_layers, info.total_steps, info.window, info.meta)
-    if not isinstance(source, (str, os.PathLike, LoadsSpec)):
+            try:
+                loads = read_loads(path, format, steps=steps, drop_dense=drop_dense)
+            except LoadFileError as exc:          # name the user's file, not the temporary copy
+                raise LoadFileError(exc.param, _TEMP_PATH.sub(name or "upload", str(exc).split(": ", 1)[1])) from None
+        loads.source, loads.path = name or "upload", None
+        return loads
+    if not isinstance(source, (str, os.PathLike)):
         raise LoadFileError("source", f"must be a path, bytes or a binary file object, got {type(source).__name__}")
-    spec = source if isinstance(source, LoadsSpec) else resolve_spec(source)
-    spec_steps = spec.steps
+    spec = str(source)
+    base, spec_steps = split_range(spec)
     if spec_steps is not None and steps is not None:
-        raise LoadFileError("steps", f"{spec.spec}: give the window either as SPEC@A:B or as steps=, not both")
-    source = spec.spec
+        raise LoadFileError("steps", f"{spec}: give the window either as SPEC@A:B or as steps=, not both")
+    fmt, target, dataset = _resolve(base)
     param = "loads" if spec_steps is not None else "steps"       # the window's origin: SPEC@A:B or steps=
-    raw, meta = read_raw(spec.target, format or spec.format)
-    fmt_used = meta.get("format", format or spec.format or "?")
-    raw, scale = rescale_extreme(raw, str(spec.spec))
+    raw, meta = read_raw(target, format or fmt)
+    raw, scale = rescale_extreme(raw, spec)
     if scale:
         meta = {**meta, "rescaled_by_pow2": scale}
     dense = leading_zero_layers(raw) if drop_dense else 0
-    file_layers = raw.shape[-2]
     if raw.dim() == 3:
         total = raw.shape[0]
         window = _window(spec_steps if spec_steps is not None else steps)
@@ -164,19 +173,31 @@ def read_loads(source: str | os.PathLike | LoadsSpec | bytes | BinaryIO, format:
         trace = raw[start:stop, dense:]
         if trace.shape[0] == 0:
             asked = f"{'' if window.start is None else window.start}:{'' if window.stop is None else window.stop}"
-            raise LoadFileError(param, f"{source}: the window {asked} selects no step: the trace has {total} "
+            raise LoadFileError(param, f"{spec}: the window {asked} selects no step: the trace has {total} "
                                 f"steps (0..{total - 1})")
-        weights = trace.sum(0)
-        win = (start, stop)
     else:
         if spec_steps is not None or steps is not None:
-            raise LoadFileError(param, f"{source}: a window of steps needs [steps, layers, experts] loads, "
+            raise LoadFileError(param, f"{spec}: a window of steps needs [steps, layers, experts] loads, "
                                 f"got shape {tuple(raw.shape)}")
-        trace, weights, total, win = None, raw[dense:], None, None
-    if not weights.is_floating_point():
-        weights = weights.to(torch.float64)
-    return LoadsInfo(weights, trace, str(fmt_used), str(source), file_layers, dense, total, win, meta,
-                     spec.single_file)
+        # a plain matrix is one step (its weights: float64, as a trace's sum)
+        total, trace = None, raw[dense:].unsqueeze(0)
+        trace = trace if trace.is_floating_point() else trace.to(torch.float64)
+    entry: dict[str, Any] = {}
+    if dataset is not None:
+        meta = {**meta, "dataset": dataset}
+        entry = next((e for e in list_datasets() if e.get("name") == dataset), {})
+    files = target if isinstance(target, list) else [Path(target)]
+    return Loads(trace, meta, spec, str(meta.get("format", format or fmt or "?")), entry.get("model"),
+                 entry.get("num_groups"), dense, raw.shape[-2], total, total is None,
+                 files[0] if len(files) == 1 and files[0].is_file() else None)
 
 
-__all__ = ["LoadsInfo", "read_loads", "leading_zero_layers"]
+def load_dataset(name: str) -> Loads:
+    """The shipped dataset ``name`` as :class:`Loads` (``[steps, layers, experts]``, with its
+    catalog's model and groups), read as ``--loads NAME`` is; unknown names raise OptionError
+    listing the known ones."""
+    dataset_path(name)
+    return read_loads(name)
+
+
+__all__ = ["Loads", "read_loads", "load_dataset", "leading_zero_layers", "split_range"]

@@ -149,6 +149,20 @@ def seed_option(default: int = 0) -> Option:
                   role="seed")
 
 
+# Bytes of one routed expert (what one move transfers): the one rule of every entry that takes
+# it (the scorer, transfer schedules, simulate's settings, the CLI's --expert-bytes): None or a
+# whole number of bytes (a bool or 1.5 is a mistake) in [0, 2**62] (bytes summed over every
+# move of a long replay stay exact in int64).
+EXPERT_BYTES = Option("expert_bytes", int, None, "bytes per expert", minimum=0, maximum=2**62, nullable=True)
+
+
+def check_expert_bytes(value: Any) -> int | None:
+    """``value`` checked by :data:`EXPERT_BYTES` (OptionError naming ``expert_bytes``)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+        raise OptionError("expert_bytes", f"must be a whole number of bytes, got {value!r}")
+    return EXPERT_BYTES.validate(value)
+
+
 # Validation ---------------------------------------------------------------------------
 
 def validate_options(solver: str, schema: Iterable[Option], options: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from app.harness import CHART, EXCEPTION, browser, chromium_path, serve, wait_idle
+from benchmarks.app_harness import CHART, EXCEPTION, browser, chromium_path, serve, wait_idle
 
 CHROMIUM = chromium_path()
 if CHROMIUM is None:

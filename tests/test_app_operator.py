@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from solvers import Problem, score, solve  # noqa: E402
 from solvers.cli import main as cli  # noqa: E402
-from solvers.workloads.catalog import load_dataset  # noqa: E402
+from solvers.io import load_dataset  # noqa: E402
 
 # The AppTest helpers and the torch-threads fixture of the page tests (one copy).
 from tests.test_app_pages import _app, _charts, _clean, _keep_torch_threads, _layer_slider  # noqa: E402,F401

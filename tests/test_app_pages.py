@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from app.loads import DEFAULT_DATASET  # noqa: E402
 from solvers import Problem, score, solve  # noqa: E402
-from solvers.workloads.catalog import load_dataset  # noqa: E402
+from solvers.io import load_dataset  # noqa: E402
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 TIMEOUT = 120

@@ -16,7 +16,8 @@ from app.traffic import node_matrix_figure, remote_nodes_figure
 from solvers import Problem, solve
 from solvers.routing import load_routing
 from solvers.traffic import traffic
-from solvers.workloads.catalog import dataset_path, load_dataset
+from solvers.workloads.catalog import dataset_path
+from solvers.io import load_dataset
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 

@@ -19,7 +19,7 @@ from solvers.options import Option, validate_options
 from solvers.planfile import dumps_plan, plan_document, read_plan
 from solvers.result import ModelScope
 from solvers.scoring import score
-from solvers.workloads.catalog import load_dataset
+from solvers.io import load_dataset
 
 README = [[90, 132, 40, 61, 104, 165, 39, 4, 73, 56, 183, 86],
           [20, 107, 104, 64, 19, 197, 187, 157, 172, 86, 16, 27]]

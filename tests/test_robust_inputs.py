@@ -15,7 +15,7 @@ from solvers.cluster import MAX_REPLICAS
 from solvers.problem import MAX_LAYERS
 from solvers.workloads import importers
 from solvers.workloads.generators import generate
-from solvers.workloads.importers import read_loads
+from solvers.workloads.importers import read_raw as read_loads
 
 
 # ----------------------------------------------------------------- size caps

@@ -209,7 +209,9 @@ def test_trace_rejects_bad_loads():
     with pytest.raises(OptionError, match="loads"):
         Trace(torch.zeros(3, 4))
     with pytest.raises(OptionError, match="loads"):
-        Trace(torch.zeros(2, 3, 4))                              # float counts
+        Trace(torch.zeros(2, 3, 4, dtype=torch.bool))
+    # one loads type: float weights are loads too (read_trace still refuses fractional counts)
+    assert torch.equal(Trace(torch.ones(2, 3, 4)).weights, torch.full((3, 4), 2.0))
 
 
 @settings(max_examples=40, deadline=None)

@@ -21,10 +21,13 @@ def cli_read_weights(spec):
 
 def read_array(spec):
     """The loads of a --loads spec, steps kept: [steps, layers, experts], or [layers, experts]."""
-    info = read_loads_spec(spec)
-    return info.trace if info.trace is not None else info.weights
-from solvers.workloads import (Trace, detect_format, generate, iter_vllm_steps, read_loads, read_trace,
+    loads = read_loads_spec(spec)
+    return loads.weights if loads.matrix else loads.trace
+
+
+from solvers.workloads import (Trace, detect_format, generate, iter_vllm_steps, read_trace,  # noqa: E402
                                read_weights, save_trace, write_trace)
+from solvers.workloads.importers import read_raw as read_loads  # noqa: E402  (loads as stored, the format level)
 
 
 @pytest.fixture(scope="module")
@@ -333,7 +336,7 @@ def test_vllm_reader_without_ijson_gives_the_same_trace(tmp_path, truth, monkeyp
 
 
 def test_loads_spec_step_ranges(tmp_path):
-    from solvers.loadfiles import loads_source
+    from solvers.workloads.catalog import dataset_path
 
     tr = generate("olmoe-1b-7b", "drifting", steps=30, seed=1, num_layers=2)
     path = save_trace(tr, tmp_path / "t.npz")
@@ -342,8 +345,8 @@ def test_loads_spec_step_ranges(tmp_path):
     assert torch.equal(cli_read_weights(f"{path}@:-5"), tr.loads[:-5].sum(0))
     assert torch.equal(read_array(f"{path}@3:4"), tr.loads[3:4])
     assert torch.equal(cli_read_weights("olmoe-1b-7b-drifting@0:100"),
-                       read_trace(loads_source("olmoe-1b-7b-drifting")).loads[:100].sum(0))
-    assert loads_source(f"{path}@1:2") == path
+                       read_trace(dataset_path("olmoe-1b-7b-drifting")).loads[:100].sum(0))
+    assert read_loads_spec(f"{path}@1:2").path == path                 # the one file read (checksums)
     expect_error("selects no step", cli_read_weights, f"{path}@40:50")
     expect_error("needs [steps, layers, experts]", cli_read_weights, "readme-example@0:1")
     at = tmp_path / "w@1:2.npz"                                     # a real file name with '@' wins

@@ -7,6 +7,7 @@ import streamlit as st
 import torch
 
 from solvers import Problem, get_solver, solver_names
+from solvers.cluster import POLICIES
 from solvers.compare import default_solvers, pick, planned_runs
 from solvers.errors import EPLBError, OptionError
 from solvers.progress import progress_line
@@ -28,7 +29,6 @@ def _holdout_window(loads, window) -> tuple[int, int] | None:
     return stop, min(loads.num_steps, stop + (stop - start))
 
 
-POLICIES = ("auto", "hierarchical", "global")
 DEFAULT_POLICIES = ("hierarchical", "global")
 # The results table: readable headers (the CSV keeps the plain names of solvers.compare).
 _num = st.column_config.NumberColumn

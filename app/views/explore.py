@@ -9,7 +9,7 @@ import streamlit as st
 
 from app import cache, figures, worker
 from app import traffic as traffic_view
-from app.cluster import dense_layers, expert_bytes
+from app.cluster import expert_bytes
 from app.compute import (DISPATCH_MODELS, EXACT_SCALE, exact_report, metric_cards, plan_table, policy_hint,
                          run_line, worst_layer)
 from app.exports import plan_downloads
@@ -24,7 +24,7 @@ from app.widgets import (
     window_picker,
 )
 from solvers import Problem, get_solver, score
-from solvers.cluster import MODELS
+from solvers.cluster import MODELS, dense_rows
 from solvers.dispatch.microbatches import (
     imbalance_stats,
     sample_microbatches,
@@ -304,7 +304,7 @@ def _plan_table(problem, result) -> None:
 
 @st.fragment
 def _downloads(problem, result, loads, model, solver, window) -> None:
-    dense = loads.dense_layers or dense_layers(model)
+    dense = dense_rows(model, loads.num_layers, loads.dense_layers)
     offset = st.number_input("Dense layers before the first MoE layer", 0, 1000, dense, key=f"{PAGE}:offset:{model}",
                              help="engines index layers in the whole model (DeepSeek-V3: 3 dense layers)")
     name = f"{loads.name}@{window[0]}:{window[1]}"

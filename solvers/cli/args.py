@@ -12,12 +12,12 @@ from typing import Any
 
 from .. import safejson                    # json with a depth limit (numpy, no torch)
 from ..errors import OptionError
-from ..cluster import MODELS
-from ..cluster_text import gpu_ids, per_gpu_values
+from ..cluster import MODELS, POLICIES  # noqa: F401  (POLICIES: the --policy choices, defined once there)
+from ..cluster_text import ClusterArgs, cluster_from_args, gpu_ids, per_gpu_values
+from ..options import check_expert_bytes
 from ..network import DEFAULT_INTER_NODE_BW, DEFAULT_INTRA_NODE_BW, Network
 
 EXIT_USAGE = 2
-POLICIES = ("auto", "hierarchical", "global")        # solvers.problem.POLICIES, without torch
 # The argv of the running main(), recorded in plan provenance.
 ARGV: list[str] = []
 
@@ -87,6 +87,15 @@ def real_cluster_kwargs(args: argparse.Namespace) -> dict[str, Any]:
             "failed": gpu_ids(getattr(args, "failed", None))}
 
 
+def cluster_of(args: argparse.Namespace, num_experts: int, num_layers: int | None = None,
+               dense_dropped: int = 0) -> ClusterArgs:
+    """The cluster of a command's --model, --groups, --nodes, --gpus, --replicas and
+    real-cluster and network flags (:func:`solvers.cluster_text.cluster_from_args`, the one rule)."""
+    return cluster_from_args(num_experts, num_layers=num_layers, dense_dropped=dense_dropped, model=args.model,
+                             groups=args.groups, nodes=args.nodes, gpus=args.gpus, replicas=args.replicas,
+                             network=network_from_args(args), **real_cluster_kwargs(args))
+
+
 # Network (what a move costs in seconds) -------------------------------------------------------
 
 def add_network_args(p: argparse.ArgumentParser) -> None:
@@ -136,6 +145,14 @@ def key_value(text: str) -> tuple[str, Any]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def expert_bytes_arg(text: str) -> int:
+    """argparse type of ``--expert-bytes``: :func:`solvers.options.check_expert_bytes`, the one rule."""
+    try:
+        return check_expert_bytes(int(text) if text.strip().lstrip("+-").isdigit() else text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_options(p: argparse.ArgumentParser, help: str) -> None:
     p.add_argument("--option", "-O", action="append", type=key_value, metavar="KEY=VALUE", help=help)
 
@@ -148,6 +165,17 @@ def options_dict(pairs: list[tuple[str, Any]] | None) -> dict[str, Any]:
             raise OptionError(key, "is given twice")
         out[key] = value
     return out
+
+
+def solver_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The -O pairs with ``--policy`` (the same as ``-O policy=...``; one that contradicts
+    -O policy= is refused)."""
+    options = options_dict(args.option)
+    if args.policy is not None:
+        if options.get("policy", args.policy) != args.policy:
+            raise OptionError("policy", f"--policy {args.policy} contradicts -O policy={options['policy']}")
+        options["policy"] = args.policy
+    return options
 
 
 def flag_option(options: dict[str, Any], name: str, value: Any, flag: str, *, declared: bool, solvers: list[str],

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
 import io as _io
 import json
 import sys
@@ -12,11 +11,10 @@ from typing import Any
 
 from ..compare import compare_solvers, default_solvers, pick, planned_runs, table_rows
 from ..errors import OptionError
-from ..io import read_loads
-from ..loadfiles import split_range
+from ..io import read_loads, split_range
 from ..planfile import write_text_atomic
 from ..registry import get_solver
-from .inputs import problem_from_args, read_any_plan, read_loads_arg
+from .inputs import problem_from_args, read_any_plan
 from .routing import routing_arg, token_bytes_arg
 from .args import flag_option, options_dict
 
@@ -31,31 +29,38 @@ def _split_names(text: str | None, param: str) -> list[str] | None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    info, spec = read_loads_arg(args.loads)
+    info = read_loads(args.loads)
     problem, dense, preset_bytes = problem_from_args(args, info)
     holdout = holdout_steps = None
     if args.holdout is not None:
-        window = split_range(f"{spec.base}@{args.holdout}")[1]      # the same loads, another window of steps
+        base = split_range(args.loads)[0]
+        window = split_range(f"{base}@{args.holdout}")[1]      # the same loads, another window of steps
         if window is None:
             raise OptionError("holdout", f"must be A:B step bounds, got {args.holdout!r}")
-        h = read_loads(dataclasses.replace(spec, steps=None), steps=window)
+        h = read_loads(base, steps=window)
         if (h.num_layers, h.num_experts) != (info.num_layers, info.num_experts):
             raise OptionError("holdout", "the held-out window has another shape than the loads")
         holdout = problem.with_weights(h.weights)
-        holdout_steps = h.trace          # scored step by step (None for a plain matrix)
+        holdout_steps = None if h.matrix else h.trace          # scored step by step
     previous = read_any_plan(args.previous, info, "previous")[0] if args.previous else None
     expert_bytes = args.expert_bytes if args.expert_bytes is not None else preset_bytes
     routing = routing_arg(args, problem)
     names = _split_names(args.solvers, "solvers") or default_solvers(holdout=holdout is not None, routing=routing is not None)
-    policies = _split_names(args.policy, "policy") or ["auto"]
     options = options_dict(args.option)
+    policies = _split_names(args.policy, "policy")
+    if "policy" in options:                 # -O policy= is --policy (one rule: args.solver_options)
+        given = options.pop("policy")
+        if policies not in (None, [given]):
+            raise OptionError("policy", f"--policy {args.policy} contradicts -O policy={given}")
+        policies = [given]
+    policies = policies or ["auto"]
     flag_option(options, "traffic_weight", args.traffic_weight, "--traffic-weight", solvers=names,
                 declared=any("traffic_weight" in get_solver(n).options for n in names), owner="traffic_aware")
     progress = _progress(len(planned_runs(problem, names, policies)))
     rows = compare_solvers(problem, names, policies=policies, holdout=holdout, previous=previous,
                            expert_bytes=expert_bytes if previous is not None else None,
                            options=options, time_limit=args.time_limit, on_progress=progress,
-                           history=info.trace, holdout_steps=holdout_steps,
+                           history=None if info.matrix else info.trace, holdout_steps=holdout_steps,
                            routing=routing, token_bytes=None if routing is None else token_bytes_arg(args, routing))
     best, reason = pick(rows)
     plain = table_rows(rows)

@@ -22,8 +22,7 @@ from ..dynamics.sweep import best_net, frontier, frontier_table, suggest, sweep
 from ..errors import OptionError
 from ..progress import progress_mode
 from ..safewrite import write_atomic, write_text_atomic
-from ..cluster import CLUSTERS, Cluster, get_model, slots_for
-from .args import network_from_args, options_dict, real_cluster_kwargs
+from .args import cluster_of, options_dict
 from .inputs import dropped_note, read_trace_arg
 from .parser import REPLAY_FLAGS, SIMULATE_FLAGS
 
@@ -33,28 +32,8 @@ REPLAYS = "the simulator replays steps"
 def cluster_from_args(args: argparse.Namespace, num_experts: int) -> tuple[dict[str, Any], int | None]:
     """(cluster and num_groups, as simulate's keywords) and the model's expert bytes. With
     --model, unset sizes come from the model's cluster preset (one spare slot per GPU)."""
-    groups, nodes, gpus, replicas, nbytes = args.groups, args.nodes, args.gpus, args.replicas, None
-    if args.model is not None:
-        preset = get_model(args.model)
-        if preset.num_experts != num_experts:
-            raise OptionError("model", f"{args.model} has {preset.num_experts} routed experts, the loads have "
-                              f"{num_experts}")
-        if groups is not None and groups != preset.num_groups:
-            raise OptionError("groups", f"{groups} contradicts --model {args.model} ({preset.num_groups} groups)")
-        groups = preset.num_groups
-        default = CLUSTERS[preset.cluster]
-        nodes = default.nodes if nodes is None else nodes
-        gpus = default.gpus if gpus is None else gpus
-        nbytes = preset.expert_bytes or None
-    if gpus is None:
-        raise OptionError("gpus", "give --gpus (and --replicas, --nodes, --groups) or --model NAME")
-    real = real_cluster_kwargs(args)
-    if replicas is None and real["gpu_slots"] is None:
-        if args.model is None:
-            raise OptionError("replicas", "give --replicas (or --model NAME for a default cluster)")
-        replicas = slots_for(num_experts, gpus)                 # one spare slot per GPU
-    cluster = Cluster(nodes or 1, gpus, replicas, network=network_from_args(args), **real)
-    return {"cluster": cluster, "num_groups": groups or 1}, nbytes
+    c = cluster_of(args, num_experts)
+    return {"cluster": c.cluster, "num_groups": c.num_groups}, c.expert_bytes
 
 
 def planner_options(args: argparse.Namespace) -> dict[str, Any]:

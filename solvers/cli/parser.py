@@ -14,7 +14,7 @@ from ..dynamics.settings import SETTINGS
 from ..workloads.formats import FORMATS, PLAN_FORMATS, TRACE_FORMATS
 from ..workloads.scenarios import SCENARIOS
 from .args import (LOADS_HELP, POLICIES, Parser, add_cluster_args, add_json, add_loads, add_network_args,
-                   add_options, add_out, add_real_cluster_args, key_value)
+                   add_options, add_out, add_real_cluster_args, expert_bytes_arg, key_value)
 
 SOLVER_OPTIONS_HELP = ("solver options: every solver declares its options (type, default, allowed values); "
                        "`eplb solvers` prints them as a table. Pass them with -O KEY=VALUE.")
@@ -65,7 +65,8 @@ def add_plan(sub) -> None:
                    help="--migration-objective makespan: time the schedules in one-peer rounds (vLLM's rule, "
                         "default) or by bandwidth sharing (docs/dynamics.md)")
     add_network_args(p)
-    p.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert for moves (default: the model's)")
+    p.add_argument("--expert-bytes", type=expert_bytes_arg, default=None,
+                   help="bytes per expert for moves (default: the model's)")
     add_routing_arg(p, "; the traffic_aware solver plans on it (-O epsilon=E: imbalance <= 1 + E)")
     add_traffic_weight(p)
     add_out(p, "plan JSON to write", required=True)
@@ -81,7 +82,7 @@ def add_score(sub) -> None:
                                                   "or CSV map")
     s.add_argument("--previous", help="previous plan (same formats): migration moves and, with an expert size, "
                                       "the weight-transfer schedule (makespan and its lower bound)")
-    s.add_argument("--expert-bytes", type=int, default=None,
+    s.add_argument("--expert-bytes", type=expert_bytes_arg, default=None,
                    help="bytes per expert, for moves in bytes and transfer times (default: --model's)")
     s.add_argument("--model", default=None, help="engine maps: model preset for the expert groups")
     s.add_argument("--gpus", type=int, default=None, help="engine maps without GPUs (SGLang, TensorRT-LLM): GPUs P")
@@ -115,7 +116,7 @@ def add_compare(sub) -> None:
     c.add_argument("--holdout", default=None, metavar="A:B", help="held-out steps A..B-1 of the same loads "
                                                                  "(imbalance out of sample)")
     c.add_argument("--previous", default=None, help="plan in force (eplb, SGLang, TensorRT-LLM or CSV): moves")
-    c.add_argument("--expert-bytes", type=int, default=None, help="bytes per expert (default: the model's)")
+    c.add_argument("--expert-bytes", type=expert_bytes_arg, default=None, help="bytes per expert (default: the model's)")
     c.add_argument("--time-limit", type=float, default=None, help="seconds for each solver with a time limit")
     add_routing_arg(c, " (a column per plan; traffic_aware joins the default solvers)")
     add_traffic_weight(c)

@@ -14,9 +14,9 @@ from ..result import SolveResult
 from ..scoring import with_traffic
 from ..entry import solve
 from .routing import routing_arg, token_bytes_arg
-from .args import command_line, fail, flag_option, options_dict
-from .inputs import (dropped_note, format_metrics, loads_sha256, plan_cluster, problem_from_args, read_any_plan,
-                     read_loads_arg)
+from ..io import read_loads
+from .args import command_line, fail, flag_option, solver_options
+from .inputs import dropped_note, format_metrics, loads_sha256, plan_cluster, problem_from_args, read_any_plan
 
 
 # plan_with_migration's own keywords: set by --migration-slack, --migration, --migration-budget.
@@ -24,11 +24,7 @@ _MIGRATION_KEYWORDS = ("slack", "method", "budget")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    options = options_dict(args.option)
-    if args.policy is not None:
-        if "policy" in options:
-            raise OptionError("policy", "given both as --policy and -O policy=")
-        options["policy"] = args.policy
+    options = solver_options(args)
     flag_option(options, "traffic_weight", args.traffic_weight, "--traffic-weight", solvers=[args.solver],
                 declared="traffic_weight" in get_solver(args.solver).options, owner="traffic_aware")
     # The schema refuses what is not an option of this solver (solve()'s own parameters
@@ -40,7 +36,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if clash:
             raise OptionError(clash, f"-O {clash}= clashes with the migration flags; use --migration-slack, "
                               f"--migration, --migration-budget")
-    info, _ = read_loads_arg(args.loads)
+    info = read_loads(args.loads)
     problem, dense, preset_bytes = problem_from_args(args, info)
     previous = previous_cluster = None
     if args.previous:

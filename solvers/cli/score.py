@@ -13,9 +13,11 @@ from ..problem import Problem
 from ..scoring import score
 from ..workloads.exporters import live_map
 from ..cluster import get_model
+from ..cluster_text import cluster_from_args
 from .routing import routing_arg, token_bytes_arg
 from .args import network_from_args, real_cluster_kwargs
-from .inputs import dropped_note, format_metrics, plan_cluster, read_any_plan, read_loads_arg
+from ..io import read_loads
+from .inputs import dropped_note, format_metrics, plan_cluster, read_any_plan
 
 
 def per_gpu_summary(gpu_load: torch.Tensor, num_nodes: int, top: int = 3) -> str:
@@ -49,7 +51,7 @@ def exact_line(t: dict) -> str:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    info, _ = read_loads_arg(args.loads)
+    info = read_loads(args.loads)
     plan, shape, doc = read_any_plan(args.plan, info)
     if shape is not None and "num_replicas" in shape:
         if (shape["num_layers"], shape["num_experts"]) != (info.num_layers, info.num_experts):
@@ -64,9 +66,6 @@ def cmd_score(args: argparse.Namespace) -> int:
         gpus = args.gpus or (shape or {}).get("num_gpus")
         if not gpus:
             raise OptionError("gpus", f"{args.plan} is an engine map that does not record GPUs; pass --gpus")
-        groups = args.groups
-        if args.model is not None:
-            groups = groups or get_model(args.model).num_groups
         if plan.num_layers != info.num_layers:
             raise LoadFileError("plan", f"{args.plan} has {plan.num_layers} layers, the loads {info.num_layers}")
         real = real_cluster_kwargs(args)
@@ -74,8 +73,9 @@ def cmd_score(args: argparse.Namespace) -> int:
         if real.get("failed") and real["gpu_slots"] is None and slots % gpus == 0:
             # an engine map padded for failed ranks (docs/formats.md): their slots serve nothing
             plan = live_map(plan, gpus, real["failed"])
-        problem = Problem(info.weights, None if real["gpu_slots"] is not None else slots, groups or 1,
-                          args.nodes, gpus, **real)
+        c = cluster_from_args(info.num_experts, model=args.model, groups=args.groups, nodes=args.nodes, gpus=gpus,
+                              replicas=None if real["gpu_slots"] is not None else slots, **real)
+        problem = Problem(info.weights, cluster=c.cluster, num_groups=c.num_groups)
     network = network_from_args(args)                       # checked before any work
     if args.schedule == "exact":
         if not args.previous:

@@ -130,7 +130,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         raise OptionError("to", f"loads convert to one of {', '.join(TRACE_FORMATS)}, got {args.to!r}")
     # The one loads reader; a conversion keeps every row (an engine's dense rows included).
     info = read_loads(args.input, args.format, drop_dense=False)
-    trace = as_trace(info.trace if info.trace is not None else info.weights, info.meta)
+    trace = as_trace(info.trace, info.meta)                # integer counts (a matrix is one step)
     path = write_trace(trace, args.out, args.to)
     print(f"wrote {path}: {_describe(trace)}")
     return 0

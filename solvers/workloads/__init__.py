@@ -1,9 +1,10 @@
 """Workloads: synthetic load generators, importers of engines' dumps, plan exporters, datasets.
 
 - :func:`generate` draws a seeded trace for a model preset (:data:`solvers.cluster.MODELS`) and a named
-  scenario (:data:`SCENARIOS`); a :class:`Trace` holds loads ``[steps, layers, experts]``.
+  scenario (:data:`SCENARIOS`); :class:`Loads` (the one loads type) holds ``[steps, layers, experts]``.
 - :func:`windows` / :func:`out_of_sample_pairs` turn a trace into planning windows.
-- :func:`read_trace` / :func:`read_weights` import SGLang, vLLM, Megatron, CSV, npz, pt and
+- :func:`read_trace` / :func:`read_weights` (format level, dense layers kept; the front ends'
+  reader is :func:`solvers.io.read_loads`) import SGLang, vLLM, Megatron, CSV, npz, pt and
   JSON dumps; :func:`write_trace` writes traces, :func:`export_plan` writes plans for
   engines (SGLang, TensorRT-LLM, CSV, ours) and :func:`read_exported_plan` reads them back.
 - :func:`load_dataset` / :func:`list_datasets`: the catalog shipped in ``datasets/``.
@@ -17,42 +18,36 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS: dict[str, str] = {
-    "dataset_names": "catalog", "dataset_path": "catalog", "list_datasets": "catalog", "load_dataset": "catalog",
+    "dataset_names": "catalog", "dataset_path": "catalog", "list_datasets": "catalog", "load_dataset": "..io",
     "export_plan": "exporters", "plan_to_sglang": "exporters", "plan_to_trtllm": "exporters",
     "read_exported_plan": "exporters", "write_trace": "exporters", "write_vllm_json": "exporters",
     "PLAN_FORMATS": "formats", "TRACE_FORMATS": "formats", "FORMATS": "formats",
     "generate": "generators",
     "LAWS": "scenarios", "SCENARIOS": "scenarios", "Scenario": "scenarios", "get_scenario": "scenarios",
-    "detect_format": "importers", "iter_vllm_steps": "importers", "read_loads": "importers",
+    "detect_format": "importers", "iter_vllm_steps": "importers",
     "read_trace": "importers", "read_weights": "importers",
-    "Trace": "trace", "save_trace": "trace",
+    "Loads": "trace", "Trace": "trace", "save_trace": "trace",
     "out_of_sample_pairs": "windows", "windows": "windows",
 }
 
 if TYPE_CHECKING:
-    from .catalog import dataset_names, dataset_path, list_datasets, load_dataset
+    from .catalog import dataset_names, dataset_path, list_datasets
     from .exporters import (export_plan, plan_to_sglang, plan_to_trtllm, read_exported_plan, write_trace,
                             write_vllm_json)
     from .formats import FORMATS, PLAN_FORMATS, TRACE_FORMATS
     from .generators import generate
-    from .importers import detect_format, iter_vllm_steps, read_loads, read_trace, read_weights
+    from .importers import detect_format, iter_vllm_steps, read_trace, read_weights
     from .scenarios import LAWS, SCENARIOS, Scenario, get_scenario
-    from .trace import Trace, save_trace
+    from .trace import Loads, Trace, save_trace
     from .windows import out_of_sample_pairs, windows
 
-__all__ = [
-    "SCENARIOS", "Scenario", "get_scenario", "LAWS",
-    "generate", "Trace", "save_trace", "windows", "out_of_sample_pairs",
-    "FORMATS", "detect_format", "read_loads", "read_trace", "read_weights", "iter_vllm_steps",
-    "PLAN_FORMATS", "TRACE_FORMATS", "export_plan", "read_exported_plan", "plan_to_sglang",
-    "plan_to_trtllm", "write_trace", "write_vllm_json",
-    "load_dataset", "list_datasets", "dataset_names", "dataset_path",
-]
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        module = importlib.import_module(f".{_EXPORTS[name]}", __name__)
+        where = _EXPORTS[name]                  # a module of this package, or "..io" (solvers.io)
+        module = importlib.import_module(where if where.startswith(".") else f".{where}", __name__)
         value = globals()[name] = getattr(module, name)
         if _EXPORTS.get("windows") == "windows" and module.__name__.endswith(".windows"):
             globals()["windows"] = module.windows       # the function, not its module of the same name

@@ -27,8 +27,7 @@ from ..planfile import file_sha256
 from ..routing.generator import generate_routing
 from ..routing.trace import save_routing
 from .generators import SCENARIOS, generate
-from .importers import read_trace
-from .trace import Trace, save_trace
+from .trace import save_trace
 from ..safewrite import write_text_atomic
 
 CATALOG_FILE = "catalog.json"
@@ -141,14 +140,6 @@ def dataset_path(name: str) -> Path:
     if not path.is_file():
         raise LoadFileError("dataset", f"{name}: file {path} is missing")
     return path
-
-
-def load_dataset(name: str) -> Trace:
-    """The shipped dataset ``name`` as a :class:`Trace` (loads ``[steps, layers, experts]``)."""
-
-    trace = read_trace(dataset_path(name))
-    trace.meta = {**trace.meta, "dataset": name}
-    return trace
 
 
 def loads_sha256(loads) -> str:

@@ -3,7 +3,8 @@
 Every reader returns loads as a torch tensor, ``[steps, layers, experts]`` (or
 ``[layers, experts]`` for a plain matrix), and raises :class:`LoadFileError` naming the
 file and what is wrong with it. :func:`read_trace` wraps any of them into a
-:class:`Trace` of integer counts.
+:class:`solvers.workloads.trace.Loads` of integer counts (keeping dense layers:
+:func:`solvers.io.read_loads` is the reader of the front ends).
 
 Formats (``format=`` names, detected from the suffix and content when not given):
 
@@ -46,7 +47,7 @@ from .. import filecheck, safejson
 from ..filecheck import expand_paths
 from ..errors import LoadFileError
 from ..routing.trace import routing_from_arrays
-from .trace import Trace
+from .trace import Loads
 
 from .formats import FORMATS, SUFFIX_FORMAT  # noqa: F401  (FORMATS re-exported)
 
@@ -689,8 +690,9 @@ def read_json(path: str | Path) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------
 # Entry points
 
-def read_loads(spec: str | Path | Sequence[str | Path], format: str | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
-    """(loads as stored: [layers, experts] or [steps, layers, experts], meta) from any format."""
+def read_raw(spec: str | Path | Sequence[str | Path], format: str | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+    """(loads as stored: [layers, experts] or [steps, layers, experts], meta) from any format
+    (the format level under :func:`solvers.io.read_loads`, which drops dense layers and windows)."""
     paths = expand_paths(spec)
     if format is not None and format not in FORMATS:
         raise LoadFileError("format", f"must be one of {', '.join(FORMATS)}, got {format!r}")
@@ -723,14 +725,14 @@ def read_loads(spec: str | Path | Sequence[str | Path], format: str | None = Non
     return loads, meta
 
 
-def read_trace(spec: str | Path | Sequence[str | Path], format: str | None = None) -> Trace:
-    """A :class:`Trace` (integer counts ``[steps, layers, experts]``) from any format; a
+def read_trace(spec: str | Path | Sequence[str | Path], format: str | None = None) -> Loads:
+    """:class:`Loads` (integer counts ``[steps, layers, experts]``) from any format; a
     ``[layers, experts]`` matrix becomes one step."""
-    return as_trace(*read_loads(spec, format))
+    return as_trace(*read_raw(spec, format))
 
 
-def as_trace(loads: torch.Tensor, meta: dict[str, Any]) -> Trace:
-    """A :class:`Trace` of integer counts from loads as read (``[layers, experts]`` becomes one
+def as_trace(loads: torch.Tensor, meta: dict[str, Any]) -> Loads:
+    """:class:`Loads` of integer counts from loads as read (``[layers, experts]`` becomes one
     step); fractional loads are refused."""
     meta = dict(meta)
     loads = _integral(loads)
@@ -741,7 +743,7 @@ def as_trace(loads: torch.Tensor, meta: dict[str, Any]) -> Trace:
         loads = loads.unsqueeze(0)
     meta.setdefault("num_layers", loads.shape[1])
     meta.setdefault("num_experts", loads.shape[2])
-    return Trace(loads, meta)
+    return Loads(loads, meta)
 
 
 def read_weights(spec: str | Path | Sequence[str | Path], format: str | None = None) -> torch.Tensor:
@@ -751,5 +753,5 @@ def read_weights(spec: str | Path | Sequence[str | Path], format: str | None = N
     fmt = format or detect_format(paths[0])
     if fmt == "vllm" and len(paths) == 1:
         return sum_vllm(paths[0])
-    loads, _ = read_loads(paths, fmt)
+    loads, _ = read_raw(paths, fmt)
     return loads.sum(0) if loads.dim() == 3 else loads

@@ -1,4 +1,5 @@
-"""Serve the app headless and drive it with Debian's Chromium (browser tests, speed script).
+"""Serve the app headless and drive it with Debian's Chromium (the browser tests and the app benchmarks;
+not part of the app).
 
 No browser is downloaded: Playwright drives ``/usr/bin/chromium`` (or ``$BROWSER_PATH``)
 through ``executable_path``.
