@@ -30,7 +30,7 @@ _EXPORTS: dict[str, str] = {
     "SolverOutput": "registry", "SolverSpec": "registry", "get_solver": "registry", "register": "registry",
     "solver_names": "registry",
     "SolveResult": "result", "Termination": "result", "SolutionStatus": "result",
-    "Score": "scoring", "score": "scoring",
+    "Score": "scoring", "score": "evaluate",
     "BoundViolation": "solve", "InvalidSolverPlan": "solve", "SolverBug": "solve", "solve": "solve",
 }
 
@@ -43,7 +43,8 @@ if TYPE_CHECKING:
     from .problem import Problem
     from .registry import SolverOutput, SolverSpec, get_solver, register, solver_names
     from .result import SolutionStatus, SolveResult, Termination
-    from .scoring import Score, score
+    from .evaluate import score
+    from .scoring import Score
     from .solve import BoundViolation, InvalidSolverPlan, SolverBug, solve
 
 __all__ = [

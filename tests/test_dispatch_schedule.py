@@ -10,7 +10,7 @@ from torch.overrides import TorchFunctionMode
 
 from solvers import Plan, PlanError, ProblemError
 from solvers.dispatch import schedule_tokens, schedule_with_bound
-from solvers.dispatch.lp import optimal_max_loads, solve_lp
+from benchmarks.schedule_lp import optimal_max_loads, solve_lp
 from solvers.backends import highs_available
 
 needs_highs = pytest.mark.skipif(not highs_available(), reason="highspy not installed")

@@ -299,7 +299,8 @@ def test_scheduled_split_in_time_is_the_integer_optimum():
 
     import numpy as np
 
-    from solvers.dispatch.timed import lp_time, split_one
+    from benchmarks.schedule_lp import lp_time
+    from solvers.dispatch.schedule import split_one
     rng = random.Random(2)
     for _ in range(40):
         E, P = rng.randint(2, 3), rng.randint(2, 3)

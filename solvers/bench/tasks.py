@@ -22,7 +22,7 @@ from solvers.cluster import auto_policy
 from solvers.errors import EPLBError, OptionError, PlanError
 from solvers.options import option_by_role
 from solvers.registry import get_solver, solver_names
-from solvers.scoring import score
+from solvers.evaluate import score
 from solvers.solve import BoundViolation, InvalidSolverPlan, solve
 
 from .dynamics_tasks import is_trace_id, run_dynamics_task

@@ -10,7 +10,7 @@ from ..planfile import plan_document, write_plan
 from ..progress import Ticker, progress_mode
 from ..registry import get_solver
 from ..result import SolveResult
-from ..scoring import with_traffic
+from ..traffic import with_traffic
 from ..solve import solve
 from .routing import routing_arg, token_bytes_arg
 from .args import command_line, fail, flag_option, options_dict

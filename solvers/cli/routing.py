@@ -12,7 +12,7 @@ from ..problem import Problem
 from ..routing import RoutingSpec, generate_routing, read_routing, save_routing
 from ..routing.coactivation import coactivation_lift
 from ..routing.trace import RoutingTrace
-from ..scoring import trace_token_bytes
+from ..traffic import trace_token_bytes
 from ..workloads.catalog import ROUTING, dataset_path
 
 

@@ -11,7 +11,7 @@ from ..errors import LoadFileError, OptionError
 from ..migration.transfer_models import schedule_with
 from ..migration.transfers import exact_schedule, write_schedule
 from ..problem import Problem
-from ..scoring import score
+from ..evaluate import score
 from ..workloads.exporters import live_map
 from ..cluster import get_model
 from .routing import routing_arg, token_bytes_arg

@@ -12,8 +12,8 @@ import torch
 
 from ..errors import ProblemError
 from ..plan import Plan
-from ..scoring import per_slot_loads
-from .schedule import check_tokens, schedule_tokens
+from ..scoring import check_tokens, per_slot_loads
+from .schedule import schedule_tokens
 
 
 def multinomial_counts(probs: torch.Tensor, total: int, generator: torch.Generator | None = None
