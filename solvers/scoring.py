@@ -210,22 +210,13 @@ def new_pairs(phy2log: torch.Tensor, previous: torch.Tensor, num_experts: int, n
     return (distinct & ~held).sum(1)
 
 
-def off_node_share(weights: torch.Tensor, plan: Plan, num_groups: int, num_nodes: int,
-                   slot_node: torch.Tensor | None = None) -> torch.Tensor:
-    """[L] share of tokens served outside their group's home node (no routing statistics
-    needed: with group-limited routing a token stays on few nodes exactly when its groups'
-    replicas stay home). weights: [L, E]. slot_node: [R] node of every slot (default
-    R/N consecutive slots per node)."""
-    w = weights.to(torch.float64)
-    p2l, cnt = plan.phy2log.to(w.device), plan.logcnt.to(w.device)
-    per_slot = per_slot_loads(w, p2l, cnt)                                   # [L, R]
-    return off_node_share_of_slots(per_slot, p2l, w.shape[1], num_groups, num_nodes, slot_node)
-
-
 def off_node_share_of_slots(per_slot: torch.Tensor, phy2log: torch.Tensor, num_experts: int,
                             num_groups: int, num_nodes: int, slot_node: torch.Tensor | None = None) -> torch.Tensor:
-    """:func:`off_node_share` from the tokens each slot serves, per_slot: [L, R] float64
-    (any dispatch model)."""
+    """[L] share of tokens served outside their group's home node (no routing statistics
+    needed: with group-limited routing a token stays on few nodes exactly when its groups'
+    replicas stay home), from the tokens each slot serves, per_slot: [L, R] float64 (any
+    dispatch model). slot_node: [R] node of every slot (default R/N consecutive slots per
+    node)."""
     L, R = phy2log.shape
     E = num_experts
     node = (torch.arange(R, device=per_slot.device) // (R // num_nodes) if slot_node is None
@@ -413,10 +404,8 @@ def score_validated(problem: Problem, plan: Plan, previous: Plan | None = None,
     if problem.num_groups > 1 and problem.num_experts % problem.num_groups == 0:
         slot_node = None if slot_gpu is None else slot_gpu // cluster.gpus_per_node
         if per_slot is None:
-            off = off_node_share(problem.weights, plan, problem.num_groups, N)
-        else:
-            off = off_node_share_of_slots(per_slot, plan.phy2log, problem.num_experts, problem.num_groups, N,
-                                          slot_node)
+            per_slot = per_slot_loads(problem.weights.to(torch.float64), plan.phy2log, plan.logcnt)   # [L, R]
+        off = off_node_share_of_slots(per_slot, plan.phy2log, problem.num_experts, problem.num_groups, N, slot_node)
     total_max = float(max_load.sum())
     summary = {
         "max_load_sum": total_max,

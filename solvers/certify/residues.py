@@ -6,7 +6,7 @@ With integer expert loads w, an expert with c replicas puts w / c = floor(w / c)
 mean B = W_n / n is rarely on the grid that the plan's counts allow: with every expert
 at one or two replicas all loads are multiples of 1/2, so a node with B = X + 5/8
 cannot get its busiest GPU below X + 1, whatever the packing. The re-splits of
-:mod:`.repartition` and :mod:`.repack` stop there (0.002 - 0.004 % above the bound on
+:mod:`.resplit` stop there (0.002 - 0.004 % above the bound on
 DeepSeek-V3 layers) because no exchange of replicas changes the residues.
 
 Here the residues are designed first, then the integers packed around them, for a
