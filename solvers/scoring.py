@@ -153,17 +153,10 @@ def uneven_slot_gpu(problem: Problem) -> torch.Tensor | None:
 def duplicates_per_row(phy2log: torch.Tensor, num_gpus: int, slot_gpu: torch.Tensor | None = None) -> torch.Tensor:
     """[L] int64: (GPU, expert) pairs with >= 2 replicas on that GPU, per row of phy2log [L, R].
     slot_gpu: [R] the GPU of every slot when GPUs hold different slot counts."""
-    L, R = phy2log.shape
-    if slot_gpu is not None:
-        key = (slot_gpu.to(phy2log.device) * (int(phy2log.max()) + 1 if phy2log.numel() else 1)
-               + phy2log).sort(1).values
-        same = key[:, 1:] == key[:, :-1]                                      # [L, R-1]
-        run_start = same & ~torch.nn.functional.pad(same, (1, 0))[:, :-1]
-        return run_start.sum(1)
-    s = phy2log.view(L, num_gpus, R // num_gpus).sort(-1).values
-    same = s[..., 1:] == s[..., :-1]                                      # [L, P, S-1]
-    run_start = same & ~torch.nn.functional.pad(same, (1, 0))[..., :-1]
-    return run_start.flatten(1).sum(1)
+    key = _pair_keys(phy2log, phy2log.shape[1], num_gpus, slot_gpu)       # expert ids < R
+    same = key[:, 1:] == key[:, :-1]                                      # [L, R-1]
+    run_start = same & ~torch.nn.functional.pad(same, (1, 0))[:, :-1]
+    return run_start.sum(1)
 
 
 def count_duplicates(phy2log: torch.Tensor, num_gpus: int, slot_gpu: torch.Tensor | None = None) -> int:
@@ -176,11 +169,10 @@ def gpu_presence(phy2log: torch.Tensor, num_experts: int, num_gpus: int,
     """[L, P, E] bool: GPU g holds at least one replica of expert e (slot_gpu: [R] the GPU
     of every slot when GPUs hold different slot counts)."""
     L, R = phy2log.shape
+    gpu = (torch.arange(R, device=phy2log.device) // (R // num_gpus) if slot_gpu is None
+           else slot_gpu.to(phy2log.device))
     pres = torch.zeros(L, num_gpus, num_experts, dtype=torch.bool, device=phy2log.device)
-    if slot_gpu is not None:
-        pres.view(L, -1).scatter_(1, slot_gpu.to(phy2log.device) * num_experts + phy2log, True)
-        return pres
-    pres.scatter_(2, phy2log.view(L, num_gpus, R // num_gpus), True)
+    pres.view(L, -1).scatter_(1, gpu * num_experts + phy2log, True)
     return pres
 
 

@@ -156,12 +156,14 @@ def _hist_quantile(hist: torch.Tensor, q: float) -> torch.Tensor:
     return (cum < need).sum(1).to(torch.float64)
 
 
-def _distinct_sorted(values: torch.Tensor, exclude: torch.Tensor) -> torch.Tensor:
-    """Distinct values per row of [M, k] other than ``exclude`` [M] (any range)."""
+def _distinct_sorted(values: torch.Tensor, exclude: torch.Tensor, counts: bool = True):
+    """Distinct values per row of [M, k] other than ``exclude`` [M] (any range); with
+    ``counts`` False, (the sorted rows [M, k], [M, k] bool the first of each such value)."""
     s = values.sort(-1).values
     new = torch.ones_like(s, dtype=torch.bool)
     new[:, 1:] = s[:, 1:] != s[:, :-1]
-    return (new & (s != exclude.unsqueeze(1))).sum(1)
+    new &= s != exclude.unsqueeze(1)
+    return new.sum(1) if counts else (s, new)
 
 
 def traffic(plan: Plan, cluster: Cluster, trace: RoutingTrace, token_bytes: int = 1, *,
@@ -228,10 +230,7 @@ def traffic(plan: Plan, cluster: Cluster, trace: RoutingTrace, token_bytes: int 
             key = (key_base[:Lc] + (a * N << N)) + (w >> 32)
             node_sets += torch.bincount(key.view(-1), minlength=L * N << N)
             gbits = w & low
-            x = gbits - ((gbits >> 1) & _M1)
-            x = (x & _M2) + ((x >> 2) & _M2)
-            x = (x + (x >> 4)) & _M4
-            g_cnt = ((x * 0x01010101) & low) >> 24                          # [Lc, T] bytes 0..3 summed
+            g_cnt = popcount(gbits)                                        # [Lc, T]
             intra[a:b] = lut[(gbits >> shift) & ((1 << gpn) - 1)].sum(1)
             flat[a:b] = g_cnt.sum(1) - intra[a:b]
         else:
@@ -239,16 +238,13 @@ def traffic(plan: Plan, cluster: Cluster, trace: RoutingTrace, token_bytes: int 
             dnode = dest // gpn
             srcr = src.repeat(Lc)
             srcn = src_node.repeat(Lc)
-            n_cnt = _distinct_sorted(dnode, srcn).view(Lc, T)
             g_cnt = _distinct_sorted(dest, srcr).view(Lc, T)
             same = dnode == srcn.unsqueeze(1)
             intra_rows = _distinct_sorted(torch.where(same, dest, srcr.unsqueeze(1)), srcr)
             intra[a:b] = intra_rows.view(Lc, T).sum(1)
             flat[a:b] = (g_cnt.view(-1) - intra_rows).view(Lc, T).sum(1)
-            s = dnode.sort(-1).values
-            new = torch.ones_like(s, dtype=torch.bool)
-            new[:, 1:] = s[:, 1:] != s[:, :-1]
-            new &= s != srcn.unsqueeze(1)
+            s, new = _distinct_sorted(dnode, srcn, counts=False)          # remote nodes, each once
+            n_cnt = new.sum(1).view(Lc, T)
             hit = torch.zeros(Lc * T, N, dtype=torch.int64).scatter_add_(1, s, new.to(torch.int64))
             to_node += hit.view(Lc, T, N).sum(0)
             node_sum[a:b] = n_cnt.sum(1)

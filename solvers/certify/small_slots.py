@@ -456,9 +456,7 @@ def exact_decide(weights: np.ndarray, num_replicas: int, target: float, *, time_
         hint = o.matching(counts)
         for k in range(K):
             m.add_hint(pick[k], bool(hint[k]))
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = float(max(time_limit, 0.01))
-    solver.parameters.num_workers = int(threads)
+    solver = backends.cpsat_solver(max(time_limit, 0.01), threads, seed=1)     # CP-SAT's default seed
     status = solver.solve(m)
     if status == cp_model.INFEASIBLE:
         return False, None
