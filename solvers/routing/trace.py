@@ -26,6 +26,7 @@ import torch
 from ..cluster import MAX_REPLICAS
 from ..errors import LoadFileError, ProblemError
 from ..filecheck import check_npz
+from ..safewrite import write_atomic
 
 # Bounds on what one trace may hold: ids of 2**31 (layer, token, choice) entries take 8 GiB
 # as int32, beyond what the metric is meant to score on one machine.
@@ -174,7 +175,7 @@ def _narrow(a: np.ndarray, num_values: int) -> np.ndarray:
 
 
 def save_routing(trace: RoutingTrace, path: str | Path) -> Path:
-    """Write the canonical ``.npz`` (compressed), atomically (a temporary name, renamed)."""
+    """Write the canonical ``.npz`` (compressed), atomically (:func:`solvers.safewrite.write_atomic`)."""
     path = Path(path)
     if path.suffix.lower() != ".npz":
         raise LoadFileError("path", f"{path}: a routing trace is saved as .npz")
@@ -186,15 +187,11 @@ def save_routing(trace: RoutingTrace, path: str | Path) -> Path:
               "meta": np.array(json.dumps(meta, sort_keys=True))}
     if trace.source_rank is not None:
         arrays["source_rank"] = _narrow(trace.source_rank.numpy(), trace.num_ranks)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
+    def write(tmp: Path) -> None:
         with tmp.open("wb") as fh:
             np.savez_compressed(fh, **arrays)
-        tmp.replace(path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise LoadFileError("out", f"{path}: cannot write ({exc.strerror or exc})") from None
-    return path
+
+    return write_atomic(path, write)
 
 
 def read_npz_arrays(path: Path) -> dict[str, np.ndarray]:
