@@ -46,7 +46,8 @@ def split_masks(slots: int) -> torch.Tensor:
     return mask
 
 
-def busiest_and_others(loads: torch.Tensor, group: torch.Tensor | None = None) -> tuple[torch.Tensor, int, torch.Tensor]:
+def busiest_and_others(loads: torch.Tensor, group: torch.Tensor | None = None
+                       ) -> tuple[torch.Tensor, int, torch.Tensor]:
     """(gpu [P] loads, the busiest GPU g, [H] the GPUs g may trade with: every other one, or
     with ``group`` ([P] node of each GPU) the others on g's node). loads: [P, S]."""
     gpu = loads.sum(1)

@@ -702,8 +702,9 @@ def schedule_with_bound(plan: Plan, tokens, cluster: Cluster | int) -> tuple[tor
     one = (tokens.dim() if isinstance(tokens, torch.Tensor) else np.ndim(tokens)) == 2
     with nullcontext() if on_cuda else one_intra_op_thread():
         if isinstance(cluster, Cluster) and not cluster.homogeneous:
-            check_plan(plan, 1)
-            plan.validate(num_replicas=cluster.num_replicas)
+            if check_plan(plan, 1) and plan.phy2log.shape[-1] != cluster.num_replicas:
+                raise PlanError("plan", f"has {plan.phy2log.shape[-1]} slots per layer, the cluster "
+                                f"{cluster.num_replicas}")
             x, bound = _schedule_in_time(plan, check_tokens(tokens, plan), cluster)
         else:
             device = tokens.device if isinstance(tokens, torch.Tensor) else torch.device("cpu")
