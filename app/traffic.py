@@ -19,8 +19,7 @@ import streamlit as st
 from solvers import Plan, Problem
 from solvers.errors import EPLBError
 from solvers.routing import RoutingTrace, read_routing
-from solvers.scoring import trace_token_bytes
-from solvers.traffic import Traffic, traffic
+from solvers.traffic import Traffic, trace_token_bytes, traffic
 from solvers.workloads.catalog import ROUTING, dataset_path
 
 TEMPLATE = "plotly_white"

@@ -109,7 +109,7 @@ def main(argv=None) -> int:
     else:
         print("CUDA: no device here")
     if args.lp > 0:
-        from solvers.dispatch.lp import solve_lp
+        from benchmarks.schedule_lp import solve_lp
 
         split = schedule_tokens(plan, tokens, 32)
         top = split.view(B, L, 32, -1).sum(-1).max(-1).values

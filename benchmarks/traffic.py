@@ -14,7 +14,7 @@
    communities) are printed too, for sensitivity.
 3. **Gap.** On small instances (16 experts, top-4, 150 tokens, 2 nodes x 2 GPUs, 16 and 20
    slots) the heuristic's inter-node copies against the CP-SAT lower bound
-   (:func:`solvers.routing.bound.traffic_bound`) at the heuristic's own imbalance limit,
+   (:func:`benchmarks.traffic_bound.traffic_bound`) at the heuristic's own imbalance limit,
    with the dispatch fixed per (source GPU, expert) as the scorer's, and with the older
    per-token dispatch relaxation beside it.
 
@@ -57,7 +57,7 @@ import torch
 from solvers import Cluster, Problem, score, solve
 from solvers.cluster import ModelPreset
 from solvers.routing import RoutingTrace, generate_routing, load_routing
-from solvers.routing.bound import traffic_bound
+from benchmarks.traffic_bound import traffic_bound
 from solvers.routing.coactivation import coactivation_lift
 from solvers.traffic import traffic
 from solvers.workloads.catalog import ROUTING, dataset_path
@@ -261,7 +261,7 @@ def real_clusters() -> None:
 def gaps() -> None:
     small = ModelPreset("small-16", 2, 16, 1, 4, cluster="nodes-2x4")
     # identical GPUs at 16 and 20 slots, and a real cluster (slots 6, 4, 5, 5; one node at
-    # speed 1.4): the limit is then a time imbalance (solvers.routing.bound)
+    # speed 1.4): the limit is then a time imbalance (benchmarks.traffic_bound)
     shapes = (("R=16", Cluster(2, 4, 16)), ("R=20", Cluster(2, 4, 20)),
               ("real R=20", Cluster(2, 4, gpu_slots=[6, 4, 5, 5], gpu_speed=[1.0, 1.0, 1.4, 1.4])))
     for label, cluster in shapes:

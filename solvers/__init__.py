@@ -28,7 +28,7 @@ _EXPORTS: dict[str, str] = {
     "SolverOutput": "registry", "SolverSpec": "registry", "get_solver": "registry", "register": "registry",
     "solver_names": "registry",
     "SolveResult": "result", "Termination": "result", "SolutionStatus": "result",
-    "Score": "scoring", "score": "scoring",
+    "Score": "scoring", "score": "evaluate",
     "BoundViolation": "grading", "InvalidSolverPlan": "grading", "SolverBug": "grading", "solve": "entry",
 }
 
@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from .problem import Problem
     from .registry import SolverOutput, SolverSpec, get_solver, register, solver_names
     from .result import SolutionStatus, SolveResult, Termination
-    from .scoring import Score, score
+    from .evaluate import score
+    from .scoring import Score
     from .entry import solve
     from .grading import BoundViolation, InvalidSolverPlan, SolverBug
 

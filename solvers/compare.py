@@ -25,7 +25,9 @@ from .plan import Plan
 from .problem import Problem
 from .registry import get_solver
 from .routing.trace import RoutingTrace
-from .scoring import Score, score, with_traffic
+from .evaluate import score
+from .scoring import Score
+from .traffic import with_traffic
 from .entry import solve
 
 DEFAULT_SOLVERS = ("deepseek", "kk_swap", "joint", "best")

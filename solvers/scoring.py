@@ -3,24 +3,26 @@
 Two dispatch models (docs/dispatch.md): the **even split** (each replica of e carries
 ``w_e / c_e``, what vLLM, SGLang and TensorRT-LLM do; the default) and the **scheduled
 split** (per micro-batch, each expert's tokens divided over its replicas to minimise the
-max GPU load, as MicroMoE and LPLB do; :func:`solvers.dispatch.schedule_tokens`). All arithmetic is float64 so that scores of different solvers compare
-exactly, whatever precision a solver used internally.
+max GPU load, as MicroMoE and LPLB do). The scorer scores loads: the scheduled split is a
+feature (:func:`solvers.dispatch.schedule_tokens`) that a front end hands to :func:`score`
+(``scheduler``), and the traffic on a routing trace composes with a score in
+:mod:`solvers.traffic`; ``solvers.score`` (:func:`solvers.evaluate.score`) does both. All
+arithmetic is float64 so that scores of different solvers compare exactly, whatever
+precision a solver used internally.
 """
 from __future__ import annotations
 
-import dataclasses
 import numbers
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Callable
 
+import numpy as np
 import torch
 
-from .cluster import MODELS, Cluster
-from .errors import OptionError, PlanError
+from .cluster import Cluster
+from .errors import OptionError, PlanError, ProblemError
 from .plan import Plan
 from .problem import Problem
-from .routing.trace import RoutingTrace
-from .traffic import Traffic, traffic
 
 
 def _ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
@@ -53,9 +55,6 @@ class Score:
         when the plan was scored on ``tokens`` (None otherwise). Then gpu_load sums the
         micro-batches and max_load / mean_load sum each micro-batch's max / mean (the time
         a layer takes is the sum of its micro-batches' slowest GPUs).
-    traffic: the dispatch traffic on a per-token routing trace (:class:`solvers.traffic.Traffic`:
-        distinct remote nodes and GPUs per token, bytes per link class, node x node matrix),
-        when the plan was scored with ``routing``; its headline numbers join the summary.
     off_node_share: [layers] inter-node traffic proxy: the share of tokens served by a
         replica outside its group's home node (the node serving most of that group's
         tokens); 0 for a strict hierarchical plan. None without groups (G = 1) or when
@@ -84,7 +83,6 @@ class Score:
     def objective(self) -> torch.Tensor:
         """[layers] what every solver minimises and every bound bounds: the max GPU time."""
         return self.max_time
-    traffic: Traffic | None = None
 
     @property
     def imbalance_mean(self) -> float:
@@ -155,17 +153,10 @@ def uneven_slot_gpu(problem: Problem) -> torch.Tensor | None:
 def duplicates_per_row(phy2log: torch.Tensor, num_gpus: int, slot_gpu: torch.Tensor | None = None) -> torch.Tensor:
     """[L] int64: (GPU, expert) pairs with >= 2 replicas on that GPU, per row of phy2log [L, R].
     slot_gpu: [R] the GPU of every slot when GPUs hold different slot counts."""
-    L, R = phy2log.shape
-    if slot_gpu is not None:
-        key = (slot_gpu.to(phy2log.device) * (int(phy2log.max()) + 1 if phy2log.numel() else 1)
-               + phy2log).sort(1).values
-        same = key[:, 1:] == key[:, :-1]                                      # [L, R-1]
-        run_start = same & ~torch.nn.functional.pad(same, (1, 0))[:, :-1]
-        return run_start.sum(1)
-    s = phy2log.view(L, num_gpus, R // num_gpus).sort(-1).values
-    same = s[..., 1:] == s[..., :-1]                                      # [L, P, S-1]
-    run_start = same & ~torch.nn.functional.pad(same, (1, 0))[..., :-1]
-    return run_start.flatten(1).sum(1)
+    key = _pair_keys(phy2log, phy2log.shape[1], num_gpus, slot_gpu)       # expert ids < R
+    same = key[:, 1:] == key[:, :-1]                                      # [L, R-1]
+    run_start = same & ~torch.nn.functional.pad(same, (1, 0))[:, :-1]
+    return run_start.sum(1)
 
 
 def count_duplicates(phy2log: torch.Tensor, num_gpus: int, slot_gpu: torch.Tensor | None = None) -> int:
@@ -178,11 +169,10 @@ def gpu_presence(phy2log: torch.Tensor, num_experts: int, num_gpus: int,
     """[L, P, E] bool: GPU g holds at least one replica of expert e (slot_gpu: [R] the GPU
     of every slot when GPUs hold different slot counts)."""
     L, R = phy2log.shape
+    gpu = (torch.arange(R, device=phy2log.device) // (R // num_gpus) if slot_gpu is None
+           else slot_gpu.to(phy2log.device))
     pres = torch.zeros(L, num_gpus, num_experts, dtype=torch.bool, device=phy2log.device)
-    if slot_gpu is not None:
-        pres.view(L, -1).scatter_(1, slot_gpu.to(phy2log.device) * num_experts + phy2log, True)
-        return pres
-    pres.scatter_(2, phy2log.view(L, num_gpus, R // num_gpus), True)
+    pres.view(L, -1).scatter_(1, gpu * num_experts + phy2log, True)
     return pres
 
 
@@ -212,22 +202,13 @@ def new_pairs(phy2log: torch.Tensor, previous: torch.Tensor, num_experts: int, n
     return (distinct & ~held).sum(1)
 
 
-def off_node_share(weights: torch.Tensor, plan: Plan, num_groups: int, num_nodes: int,
-                   slot_node: torch.Tensor | None = None) -> torch.Tensor:
-    """[L] share of tokens served outside their group's home node (no routing statistics
-    needed: with group-limited routing a token stays on few nodes exactly when its groups'
-    replicas stay home). weights: [L, E]. slot_node: [R] node of every slot (default
-    R/N consecutive slots per node)."""
-    w = weights.to(torch.float64)
-    p2l, cnt = plan.phy2log.to(w.device), plan.logcnt.to(w.device)
-    per_slot = per_slot_loads(w, p2l, cnt)                                   # [L, R]
-    return off_node_share_of_slots(per_slot, p2l, w.shape[1], num_groups, num_nodes, slot_node)
-
-
 def off_node_share_of_slots(per_slot: torch.Tensor, phy2log: torch.Tensor, num_experts: int,
                             num_groups: int, num_nodes: int, slot_node: torch.Tensor | None = None) -> torch.Tensor:
-    """:func:`off_node_share` from the tokens each slot serves, per_slot: [L, R] float64
-    (any dispatch model)."""
+    """[L] share of tokens served outside their group's home node (no routing statistics
+    needed: with group-limited routing a token stays on few nodes exactly when its groups'
+    replicas stay home), from the tokens each slot serves, per_slot: [L, R] float64 (any
+    dispatch model). slot_node: [R] node of every slot (default R/N consecutive slots per
+    node)."""
     L, R = phy2log.shape
     E = num_experts
     node = (torch.arange(R, device=per_slot.device) // (R // num_nodes) if slot_node is None
@@ -241,24 +222,71 @@ def off_node_share_of_slots(per_slot: torch.Tensor, phy2log: torch.Tensor, num_e
 
 
 SPLITS = ("even", "scheduled")
-# Micro-batch token counts and the scheduled split live in :mod:`solvers.dispatch`, a feature
-# the core scorer does not import: importing it (every front end does, through
-# solvers.builtin) sets this hook, fn(problem, plan, split, tokens) -> [B, L, R] float64.
-MICROBATCH_SLOT_LOADS: dict[str, Any] = {}
+# The scheduled split of every micro-batch: fn(plan, tokens [B, L, E] int64, cluster) ->
+# [B, L, R] int64 tokens per slot (:func:`solvers.dispatch.schedule_tokens`).
+Scheduler = Callable[[Plan, torch.Tensor, Cluster], torch.Tensor]
 
 
-def slot_loads(problem: Problem, plan: Plan, split: str, tokens) -> torch.Tensor:
+def check_tokens(tokens, plan: Plan, param: str = "tokens") -> torch.Tensor:
+    """tokens as int64 ``[B, L, E]`` on their own device (a ``[L, E]`` array is one micro-batch).
+
+    Raises :class:`ProblemError` naming ``param`` for another shape, negative or fractional
+    counts, or non-numbers.
+    """
+    if not isinstance(tokens, torch.Tensor):
+        try:
+            arr = np.asarray(tokens)
+        except (TypeError, ValueError) as exc:
+            raise ProblemError(param, f"must be a rectangular [micro-batches, layers, experts] array "
+                               f"({exc})") from None
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+            raise ProblemError(param, f"must hold token counts (numbers), got dtype {arr.dtype}")
+        tokens = torch.from_numpy(np.ascontiguousarray(arr))
+    t = tokens.detach()
+    if t.dtype == torch.bool or t.is_complex():
+        raise ProblemError(param, f"must hold integer token counts, got dtype {t.dtype}")
+    if t.dim() == 2:
+        t = t.unsqueeze(0)
+    L, E = plan.phy2log.shape[0], plan.logcnt.shape[1]
+    if t.dim() != 3 or tuple(t.shape[1:]) != (L, E):
+        raise ProblemError(param, f"must have shape [micro-batches, {L}, {E}] (the plan's layers and "
+                           f"experts), got {tuple(tokens.shape)}")
+    if t.is_floating_point():
+        if not bool(torch.isfinite(t).all()):
+            raise ProblemError(param, "token counts must be finite")
+        if not bool((t == t.round()).all()):
+            raise ProblemError(param, "token counts must be whole numbers, found fractional values")
+        if t.numel() and float(t.abs().max()) >= 2.0**53:
+            raise ProblemError(param, "token counts must be below 2**53")
+    t = t.to(torch.int64)
+    if t.numel() and bool((t < 0).any()):
+        raise ProblemError(param, f"token counts must be >= 0, found {int(t.min())}")
+    return t
+
+
+def slot_loads(problem: Problem, plan: Plan, split: str, tokens, scheduler: Scheduler | None = None
+               ) -> torch.Tensor:
     """[B, L, R] float64 tokens each slot serves in each micro-batch under ``split``.
 
     tokens: [B, L, E] token counts per micro-batch (or [L, E]); None grades the problem's
-    weights as one micro-batch (the even split is computed here, the rest by the hook).
+    weights as one micro-batch. The scheduled split needs whole token counts and the
+    ``scheduler`` that computes it.
     """
-    if split != "even" or tokens is not None:
-        if "fn" not in MICROBATCH_SLOT_LOADS:
-            raise OptionError("split", "micro-batch tokens and the scheduled split need solvers.dispatch "
-                              "(import solvers.dispatch)")
-        return MICROBATCH_SLOT_LOADS["fn"](problem, plan, split, tokens)
-    return even_slot_loads(problem.weights.unsqueeze(0), plan)
+    if tokens is None:
+        t = problem.weights.unsqueeze(0)
+        if split == "scheduled":
+            if not bool((t == t.round()).all()):
+                raise ProblemError("weights", "the scheduled split needs whole token counts, the problem's "
+                                   "loads are fractional (pass tokens=[micro-batches, layers, experts])")
+            t = t.to(torch.int64)
+    else:
+        t = check_tokens(tokens, plan).to(problem.device)
+    if split == "even":
+        return even_slot_loads(t, plan)
+    if scheduler is None:
+        raise OptionError("split", "the scheduled split needs a token scheduler: call solvers.score, or pass "
+                          "scheduler=solvers.dispatch.schedule_tokens")
+    return scheduler(plan, t, problem.cluster).to(problem.device, torch.float64)
 
 
 def even_slot_loads(t: torch.Tensor, plan: Plan) -> torch.Tensor:
@@ -268,8 +296,7 @@ def even_slot_loads(t: torch.Tensor, plan: Plan) -> torch.Tensor:
 
 def score(problem: Problem, plan: Plan, previous: Plan | None = None,
           expert_bytes: int | None = None, *, split: str = "even", tokens=None,
-          previous_cluster: Cluster | None = None, routing: RoutingTrace | None = None,
-          token_bytes: int | None = None) -> Score:
+          previous_cluster: Cluster | None = None, scheduler: Scheduler | None = None) -> Score:
     """Score ``plan`` on ``problem``; ``previous`` adds migration moves (same layers and GPUs).
 
     split: the dispatch model, "even" (default) or "scheduled" (the optimal split of every
@@ -279,9 +306,8 @@ def score(problem: Problem, plan: Plan, previous: Plan | None = None,
     ``plan`` is a valid plan of ``problem``. previous_cluster: the cluster ``previous`` was
     made for, when it was another (the plan in force before GPUs failed): moves count the
     (GPU, expert) pairs new to a GPU, each plan's slots mapped to GPUs by its own cluster.
-    routing: a per-token routing trace (same layers and experts) adds the dispatch traffic
-    (:func:`solvers.traffic.traffic`); token_bytes: bytes per token and destination (None:
-    the trace's model preset's ``token_bytes`` when it names one, else 1, i.e. token copies).
+    scheduler: the scheduled split's function (:data:`Scheduler`; ``solvers.score`` passes
+    :func:`solvers.dispatch.schedule_tokens`).
 
     On a cluster with per-GPU speeds the objective is time (gpu_time = gpu_load / speed);
     the summary adds the time metrics (``max_time_*``, ``time_imbalance_*``) only there."""
@@ -291,27 +317,8 @@ def score(problem: Problem, plan: Plan, previous: Plan | None = None,
         if not isinstance(value, Plan) and not (name == "previous" and value is None):
             raise PlanError(name, f"must be a solvers.Plan, got {type(value).__name__}")
     plan = problem.validate_plan(plan.to(problem.device))
-    if routing is not None and not isinstance(routing, RoutingTrace):
-        raise PlanError("routing", f"must be a solvers.routing.RoutingTrace, got {type(routing).__name__}")
-    result = score_validated(problem, plan, previous, check_expert_bytes(expert_bytes), split=split, tokens=tokens,
-                             previous_cluster=previous_cluster)
-    if routing is None:
-        return result
-    return with_traffic(result, plan, problem, routing, token_bytes)
-
-
-def with_traffic(result: Score, plan: Plan, problem: Problem, routing: RoutingTrace,
-                 token_bytes: int | None = None) -> Score:
-    """``result`` with the traffic of ``plan`` on ``routing`` added (summary keys too)."""
-    tb = token_bytes if token_bytes is not None else trace_token_bytes(routing)
-    t = traffic(plan, problem.cluster, routing, tb)
-    return dataclasses.replace(result, traffic=t, summary={**result.summary, **t.summary})
-
-
-def trace_token_bytes(routing: RoutingTrace) -> int:
-    """Bytes per token of the trace's model preset (``meta['model']``), else 1."""
-    preset = MODELS.get(routing.meta.get("model", ""))
-    return preset.token_bytes if preset is not None and preset.token_bytes > 0 else 1
+    return score_validated(problem, plan, previous, check_expert_bytes(expert_bytes), split=split, tokens=tokens,
+                           previous_cluster=previous_cluster, scheduler=scheduler)
 
 
 def check_expert_bytes(value) -> int | None:
@@ -327,7 +334,7 @@ def check_expert_bytes(value) -> int | None:
 
 def score_validated(problem: Problem, plan: Plan, previous: Plan | None = None,
                     expert_bytes: int | None = None, *, split: str = "even", tokens=None,
-                    previous_cluster: Cluster | None = None) -> Score:
+                    previous_cluster: Cluster | None = None, scheduler: Scheduler | None = None) -> Score:
     """:func:`score` for a plan already validated against ``problem`` (``solve`` checks a
     solver's plan itself, to tell a solver bug from bad user input)."""
     if split not in SPLITS:
@@ -345,7 +352,7 @@ def score_validated(problem: Problem, plan: Plan, previous: Plan | None = None,
         gpu = gpu_loads(problem.weights, plan, P)
         mb = gpu.unsqueeze(0)                                                    # [1, L, P]
     else:
-        per_slot = slot_loads(problem, plan, split, tokens)                     # [B, L, R]
+        per_slot = slot_loads(problem, plan, split, tokens, scheduler)          # [B, L, R]
         mb = slots_to_gpus(per_slot, slot_gpu, P)                               # [B, L, P]
         gpu = mb.sum(0)
         per_slot = per_slot.sum(0)
@@ -389,10 +396,8 @@ def score_validated(problem: Problem, plan: Plan, previous: Plan | None = None,
     if problem.num_groups > 1 and problem.num_experts % problem.num_groups == 0:
         slot_node = None if slot_gpu is None else slot_gpu // cluster.gpus_per_node
         if per_slot is None:
-            off = off_node_share(problem.weights, plan, problem.num_groups, N)
-        else:
-            off = off_node_share_of_slots(per_slot, plan.phy2log, problem.num_experts, problem.num_groups, N,
-                                          slot_node)
+            per_slot = per_slot_loads(problem.weights.to(torch.float64), plan.phy2log, plan.logcnt)   # [L, R]
+        off = off_node_share_of_slots(per_slot, plan.phy2log, problem.num_experts, problem.num_groups, N, slot_node)
     total_max = float(max_load.sum())
     summary = {
         "max_load_sum": total_max,

@@ -34,20 +34,27 @@ and layer, ``token_bytes = hidden_size x bytes per element`` (the model preset):
 - ``inter_node_flat``: one copy per distinct GPU on another node (an all-to-all without
   node deduplication), for comparison.
 
+**With a score.** :func:`with_traffic` composes the traffic with a plan's score
+(:class:`TrafficScore`: the score, its summary joined by the traffic's headline numbers);
+``solvers.score(..., routing=trace)`` returns one.
+
 Everything is vectorised over layers and tokens (layers in chunks, to bound memory); the
 distinct sets are bitmasks (one int64 per token) when the cluster has at most 62 GPUs, and
 sorted rows otherwise.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
 
-from .cluster import Cluster
+from .cluster import MODELS, Cluster
 from .errors import PlanError
 from .plan import Plan
+from .problem import Problem
 from .routing.trace import RoutingTrace
+from .scoring import Score
 
 # Layers scored at once: [chunk, tokens, top_k] int64 index tensors (8 layers of 100k
 # tokens x top-8 are 51 MB each).
@@ -149,12 +156,14 @@ def _hist_quantile(hist: torch.Tensor, q: float) -> torch.Tensor:
     return (cum < need).sum(1).to(torch.float64)
 
 
-def _distinct_sorted(values: torch.Tensor, exclude: torch.Tensor) -> torch.Tensor:
-    """Distinct values per row of [M, k] other than ``exclude`` [M] (any range)."""
+def _distinct_sorted(values: torch.Tensor, exclude: torch.Tensor, counts: bool = True):
+    """Distinct values per row of [M, k] other than ``exclude`` [M] (any range); with
+    ``counts`` False, (the sorted rows [M, k], [M, k] bool the first of each such value)."""
     s = values.sort(-1).values
     new = torch.ones_like(s, dtype=torch.bool)
     new[:, 1:] = s[:, 1:] != s[:, :-1]
-    return (new & (s != exclude.unsqueeze(1))).sum(1)
+    new &= s != exclude.unsqueeze(1)
+    return new.sum(1) if counts else (s, new)
 
 
 def traffic(plan: Plan, cluster: Cluster, trace: RoutingTrace, token_bytes: int = 1, *,
@@ -221,10 +230,7 @@ def traffic(plan: Plan, cluster: Cluster, trace: RoutingTrace, token_bytes: int 
             key = (key_base[:Lc] + (a * N << N)) + (w >> 32)
             node_sets += torch.bincount(key.view(-1), minlength=L * N << N)
             gbits = w & low
-            x = gbits - ((gbits >> 1) & _M1)
-            x = (x & _M2) + ((x >> 2) & _M2)
-            x = (x + (x >> 4)) & _M4
-            g_cnt = ((x * 0x01010101) & low) >> 24                          # [Lc, T] bytes 0..3 summed
+            g_cnt = popcount(gbits)                                        # [Lc, T]
             intra[a:b] = lut[(gbits >> shift) & ((1 << gpn) - 1)].sum(1)
             flat[a:b] = g_cnt.sum(1) - intra[a:b]
         else:
@@ -232,16 +238,13 @@ def traffic(plan: Plan, cluster: Cluster, trace: RoutingTrace, token_bytes: int 
             dnode = dest // gpn
             srcr = src.repeat(Lc)
             srcn = src_node.repeat(Lc)
-            n_cnt = _distinct_sorted(dnode, srcn).view(Lc, T)
             g_cnt = _distinct_sorted(dest, srcr).view(Lc, T)
             same = dnode == srcn.unsqueeze(1)
             intra_rows = _distinct_sorted(torch.where(same, dest, srcr.unsqueeze(1)), srcr)
             intra[a:b] = intra_rows.view(Lc, T).sum(1)
             flat[a:b] = (g_cnt.view(-1) - intra_rows).view(Lc, T).sum(1)
-            s = dnode.sort(-1).values
-            new = torch.ones_like(s, dtype=torch.bool)
-            new[:, 1:] = s[:, 1:] != s[:, :-1]
-            new &= s != srcn.unsqueeze(1)
+            s, new = _distinct_sorted(dnode, srcn, counts=False)          # remote nodes, each once
+            n_cnt = new.sum(1).view(Lc, T)
             hit = torch.zeros(Lc * T, N, dtype=torch.int64).scatter_add_(1, s, new.to(torch.int64))
             to_node += hit.view(Lc, T, N).sum(0)
             node_sum[a:b] = n_cnt.sum(1)
@@ -294,3 +297,31 @@ def traffic(plan: Plan, cluster: Cluster, trace: RoutingTrace, token_bytes: int 
     }
     return Traffic(remote_nodes, nodes_p99, remote_gpus, gpus_p99, nodes_hist, node_matrix, totals,
                    layer_bytes, dispatched, token_bytes, T, summary)
+
+
+@dataclass(frozen=True)
+class TrafficScore(Score):
+    """A :class:`~solvers.scoring.Score` with the dispatch traffic of its plan on a per-token
+    routing trace (:class:`Traffic`: distinct remote nodes and GPUs per token, bytes per link
+    class, node x node matrix); the summary holds the traffic's headline numbers too."""
+
+    traffic: Traffic | None = None
+
+
+def trace_token_bytes(routing: RoutingTrace) -> int:
+    """Bytes per token of the trace's model preset (``meta['model']``), else 1."""
+    preset = MODELS.get(routing.meta.get("model", ""))
+    return preset.token_bytes if preset is not None and preset.token_bytes > 0 else 1
+
+
+def with_traffic(result: Score, plan: Plan, problem: Problem, routing: RoutingTrace,
+                 token_bytes: int | None = None) -> TrafficScore:
+    """``result`` (the score of ``plan``, valid for ``problem``) with the traffic of ``plan`` on
+    ``routing`` added, summary keys too. token_bytes: bytes per token and destination (None:
+    the trace's model preset's ``token_bytes`` when it names one, else 1, i.e. token copies)."""
+    if not isinstance(routing, RoutingTrace):
+        raise PlanError("routing", f"must be a solvers.routing.RoutingTrace, got {type(routing).__name__}")
+    tb = token_bytes if token_bytes is not None else trace_token_bytes(routing)
+    t = traffic(plan, problem.cluster, routing, tb)
+    fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(Score)}
+    return TrafficScore(**{**fields, "summary": {**result.summary, **t.summary}}, traffic=t)

@@ -8,8 +8,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from solvers.certify.repack import count_moves, num_splits, polish_three, three_way_masks
-from solvers.certify.repartition import polish
+from solvers.certify.resplit import count_moves, num_splits, polish, three_way_masks
 from tests.brute import brute_force, packing_optimum
 
 
@@ -36,7 +35,7 @@ def test_three_gpus_reach_the_packing_optimum(slots, values, normalised):
         items = items / items.sum() * 1e-3
     loads = items.view(3, slots)
     experts = torch.arange(3 * slots).view(3, slots)
-    new_loads, new_experts = polish_three(loads, experts, deadline=time.perf_counter() + 5)
+    new_loads, new_experts = polish(loads, experts, deadline=time.perf_counter() + 5, ways=3)
     assert sorted(new_experts.reshape(-1).tolist()) == list(range(3 * slots))
     assert torch.equal(items[new_experts], new_loads)
     best = packing_optimum(items.tolist(), [1] * (3 * slots), 3, False)
@@ -50,7 +49,7 @@ def test_never_worse_and_keeps_replicas_and_groups(gpus, slots, seed):
     loads = torch.rand(gpus, slots, generator=gen, dtype=torch.float64) * 100
     experts = torch.arange(gpus * slots).view(gpus, slots)
     group = torch.arange(gpus) % 2
-    new_loads, new_experts = polish_three(loads, experts, deadline=time.perf_counter() + 5, group=group)
+    new_loads, new_experts = polish(loads, experts, deadline=time.perf_counter() + 5, ways=3, group=group)
     assert float(new_loads.sum(1).max()) <= float(loads.sum(1).max())
     flat = loads.reshape(-1)
     assert torch.equal(flat[new_experts], new_loads)
@@ -64,7 +63,7 @@ def test_three_gpus_help_where_two_gpu_resplits_are_stuck():
     loads = torch.tensor([[9.0, 17.0, 5.0], [9.0, 5.0, 13.0], [11.0, 7.0, 12.0]], dtype=torch.float64)
     experts = torch.arange(9).view(3, 3)
     two, _ = polish(loads, experts, deadline=time.perf_counter() + 5)
-    three, _ = polish_three(loads, experts, deadline=time.perf_counter() + 5)
+    three, _ = polish(loads, experts, deadline=time.perf_counter() + 5, ways=3)
     assert float(two.sum(1).max()) == 31.0
     assert float(three.sum(1).max()) == packing_optimum(loads.reshape(-1).tolist(), [1] * 9, 3, False) == 30.0
 
@@ -79,8 +78,8 @@ def test_count_moves_leave_a_fixed_count_local_optimum():
     # another expert reaches the optimum 39 (brute force over counts and packings)
     w = torch.tensor([29.0, 33.0, 32.0, 4.0, 14.0], dtype=torch.float64)
     experts = torch.tensor([0, 0, 1, 2, 3, 4]).view(3, 2)
-    loads, experts = polish_three((w / torch.tensor([2, 1, 1, 1, 1]))[experts], experts,
-                                  deadline=time.perf_counter() + 5)
+    loads, experts = polish((w / torch.tensor([2, 1, 1, 1, 1]))[experts], experts,
+                            deadline=time.perf_counter() + 5, ways=3)
     assert float(loads.sum(1).max()) == 46.0
     moved = count_moves(w, experts, deadline=time.perf_counter() + 5)
     assert _max_load(w, moved) == pytest.approx(brute_force(w.tolist(), 6, 3), rel=1e-12) == 39.0

@@ -10,10 +10,31 @@ from hypothesis import given, settings, strategies as st
 
 from solvers.backends import highs_available
 from tests.brute import brute_force, packing_optimum
-from solvers.certify.small_slots import (candidate_below, count_options, count_search, exact_feasible, lp_bound,
-                                         lp_feasible, pair_phy2log, pair_values, prove_optimal)
+from solvers.certify.small_slots import (candidate_below, count_options, count_search, decision_below,
+                                         exact_decide, lp_bound, lp_feasible, pair_phy2log, pair_values)
 
 needs_highs = pytest.mark.skipif(not highs_available(), reason="needs highspy")
+
+
+# Test references: the exact model without its plan, and an optimality proof of a value.
+
+def exact_feasible(weights: np.ndarray, num_replicas: int, target: float, *, time_limit: float,
+                   threads: int = 1) -> bool | None:
+    """:func:`exact_decide` without the plan: False = no plan has max load <= target,
+    True = one has, None = not decided."""
+    return exact_decide(weights, num_replicas, target, time_limit=time_limit, threads=threads)[0]
+
+
+def prove_optimal(weights: np.ndarray, num_replicas: int, value: float, *, time_limit: float,
+                  threads: int = 1) -> float | None:
+    """A bound for every plan equal to ``value`` (rounded down by ROUND_DOWN) when the exact
+    model proves that no plan reaches the largest possible load below it; None if CP-SAT
+    does not decide in time or finds such a plan (the caller's plan is then not optimal)."""
+    target, bound = decision_below(weights, num_replicas, value)
+    if target <= 0 or exact_feasible(weights, num_replicas, target, time_limit=time_limit,
+                                     threads=threads) is False:
+        return bound
+    return None
 
 
 @st.composite

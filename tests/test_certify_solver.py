@@ -11,7 +11,7 @@ import solvers.certify  # noqa: F401  registers "certify"
 from solvers import Problem, get_solver, solve
 from solvers.bounds import lower_bound, structure_bound
 from solvers.certify import gap_closure
-from solvers.certify.repartition import polish, split_masks
+from solvers.certify.resplit import polish, split_masks
 from solvers.errors import OptionError
 from solvers.backends import highs_available
 from tests.brute import brute_force, packing_optimum

@@ -44,7 +44,7 @@ def test_fake_clock_is_installed_and_restored():
 
 def test_certify_repartition_stops_on_the_fake_clock():
     """A deadline already past on the fake clock: no re-split is tried (the same plan back)."""
-    from solvers.certify.repartition import polish
+    from solvers.certify.resplit import polish
 
     g = torch.Generator().manual_seed(0)
     w = torch.exp(torch.randn(16, generator=g, dtype=torch.float64)) * 100

@@ -86,7 +86,8 @@ def test_bad_history_names_the_option(history, message):
 
 # Real clusters: per-GPU speeds, uneven slot counts, failed GPUs (planned and scored in time).
 from solvers import Cluster  # noqa: E402
-from solvers.scoring import count_duplicates, score  # noqa: E402
+from solvers.evaluate import score  # noqa: E402
+from solvers.scoring import count_duplicates  # noqa: E402
 
 
 def _real_problem(speed=None, slots=None, failed=None, E=32, L=3, seed=0):

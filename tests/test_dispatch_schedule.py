@@ -10,7 +10,7 @@ from torch.overrides import TorchFunctionMode
 
 from solvers import Plan, PlanError, ProblemError
 from solvers.dispatch import schedule_tokens, schedule_with_bound
-from solvers.dispatch.lp import optimal_max_loads, solve_lp
+from benchmarks.schedule_lp import optimal_max_loads, solve_lp
 from solvers.backends import highs_available
 
 needs_highs = pytest.mark.skipif(not highs_available(), reason="highspy not installed")
@@ -406,3 +406,23 @@ def test_a_plan_is_laid_out_once_and_again_when_changed_in_place():
     plan.phy2log[0, 0] = 7                                   # now invalid: checked again, rejected
     with pytest.raises(PlanError, match="^phy2log"):
         schedule_tokens(plan, tokens, 2)
+
+
+def test_one_entry_schedules_real_clusters_in_time():
+    """schedule_tokens over a Cluster: the push-relabel on a homogeneous one, the exact split in
+    time (split_one per instance) on speeds, uneven slots and failed GPUs."""
+    from solvers import Cluster
+    from solvers.dispatch.schedule import split_one
+
+    plan = Plan.from_phy2log([[0, 1, 0, 2, 1, 3, 0, 2]], 4)
+    tokens = torch.tensor([[[9, 4, 6, 3]], [[0, 7, 1, 5]]])
+    homogeneous = Cluster(1, 4, 8)
+    assert torch.equal(schedule_tokens(plan, tokens, homogeneous), schedule_tokens(plan, tokens, 4))
+    real = Cluster(1, 4, None, gpu_slots=[3, 2, 3, 0], gpu_speed=[1.0, 2.0, 1.4, 1.0])
+    x, bound = schedule_with_bound(plan, tokens, real)
+    slot_gpu, speed = np.array(real.slot_gpus()), np.array(real.gpu_speed)
+    for b in range(2):
+        want, value = split_one(tokens[b, 0].numpy(), plan.phy2log[0].numpy(), slot_gpu, speed)
+        assert x[b, 0].tolist() == want.tolist() and float(bound[b, 0]) == value
+    with pytest.raises(PlanError, match="^plan: has 8 slots per layer, the cluster 9"):
+        schedule_tokens(plan, tokens, Cluster(1, 4, None, gpu_slots=[3, 2, 4, 0]))

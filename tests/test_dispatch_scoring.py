@@ -70,6 +70,26 @@ def test_bad_split_and_fractional_weights():
         score(problem, plan, split="scheduled", tokens=torch.ones(2, 2, 3, dtype=torch.int64))
 
 
+def test_the_core_scorer_takes_the_scheduled_split_from_its_caller():
+    """scoring.score imports no feature: the scheduled split is handed to it (solvers.score does),
+    so it works, or says how, whatever was imported before."""
+    import subprocess
+    import sys
+
+    from solvers import scoring
+    from solvers.dispatch import schedule_tokens
+
+    problem, plan = _problem_and_plan()
+    with pytest.raises(OptionError, match="^split: the scheduled split needs a token scheduler"):
+        scoring.score(problem, plan, split="scheduled")
+    core = scoring.score(problem, plan, split="scheduled", scheduler=schedule_tokens)
+    assert torch.equal(core.gpu_load, score(problem, plan, split="scheduled").gpu_load)
+    code = ("import sys, solvers.scoring, solvers.problem; "
+            "bad = [m for m in sys.modules if m.startswith(('solvers.dispatch', 'solvers.traffic', "
+            "'solvers.routing', 'solvers.builtin'))]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_multinomial_counts_sum_and_mean():
     g = torch.Generator().manual_seed(0)
     p = torch.tensor([[0.5, 0.25, 0.25, 0.0]]).expand(4000, -1)

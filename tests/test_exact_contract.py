@@ -189,7 +189,7 @@ def test_highs_after_another_highs_user_with_another_thread_count():
     # The token scheduler's LP (one thread) and the exact model (two) share HiGHS' global
     # scheduler: each run resets it when the count changes, whoever ran before.
     backend("highs")
-    from solvers.dispatch.lp import solve_lp
+    from benchmarks.schedule_lp import solve_lp
     p = small_packing()
     for threads in (2, 1):
         assert solve_lp([0, 1, 0, 2], [9, 3, 4], 2).integer == 8

@@ -299,7 +299,8 @@ def test_scheduled_split_in_time_is_the_integer_optimum():
 
     import numpy as np
 
-    from solvers.dispatch.timed import lp_time, split_one
+    from benchmarks.schedule_lp import lp_time
+    from solvers.dispatch.schedule import split_one
     rng = random.Random(2)
     for _ in range(40):
         E, P = rng.randint(2, 3), rng.randint(2, 3)
@@ -321,7 +322,6 @@ def test_scheduled_split_in_time_is_the_integer_optimum():
 
 
 def test_scorer_grades_the_scheduled_split_in_time():
-    import solvers.builtin  # noqa: F401  (the dispatch hook)
     c = Cluster(1, 4, None, gpu_slots=[7, 4, 5, 0], gpu_speed=[1.0, 1.4, 2.0, 1.0])
     g = torch.Generator().manual_seed(0)
     p = Problem(torch.exp(torch.randn(2, 12, generator=g, dtype=torch.float64)).mul(100).round(), cluster=c)

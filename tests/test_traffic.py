@@ -105,6 +105,14 @@ def test_score_reports_traffic_beside_balance():
     assert "imbalance_mean" in s.summary and s.summary["token_bytes"] == 4
     with pytest.raises(PlanError, match="routing"):
         score(problem, plan, routing=RoutingTrace(trace.topk_ids[:2], 12))
+    # the traffic composes with the core scorer's score in its own module
+    from solvers import scoring
+    from solvers.traffic import TrafficScore, with_traffic
+    composed = with_traffic(scoring.score(problem, plan), plan, problem, trace, 4)
+    assert isinstance(s, TrafficScore) and composed.summary == s.summary
+    assert not hasattr(scoring.score(problem, plan), "traffic")
+    with pytest.raises(PlanError, match="^routing: must be a solvers.routing.RoutingTrace"):
+        score(problem, plan, routing="trace.npz")
 
 
 def test_one_node_has_no_inter_node_traffic():

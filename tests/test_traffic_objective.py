@@ -195,7 +195,7 @@ def test_static_dispatch_bound_is_valid_and_no_weaker():
     relaxation, and never above the copies of any plan within the limit (random plans,
     scored with the nearest-replica dispatcher)."""
     pytest.importorskip("ortools")
-    from solvers.routing.bound import traffic_bound
+    from benchmarks.traffic_bound import traffic_bound
     g = torch.Generator().manual_seed(5)
     E, T, k, N, P, R = 8, 40, 2, 2, 4, 12
     ids = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)]).unsqueeze(0)

@@ -133,7 +133,7 @@ def test_traffic_bound_is_valid_on_real_clusters(cluster):
     inter-node copies of any plan within its time-imbalance limit (random plans, scored
     by the shared scorer with the nearest-replica dispatcher)."""
     pytest.importorskip("ortools")
-    from solvers.routing.bound import traffic_bound
+    from benchmarks.traffic_bound import traffic_bound
     g = torch.Generator().manual_seed(7)
     E, T, k, P = 8, 40, 2, 4
     ids = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)]).unsqueeze(0)

@@ -22,7 +22,7 @@ from solvers.cluster import auto_policy
 from solvers.errors import EPLBError, OptionError, PlanError
 from solvers.options import option_by_role
 from solvers.registry import get_solver, solver_names
-from solvers.scoring import score
+from solvers.evaluate import score
 from solvers.entry import solve
 from solvers.grading import BoundViolation, InvalidSolverPlan
 

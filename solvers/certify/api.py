@@ -9,8 +9,8 @@ together as the time limit allows.
    near the plan's (a window around every count, then neighbourhoods of a few experts);
    then CP-SAT bisects on the max load with the exact model: "yes" gives better
    plans, "no" raises the bound, and "no" just below the plan's value proves it optimal.
-3. Any other S: exact two-GPU re-splits of the busiest GPU (:mod:`.repartition`), then
-   exact three-GPU re-splits (:mod:`.repack`; up to S = 5), then count moves (one
+3. Any other S: exact two-GPU re-splits of the busiest GPU, then exact three-GPU
+   re-splits (:mod:`.resplit`; up to S = 5), then count moves (one
    replica from a donor to an expert of the busiest GPU, repaired by the re-splits), all
    within the busiest GPU's node under the hierarchical policy so the plan keeps its
    structure. With integer loads (token counts) the busiest node (global policy: all
@@ -42,7 +42,7 @@ from ..errors import OptionError
 from .. import backends
 from ..heuristics.portfolio import run_portfolio
 from ..options import Option, SolverOptions, policy_option, seed_option, threads_option, time_limit_option
-from ..plan import Plan
+from ..plan import Plan, replica_ranks
 from ..problem import Problem
 from ..registry import SolverOutput, get_solver, register, run
 from ..scoring import gpu_loads, score
@@ -50,8 +50,7 @@ from ..result import ModelScope, SolveResult, ratio_gap
 from ..tolerances import BOUND_RTOL
 from . import residues, shares
 from .hierarchical import best_assignment, hierarchical_bound, plan_on_assignment
-from .repack import count_moves, polish_three
-from .repartition import polish
+from .resplit import count_moves, polish
 from .small_slots import (exact_search, iterated_count_search, lns_counts, lp_bound, pair_phy2log, pair_values,
                           window_search)
 from ..work import WorkModel
@@ -135,12 +134,12 @@ def solve_certify(problem: Problem, o: SolverOptions) -> SolverOutput:
                 p2l[layer] = row
 
         else:
-            cnt = _counts(p2l[layer:layer + 1], E)[0]
+            cnt = replica_ranks(p2l[layer:layer + 1], E)[1][0]
             experts = p2l[layer].view(P, S)
             loads = (w[layer] / cnt)[experts]                                      # [P, S]
             if node is None:                 # global: the re-splits get all the time
                 loads, experts = polish(loads, experts, deadline=layer_end)
-                _, experts = polish_three(loads, experts, deadline=layer_end)
+                _, experts = polish(loads, experts, deadline=layer_end, ways=3)
                 experts = count_moves(w[layer], experts, deadline=layer_end)
                 p2l[layer] = experts.reshape(-1)
                 # all GPUs as one set (residues.balance_gpus leaves sets too large for a design alone)
@@ -149,8 +148,8 @@ def solve_certify(problem: Problem, o: SolverOptions) -> SolverOutput:
             else:
                 ends = shares.NODE_PHASES
                 loads, experts = polish(loads, experts, deadline=now + (layer_end - now) * ends.polish, group=node)
-                _, experts = polish_three(loads, experts, deadline=now + (layer_end - now) * ends.polish_three,
-                                          group=node)
+                _, experts = polish(loads, experts, deadline=now + (layer_end - now) * ends.polish_three, ways=3,
+                                    group=node)
                 experts = count_moves(w[layer], experts, deadline=now + (layer_end - now) * ends.count_moves,
                                       group=node)
                 p2l[layer] = experts.reshape(-1)
@@ -200,7 +199,7 @@ def _closed_busiest(row: torch.Tensor, weights: torch.Tensor, node: torch.Tensor
     ``row`` [R]: its slot indices, the experts it holds and each slot's index into ``ids``;
     None when one of those experts also lives on another node (not a closed sub-problem)."""
     E = weights.shape[0]
-    counts = _counts(row[None], E)[0]
+    counts = replica_ranks(row[None], E)[1][0]
     P = node.shape[0]
     gpu = ((weights / counts)[row]).view(P, S).sum(1)                                # [P]
     gpus = torch.nonzero(node == node[int(gpu.argmax())]).flatten()
@@ -245,7 +244,7 @@ def _exact_busiest_node(problem: Problem, row: torch.Tensor, weights: torch.Tens
         return row
     E, P = problem.num_experts, problem.num_gpus
     S = problem.num_replicas // P
-    counts = _counts(row[None], E)[0]
+    counts = replica_ranks(row[None], E)[1][0]
     found = _closed_busiest(row, weights, torch.zeros(P, dtype=torch.long) if node is None else node, S)
     if found is None:
         return row                                  # an expert also lives elsewhere: not a closed sub-problem
@@ -280,12 +279,6 @@ def _best_assignment_plan(problem: Problem, p2l: torch.Tensor, seconds: float) -
     old = score(problem, Plan.from_phy2log(p2l.to(problem.device), E)).max_load.cpu()
     new = score(problem, Plan.from_phy2log(other.to(problem.device), E)).max_load.cpu()
     return torch.where((new < old)[:, None], other, p2l)
-
-
-def _counts(p2l: torch.Tensor, num_experts: int) -> torch.Tensor:
-    """[L, E] replica counts of phy2log [L, R]."""
-    out = torch.zeros(p2l.shape[0], num_experts, dtype=torch.int64)
-    return out.scatter_add_(1, p2l, torch.ones_like(p2l))
 
 
 def _max_load(w: torch.Tensor, p2l: torch.Tensor, counts: torch.Tensor, num_gpus: int) -> torch.Tensor:

@@ -6,7 +6,7 @@ With integer expert loads w, an expert with c replicas puts w / c = floor(w / c)
 mean B = W_n / n is rarely on the grid that the plan's counts allow: with every expert
 at one or two replicas all loads are multiples of 1/2, so a node with B = X + 5/8
 cannot get its busiest GPU below X + 1, whatever the packing. The re-splits of
-:mod:`.repartition` and :mod:`.repack` stop there (0.002 - 0.004 % above the bound on
+:mod:`.resplit` stop there (0.002 - 0.004 % above the bound on
 DeepSeek-V3 layers) because no exchange of replicas changes the residues.
 
 Here the residues are designed first, then the integers packed around them, for a
@@ -42,6 +42,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from .. import backends
 from ..clock import clock
 from . import shares
 
@@ -171,10 +172,7 @@ def design(weights: np.ndarray, num_gpus: int, slots: int, target: float | Fract
             m.add_hint(v, int(had[i] == c))
             for g in range(n):
                 m.add_hint(on[i, c, g], int(had[i] == c and per_gpu[i, g] > 0))
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(float(time_limit), 0.01)
-    solver.parameters.num_workers = max(1, int(threads))
-    solver.parameters.random_seed = int(seed)
+    solver = backends.cpsat_solver(max(float(time_limit), 0.01), threads, seed)
     status = solver.solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None

@@ -456,9 +456,7 @@ def exact_decide(weights: np.ndarray, num_replicas: int, target: float, *, time_
         hint = o.matching(counts)
         for k in range(K):
             m.add_hint(pick[k], bool(hint[k]))
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = float(max(time_limit, 0.01))
-    solver.parameters.num_workers = int(threads)
+    solver = backends.cpsat_solver(max(time_limit, 0.01), threads, seed=1)     # CP-SAT's default seed
     status = solver.solve(m)
     if status == cp_model.INFEASIBLE:
         return False, None
@@ -472,14 +470,7 @@ def exact_decide(weights: np.ndarray, num_replicas: int, target: float, *, time_
     return True, fill_spare(weights, out, num_replicas, target, full)
 
 
-def exact_feasible(weights: np.ndarray, num_replicas: int, target: float, *, time_limit: float,
-                   threads: int = 1) -> bool | None:
-    """:func:`exact_decide` without the plan: False = no plan has max load <= target,
-    True = one has, None = not decided."""
-    return exact_decide(weights, num_replicas, target, time_limit=time_limit, threads=threads)[0]
-
-
-def _decision_below(weights: np.ndarray, num_replicas: int, value: float) -> tuple[float, float]:
+def decision_below(weights: np.ndarray, num_replicas: int, value: float) -> tuple[float, float]:
     """(target, bound): no plan with max load <= target means every plan has max load >=
     bound, where bound is ``value`` (rounded down) when the target is the largest possible
     GPU load below ``value`` (:func:`candidate_below`). The decision is taken a little above
@@ -513,7 +504,7 @@ def exact_search(weights: torch.Tensor, counts: torch.Tensor, lower: float, *, d
     lo, step = float(lower), 0.0
     while clock() < deadline:
         x = value - step * (value - lo)
-        target, bound = _decision_below(wn, R, x)
+        target, bound = decision_below(wn, R, x)
         if target < lo * (1 - 2 * ROUND_DOWN):           # no possible load in [lo, x): every plan >= x
             lo, step = max(lo, bound), 0.0
         else:
@@ -537,15 +528,3 @@ def exact_search(weights: torch.Tensor, counts: torch.Tensor, lower: float, *, d
         if lo >= value * (1 - 1e-9):
             return best, lo, True
     return best, lo, False
-
-
-def prove_optimal(weights: np.ndarray, num_replicas: int, value: float, *, time_limit: float,
-                  threads: int = 1) -> float | None:
-    """A bound for every plan equal to ``value`` (rounded down by ROUND_DOWN) when the exact
-    model proves that no plan reaches the largest possible load below it; None if CP-SAT
-    does not decide in time or finds such a plan (the caller's plan is then not optimal)."""
-    target, bound = _decision_below(weights, num_replicas, value)
-    if target <= 0 or exact_feasible(weights, num_replicas, target, time_limit=time_limit,
-                                     threads=threads) is False:
-        return bound
-    return None

@@ -11,7 +11,7 @@ from ..planfile import plan_document, write_plan
 from ..progress import Ticker, progress_mode
 from ..registry import get_solver
 from ..result import SolveResult
-from ..scoring import with_traffic
+from ..traffic import with_traffic
 from ..entry import solve
 from .routing import routing_arg, token_bytes_arg
 from ..io import read_loads

@@ -12,18 +12,20 @@ from ..problem import Problem
 from ..routing import RoutingSpec, generate_routing, read_routing, save_routing
 from ..routing.coactivation import coactivation_lift
 from ..routing.trace import RoutingTrace
-from ..scoring import trace_token_bytes
+from ..traffic import trace_token_bytes
 from ..workloads.catalog import ROUTING, dataset_path
+
+
+def _dataset_or_file(spec: str) -> str | Path:
+    """A shipped routing dataset by name (``--routing`` and ``eplb routing`` alike), else the file spec."""
+    return dataset_path(spec) if spec in ROUTING and not Path(spec).exists() else spec
 
 
 def routing_arg(args: argparse.Namespace, problem: Problem) -> RoutingTrace | None:
     """The trace of ``--routing`` (None without it), checked against the problem's shape."""
     if getattr(args, "routing", None) is None:
         return None
-    spec = args.routing
-    if spec in ROUTING and not Path(spec).exists():
-        spec = dataset_path(spec)                         # a shipped routing dataset by name
-    trace = read_routing(spec, num_experts=problem.num_experts)
+    trace = read_routing(_dataset_or_file(args.routing), num_experts=problem.num_experts)
     if trace.num_layers != problem.num_layers:
         raise OptionError("routing", f"{args.routing} has {trace.num_layers} MoE layers, the loads "
                           f"{problem.num_layers}")
@@ -45,10 +47,7 @@ def cmd_routing(args: argparse.Namespace) -> int:
         overrides = dict(args.set or [])
         trace = generate_routing(args.input, args.seed, RoutingSpec(num_tokens=args.tokens), **overrides)
     else:
-        spec = args.input
-        if spec in ROUTING and not Path(spec).exists():
-            spec = dataset_path(spec)                     # a shipped routing dataset by name, as --routing takes
-        trace = read_routing(spec, args.format, args.num_experts)
+        trace = read_routing(_dataset_or_file(args.input), args.format, args.num_experts)
     if args.action == "info":
         lift = coactivation_lift(trace)
         if args.json:

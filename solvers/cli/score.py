@@ -10,7 +10,7 @@ import torch
 from ..errors import LoadFileError, OptionError
 from ..transfers import exact_schedule, schedule_transfers, write_schedule
 from ..problem import Problem
-from ..scoring import score
+from ..evaluate import score
 from ..workloads.exporters import live_map
 from ..cluster import get_model
 from ..cluster_text import cluster_from_args

@@ -12,8 +12,8 @@ import torch
 
 from ..errors import ProblemError
 from ..plan import Plan
-from ..scoring import per_slot_loads
-from .schedule import check_tokens, schedule_tokens
+from ..scoring import check_tokens, microbatch_summary, per_slot_loads
+from .schedule import schedule_tokens
 
 
 def multinomial_counts(probs: torch.Tensor, total: int, generator: torch.Generator | None = None
@@ -106,7 +106,6 @@ def microbatch_imbalance(plan: Plan, tokens: torch.Tensor, num_gpus: int, split:
 
 
 def imbalance_stats(imbalance: torch.Tensor) -> dict[str, float]:
-    """mean, p50, p99 and worst of a [B, L] imbalance tensor (over every micro-batch and layer)."""
-    flat = imbalance.flatten().to(torch.float64).cpu()
-    q = torch.quantile(flat, torch.tensor([0.5, 0.99], dtype=torch.float64))
-    return {"mean": float(flat.mean()), "p50": float(q[0]), "p99": float(q[1]), "worst": float(flat.max())}
+    """mean, p50, p99 and worst of a [B, L] imbalance tensor (over every micro-batch and layer):
+    the scorer's :func:`solvers.scoring.microbatch_summary`, without its key prefix."""
+    return {k.rsplit("_", 1)[1]: v for k, v in microbatch_summary(imbalance.cpu(), "x").items()}

@@ -35,6 +35,21 @@ On CUDA the same labels come from batched products with the 0/1 reach matrix
 replay of a CUDA graph cached per shape (:func:`_chunk_on_graph`, later chunks padded to
 power-of-two buckets), and a plan seen unchanged is not validated and laid out again
 (:func:`_checked_layout`). None of this changes the result.
+
+**Real clusters** (per-GPU speeds, uneven slot counts, failed GPUs): a replica on a slower
+GPU takes proportionally fewer tokens. Per (micro-batch, layer), integers ``x[e, g] >= 0``
+on the GPUs g holding e, ``sum_g x[e, g] = t_e``, minimise the max GPU time ``max_g (sum_e
+x[e, g]) / s_g``. A time T is reachable iff the max flow source -> expert e (capacity
+t_e) -> GPU g holding e -> sink (capacity ``floor(T s_g)``) carries every token, which
+only gets easier as T grows: the optimum is the least such T, a value ``k / s_g``
+(:func:`split_one`). Bisection on T between ``W / sum(live speeds)`` and the time of a
+trivial split (every expert on its first replica's GPU); the flow found at the feasible
+end has its own max time ``T_a``, and one more check just below ``T_a`` (infeasible)
+proves it optimal, else the search goes on below. Each check is one
+``scipy.sparse.csgraph.maximum_flow`` per instance on the CPU: exact, milliseconds per
+(micro-batch, layer), where the push-relabel takes microseconds; so the push-relabel runs
+whenever the cluster is homogeneous (speed 1 everywhere, R / P slots per GPU), the flow
+otherwise, from the one entry :func:`schedule_with_bound`.
 """
 from __future__ import annotations
 
@@ -46,13 +61,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import maximum_flow
 
+from ..cluster import Cluster
 from ..errors import PlanError, ProblemError
 from ..plan import Plan, replica_ranks
-from ..problem import Problem
-from ..scoring import MICROBATCH_SLOT_LOADS, even_slot_loads
+from ..scoring import check_tokens
 from ..threads import one_intra_op_thread
-from .timed import schedule_tokens_in_time
 
 PULSES_PER_ROUND = 3
 FIRST_DEPTH = 4
@@ -60,6 +76,12 @@ CPU_FIRST_CHUNK, CPU_LATER_CHUNK = 4, 4
 CUDA_FIRST_CHUNK, CUDA_LATER_CHUNK = 8, 8
 DENSE_MAX_ELEMENTS = 2**26   # n * P * max(P, F) for dense labels: 256 MiB per float32 [n, P, P]
 MAX_ROUNDS = 100_000          # a safety net against a bug, never reached by a correct solver
+# The split in time: bisection steps before the optimality check (each halves [lo, hi]; 64
+# reach float64's resolution on any interval met here), the relative step below a candidate
+# optimum at which infeasibility proves it, and scipy's int32 flow capacities.
+MAX_STEPS = 64
+BELOW = 1e-12
+MAX_TOKENS = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -152,43 +174,6 @@ class Layout:
         return cls(P, p2l, rank, logcnt, distinct, flexible, fixed_gpu, flex_expert, flex_valid,
                    edge_flex, edge_gpu, edge_valid, edge_first, flex_edges, flex_edges_valid,
                    slot_edge, share_rank, share_count.gather(1, slot_cell))
-
-
-def check_tokens(tokens, plan: Plan, param: str = "tokens") -> torch.Tensor:
-    """tokens as int64 ``[B, L, E]`` on their own device (a ``[L, E]`` array is one micro-batch).
-
-    Raises :class:`ProblemError` naming ``param`` for another shape, negative or fractional
-    counts, or non-numbers.
-    """
-    if not isinstance(tokens, torch.Tensor):
-        try:
-            arr = np.asarray(tokens)
-        except (TypeError, ValueError) as exc:
-            raise ProblemError(param, f"must be a rectangular [micro-batches, layers, experts] array "
-                               f"({exc})") from None
-        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
-            raise ProblemError(param, f"must hold token counts (numbers), got dtype {arr.dtype}")
-        tokens = torch.from_numpy(np.ascontiguousarray(arr))
-    t = tokens.detach()
-    if t.dtype == torch.bool or t.is_complex():
-        raise ProblemError(param, f"must hold integer token counts, got dtype {t.dtype}")
-    if t.dim() == 2:
-        t = t.unsqueeze(0)
-    L, E = plan.phy2log.shape[0], plan.logcnt.shape[1]
-    if t.dim() != 3 or tuple(t.shape[1:]) != (L, E):
-        raise ProblemError(param, f"must have shape [micro-batches, {L}, {E}] (the plan's layers and "
-                           f"experts), got {tuple(tokens.shape)}")
-    if t.is_floating_point():
-        if not bool(torch.isfinite(t).all()):
-            raise ProblemError(param, "token counts must be finite")
-        if not bool((t == t.round()).all()):
-            raise ProblemError(param, "token counts must be whole numbers, found fractional values")
-        if t.numel() and float(t.abs().max()) >= 2.0**53:
-            raise ProblemError(param, "token counts must be below 2**53")
-    t = t.to(torch.int64)
-    if t.numel() and bool((t < 0).any()):
-        raise ProblemError(param, f"token counts must be >= 0, found {int(t.min())}")
-    return t
 
 
 def check_plan(plan: Plan, num_gpus, param: str = "plan") -> int:
@@ -633,55 +618,113 @@ def _checked_layout(plan: Plan, num_gpus, device: torch.device) -> Layout:
     return layout
 
 
-def schedule_with_bound(plan: Plan, tokens, num_gpus: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`schedule_tokens` and its certificate: [B, L] int64, a proven lower bound on
-    every split's max GPU load that the returned split meets (so both are the optimum).
+def _flow(t: np.ndarray, pairs_e: np.ndarray, pairs_g: np.ndarray, cap: np.ndarray, E: int, P: int):
+    """(flow value, x over the pairs) of the network of one instance with GPU capacities ``cap``."""
+    src, sink = 0, E + P + 1
+    rows = np.concatenate([np.full(E, src), 1 + pairs_e, 1 + E + np.arange(P)])
+    cols = np.concatenate([1 + np.arange(E), 1 + E + pairs_g, np.full(P, sink)])
+    caps = np.concatenate([t, t[pairs_e], cap]).astype(np.int32)
+    res = maximum_flow(csr_matrix((caps, (rows, cols)), shape=(E + P + 2, E + P + 2)), src, sink)
+    return int(res.flow_value), np.asarray(res.flow.tocsr()[1 + pairs_e, 1 + E + pairs_g]).reshape(-1)
+
+
+def split_one(t: np.ndarray, p2l: np.ndarray, slot_gpu: np.ndarray, speed: np.ndarray) -> tuple[np.ndarray, float]:
+    """The optimal split in time of one instance (module doc): (tokens per slot [R] int64, its
+    max GPU time). t: [E] int64 tokens; p2l, slot_gpu: [R] expert and GPU of each slot; speed: [P]."""
+    E, P, R = t.shape[0], speed.shape[0], p2l.shape[0]
+    total = int(t.sum())
+    if total == 0:
+        return np.zeros(R, dtype=np.int64), 0.0
+    key = np.unique(p2l * P + slot_gpu)
+    pairs_e, pairs_g = key // P, key % P                                          # distinct (e, g)
+    lo = total / float(speed[np.unique(slot_gpu)].sum()) * (1 - BELOW)
+    first = np.full(E, -1, dtype=np.int64)
+    first[p2l[::-1]] = slot_gpu[::-1]                                              # GPU of e's first slot
+    hi = float((np.bincount(first, weights=t, minlength=P) / speed).max()) * (1 + 1e-9)   # above k / s_g rounding
+
+    def feasible(T: float):
+        value, x = _flow(t, pairs_e, pairs_g, np.minimum(np.floor(T * speed), total).astype(np.int64), E, P)
+        return value == total, x
+
+    ok, x = feasible(hi)
+    if not ok:                             # cannot happen: the trivial split fits under hi
+        raise RuntimeError("scheduled split in time: the trivial split does not fit its own time (a bug)")
+    while True:
+        for _ in range(MAX_STEPS):
+            if hi - lo <= BELOW * hi:
+                break
+            mid = (lo + hi) / 2
+            good, xm = feasible(mid)
+            if good:
+                hi, x = mid, xm
+            else:
+                lo = mid
+        value = float((np.bincount(pairs_g, weights=x, minlength=P) / speed).max())
+        below = value * (1 - BELOW)
+        good, xb = feasible(below)
+        if not good:
+            break
+        hi, x, lo = below, xb, min(lo, below * (1 - BELOW))
+    # each (e, g) pair's tokens over e's slots on g, as evenly as integers allow
+    pair_of_slot = np.searchsorted(key, p2l * P + slot_gpu)                       # [R]
+    rank, per_pair = (a[0].numpy() for a in replica_ranks(torch.from_numpy(pair_of_slot)[None], key.shape[0]))
+    share, extra = np.divmod(x[pair_of_slot].astype(np.int64), per_pair[pair_of_slot])
+    return share + (rank < extra), value
+
+
+def _schedule_in_time(plan: Plan, tokens: torch.Tensor, cluster: Cluster) -> tuple[torch.Tensor, torch.Tensor]:
+    """([B, L, R] int64 tokens per slot, [B, L] float64 optimal max GPU time): :func:`split_one`
+    of every (micro-batch, layer). tokens: [B, L, E] int64 (checked)."""
+    if tokens.numel() and int(tokens.sum(-1).max()) > MAX_TOKENS:
+        raise ProblemError("tokens", f"the scheduled split in time takes at most {MAX_TOKENS} tokens per "
+                           "micro-batch and layer")
+    B, L, E = tokens.shape
+    p2l, t = plan.phy2log.cpu().numpy(), tokens.cpu().numpy()
+    slot_gpu = np.asarray(cluster.slot_gpus(), dtype=np.int64)
+    speed = np.asarray(cluster.gpu_speed, dtype=np.float64)
+    out = np.zeros((B, L, p2l.shape[1]), dtype=np.int64)
+    value = np.zeros((B, L), dtype=np.float64)
+    for b in range(B):
+        for layer in range(L):
+            out[b, layer], value[b, layer] = split_one(t[b, layer], p2l[layer], slot_gpu, speed)
+    return torch.from_numpy(out).to(tokens.device), torch.from_numpy(value)
+
+
+def schedule_with_bound(plan: Plan, tokens, cluster: Cluster | int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`schedule_tokens` and its certificate: [B, L], a proven lower bound on every
+    split's max GPU load (int64; in time, float64, on a cluster that is not homogeneous) that
+    the returned split meets (so both are the optimum).
 
     With CPU tokens the whole call, checks included, runs under :func:`one_intra_op_thread`;
     with CUDA tokens the work is on the device and changing the CPU's thread count would
     only cost time (it rebuilds thread pools)."""
     on_cuda = isinstance(tokens, torch.Tensor) and tokens.is_cuda
+    one = (tokens.dim() if isinstance(tokens, torch.Tensor) else np.ndim(tokens)) == 2
     with nullcontext() if on_cuda else one_intra_op_thread():
-        device = tokens.device if isinstance(tokens, torch.Tensor) else torch.device("cpu")
-        layout = _checked_layout(plan, num_gpus, device)
-        one = (tokens.dim() if isinstance(tokens, torch.Tensor) else np.ndim(tokens)) == 2
-        t = check_tokens(tokens, plan)
-        y, bound, _ = _solve(layout, t)
-        x = slot_split(layout, t, y)
+        if isinstance(cluster, Cluster) and not cluster.homogeneous:
+            if check_plan(plan, 1) and plan.phy2log.shape[-1] != cluster.num_replicas:
+                raise PlanError("plan", f"has {plan.phy2log.shape[-1]} slots per layer, the cluster "
+                                f"{cluster.num_replicas}")
+            x, bound = _schedule_in_time(plan, check_tokens(tokens, plan), cluster)
+        else:
+            device = tokens.device if isinstance(tokens, torch.Tensor) else torch.device("cpu")
+            layout = _checked_layout(plan, cluster.num_gpus if isinstance(cluster, Cluster) else cluster, device)
+            t = check_tokens(tokens, plan)
+            y, bound, _ = _solve(layout, t)
+            x = slot_split(layout, t, y)
     return (x[0], bound[0]) if one else (x, bound)
 
 
-def schedule_tokens(plan: Plan, tokens, num_gpus: int) -> torch.Tensor:
+def schedule_tokens(plan: Plan, tokens, cluster: Cluster | int) -> torch.Tensor:
     """The optimal split of every micro-batch's tokens over the plan's replicas.
 
-    plan: a :class:`~solvers.Plan` of L layers, E experts and R slots on ``num_gpus`` GPUs.
+    plan: a :class:`~solvers.Plan` of L layers, E experts and R slots on ``cluster`` (a
+    :class:`~solvers.Cluster`, or the number of identical GPUs holding R / P slots each).
     tokens: [B, L, E] integer token counts per micro-batch, layer and expert (a [L, E]
     array is one micro-batch and gives [L, R]). Returns [B, L, R] int64 on the tokens'
     device: tokens served by each slot, non-negative, summing over an expert's slots to its
-    count, with the smallest possible max GPU load in every (micro-batch, layer). Bad input
-    raises :class:`~solvers.ProblemError` (``tokens``) or :class:`~solvers.PlanError`.
+    count, with the smallest possible max GPU load (GPU time on a cluster of different
+    speeds or slot counts) in every (micro-batch, layer). Bad input raises
+    :class:`~solvers.ProblemError` (``tokens``) or :class:`~solvers.PlanError`.
     """
-    return schedule_with_bound(plan, tokens, num_gpus)[0]
-
-
-def microbatch_slot_loads(problem: Problem, plan: Plan, split: str, tokens) -> torch.Tensor:
-    """The scorer's hook (:data:`solvers.scoring.MICROBATCH_SLOT_LOADS`): [B, L, R] float64
-    tokens each slot serves per micro-batch under ``split``; ``tokens`` None grades the
-    problem's weights as one micro-batch. The scheduled split needs whole token counts."""
-    if tokens is None:
-        t = problem.weights.unsqueeze(0)
-        if split == "scheduled":
-            if not bool((t == t.round()).all()):
-                raise ProblemError("weights", "the scheduled split needs whole token counts, the problem's "
-                                   "loads are fractional (pass tokens=[micro-batches, layers, experts])")
-            t = t.to(torch.int64)
-    else:
-        t = check_tokens(tokens, plan).to(problem.device)
-    if split == "scheduled" and not problem.cluster.homogeneous:      # in time: .timed
-        return schedule_tokens_in_time(plan, t, problem.cluster)[0].to(problem.device, torch.float64)
-    if split == "scheduled":
-        return schedule_tokens(plan, t, problem.num_gpus).to(torch.float64)
-    return even_slot_loads(t, plan)
-
-
-MICROBATCH_SLOT_LOADS["fn"] = microbatch_slot_loads
+    return schedule_with_bound(plan, tokens, cluster)[0]

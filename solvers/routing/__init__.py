@@ -13,8 +13,10 @@ communication-aware placement (:mod:`solvers.routing.placement`, registered as
   sets, a topic mix drifting over time);
 - :mod:`.coactivation`: co-activation statistics for the placement;
 - :mod:`.placement`: the ``traffic_aware`` solver (imported by :mod:`solvers.builtin`, not
-  here: the core scorer imports :mod:`.trace` and must not register solvers);
-- :mod:`.bound`: a CP-SAT lower bound on inter-node traffic for small instances.
+  here: importing :mod:`.trace` must not register solvers).
+
+A CP-SAT lower bound on inter-node traffic for small instances is research code:
+``benchmarks/traffic_bound.py``.
 """
 from __future__ import annotations
 

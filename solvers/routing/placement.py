@@ -457,12 +457,6 @@ def swap_search(ids: torch.Tensor, X: torch.Tensor, weight: torch.Tensor, logcnt
     return node
 
 
-def replica_items(weight: torch.Tensor, logcnt: torch.Tensor, node: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The replica items (expert, load, node): item_e, item_w, item_node [L, R]."""
-    item_e, item_w = expand_items(weight, logcnt)
-    return item_e, item_w, node.gather(1, item_e)
-
-
 def pack_nodes(item_e: torch.Tensor, item_w: torch.Tensor, node: torch.Tensor, num_nodes: int,
                gpus_per_node: int, num_experts: int) -> torch.Tensor:
     """phy2log [L, R]: each node's items packed onto its GPUs (best of LPT and KK starts
@@ -581,7 +575,8 @@ def _search(problem: Problem, nodes: Nodes, routing: RoutingTrace, ids: torch.Te
                           cov=cov, risk=opts.risk)
         node = swap_search(ids, X, weight, logcnt, node, N, cap, opts.max_swaps, cov=cov, risk=opts.risk,
                            allow=allow)
-        item_e, item_w, item_node = replica_items(weight, logcnt, node)
+        item_e, item_w = expand_items(weight, logcnt)                                   # replica items [L, R]
+        item_node = node.gather(1, item_e)
     # Every node must get exactly its slots; where the replica groups did not fit (fragmented
     # slot counts) the lightest replicas move from over-full nodes to short ones.
     item_node, bad = rehome(item_w, item_node, nodes.slots)

@@ -15,7 +15,6 @@ header that declares more bytes than the archive holds is refused.
 from __future__ import annotations
 
 import json
-import math
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,8 @@ import torch
 
 from ..cluster import MAX_REPLICAS
 from ..errors import LoadFileError, ProblemError
+from ..filecheck import check_npz
+from ..safewrite import write_atomic
 
 # Bounds on what one trace may hold: ids of 2**31 (layer, token, choice) entries take 8 GiB
 # as int32, beyond what the metric is meant to score on one machine.
@@ -174,7 +175,7 @@ def _narrow(a: np.ndarray, num_values: int) -> np.ndarray:
 
 
 def save_routing(trace: RoutingTrace, path: str | Path) -> Path:
-    """Write the canonical ``.npz`` (compressed), atomically (a temporary name, renamed)."""
+    """Write the canonical ``.npz`` (compressed), atomically (:func:`solvers.safewrite.write_atomic`)."""
     path = Path(path)
     if path.suffix.lower() != ".npz":
         raise LoadFileError("path", f"{path}: a routing trace is saved as .npz")
@@ -186,51 +187,23 @@ def save_routing(trace: RoutingTrace, path: str | Path) -> Path:
               "meta": np.array(json.dumps(meta, sort_keys=True))}
     if trace.source_rank is not None:
         arrays["source_rank"] = _narrow(trace.source_rank.numpy(), trace.num_ranks)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
+    def write(tmp: Path) -> None:
         with tmp.open("wb") as fh:
             np.savez_compressed(fh, **arrays)
-        tmp.replace(path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise LoadFileError("out", f"{path}: cannot write ({exc.strerror or exc})") from None
-    return path
 
-
-def check_npz_headers(path: Path, limit: int = 8 << 30) -> None:
-    """Refuse an ``.npz`` whose ``.npy`` headers declare more bytes than the archive holds
-    for them (or than ``limit``), before anything is allocated; object arrays are refused."""
-    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-    try:
-        with zipfile.ZipFile(path) as zf:
-            for info in zf.infolist():
-                if not info.filename.endswith(".npy"):
-                    continue
-                with zf.open(info) as fh:
-                    version = np.lib.format.read_magic(fh)
-                    if version not in readers:
-                        raise LoadFileError("routing", f"{path}: {info.filename}: unsupported .npy version {version}")
-                    shape, _, dtype = readers[version](fh)
-                    header = fh.tell()
-                if dtype.hasobject:
-                    raise LoadFileError("routing", f"{path}: {info.filename} holds Python objects (refused)")
-                nbytes = math.prod(int(d) for d in shape) * dtype.itemsize
-                if nbytes > info.file_size - header or nbytes > limit:
-                    raise LoadFileError("routing", f"{path}: {info.filename} declares a {tuple(shape)} {dtype} "
-                                        f"array ({nbytes} bytes) but the archive holds "
-                                        f"{max(0, info.file_size - header)} bytes for it")
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
-        if isinstance(exc, LoadFileError):
-            raise
-        raise LoadFileError("routing", f"{path}: not a readable .npz file ({type(exc).__name__}: {exc})") from None
+    return write_atomic(path, write)
 
 
 def read_npz_arrays(path: Path) -> dict[str, np.ndarray]:
-    """Every array of an ``.npz`` (headers checked first, no pickles)."""
-    check_npz_headers(path)
+    """Every array of an ``.npz``, its members checked first as every loads file's are
+    (:func:`solvers.filecheck.check_npz`: sizes, dtypes and declared shapes before anything
+    is allocated; no pickles)."""
     try:
+        check_npz(path)
         with np.load(path, allow_pickle=False) as npz:
             return {k: npz[k] for k in npz.files}
+    except LoadFileError as exc:
+        raise LoadFileError("routing", str(exc).split(": ", 1)[1]) from None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
         raise LoadFileError("routing", f"{path}: cannot read .npz ({type(exc).__name__}: {exc})") from None
 

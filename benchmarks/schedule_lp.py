@@ -4,7 +4,8 @@ Variables ``x[e, g] >= 0`` (tokens of expert e served on GPU g, one per distinct
 holding e) and ``T``; minimise T subject to ``sum_g x[e, g] = t_e`` and
 ``sum_e x[e, g] <= T``. The LP optimum ``T*`` is ``t(I(U)) / |U|`` for some GPU set U (a
 rational with denominator <= P), and the integer optimum is ``ceil(T*)`` (flow
-integrality). Slow (one HiGHS model per instance); for tests and benchmarks.
+integrality). Slow (one HiGHS model per instance); for tests and benchmarks. With GPU
+speeds, :func:`lp_time` is the continuous optimum in time by enumeration (tiny instances).
 """
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..backends import cpsat_available, prepare_highs_scheduler
-from ..plan import Plan
+from solvers.backends import cpsat_available, prepare_highs_scheduler
+from solvers.plan import Plan
 
 
 @dataclass(frozen=True)
@@ -90,3 +91,21 @@ def optimal_max_loads(plan: Plan, tokens: torch.Tensor, num_gpus: int) -> torch.
         for layer in range(t.shape[1]):
             out[b, layer] = solve_lp(p2l[layer], t[b, layer], num_gpus).integer
     return torch.from_numpy(out)
+
+
+def lp_time(t: np.ndarray, p2l: np.ndarray, slot_gpu: np.ndarray, speed: np.ndarray) -> float:
+    """The continuous optimum in time (tokens divisible) of one instance, a reference for
+    :func:`solvers.dispatch.schedule.split_one`: max over GPU sets U of the tokens of the
+    experts living only on U over sum_U s_g, by enumeration (tiny instances only)."""
+    P = speed.shape[0]
+    gpus_of = {}
+    for e, g in zip(p2l.tolist(), slot_gpu.tolist()):
+        gpus_of.setdefault(e, set()).add(g)
+    best = 0.0
+    for mask in range(1, 2**P):
+        U = {g for g in range(P) if mask >> g & 1}
+        s = float(sum(speed[g] for g in U))
+        inside = sum(int(t[e]) for e, gs in gpus_of.items() if gs <= U)
+        if s > 0:
+            best = max(best, inside / s)
+    return best if math.isfinite(best) else 0.0

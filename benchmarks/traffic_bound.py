@@ -35,11 +35,11 @@ import math
 
 import torch
 
-from ..errors import OptionError
-from ..problem import Problem
-from ..traffic import source_gpus
-from .nodes import Nodes
-from .trace import RoutingTrace
+from solvers.errors import OptionError
+from solvers.problem import Problem
+from solvers.traffic import source_gpus
+from solvers.routing.nodes import Nodes
+from solvers.routing.trace import RoutingTrace
 
 
 def traffic_bound(problem: Problem, routing: RoutingTrace, limit: torch.Tensor | float, *,
