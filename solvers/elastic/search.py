@@ -141,9 +141,7 @@ def swap_gain(lay: Layout, gpus: LiveGPUs, target: torch.Tensor, old: torch.Tens
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Swapping slot ``hot[x, i]`` with any slot b: (excess change [X, H, R], moves added
     [X, H, R], ...) (exact: only the two GPUs change)."""
-    X, R = lay.e.shape
-    E = lay.cnt.shape[1]
-    H = hot.shape[1]
+    R = lay.e.shape[1]
     inv = 1 / gpus.speed
     ga = gpus.gpu_of[hot]                                                             # [X, H]
     gb = gpus.gpu_of.view(1, 1, R)
@@ -154,17 +152,31 @@ def swap_gain(lay: Layout, gpus: LiveGPUs, target: torch.Tensor, old: torch.Tens
     total = (_excess(ta + d * inv[ga].unsqueeze(2), target) - cur.gather(1, ga).unsqueeze(2)
              + _excess(tb - d * inv[gpus.gpu_of].view(1, 1, R), target) - cur[:, gpus.gpu_of].unsqueeze(1))
     A = lay.e.gather(1, hot)                                                          # [X, H]
+    total = total.masked_fill((ga.unsqueeze(2) == gb) | (A.unsqueeze(2) == lay.e.unsqueeze(1)), INF)
+    return total, swap_moves(lay.n, lay.e, gpus, old, hot), hot
+
+
+def swap_moves(n: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, old: torch.Tensor, hot: torch.Tensor
+               ) -> torch.Tensor:
+    """[X, H, R] moves added by swapping slot ``hot[x, i]`` with slot b of e: [X, R] (n: [X, Q*E]
+    copies on every live GPU, old: [X, Q*E] the plan in force's pairs): a GPU gaining an expert
+    it neither holds nor held is a move; losing its only copy of a pair that was a move undoes
+    one (meaningless where the two slots share a GPU or an expert: callers exclude those)."""
+    X, R = e.shape
+    H = hot.shape[1]
     Q = gpus.Q
-    n3, o3 = lay.n.view(X, Q, E), old.view(X, Q, E)
+    E = n.shape[1] // Q
+    ga = gpus.gpu_of[hot]                                                             # [X, H]
+    A = e.gather(1, hot)                                                              # [X, H]
+    n3, o3 = n.view(X, Q, E), old.view(X, Q, E)
     free = (n3 == 0) & ~o3                  # [X, Q, E] a GPU getting the expert: a move
     sole = ((n3 == 1) & ~o3).view(X, -1)    # its only copy leaving: a move undone
-    gained = (free.gather(1, ga.unsqueeze(2).expand(X, H, E)).gather(2, lay.e.unsqueeze(1).expand(X, H, R)).long()
+    gained = (free.gather(1, ga.unsqueeze(2).expand(X, H, E)).gather(2, e.unsqueeze(1).expand(X, H, R)).long()
               + free.gather(2, A.unsqueeze(1).expand(X, Q, H))
               .gather(1, gpus.gpu_of.view(1, R, 1).expand(X, R, H)).transpose(1, 2).long())
     lost = (sole.gather(1, ga * E + A).unsqueeze(2).long()
-            + sole.gather(1, gpus.gpu_of.view(1, R) * E + lay.e).unsqueeze(1).long())
-    total = total.masked_fill((ga.unsqueeze(2) == gb) | (A.unsqueeze(2) == lay.e.unsqueeze(1)), INF)
-    return total, gained - lost, hot
+            + sole.gather(1, gpus.gpu_of.view(1, R) * E + e).unsqueeze(1).long())
+    return gained - lost
 
 
 def _per_move(total: torch.Tensor, dm: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:

@@ -50,6 +50,7 @@ import torch
 
 from ..errors import OptionError
 from ..network import DEFAULT_NETWORK, Network
+from ..options import check_expert_bytes
 from ..scoring import gpu_presence
 
 INTRA, INTER, HOST = 0, 1, 2
@@ -424,9 +425,13 @@ def schedule_copies(copies: Copies, network: Network, expert_bytes: int) -> Tran
 
 
 def _check_bytes(expert_bytes: Any) -> int:
-    if isinstance(expert_bytes, bool) or not isinstance(expert_bytes, (int, np.integer)) or expert_bytes <= 0:
+    """The shared expert_bytes rule, and more: a schedule needs a size (None is no default
+    here) and a positive one (copies of 0 bytes take no time, so no round order or source
+    choice would mean anything, and the exact model's grid is a share of the slowest copy)."""
+    value = check_expert_bytes(expert_bytes)
+    if value is None or value <= 0:
         raise OptionError("expert_bytes", f"must be a positive integer (bytes of one expert), got {expert_bytes!r}")
-    return int(expert_bytes)
+    return int(value)
 
 
 # Exact model ------------------------------------------------------------------------------------
