@@ -32,6 +32,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from ..elastic.search import counts as replica_counts
 from ..heuristics.common import presence_counts
 from ..heuristics.hierarchical import balanced_partitions
 from ..scoring import gpu_presence, new_pairs, per_slot_loads
@@ -57,11 +58,6 @@ class RepairOutcome:
     swaps: torch.Tensor
     count_changes: torch.Tensor
     info: dict = field(default_factory=dict)
-
-
-def _counts(p2l: torch.Tensor, num_experts: int) -> torch.Tensor:
-    cnt = torch.zeros(p2l.shape[0], num_experts, dtype=torch.int64, device=p2l.device)
-    return cnt.scatter_add_(1, p2l, torch.ones_like(p2l))
 
 
 def _holds(p2l: torch.Tensor, experts: torch.Tensor, gpus: torch.Tensor, num_gpus: int) -> torch.Tensor:
@@ -194,7 +190,7 @@ def _count_change(w: torch.Tensor, p2l: torch.Tensor, cnt: torch.Tensor, load: t
     # Exact new max load of the layer after the change.
     trial = p2l.clone()
     trial.scatter_(1, j.unsqueeze(1), x.unsqueeze(1))
-    tcnt = _counts(trial, E)
+    tcnt = replica_counts(trial, E)
     new_load = per_slot_loads(w, trial, tcnt).view(X, P, S).sum(-1)
     ok = have & (new_load.max(1).values < load.max(1).values * (1 - TARGET_RTOL))
     return ok, j, x
@@ -213,7 +209,7 @@ def _spread_hot_experts(w: torch.Tensor, p2l: torch.Tensor, item_cap: torch.Tens
     slot_gpu = torch.arange(R, device=p2l.device) // S
     zone = slot_gpu // (P // num_zones)
     for _ in range(limit):
-        cnt = _counts(p2l, E)
+        cnt = replica_counts(p2l, E)
         per = per_slot_loads(w, p2l, cnt)                                          # [L, R]
         top, heavy = per.max(1)
         x = p2l.gather(1, heavy.unsqueeze(1)).squeeze(1)
@@ -259,7 +255,7 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
     live = torch.arange(L, device=w.device)          # rows still above target (layers are independent:
     while rounds < limit:                            # a row within target never changes again)
         sp = p2l[live]
-        cnt = _counts(sp, E)
+        cnt = replica_counts(sp, E)
         sper = per_slot_loads(w[live], sp, cnt)                                    # [X, R]
         sload = sper.view(len(live), P, -1).sum(-1)
         over = (sload.max(1).values > target[live] * (1 + TARGET_RTOL)) & ~stuck[live]
@@ -284,7 +280,7 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
             stuck[rows[need & ~ok]] = True
         swaps[rows] += found.to(torch.int64)
         p2l[rows] = new
-    cnt = _counts(p2l, E)
+    cnt = replica_counts(p2l, E)
     load = per_slot_loads(w, p2l, cnt).view(L, P, -1).sum(-1)
     met = load.max(1).values <= target * (1 + TARGET_RTOL)
     # Polish: swaps that add no move and still lower the max (a plan whose top GPUs all sit
@@ -297,7 +293,7 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
             break
         polish += 1
         sp = p2l[rows]
-        per = per_slot_loads(w[rows], sp, _counts(sp, E))
+        per = per_slot_loads(w[rows], sp, replica_counts(sp, E))
         sload = per.view(len(rows), P, -1).sum(-1)
         found, slot_g, slot_h, _ = _best_swaps(per, sp, sload, old[rows], sload.max(1).values, P, num_zones,
                                                width, max_cost=0,

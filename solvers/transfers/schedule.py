@@ -181,6 +181,17 @@ def _durations(network: Network, expert_bytes: int) -> np.ndarray:
     return expert_bytes / _bandwidths(network)
 
 
+def _fastest(copies: Copies, network: Network, dur: np.ndarray) -> np.ndarray:
+    """[M] the fastest link class each copy can use: intra when a holder shares its receiver's
+    node, else inter; host memory when it is faster still. dur: [3] seconds per class."""
+    node = np.arange(copies.num_gpus) // copies.gpus_per_node
+    same = (copies.candidates & (node[None, :] == (copies.dst // copies.gpus_per_node)[:, None])).any(1)
+    fastest = np.where(same, INTRA, INTER)
+    if network.host_bw is not None:
+        fastest = np.where(dur[HOST] < dur[fastest], HOST, fastest)
+    return fastest
+
+
 def links_of(copies: Copies, src: np.ndarray) -> np.ndarray:
     """[M] link class of each copy from its source (-1: host)."""
     Q = copies.gpus_per_node
@@ -199,10 +210,7 @@ def choose_sources(copies: Copies, network: Network, expert_bytes: int) -> np.nd
         return src
     node = np.arange(P) // Q
     # the fastest class each copy can use, and so the least time its receiver must spend
-    cand_same = copies.candidates & (node[None, :] == (copies.dst // Q)[:, None])         # [M, P]
-    best = np.where(cand_same.any(1), dur[INTRA], dur[INTER])
-    if host:
-        best = np.minimum(best, dur[HOST])
+    best = dur[_fastest(copies, network, dur)]
     recv = np.bincount(copies.dst, weights=best, minlength=P)                           # [P] seconds
     send = np.zeros(P)
     order = np.argsort(copies.candidates.sum(1), kind="stable")
@@ -251,12 +259,7 @@ def lower_bounds(copies: Copies, src: np.ndarray, link: np.ndarray, network: Net
     load = max(np.bincount(sender, weights=d, minlength=2 * P).max(), np.bincount(copies.dst, weights=d,
                                                                                 minlength=P).max())
     rounds = _round_bound(dur, link, [(sender, 2 * P), (copies.dst, P)])
-    node = np.arange(P) // Q
-    same = (copies.candidates & (node[None, :] == (copies.dst // Q)[:, None])).any(1)
-    fastest = np.where(same, INTRA, INTER)
-    if network.host_bw is not None:
-        fastest = np.where(dur[HOST] < dur[fastest], HOST, fastest)
-    any_source = _round_bound(dur, fastest, [(copies.dst, P)])
+    any_source = _round_bound(dur, _fastest(copies, network, dur), [(copies.dst, P)])
     if network.host_bw is None:                 # every copy leaves a GPU: the senders' Hall bound
         any_source = max(any_source, _holder_bound(copies.candidates) * float(np.nanmin(dur)))
     return {"load": float(load), "rounds": float(rounds), "any_source": float(any_source)}
