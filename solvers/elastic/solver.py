@@ -55,7 +55,7 @@ from ..result import SolveResult
 from ..scoring import gpu_presence, new_pairs
 from ..work import WorkModel
 from .search import (Layout, counts, match_orphans, place_orphans, reduce_excess, shed_moves, spread_penalty,
-                     swap_moves)
+                     swap_moves, swapped)
 
 # A time within this relative margin of its target meets it.
 TARGET_RTOL = 1e-12
@@ -245,11 +245,7 @@ def repair_time(w: torch.Tensor, e: torch.Tensor, old: torch.Tensor, target: tor
         use_fit = torch.isfinite(kf)
         j = torch.where(use_fit, jf, jc)
         ok = active & (use_fit | (kc < th * (1 - 1e-12)))
-        a = qh.gather(1, (j // R).unsqueeze(1)).squeeze(1)
-        b = j % R
-        e2 = e.clone()
-        e2[rows[ok], a[ok]] = e[rows[ok], b[ok]]
-        e2[rows[ok], b[ok]] = e[rows[ok], a[ok]]
+        e2 = torch.where(ok.unsqueeze(1), swapped(e, qh.gather(1, (j // R).unsqueeze(1)).squeeze(1), j % R), e)
         # count change where no swap helps: a redundant replica elsewhere (its GPU finishing
         # first after the change) becomes another replica of h's heaviest expert
         stuck = active & ~ok

@@ -32,7 +32,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from ..elastic.search import counts as replica_counts
+from ..elastic.search import counts as replica_counts, swapped
 from ..heuristics.common import presence_counts
 from ..heuristics.hierarchical import balanced_partitions
 from ..scoring import gpu_presence, new_pairs, per_slot_loads
@@ -145,12 +145,6 @@ def _best_swaps(w_slot: torch.Tensor, p2l: torch.Tensor, load: torch.Tensor, old
     slot_g = mine.gather(1, best // (K * S)).squeeze(1)
     slot_h = theirs.gather(1, best % (K * S)).squeeze(1)
     return found, slot_g, slot_h, g
-
-
-def _swapped(p2l: torch.Tensor, slot_a: torch.Tensor, slot_b: torch.Tensor) -> torch.Tensor:
-    """p2l [X, R] with the experts of slots slot_a [X] and slot_b [X] swapped in every row."""
-    a, b = p2l.gather(1, slot_a.unsqueeze(1)), p2l.gather(1, slot_b.unsqueeze(1))
-    return p2l.clone().scatter_(1, slot_a.unsqueeze(1), b).scatter_(1, slot_b.unsqueeze(1), a)
 
 
 def _donor(w: torch.Tensor, p2l: torch.Tensor, cnt: torch.Tensor, x: torch.Tensor, allowed: torch.Tensor,
@@ -268,7 +262,7 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
         sp, sper, sload, cnt = sp[keep], sper[keep], sload[keep], cnt[keep]
         found, slot_g, slot_h, g = _best_swaps(sper, sp, sload, old[rows], target[rows], P, num_zones, width,
                                                copy_cost=None if copy_cost is None else copy_cost[rows])
-        new = torch.where(found.unsqueeze(1), _swapped(sp, slot_g, slot_h), sp)
+        new = torch.where(found.unsqueeze(1), swapped(sp, slot_g, slot_h), sp)
         need = ~found                      # no swap helps: give g's heaviest expert a replica
         if bool(need.any()):
             ok, j, x = _count_change(w[rows], sp, cnt, sload, sper, g, P, num_zones)
@@ -298,7 +292,7 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
         found, slot_g, slot_h, _ = _best_swaps(per, sp, sload, old[rows], sload.max(1).values, P, num_zones,
                                                width, max_cost=0,
                                                copy_cost=None if copy_cost is None else copy_cost[rows])
-        p2l[rows] = torch.where(found.unsqueeze(1), _swapped(sp, slot_g, slot_h), sp)
+        p2l[rows] = torch.where(found.unsqueeze(1), swapped(sp, slot_g, slot_h), sp)
         swaps[rows] += found.to(torch.int64)
         done[rows[~found]] = True
     return RepairOutcome(p2l, met, rounds, swaps, changes, {"polish_rounds": polish})

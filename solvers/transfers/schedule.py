@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..backends import cpsat_solver
 from ..errors import OptionError
 from ..network import DEFAULT_NETWORK, Network
 from ..options import check_expert_bytes
@@ -493,10 +494,7 @@ def exact_schedule(copies: Copies, network: Network, expert_bytes: int, *, time_
     for i, opts in enumerate(choices):                 # the hint's rounds are slowest first too
         for s, k, x in opts:
             m.AddHint(x, int(s == hint.src[i] and k == hint.round[i]))
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = float(time_limit)
-    solver.parameters.num_workers = int(threads)
-    solver.parameters.random_seed = int(seed)
+    solver = cpsat_solver(time_limit, threads, seed)
     status = solver.Solve(m)
     name = solver.StatusName(status)
     bound = float(solver.BestObjectiveBound()) / scale
