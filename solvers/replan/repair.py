@@ -60,6 +60,13 @@ class RepairOutcome:
     info: dict = field(default_factory=dict)
 
 
+def _loads(w: torch.Tensor, p2l: torch.Tensor, num_gpus: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(replica counts [X, E], load of every slot [X, R], of every GPU [X, P]) of p2l: [X, R]."""
+    cnt = replica_counts(p2l, w.shape[1])
+    per = per_slot_loads(w, p2l, cnt)
+    return cnt, per, per.view(len(p2l), num_gpus, -1).sum(-1)
+
+
 def _holds(p2l: torch.Tensor, experts: torch.Tensor, gpus: torch.Tensor, num_gpus: int) -> torch.Tensor:
     """[X, A, B] bool: GPU gpus[x, b] holds a replica of experts[x, a] now. p2l: [X, R]."""
     X, R = p2l.shape
@@ -169,7 +176,7 @@ def _count_change(w: torch.Tensor, p2l: torch.Tensor, cnt: torch.Tensor, load: t
     of the layer is below the old one.
     """
     X, R = p2l.shape
-    P, E = num_gpus, w.shape[1]
+    P = num_gpus
     S = R // P
     dev = p2l.device
     mine = g.unsqueeze(1) * S + torch.arange(S, device=dev)
@@ -184,8 +191,7 @@ def _count_change(w: torch.Tensor, p2l: torch.Tensor, cnt: torch.Tensor, load: t
     # Exact new max load of the layer after the change.
     trial = p2l.clone()
     trial.scatter_(1, j.unsqueeze(1), x.unsqueeze(1))
-    tcnt = replica_counts(trial, E)
-    new_load = per_slot_loads(w, trial, tcnt).view(X, P, S).sum(-1)
+    new_load = _loads(w, trial, P)[2]
     ok = have & (new_load.max(1).values < load.max(1).values * (1 - TARGET_RTOL))
     return ok, j, x
 
@@ -195,7 +201,7 @@ def _spread_hot_experts(w: torch.Tensor, p2l: torch.Tensor, item_cap: torch.Tens
     """Give the heaviest replica's expert one more slot (from the expert whose replicas stay
     lightest, on the lightest GPU, in the same zone) until no replica exceeds ``item_cap``
     [L]. Returns (phy2log, count changes per layer [L])."""
-    L, E = w.shape
+    L = w.shape[0]
     R = p2l.shape[1]
     P, S = num_gpus, R // num_gpus
     p2l = p2l.clone()
@@ -203,12 +209,11 @@ def _spread_hot_experts(w: torch.Tensor, p2l: torch.Tensor, item_cap: torch.Tens
     slot_gpu = torch.arange(R, device=p2l.device) // S
     zone = slot_gpu // (P // num_zones)
     for _ in range(limit):
-        cnt = replica_counts(p2l, E)
-        per = per_slot_loads(w, p2l, cnt)                                          # [L, R]
+        cnt, per, load = _loads(w, p2l, P)                                          # per: [L, R]
         top, heavy = per.max(1)
         x = p2l.gather(1, heavy.unsqueeze(1)).squeeze(1)
         j, lowest = _donor(w, p2l, cnt, x, zone.view(1, R) == zone[heavy].view(L, 1),
-                           per.view(L, P, S).sum(-1).gather(1, slot_gpu.expand(L, R)))
+                           load.gather(1, slot_gpu.expand(L, R)))
         go = (top > item_cap * (1 + TARGET_RTOL)) & (lowest < top)
         if not bool(go.any()):
             break
@@ -249,9 +254,7 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
     live = torch.arange(L, device=w.device)          # rows still above target (layers are independent:
     while rounds < limit:                            # a row within target never changes again)
         sp = p2l[live]
-        cnt = replica_counts(sp, E)
-        sper = per_slot_loads(w[live], sp, cnt)                                    # [X, R]
-        sload = sper.view(len(live), P, -1).sum(-1)
+        cnt, sper, sload = _loads(w[live], sp, P)                                  # sper: [X, R]
         over = (sload.max(1).values > target[live] * (1 + TARGET_RTOL)) & ~stuck[live]
         keep = over.nonzero().squeeze(1)
         live = live[keep]
@@ -274,8 +277,7 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
             stuck[rows[need & ~ok]] = True
         swaps[rows] += found.to(torch.int64)
         p2l[rows] = new
-    cnt = replica_counts(p2l, E)
-    load = per_slot_loads(w, p2l, cnt).view(L, P, -1).sum(-1)
+    load = _loads(w, p2l, P)[2]
     met = load.max(1).values <= target * (1 + TARGET_RTOL)
     # Polish: swaps that add no move and still lower the max (a plan whose top GPUs all sit
     # at the target is fragile on the next steps' loads).
@@ -287,8 +289,7 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
             break
         polish += 1
         sp = p2l[rows]
-        per = per_slot_loads(w[rows], sp, replica_counts(sp, E))
-        sload = per.view(len(rows), P, -1).sum(-1)
+        _, per, sload = _loads(w[rows], sp, P)
         found, slot_g, slot_h, _ = _best_swaps(per, sp, sload, old[rows], sload.max(1).values, P, num_zones,
                                                width, max_cost=0,
                                                copy_cost=None if copy_cost is None else copy_cost[rows])
