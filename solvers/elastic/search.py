@@ -45,6 +45,12 @@ def counts(e: torch.Tensor, num_experts: int) -> torch.Tensor:
     return cnt[:, 1:]
 
 
+def swapped(p2l: torch.Tensor, slot_a: torch.Tensor, slot_b: torch.Tensor) -> torch.Tensor:
+    """p2l [X, R] with the experts of slots slot_a [X] and slot_b [X] swapped in every row."""
+    a, b = p2l.gather(1, slot_a.unsqueeze(1)), p2l.gather(1, slot_b.unsqueeze(1))
+    return p2l.clone().scatter_(1, slot_a.unsqueeze(1), b).scatter_(1, slot_b.unsqueeze(1), a)
+
+
 def _excess(t: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """max(0, t - target) with target [X] broadcast over t's trailing dimensions."""
     return (t - target.view(-1, *([1] * (t.dim() - 1)))).clamp_min(0)
@@ -141,9 +147,7 @@ def swap_gain(lay: Layout, gpus: LiveGPUs, target: torch.Tensor, old: torch.Tens
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Swapping slot ``hot[x, i]`` with any slot b: (excess change [X, H, R], moves added
     [X, H, R], ...) (exact: only the two GPUs change)."""
-    X, R = lay.e.shape
-    E = lay.cnt.shape[1]
-    H = hot.shape[1]
+    R = lay.e.shape[1]
     inv = 1 / gpus.speed
     ga = gpus.gpu_of[hot]                                                             # [X, H]
     gb = gpus.gpu_of.view(1, 1, R)
@@ -154,17 +158,31 @@ def swap_gain(lay: Layout, gpus: LiveGPUs, target: torch.Tensor, old: torch.Tens
     total = (_excess(ta + d * inv[ga].unsqueeze(2), target) - cur.gather(1, ga).unsqueeze(2)
              + _excess(tb - d * inv[gpus.gpu_of].view(1, 1, R), target) - cur[:, gpus.gpu_of].unsqueeze(1))
     A = lay.e.gather(1, hot)                                                          # [X, H]
+    total = total.masked_fill((ga.unsqueeze(2) == gb) | (A.unsqueeze(2) == lay.e.unsqueeze(1)), INF)
+    return total, swap_moves(lay.n, lay.e, gpus, old, hot), hot
+
+
+def swap_moves(n: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, old: torch.Tensor, hot: torch.Tensor
+               ) -> torch.Tensor:
+    """[X, H, R] moves added by swapping slot ``hot[x, i]`` with slot b of e: [X, R] (n: [X, Q*E]
+    copies on every live GPU, old: [X, Q*E] the plan in force's pairs): a GPU gaining an expert
+    it neither holds nor held is a move; losing its only copy of a pair that was a move undoes
+    one (meaningless where the two slots share a GPU or an expert: callers exclude those)."""
+    X, R = e.shape
+    H = hot.shape[1]
     Q = gpus.Q
-    n3, o3 = lay.n.view(X, Q, E), old.view(X, Q, E)
+    E = n.shape[1] // Q
+    ga = gpus.gpu_of[hot]                                                             # [X, H]
+    A = e.gather(1, hot)                                                              # [X, H]
+    n3, o3 = n.view(X, Q, E), old.view(X, Q, E)
     free = (n3 == 0) & ~o3                  # [X, Q, E] a GPU getting the expert: a move
     sole = ((n3 == 1) & ~o3).view(X, -1)    # its only copy leaving: a move undone
-    gained = (free.gather(1, ga.unsqueeze(2).expand(X, H, E)).gather(2, lay.e.unsqueeze(1).expand(X, H, R)).long()
+    gained = (free.gather(1, ga.unsqueeze(2).expand(X, H, E)).gather(2, e.unsqueeze(1).expand(X, H, R)).long()
               + free.gather(2, A.unsqueeze(1).expand(X, Q, H))
               .gather(1, gpus.gpu_of.view(1, R, 1).expand(X, R, H)).transpose(1, 2).long())
     lost = (sole.gather(1, ga * E + A).unsqueeze(2).long()
-            + sole.gather(1, gpus.gpu_of.view(1, R) * E + lay.e).unsqueeze(1).long())
-    total = total.masked_fill((ga.unsqueeze(2) == gb) | (A.unsqueeze(2) == lay.e.unsqueeze(1)), INF)
-    return total, gained - lost, hot
+            + sole.gather(1, gpus.gpu_of.view(1, R) * E + e).unsqueeze(1).long())
+    return gained - lost
 
 
 def _per_move(total: torch.Tensor, dm: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
@@ -221,17 +239,13 @@ def _step(w: torch.Tensor, e: torch.Tensor, lay: Layout, gpus: LiveGPUs, target:
     vr, jr = _per_move(tr, dr, floor).flatten(1).min(1)
     vs, js = _per_move(ts, ds, floor).flatten(1).min(1)
     swap_ok = torch.isfinite(vs)
-    swapped = e.clone()
-    a = hot_slots.gather(1, (js // R).unsqueeze(1)).squeeze(1)
-    b = js % R
-    swapped[rows, a] = e[rows, b]
-    swapped[rows, b] = e[rows, a]
+    after_swap = swapped(e, hot_slots.gather(1, (js // R).unsqueeze(1)).squeeze(1), js % R)
     use_r = torch.isfinite(vr) & (vr <= vs)
     replaced = e.clone()
     i, k = jr // K, jr % K
     replaced[rows, rs[rows, i]] = ys[rows, k]
-    best = torch.where(use_r.unsqueeze(1), replaced, swapped)
-    return best, use_r | swap_ok, swapped, swap_ok
+    best = torch.where(use_r.unsqueeze(1), replaced, after_swap)
+    return best, use_r | swap_ok, after_swap, swap_ok
 
 
 def reduce_excess(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, target: torch.Tensor, old: torch.Tensor,
@@ -247,12 +261,12 @@ def reduce_excess(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, target: torc
         if idx.numel() == 0:
             break
         ws, es, ts, olds, fl, exc = w[idx], e[idx], target[idx], old[idx], floor[idx], exc_all[idx]
-        best, ok, swapped, swap_ok = _step(ws, es, Layout(ws, es, gpus), gpus, ts, olds, fl)
+        best, ok, by_swap, swap_ok = _step(ws, es, Layout(ws, es, gpus), gpus, ts, olds, fl)
         better = ok & (Layout(ws, best, gpus).excess(ts) < exc - fl)
         # a replace whose estimate was wrong: the best swap instead (its gain is exact)
         retry = ~better & swap_ok
-        better_swap = retry & (Layout(ws, swapped, gpus).excess(ts) < exc - fl)
-        new = torch.where(better.unsqueeze(1), best, torch.where(better_swap.unsqueeze(1), swapped, es))
+        better_swap = retry & (Layout(ws, by_swap, gpus).excess(ts) < exc - fl)
+        new = torch.where(better.unsqueeze(1), best, torch.where(better_swap.unsqueeze(1), by_swap, es))
         stuck[idx] |= ~(better | better_swap)
         e = e.clone()
         e[idx] = new
@@ -318,17 +332,13 @@ def shed_moves(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, target: torch.T
         r_rows = torch.arange(x_n, device=e.device)
         replaced = es.clone()
         replaced[r_rows, rs[r_rows, jr // E]] = jr % E                                  # ys_all[:, k] = k
-        swapped = es.clone()
-        a = rs.gather(1, (js // R).unsqueeze(1)).squeeze(1)
-        b = js % R
-        swapped[r_rows, a] = es[r_rows, b]
-        swapped[r_rows, b] = es[r_rows, a]
+        by_swap = swapped(es, rs.gather(1, (js // R).unsqueeze(1)).squeeze(1), js % R)
         moves0 = _moves_of(ls, gpus, olds)
         use_r = (_fewer_within(ws, replaced, gpus, ts, olds, moves0) & torch.isfinite(vr)
                  & (~torch.isfinite(vs) | (vr <= vs)))
-        use_s = ~use_r & _fewer_within(ws, swapped, gpus, ts, olds, moves0) & torch.isfinite(vs)
+        use_s = ~use_r & _fewer_within(ws, by_swap, gpus, ts, olds, moves0) & torch.isfinite(vs)
         # a replace whose estimate failed: the swap if it is good
-        new = torch.where(use_r.unsqueeze(1), replaced, torch.where(use_s.unsqueeze(1), swapped, es))
+        new = torch.where(use_r.unsqueeze(1), replaced, torch.where(use_s.unsqueeze(1), by_swap, es))
         done[idx[~(use_r | use_s)]] = True
         e = e.clone()
         e[idx] = new

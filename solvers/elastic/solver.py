@@ -54,7 +54,8 @@ from ..registry import SolverOutput, get_solver, register, run
 from ..result import SolveResult
 from ..scoring import gpu_presence, new_pairs
 from ..work import WorkModel
-from .search import Layout, counts, match_orphans, place_orphans, reduce_excess, shed_moves, spread_penalty
+from .search import (Layout, counts, match_orphans, place_orphans, reduce_excess, shed_moves, spread_penalty,
+                     swap_moves, swapped)
 
 # A time within this relative margin of its target meets it.
 TARGET_RTOL = 1e-12
@@ -229,21 +230,10 @@ def repair_time(w: torch.Tensor, e: torch.Tensor, old: torch.Tensor, target: tor
         new_h = new_h * inv[h].view(X, 1, 1)
         new_g = (load[:, gpus.gpu_of].unsqueeze(1) + d) * inv[gpus.gpu_of]
         cost = torch.maximum(new_h, new_g)                                            # [X, S, R]
-        # moves added by swapping slot a (on h, expert ea) with slot b (on g, expert eb = e[b])
-        def new_pair(gpu, expert, held):   # the GPU holds ``held`` copies and the plan in force none
-            idx = (gpu * E + expert).view(X, -1)
-            return ((pres.gather(1, idx) == held) & ~old.gather(1, idx)).view_as(gpu).to(torch.int64)
-
-        H = h.view(X, 1, 1).expand(X, qh.shape[1], R)
-        G = gpus.gpu_of.view(1, 1, R).expand(X, qh.shape[1], R)
-        A = ea.unsqueeze(2).expand(X, qh.shape[1], R)
-        B = e.unsqueeze(1).expand(X, qh.shape[1], R)
-        same = A == B
-        # gaining an expert it neither holds nor held is a move; losing its only copy of a
-        # pair that was a move undoes one
-        dm = new_pair(H, B, 0) + new_pair(G, A, 0) - new_pair(H, A, 1) - new_pair(G, B, 1)
-        dm = torch.where(same, torch.zeros_like(dm), dm)
-        bad = (d <= 0) | (G == H) | same
+        # moves added by swapping slot a (on h) with slot b (cost is inf where they share a GPU
+        # or an expert)
+        dm = swap_moves(pres, e, gpus, old, qh)
+        bad = (d <= 0) | (h.view(X, 1, 1) == gpus.gpu_of.view(1, 1, R)) | (ea.unsqueeze(2) == e.unsqueeze(1))
         cost = cost.masked_fill(bad, float("inf"))
         fits = cost <= target.view(X, 1, 1) * (1 + TARGET_RTOL)
         # within target: fewest added moves, then lowest cost; else lowest cost if it helps
@@ -255,11 +245,7 @@ def repair_time(w: torch.Tensor, e: torch.Tensor, old: torch.Tensor, target: tor
         use_fit = torch.isfinite(kf)
         j = torch.where(use_fit, jf, jc)
         ok = active & (use_fit | (kc < th * (1 - 1e-12)))
-        a = qh.gather(1, (j // R).unsqueeze(1)).squeeze(1)
-        b = j % R
-        e2 = e.clone()
-        e2[rows[ok], a[ok]] = e[rows[ok], b[ok]]
-        e2[rows[ok], b[ok]] = e[rows[ok], a[ok]]
+        e2 = torch.where(ok.unsqueeze(1), swapped(e, qh.gather(1, (j // R).unsqueeze(1)).squeeze(1), j % R), e)
         # count change where no swap helps: a redundant replica elsewhere (its GPU finishing
         # first after the change) becomes another replica of h's heaviest expert
         stuck = active & ~ok

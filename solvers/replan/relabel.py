@@ -116,15 +116,20 @@ def relabel_phy2log(new_p2l: torch.Tensor, old_p2l: torch.Tensor, num_experts: i
                     num_nodes: int = 1, copy_cost: torch.Tensor | None = None) -> torch.Tensor:
     """phy2log [L, R] of ``new_p2l`` with GPUs (and nodes) renamed and slots aligned to ``old_p2l``.
     ``copy_cost`` [L, P, E]: minimise what the copies cost instead of their number."""
-    L, R = new_p2l.shape
-    P, S = num_gpus, R // num_gpus
-    value = (shared_experts(new_p2l, old_p2l, num_experts, P) if copy_cost is None
-             else copy_savings(new_p2l, copy_cost, num_experts, P))
-    target = gpu_assignment(value, num_nodes)   # [L, P]
-    placed = torch.empty_like(new_p2l).view(L, P, S)
-    placed.scatter_(1, target.unsqueeze(2).expand(L, P, S), new_p2l.view(L, P, S))
-    aligned = align_slots(placed.view(L * P, S), old_p2l.reshape(L * P, S))
-    return aligned.view(L, R)
+    value = (shared_experts(new_p2l, old_p2l, num_experts, num_gpus) if copy_cost is None
+             else copy_savings(new_p2l, copy_cost, num_experts, num_gpus))
+    return _renamed(new_p2l, gpu_assignment(value, num_nodes), old_p2l)
+
+
+def _renamed(p2l: torch.Tensor, target: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
+    """phy2log [L, R]: the slots of GPU a of ``p2l`` [L, R] moved to GPU target[l, a] ([L, P]),
+    then aligned to ``previous`` [L, R] (:func:`align_slots`)."""
+    L, R = p2l.shape
+    P = target.shape[1]
+    S = R // P
+    placed = torch.empty_like(p2l).view(L, P, S)
+    placed.scatter_(1, target.unsqueeze(2).expand(L, P, S), p2l.view(L, P, S))
+    return align_slots(placed.view(L * P, S), previous.reshape(L * P, S)).view(L, R)
 
 
 def relabel(plan: Plan, previous: Plan, num_gpus: int, num_nodes: int = 1,
@@ -189,11 +194,10 @@ def spread_receivers(p2l: torch.Tensor, previous: torch.Tensor, copy_cost: torch
     copy of e onto GPU b costs (0 where b held e; :func:`copy_costs`)."""
     from scipy.optimize import linear_sum_assignment   # not at `import solvers` (above)
 
-    L, R = p2l.shape
-    P, S, Q = num_gpus, R // num_gpus, num_gpus // num_nodes
-    new = gpu_presence(p2l.cpu(), num_experts, P).to(torch.float64)                    # [L, P, E]
+    L = p2l.shape[0]
+    P, Q = num_gpus, num_gpus // num_nodes
     # cost[l, a, b]: what new GPU a's copies cost when a's replicas sit on GPU b
-    cost = torch.bmm(new, copy_cost.cpu().to(torch.float64).transpose(1, 2)).numpy()   # [L, P, P]
+    cost = -copy_savings(p2l.cpu(), copy_cost.cpu(), num_experts, P).numpy()           # [L, P, P]
     perm = np.tile(np.arange(P), (L, 1))                                                 # [L, P] a -> b
     part = cost[:, np.arange(P), np.arange(P)].copy()                                   # [L, P] receive of b
     total = part.sum(0)                                                                  # [P]
@@ -210,8 +214,4 @@ def spread_receivers(p2l: torch.Tensor, previous: torch.Tensor, copy_cost: torch
                 perm[layer, idx[rows]] = idx[cols]
                 part[layer, idx[cols]] = block[rows, cols]
             total += part[layer]
-    target = torch.as_tensor(perm, dtype=torch.int64)
-    placed = torch.empty_like(p2l.cpu()).view(L, P, S)
-    placed.scatter_(1, target.unsqueeze(2).expand(L, P, S), p2l.cpu().view(L, P, S))
-    aligned = align_slots(placed.view(L * P, S), previous.cpu().reshape(L * P, S))
-    return aligned.view(L, R).to(p2l.device)
+    return _renamed(p2l.cpu(), torch.as_tensor(perm, dtype=torch.int64), previous.cpu()).to(p2l.device)

@@ -32,6 +32,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from ..elastic.search import counts as replica_counts, swapped
 from ..heuristics.common import presence_counts
 from ..heuristics.hierarchical import balanced_partitions
 from ..scoring import gpu_presence, new_pairs, per_slot_loads
@@ -59,9 +60,11 @@ class RepairOutcome:
     info: dict = field(default_factory=dict)
 
 
-def _counts(p2l: torch.Tensor, num_experts: int) -> torch.Tensor:
-    cnt = torch.zeros(p2l.shape[0], num_experts, dtype=torch.int64, device=p2l.device)
-    return cnt.scatter_add_(1, p2l, torch.ones_like(p2l))
+def _loads(w: torch.Tensor, p2l: torch.Tensor, num_gpus: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(replica counts [X, E], load of every slot [X, R], of every GPU [X, P]) of p2l: [X, R]."""
+    cnt = replica_counts(p2l, w.shape[1])
+    per = per_slot_loads(w, p2l, cnt)
+    return cnt, per, per.view(len(p2l), num_gpus, -1).sum(-1)
 
 
 def _holds(p2l: torch.Tensor, experts: torch.Tensor, gpus: torch.Tensor, num_gpus: int) -> torch.Tensor:
@@ -151,12 +154,6 @@ def _best_swaps(w_slot: torch.Tensor, p2l: torch.Tensor, load: torch.Tensor, old
     return found, slot_g, slot_h, g
 
 
-def _swapped(p2l: torch.Tensor, slot_a: torch.Tensor, slot_b: torch.Tensor) -> torch.Tensor:
-    """p2l [X, R] with the experts of slots slot_a [X] and slot_b [X] swapped in every row."""
-    a, b = p2l.gather(1, slot_a.unsqueeze(1)), p2l.gather(1, slot_b.unsqueeze(1))
-    return p2l.clone().scatter_(1, slot_a.unsqueeze(1), b).scatter_(1, slot_b.unsqueeze(1), a)
-
-
 def _donor(w: torch.Tensor, p2l: torch.Tensor, cnt: torch.Tensor, x: torch.Tensor, allowed: torch.Tensor,
            slot_load: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The slot that gives a replica to expert x [X]: among ``allowed`` [X, R] slots of experts
@@ -179,7 +176,7 @@ def _count_change(w: torch.Tensor, p2l: torch.Tensor, cnt: torch.Tensor, load: t
     of the layer is below the old one.
     """
     X, R = p2l.shape
-    P, E = num_gpus, w.shape[1]
+    P = num_gpus
     S = R // P
     dev = p2l.device
     mine = g.unsqueeze(1) * S + torch.arange(S, device=dev)
@@ -194,8 +191,7 @@ def _count_change(w: torch.Tensor, p2l: torch.Tensor, cnt: torch.Tensor, load: t
     # Exact new max load of the layer after the change.
     trial = p2l.clone()
     trial.scatter_(1, j.unsqueeze(1), x.unsqueeze(1))
-    tcnt = _counts(trial, E)
-    new_load = per_slot_loads(w, trial, tcnt).view(X, P, S).sum(-1)
+    new_load = _loads(w, trial, P)[2]
     ok = have & (new_load.max(1).values < load.max(1).values * (1 - TARGET_RTOL))
     return ok, j, x
 
@@ -205,7 +201,7 @@ def _spread_hot_experts(w: torch.Tensor, p2l: torch.Tensor, item_cap: torch.Tens
     """Give the heaviest replica's expert one more slot (from the expert whose replicas stay
     lightest, on the lightest GPU, in the same zone) until no replica exceeds ``item_cap``
     [L]. Returns (phy2log, count changes per layer [L])."""
-    L, E = w.shape
+    L = w.shape[0]
     R = p2l.shape[1]
     P, S = num_gpus, R // num_gpus
     p2l = p2l.clone()
@@ -213,12 +209,11 @@ def _spread_hot_experts(w: torch.Tensor, p2l: torch.Tensor, item_cap: torch.Tens
     slot_gpu = torch.arange(R, device=p2l.device) // S
     zone = slot_gpu // (P // num_zones)
     for _ in range(limit):
-        cnt = _counts(p2l, E)
-        per = per_slot_loads(w, p2l, cnt)                                          # [L, R]
+        cnt, per, load = _loads(w, p2l, P)                                          # per: [L, R]
         top, heavy = per.max(1)
         x = p2l.gather(1, heavy.unsqueeze(1)).squeeze(1)
         j, lowest = _donor(w, p2l, cnt, x, zone.view(1, R) == zone[heavy].view(L, 1),
-                           per.view(L, P, S).sum(-1).gather(1, slot_gpu.expand(L, R)))
+                           load.gather(1, slot_gpu.expand(L, R)))
         go = (top > item_cap * (1 + TARGET_RTOL)) & (lowest < top)
         if not bool(go.any()):
             break
@@ -259,9 +254,7 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
     live = torch.arange(L, device=w.device)          # rows still above target (layers are independent:
     while rounds < limit:                            # a row within target never changes again)
         sp = p2l[live]
-        cnt = _counts(sp, E)
-        sper = per_slot_loads(w[live], sp, cnt)                                    # [X, R]
-        sload = sper.view(len(live), P, -1).sum(-1)
+        cnt, sper, sload = _loads(w[live], sp, P)                                  # sper: [X, R]
         over = (sload.max(1).values > target[live] * (1 + TARGET_RTOL)) & ~stuck[live]
         keep = over.nonzero().squeeze(1)
         live = live[keep]
@@ -272,7 +265,7 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
         sp, sper, sload, cnt = sp[keep], sper[keep], sload[keep], cnt[keep]
         found, slot_g, slot_h, g = _best_swaps(sper, sp, sload, old[rows], target[rows], P, num_zones, width,
                                                copy_cost=None if copy_cost is None else copy_cost[rows])
-        new = torch.where(found.unsqueeze(1), _swapped(sp, slot_g, slot_h), sp)
+        new = torch.where(found.unsqueeze(1), swapped(sp, slot_g, slot_h), sp)
         need = ~found                      # no swap helps: give g's heaviest expert a replica
         if bool(need.any()):
             ok, j, x = _count_change(w[rows], sp, cnt, sload, sper, g, P, num_zones)
@@ -284,8 +277,7 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
             stuck[rows[need & ~ok]] = True
         swaps[rows] += found.to(torch.int64)
         p2l[rows] = new
-    cnt = _counts(p2l, E)
-    load = per_slot_loads(w, p2l, cnt).view(L, P, -1).sum(-1)
+    load = _loads(w, p2l, P)[2]
     met = load.max(1).values <= target * (1 + TARGET_RTOL)
     # Polish: swaps that add no move and still lower the max (a plan whose top GPUs all sit
     # at the target is fragile on the next steps' loads).
@@ -297,12 +289,11 @@ def repair(weights: torch.Tensor, previous: torch.Tensor, target: torch.Tensor, 
             break
         polish += 1
         sp = p2l[rows]
-        per = per_slot_loads(w[rows], sp, _counts(sp, E))
-        sload = per.view(len(rows), P, -1).sum(-1)
+        _, per, sload = _loads(w[rows], sp, P)
         found, slot_g, slot_h, _ = _best_swaps(per, sp, sload, old[rows], sload.max(1).values, P, num_zones,
                                                width, max_cost=0,
                                                copy_cost=None if copy_cost is None else copy_cost[rows])
-        p2l[rows] = torch.where(found.unsqueeze(1), _swapped(sp, slot_g, slot_h), sp)
+        p2l[rows] = torch.where(found.unsqueeze(1), swapped(sp, slot_g, slot_h), sp)
         swaps[rows] += found.to(torch.int64)
         done[rows[~found]] = True
     return RepairOutcome(p2l, met, rounds, swaps, changes, {"polish_rounds": polish})

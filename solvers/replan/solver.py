@@ -82,25 +82,6 @@ IN_TIME_SHARES = (0.5, 0.0)
 TIMING_BYTES = 2**30
 
 
-def _within_budget(problem: Problem, old: torch.Tensor, p2l: torch.Tensor, fresh_moves: torch.Tensor,
-                   fresh_max: torch.Tensor, slack: float, budget: float, zones: int,
-                   item_cap: torch.Tensor) -> tuple[torch.Tensor, dict[int, float]]:
-    """When the plan moves more than ``budget`` x the fresh plan's moves (all layers together),
-    the layers that save the most moves are repaired at the next wider slack of
-    BUDGET_SLACKS, level by level, until the total fits (or no wider slack is left).
-    old, p2l: [L, R]; fresh_moves, fresh_max: [L]. Returns the plan and {layer: slack used}."""
-    E, P = problem.num_experts, problem.num_gpus
-
-    def at(wider: float) -> tuple[torch.Tensor, torch.Tensor]:
-        fixed = repair(problem.weights, old, fresh_max.to(torch.float64) * (1 + wider), P, zones, item_cap=item_cap)
-        cand = new_pairs(fixed.phy2log, old, E, P)
-        return fixed.phy2log, torch.where(fixed.met, cand, new_pairs(p2l, old, E, P))   # unmet: no saving
-
-    out, _, relaxed = widen_to_budget(p2l, new_pairs(p2l, old, E, P), int(float(fresh_moves.sum()) * budget),
-                                      slack, at)
-    return out, relaxed
-
-
 def widen_to_budget(p2l: torch.Tensor, moves: torch.Tensor, allowed: int, slack: float,
                     at: Callable[[float], tuple[torch.Tensor, torch.Tensor]],
                     ) -> tuple[torch.Tensor, torch.Tensor, dict[int, float]]:
@@ -272,7 +253,14 @@ def _heuristic(problem: Problem, previous: Plan, fresh: SolverOutput, slack: flo
     p2l = torch.where(use.unsqueeze(1), repaired, relabelled)
     relaxed: dict[int, float] = {}
     if budget is not None:
-        p2l, relaxed = _within_budget(problem, old, p2l, fresh_moves, fresh_max, slack, budget, zones, item_cap)
+        # the layers saving the most moves are repaired at wider slacks until the plan fits
+        def at(wider: float) -> tuple[torch.Tensor, torch.Tensor]:
+            fixed = repair(problem.weights, old, fresh_max * (1 + wider), P, zones, item_cap=item_cap)
+            cand = new_pairs(fixed.phy2log, old, E, P)
+            return fixed.phy2log, torch.where(fixed.met, cand, new_pairs(p2l, old, E, P))   # unmet: no saving
+
+        p2l, _, relaxed = widen_to_budget(p2l, new_pairs(p2l, old, E, P), int(float(fresh_moves.sum()) * budget),
+                                          slack, at)
     info: dict[str, Any] = {
         "slack": slack, "policy": policy,
         "fresh_max_load": fresh_max.tolist(), "target_max_load": target.tolist(),

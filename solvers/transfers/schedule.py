@@ -48,8 +48,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..backends import cpsat_solver
 from ..errors import OptionError
 from ..network import DEFAULT_NETWORK, Network
+from ..options import check_expert_bytes
 from ..scoring import gpu_presence
 
 INTRA, INTER, HOST = 0, 1, 2
@@ -180,6 +182,17 @@ def _durations(network: Network, expert_bytes: int) -> np.ndarray:
     return expert_bytes / _bandwidths(network)
 
 
+def _fastest(copies: Copies, network: Network, dur: np.ndarray) -> np.ndarray:
+    """[M] the fastest link class each copy can use: intra when a holder shares its receiver's
+    node, else inter; host memory when it is faster still. dur: [3] seconds per class."""
+    node = np.arange(copies.num_gpus) // copies.gpus_per_node
+    same = (copies.candidates & (node[None, :] == (copies.dst // copies.gpus_per_node)[:, None])).any(1)
+    fastest = np.where(same, INTRA, INTER)
+    if network.host_bw is not None:
+        fastest = np.where(dur[HOST] < dur[fastest], HOST, fastest)
+    return fastest
+
+
 def links_of(copies: Copies, src: np.ndarray) -> np.ndarray:
     """[M] link class of each copy from its source (-1: host)."""
     Q = copies.gpus_per_node
@@ -198,10 +211,7 @@ def choose_sources(copies: Copies, network: Network, expert_bytes: int) -> np.nd
         return src
     node = np.arange(P) // Q
     # the fastest class each copy can use, and so the least time its receiver must spend
-    cand_same = copies.candidates & (node[None, :] == (copies.dst // Q)[:, None])         # [M, P]
-    best = np.where(cand_same.any(1), dur[INTRA], dur[INTER])
-    if host:
-        best = np.minimum(best, dur[HOST])
+    best = dur[_fastest(copies, network, dur)]
     recv = np.bincount(copies.dst, weights=best, minlength=P)                           # [P] seconds
     send = np.zeros(P)
     order = np.argsort(copies.candidates.sum(1), kind="stable")
@@ -250,12 +260,7 @@ def lower_bounds(copies: Copies, src: np.ndarray, link: np.ndarray, network: Net
     load = max(np.bincount(sender, weights=d, minlength=2 * P).max(), np.bincount(copies.dst, weights=d,
                                                                                 minlength=P).max())
     rounds = _round_bound(dur, link, [(sender, 2 * P), (copies.dst, P)])
-    node = np.arange(P) // Q
-    same = (copies.candidates & (node[None, :] == (copies.dst // Q)[:, None])).any(1)
-    fastest = np.where(same, INTRA, INTER)
-    if network.host_bw is not None:
-        fastest = np.where(dur[HOST] < dur[fastest], HOST, fastest)
-    any_source = _round_bound(dur, fastest, [(copies.dst, P)])
+    any_source = _round_bound(dur, _fastest(copies, network, dur), [(copies.dst, P)])
     if network.host_bw is None:                 # every copy leaves a GPU: the senders' Hall bound
         any_source = max(any_source, _holder_bound(copies.candidates) * float(np.nanmin(dur)))
     return {"load": float(load), "rounds": float(rounds), "any_source": float(any_source)}
@@ -424,9 +429,13 @@ def schedule_copies(copies: Copies, network: Network, expert_bytes: int) -> Tran
 
 
 def _check_bytes(expert_bytes: Any) -> int:
-    if isinstance(expert_bytes, bool) or not isinstance(expert_bytes, (int, np.integer)) or expert_bytes <= 0:
+    """The shared expert_bytes rule, and more: a schedule needs a size (None is no default
+    here) and a positive one (copies of 0 bytes take no time, so no round order or source
+    choice would mean anything, and the exact model's grid is a share of the slowest copy)."""
+    value = check_expert_bytes(expert_bytes)
+    if value is None or value <= 0:
         raise OptionError("expert_bytes", f"must be a positive integer (bytes of one expert), got {expert_bytes!r}")
-    return int(expert_bytes)
+    return int(value)
 
 
 # Exact model ------------------------------------------------------------------------------------
@@ -485,10 +494,7 @@ def exact_schedule(copies: Copies, network: Network, expert_bytes: int, *, time_
     for i, opts in enumerate(choices):                 # the hint's rounds are slowest first too
         for s, k, x in opts:
             m.AddHint(x, int(s == hint.src[i] and k == hint.round[i]))
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = float(time_limit)
-    solver.parameters.num_workers = int(threads)
-    solver.parameters.random_seed = int(seed)
+    solver = cpsat_solver(time_limit, threads, seed)
     status = solver.Solve(m)
     name = solver.StatusName(status)
     bound = float(solver.BestObjectiveBound()) / scale
