@@ -15,7 +15,7 @@ from solvers import Plan, Problem, score, solve
 from solvers.cli import main
 from solvers.errors import OptionError
 from solvers import backends
-from solvers.heuristics.speeds import LiveGPUs
+from solvers.heuristics.common import LiveGPUs
 from solvers.migration import replan_after_failure
 from solvers.migration.elastic import keep_survivors
 from solvers.migration.elastic_bound import bound_elastic, lp_move_bound, spread_bound

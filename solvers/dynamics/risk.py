@@ -34,8 +34,8 @@ import torch
 from ..bounds import optimal_counts
 from ..heuristics.hierarchical import group_node_candidates, node_experts
 from ..heuristics.packing import repair_duplicates
-from ..heuristics.speeds import LiveGPUs
-from ..heuristics.spread_time import repair_swaps
+from ..heuristics.common import LiveGPUs
+from ..heuristics.packing import repair_swaps
 from ..problem import Problem
 from ..scoring import step_gpu_times
 

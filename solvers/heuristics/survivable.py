@@ -8,7 +8,7 @@ takes: the scorer grades the plan in time as any other, and ``info["exposed_expe
 by construction (checked here on the final plan).
 
 1. counts: two each, then each extra slot to the expert with the highest load per replica;
-2. LPT in time into each GPU's slot count (:func:`.speeds.lpt_time_pack`'s rule), every
+2. LPT in time into each GPU's slot count (:func:`.packing.lpt_time_pack`'s rule), every
    expert's first two replicas first (the second never in the first's domain), then the
    extra replicas;
 3. 1-1 swaps in time between the slowest GPUs and the ones finishing first (rotating pairs),
@@ -23,8 +23,8 @@ from ..options import Option, SolverOptions
 from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput, register
-from .common import expand_items
-from .speeds import LiveGPUs, layout
+from .common import LiveGPUs, expand_items
+from .packing import layout
 from ..work import WorkModel
 
 DOMAINS = ("gpu", "node")
