@@ -42,9 +42,9 @@ from .pairing import pair_counts
 # decides); above it a fixed-count lower bound steers the counts (much cheaper).
 PACK_LOOP_MAX_SLOTS = 4
 
-# Paired swap steps per unit of ``steps`` on other GPUs than identical ones, whose starts
-# (largest first in time) leave more to the search than balanced differencing (kk_swap's
-# default 8 gives 32: on the DeepSeek-V3 shape the worst layer is then within ~0.05 % of the bound).
+# Paired swap steps per unit of ``steps`` on a real cluster (speeds, uneven slots, failed
+# GPUs), whose starts leave more to the search (kk_swap's default 8 gives 32: on the
+# DeepSeek-V3 shape the worst layer is then within ~0.05 % of the bound).
 STEPS_PER_UNIT = 4
 
 
@@ -131,8 +131,8 @@ def heuristic_phy2log(problem: Problem, resolved: str, nodup: bool, effort: Effo
         gpus = LiveGPUs.of(problem.cluster, dev)
     K = nexp.shape[1]
     En, Rn, Pn = E // N, R // N, gpus.Q
-    identical = gpus.uniform and gpus.unit
-    steps = effort.steps * (1 if identical else STEPS_PER_UNIT)
+    identical, real = gpus.uniform and gpus.unit, not problem.cluster.homogeneous
+    steps = effort.steps * (STEPS_PER_UNIT if real else 1)
     rows = nexp.reshape(L * K * N, En)                                            # global id per local expert
     wr = w.gather(1, nexp.reshape(L, -1)).view(-1, En)                            # [X, En]
     cap = Pn if nodup else None
@@ -159,12 +159,14 @@ def heuristic_phy2log(problem: Problem, resolved: str, nodup: bool, effort: Effo
                              two_swaps=effort.two_swaps, deadline=deadline)
     pack_seconds = clock() - began   # every joint phase ends with such a packing
     if effort.joint:
-        # the bound is one of identical GPUs: other views search with the packing only
-        phases = [("bound", 2, 8)] if identical else []
-        if gpus.S <= PACK_LOOP_MAX_SLOTS or not identical:   # the packing decides: search it first (deadline)
+        # the bound is one of load on all of a homogeneous cluster's GPUs: a real cluster's
+        # counts are searched with the packing, narrowly when GPUs hold many slots (every
+        # candidate then packs many replicas)
+        phases = [] if real else [("bound", 2, 8)]
+        if gpus.S <= PACK_LOOP_MAX_SLOTS:      # the packing decides: search it first (deadline)
             phases.insert(0, ("pack", effort.joint_beam, effort.joint_width))
-        elif effort.joint_pack:
-            phases.append(("pack", effort.joint_beam, effort.joint_width))
+        elif real or effort.joint_pack:
+            phases.append(("pack", effort.joint_beam, effort.joint_width) if effort.joint_pack else ("pack", 1, 3))
         changed = 0
         # the search stops early enough to leave time for the phase's final packing
         search_deadline = None if deadline is None else deadline - pack_seconds
