@@ -34,7 +34,6 @@ class LiveGPUs:
         j = torch.arange(self.S, device=device)
         self.valid = j.unsqueeze(0) < self.caps.unsqueeze(1)                              # [Q, S]
         self.grid = torch.where(self.valid, starts.unsqueeze(1) + j, torch.zeros_like(j))  # [Q, S]
-        self.slot_speed = self.speed[self.gpu_of]                                          # [R]
 
     @classmethod
     def of(cls, cluster, device) -> "LiveGPUs":

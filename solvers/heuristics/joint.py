@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 
 from ..clock import clock
-from .common import as_gpus, expand_items, slots_from_packs
-from .packing import kk_pack, local_search, lpt_time_pack
+from .common import as_gpus, expand_items
+from .packing import pack_counts
 
 REL_TOL = 1e-12
 
@@ -21,14 +21,9 @@ REL_TOL = 1e-12
 def quick_objective(weight: torch.Tensor, logcnt: torch.Tensor, packs, steps: int) -> torch.Tensor:
     """Max GPU time after a fast packing (KK on identical GPUs, else LPT in time, + a few
     1-1 swaps). weight, logcnt: [Y, E] -> [Y]; packs: a view or a number of identical packs."""
-    item_e, item_w = expand_items(weight, logcnt)
-    g = as_gpus(packs, item_e.shape[1], weight.device)
-    identical = g.uniform and g.unit
-    ws, es = slots_from_packs(kk_pack(item_w, g.Q) if identical else lpt_time_pack(item_w, g), item_w, item_e)
-    if steps > 0 and (item_w.shape[1] > 2 * g.Q or not identical):    # two per pack: KK's pairing is optimal
-        ws, es, _ = local_search(ws.float(), es, g, weight.shape[1], max_steps=steps, two_swaps=False)
-    per = weight.to(torch.float64) / logcnt.to(torch.float64)
-    return g.times(per.gather(1, es)).max(1).values
+    g = as_gpus(packs, int(logcnt[0].sum()) if logcnt.shape[0] else 0, weight.device)
+    pairs = g.uniform and g.unit and g.R <= 2 * g.Q          # two per pack: KK's pairing is optimal
+    return pack_counts(weight, logcnt, g, starts=("kk",), max_steps=0 if pairs else steps, two_swaps=False)[1]
 
 
 def fixed_count_bound(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int) -> torch.Tensor:

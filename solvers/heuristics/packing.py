@@ -210,7 +210,7 @@ def ryser_layout(item_w: torch.Tensor, item_e: torch.Tensor, gpus: LiveGPUs,
     return per.gather(1, e), e
 
 
-def _swap(t: torch.Tensor, qa: torch.Tensor, qb: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
+def swap_where(t: torch.Tensor, qa: torch.Tensor, qb: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
     """Exchange t[x, qa[x, k]] and t[x, qb[x, k]] where ok[x] (or ok[x, k]). qa, qb: [X, K]."""
     va, vb = t.gather(1, qa), t.gather(1, qb)
     m = ok if ok.dim() == 2 else ok.unsqueeze(1)
@@ -323,7 +323,7 @@ class _Swapper:
         ok = best_cost < th * (1 - REL_TOL)
         qa = qh.gather(1, (best // R).unsqueeze(1))
         qb = (best % R).unsqueeze(1)
-        return _swap(w, qa, qb, ok), _swap(e, qa, qb, ok), ok
+        return swap_where(w, qa, qb, ok), swap_where(e, qa, qb, ok), ok
 
     def step_pairs(self, w, e, pair_swaps: int = 4):
         """Pair the i-th slowest GPU with the i-th fastest-finishing (disjoint pairs) and
@@ -401,7 +401,7 @@ class _Swapper:
         ok = best_cost < g.scale(t.squeeze(-1), hi) - t_gpu.gather(1, hi) * REL_TOL
         okk = ok.repeat(1, 2)
         qa, qb = torch.cat([a1, a2], 1), torch.cat([b1, b2], 1)                      # [X, 2k]
-        return _swap(w, qa, qb, okk), _swap(e, qa, qb, okk), ok.any(1)
+        return swap_where(w, qa, qb, okk), swap_where(e, qa, qb, okk), ok.any(1)
 
     def step22(self, w, e, partners: int = 4):
         """One best 2-2 swap per row: pairs from the slowest GPU against pairs on the
@@ -439,7 +439,7 @@ class _Swapper:
         j = (best % (k * npair)).unsqueeze(1)
         qa = torch.cat([qh1.gather(1, i), qh2.gather(1, i)], 1)
         qb = torch.cat([qg1.gather(1, j), qg2.gather(1, j)], 1)
-        return _swap(w, qa, qb, ok), _swap(e, qa, qb, ok), ok
+        return swap_where(w, qa, qb, ok), swap_where(e, qa, qb, ok), ok
 
 
 def local_search(w_slots: torch.Tensor, e_slots: torch.Tensor, packs, num_experts: int = 0, *,
@@ -521,8 +521,8 @@ def repair_duplicates(w_slots: torch.Tensor, e_slots: torch.Tensor, packs, num_e
         ok = has & torch.isfinite(best_cost)
         if not bool(ok.any()):
             break
-        w_slots = _swap(w_slots, q.unsqueeze(1), j.unsqueeze(1), ok)
-        e_slots = _swap(e_slots, q.unsqueeze(1), j.unsqueeze(1), ok)
+        w_slots = swap_where(w_slots, q.unsqueeze(1), j.unsqueeze(1), ok)
+        e_slots = swap_where(e_slots, q.unsqueeze(1), j.unsqueeze(1), ok)
     return w_slots, e_slots
 
 
@@ -536,11 +536,6 @@ def repair_swaps(per: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, num_experts
 def duplicated(e: torch.Tensor, gpus: LiveGPUs, num_experts: int) -> torch.Tensor:
     """[X] bool: the rows of e [X, R] with an expert twice on one GPU."""
     return presence_counts(e, num_experts, gpus).flatten(1).amax(1) > 1
-
-
-# The constructions a start name runs on identical GPUs, and on any other view.
-STARTS_IDENTICAL = {"kk": "kk", "lpt": "lpt", "rr": "rr"}
-STARTS_TIMED = {"kk": "lpt_time", "lpt": "lpt_time", "rr": "ryser"}
 
 
 def pack_counts(weight: torch.Tensor, logcnt: torch.Tensor, packs, *, nodup: bool = False,
@@ -563,9 +558,10 @@ def pack_counts(weight: torch.Tensor, logcnt: torch.Tensor, packs, *, nodup: boo
     X, E = weight.shape
     item_e, item_w = expand_items(weight, logcnt)
     g = as_gpus(packs, item_e.shape[1], weight.device)
-    names = STARTS_IDENTICAL if g.uniform and g.unit else STARTS_TIMED
+    if not (g.uniform and g.unit):       # what the starts become on any other view
+        starts = ["ryser" if s == "rr" else "lpt_time" for s in starts]
     cands_w, cands_e = [], []
-    for s in dict.fromkeys(names[s] for s in starts):
+    for s in dict.fromkeys(starts):
         if s == "ryser":
             ws, es = ryser_layout(item_w, item_e, g, E)
         else:

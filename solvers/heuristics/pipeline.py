@@ -32,7 +32,7 @@ from ..problem import Problem
 from ..registry import SolverOutput
 from ..scoring import duplicates_per_row, per_slot_loads, slots_to_gpus, uneven_slot_gpu
 from . import relaxed
-from .common import LiveGPUs, replicate_counts
+from .common import LiveGPUs, pick_best, replicate_counts
 from .hierarchical import group_node_candidates, node_experts
 from .joint import joint_counts
 from .packing import pack_counts, realisable_counts
@@ -207,15 +207,12 @@ def candidate_objective(problem: Problem, phy2log: torch.Tensor, nodup: bool) ->
 
 def keep_best(problem: Problem, candidates: list[torch.Tensor], nodup: bool,
               objectives: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per layer the candidate phy2log [L, R] with the lowest max GPU load (first on ties);
+    """Per layer the candidate phy2log [L, R] with the lowest max GPU time (first on ties);
     under ``nodup`` layers with duplicates are not eligible. objectives: the candidates'
     :func:`candidate_objective` when the caller has them. Returns (phy2log, index [L])."""
     objs = objectives if objectives is not None else [candidate_objective(problem, p, nodup) for p in candidates]
-    objs_t = torch.stack(objs)                                                   # [C, L]
-    best = objs_t.argmin(0)
-    stacked = torch.stack(candidates)                                            # [C, L, R]
-    idx = best.view(1, -1, 1).expand(1, *stacked.shape[1:])
-    return stacked.gather(0, idx).squeeze(0), best
+    p2l, best = pick_best(torch.stack(objs), torch.stack(candidates))            # [C, L], [C, L, R]
+    return p2l, best
 
 
 def run_pipeline(problem: Problem, *, policy: str, nodup: bool, relax: int, effort: Effort,

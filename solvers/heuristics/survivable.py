@@ -24,7 +24,7 @@ from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput, register
 from .common import LiveGPUs, expand_items
-from .packing import layout
+from .packing import layout, swap_where
 from ..work import WorkModel
 
 DOMAINS = ("gpu", "node")
@@ -141,12 +141,7 @@ def spread_pair_step(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, dom: torc
     b = best[rows, first]
     qa = sh[rows, first].gather(1, (b // S).unsqueeze(1))
     qb = sl[rows, first].gather(1, (b % S).unsqueeze(1))
-    va, vb = w.gather(1, qa), w.gather(1, qb)
-    xa, xb = e.gather(1, qa), e.gather(1, qb)
-    m = take.unsqueeze(1)
-    w = w.scatter(1, qa, torch.where(m, vb, va)).scatter(1, qb, torch.where(m, va, vb))
-    e = e.scatter(1, qa, torch.where(m, xb, xa)).scatter(1, qb, torch.where(m, xa, xb))
-    return w, e, take
+    return swap_where(w, qa, qb, take), swap_where(e, qa, qb, take), take
 
 
 def exposed(e: torch.Tensor, domain_of_slot: torch.Tensor, num_experts: int, num_domains: int) -> torch.Tensor:
