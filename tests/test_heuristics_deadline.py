@@ -21,7 +21,7 @@ from solvers.clock import FakeClock as StepClock, TimeUp, check_deadline, fake_c
 from solvers.deepseek import deepseek_plan
 from solvers.registry import SolverOutput
 from solvers.heuristics import joint, packing, pipeline, portfolio
-from solvers.heuristics.common import replicate_counts
+from solvers.heuristics.common import pack_loads, replicate_counts
 from solvers.heuristics.pipeline import heuristic_phy2log, layer_times
 from solvers.scoring import duplicates_per_row
 
@@ -277,7 +277,7 @@ def test_local_search_checks_its_deadline_before_every_step(monkeypatch):
     w2, e2, steps = packing.local_search(w_slots, e_slots, 4, 24, max_steps=64, deadline=3.5)
     assert [t for _, t in calls] == [0.0, 1.0, 2.0, 3.0]     # a block holds 10 steps: cut inside it
     assert steps == 4
-    after = packing.pack_loads(per.gather(1, e2), 4).max(1).values
+    after = pack_loads(per.gather(1, e2), 4).max(1).values
     assert bool((after <= before * (1 + 1e-12)).all())
     assert torch.equal(e2.sort(1).values, e_slots.sort(1).values)   # the same replicas, moved
 
