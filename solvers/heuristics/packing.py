@@ -325,10 +325,10 @@ class _Swapper:
         qb = (best % R).unsqueeze(1)
         return swap_where(w, qa, qb, ok), swap_where(e, qa, qb, ok), ok
 
-    def step_pairs(self, w, e, pair_swaps: int = 4):
-        """Pair the i-th slowest GPU with the i-th fastest-finishing (disjoint pairs) and
-        apply, in every pair at once, its best 1-1 swap (or 2-2, in the ``pair_swaps``
-        slowest pairs) if it lowers the pair's max time.
+    def step_pairs(self, w, e, pair_swaps: int = 4, shift: int = 0):
+        """Pair the i-th slowest GPU with the (i + shift)-th fastest-finishing (mod the pairs;
+        disjoint pairs) and apply, in every pair at once, its best 1-1 swap (or 2-2, in the
+        ``pair_swaps`` slowest pairs) if it lowers the pair's max time.
 
         Moving d from h (load lh, speed sh) to l gives max((lh - d) / sh, (ll + d) / sl) =
         (lh + ll) / (sh + sl) + max((t - d) / sh, (d - t) / sl) with t = (lh sl - ll sh) / (sh + sl):
@@ -339,6 +339,8 @@ class _Swapper:
         loads, t_gpu, _, _, _ = self._slowest(w)
         order = t_gpu.argsort(dim=1, descending=True, stable=True)
         hi, lo = order[:, :k], order[:, g.Q - k:].flip(1)                           # [X, k]
+        if shift % max(k, 1):
+            lo = lo.roll(-(shift % k), dims=1)
         sh, vh = self._slots(w, e, hi, SWAP_SLOTS)                                   # [X, k, C]
         sl, vl = self._slots(w, e, lo, SWAP_SLOTS)
         C = sh.shape[2]
@@ -444,7 +446,7 @@ class _Swapper:
 
 def local_search(w_slots: torch.Tensor, e_slots: torch.Tensor, packs, num_experts: int = 0, *,
                  nodup: bool = False, max_steps: int = 200, two_swaps: bool = True,
-                 block: int = 8, partners: int = 4, pair_swaps: int = 2,
+                 block: int = 8, partners: int = 4, pair_swaps: int = 2, timed: bool = False,
                  deadline: float | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Swap local search on slot layouts (never increases any row's max GPU time).
 
@@ -455,7 +457,9 @@ def local_search(w_slots: torch.Tensor, e_slots: torch.Tensor, packs, num_expert
     against all GPUs and its best 2-2 swap against the ``partners`` fastest-finishing ones.
     Stops when a block improved no row or after ``max_steps`` paired steps (one host sync
     per block), or once ``deadline`` (a :func:`clock` value) has passed, checked before
-    every step (a block can take long: many slots, or a busy machine).
+    every step (a block can take long: many slots, or a busy machine). ``timed`` (a real
+    cluster; implied by any view but identical GPUs): step i pairs the slow GPUs with the fast ones shifted by i, so a pair without
+    a useful swap is not offered again and again (hot experts).
     Returns the improved layout and the number of paired steps run.
     """
     X, R = w_slots.shape
@@ -463,6 +467,7 @@ def local_search(w_slots: torch.Tensor, e_slots: torch.Tensor, packs, num_expert
     # one slot per GPU: a swap only exchanges two GPUs' loads, which at equal speeds changes no max
     if (g.S == 1 and g.unit) or g.Q == 1 or max_steps <= 0 or X == 0:
         return w_slots, e_slots, 0
+    timed = timed or not (g.uniform and g.unit)
     sw = _Swapper(g, num_experts, nodup)
     steps = 0
 
@@ -474,7 +479,7 @@ def local_search(w_slots: torch.Tensor, e_slots: torch.Tensor, packs, num_expert
         for _ in range(min(block, max_steps - steps)):
             if late():
                 return w_slots, e_slots, steps
-            w_slots, e_slots, ok = sw.step_pairs(w_slots, e_slots, pair_swaps)
+            w_slots, e_slots, ok = sw.step_pairs(w_slots, e_slots, pair_swaps, steps if timed else 0)
             any_ok |= ok
             steps += 1
         if late():
@@ -540,14 +545,16 @@ def duplicated(e: torch.Tensor, gpus: LiveGPUs, num_experts: int) -> torch.Tenso
 
 def pack_counts(weight: torch.Tensor, logcnt: torch.Tensor, packs, *, nodup: bool = False,
                 starts: tuple[str, ...] = ("kk", "lpt"), max_steps: int = 200, two_swaps: bool = True,
-                search_dtype: torch.dtype = torch.float32,
+                search_dtype: torch.dtype = torch.float32, timed: bool = False,
                 deadline: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Best packing found for fixed counts: every start, local search, best kept per row.
 
     weight: [X, E], logcnt: [X, E]; packs: a view or a number of identical packs. On
-    identical GPUs the starts are "kk", "lpt" and "rr" (round robin); on any other view
-    "kk" and "lpt" are :func:`lpt_time_pack` and "rr" is :func:`ryser_layout` (counts must
-    be realisable: :func:`realisable_counts`). The search runs in ``search_dtype`` (float32:
+    identical GPUs the starts are "kk", "lpt" and "rr" (round robin); on any other view, or
+    ``timed`` (a real cluster, even where its live GPUs are identical: they are then planned
+    as on any real cluster), "kk" and "lpt" are :func:`lpt_time_pack` and "rr" is
+    :func:`ryser_layout` (counts must be realisable: :func:`realisable_counts`), and the
+    search rotates its pairs (:func:`local_search`). The search runs in ``search_dtype`` (float32:
     half the memory traffic); the objective that picks the best start is recomputed in float64.
     ``deadline`` cuts the local search short, and the "kk" and "lpt" constructions too
     (their loops have S - 1 and R steps): a start cut there is replaced by the round-robin
@@ -558,7 +565,7 @@ def pack_counts(weight: torch.Tensor, logcnt: torch.Tensor, packs, *, nodup: boo
     X, E = weight.shape
     item_e, item_w = expand_items(weight, logcnt)
     g = as_gpus(packs, item_e.shape[1], weight.device)
-    if not (g.uniform and g.unit):       # what the starts become on any other view
+    if timed or not (g.uniform and g.unit):   # what the starts become on a real cluster
         starts = ["ryser" if s == "rr" else "lpt_time" for s in starts]
     cands_w, cands_e = [], []
     for s in dict.fromkeys(starts):
@@ -584,7 +591,7 @@ def pack_counts(weight: torch.Tensor, logcnt: torch.Tensor, packs, *, nodup: boo
     if nodup:
         w_all, e_all = repair_duplicates(w_all, e_all, g, E)
     w_all, e_all, _ = local_search(w_all, e_all, g, E, nodup=nodup, max_steps=max_steps,
-                                   two_swaps=two_swaps, deadline=deadline)
+                                   two_swaps=two_swaps, timed=timed, deadline=deadline)
     per = (weight.to(torch.float64) / logcnt.to(torch.float64)).repeat(C, 1)
     obj = g.times(per.gather(1, e_all)).max(1).values
     if nodup:

@@ -131,7 +131,7 @@ def heuristic_phy2log(problem: Problem, resolved: str, nodup: bool, effort: Effo
         gpus = LiveGPUs.of(problem.cluster, dev)
     K = nexp.shape[1]
     En, Rn, Pn = E // N, R // N, gpus.Q
-    identical, real = gpus.uniform and gpus.unit, not problem.cluster.homogeneous
+    real = not problem.cluster.homogeneous
     steps = effort.steps * (STEPS_PER_UNIT if real else 1)
     rows = nexp.reshape(L * K * N, En)                                            # global id per local expert
     wr = w.gather(1, nexp.reshape(L, -1)).view(-1, En)                            # [X, En]
@@ -142,7 +142,7 @@ def heuristic_phy2log(problem: Problem, resolved: str, nodup: bool, effort: Effo
     if nodup and not gpus.uniform:       # uneven slot counts: not every capped vector has a layout
         cnt = realisable_counts(wr, cnt, gpus.caps)
     info: dict = {"partition_candidates": K}
-    if identical and Rn == 2 * Pn and effort.pair_rounds:
+    if not real and Rn == 2 * Pn and effort.pair_rounds:
         # Two slots per GPU: the greedy counts only minimise the largest replica; these minimise
         # the largest pair of the largest-with-smallest pairing that the packing then builds.
         cnt, info["pair_rounds"] = pair_counts(wr, cnt, cap=cap, rounds=effort.pair_rounds, deadline=deadline)
@@ -156,7 +156,7 @@ def heuristic_phy2log(problem: Problem, resolved: str, nodup: bool, effort: Effo
         rows, wr, cnt = rows[sel], wr[sel], cnt[sel]
     began = clock()
     e_loc, obj = pack_counts(wr, cnt, gpus, nodup=nodup, starts=starts, max_steps=steps,
-                             two_swaps=effort.two_swaps, deadline=deadline)
+                             two_swaps=effort.two_swaps, timed=real, deadline=deadline)
     pack_seconds = clock() - began   # every joint phase ends with such a packing
     if effort.joint:
         # the bound is one of load on all of a homogeneous cluster's GPUs: a real cluster's
@@ -187,7 +187,7 @@ def heuristic_phy2log(problem: Problem, resolved: str, nodup: bool, effort: Effo
             if moved.numel() == 0:
                 continue
             e2, obj2 = pack_counts(wr[moved], cnt2[moved], gpus, nodup=nodup, starts=starts,
-                                   max_steps=steps, two_swaps=effort.two_swaps, deadline=deadline)
+                                   max_steps=steps, two_swaps=effort.two_swaps, timed=real, deadline=deadline)
             better = obj2 < obj[moved]
             keep = moved[better]
             e_loc[keep], obj[keep], cnt[keep] = e2[better], obj2[better], cnt2[keep]
