@@ -1,4 +1,4 @@
-"""Forbidden colocation on real clusters (solvers.heuristics.spread_time): the counts are made
+"""Forbidden colocation on real clusters (solvers.heuristics.packing): the counts are made
 realisable without duplicates (Gale-Ryser) and a layer the swaps cannot clear is laid out by
 Ryser's construction, so kk_swap/joint/best never give up on a cluster that has a plan."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solvers import Cluster, Problem, solve
-from solvers.heuristics.speeds import LiveGPUs
-from solvers.heuristics.spread_time import duplicated_rows, lay_out_duplicates, realisable_counts
+from solvers.heuristics.common import LiveGPUs, expand_items
+from solvers.heuristics.packing import duplicated, realisable_counts, ryser_layout
 
 
 def _realisable(cnt: list[int], caps: list[int]) -> bool:
@@ -46,18 +46,17 @@ def test_counts_become_realisable_and_the_layout_has_no_duplicate(caps, E, seed)
     for _ in range(R - E):
         room = (cnt < Q).nonzero().squeeze(1)
         cnt[room[torch.randint(len(room), (1,), generator=g)]] += 1
-    e = torch.repeat_interleave(torch.arange(E), cnt).unsqueeze(0)                   # [1, R]
     w = torch.rand(1, E, generator=g, dtype=torch.float64) * 10
     live = [c for c in caps if c]
     gpus = LiveGPUs([1.0] * len(live), live, "cpu")
-    fixed = realisable_counts(w, e, E, gpus.caps)
-    new_cnt = torch.bincount(fixed[0], minlength=E)
+    new_cnt = realisable_counts(w, cnt.unsqueeze(0), gpus.caps)[0]
     assert int(new_cnt.sum()) == R and int(new_cnt.min()) >= 1 and int(new_cnt.max()) <= len(live)
     assert _realisable(new_cnt.tolist(), live)
     if _realisable(cnt.tolist(), live):
         assert torch.equal(new_cnt, cnt)                          # realisable counts are left as they are
-    laid = lay_out_duplicates(w, fixed, gpus, E)
-    assert not bool(duplicated_rows(laid, gpus, E).any())
+    item_e, item_w = expand_items(w, new_cnt.unsqueeze(0))
+    _, laid = ryser_layout(item_w, item_e, gpus, E)
+    assert not bool(duplicated(laid, gpus, E).any())
     assert torch.equal(torch.bincount(laid[0], minlength=E), new_cnt)
 
 

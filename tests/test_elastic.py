@@ -14,7 +14,7 @@ from solvers import Cluster, Plan, Problem, score, solve
 from solvers.cli import main
 from solvers.errors import OptionError
 from solvers import backends
-from solvers.heuristics.speeds import LiveGPUs
+from solvers.heuristics.common import LiveGPUs
 from benchmarks.elastic_bound import bound_elastic, lp_move_bound, spread_bound
 from solvers.elastic import replan_after_failure
 from solvers.elastic.search import Layout, counts, match_orphans, place_orphans, reduce_excess, shed_moves

@@ -21,8 +21,8 @@ from solvers.clock import FakeClock as StepClock, TimeUp, check_deadline, fake_c
 from solvers.deepseek import deepseek_plan
 from solvers.registry import SolverOutput
 from solvers.heuristics import joint, packing, pipeline, portfolio
-from solvers.heuristics.common import replicate_counts
-from solvers.heuristics.pipeline import heuristic_phy2log, layer_max
+from solvers.heuristics.common import pack_loads, replicate_counts
+from solvers.heuristics.pipeline import heuristic_phy2log, layer_times
 from solvers.scoring import duplicates_per_row
 
 ROW_SECONDS = 0.001        # fake cost of packing one candidate row in the count search
@@ -169,7 +169,7 @@ def test_pipeline_packing_phase_stops_at_the_deadline_no_worse_than_without_it(w
     assert work.clock.now <= deadline + max(c for _, _, c in work.evals)
     counts = torch.nn.functional.one_hot(p2l, problem.num_experts).sum(1)
     assert_valid_counts(counts, problem.num_replicas)
-    assert bool((layer_max(problem, p2l) <= layer_max(problem, base)).all())
+    assert bool((layer_times(problem, p2l) <= layer_times(problem, base)).all())
 
 
 def test_pipeline_does_not_begin_a_search_with_a_past_deadline(work):
@@ -187,7 +187,7 @@ def test_portfolio_respects_its_time_limit_on_the_fake_clock(work, time_limit):
     assert out.info["rungs_run"][0] == "kk_swap"
     # keep-best: never worse than the first rung's plan, rung by rung
     kk, _ = heuristic_phy2log(problem, "global", False, dict(portfolio.LADDER)["kk_swap"])
-    assert bool((layer_max(problem, out.plan.phy2log) <= layer_max(problem, kk)).all())
+    assert bool((layer_times(problem, out.plan.phy2log) <= layer_times(problem, kk)).all())
 
 
 def test_portfolio_with_time_to_spare_runs_the_whole_ladder_and_the_deep_search(work):
@@ -277,7 +277,7 @@ def test_local_search_checks_its_deadline_before_every_step(monkeypatch):
     w2, e2, steps = packing.local_search(w_slots, e_slots, 4, 24, max_steps=64, deadline=3.5)
     assert [t for _, t in calls] == [0.0, 1.0, 2.0, 3.0]     # a block holds 10 steps: cut inside it
     assert steps == 4
-    after = packing.pack_loads(per.gather(1, e2), 4).max(1).values
+    after = pack_loads(per.gather(1, e2), 4).max(1).values
     assert bool((after <= before * (1 + 1e-12)).all())
     assert torch.equal(e2.sort(1).values, e_slots.sort(1).values)   # the same replicas, moved
 
@@ -322,7 +322,7 @@ def test_relaxed_pass_stops_at_its_deadline(monkeypatch):
     cut, info = relaxed.relax_plan(problem, strict, 4, deadline=0.025)
     assert len(steps) == 3 and all(t < 0.025 for t in steps)          # steps at 0, 0.01, 0.02
     assert info["off_node_replicas_worst_layer"] <= 4
-    assert bool((layer_max(problem, cut) <= layer_max(problem, strict) * (1 + 1e-12)).all())
+    assert bool((layer_times(problem, cut) <= layer_times(problem, strict) * (1 + 1e-12)).all())
 
 
 def test_greedy_stops_at_its_deadline():
@@ -371,7 +371,7 @@ def test_portfolio_with_time_for_the_greedy_is_never_worse_than_it(monkeypatch):
     out = portfolio.run_portfolio(problem, policy="global", nodup=False, relax=0, time_limit=1.0)
     assert out.info["greedy"] == "kept"
     greedy = pipeline.greedy_phy2log(problem, "global")
-    assert bool((layer_max(problem, out.plan.phy2log) <= layer_max(problem, greedy) * (1 + 1e-12)).all())
+    assert bool((layer_times(problem, out.plan.phy2log) <= layer_times(problem, greedy) * (1 + 1e-12)).all())
     assert work.clock.now <= 1.0
 
 

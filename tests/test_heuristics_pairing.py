@@ -8,7 +8,25 @@ import torch
 from solvers import Problem, solve
 from solvers.clock import FakeClock, fake_clock
 from solvers.heuristics.common import replicate_counts
-from solvers.heuristics.pairing import counts_pair_value, pair_counts, pair_value, sorted_items
+from solvers.heuristics.pairing import counts_pair_value, pair_counts
+
+
+# the reference the solver's counts_pair_value is checked against: the R replicas listed
+def sorted_items(weight: torch.Tensor, counts: torch.Tensor, num_slots: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Replica loads in descending order and their experts: weight, counts [N, E] -> ([N, R], [N, R])."""
+    N = weight.shape[0]
+    v, order = (weight / counts).sort(1, descending=True)
+    ends = counts.gather(1, order).cumsum(1)
+    idx = torch.searchsorted(ends, torch.arange(num_slots, device=weight.device).expand(N, num_slots).contiguous(),
+                             right=True)
+    return v.gather(1, idx), order.gather(1, idx)
+
+
+def pair_value(items: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Largest pair sum of the largest-with-smallest pairing: items [N, R] descending ->
+    (value [N], index i [N] of the bottleneck pair (i, R-1-i))."""
+    R = items.shape[1]
+    return (items[:, :R // 2] + items.flip(1)[:, :R // 2]).max(1)
 
 
 def _matchings(items):

@@ -334,7 +334,7 @@ def test_scorer_grades_the_scheduled_split_in_time():
     assert sched.split == "scheduled"
 
 
-# Forbidden colocation on real clusters (solvers.heuristics.spread_time) -------------------
+# Forbidden colocation on real clusters (solvers.heuristics.packing) -------------------
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 @pytest.mark.parametrize("solver", ["kk_swap", "best"])

@@ -34,8 +34,8 @@ import torch
 from ..bounds import optimal_counts
 from ..heuristics.hierarchical import group_node_candidates, node_experts
 from ..heuristics.packing import repair_duplicates
-from ..heuristics.speeds import LiveGPUs
-from ..heuristics.spread_time import repair_swaps
+from ..heuristics.common import LiveGPUs
+from ..heuristics.packing import repair_swaps
 from ..problem import Problem
 from ..scoring import step_gpu_times
 
@@ -279,7 +279,7 @@ def risk_search(series: torch.Tensor, k: torch.Tensor, phy2log: torch.Tensor, nu
 
 def repair_grid(w: torch.Tensor, p2l: torch.Tensor, slots: Slots, num_experts: int) -> torch.Tensor:
     """Swap away same-GPU duplicates on a real cluster's padded grid: the speed pipeline's
-    repair in time (:func:`solvers.heuristics.spread_time.repair_swaps`: each duplicate slot
+    repair in time (:func:`solvers.heuristics.packing.repair_swaps`: each duplicate slot
     with the slot on another GPU whose two GPUs' larger time is least, creating no new
     duplicate) on the real slots, the phantoms left in place. w: [X, Q*S] slot loads; p2l:
     [X, Q*S] (phantom E); returns p2l. Rows with no such swap keep their duplicate (valid)."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from ..heuristics.speeds import LiveGPUs
+from ..heuristics.common import LiveGPUs
 
 INF = float("inf")
 # Relative excess decrease (of the target) a step must bring.

@@ -45,8 +45,8 @@ from ..clock import clock
 from ..cluster import Cluster
 from ..errors import OptionError, PlanError, ProblemError
 from ..grading import graded_run
-from ..heuristics.speed_pipeline import layer_times
-from ..heuristics.speeds import LiveGPUs
+from ..heuristics.pipeline import layer_times
+from ..heuristics.common import LiveGPUs
 from ..options import Option, SolverOptions
 from ..plan import Plan
 from ..problem import Problem

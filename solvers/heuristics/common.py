@@ -1,10 +1,10 @@
-"""Shared pieces of the heuristics: replica counts, replica items, slot layouts, keep-best.
+"""Shared pieces of the heuristics: the GPU view, replica counts, replica items, slot layouts.
 
 A batch of independent packing rows ("rows": layers, or (layer, node) pairs in the
 hierarchical policy) is the unit of every routine here. A packing is held as a *slot
 layout*: ``e_slots: [X, R]`` (local expert of every slot) and ``w_slots: [X, R]`` (the
-load of that replica, float64), slot ``q`` on pack ``q // S``. Swapping two slots'
-contents is a move of the local search; ``e_slots`` is directly a ``phy2log`` row.
+load of that replica), slots GPU by GPU in the order of a :class:`LiveGPUs` view. Swapping
+two slots' contents is a move of the local search; ``e_slots`` is directly a ``phy2log`` row.
 """
 from __future__ import annotations
 
@@ -12,6 +12,61 @@ import torch
 
 from ..bounds import optimal_counts
 from ..errors import OptionError
+
+
+class LiveGPUs:
+    """The live GPUs a packing fills, as tensors: speed [Q] float64, caps [Q] int64 (slots),
+    gpu_of [R] (live index of every slot), grid [Q, S] (slot ids of every GPU, S the most
+    slots, padded with 0) and valid [Q, S]. A GPU of speed s holding load x takes x / s.
+
+    Identical GPUs (speed 1, S slots each: a homogeneous cluster, or the GPUs of one node
+    under the hierarchical policy) are its special case: ``uniform`` (every GPU S slots)
+    keeps the reshape path (slot q on GPU q // S, loads by ``view(X, Q, S)``) and ``unit``
+    (every speed 1) skips the division, so their arithmetic is exactly the load balancing one."""
+
+    def __init__(self, speed: list[float], caps: list[int], device):
+        self.Q, self.R, self.S = len(caps), int(sum(caps)), max(caps)
+        self.speed = torch.tensor(speed, dtype=torch.float64, device=device)
+        self.caps = torch.tensor(caps, dtype=torch.int64, device=device)
+        self.uniform, self.unit = len(set(caps)) == 1, all(s == 1.0 for s in speed)
+        self.gpu_of = torch.repeat_interleave(torch.arange(self.Q, device=device), self.caps)
+        starts = torch.cumsum(self.caps, 0) - self.caps
+        j = torch.arange(self.S, device=device)
+        self.valid = j.unsqueeze(0) < self.caps.unsqueeze(1)                              # [Q, S]
+        self.grid = torch.where(self.valid, starts.unsqueeze(1) + j, torch.zeros_like(j))  # [Q, S]
+
+    @classmethod
+    def of(cls, cluster, device) -> "LiveGPUs":
+        live = cluster.live_gpus
+        return cls([cluster.gpu_speed[g] for g in live], [cluster.gpu_slots[g] for g in live], device)
+
+    @classmethod
+    def identical(cls, num_gpus: int, num_slots: int, device) -> "LiveGPUs":
+        """``num_gpus`` GPUs of speed 1 sharing ``num_slots`` slots evenly."""
+        return cls([1.0] * num_gpus, [num_slots // num_gpus] * num_gpus, device)
+
+    def cells(self, t: torch.Tensor) -> torch.Tensor:
+        """[X, Q, S] the slots of every GPU of a slot layout t: [X, R] (padding: slot 0)."""
+        return t.view(t.shape[0], self.Q, self.S) if self.uniform else t[:, self.grid]
+
+    def loads(self, w: torch.Tensor) -> torch.Tensor:
+        """[X, Q] load of every live GPU from a slot layout w: [X, R]."""
+        if self.uniform:
+            return w.view(w.shape[0], self.Q, self.S).sum(-1)
+        return torch.zeros(w.shape[0], self.Q, dtype=w.dtype, device=w.device).index_add_(1, self.gpu_of, w)
+
+    def scale(self, x: torch.Tensor, gpu: torch.Tensor) -> torch.Tensor:
+        """Loads x to times on GPUs ``gpu`` (broadcast with x); x itself at speed 1."""
+        return x if self.unit else x / self.speed.to(x.dtype)[gpu]
+
+    def times(self, w: torch.Tensor) -> torch.Tensor:
+        """[X, Q] time of every live GPU from a slot layout w: [X, R]."""
+        return self.scale(self.loads(w), torch.arange(self.Q, device=w.device))
+
+
+def as_gpus(packs, num_slots: int, device) -> LiveGPUs:
+    """A GPU view from a view or a number of identical packs sharing ``num_slots`` slots."""
+    return packs if isinstance(packs, LiveGPUs) else LiveGPUs.identical(packs, num_slots, device)
 
 
 def replicate_counts(weight: torch.Tensor, num_slots: int, cap: int | None = None) -> torch.Tensor:
@@ -55,14 +110,14 @@ def pack_loads(w_slots: torch.Tensor, num_packs: int) -> torch.Tensor:
     return w_slots.view(X, num_packs, R // num_packs).sum(-1)
 
 
-def presence_counts(e_slots: torch.Tensor, num_experts: int, num_packs: int) -> torch.Tensor:
-    """[X, P, E] int64: replicas of each expert on each pack."""
+def presence_counts(e_slots: torch.Tensor, num_experts: int, packs) -> torch.Tensor:
+    """[X, Q, E] int64: replicas of each expert on each GPU (packs: a view or a number of
+    identical packs)."""
     X, R = e_slots.shape
-    S = R // num_packs
-    cnt = torch.zeros(X, num_packs * num_experts, dtype=torch.int64, device=e_slots.device)
-    gpu = torch.arange(R, device=e_slots.device) // S
-    cnt.scatter_add_(1, gpu * num_experts + e_slots, torch.ones_like(e_slots))
-    return cnt.view(X, num_packs, num_experts)
+    g = as_gpus(packs, R, e_slots.device)
+    cnt = torch.zeros(X, g.Q * num_experts, dtype=torch.int64, device=e_slots.device)
+    cnt.scatter_add_(1, g.gpu_of * num_experts + e_slots, torch.ones_like(e_slots))
+    return cnt.view(X, g.Q, num_experts)
 
 
 def pick_best(objs: torch.Tensor, *cands: torch.Tensor) -> list[torch.Tensor]:

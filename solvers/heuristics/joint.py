@@ -12,21 +12,18 @@ from __future__ import annotations
 import torch
 
 from ..clock import clock
-from .common import expand_items, pack_loads, slots_from_packs
-from .packing import kk_pack, local_search
+from .common import as_gpus, expand_items
+from .packing import pack_counts
 
 REL_TOL = 1e-12
 
 
-def quick_objective(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int, steps: int) -> torch.Tensor:
-    """Max pack load after a fast packing (KK + a few 1-1 swaps). weight, logcnt: [Y, E] -> [Y]."""
-    item_e, item_w = expand_items(weight, logcnt)
-    ws, es = slots_from_packs(kk_pack(item_w, num_packs), item_w, item_e)
-    if steps > 0 and item_w.shape[1] > 2 * num_packs:    # two per pack: KK's pairing is optimal
-        ws, es, _ = local_search(ws.float(), es, num_packs, weight.shape[1], max_steps=steps,
-                                 two_swaps=False)
-    per = weight.to(torch.float64) / logcnt.to(torch.float64)
-    return pack_loads(per.gather(1, es), num_packs).max(1).values
+def quick_objective(weight: torch.Tensor, logcnt: torch.Tensor, packs, steps: int) -> torch.Tensor:
+    """Max GPU time after a fast packing (KK on identical GPUs, else LPT in time, + a few
+    1-1 swaps). weight, logcnt: [Y, E] -> [Y]; packs: a view or a number of identical packs."""
+    g = as_gpus(packs, int(logcnt[0].sum()) if logcnt.shape[0] else 0, weight.device)
+    pairs = g.uniform and g.unit and g.R <= 2 * g.Q          # two per pack: KK's pairing is optimal
+    return pack_counts(weight, logcnt, g, starts=("kk",), max_steps=0 if pairs else steps, two_swaps=False)[1]
 
 
 def fixed_count_bound(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int) -> torch.Tensor:
@@ -63,11 +60,12 @@ def move_order(beam: int, donors: int, receivers: int, device) -> torch.Tensor:
     return key.argsort(stable=True).to(device)
 
 
-def joint_counts(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int, *, cap: int | None = None,
+def joint_counts(weight: torch.Tensor, logcnt: torch.Tensor, packs, *, cap: int | None = None,
                  rounds: int = 32, donors: int = 4, receivers: int = 4, beam: int = 4, steps: int = 4,
                  patience: int = 2, deadline: float | None = None,
                  evaluate: str = "pack") -> tuple[torch.Tensor, int]:
-    """Beam search on replica counts. weight, logcnt: [X, E]; returns (logcnt [X, E], rounds run).
+    """Beam search on replica counts. weight, logcnt: [X, E]; packs: a view or a number of
+    identical packs ("bound" needs identical ones); returns (logcnt [X, E], rounds run).
 
     Each round every beam state spawns ``donors x receivers`` single-replica moves:
     donors are experts with c > 1 whose items grow least (smallest w/(c-1)), receivers
@@ -84,10 +82,10 @@ def joint_counts(weight: torch.Tensor, logcnt: torch.Tensor, num_packs: int, *, 
     """
     if evaluate == "bound":
         def objective(wt, ct):
-            return fixed_count_bound(wt, ct, num_packs)
+            return fixed_count_bound(wt, ct, packs if isinstance(packs, int) else packs.Q)
     else:
         def objective(wt, ct):
-            return quick_objective(wt, ct, num_packs, steps)
+            return quick_objective(wt, ct, packs, steps)
     X, E = weight.shape
     dev = weight.device
     best_cnt = logcnt.clone()

@@ -17,23 +17,6 @@ import torch
 from ..clock import clock
 
 
-def sorted_items(weight: torch.Tensor, counts: torch.Tensor, num_slots: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Replica loads in descending order and their experts: weight, counts [N, E] -> ([N, R], [N, R])."""
-    N = weight.shape[0]
-    v, order = (weight / counts).sort(1, descending=True)
-    ends = counts.gather(1, order).cumsum(1)
-    idx = torch.searchsorted(ends, torch.arange(num_slots, device=weight.device).expand(N, num_slots).contiguous(),
-                             right=True)
-    return v.gather(1, idx), order.gather(1, idx)
-
-
-def pair_value(items: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Largest pair sum of the largest-with-smallest pairing: items [N, R] descending ->
-    (value [N], index i [N] of the bottleneck pair (i, R-1-i))."""
-    R = items.shape[1]
-    return (items[:, :R // 2] + items.flip(1)[:, :R // 2]).max(1)
-
-
 # Donors valued together in a round (see pair_counts): on 16 x 64 / 288 slots / 144 GPUs
 # (lognormal, seeds 0-2) chunks of 8 end at 1.0197 / 1.0178 / 1.0167 in 0.05 s of CPU,
 # every donor at once (one chunk of 64) at 1.0217 / 1.0181 / 1.0179 in 0.19 s: the moves
@@ -43,7 +26,8 @@ PAIR_DONORS = 8
 
 def counts_pair_value(weight: torch.Tensor, counts: torch.Tensor,
                       num_slots: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`pair_value` of the replicas of ``counts`` without listing the R replicas:
+    """The largest pair sum of the largest-with-smallest pairing of the replicas of
+    ``counts``, without listing the R replicas:
     weight, counts [N, E] -> (value [N], hi [N], lo [N] the experts of the bottleneck pair).
 
     Sorted by load, expert k's replicas fill positions [start_k, end_k) (0-based). In the
@@ -125,4 +109,4 @@ def pair_counts(weight: torch.Tensor, counts: torch.Tensor, *, cap: int | None =
     return c, ran
 
 
-__all__ = ["counts_pair_value", "pair_counts", "pair_value", "sorted_items"]
+__all__ = ["counts_pair_value", "pair_counts"]

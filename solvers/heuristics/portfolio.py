@@ -65,10 +65,14 @@ EXACT_MARGIN = 1.1
 RELAX_SHARE = 0.3
 
 
-def check_exact(exact: str, relax: int):
-    """The exact solver's spec, or None; checks what the schema cannot (installed, no relax)."""
+def check_exact(exact: str, relax: int, problem: Problem):
+    """The exact solver's spec, or None; checks what the schema cannot (installed, no relax,
+    identical GPUs: its warm-started joint model is one of load)."""
     if exact in (None, "none"):
         return None
+    if not problem.cluster.homogeneous:
+        raise OptionError("exact", "the exact rung of best plans identical GPUs only; use exact=none, or "
+                          f"run the exact solver {exact!r} itself on this cluster")
     spec = get_solver(exact)
     if not spec.is_available():
         raise OptionError("exact", f"{exact!r} is not available here: {spec.requires}")
@@ -81,7 +85,7 @@ def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
                   time_limit: float, exact: str | None = None) -> SolverOutput:
     time_budget = time_limit
     resolved = check_common(problem, policy, nodup, relax)
-    exact_spec = check_exact(exact, relax)
+    exact_spec = check_exact(exact, relax, problem)
     start = clock()
     end = start + time_budget
     cands: list = []                     # candidate phy2log [L, R], made by names[i]
@@ -132,9 +136,11 @@ def run_portfolio(problem: Problem, *, policy: str, nodup: bool, relax: int,
         end - EXACT_MARGIN * max(time_budget * (1 - HEURISTIC_SHARE_WITH_EXACT), EXACT_MIN_SECONDS)
     try:
         t0 = clock()
-        add("deepseek", greedy_phy2log(problem, resolved, deadline=ladder_end))
-        rung_seconds["deepseek"] = clock() - t0
-        info["greedy"] = "kept"
+        greedy = greedy_phy2log(problem, resolved, deadline=ladder_end)
+        if greedy is not None:            # uneven slot counts: DeepSeek's greedy has no plan
+            add("deepseek", greedy)
+            rung_seconds["deepseek"] = clock() - t0
+        info["greedy"] = "kept" if greedy is not None else "none"
     except TimeUp:
         info["greedy"] = "timed out"
     climb(ladder_end)

@@ -7,9 +7,10 @@ node; 0 = strict), and is never worse than the greedy it starts from on any laye
 ``starts`` (kk_swap, joint): the constructions the swap search starts from, best kept:
 "kk" (balanced differencing), "lpt" (largest first, DeepSeek's rule), "rr" (round robin).
 
-On clusters with per-GPU speeds, uneven slot counts or failed GPUs all three balance time
-instead (:mod:`.speed_pipeline`; global policy, ``starts`` unused, ``steps`` counts
-four paired swap steps each).
+On clusters with per-GPU speeds, uneven slot counts or failed GPUs the same pipeline
+balances time (load / speed) over the live GPUs (:mod:`.pipeline`; global policy: the
+hierarchical one needs identical GPUs; "kk" and "lpt" are then largest first where a
+replica finishes first, "rr" Ryser's duplicate-free layout).
 """
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from ..options import Option, SolverOptions, colocation_option, policy_option, t
 from ..registry import SolverOutput, register
 from .pipeline import Effort, run_pipeline
 from .portfolio import run_portfolio
-from .speed_pipeline import run_speed_pipeline, run_speed_portfolio
 from ..work import WorkModel
 
 
@@ -60,9 +60,6 @@ BEST_WORK = WorkModel.of({"1": 0, "S": 0, "R": 0, "L*R": 0, "L*E*R": 0, "L*S^2":
 @register("kk_swap", kind="heuristic", options=_COMMON + (_STEPS, _STARTS), heterogeneous=True, work=KK_SWAP_WORK,
           description="greedy counts; balanced Karmarkar-Karp packing + 1-1/2-2 swap local search")
 def solve_kk_swap(problem: Problem, o: SolverOptions) -> SolverOutput:
-    if not problem.cluster.homogeneous:   # speeds, uneven slots or failed GPUs: balance time
-        return run_speed_pipeline(problem, policy=o.policy, nodup=_nodup(o.colocation), relax=o.relax,
-                                  steps=o.steps)
     effort = Effort(steps=o.steps, starts=parse_starts(o.starts))
     return run_pipeline(problem, policy=o.policy, nodup=_nodup(o.colocation), relax=o.relax, effort=effort)
 
@@ -76,9 +73,6 @@ def solve_kk_swap(problem: Problem, o: SolverOptions) -> SolverOutput:
                              _STARTS), heterogeneous=True,
           description="replica counts searched with the packing in the loop, then KK + swaps")
 def solve_joint(problem: Problem, o: SolverOptions) -> SolverOutput:
-    if not problem.cluster.homogeneous:
-        return run_speed_pipeline(problem, policy=o.policy, nodup=_nodup(o.colocation), relax=o.relax,
-                                  steps=o.steps, joint=True, rounds=o.rounds)
     effort = Effort(steps=o.steps, starts=parse_starts(o.starts), joint=True, joint_rounds=o.rounds,
                     joint_width=o.width)
     return run_pipeline(problem, policy=o.policy, nodup=_nodup(o.colocation), relax=o.relax, effort=effort)
@@ -95,8 +89,5 @@ def solve_joint(problem: Problem, o: SolverOptions) -> SolverOutput:
 def solve_best(problem: Problem, o: SolverOptions) -> SolverOutput:
     """``exact``: "none" or an exact solver ("cpsat", "highs", "cbc") that gets the time left
     after the heuristic ladder, warm-started from the best plan (its proven bound is returned)."""
-    if not problem.cluster.homogeneous:
-        return run_speed_portfolio(problem, policy=o.policy, nodup=_nodup(o.colocation), relax=o.relax,
-                                   time_limit=o.time_limit, exact=o.exact)
     return run_portfolio(problem, policy=o.policy, nodup=_nodup(o.colocation), relax=o.relax,
                          time_limit=o.time_limit, exact=o.exact)

@@ -8,7 +8,7 @@ takes: the scorer grades the plan in time as any other, and ``info["exposed_expe
 by construction (checked here on the final plan).
 
 1. counts: two each, then each extra slot to the expert with the highest load per replica;
-2. LPT in time into each GPU's slot count (:func:`.speeds.lpt_time_pack`'s rule), every
+2. LPT in time into each GPU's slot count (:func:`.packing.lpt_time_pack`'s rule), every
    expert's first two replicas first (the second never in the first's domain), then the
    extra replicas;
 3. 1-1 swaps in time between the slowest GPUs and the ones finishing first (rotating pairs),
@@ -23,8 +23,8 @@ from ..options import Option, SolverOptions
 from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput, register
-from .common import expand_items
-from .speeds import LiveGPUs, layout
+from .common import LiveGPUs, expand_items
+from .packing import layout, swap_where
 from ..work import WorkModel
 
 DOMAINS = ("gpu", "node")
@@ -141,12 +141,7 @@ def spread_pair_step(w: torch.Tensor, e: torch.Tensor, gpus: LiveGPUs, dom: torc
     b = best[rows, first]
     qa = sh[rows, first].gather(1, (b // S).unsqueeze(1))
     qb = sl[rows, first].gather(1, (b % S).unsqueeze(1))
-    va, vb = w.gather(1, qa), w.gather(1, qb)
-    xa, xb = e.gather(1, qa), e.gather(1, qb)
-    m = take.unsqueeze(1)
-    w = w.scatter(1, qa, torch.where(m, vb, va)).scatter(1, qb, torch.where(m, va, vb))
-    e = e.scatter(1, qa, torch.where(m, xb, xa)).scatter(1, qb, torch.where(m, xa, xb))
-    return w, e, take
+    return swap_where(w, qa, qb, take), swap_where(e, qa, qb, take), take
 
 
 def exposed(e: torch.Tensor, domain_of_slot: torch.Tensor, num_experts: int, num_domains: int) -> torch.Tensor:

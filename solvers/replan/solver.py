@@ -45,7 +45,7 @@ from ..cluster import Cluster
 from ..elastic.solver import check_elastic, elastic, fresh_plan, healthy_cluster, no_plan_in_force
 from ..errors import OptionError
 from ..grading import graded_run
-from ..heuristics.speed_pipeline import layer_times
+from ..heuristics.pipeline import layer_times
 from .exact import LayerShares, count_window, solve_layer
 from ..options import Option, SolverOptions, seed_option, threads_option, time_limit_option
 from ..plan import Plan

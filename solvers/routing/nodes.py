@@ -7,7 +7,7 @@ node n should carry ``W x speed_n / total speed`` so that its GPUs finish togeth
 every other node's. A node whose GPUs all failed holds nothing and takes no part.
 
 Inside a node the replicas are packed in time by the speed heuristics
-(:mod:`solvers.heuristics.speeds`: LPT where a replica finishes first, then swaps that keep
+(:mod:`solvers.heuristics.packing`: LPT where a replica finishes first, then swaps that keep
 each GPU's slot count), so no replica lands on a failed GPU and no GPU gets more replicas
 than its slots.
 """
@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import torch
 
 from ..cluster import Cluster
-from ..heuristics.speeds import LiveGPUs, layout, local_search, lpt_time_pack
+from ..heuristics.common import LiveGPUs
+from ..heuristics.packing import layout, local_search, lpt_time_pack
 from ..plan import Plan
 from ..scoring import step_gpu_times
 
@@ -83,7 +84,7 @@ class Nodes:
             gpus = LiveGPUs([c.gpu_speed[g] for g in gs], [c.gpu_slots[g] for g in gs], "cpu")
             e_n, w_n = e_sorted[:, start:start + k], w_sorted[:, start:start + k]         # [L, k]
             w, e = layout(w_n, e_n, lpt_time_pack(w_n, gpus))
-            _, e = local_search(w.float(), e, gpus, max_steps=PACK_STEPS)
+            _, e, _ = local_search(w.float(), e, gpus, max_steps=PACK_STEPS)
             out[:, start:start + k] = e
             start += k
         return out
