@@ -191,9 +191,10 @@ def _certify_in_time(problem: Problem, o: SolverOptions, start: float) -> Solver
 
 
 def _closed_busiest(row: torch.Tensor, weights: torch.Tensor, node: torch.Tensor, S: int):
-    """(slots [n*S], ids [I], local [n, S]) of the busiest node of one layer's phy2log
-    ``row`` [R]: its slot indices, the experts it holds and each slot's index into ``ids``;
-    None when one of those experts also lives on another node (not a closed sub-problem)."""
+    """(slots [n*S], ids [I], local [n, S], gpu [P]) of the busiest node of one layer's
+    phy2log ``row`` [R]: its slot indices, the experts it holds, each slot's index into
+    ``ids`` and every GPU's load; None when one of those experts also lives on another
+    node (not a closed sub-problem)."""
     E = weights.shape[0]
     counts = replica_ranks(row[None], E)[1][0]
     P = node.shape[0]
@@ -203,7 +204,7 @@ def _closed_busiest(row: torch.Tensor, weights: torch.Tensor, node: torch.Tensor
     ids = row[slots].unique()
     if bool((counts[ids] != torch.bincount(row[slots], minlength=E)[ids]).any()):
         return None
-    return slots, ids, torch.searchsorted(ids, row[slots]).view(len(gpus), S)
+    return slots, ids, torch.searchsorted(ids, row[slots]).view(len(gpus), S), gpu
 
 
 def _balance_busiest_node(row: torch.Tensor, weights: torch.Tensor, node: torch.Tensor, deadline: float,
@@ -218,7 +219,7 @@ def _balance_busiest_node(row: torch.Tensor, weights: torch.Tensor, node: torch.
         found = _closed_busiest(row, weights, node, S)
         if found is None or clock() >= deadline:
             break
-        slots, ids, local = found
+        slots, ids, local, _ = found
         rows = residues.balance_gpus(weights[ids].numpy(), local.numpy(), deadline=deadline, threads=threads,
                                      seed=seed)
         if np.array_equal(rows, local.numpy()):
@@ -244,9 +245,8 @@ def _exact_busiest_node(problem: Problem, row: torch.Tensor, weights: torch.Tens
     found = _closed_busiest(row, weights, torch.zeros(P, dtype=torch.long) if node is None else node, S)
     if found is None:
         return row                                  # an expert also lives elsewhere: not a closed sub-problem
-    slots, ids, local = found
+    slots, ids, local, gpu = found
     gpus = slots.view(-1, S)[:, 0] // S
-    gpu = ((weights / counts)[row]).view(P, S).sum(1)                                # [P]
     local = local.reshape(-1)
     sub = Problem(weights[ids][None], len(slots), 1, 1, len(gpus))
     warm = Plan.from_phy2log(local[None], len(ids))
