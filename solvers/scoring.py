@@ -168,9 +168,8 @@ def gpu_presence(phy2log: torch.Tensor, num_experts: int, num_gpus: int,
                  slot_gpu: torch.Tensor | None = None) -> torch.Tensor:
     """[L, P, E] bool: GPU g holds at least one replica of expert e (slot_gpu: [R] the GPU
     of every slot when GPUs hold different slot counts)."""
-    L, R = phy2log.shape
-    gpu = (torch.arange(R, device=phy2log.device) // (R // num_gpus) if slot_gpu is None
-           else slot_gpu.to(phy2log.device))
+    L = phy2log.shape[0]
+    gpu = _slot_gpu(phy2log, num_gpus, slot_gpu)
     pres = torch.zeros(L, num_gpus, num_experts, dtype=torch.bool, device=phy2log.device)
     pres.view(L, -1).scatter_(1, gpu * num_experts + phy2log, True)
     return pres
@@ -179,10 +178,14 @@ def gpu_presence(phy2log: torch.Tensor, num_experts: int, num_gpus: int,
 def _pair_keys(phy2log: torch.Tensor, num_experts: int, num_gpus: int,
                slot_gpu: torch.Tensor | None) -> torch.Tensor:
     """[L, R] int64 sorted keys gpu x E + expert of every slot (a pair once per replica)."""
-    L, R = phy2log.shape
-    gpu = (torch.arange(R, device=phy2log.device) // (R // num_gpus) if slot_gpu is None
-           else slot_gpu.to(phy2log.device))
-    return (gpu * num_experts + phy2log).sort(1).values
+    return (_slot_gpu(phy2log, num_gpus, slot_gpu) * num_experts + phy2log).sort(1).values
+
+
+def _slot_gpu(phy2log: torch.Tensor, num_gpus: int, slot_gpu: torch.Tensor | None) -> torch.Tensor:
+    """[R] GPU of every slot: ``slot_gpu``, or R/P consecutive slots per GPU when None."""
+    if slot_gpu is not None:
+        return slot_gpu.to(phy2log.device)
+    return torch.arange(phy2log.shape[1], device=phy2log.device) // (phy2log.shape[1] // num_gpus)
 
 
 def new_pairs(phy2log: torch.Tensor, previous: torch.Tensor, num_experts: int, num_gpus: int,
@@ -281,17 +284,12 @@ def slot_loads(problem: Problem, plan: Plan, split: str, tokens, scheduler: Sche
             t = t.to(torch.int64)
     else:
         t = check_tokens(tokens, plan).to(problem.device)
-    if split == "even":
-        return even_slot_loads(t, plan)
+    if split == "even":                             # each replica of e serves t_e / c_e
+        return per_slot_loads(t.to(torch.float64), plan.phy2log, plan.logcnt)
     if scheduler is None:
         raise OptionError("split", "the scheduled split needs a token scheduler: call solvers.score, or pass "
                           "scheduler=solvers.dispatch.schedule_tokens")
     return scheduler(plan, t, problem.cluster).to(problem.device, torch.float64)
-
-
-def even_slot_loads(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """[B, L, R] float64: each replica of e serves t_e / c_e. t: [B, L, E] on the plan's device."""
-    return per_slot_loads(t.to(torch.float64), plan.phy2log, plan.logcnt)
 
 
 def score(problem: Problem, plan: Plan, previous: Plan | None = None,
@@ -388,9 +386,7 @@ def score_validated(problem: Problem, plan: Plan, previous: Plan | None = None,
             raise PlanError("previous_cluster", f"must have the problem's {P} GPUs, got {pc.num_gpus}")
         prev_gpu = None if pc.uniform_slots else torch.tensor(pc.slot_gpus(), device=problem.device)
         moves = int(new_pairs(plan.phy2log, previous.phy2log, problem.num_experts, P, slot_gpu, prev_gpu).sum())
-        if expert_bytes is not None:
-            if expert_bytes < 0:
-                raise PlanError("expert_bytes", f"must be >= 0, got {expert_bytes}")
+        if expert_bytes is not None:                 # checked by check_expert_bytes (score, grading)
             moves_bytes = moves * int(expert_bytes)
     off = None
     if problem.num_groups > 1 and problem.num_experts % problem.num_groups == 0:

@@ -289,9 +289,7 @@ def traffic(plan: Plan, cluster: Cluster, trace: RoutingTrace, token_bytes: int 
         "remote_nodes_p99": float(nodes_p99.max()),
         "remote_gpus_mean": float(remote_gpus.mean()),
         "remote_gpus_p99": float(gpus_p99.max()),
-        "inter_node_bytes": totals["inter_node"],
-        "intra_node_bytes": totals["intra_node"],
-        "inter_node_flat_bytes": totals["inter_node_flat"],
+        **{f"{link}_bytes": n for link, n in totals.items()},      # inter_node, intra_node, inter_node_flat
         "dispatched_imbalance_mean": float(disp_imb.mean()),
         "dispatched_imbalance_worst": float(disp_imb.max()),
     }

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 import solvers.certify  # noqa: F401  registers "certify"
 from solvers import Problem, get_solver, solve
 from solvers.bounds import lower_bound, structure_bound
-from solvers.certify import gap_closure
+from benchmarks.certify_targets import gap_closure
 from solvers.certify.resplit import polish, split_masks
 from solvers.errors import OptionError
 from solvers.backends import highs_available

@@ -26,19 +26,16 @@ The bound of step 2 holds for every plan (global, free counts, duplicates allowe
 goes to ``SolverOutput.bound``. Under the hierarchical policy, the bound for plans with
 G/N whole groups per node (node bounds, and the best group-to-node assignment of
 :mod:`.hierarchical`) goes to ``model_bound`` with its scope.
-:func:`gap_closure` says per layer how much of the portfolio's gap the plan and the
-bound each closed.
+``benchmarks/certify_targets.py`` (``gap_closure``) says per layer how much of the
+portfolio's gap the plan and the bound each closed.
 """
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 import torch
 
 from ..bounds import lower_bound
 from ..clock import clock
-from ..errors import OptionError
 from .. import backends
 from ..heuristics.portfolio import run_portfolio
 from ..options import Option, SolverOptions, policy_option, seed_option, threads_option, time_limit_option
@@ -46,8 +43,7 @@ from ..plan import Plan, replica_ranks
 from ..problem import Problem
 from ..registry import SolverOutput, get_solver, register, run
 from ..scoring import gpu_loads, score
-from ..result import ModelScope, SolveResult, ratio_gap
-from ..tolerances import BOUND_RTOL
+from ..result import ModelScope
 from . import residues, shares
 from .hierarchical import best_assignment, hierarchical_bound, plan_on_assignment
 from .resplit import count_moves, polish
@@ -195,9 +191,10 @@ def _certify_in_time(problem: Problem, o: SolverOptions, start: float) -> Solver
 
 
 def _closed_busiest(row: torch.Tensor, weights: torch.Tensor, node: torch.Tensor, S: int):
-    """(slots [n*S], ids [I], local [n, S]) of the busiest node of one layer's phy2log
-    ``row`` [R]: its slot indices, the experts it holds and each slot's index into ``ids``;
-    None when one of those experts also lives on another node (not a closed sub-problem)."""
+    """(slots [n*S], ids [I], local [n, S], gpu [P]) of the busiest node of one layer's
+    phy2log ``row`` [R]: its slot indices, the experts it holds, each slot's index into
+    ``ids`` and every GPU's load; None when one of those experts also lives on another
+    node (not a closed sub-problem)."""
     E = weights.shape[0]
     counts = replica_ranks(row[None], E)[1][0]
     P = node.shape[0]
@@ -207,7 +204,7 @@ def _closed_busiest(row: torch.Tensor, weights: torch.Tensor, node: torch.Tensor
     ids = row[slots].unique()
     if bool((counts[ids] != torch.bincount(row[slots], minlength=E)[ids]).any()):
         return None
-    return slots, ids, torch.searchsorted(ids, row[slots]).view(len(gpus), S)
+    return slots, ids, torch.searchsorted(ids, row[slots]).view(len(gpus), S), gpu
 
 
 def _balance_busiest_node(row: torch.Tensor, weights: torch.Tensor, node: torch.Tensor, deadline: float,
@@ -222,7 +219,7 @@ def _balance_busiest_node(row: torch.Tensor, weights: torch.Tensor, node: torch.
         found = _closed_busiest(row, weights, node, S)
         if found is None or clock() >= deadline:
             break
-        slots, ids, local = found
+        slots, ids, local, _ = found
         rows = residues.balance_gpus(weights[ids].numpy(), local.numpy(), deadline=deadline, threads=threads,
                                      seed=seed)
         if np.array_equal(rows, local.numpy()):
@@ -248,9 +245,8 @@ def _exact_busiest_node(problem: Problem, row: torch.Tensor, weights: torch.Tens
     found = _closed_busiest(row, weights, torch.zeros(P, dtype=torch.long) if node is None else node, S)
     if found is None:
         return row                                  # an expert also lives elsewhere: not a closed sub-problem
-    slots, ids, local = found
+    slots, ids, local, gpu = found
     gpus = slots.view(-1, S)[:, 0] // S
-    gpu = ((weights / counts)[row]).view(P, S).sum(1)                                # [P]
     local = local.reshape(-1)
     sub = Problem(weights[ids][None], len(slots), 1, 1, len(gpus))
     warm = Plan.from_phy2log(local[None], len(ids))
@@ -285,45 +281,3 @@ def _max_load(w: torch.Tensor, p2l: torch.Tensor, counts: torch.Tensor, num_gpus
     """[L] max GPU load of phy2log [L, R] with counts [L, E], loads w [L, E]."""
     per = (w / counts).gather(1, p2l)                                              # [L, R]
     return per.view(p2l.shape[0], num_gpus, -1).sum(-1).max(1).values
-
-
-def gap_closure(result: SolveResult, target: float = 0.01, scope: str = "universal") -> list[dict[str, Any]]:
-    """Per layer: how the ``certify`` run closed the portfolio's gap.
-
-    scope: "universal" (bounds valid for every plan) or "model" (the hierarchical model's
-    bound, for a hierarchical run). baseline_gap: the portfolio's plan against the
-    combinatorial bound; gap: the final plan against the final bound. closed_by_plan +
-    closed_by_bound = baseline_gap - gap, measured in units of the combinatorial bound
-    (the plan's part) and of the final plan (the bound's part). closed_by: "already"
-    (the baseline was within ``target``), "plan" or "bound" (whichever closed more, when
-    the final gap is within ``target``), or "open".
-    """
-    if result.score is None or "baseline_objective" not in result.info:
-        raise OptionError("result", "needs a solve(problem, 'certify') result with a plan")
-    if scope not in ("universal", "model"):
-        raise OptionError("scope", f"must be 'universal' or 'model', got {scope!r}")
-    obj = result.score.max_load.cpu().to(torch.float64)
-    base_obj = torch.tensor(result.info["baseline_objective"], dtype=torch.float64)
-    if scope == "model":
-        if result.model_bound is None or "baseline_model_bound" not in result.info:
-            raise OptionError("scope", "'model' needs a hierarchical certify result (it has no model bound)")
-        base_lb = torch.tensor(result.info["baseline_model_bound"], dtype=torch.float64)
-        lb = result.model_bound.cpu().to(torch.float64)
-    else:
-        base_lb = torch.tensor(result.info["baseline_bound"], dtype=torch.float64)
-        lb = result.lower_bound.cpu().to(torch.float64)
-    base_gap, gap = ratio_gap(base_obj, base_lb), ratio_gap(obj, lb)
-    by_plan = base_gap - ratio_gap(obj, base_lb)
-    by_bound = ratio_gap(obj, base_lb) - gap
-    rows = []
-    for i in range(obj.shape[0]):
-        if float(base_gap[i]) <= target:
-            label = "already"
-        elif float(gap[i]) <= target:
-            label = "plan" if float(by_plan[i]) >= float(by_bound[i]) else "bound"
-        else:
-            label = "open"
-        rows.append({"layer": i, "baseline_gap": float(base_gap[i]), "gap": float(gap[i]),
-                     "closed_by_plan": float(by_plan[i]), "closed_by_bound": float(by_bound[i]),
-                     "proven_optimal": bool(gap[i] <= BOUND_RTOL), "closed_by": label})
-    return rows

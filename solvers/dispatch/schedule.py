@@ -264,22 +264,19 @@ class _Instances:
         """[n, P]. Padding edges never carry tokens (the split starts and moves only on valid ones)."""
         return self.base.scatter_add(1, self.edge_gpu, y)
 
-    def per_flex_min(self, value_at_gpu: torch.Tensor, fill: int) -> torch.Tensor:
-        """[n, F]: for each flexible expert, the min over its GPUs of ``value_at_gpu`` [n, P].
+    def per_flex_min(self, value_at_gpu: torch.Tensor, fill: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """([n, F] for each flexible expert the min over its GPUs of ``value_at_gpu`` [n, P],
+        the value at each edge [n, M], ``fill`` on padding).
 
         One scatter over the M edges (not a gather over F x D padded cells: a hot expert
         with replicas on every GPU would make D = P for all)."""
-        return self._per_flex_min(value_at_gpu, fill)[0]
-
-    def _per_flex_min(self, value_at_gpu: torch.Tensor, fill: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(:meth:`per_flex_min` [n, F], the value at each edge [n, M], ``fill`` on padding)."""
         at_edge = value_at_gpu.gather(1, self.edge_gpu).masked_fill_(self.edge_invalid, fill)   # [n, M]
         return torch.full_like(self.flex_tokens, fill).scatter_reduce_(1, self.edge_flex, at_edge, "amin"), at_edge
 
     def per_flex_argmin(self, value_at_gpu: torch.Tensor, fill: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``per_flex_min`` and the first edge [n, F] that attains it."""
         M = self.edge_gpu.shape[1]
-        best, at_edge = self._per_flex_min(value_at_gpu, fill)
+        best, at_edge = self.per_flex_min(value_at_gpu, fill)
         miss = (at_edge != best.gather(1, self.edge_flex)) | self.edge_invalid
         idx = self.edge_index.masked_fill(miss, M)
         first = torch.full_like(self.flex_tokens, M).scatter_reduce_(1, self.edge_flex, idx, "amin")
@@ -299,7 +296,7 @@ def _sparse_labels(st: _Instances, holds: torch.Tensor, below: torch.Tensor, dep
     dist = torch.full_like(st.base, INF).masked_fill_(below, 0)
     not_held = ~holds
     for _ in range(depth):
-        cand = (st.per_flex_min(dist, INF).gather(1, st.edge_flex) + 1).masked_fill_(not_held, INF)
+        cand = (st.per_flex_min(dist, INF)[0].gather(1, st.edge_flex) + 1).masked_fill_(not_held, INF)
         dist.scatter_reduce_(1, st.edge_gpu, cand, "amin")
     return dist
 
@@ -453,7 +450,6 @@ class _GraphedChunk:
 
 
 CUDA_GRAPHS = True            # False: every chunk runs eagerly (the same result, more launches)
-BUCKETS = True
 GRAPH_CACHE_SIZE = 16         # graphs kept (a shape, a chunk); the least recently used goes
 _GRAPHS: "OrderedDict[tuple, _GraphedChunk | None]" = OrderedDict()
 _GRAPHS_LOCK = threading.Lock()
@@ -501,23 +497,6 @@ def _chunk_in_bucket(st: _Instances, y: torch.Tensor, target: torch.Tensor, *arg
     return y[:n], target[:n]
 
 
-def chunk_plan(device: torch.device) -> tuple[int, int]:
-    """(rounds of the first chunk, rounds of each later chunk) for a device.
-
-    On CUDA each chunk is one replay of a cached CUDA graph (:func:`_chunk_in_bucket`), whose
-    cost follows the instances it carries, so chunks of 8 rounds drop the finished ones
-    (most are optimal after 8-16 rounds) at one synchronisation each. On a CPU a round's
-    cost is proportional to the instances it carries, so chunks of 4 drop them sooner."""
-    return (CUDA_FIRST_CHUNK, CUDA_LATER_CHUNK) if device.type == "cuda" else (CPU_FIRST_CHUNK, CPU_LATER_CHUNK)
-
-
-def use_dense_labels(device: torch.device, n: int, num_gpus: int, num_flex: int) -> bool:
-    """Dense labels on CUDA (a few batched matrix products per round instead of P scatters),
-    while the [n, P, P] matrices stay small; sparse ones on a CPU, where scatters are cheap
-    and a batched product of 32 x 32 matrices is not."""
-    return device.type == "cuda" and n * num_gpus * max(num_gpus, num_flex) <= DENSE_MAX_ELEMENTS
-
-
 def _solve(layout: Layout, tokens: torch.Tensor, chunks: tuple[int, int] | None = None,
            pulses: int = PULSES_PER_ROUND, first_depth: int = FIRST_DEPTH, dense: bool | None = None,
            graphs: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -526,8 +505,8 @@ def _solve(layout: Layout, tokens: torch.Tensor, chunks: tuple[int, int] | None 
     Chunks of rounds (:func:`_chunk`, no synchronisation inside) alternate with one check on
     the host: which instances still have a GPU above their proven bound. Those continue in
     the next chunk, the others are final. ``chunks`` = (first chunk's rounds, later chunks'
-    rounds), by default :func:`chunk_plan` of the tokens' device. ``dense`` labels
-    (default :func:`use_dense_labels`) give the same labels, hence the same result; so does
+    rounds), by default the device's (below). ``dense`` labels (default: on CUDA while the
+    [n, P, P] matrices stay small) give the same labels, hence the same result; so does
     running the first chunk through a cached CUDA graph (``graphs``, default on CUDA
     unless :data:`CUDA_GRAPHS` is False).
     """
@@ -537,10 +516,18 @@ def _solve(layout: Layout, tokens: torch.Tensor, chunks: tuple[int, int] | None 
     if B * L == 0:
         empty = torch.zeros(B, L, layout.edge_gpu.shape[1], dtype=torch.int64, device=dev)
         return empty, torch.zeros(B, L, dtype=torch.int64, device=dev), 0
-    first, later = chunks or chunk_plan(dev)
+    # On CUDA each chunk is one replay of a cached CUDA graph (_chunk_in_bucket), whose cost
+    # follows the instances it carries: chunks of 8 rounds drop the finished ones (most are
+    # optimal after 8-16 rounds) at one synchronisation each; on a CPU a round's cost is
+    # proportional to its instances, so chunks of 4 drop them sooner.
+    cuda = dev.type == "cuda"
+    first, later = chunks or ((CUDA_FIRST_CHUNK, CUDA_LATER_CHUNK) if cuda else (CPU_FIRST_CHUNK, CPU_LATER_CHUNK))
+    # Dense labels (a few batched products per round instead of P scatters) on CUDA; on a CPU
+    # scatters are cheap and a batched product of 32 x 32 matrices is not.
     F = layout.flex_expert.shape[1]
-    dense = use_dense_labels(dev, B * L, P, F) if dense is None else dense
-    graphs = dev.type == "cuda" and CUDA_GRAPHS if graphs is None else graphs
+    if dense is None:
+        dense = cuda and B * L * P * max(P, F) <= DENSE_MAX_ELEMENTS
+    graphs = cuda and CUDA_GRAPHS if graphs is None else graphs
     base = torch.zeros(B, L, P, dtype=torch.int64, device=dev).scatter_add_(
         2, layout.fixed_gpu.expand(B, -1, -1), tokens * ~layout.flexible)
     flex_tokens = tokens.gather(2, layout.flex_expert.expand(B, -1, -1)) * layout.flex_valid
@@ -552,10 +539,10 @@ def _solve(layout: Layout, tokens: torch.Tensor, chunks: tuple[int, int] | None 
     y, target = y_all, bound_all
     rounds, size = 0, max(1, first)
     while True:
-        if not (graphs and dev.type == "cuda"):
+        if not (graphs and cuda):
             run = _chunk
         else:
-            run = _chunk_on_graph if rounds == 0 or not BUCKETS else _chunk_in_bucket
+            run = _chunk_on_graph if rounds == 0 else _chunk_in_bucket
         y, target = run(st, y, target, rounds, size, pulses, first_depth)
         rounds += size
         size = max(1, later)

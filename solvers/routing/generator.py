@@ -53,18 +53,14 @@ class RoutingSpec:
     num_ranks: int = 0              # source ranks; 0 = the GPUs of the model's default cluster
 
     def check(self) -> "RoutingSpec":
-        for name in ("num_tokens", "num_topics", "request_tokens"):
+        least = {"num_tokens": 1, "num_topics": 1, "request_tokens": 1, "topic_experts": 0, "num_ranks": 0,
+                 "communities": 0, "topic_communities": 0, "group_limit": -1}
+        for name, low in least.items():
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise OptionError(name, f"must be an integer >= 1, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise OptionError(name, f"must be an integer >= {low}, got {v!r}")
         if self.num_tokens > 1 << 22:
             raise OptionError("num_tokens", f"must be <= {1 << 22}, got {self.num_tokens}")
-        for name in ("topic_experts", "num_ranks", "communities", "topic_communities"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise OptionError(name, f"must be an integer >= 0, got {v!r}")
-        if isinstance(self.group_limit, bool) or not isinstance(self.group_limit, int) or self.group_limit < -1:
-            raise OptionError("group_limit", f"must be an integer >= -1, got {self.group_limit!r}")
         for name in ("topic_bias", "popularity", "drift"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 100:

@@ -32,18 +32,13 @@ import torch
 
 from ..errors import LoadFileError, ProblemError
 from ..filecheck import expand_paths
-from .trace import MAX_ENTRIES, RoutingTrace, is_routing_npz, read_npz_arrays, routing_from_arrays
+from .trace import MAX_ENTRIES, RoutingTrace, read_npz_arrays, routing_from_arrays
 
 ROUTING_FORMATS = ("npz", "sglang", "vllm", "megatron")
 
 
 def _fail(path: Any, message: str) -> LoadFileError:
     return LoadFileError("routing", f"{path}: {message}")
-
-
-def expand(spec: str | Path | Sequence[str | Path]) -> list[Path]:
-    """Files of a spec: a file, a directory (its files, sorted), a glob, or a list of those."""
-    return expand_paths(spec, "routing")
 
 
 def _int_array(raw: Any, path: Any, what: str) -> np.ndarray:
@@ -66,12 +61,10 @@ def _int_array(raw: Any, path: Any, what: str) -> np.ndarray:
 def _build(ids: np.ndarray | torch.Tensor, num_experts: int | None, path: Any, ranks=None, num_ranks=None,
            meta: dict | None = None) -> RoutingTrace:
     """The trace, with ``num_experts`` inferred (max id + 1) when the file does not say."""
-    inferred = num_experts is None
-    if inferred:
+    meta = dict(meta or {})
+    if num_experts is None:
         n = ids.size if isinstance(ids, np.ndarray) else ids.numel()
         num_experts = max(1, int(ids.max()) + 1) if n else 1
-    meta = dict(meta or {})
-    if inferred:
         meta["num_experts_inferred"] = True
     try:
         return RoutingTrace(ids, num_experts, ranks, num_ranks, meta)
@@ -98,7 +91,7 @@ def _torch_load(path: Path) -> Any:
 
 def read_sglang_per_token(spec: str | Path | Sequence[str | Path], num_experts: int | None = None) -> RoutingTrace:
     """A trace from SGLang ``per_token`` dumps (one file per rank, or one file)."""
-    paths = expand(spec)
+    paths = expand_paths(spec, "routing")
     parts, ranks = [], []
     p2l: torch.Tensor | None = None
     shape = None
@@ -189,7 +182,7 @@ def _responses(doc: Any) -> Iterable[Any]:
 
 def read_vllm_routed(spec: str | Path | Sequence[str | Path], num_experts: int | None = None) -> RoutingTrace:
     """A trace from vLLM routed-experts replay (``routed_experts [tokens, layers, top_k]``)."""
-    paths = expand(spec)
+    paths = expand_paths(spec, "routing")
     parts: list[np.ndarray] = []
     for path in paths:
         if path.suffix.lower() in (".npz", ".npy"):
@@ -240,7 +233,7 @@ def _npy(path: Path) -> np.ndarray:
 
 def read_megatron_routing(spec: str | Path | Sequence[str | Path], num_experts: int | None = None) -> RoutingTrace:
     """A trace from Megatron routing-trace JSONL lines ``{step, layer, rank, top_indices}``."""
-    paths = expand(spec)
+    paths = expand_paths(spec, "routing")
     groups: dict[tuple[int, int], dict[int, np.ndarray]] = {}
     total = 0
     for path in paths:
@@ -323,17 +316,14 @@ def detect_routing_format(path: Path) -> str:
 def read_routing(spec: str | Path | Sequence[str | Path], format: str | None = None,
                  num_experts: int | None = None) -> RoutingTrace:
     """A routing trace from any supported file (format detected from the first file)."""
-    paths = expand(spec)
+    paths = expand_paths(spec, "routing")
     fmt = format or detect_routing_format(paths[0])
     if fmt not in ROUTING_FORMATS:
         raise LoadFileError("format", f"must be one of {', '.join(ROUTING_FORMATS)}, got {fmt!r}")
     if fmt == "npz":
         if len(paths) != 1:
             raise _fail(paths[0], "a canonical routing .npz is one file")
-        arrays = read_npz_arrays(paths[0])
-        if not is_routing_npz(arrays):
-            raise _fail(paths[0], "no 'topk_ids' array: not a canonical routing trace")
-        trace = routing_from_arrays(arrays, paths[0])
+        trace = routing_from_arrays(read_npz_arrays(paths[0]), paths[0])     # no 'topk_ids': refused there
         if num_experts is not None and trace.num_experts != num_experts:
             raise _fail(paths[0], f"holds {trace.num_experts} experts, {num_experts} expected")
         return trace

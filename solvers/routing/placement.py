@@ -399,8 +399,9 @@ def swap_search(ids: torch.Tensor, X: torch.Tensor, weight: torch.Tensor, logcnt
         dw = wf.gather(1, B.view(L, -1)).view(L, Q, 1, m) - wf.gather(1, A.view(L, -1)).view(L, Q, m, 1)
         new_a, new_b = la + dw, lb - dw
         if robust:
-            c = torch.bmm(cv, torch.nn.functional.one_hot(node, N).to(cv.dtype) * (logcnt > 0).view(L, E, 1))
-            var = (c * torch.nn.functional.one_hot(node, N).to(cv.dtype) * (logcnt > 0).view(L, E, 1)).sum(1)
+            member = torch.nn.functional.one_hot(node, N).to(cv.dtype) * (logcnt > 0).view(L, E, 1)
+            c = torch.bmm(cv, member)
+            var = (c * member).sum(1)
             cA = c.gather(1, A.view(L, -1, 1).expand(L, Q * m, N)).view(L, Q, m, N)
             cB = c.gather(1, B.view(L, -1, 1).expand(L, Q * m, N)).view(L, Q, m, N)
             ce_a = cA.gather(3, pa.view(1, Q, 1, 1).expand(L, Q, m, 1))                  # [L, Q, m, 1]

@@ -51,9 +51,13 @@ def _as_int_tensor(x: Any, param: str) -> torch.Tensor:
     return x.detach().cpu()
 
 
-def compact_dtype(num_values: int) -> torch.dtype:
-    """The smallest signed dtype holding ids in ``[0, num_values)`` (int16 or int32)."""
-    return torch.int16 if num_values <= (1 << 15) else torch.int32
+def _count(value: Any, param: str) -> int:
+    """A count of experts or ranks: an integer in ``[1, MAX_REPLICAS]``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ProblemError(param, f"must be an integer, got {value!r}")
+    if not 1 <= int(value) <= MAX_REPLICAS:
+        raise ProblemError(param, f"must be in [1, {MAX_REPLICAS}], got {int(value)}")
+    return int(value)
 
 
 @dataclass(frozen=True, init=False)
@@ -83,17 +87,13 @@ class RoutingTrace:
         if L > MAX_LAYERS or k > MAX_TOP_K or L * T * k > MAX_ENTRIES:
             raise ProblemError("topk_ids", f"shape {tuple(ids.shape)} is beyond the limits "
                                f"({MAX_LAYERS} layers, top-k {MAX_TOP_K}, {MAX_ENTRIES} entries)")
-        if isinstance(num_experts, bool) or not isinstance(num_experts, (int, np.integer)):
-            raise ProblemError("num_experts", f"must be an integer, got {num_experts!r}")
-        E = int(num_experts)
-        if not 1 <= E <= MAX_REPLICAS:
-            raise ProblemError("num_experts", f"must be in [1, {MAX_REPLICAS}], got {E}")
+        E = _count(num_experts, "num_experts")
         if k > E:
             raise ProblemError("topk_ids", f"top_k ({k}) exceeds the number of experts ({E})")
         lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= E:
             raise ProblemError("topk_ids", f"expert ids must be in [0, {E}), found {lo}..{hi}")
-        ids = ids.to(compact_dtype(E))
+        ids = ids.to(torch.int16 if E <= (1 << 15) else torch.int32)          # the smallest that holds the ids
         ranks = None
         R = None
         if source_rank is not None:
@@ -102,11 +102,7 @@ class RoutingTrace:
                 raise ProblemError("source_rank", f"must be [tokens] = [{T}], got shape {tuple(ranks.shape)}")
             if num_ranks is None:
                 raise ProblemError("num_ranks", "must be given with source_rank")
-            if isinstance(num_ranks, bool) or not isinstance(num_ranks, (int, np.integer)):
-                raise ProblemError("num_ranks", f"must be an integer, got {num_ranks!r}")
-            R = int(num_ranks)
-            if not 1 <= R <= MAX_REPLICAS:
-                raise ProblemError("num_ranks", f"must be in [1, {MAX_REPLICAS}], got {R}")
+            R = _count(num_ranks, "num_ranks")
             rlo, rhi = int(ranks.min()), int(ranks.max())
             if rlo < 0 or rhi >= R:
                 raise ProblemError("source_rank", f"ranks must be in [0, {R}), found {rlo}..{rhi}")
@@ -208,10 +204,6 @@ def read_npz_arrays(path: Path) -> dict[str, np.ndarray]:
         raise LoadFileError("routing", f"{path}: cannot read .npz ({type(exc).__name__}: {exc})") from None
 
 
-def is_routing_npz(arrays: dict[str, np.ndarray]) -> bool:
-    return "topk_ids" in arrays
-
-
 def routing_from_arrays(arrays: dict[str, np.ndarray], path: Any) -> RoutingTrace:
     """A trace from the canonical arrays; a bad file raises one :class:`LoadFileError`."""
     if "topk_ids" not in arrays:
@@ -239,5 +231,4 @@ def load_routing(path: str | Path) -> RoutingTrace:
     path = Path(path)
     if not path.is_file():
         raise LoadFileError("routing", f"{path}: no such file")
-    trace = routing_from_arrays(read_npz_arrays(path), path)
-    return trace
+    return routing_from_arrays(read_npz_arrays(path), path)
