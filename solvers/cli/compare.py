@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import io as _io
 import json
 import sys
 from pathlib import Path
@@ -14,7 +12,7 @@ from ..errors import OptionError
 from ..io import read_loads, split_range
 from ..planfile import write_text_atomic
 from ..registry import get_solver
-from .inputs import problem_from_args, read_any_plan
+from .inputs import problem_from_args, read_any_plan, write_csv
 from .routing import routing_arg, token_bytes_arg
 from .args import flag_option, options_dict
 
@@ -143,11 +141,7 @@ def _write_compare(out: Path, rows: list[dict]) -> list[Path]:
     if out.exists() and not out.is_dir():
         raise OptionError("out", f"{out}: exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
-    buf = _io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["solver"])
-    writer.writeheader()
-    writer.writerows(rows)
-    write_text_atomic(out / "compare.csv", buf.getvalue())
+    write_csv(out / "compare.csv", rows, ["solver"])
     try:
         from plotly.subplots import make_subplots
     except ImportError:

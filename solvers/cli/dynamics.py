@@ -11,8 +11,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -22,37 +20,19 @@ from ..dynamics.sweep import best_net, frontier, frontier_table, suggest, sweep
 from ..errors import OptionError
 from ..progress import progress_mode
 from ..safewrite import write_atomic, write_text_atomic
-from .args import cluster_of, options_dict
-from .inputs import dropped_note, read_trace_arg
+from .args import cluster_of, solver_options
+from .inputs import dropped_note, read_trace_arg, write_csv
 from .parser import REPLAY_FLAGS, SIMULATE_FLAGS
 
 REPLAYS = "the simulator replays steps"
 
 
-def cluster_from_args(args: argparse.Namespace, num_experts: int) -> tuple[dict[str, Any], int | None]:
-    """(cluster and num_groups, as simulate's keywords) and the model's expert bytes. With
-    --model, unset sizes come from the model's cluster preset (one spare slot per GPU)."""
-    c = cluster_of(args, num_experts)
-    return {"cluster": c.cluster, "num_groups": c.num_groups}, c.expert_bytes
-
-
-def planner_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The planner's options: ``-O KEY=VALUE`` and ``--policy`` (the same as ``-O policy=...``)."""
-    opts = options_dict(args.option)
-    if args.policy is not None:
-        if opts.get("policy", args.policy) != args.policy:
-            raise OptionError("policy", f"--policy {args.policy} contradicts -O policy={opts['policy']}")
-        opts["policy"] = args.policy
-    return opts
-
-
-def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    buf = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    write_text_atomic(path, buf.getvalue())
+def _replay_inputs(args: argparse.Namespace, names: tuple[str, ...]):
+    """(loads info, trace, simulate's cluster keywords, checked Settings) of simulate and sweep.
+    With --model, unset sizes come from the model's cluster preset (one spare slot per GPU)."""
+    info, loads = read_trace_arg(args.loads, REPLAYS)
+    c = cluster_of(args, loads.shape[2])
+    return info, loads, {"cluster": c.cluster, "num_groups": c.num_groups}, replay_settings(args, names, c.expert_bytes)
 
 
 def simulation_figure(result):
@@ -83,8 +63,8 @@ def write_outputs(out: Path, result) -> list[Path]:
     """steps.csv, rebalances.csv, totals.json and simulation.html (the figure) in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "steps.csv", out / "rebalances.csv", out / "totals.json"]
-    _write_csv(written[0], result.step_rows())
-    _write_csv(written[1], result.rebalances)
+    write_csv(written[0], result.step_rows())
+    write_csv(written[1], result.rebalances)
     write_text_atomic(written[2], json.dumps({"settings": result.settings, "totals": result.totals()}, indent=2))
     try:
         fig = simulation_figure(result)
@@ -102,15 +82,13 @@ def replay_settings(args: argparse.Namespace, names: tuple[str, ...], model_byte
         values["expert_bytes"] = model_bytes
     if "async_interference" in values and values.get("stall") != "async":
         raise OptionError("async_interference", "applies to background copies: give --stall async")
-    return Settings.parse({**values, "solver_options": planner_options(args)})
+    return Settings.parse({**values, "solver_options": solver_options(args)})
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     if args.every is None and args.threshold is None:
         raise OptionError("every", "give --every N (rebalance period) or --threshold X (or both)")
-    info, loads = read_trace_arg(args.loads, REPLAYS)
-    shape, model_bytes = cluster_from_args(args, loads.shape[2])
-    s = replay_settings(args, REPLAY_FLAGS + SIMULATE_FLAGS, model_bytes)
+    info, loads, shape, s = _replay_inputs(args, REPLAY_FLAGS + SIMULATE_FLAGS)
     res = simulate(loads, s, progress=progress_mode(args.progress), **shape)
     totals = res.totals()
     if args.out:
@@ -163,9 +141,7 @@ def _floats(text: str | None, name: str, allow_plain: bool = False) -> list[Any]
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    _, loads = read_trace_arg(args.loads, REPLAYS)
-    shape, model_bytes = cluster_from_args(args, loads.shape[2])
-    base = replay_settings(args, REPLAY_FLAGS, model_bytes)
+    _, loads, shape, base = _replay_inputs(args, REPLAY_FLAGS)
     nbytes = base.expert_bytes
     periods = [int(p) for p in _floats(args.periods, "periods")]
     if any(p < 1 for p in periods):
@@ -181,7 +157,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        _write_csv(out / "sweep.csv", rows)
+        write_csv(out / "sweep.csv", rows)
     if args.json:
         print(json.dumps({"rows": rows, "frontier": frontier(rows), "suggested": pick, "best_net": best_net(rows)},
                          indent=2))

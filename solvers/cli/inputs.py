@@ -3,11 +3,15 @@ plans (eplb files or engine maps, one dense-row rule) and the cluster arguments.
 from __future__ import annotations
 
 import argparse
+import csv
+import io
+from pathlib import Path
 from typing import Any
 
 from ..errors import OptionError
 from ..io import Loads, read_loads
 from ..planfile import file_sha256
+from ..safewrite import write_text_atomic
 from ..problem import Problem
 from ..workloads.exporters import read_plan_for_loads
 from ..cluster import Cluster
@@ -67,3 +71,15 @@ def format_metrics(metrics: dict[str, Any]) -> str:
 
 def dropped_note(loads: Loads) -> str:
     return f" ({loads.dense_layers} leading all-zero layers dropped)" if loads.dense_layers else ""
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]], fields: list[str] | None = None) -> None:
+    """``rows`` as CSV, written atomically; the header is the first row's keys (``fields``
+    when there is no row; neither: an empty file)."""
+    buf = io.StringIO()
+    fields = list(rows[0]) if rows else fields
+    if fields:
+        writer = csv.DictWriter(buf, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    write_text_atomic(path, buf.getvalue())
