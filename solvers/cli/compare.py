@@ -12,7 +12,7 @@ from ..errors import OptionError
 from ..io import read_loads, split_range
 from ..planfile import write_text_atomic
 from ..registry import get_solver
-from .inputs import problem_from_args, read_any_plan, write_csv
+from .inputs import aligned, problem_from_args, read_any_plan, write_csv
 from .routing import routing_arg, token_bytes_arg
 from .args import flag_option, options_dict
 
@@ -132,8 +132,7 @@ def _compare_table(rows: list[dict], holdout: bool, moves: bool, per_step: bool 
         cols += [("remote_nodes_mean", "remote nodes/token", False), ("remote_nodes_p99", "p99", False),
                  ("inter_node_bytes", "inter-node bytes", False)]
     table = [[title for _, title, _ in cols]] + [[_fmt(r.get(k), pct) for k, _, pct in cols] for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table)
+    return aligned(table)
 
 
 def _write_compare(out: Path, rows: list[dict]) -> list[Path]:

@@ -83,3 +83,9 @@ def write_csv(path: Path, rows: list[dict[str, Any]], fields: list[str] | None =
         writer.writeheader()
         writer.writerows(rows)
     write_text_atomic(path, buf.getvalue())
+
+
+def aligned(table: list) -> str:
+    """Rows of text cells as columns, each as wide as its widest cell (two spaces apart)."""
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table)

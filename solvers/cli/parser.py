@@ -267,13 +267,7 @@ def _add_settings(p: argparse.ArgumentParser, names: tuple[str, ...]) -> None:
 def _add_replay(p: argparse.ArgumentParser) -> None:
     """What simulate and sweep share: the trace, the cluster (or a model's default) and the planner."""
     add_loads(p, " (a trace: [steps, layers, experts])")
-    p.add_argument("--model", default=None, choices=sorted(MODELS), metavar="NAME",
-                   help="model preset: its groups, expert size and a default cluster")
-    p.add_argument("--replicas", type=int, default=None, help="physical expert slots R")
-    p.add_argument("--groups", type=int, default=None, help="expert groups G")
-    p.add_argument("--nodes", type=int, default=None, help="nodes N")
-    p.add_argument("--gpus", type=int, default=None, help="GPUs P")
-    add_real_cluster_args(p)
+    add_cluster_args(p, required=False)
     p.add_argument("--policy", choices=POLICIES, default=None,
                    help="placement policy of every plan (the planner's policy option; default auto: hierarchical "
                         "when the groups split evenly over the nodes)")
