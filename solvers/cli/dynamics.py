@@ -1,7 +1,8 @@
 """``eplb simulate`` and ``eplb sweep``: replay a load trace under rebalancing policies.
 
     eplb simulate --loads TRACE (--model NAME | --replicas R --groups G --nodes N --gpus P)
-                  [--gpu-speed LIST] [--gpu-slots LIST] [--failed IDS] [--solver S] (--every N | --threshold X) [--window W] [--migration-slack EPS]
+                  [--gpu-speed LIST] [--gpu-slots LIST] [--failed IDS] [--solver S] (--every N | --threshold X)
+                  [--window W] [--migration-slack EPS]
                   [--migration heuristic|exact] [--migration-budget F] [--expert-bytes B] [-O KEY=VALUE]
                   [--json] [--out DIR]
     (the replay flags come from the settings' schema, solvers.dynamics.SETTINGS)
@@ -29,10 +30,18 @@ REPLAYS = "the simulator replays steps"
 
 def _replay_inputs(args: argparse.Namespace, names: tuple[str, ...]):
     """(loads info, trace, simulate's cluster keywords, checked Settings) of simulate and sweep.
-    With --model, unset sizes come from the model's cluster preset (one spare slot per GPU)."""
+    The settings are the flags ``names`` that were given (an unset one takes the schema's
+    default), the model's expert bytes unless --expert-bytes, and the planner's options. With
+    --model, unset sizes come from the model's cluster preset (one spare slot per GPU)."""
     info, loads = read_trace_arg(args.loads, REPLAYS)
     c = cluster_of(args, loads.shape[2])
-    return info, loads, {"cluster": c.cluster, "num_groups": c.num_groups}, replay_settings(args, names, c.expert_bytes)
+    values = {n: getattr(args, n) for n in names if getattr(args, n) is not None and getattr(args, n) is not False}
+    if values.get("expert_bytes") is None:
+        values["expert_bytes"] = c.expert_bytes
+    if "async_interference" in values and values.get("stall") != "async":
+        raise OptionError("async_interference", "applies to background copies: give --stall async")
+    settings = Settings.parse({**values, "solver_options": solver_options(args)})
+    return info, loads, {"cluster": c.cluster, "num_groups": c.num_groups}, settings
 
 
 def simulation_figure(result):
@@ -74,17 +83,6 @@ def write_outputs(out: Path, result) -> list[Path]:
     return written + [out / "simulation.html"]
 
 
-def replay_settings(args: argparse.Namespace, names: tuple[str, ...], model_bytes: int | None) -> Settings:
-    """The flags ``names`` that were given (an unset one takes the schema's default), the
-    model's expert bytes unless --expert-bytes, the planner's options, as checked Settings."""
-    values = {n: getattr(args, n) for n in names if getattr(args, n) is not None and getattr(args, n) is not False}
-    if values.get("expert_bytes") is None:
-        values["expert_bytes"] = model_bytes
-    if "async_interference" in values and values.get("stall") != "async":
-        raise OptionError("async_interference", "applies to background copies: give --stall async")
-    return Settings.parse({**values, "solver_options": solver_options(args)})
-
-
 def cmd_simulate(args: argparse.Namespace) -> int:
     if args.every is None and args.threshold is None:
         raise OptionError("every", "give --every N (rebalance period) or --threshold X (or both)")
@@ -100,13 +98,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(json.dumps({**{k: totals[k] for k in keys}, **{k: v for k, v in totals.items() if k not in keys}},
                          indent=2))
         return 0
+    makespan = s.migration_objective == "makespan"
     gb = "-" if totals["total_bytes"] is None else f"{totals['total_bytes'] / 1e9:.1f} GB"
     print(f"{loads.shape[0]} steps x {loads.shape[1]} layers{dropped_note(info)}, solver {s.solver}, "
           f"{'every ' + str(s.every) if s.every else ''}"
           f"{' threshold ' + str(s.threshold) if s.threshold else ''}, window {res.settings['window']}, "
           f"{'plain re-planning' if s.migration_slack is None else 'migration slack ' + str(s.migration_slack)}"
           f"{'' if s.migration_budget is None else ', move budget ' + str(s.migration_budget)}"
-          f"{', minimising the transfer makespan' if s.migration_slack is not None and s.migration_objective == 'makespan' else ''}"
+          f"{', minimising the transfer makespan' if s.migration_slack is not None and makespan else ''}"
           f"{', stall-aware' if s.stall_aware else ''}")
     print(f"realised imbalance: mean {totals['mean_imbalance']:.4f}, p99 {totals['p99_imbalance']:.4f}; "
           f"{totals['rebalances']} rebalances, {totals['total_moves']} replicas moved ({gb}); "
@@ -118,7 +117,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             skipped += (f"; background copies cost {totals['interference_seconds']:.4g} s of serving "
                         f"(interference {res.settings['async_interference']:g})")
         print(f"time ({s.stall} copies, {s.step_seconds:g} s per balanced step, "
-              f"{shape['cluster'].network.describe()}, {s.transfer_model} transfers): stalls {totals['stall_seconds']:.4g} s, serving "
+              f"{shape['cluster'].network.describe()}, {s.transfer_model} transfers): stalls "
+              f"{totals['stall_seconds']:.4g} s, serving "
               f"{totals['serving_seconds']:.4g} s, load lost to stalls {totals['tokens_lost_stall']:.4g}; net "
               f"efficiency {totals['net_efficiency']:.4f} of the balanced stall-free ideal{skipped}")
     return 0

@@ -36,8 +36,15 @@ def read_any_plan(path: str, loads: Loads, param: str = "plan"):
     """(plan, shape dict or None, document) from an eplb plan file or an engine export for
     these loads (:func:`solvers.workloads.exporters.read_plan_for_loads`: an engine map keeps
     its last rows, one per MoE layer of the loads)."""
-    plan, shape, doc, _ = read_plan_for_loads(path, loads.num_layers, loads.num_experts, param)
-    return plan, shape, doc
+    return read_plan_for_loads(path, loads.num_layers, loads.num_experts, param)[:3]
+
+
+def read_previous(args: argparse.Namespace, loads: Loads, problem: Problem):
+    """(plan in force, the cluster it was made for or None) of --previous; (None, None) without it."""
+    if not args.previous:
+        return None, None
+    previous, shape, _ = read_any_plan(args.previous, loads, "previous")
+    return previous, plan_cluster(shape, problem, previous)
 
 
 def plan_cluster(shape: dict | None, problem: Problem, plan) -> Any:

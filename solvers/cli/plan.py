@@ -16,7 +16,7 @@ from ..entry import solve
 from .routing import routing_arg, token_bytes_arg
 from ..io import read_loads
 from .args import command_line, fail, flag_option, solver_options
-from .inputs import dropped_note, format_metrics, loads_sha256, plan_cluster, problem_from_args, read_any_plan
+from .inputs import dropped_note, format_metrics, loads_sha256, problem_from_args, read_previous
 
 
 # plan_with_migration's own keywords: set by --migration-slack, --migration, --migration-budget.
@@ -38,10 +38,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                               f"--migration, --migration-budget")
     info = read_loads(args.loads)
     problem, dense, preset_bytes = problem_from_args(args, info)
-    previous = previous_cluster = None
-    if args.previous:
-        previous, prev_shape, _ = read_any_plan(args.previous, info, "previous")
-        previous_cluster = plan_cluster(prev_shape, problem, previous)
+    previous, previous_cluster = read_previous(args, info, problem)
     expert_bytes = args.expert_bytes if args.expert_bytes is not None else preset_bytes
     routing = routing_arg(args, problem)
     if routing is not None and "routing" in spec.options:
