@@ -149,3 +149,22 @@ def test_malformed_plan_file_shape_is_one_line(tmp_path, capsys, key, value):
     out.write_text(json.dumps(doc))
     capsys.readouterr()
     one_error_line(capsys, ["score", "--loads", str(loads), "--plan", str(out)], "invalid problem shape")
+
+
+def test_migration_flags_after_failed_gpus_plan_migration_aware(tmp_path, capsys):
+    """After GPUs failed, --migration-budget and --migration-objective plan with the migration
+    solver (the elastic re-plan is the default); --migration exact is refused by the solver."""
+    np.savez(tmp_path / "l.npz", loads=np.random.default_rng(0).integers(1, 100, size=(2, 24)).astype("int64"))
+    shape = ["--loads", str(tmp_path / "l.npz"), "--nodes", "2", "--gpus", "8", "--replicas", "32",
+             "--solver", "kk_swap"]
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    assert main(["plan", *shape, "--out", str(old)]) == 0
+    again = ["plan", *shape, "--failed", "5", "--previous", str(old), "--migration-slack", "0.02", "--out", str(new)]
+    for extra in (["--migration-budget", "0.5"], ["--migration-objective", "makespan"]):
+        assert main([*again, *extra]) == 0
+        doc = json.loads(new.read_text())
+        assert doc["solver"] == "kk_swap" and doc["options"]["base"] == "kk_swap"
+        assert doc["problem"]["gpu_slots"][5] == 0 and doc["metrics"]["moves"] > 0
+    capsys.readouterr()
+    assert main([*again, "--migration", "exact"]) == 2
+    assert "method" in capsys.readouterr().err

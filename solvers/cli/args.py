@@ -52,17 +52,19 @@ def add_loads(p: argparse.ArgumentParser, extra: str = "") -> None:
 
 # Cluster arguments -------------------------------------------------------------------------
 
-def add_cluster_args(p: argparse.ArgumentParser, replicas_required: bool = True) -> None:
-    """--model, --replicas, --groups, --nodes, --gpus and the real-cluster arguments (plan
-    and compare). --replicas may be left out when --gpu-slots gives the slots."""
+def add_cluster_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    """--model, --replicas, --groups, --nodes, --gpus and the real-cluster arguments. plan and
+    compare (``required``) need --gpus and default to one node; simulate and sweep take the
+    sizes they are not given from --model's cluster preset. --replicas may be left out when
+    --gpu-slots gives the slots."""
     p.add_argument("--model", default=None, choices=sorted(MODELS), metavar="NAME",
-                   help=f"model preset ({', '.join(sorted(MODELS))}): fills experts, groups and dense layers")
-    p.add_argument("--replicas", type=int, default=None,
-                   help="physical expert slots R" + ("" if replicas_required else " (engine maps)")
-                   + " (optional with --gpu-slots)")
+                   help=f"model preset ({', '.join(sorted(MODELS))}): fills experts, groups and dense layers"
+                   + ("" if required else ", its expert size and a default cluster"))
+    p.add_argument("--replicas", type=int, default=None, help="physical expert slots R (optional with --gpu-slots)")
     p.add_argument("--groups", type=int, default=None, help="expert groups G (default: the model's, else 1)")
-    p.add_argument("--nodes", type=int, default=1, help="nodes N (default 1)")
-    p.add_argument("--gpus", type=int, required=replicas_required, help="GPUs P")
+    p.add_argument("--nodes", type=int, default=1 if required else None,
+                   help="nodes N" + (" (default 1)" if required else ""))
+    p.add_argument("--gpus", type=int, required=required, help="GPUs P")
     add_real_cluster_args(p)
 
 
@@ -118,31 +120,20 @@ def network_from_args(args: argparse.Namespace) -> Network:
 
 # -O KEY=VALUE --------------------------------------------------------------------------------
 
-def parse_key_value(text: str) -> tuple[str, Any]:
-    """``KEY=VALUE`` from a command line: the value is parsed as JSON when it is JSON
-    (numbers, true, lists), else kept as a string; dashes in KEY become underscores.
-    Raises ValueError (argparse turns it into one readable line) on a missing ``=`` or KEY."""
-    if "=" not in text:
-        raise ValueError(f"expected KEY=VALUE, got {text!r}")
-    key, raw = text.split("=", 1)
-    key = key.strip().replace("-", "_")
-    if not key:
-        raise ValueError(f"expected KEY=VALUE with a non-empty KEY, got {text!r}")
-    try:
-        value = safejson.loads(raw)
-    except safejson.JSONDepthError:
-        raise ValueError(f"{key}: value nested deeper than {safejson.MAX_DEPTH} levels") from None
-    except ValueError:
-        value = raw
-    return key, value
-
-
 def key_value(text: str) -> tuple[str, Any]:
-    """argparse type of ``-O``/``--set``: :func:`parse_key_value`, errors as argparse's."""
+    """argparse type of ``-O``/``--set``: ``KEY=VALUE`` from a command line. The value is
+    parsed as JSON when it is JSON (numbers, true, lists), else kept as a string; dashes in
+    KEY become underscores. A missing ``=`` or KEY is one readable argparse line."""
+    key, eq, raw = text.partition("=")
+    key = key.strip().replace("-", "_")
+    if not eq or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE{' with a non-empty KEY' if eq else ''}, got {text!r}")
     try:
-        return parse_key_value(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        return key, safejson.loads(raw)
+    except safejson.JSONDepthError:
+        raise argparse.ArgumentTypeError(f"{key}: value nested deeper than {safejson.MAX_DEPTH} levels") from None
+    except ValueError:
+        return key, raw
 
 
 def expert_bytes_arg(text: str) -> int:

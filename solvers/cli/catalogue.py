@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 
 from .. import builtin  # noqa: F401  registers every solver
 from ..registry import get_solver, solver_names
+from .inputs import aligned
 
 
 def _work_line(spec) -> str:
@@ -55,9 +57,5 @@ def cmd_solvers(args: argparse.Namespace) -> int:
             continue
         rows = [(o.name, o.describe(), repr(o.default) if o.type is object else json.dumps(o.default), o.help)
                 for o in spec.schema]
-        w = [max(len(r[i]) for r in rows + [("option", "values", "default", "")]) for i in range(3)]
-        print(f"  {'option':<{w[0]}}  {'values':<{w[1]}}  {'default':<{w[2]}}  help")
-        for r in rows:
-            print(f"  {r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  {r[3]}")
-        print()
+        print(textwrap.indent(aligned([("option", "values", "default", "help"), *rows]), "  ") + "\n")
     return 0

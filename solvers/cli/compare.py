@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import io as _io
 import json
 import sys
 from pathlib import Path
@@ -14,7 +12,7 @@ from ..errors import OptionError
 from ..io import read_loads, split_range
 from ..planfile import write_text_atomic
 from ..registry import get_solver
-from .inputs import problem_from_args, read_any_plan
+from .inputs import aligned, problem_from_args, read_any_plan, write_csv
 from .routing import routing_arg, token_bytes_arg
 from .args import flag_option, options_dict
 
@@ -45,7 +43,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     previous = read_any_plan(args.previous, info, "previous")[0] if args.previous else None
     expert_bytes = args.expert_bytes if args.expert_bytes is not None else preset_bytes
     routing = routing_arg(args, problem)
-    names = _split_names(args.solvers, "solvers") or default_solvers(holdout=holdout is not None, routing=routing is not None)
+    names = (_split_names(args.solvers, "solvers")
+             or default_solvers(holdout=holdout is not None, routing=routing is not None))
     options = options_dict(args.option)
     policies = _split_names(args.policy, "policy")
     if "policy" in options:                 # -O policy= is --policy (one rule: args.solver_options)
@@ -98,6 +97,10 @@ def _progress(total: int):
     return report
 
 
+# Columns shown as percentages.
+_PERCENT = ("gap_mean", "gap_in_policy_mean", "off_node_share_mean")
+
+
 def _fmt(v: Any, pct: bool = False) -> str:
     if v is None:
         return "-"
@@ -108,34 +111,30 @@ def _fmt(v: Any, pct: bool = False) -> str:
 
 def _compare_table(rows: list[dict], holdout: bool, moves: bool, per_step: bool = False,
                    traffic: bool = False) -> str:
-    cols = [("solver", "solver", False), ("policy", "policy", False)]
+    cols = [("solver", "solver"), ("policy", "policy")]
     if per_step and any(r.get("holdout_step_time_imbalance_mean") is not None for r in rows):
         # GPUs of different speeds: what a served plan meets is each step's max time
-        cols += [("holdout_step_time_imbalance_mean", "held-out time per step", False),
-                 ("holdout_step_time_imbalance_worst", "time per step worst", False)]
+        cols += [("holdout_step_time_imbalance_mean", "held-out time per step"),
+                 ("holdout_step_time_imbalance_worst", "time per step worst")]
     if per_step:          # what a served plan meets: first
-        cols += [("holdout_step_imbalance_mean", "held-out per step", False),
-                 ("holdout_step_imbalance_worst", "per step worst", False)]
-    cols += [("termination", "termination", False),
-            ("status", "status", False),
-            ("wall_time_s", "time s", False), ("imbalance_mean", "imb mean", False),
-            ("imbalance_worst", "imb worst", False)]
+        cols += [("holdout_step_imbalance_mean", "held-out per step"),
+                 ("holdout_step_imbalance_worst", "per step worst")]
+    cols += [("termination", "termination"), ("status", "status"), ("wall_time_s", "time s"),
+             ("imbalance_mean", "imb mean"), ("imbalance_worst", "imb worst")]
     if holdout:
-        cols += [("holdout_imbalance_mean", "holdout mean", False), ("holdout_imbalance_worst", "holdout worst", False)]
+        cols += [("holdout_imbalance_mean", "holdout mean"), ("holdout_imbalance_worst", "holdout worst")]
     if any(r.get("time_imbalance_mean") is not None for r in rows):      # GPUs of different speeds
-        cols += [("time_imbalance_mean", "time imb mean", False), ("time_imbalance_worst", "time imb worst", False)]
+        cols += [("time_imbalance_mean", "time imb mean"), ("time_imbalance_worst", "time imb worst")]
         if holdout:
-            cols += [("holdout_time_imbalance_mean", "holdout time mean", False)]
-    cols += [("gap_mean", "gap to bound", True), ("gap_in_policy_mean", "gap in policy", True),
-             ("off_node_share_mean", "off-node", True), ("duplicates", "dups", False)]
+            cols += [("holdout_time_imbalance_mean", "holdout time mean")]
+    cols += [("gap_mean", "gap to bound"), ("gap_in_policy_mean", "gap in policy"),
+             ("off_node_share_mean", "off-node"), ("duplicates", "dups")]
     if moves:
-        cols += [("moves", "moves", False), ("moves_bytes", "bytes moved", False)]
+        cols += [("moves", "moves"), ("moves_bytes", "bytes moved")]
     if traffic:
-        cols += [("remote_nodes_mean", "remote nodes/token", False), ("remote_nodes_p99", "p99", False),
-                 ("inter_node_bytes", "inter-node bytes", False)]
-    table = [[title for _, title, _ in cols]] + [[_fmt(r.get(k), pct) for k, _, pct in cols] for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table)
+        cols += [("remote_nodes_mean", "remote nodes/token"), ("remote_nodes_p99", "p99"),
+                 ("inter_node_bytes", "inter-node bytes")]
+    return aligned([[title for _, title in cols]] + [[_fmt(r.get(k), k in _PERCENT) for k, _ in cols] for r in rows])
 
 
 def _write_compare(out: Path, rows: list[dict]) -> list[Path]:
@@ -143,11 +142,7 @@ def _write_compare(out: Path, rows: list[dict]) -> list[Path]:
     if out.exists() and not out.is_dir():
         raise OptionError("out", f"{out}: exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
-    buf = _io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["solver"])
-    writer.writeheader()
-    writer.writerows(rows)
-    write_text_atomic(out / "compare.csv", buf.getvalue())
+    write_csv(out / "compare.csv", rows, ["solver"])
     try:
         from plotly.subplots import make_subplots
     except ImportError:

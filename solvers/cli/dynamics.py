@@ -1,7 +1,8 @@
 """``eplb simulate`` and ``eplb sweep``: replay a load trace under rebalancing policies.
 
     eplb simulate --loads TRACE (--model NAME | --replicas R --groups G --nodes N --gpus P)
-                  [--gpu-speed LIST] [--gpu-slots LIST] [--failed IDS] [--solver S] (--every N | --threshold X) [--window W] [--migration-slack EPS]
+                  [--gpu-speed LIST] [--gpu-slots LIST] [--failed IDS] [--solver S] (--every N | --threshold X)
+                  [--window W] [--migration-slack EPS]
                   [--migration heuristic|exact] [--migration-budget F] [--expert-bytes B] [-O KEY=VALUE]
                   [--json] [--out DIR]
     (the replay flags come from the settings' schema, solvers.dynamics.SETTINGS)
@@ -11,8 +12,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -22,37 +21,27 @@ from ..dynamics.sweep import best_net, frontier, frontier_table, suggest, sweep
 from ..errors import OptionError
 from ..progress import progress_mode
 from ..safewrite import write_atomic, write_text_atomic
-from .args import cluster_of, options_dict
-from .inputs import dropped_note, read_trace_arg
+from .args import cluster_of, solver_options
+from .inputs import dropped_note, read_trace_arg, write_csv
 from .parser import REPLAY_FLAGS, SIMULATE_FLAGS
 
 REPLAYS = "the simulator replays steps"
 
 
-def cluster_from_args(args: argparse.Namespace, num_experts: int) -> tuple[dict[str, Any], int | None]:
-    """(cluster and num_groups, as simulate's keywords) and the model's expert bytes. With
+def _replay_inputs(args: argparse.Namespace, names: tuple[str, ...]):
+    """(loads info, trace, simulate's cluster keywords, checked Settings) of simulate and sweep.
+    The settings are the flags ``names`` that were given (an unset one takes the schema's
+    default), the model's expert bytes unless --expert-bytes, and the planner's options. With
     --model, unset sizes come from the model's cluster preset (one spare slot per GPU)."""
-    c = cluster_of(args, num_experts)
-    return {"cluster": c.cluster, "num_groups": c.num_groups}, c.expert_bytes
-
-
-def planner_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The planner's options: ``-O KEY=VALUE`` and ``--policy`` (the same as ``-O policy=...``)."""
-    opts = options_dict(args.option)
-    if args.policy is not None:
-        if opts.get("policy", args.policy) != args.policy:
-            raise OptionError("policy", f"--policy {args.policy} contradicts -O policy={opts['policy']}")
-        opts["policy"] = args.policy
-    return opts
-
-
-def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    buf = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    write_text_atomic(path, buf.getvalue())
+    info, loads = read_trace_arg(args.loads, REPLAYS)
+    c = cluster_of(args, loads.shape[2])
+    values = {n: getattr(args, n) for n in names if getattr(args, n) is not None and getattr(args, n) is not False}
+    if values.get("expert_bytes") is None:
+        values["expert_bytes"] = c.expert_bytes
+    if "async_interference" in values and values.get("stall") != "async":
+        raise OptionError("async_interference", "applies to background copies: give --stall async")
+    settings = Settings.parse({**values, "solver_options": solver_options(args)})
+    return info, loads, {"cluster": c.cluster, "num_groups": c.num_groups}, settings
 
 
 def simulation_figure(result):
@@ -83,8 +72,8 @@ def write_outputs(out: Path, result) -> list[Path]:
     """steps.csv, rebalances.csv, totals.json and simulation.html (the figure) in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "steps.csv", out / "rebalances.csv", out / "totals.json"]
-    _write_csv(written[0], result.step_rows())
-    _write_csv(written[1], result.rebalances)
+    write_csv(written[0], result.step_rows())
+    write_csv(written[1], result.rebalances)
     write_text_atomic(written[2], json.dumps({"settings": result.settings, "totals": result.totals()}, indent=2))
     try:
         fig = simulation_figure(result)
@@ -94,23 +83,10 @@ def write_outputs(out: Path, result) -> list[Path]:
     return written + [out / "simulation.html"]
 
 
-def replay_settings(args: argparse.Namespace, names: tuple[str, ...], model_bytes: int | None) -> Settings:
-    """The flags ``names`` that were given (an unset one takes the schema's default), the
-    model's expert bytes unless --expert-bytes, the planner's options, as checked Settings."""
-    values = {n: getattr(args, n) for n in names if getattr(args, n) is not None and getattr(args, n) is not False}
-    if values.get("expert_bytes") is None:
-        values["expert_bytes"] = model_bytes
-    if "async_interference" in values and values.get("stall") != "async":
-        raise OptionError("async_interference", "applies to background copies: give --stall async")
-    return Settings.parse({**values, "solver_options": planner_options(args)})
-
-
 def cmd_simulate(args: argparse.Namespace) -> int:
     if args.every is None and args.threshold is None:
         raise OptionError("every", "give --every N (rebalance period) or --threshold X (or both)")
-    info, loads = read_trace_arg(args.loads, REPLAYS)
-    shape, model_bytes = cluster_from_args(args, loads.shape[2])
-    s = replay_settings(args, REPLAY_FLAGS + SIMULATE_FLAGS, model_bytes)
+    info, loads, shape, s = _replay_inputs(args, REPLAY_FLAGS + SIMULATE_FLAGS)
     res = simulate(loads, s, progress=progress_mode(args.progress), **shape)
     totals = res.totals()
     if args.out:
@@ -122,13 +98,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(json.dumps({**{k: totals[k] for k in keys}, **{k: v for k, v in totals.items() if k not in keys}},
                          indent=2))
         return 0
+    makespan = s.migration_objective == "makespan"
     gb = "-" if totals["total_bytes"] is None else f"{totals['total_bytes'] / 1e9:.1f} GB"
     print(f"{loads.shape[0]} steps x {loads.shape[1]} layers{dropped_note(info)}, solver {s.solver}, "
           f"{'every ' + str(s.every) if s.every else ''}"
           f"{' threshold ' + str(s.threshold) if s.threshold else ''}, window {res.settings['window']}, "
           f"{'plain re-planning' if s.migration_slack is None else 'migration slack ' + str(s.migration_slack)}"
           f"{'' if s.migration_budget is None else ', move budget ' + str(s.migration_budget)}"
-          f"{', minimising the transfer makespan' if s.migration_slack is not None and s.migration_objective == 'makespan' else ''}"
+          f"{', minimising the transfer makespan' if s.migration_slack is not None and makespan else ''}"
           f"{', stall-aware' if s.stall_aware else ''}")
     print(f"realised imbalance: mean {totals['mean_imbalance']:.4f}, p99 {totals['p99_imbalance']:.4f}; "
           f"{totals['rebalances']} rebalances, {totals['total_moves']} replicas moved ({gb}); "
@@ -140,7 +117,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             skipped += (f"; background copies cost {totals['interference_seconds']:.4g} s of serving "
                         f"(interference {res.settings['async_interference']:g})")
         print(f"time ({s.stall} copies, {s.step_seconds:g} s per balanced step, "
-              f"{shape['cluster'].network.describe()}, {s.transfer_model} transfers): stalls {totals['stall_seconds']:.4g} s, serving "
+              f"{shape['cluster'].network.describe()}, {s.transfer_model} transfers): stalls "
+              f"{totals['stall_seconds']:.4g} s, serving "
               f"{totals['serving_seconds']:.4g} s, load lost to stalls {totals['tokens_lost_stall']:.4g}; net "
               f"efficiency {totals['net_efficiency']:.4f} of the balanced stall-free ideal{skipped}")
     return 0
@@ -163,9 +141,7 @@ def _floats(text: str | None, name: str, allow_plain: bool = False) -> list[Any]
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    _, loads = read_trace_arg(args.loads, REPLAYS)
-    shape, model_bytes = cluster_from_args(args, loads.shape[2])
-    base = replay_settings(args, REPLAY_FLAGS, model_bytes)
+    _, loads, shape, base = _replay_inputs(args, REPLAY_FLAGS)
     nbytes = base.expert_bytes
     periods = [int(p) for p in _floats(args.periods, "periods")]
     if any(p < 1 for p in periods):
@@ -181,7 +157,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        _write_csv(out / "sweep.csv", rows)
+        write_csv(out / "sweep.csv", rows)
     if args.json:
         print(json.dumps({"rows": rows, "frontier": frontier(rows), "suggested": pick, "best_net": best_net(rows)},
                          indent=2))

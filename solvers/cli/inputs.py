@@ -3,11 +3,15 @@ plans (eplb files or engine maps, one dense-row rule) and the cluster arguments.
 from __future__ import annotations
 
 import argparse
+import csv
+import io
+from pathlib import Path
 from typing import Any
 
 from ..errors import OptionError
 from ..io import Loads, read_loads
 from ..planfile import file_sha256
+from ..safewrite import write_text_atomic
 from ..problem import Problem
 from ..workloads.exporters import read_plan_for_loads
 from ..cluster import Cluster
@@ -32,8 +36,15 @@ def read_any_plan(path: str, loads: Loads, param: str = "plan"):
     """(plan, shape dict or None, document) from an eplb plan file or an engine export for
     these loads (:func:`solvers.workloads.exporters.read_plan_for_loads`: an engine map keeps
     its last rows, one per MoE layer of the loads)."""
-    plan, shape, doc, _ = read_plan_for_loads(path, loads.num_layers, loads.num_experts, param)
-    return plan, shape, doc
+    return read_plan_for_loads(path, loads.num_layers, loads.num_experts, param)[:3]
+
+
+def read_previous(args: argparse.Namespace, loads: Loads, problem: Problem):
+    """(plan in force, the cluster it was made for or None) of --previous; (None, None) without it."""
+    if not args.previous:
+        return None, None
+    previous, shape, _ = read_any_plan(args.previous, loads, "previous")
+    return previous, plan_cluster(shape, problem, previous)
 
 
 def plan_cluster(shape: dict | None, problem: Problem, plan) -> Any:
@@ -67,3 +78,21 @@ def format_metrics(metrics: dict[str, Any]) -> str:
 
 def dropped_note(loads: Loads) -> str:
     return f" ({loads.dense_layers} leading all-zero layers dropped)" if loads.dense_layers else ""
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]], fields: list[str] | None = None) -> None:
+    """``rows`` as CSV, written atomically; the header is the first row's keys (``fields``
+    when there is no row; neither: an empty file)."""
+    buf = io.StringIO()
+    fields = list(rows[0]) if rows else fields
+    if fields:
+        writer = csv.DictWriter(buf, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    write_text_atomic(path, buf.getvalue())
+
+
+def aligned(table: list) -> str:
+    """Rows of text cells as columns, each as wide as its widest cell (two spaces apart)."""
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table)

@@ -116,7 +116,8 @@ def add_compare(sub) -> None:
     c.add_argument("--holdout", default=None, metavar="A:B", help="held-out steps A..B-1 of the same loads "
                                                                  "(imbalance out of sample)")
     c.add_argument("--previous", default=None, help="plan in force (eplb, SGLang, TensorRT-LLM or CSV): moves")
-    c.add_argument("--expert-bytes", type=expert_bytes_arg, default=None, help="bytes per expert (default: the model's)")
+    c.add_argument("--expert-bytes", type=expert_bytes_arg, default=None,
+                   help="bytes per expert (default: the model's)")
     c.add_argument("--time-limit", type=float, default=None, help="seconds for each solver with a time limit")
     add_routing_arg(c, " (a column per plan; traffic_aware joins the default solvers)")
     add_traffic_weight(c)
@@ -197,7 +198,8 @@ def add_convert(sub) -> None:
                    help="plans to sglang or trtllm: model index of the first MoE layer (default: the dense layers "
                         "the plan file records, e.g. 3 for DeepSeek-V3; sglang gets valid rows for them)")
     c.add_argument("--loads", default=None, help="plans to eplb: the loads the plan is for")
-    c.add_argument("--gpus", type=int, default=None, help="engine maps to eplb or csv: GPUs P (eplb plan files record it)")
+    c.add_argument("--gpus", type=int, default=None,
+                   help="engine maps to eplb or csv: GPUs P (eplb plan files record it)")
     c.add_argument("--groups", type=int, default=1, help="plans to eplb: expert groups G (default 1)")
     c.add_argument("--nodes", type=int, default=1, help="plans to eplb: nodes N (default 1)")
     c.set_defaults(handler="convert")
@@ -261,19 +263,14 @@ def _add_settings(p: argparse.ArgumentParser, names: tuple[str, ...]) -> None:
             p.add_argument(flag, action="store_true", help=o.help)
         else:
             p.add_argument(flag, type=o.type, choices=o.choices, default=None,
-                           metavar=None if o.choices else {int: "N", float: "X"}.get(o.type, "NAME"), help=o.help + ("" if o.default is None else f" (default {o.default})"))
+                           metavar=None if o.choices else {int: "N", float: "X"}.get(o.type, "NAME"),
+                           help=o.help + ("" if o.default is None else f" (default {o.default})"))
 
 
 def _add_replay(p: argparse.ArgumentParser) -> None:
     """What simulate and sweep share: the trace, the cluster (or a model's default) and the planner."""
     add_loads(p, " (a trace: [steps, layers, experts])")
-    p.add_argument("--model", default=None, choices=sorted(MODELS), metavar="NAME",
-                   help="model preset: its groups, expert size and a default cluster")
-    p.add_argument("--replicas", type=int, default=None, help="physical expert slots R")
-    p.add_argument("--groups", type=int, default=None, help="expert groups G")
-    p.add_argument("--nodes", type=int, default=None, help="nodes N")
-    p.add_argument("--gpus", type=int, default=None, help="GPUs P")
-    add_real_cluster_args(p)
+    add_cluster_args(p, required=False)
     p.add_argument("--policy", choices=POLICIES, default=None,
                    help="placement policy of every plan (the planner's policy option; default auto: hierarchical "
                         "when the groups split evenly over the nodes)")

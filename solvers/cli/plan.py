@@ -16,7 +16,7 @@ from ..entry import solve
 from .routing import routing_arg, token_bytes_arg
 from ..io import read_loads
 from .args import command_line, fail, flag_option, solver_options
-from .inputs import dropped_note, format_metrics, loads_sha256, plan_cluster, problem_from_args, read_any_plan
+from .inputs import dropped_note, format_metrics, loads_sha256, problem_from_args, read_previous
 
 
 # plan_with_migration's own keywords: set by --migration-slack, --migration, --migration-budget.
@@ -24,12 +24,12 @@ _MIGRATION_KEYWORDS = ("slack", "method", "budget")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    spec = get_solver(args.solver)
     options = solver_options(args)
     flag_option(options, "traffic_weight", args.traffic_weight, "--traffic-weight", solvers=[args.solver],
-                declared="traffic_weight" in get_solver(args.solver).options, owner="traffic_aware")
+                declared="traffic_weight" in spec.options, owner="traffic_aware")
     # The schema refuses what is not an option of this solver (solve()'s own parameters
     # problem, solver, previous, expert_bytes included) before any file is read.
-    spec = get_solver(args.solver)
     spec.parse(options)
     if args.migration_slack is not None:
         clash = next((k for k in _MIGRATION_KEYWORDS if k in options), None)
@@ -38,16 +38,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
                               f"--migration, --migration-budget")
     info = read_loads(args.loads)
     problem, dense, preset_bytes = problem_from_args(args, info)
-    previous = previous_cluster = None
-    if args.previous:
-        previous, prev_shape, _ = read_any_plan(args.previous, info, "previous")
-        previous_cluster = plan_cluster(prev_shape, problem, previous)
+    previous, previous_cluster = read_previous(args, info, problem)
     expert_bytes = args.expert_bytes if args.expert_bytes is not None else preset_bytes
     routing = routing_arg(args, problem)
-    if routing is not None and "routing" in get_solver(args.solver).options:
+    if routing is not None and "routing" in spec.options:
         options["routing"] = routing
-    if previous is None and (args.migration_slack is not None or args.migration is not None
-                             or args.migration_budget is not None or args.migration_objective is not None):
+    migration = (args.migration_slack, args.migration, args.migration_budget, args.migration_objective)
+    if previous is None and migration != (None,) * 4:
         raise OptionError("previous", "--migration-slack, --migration, --migration-budget and --migration-objective "
                                       "need --previous (the placement in force)")
     if args.migration_objective is not None and args.migration_slack is None:
@@ -84,12 +81,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace, problem, previous, previous_cluster, expert_bytes, options: dict) -> SolveResult:
     """The plan: the elastic re-plan after failures, a migration-aware plan, or a fresh solve."""
-    if previous is not None and args.migration_slack is not None and previous_cluster is not None:
+    tuned = (args.migration, args.migration_budget, args.migration_objective) != (None, None, None)
+    if previous is not None and args.migration_slack is not None and previous_cluster is not None and not tuned:
         # GPUs failed since the plan in force was made (its recorded cluster had more slots): the
-        # elastic re-plan. A plan of this same real cluster takes plan_with_migration (in time).
-        if args.migration is not None or args.migration_budget is not None or args.migration_objective is not None:
-            raise OptionError("migration", "after GPUs failed the re-plan is the elastic heuristic: --migration, "
-                              "--migration-budget and --migration-objective do not apply")
+        # elastic re-plan. With --migration, --migration-budget or --migration-objective (and on a
+        # plan of this same real cluster) plan_with_migration plans it, in time.
         return replan_after_failure(problem, previous, previous_cluster, solver=args.solver,
                                     slack=args.migration_slack, expert_bytes=expert_bytes, **options)
     if previous is not None and args.migration_slack is not None:
@@ -100,3 +96,4 @@ def _plan(args: argparse.Namespace, problem, previous, previous_cluster, expert_
                                    **options)
     return solve(problem, args.solver, previous=previous, expert_bytes=expert_bytes,
                  previous_cluster=previous_cluster, **options)
+

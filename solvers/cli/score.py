@@ -17,7 +17,7 @@ from ..cluster_text import cluster_from_args
 from .routing import routing_arg, token_bytes_arg
 from .args import network_from_args, real_cluster_kwargs
 from ..io import read_loads
-from .inputs import dropped_note, format_metrics, plan_cluster, read_any_plan
+from .inputs import dropped_note, format_metrics, read_any_plan, read_previous
 
 
 def per_gpu_summary(gpu_load: torch.Tensor, num_nodes: int, top: int = 3) -> str:
@@ -38,16 +38,6 @@ def per_gpu_summary(gpu_load: torch.Tensor, num_nodes: int, top: int = 3) -> str
         hot = ", ".join(gpu(layer, int(g)) for g in order[layer, :top])
         lines.append(f"{layer:>5}  {float(ratio[layer].max()):>9.4f}  {hot:<47}{gpu(layer, int(order[layer, -1]))}")
     return "\n".join(lines)
-
-
-def exact_line(t: dict) -> str:
-    """One line on the exact schedule: proven optimal, or CP-SAT's bound and the gap to it."""
-    if t.get("proven"):
-        return f"exact schedule (CP-SAT {t['status']}): makespan {t['makespan_seconds']:.4g} s, proven optimal"
-    bound = t.get("bound_seconds")
-    gap = t["makespan_seconds"] / bound - 1 if bound else math.inf
-    return (f"exact schedule (CP-SAT {t['status']}, not proven within the time limit): makespan "
-            f"{t['makespan_seconds']:.4g} s, CP-SAT bound {bound:.4g} s (gap {100 * gap:.2f} %)")
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -87,10 +77,7 @@ def cmd_score(args: argparse.Namespace) -> int:
             raise OptionError("time_limit", f"must be a positive number of seconds, got {args.time_limit!r}")
     if args.out and not args.previous:
         raise OptionError("out", "writes the transfer schedule: give --previous (the plan in force)")
-    previous = previous_cluster = None
-    if args.previous:
-        previous, prev_shape, _ = read_any_plan(args.previous, info, "previous")
-        previous_cluster = plan_cluster(prev_shape, problem, previous)
+    previous, previous_cluster = read_previous(args, info, problem)
     nbytes = args.expert_bytes
     if nbytes is None and args.model is not None:
         nbytes = get_model(args.model).expert_bytes or None
@@ -138,8 +125,13 @@ def cmd_score(args: argparse.Namespace) -> int:
                   f"{t['copies_host']} from host), {t['bytes'] / 1e9:.3f} GB {how}; makespan "
                   f"{t['makespan_seconds']:.4g} s, lower bound {t['bound_seconds']:.4g} s (gap "
                   f"{100 * t['gap']:.2f} %; any source {t['bound_any_source_seconds']:.4g} s); {network.describe()}")
-            if args.schedule == "exact":
-                print(exact_line(t))
+            if args.schedule == "exact" and t.get("proven"):
+                print(f"exact schedule (CP-SAT {t['status']}): makespan {t['makespan_seconds']:.4g} s, proven optimal")
+            elif args.schedule == "exact":             # CP-SAT's bound and the gap to it
+                bound = t.get("bound_seconds")
+                gap = t["makespan_seconds"] / bound - 1 if bound else math.inf
+                print(f"exact schedule (CP-SAT {t['status']}, not proven within the time limit): makespan "
+                      f"{t['makespan_seconds']:.4g} s, CP-SAT bound {bound:.4g} s (gap {100 * gap:.2f} %)")
             if args.out:
                 print(f"wrote {args.out}")
         if args.per_gpu:

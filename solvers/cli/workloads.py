@@ -68,12 +68,11 @@ def _convert_plan(args: argparse.Namespace) -> int:
     if args.to is not None and args.to not in PLAN_FORMATS:
         raise OptionError("to", f"a plan converts to one of {', '.join(PLAN_FORMATS)}, got {args.to!r}")
     out = Path(args.out)
-    fmt = args.to
     suffix = out.suffix.lower()
+    fmt = args.to
     if fmt is None:
-        fmt = {".yaml": "trtllm", ".yml": "trtllm", ".csv": "csv"}.get(suffix)
-        if fmt is None and suffix == ".json":
-            fmt = "eplb" if args.loads else "sglang"
+        fmt = {".yaml": "trtllm", ".yml": "trtllm", ".csv": "csv",
+               ".json": "eplb" if args.loads else "sglang"}.get(suffix)
         if fmt is None:
             raise OptionError("out", f"{out.name}: cannot tell the format from the suffix; pass --to "
                               f"({', '.join(PLAN_FORMATS)})")
@@ -95,14 +94,11 @@ def _convert_plan(args: argparse.Namespace) -> int:
                           f"{recorded} dense layers first; leave --layer-offset out")
     gpus = args.gpus if args.gpus is not None else shape.get("num_gpus")
     problem = None
-    if fmt == "eplb":
-        if doc is not None and not args.loads:
-            problem = None
-        else:
-            if not args.loads or gpus is None:
-                raise OptionError("loads", "converting an engine map to the eplb plan format records the problem: "
-                                  "pass --loads and --gpus (and --groups, --nodes)")
-            problem = Problem(read_loads(args.loads).weights, plan.num_replicas, args.groups, args.nodes, gpus)
+    if fmt == "eplb" and (doc is None or args.loads):      # an eplb file without --loads is copied as it is
+        if not args.loads or gpus is None:
+            raise OptionError("loads", "converting an engine map to the eplb plan format records the problem: "
+                              "pass --loads and --gpus (and --groups, --nodes)")
+        problem = Problem(read_loads(args.loads).weights, plan.num_replicas, args.groups, args.nodes, gpus)
     slot_gpus = gpu_slots = None
     if fmt == "eplb" and problem is None:
         write_plan(out, doc)
