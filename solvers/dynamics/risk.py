@@ -358,13 +358,11 @@ def plan_risk_aware(problem: Problem, hist: torch.Tensor, policy: str, *, count_
     On a real cluster (speeds, uneven slots, failed GPUs; the global policy) in time."""
     W, L, E = hist.shape
     k = step_weights(W, halflife, hist.device)
-    P, R, N = problem.num_gpus, problem.num_replicas, problem.num_nodes
-    if not problem.cluster.homogeneous:
-        slots = Slots.of(problem.cluster, hist.device)
-        p2l, rounds, nodup = plan_rows(hist, k, R, slots.Q, count_risk, risk, noise, steps, slots=slots)
-        return p2l, {"search_rounds": rounds, "colocation": "forbidden" if nodup else "allowed"}
-    if policy != "hierarchical" or N == 1:
-        p2l, rounds, nodup = plan_rows(hist, k, R, P, count_risk, risk, noise, steps)
+    R, N = problem.num_replicas, problem.num_nodes
+    if not problem.cluster.homogeneous or policy != "hierarchical" or N == 1:
+        slots = None if problem.cluster.homogeneous else Slots.of(problem.cluster, hist.device)
+        P = problem.num_gpus if slots is None else slots.Q
+        p2l, rounds, nodup = plan_rows(hist, k, R, P, count_risk, risk, noise, steps, slots=slots)
         return p2l, {"search_rounds": rounds, "colocation": "forbidden" if nodup else "allowed"}
     G = problem.num_groups
     grp = hist.view(W, L, G, E // G).sum(-1)                                   # [W, L, G]

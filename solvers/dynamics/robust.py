@@ -167,15 +167,6 @@ _STEPS = Option("steps", int, 64, "swap rounds of the time-robust local search",
                 advanced=True)
 
 
-def _robust(problem: Problem, policy: str, history: Any, buckets: int, steps: int, objective: str) -> SolverOutput:
-    hist = buckets_of(check_history(problem, history), buckets)
-    plan, resolved = _kk_swap(problem, hist.sum(0), policy)
-    zones = problem.num_nodes if resolved == "hierarchical" else 1
-    p2l, rounds = time_robust_search(hist, plan.phy2log, problem.num_gpus, zones, objective, steps, problem.cluster)
-    return SolverOutput(Plan.from_phy2log(p2l, problem.num_experts), resolved,
-                        info={"buckets": hist.shape[0], "search_rounds": rounds, "objective": objective})
-
-
 # Work model (solvers.work): seconds on 2 cores, coefficients measured by
 # `python -m benchmarks.work_model --fit`.
 ROBUST_WORK = WorkModel.of({"1": 0.0696, "S": 0, "R": 0.000792, "L*R": 0, "L*E*R": 0, "L*S^2": 0, "L*R*S": 7.63e-06, "T*L*R": 1.61e-06, "T*L*R*steps": 7.94e-07, "B*L*R*S*steps": 3.45e-08}, includes=("kk_swap",))
@@ -185,18 +176,26 @@ ROBUST_WORK = WorkModel.of({"1": 0.0696, "S": 0, "R": 0.000792, "L*R": 0, "L*E*R
 SMOOTHED_WORK = WorkModel.of({"1": 0, "S": 0.000642, "R": 0, "L*R": 0, "L*E*R": 0, "L*S^2": 0, "L*R*S": 0, "L*R*C*steps": 0, "T*L*R": 0}, includes=("kk_swap",))
 
 
-@register("robust_sum", kind="heuristic", in_suites=False, heterogeneous=True, work=ROBUST_WORK,
-          options=(policy_option(), _HISTORY, _BUCKETS, _STEPS),
-          description="time-robust: minimise the sum over the window's steps of the per-step max GPU load")
-def solve_robust_sum(problem: Problem, o: SolverOptions) -> SolverOutput:
-    return _robust(problem, o.policy, o.history, o.buckets, o.steps, "sum")
+def _robust_solver(objective: str):
+    """The registered function of ``robust_<objective>`` (robust_sum and robust_max differ only in it)."""
+    def solve(problem: Problem, o: SolverOptions) -> SolverOutput:
+        hist = buckets_of(check_history(problem, o.history), o.buckets)
+        plan, resolved = _kk_swap(problem, hist.sum(0), o.policy)
+        zones = problem.num_nodes if resolved == "hierarchical" else 1
+        p2l, rounds = time_robust_search(hist, plan.phy2log, problem.num_gpus, zones, objective, o.steps,
+                                         problem.cluster)
+        return SolverOutput(Plan.from_phy2log(p2l, problem.num_experts), resolved,
+                            info={"buckets": hist.shape[0], "search_rounds": rounds, "objective": objective})
+
+    solve.__name__ = f"solve_robust_{objective}"
+    return solve
 
 
-@register("robust_max", kind="heuristic", in_suites=False, heterogeneous=True, work=ROBUST_WORK,
-          options=(policy_option(), _HISTORY, _BUCKETS, _STEPS),
-          description="time-robust: minimise the worst step's max GPU load over the window")
-def solve_robust_max(problem: Problem, o: SolverOptions) -> SolverOutput:
-    return _robust(problem, o.policy, o.history, o.buckets, o.steps, "max")
+for _objective, _what in (("sum", "minimise the sum over the window's steps of the per-step max GPU load"),
+                          ("max", "minimise the worst step's max GPU load over the window")):
+    register(f"robust_{_objective}", kind="heuristic", in_suites=False, heterogeneous=True, work=ROBUST_WORK,
+             options=(policy_option(), _HISTORY, _BUCKETS, _STEPS), description="time-robust: " + _what)(
+        _robust_solver(_objective))
 
 
 def ewma_weights(hist: torch.Tensor, halflife: float) -> torch.Tensor:
