@@ -348,16 +348,15 @@ def simulate(loads: Any, settings: Settings | None = None, *, cluster: Cluster |
                 record["effective_step"] = t
                 plan = plan_new
             since = record["effective_step"]
-    used = {"solver": s.solver, "every": every, "threshold": threshold, "window": window,
-            "migration_slack": slack, "migration": s.migration if slack is not None else None,
-            "migration_budget": budget, "migration_objective": s.migration_objective if slack is not None else None,
-            "expert_bytes": nbytes, "stall": stall, "step_seconds": step_seconds, "stall_aware": s.stall_aware,
-            "transfer_model": s.transfer_model,
-            "async_interference": s.async_interference if stall == "async" else None,
-            "network": cluster.network.as_dict(),
-            "solver_options": {k: v for k, v in (s.solver_options or {}).items()
-                               if isinstance(v, (int, float, str, bool))},
-            **cluster.as_dict(), "num_groups": problem0.num_groups}
+    # the settings in force (in the schema's order), those that did not apply as None
+    used = {k: s[k] for k in SETTINGS if k not in ("cooldown", "solver_options")}
+    used.update(window=window, migration=s.migration if slack is not None else None,
+                migration_objective=s.migration_objective if slack is not None else None,
+                async_interference=s.async_interference if stall == "async" else None,
+                network=cluster.network.as_dict(),
+                solver_options={k: v for k, v in (s.solver_options or {}).items()
+                                if isinstance(v, (int, float, str, bool))},
+                **cluster.as_dict(), num_groups=problem0.num_groups)
     step_load = loads.to(torch.float64).sum((1, 2))                                      # [T]
     return SimulationResult(imb, worst, lost, ratio * step_seconds, step_load, rebalances, used,
                             time.perf_counter() - began, window, skipped)
