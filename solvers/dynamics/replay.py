@@ -180,16 +180,15 @@ def step_stats(loads: torch.Tensor, plan: Plan, num_gpus: int,
     p2l = plan.phy2log.to(w.device)
     cnt = plan.logcnt.to(w.device, torch.float64)
     per_slot = per_slot_loads(w, p2l, cnt)                                           # [n, L, R]
-    if cluster is None or cluster.homogeneous:
-        gpu = slots_to_gpus(per_slot, None, num_gpus)                                 # [n, L, P]
-        mx, mean = gpu.max(-1).values, gpu.mean(-1)
-        capacity = float(num_gpus)
-    else:
-        slot_gpu = None if cluster.uniform_slots else torch.tensor(cluster.slot_gpus(), dtype=torch.int64)  # [R]
-        speed = torch.tensor(cluster.gpu_speed, dtype=torch.float64, device=w.device)             # [P]
-        gpu = slots_to_gpus(per_slot, slot_gpu, num_gpus)                                         # [n, L, P]
+    homogeneous = cluster is None or cluster.homogeneous
+    slot_gpu = None if homogeneous or cluster.uniform_slots else torch.tensor(cluster.slot_gpus())     # [R]
+    gpu = slots_to_gpus(per_slot, slot_gpu, num_gpus)                                                 # [n, L, P]
+    if homogeneous:
+        mx, mean, capacity = gpu.max(-1).values, gpu.mean(-1), float(num_gpus)
+    else:                                       # [n, L] times: each GPU's load over its speed
         capacity = float(cluster.total_speed)
-        mx, mean = (gpu / speed).max(-1).values, gpu.sum(-1) / capacity                         # [n, L] time
+        mx = (gpu / torch.tensor(cluster.gpu_speed, dtype=torch.float64, device=w.device)).max(-1).values
+        mean = gpu.sum(-1) / capacity
     # a subnormal mean is divided by as it is (clamping it to the smallest normal gave imbalances
     # far below 1), and rounding never takes the ratio below its floor of 1
     imb = torch.where(mean > 0, mx / torch.where(mean > 0, mean, torch.ones_like(mean)),
@@ -199,7 +198,6 @@ def step_stats(loads: torch.Tensor, plan: Plan, num_gpus: int,
     ratio = torch.where(total > 0, mx.sum(-1) / total.clamp_min(torch.finfo(torch.float64).tiny),
                         torch.ones_like(total))
     return imb.mean(-1), imb.max(-1).values, lost, ratio
-
 
 
 def _check(loads: Any) -> torch.Tensor:
@@ -350,16 +348,15 @@ def simulate(loads: Any, settings: Settings | None = None, *, cluster: Cluster |
                 record["effective_step"] = t
                 plan = plan_new
             since = record["effective_step"]
-    used = {"solver": s.solver, "every": every, "threshold": threshold, "window": window,
-            "migration_slack": slack, "migration": s.migration if slack is not None else None,
-            "migration_budget": budget, "migration_objective": s.migration_objective if slack is not None else None,
-            "expert_bytes": nbytes, "stall": stall, "step_seconds": step_seconds, "stall_aware": s.stall_aware,
-            "transfer_model": s.transfer_model,
-            "async_interference": s.async_interference if stall == "async" else None,
-            "network": cluster.network.as_dict(),
-            "solver_options": {k: v for k, v in (s.solver_options or {}).items()
-                               if isinstance(v, (int, float, str, bool))},
-            **cluster.as_dict(), "num_groups": problem0.num_groups}
+    # the settings in force (in the schema's order), those that did not apply as None
+    used = {k: s[k] for k in SETTINGS if k not in ("cooldown", "solver_options")}
+    used.update(window=window, migration=s.migration if slack is not None else None,
+                migration_objective=s.migration_objective if slack is not None else None,
+                async_interference=s.async_interference if stall == "async" else None,
+                network=cluster.network.as_dict(),
+                solver_options={k: v for k, v in (s.solver_options or {}).items()
+                                if isinstance(v, (int, float, str, bool))},
+                **cluster.as_dict(), num_groups=problem0.num_groups)
     step_load = loads.to(torch.float64).sum((1, 2))                                      # [T]
     return SimulationResult(imb, worst, lost, ratio * step_seconds, step_load, rebalances, used,
                             time.perf_counter() - began, window, skipped)

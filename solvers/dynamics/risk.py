@@ -131,8 +131,9 @@ def risk_place(series: torch.Tensor, k: torch.Tensor, item_e: torch.Tensor, num_
     X, E, W = series.shape
     R = item_e.shape[1]
     P = num_gpus
-    S = R // P if slots is None else slots.S
     dev = series.device
+    slots = slots or Slots([R // P] * P, [1.0] * P, dev)     # identical GPUs: speed 1 divides exactly
+    S = slots.S
     mean_e, cent = centred(series, k)
     cov = torch.bmm(cent * k, cent.transpose(1, 2))                          # [X, E, E]
     cov.diagonal(dim1=1, dim2=2).sub_(noise)
@@ -143,7 +144,7 @@ def risk_place(series: torch.Tensor, k: torch.Tensor, item_e: torch.Tensor, num_
     fill = torch.zeros(X, P, dtype=torch.int64, device=dev)
     pres = torch.zeros(X, P, E, dtype=torch.bool, device=dev)
     p2l = torch.full((X, P * S), E - 1, dtype=torch.int64, device=dev)     # (phantom: only with slots)
-    room = torch.full((1, P), S, dtype=torch.int64, device=dev) if slots is None else slots.caps.unsqueeze(0)
+    room = slots.caps.unsqueeze(0)
     stuck = torch.zeros(X, dtype=torch.bool, device=dev)
     # Flat views and index_select/index_add: advanced indexing of [X, E, E] is far slower on CPU.
     rows = torch.arange(X, device=dev)
@@ -153,9 +154,7 @@ def risk_place(series: torch.Tensor, k: torch.Tensor, item_e: torch.Tensor, num_
         e = item_e[:, i:i + 1]                                                # [X, 1]
         me, ve = mean_e.gather(1, e), var_e.gather(1, e)                      # [X, 1]
         cross = gcov.gather(2, e.view(X, 1, 1).expand(X, P, 1)).squeeze(2)  # [X, P]
-        cost = _risk(gm + me, gv + ve + 2 * cross, z)
-        if slots is not None:
-            cost = cost / slots.speed                 # the time the GPU's riskiest load takes
+        cost = _risk(gm + me, gv + ve + 2 * cross, z) / slots.speed       # the time its riskiest load takes
         if keep is not None:
             cost = cost - bonus.unsqueeze(1) * keep.gather(2, e.view(X, 1, 1).expand(X, P, 1)).squeeze(2)
         cost = cost.masked_fill(fill >= room, math.inf)
@@ -359,13 +358,11 @@ def plan_risk_aware(problem: Problem, hist: torch.Tensor, policy: str, *, count_
     On a real cluster (speeds, uneven slots, failed GPUs; the global policy) in time."""
     W, L, E = hist.shape
     k = step_weights(W, halflife, hist.device)
-    P, R, N = problem.num_gpus, problem.num_replicas, problem.num_nodes
-    if not problem.cluster.homogeneous:
-        slots = Slots.of(problem.cluster, hist.device)
-        p2l, rounds, nodup = plan_rows(hist, k, R, slots.Q, count_risk, risk, noise, steps, slots=slots)
-        return p2l, {"search_rounds": rounds, "colocation": "forbidden" if nodup else "allowed"}
-    if policy != "hierarchical" or N == 1:
-        p2l, rounds, nodup = plan_rows(hist, k, R, P, count_risk, risk, noise, steps)
+    R, N = problem.num_replicas, problem.num_nodes
+    if not problem.cluster.homogeneous or policy != "hierarchical" or N == 1:
+        slots = None if problem.cluster.homogeneous else Slots.of(problem.cluster, hist.device)
+        P = problem.num_gpus if slots is None else slots.Q
+        p2l, rounds, nodup = plan_rows(hist, k, R, P, count_risk, risk, noise, steps, slots=slots)
         return p2l, {"search_rounds": rounds, "colocation": "forbidden" if nodup else "allowed"}
     G = problem.num_groups
     grp = hist.view(W, L, G, E // G).sum(-1)                                   # [W, L, G]

@@ -94,19 +94,13 @@ def time_robust_search(hist: torch.Tensor, phy2log: torch.Tensor, num_gpus: int,
     P = num_gpus
     dev = phy2log.device
     uniform = cluster is None or cluster.homogeneous
-    if uniform:
-        S = R // num_gpus
-        slot_gpu = torch.arange(R, device=dev) // S                                 # [R]
-        first = torch.arange(P, device=dev) * S                                     # [P] first slot of each GPU
-        size = torch.full((P,), S, dtype=torch.int64, device=dev)                   # [P] slots of each GPU
-        speed = None
-    else:
-        sizes = list(cluster.gpu_slots)
-        S = max(sizes)
-        slot_gpu = torch.tensor(cluster.slot_gpus(), dtype=torch.int64, device=dev)
-        size = torch.tensor(sizes, dtype=torch.int64, device=dev)
-        first = torch.cumsum(size, 0) - size
-        speed = torch.tensor(cluster.gpu_speed, dtype=torch.float64, device=dev)
+    # identical GPUs: R / P slots each at speed 1 (a division by 1 is exact: the same floats)
+    sizes, speeds = ([R // P] * P, [1.0] * P) if uniform else (list(cluster.gpu_slots), cluster.gpu_speed)
+    S = max(sizes)
+    size = torch.tensor(sizes, dtype=torch.int64, device=dev)                      # [P] slots of each GPU
+    slot_gpu = torch.repeat_interleave(torch.arange(P, device=dev), size)          # [R]
+    first = torch.cumsum(size, 0) - size                                            # [P] first slot of each GPU
+    speed = torch.tensor(speeds, dtype=torch.float64, device=dev)                   # [P]
     w = hist.permute(1, 0, 2)                                                      # [L, B, E]
     cnt = torch.zeros(L, E, dtype=torch.float64, device=dev).scatter_add_(
         1, phy2log, torch.ones(L, R, dtype=torch.float64, device=dev))
@@ -125,10 +119,9 @@ def time_robust_search(hist: torch.Tensor, phy2log: torch.Tensor, num_gpus: int,
         per = per_slot_loads(w[rows], sp.unsqueeze(1), cnt[rows].unsqueeze(1))      # [X, B, R]
         if uniform:
             load = per.view(X, B, P, S).sum(-1)                                    # [X, B, P]
-            time = load
         else:
             load = torch.zeros(X, B, P, dtype=per.dtype, device=dev).index_add_(2, slot_gpu, per)
-            time = load / speed                                                    # [X, B, P]
+        time = load / speed                                                        # [X, B, P]
         padded = torch.nn.functional.pad(time, (0, pad), value=-math.inf)
         vals, idx = padded.topk(3, dim=-1)                                         # [X, B, 3]
         top = vals[..., 0]
@@ -147,11 +140,8 @@ def time_robust_search(hist: torch.Tensor, phy2log: torch.Tensor, num_gpus: int,
         load_g = load.gather(2, g.view(X, 1, 1).expand(X, B, 1))                   # [X, B, 1]
         load_h = load[:, :, slot_gpu]                                              # [X, B, R]
         rest = _excluding_two(vals, idx, g, P)[:, :, slot_gpu]                     # [X, B, R]
-        if uniform:
-            new_g, new_h = load_g.unsqueeze(3) - d, load_h.unsqueeze(2) + d
-        else:                                      # times: each side over its own GPU's speed
-            new_g = (load_g.unsqueeze(3) - d) / speed[g].view(X, 1, 1, 1)
-            new_h = (load_h.unsqueeze(2) + d) / speed[slot_gpu].view(1, 1, 1, R)
+        new_g = (load_g.unsqueeze(3) - d) / speed[g].view(X, 1, 1, 1)              # times: each side over
+        new_h = (load_h.unsqueeze(2) + d) / speed[slot_gpu].view(1, 1, 1, R)       # its own GPU's speed
         new_max = torch.maximum(rest.unsqueeze(2), torch.maximum(new_g, new_h))
         value = new_max.sum(1) if objective == "sum" else new_max.max(1).values    # [X, S, R]
         ea = sp.gather(1, mine)
@@ -177,15 +167,6 @@ _STEPS = Option("steps", int, 64, "swap rounds of the time-robust local search",
                 advanced=True)
 
 
-def _robust(problem: Problem, policy: str, history: Any, buckets: int, steps: int, objective: str) -> SolverOutput:
-    hist = buckets_of(check_history(problem, history), buckets)
-    plan, resolved = _kk_swap(problem, hist.sum(0), policy)
-    zones = problem.num_nodes if resolved == "hierarchical" else 1
-    p2l, rounds = time_robust_search(hist, plan.phy2log, problem.num_gpus, zones, objective, steps, problem.cluster)
-    return SolverOutput(Plan.from_phy2log(p2l, problem.num_experts), resolved,
-                        info={"buckets": hist.shape[0], "search_rounds": rounds, "objective": objective})
-
-
 # Work model (solvers.work): seconds on 2 cores, coefficients measured by
 # `python -m benchmarks.work_model --fit`.
 ROBUST_WORK = WorkModel.of({"1": 0.0696, "S": 0, "R": 0.000792, "L*R": 0, "L*E*R": 0, "L*S^2": 0, "L*R*S": 7.63e-06, "T*L*R": 1.61e-06, "T*L*R*steps": 7.94e-07, "B*L*R*S*steps": 3.45e-08}, includes=("kk_swap",))
@@ -195,18 +176,26 @@ ROBUST_WORK = WorkModel.of({"1": 0.0696, "S": 0, "R": 0.000792, "L*R": 0, "L*E*R
 SMOOTHED_WORK = WorkModel.of({"1": 0, "S": 0.000642, "R": 0, "L*R": 0, "L*E*R": 0, "L*S^2": 0, "L*R*S": 0, "L*R*C*steps": 0, "T*L*R": 0}, includes=("kk_swap",))
 
 
-@register("robust_sum", kind="heuristic", in_suites=False, heterogeneous=True, work=ROBUST_WORK,
-          options=(policy_option(), _HISTORY, _BUCKETS, _STEPS),
-          description="time-robust: minimise the sum over the window's steps of the per-step max GPU load")
-def solve_robust_sum(problem: Problem, o: SolverOptions) -> SolverOutput:
-    return _robust(problem, o.policy, o.history, o.buckets, o.steps, "sum")
+def _robust_solver(objective: str):
+    """The registered function of ``robust_<objective>`` (robust_sum and robust_max differ only in it)."""
+    def solve(problem: Problem, o: SolverOptions) -> SolverOutput:
+        hist = buckets_of(check_history(problem, o.history), o.buckets)
+        plan, resolved = _kk_swap(problem, hist.sum(0), o.policy)
+        zones = problem.num_nodes if resolved == "hierarchical" else 1
+        p2l, rounds = time_robust_search(hist, plan.phy2log, problem.num_gpus, zones, objective, o.steps,
+                                         problem.cluster)
+        return SolverOutput(Plan.from_phy2log(p2l, problem.num_experts), resolved,
+                            info={"buckets": hist.shape[0], "search_rounds": rounds, "objective": objective})
+
+    solve.__name__ = f"solve_robust_{objective}"
+    return solve
 
 
-@register("robust_max", kind="heuristic", in_suites=False, heterogeneous=True, work=ROBUST_WORK,
-          options=(policy_option(), _HISTORY, _BUCKETS, _STEPS),
-          description="time-robust: minimise the worst step's max GPU load over the window")
-def solve_robust_max(problem: Problem, o: SolverOptions) -> SolverOutput:
-    return _robust(problem, o.policy, o.history, o.buckets, o.steps, "max")
+for _objective, _what in (("sum", "minimise the sum over the window's steps of the per-step max GPU load"),
+                          ("max", "minimise the worst step's max GPU load over the window")):
+    register(f"robust_{_objective}", kind="heuristic", in_suites=False, heterogeneous=True, work=ROBUST_WORK,
+             options=(policy_option(), _HISTORY, _BUCKETS, _STEPS), description="time-robust: " + _what)(
+        _robust_solver(_objective))
 
 
 def ewma_weights(hist: torch.Tensor, halflife: float) -> torch.Tensor:

@@ -74,11 +74,9 @@ def scenario_bound(problem: Problem, hist: torch.Tensor, tail: float = 1.0) -> t
     steps = Problem._trusted(hist.reshape(W * L, E), problem.cluster, problem.num_groups)  # steps x layers as rows
     per_step = lower_bound(steps).view(W, L).topk(tail_steps(W, tail), dim=0).values.sum(0)
     c = problem.cluster
-    if c.homogeneous:
-        shared = shared_count_bound(hist, problem.num_replicas, problem.num_gpus, tail)
-    else:
-        shared = shared_count_bound(hist, problem.num_replicas, problem.num_gpus, tail,
-                                    total_speed=c.total_speed, fastest=max(c.gpu_speed[g] for g in c.live_gpus))
+    in_time = {} if c.homogeneous else {"total_speed": c.total_speed,
+                                        "fastest": max(c.gpu_speed[g] for g in c.live_gpus)}
+    shared = shared_count_bound(hist, problem.num_replicas, problem.num_gpus, tail, **in_time)
     return per_step if shared is None else torch.maximum(per_step, shared)
 
 

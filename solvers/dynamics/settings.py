@@ -16,8 +16,8 @@ DEFAULT_WINDOW = 16
 # serving is taken to lose this fraction of its throughput while they run (an assumption, not a
 # measurement; docs/dynamics.md, "Async interference").
 DEFAULT_ASYNC_INTERFERENCE = 0.1
-# How copies share the links (solvers.transfers.TRANSFER_MODELS; typed here
-# because that module imports torch and this one must not).
+# How copies share the links: one-peer rounds or bandwidth sharing (solvers.transfers imports
+# this name: that package imports torch, this module must not).
 TRANSFER_MODELS = ("rounds", "shared")
 
 # A replay's settings, one schema: simulate checks them with it, and it makes the flags of

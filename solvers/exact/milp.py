@@ -294,9 +294,6 @@ def _cbc_log(text: str) -> tuple[float | None, bool, str]:
     return bound, "time" in line.lower(), line
 
 
-_HIGHS_CLS = None
-
-
 @contextlib.contextmanager
 def _quiet_stdout():
     """Silence C-level stdout (file descriptor 1) for the duration of a backend call."""
@@ -312,11 +309,9 @@ def _quiet_stdout():
         os.close(saved)
 
 
+@functools.cache
 def _highs_class():
-    """pulp.HiGHS with a warm start (highspy.setSolution) and mip_dual_bound read back."""
-    global _HIGHS_CLS
-    if _HIGHS_CLS is not None:
-        return _HIGHS_CLS
+    """pulp.HiGHS with a warm start (highspy.setSolution) and mip_dual_bound read back (made once)."""
     backends.highs_available()          # imports OR-Tools before highspy (see backends)
     import highspy
     import pulp
@@ -355,5 +350,4 @@ def _highs_class():
             b = h.getInfo().mip_dual_bound
             self.dual_bound = float(b) if b is not None and math.isfinite(b) else None
 
-    _HIGHS_CLS = WarmHiGHS
-    return _HIGHS_CLS
+    return WarmHiGHS

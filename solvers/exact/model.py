@@ -285,14 +285,11 @@ def fit_warm_to_counts(problem: Problem, opts: ExactOptions, warm_plan: Plan | N
         (warm_plan.logcnt.cpu() != fixed).any(1)
     if not bool(differ.any()):
         return warm_plan
-
     rows = differ.nonzero().flatten()
     e_slots, obj = pack_counts(problem.weights.cpu()[rows].to(torch.float64), fixed[rows], problem.num_gpus,
                                nodup=opts.forbid, starts=("kk", "lpt", "rr") if opts.forbid else ("kk", "lpt"))
-    if warm_plan is None:
-        phy2log = torch.zeros(problem.num_layers, problem.num_replicas, dtype=torch.int64)
-    else:
-        phy2log = warm_plan.phy2log.cpu().clone()
+    phy2log = (torch.zeros(problem.num_layers, problem.num_replicas, dtype=torch.int64) if warm_plan is None
+               else warm_plan.phy2log.cpu().clone())
     phy2log[rows] = e_slots.to(torch.int64)
     return Plan.from_phy2log(phy2log, problem.num_experts)
 

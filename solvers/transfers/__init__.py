@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+# How a schedule is timed, one-peer rounds or bandwidth sharing: named once, in the replay's
+# torch-free settings (the CLI builds its flags before it imports torch).
+from ..dynamics.settings import TRANSFER_MODELS
 from ..errors import OptionError
 from ..network import DEFAULT_NETWORK, Network
 from .schedule import TransferSchedule, _check_bytes, exact_schedule, needed_copies, schedule_copies, write_schedule
 from .sharing import schedule_shared
-
-# How a schedule is timed: one-peer rounds or bandwidth sharing.
-TRANSFER_MODELS = ("rounds", "shared")
 
 
 def schedule_transfers(previous: Any, plan: Any, num_gpus: int, gpus_per_node: int, expert_bytes: int,
