@@ -76,6 +76,9 @@ def fingerprint(result) -> str:
     return hashlib.md5(result.plan.phy2log.to(torch.int64).contiguous().numpy().tobytes()).hexdigest()
 
 
+OBJECTIVES: dict[str, float] = {}     # case -> sum over layers of the plan's max GPU time (shared scorer)
+
+
 def run(only: set[str] | None = None) -> dict[str, str]:
     torch.set_num_threads(1)
     steps = trace()
@@ -111,6 +114,8 @@ def run(only: set[str] | None = None) -> dict[str, str]:
                 opts["routing"] = routing
             try:
                 res = solvers.solve(problem, name, **opts)
+                if res.plan is not None:
+                    OBJECTIVES[f"{name}/{kind}"] = float(res.score.max_time.sum())
                 out[f"{name}/{kind}"] = fingerprint(res) if res.plan is not None else \
                     f"no plan: {res.termination}: {res.message[:200]}"
             except ValueError as exc:
@@ -129,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         with open(args.out, "w") as f:
             json.dump(got, f, indent=1, sort_keys=True)
+        with open(args.out.removesuffix(".json") + ".objectives.json", "w") as f:
+            json.dump(OBJECTIVES, f, indent=1, sort_keys=True)
     planned = sum(1 for v in got.values() if len(v) == 32)
     print(f"{len(got)} (solver, cluster kind) cases, {planned} planned")
     if not args.check:
@@ -138,8 +145,16 @@ def main(argv: list[str] | None = None) -> int:
     if only:
         before = {k: v for k, v in before.items() if k.split("/")[0] in only}
     changed = sorted(k for k in set(before) | set(got) if before.get(k) != got.get(k))
+    try:        # the objectives recorded beside the fingerprints, where there are any
+        with open(args.check.removesuffix(".json") + ".objectives.json") as f:
+            was = json.load(f)
+    except OSError:
+        was = {}
     for k in changed:
         print(f"changed {k}: {before.get(k)!r} -> {got.get(k)!r}")
+        if k in was and k in OBJECTIVES:
+            print(f"    objective (sum of max GPU time) {was[k]:.6g} -> {OBJECTIVES[k]:.6g} "
+                  f"({100 * (OBJECTIVES[k] / was[k] - 1):+.3f} %)")
     print(f"{len(changed)} changed, {len(got) - len(changed)} identical")
     return 1 if changed else 0
 

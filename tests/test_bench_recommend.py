@@ -13,12 +13,12 @@ from solvers.cli import main as eplb
 from solvers.errors import EPLBError, OptionError
 
 
-def _row(instance, solver, kind, obj, lb, t, *, status="feasible", E=256, R=288, P=32, N=4, G=8, seed=0):
+def _row(instance, solver, kind, obj, lb, t, *, status="feasible", termination="completed", E=256, R=288, P=32, N=4, G=8, seed=0):
     r = {c: "" for c in COLUMNS}
     r.update(instance=instance, model="m", num_layers=len(obj or lb), num_experts=E, num_groups=G,
              num_replicas=R, num_nodes=N, num_gpus=P, slots_per_gpu=R // P, shape="s", scenario="mild",
              steps=4, window=2, seed=seed, solver=solver, kind=kind, options="{}", policy="global",
-             status=status, wall_time_s=t, threads=1, lower_bound=float(sum(lb)),
+             termination=termination, status=status, wall_time_s=t, threads=1, lower_bound=float(sum(lb)),
              lower_bound_layers=json.dumps(lb))
     if obj is not None:
         r.update(objective=float(sum(obj)), objective_layers=json.dumps(obj))
@@ -33,7 +33,7 @@ def results_dir(tmp_path):
     for seed in (0, 1):
         rows += [_row("p", "greedy", "heuristic", [110.0], [100.0], 0.01, seed=seed),
                  _row("p", "search", "heuristic", [102.0], [100.0], 0.5 + seed, seed=seed),
-                 _row("p", "slowexact", "exact", [100.0], [100.0], 30.0, status="optimal", seed=seed),
+                 _row("p", "slowexact", "exact", [100.0], [100.0], 30.0, termination="optimal", status="proven_optimal", seed=seed),
                  _row("d", "greedy", "heuristic", [105.0], [100.0], 0.02, R=320, P=64, N=8, seed=seed)]
     df, violations = derive(normalise(pd.DataFrame(rows)))
     assert not violations

@@ -326,7 +326,7 @@ def test_gate_catches_objective_below_another_solvers_proven_bound(tmp_path, cap
 def test_bounds_of_restricted_models_do_not_bound_other_plans():
     """A bound proved for a restricted model (e.g. no colocation) must not flag a plan outside it."""
     base = {c: "" for c in COLUMNS}
-    common = dict(base, instance="i", seed=0, status="feasible", kind="exact")
+    common = dict(base, instance="i", seed=0, termination="completed", status="feasible", kind="exact")
     forbidden = dict(model_policy="global", model_counts="free", model_colocation="forbidden")
     rows = pd.DataFrame([
         dict(common, solver="x", policy="global", objective_layers="[10.0]", lower_bound_layers="[9.0]",

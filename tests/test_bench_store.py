@@ -15,7 +15,7 @@ def _row(i: int, **extra) -> dict:
     row = {c: "" for c in COLUMNS}
     row.update(instance=f"inst-{i % 7}", model="m", num_layers=1, num_experts=8, num_groups=1, num_replicas=8,
                num_nodes=1, num_gpus=2, slots_per_gpu=4, steps=1, window=1, seed=i, solver="s", kind="heuristic",
-               options="{}", status="feasible", objective=1.0 + i, lower_bound=1.0, wall_time_s=0.5,
+               options="{}", termination="completed", status="feasible", objective=1.0 + i, lower_bound=1.0, wall_time_s=0.5,
                objective_layers=json.dumps([1.0 + i]))
     row.update(extra)
     return row
