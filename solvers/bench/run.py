@@ -92,21 +92,6 @@ def _machine() -> dict[str, Any]:
             "summary": f"{cpu_model or platform.machine()}, {cpus} CPUs, {platform.system()}"}
 
 
-def run(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks.run") -> int:
-    """Parse ``argv`` and :func:`run_parsed`."""
-    return run_parsed(build_parser(prog).parse_args(argv), prog, argv)
-
-
-def _previous_meta(directory: Path) -> dict[str, Any] | None:
-    """The meta of the run a --resume continues (None when there is none or it is unreadable:
-    the rows are the record, the meta only says where they came from)."""
-    try:
-        meta = json.loads((directory / META_NAME).read_text())
-    except (OSError, ValueError):
-        return None
-    return meta if isinstance(meta, dict) else None
-
-
 def kept_from(previous: dict[str, Any], rows: int) -> list[dict[str, Any]]:
     """Where the ``rows`` a resumed run keeps were made: the previous run (commit, machine,
     command, when it finished) and, before it, what that run had kept itself. A summary of
@@ -137,7 +122,14 @@ def run_parsed(args: argparse.Namespace, prog: str, argv: Sequence[str] | None =
     seeds = parse_seeds(args.seeds) if args.seeds else None
     tasks = suite_tasks(suite, solvers=solvers, time_limit=args.time_limit, seeds=seeds, threads=args.threads)
 
-    previous = _previous_meta(Path(args.out)) if args.resume else None
+    previous = None
+    if args.resume:
+        # the meta of the run a --resume continues (none when unreadable: the rows are the
+        # record, the meta only says where they came from)
+        try:
+            previous = json.loads((Path(args.out) / META_NAME).read_text())
+        except (OSError, ValueError):
+            pass
     store = ResultStore(args.out, resume=args.resume, overwrite=args.overwrite)
     done = store.done_keys()
     todo = [t for t in tasks if t.key not in done]
@@ -152,7 +144,7 @@ def run_parsed(args: argparse.Namespace, prog: str, argv: Sequence[str] | None =
         "versions": _versions(), "git": _git(), "machine": _machine(),
         "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "finished": None,
     }
-    if previous is not None and store.rows:
+    if isinstance(previous, dict) and store.rows:
         meta["kept_from"] = kept_from(previous, len(store.rows))
     write_json(out / META_NAME, meta)
     if args.executor == "local" and args.jobs * args.threads > (os.cpu_count() or 1):
@@ -232,11 +224,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks.ru
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        return run(argv, prog) if args is None else run_parsed(args, prog, argv)
-    except EPLBError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except OSError as exc:
+        return run_parsed(build_parser(prog).parse_args(argv) if args is None else args, prog, argv)
+    except (EPLBError, OSError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     finally:
