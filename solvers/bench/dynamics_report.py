@@ -101,15 +101,19 @@ def dynamics_section(df: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def dynamics_summary(df: pd.DataFrame, meta: dict[str, Any]) -> str:
-    """summary.md of a run with dynamics rows only."""
+def summary_head(meta: dict[str, Any], what: str) -> list[str]:
+    """The title and first line of summary.md: ``what`` ran, on which executor, machine and commit."""
     s = meta.get("settings", {})
     load = meta.get("machine", {}).get("load_average_at_start")
     load_text = f" (load average {load[0]:.2f} at start)" if load else ""
+    return [f"# Benchmark summary: suite `{s.get('suite', '?')}`", "",
+            f"{what}; executor {s.get('executor')}, {s.get('jobs')} job(s), {s.get('threads')} thread(s) per job; "
+            f"machine {meta.get('machine', {}).get('summary', '?')}{load_text}; commit "
+            f"{meta.get('git', {}).get('commit', '?')[:12]}."]
+
+
+def dynamics_summary(df: pd.DataFrame, meta: dict[str, Any]) -> str:
+    """summary.md of a run with dynamics rows only."""
     dyn = df[is_dynamics(df)]
-    lines = [f"# Benchmark summary: suite `{s.get('suite', '?')}`", "",
-             f"{len(dyn)} replays of {dyn['instance'].nunique()} traces; executor {s.get('executor')}, "
-             f"{s.get('jobs')} job(s), {s.get('threads')} thread(s) per job; machine "
-             f"{meta.get('machine', {}).get('summary', '?')}{load_text}; commit "
-             f"{meta.get('git', {}).get('commit', '?')[:12]}.", ""]
+    lines = summary_head(meta, f"{len(dyn)} replays of {dyn['instance'].nunique()} traces") + [""]
     return "\n".join(lines) + "\n" + dynamics_section(df)

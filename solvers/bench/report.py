@@ -28,7 +28,7 @@ from .analysis import (
     performance_profile,
     solver_table,
 )
-from .dynamics_report import dynamics_section, dynamics_summary, split_dynamics
+from .dynamics_report import dynamics_section, dynamics_summary, split_dynamics, summary_head
 from .store import META_NAME, SUMMARY_NAME, read_results
 
 GAP_DEFINITION = (
@@ -188,15 +188,8 @@ def certified_section(df: pd.DataFrame, target: float = CERTIFIED_TARGET) -> lis
 
 def render_summary(df: pd.DataFrame, meta: dict[str, Any], violations: list[str],
                    figure: Path | None, budgets: tuple[float, ...] = DEFAULT_BUDGETS_S) -> str:
-    s = meta.get("settings", {})
-    lines = [f"# Benchmark summary: suite `{s.get('suite', '?')}`", ""]
-    load = meta.get("machine", {}).get("load_average_at_start")
-    load_text = f" (load average {load[0]:.2f} at start)" if load else ""
-    lines.append(f"{len(df)} runs on {df['instance'].nunique()} instances, seeds "
-                 f"{sorted(int(x) for x in df['seed'].unique())}; executor {s.get('executor')}, "
-                 f"{s.get('jobs')} job(s), {s.get('threads')} thread(s) per job; "
-                 f"machine {meta.get('machine', {}).get('summary', '?')}{load_text}; commit "
-                 f"{meta.get('git', {}).get('commit', '?')[:12]}.")
+    lines = summary_head(meta, f"{len(df)} runs on {df['instance'].nunique()} instances, seeds "
+                               f"{sorted(int(x) for x in df['seed'].unique())}")
     kept = meta.get("kept_from") or []
     if kept:                     # a resumed run: the rows it kept were made elsewhere
         first = kept[0]
