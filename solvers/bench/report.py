@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..safewrite import write_atomic, write_text_atomic
+from ..safewrite import write_atomic
 from .analysis import (
     CERTIFIED_TARGET,
     DEFAULT_BUDGETS_S,
@@ -22,14 +22,12 @@ from .analysis import (
     VERDICTS,
     best_per_shape,
     certified_table,
-    derive,
     has_plan,
     holdout_table,
     performance_profile,
     solver_table,
 )
 from .dynamics_report import dynamics_section, dynamics_summary, split_dynamics, summary_head
-from .store import META_NAME, SUMMARY_NAME, read_results
 
 GAP_DEFINITION = (
     "**Gap to bound** (per layer): `objective / best lower bound - 1`, where objective is the plan's "
@@ -256,28 +254,3 @@ def summary_text(df: pd.DataFrame, meta: dict[str, Any], violations: list[str], 
         text = render_summary(solved, meta, violations, figure)
         return text + ("\n" + dynamics_section(replays) if len(replays) else "")
     return dynamics_summary(replays, meta)
-
-
-def rerender(directory: str | Path, figure: str = "auto") -> Path:
-    """Re-derive the gaps of a stored run and rewrite its summary.md and figure (e.g. after
-    changing the report, or after adding rows with --resume from another machine)."""
-    import json
-
-
-    d = Path(directory)
-    df, violations = derive(read_results(d))
-    meta_path = d / META_NAME
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-
-    fig = write_profile(split_dynamics(df)[0], d, figure)
-    out = d / SUMMARY_NAME
-    write_text_atomic(out, summary_text(df, meta, violations, fig))
-    return out
-
-
-if __name__ == "__main__":
-    import sys
-
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m solvers.bench.report RESULTS_DIR")
-    print(rerender(sys.argv[1]))
