@@ -82,11 +82,9 @@ class TraceInstance:
         if m is None:
             raise OptionError("instance", f"malformed trace id {instance_id!r} (expected dataset:NAME|N<n>xP<p>xR<r> "
                               "or generated:MODEL:SCENARIO:L<layers>:T<steps>|N<n>xP<p>xR<r>)")
-        g = m.groupdict()
-        cluster = int(g["nodes"]), int(g["gpus"]), int(g["replicas"])
-        if g["dataset"] is not None:
-            return cls(g["dataset"], None, None, None, None, *cluster)
-        return cls(None, g["model"], g["scenario"], int(g["layers"]), int(g["steps"]), *cluster)
+        g = m.groupdict()             # a dataset's id leaves the generated trace's groups None
+        return cls(g["dataset"], g["model"], g["scenario"],
+                   *(None if g[k] is None else int(g[k]) for k in ("layers", "steps", "nodes", "gpus", "replicas")))
 
 
 @lru_cache(maxsize=8)

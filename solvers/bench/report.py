@@ -204,15 +204,13 @@ def render_summary(df: pd.DataFrame, meta: dict[str, Any], violations: list[str]
               "`optimal_in_model`: runs proven optimal only within the solver's "
               "restricted model (a policy, fixed counts, no colocation; its bound is kept apart from the "
               "lower bound).", ""]
-    st = solver_table(df)
-    st = st.rename(columns={"time_sgm_s": f"time sgm (shift {TIME_SHIFT_S} s)", "time_max_s": "time max",
-                            "gap_mean": "gap mean", "gap_max": "gap max", "gap_in_policy": "gap within policy",
-                            "gap_best_known": "gap to best known",
-                            "imbalance_mean": "imbalance", "holdout_imbalance_mean": "out-of-sample imbalance"})
-    lines.append(markdown_table(st, {f"time sgm (shift {TIME_SHIFT_S} s)": "s", "time max": "s",
-                                     "gap mean": "pct", "gap max": "pct", "gap within policy": "pct",
-                                     "gap to best known": "pct",
-                                     "imbalance": "x", "out-of-sample imbalance": "x"}))
+    # solver_table's columns: (heading, format)
+    headings = {"time_sgm_s": (f"time sgm (shift {TIME_SHIFT_S} s)", "s"), "time_max_s": ("time max", "s"),
+                "gap_mean": ("gap mean", "pct"), "gap_max": ("gap max", "pct"),
+                "gap_in_policy": ("gap within policy", "pct"), "gap_best_known": ("gap to best known", "pct"),
+                "imbalance_mean": ("imbalance", "x"), "holdout_imbalance_mean": ("out-of-sample imbalance", "x")}
+    st = solver_table(df).rename(columns={c: h for c, (h, _) in headings.items()})
+    lines.append(markdown_table(st, dict(headings.values())))
     ht = holdout_table(df)
     if not ht.empty:
         lines += ["", "## Out of sample, per held-out step", "",

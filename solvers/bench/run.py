@@ -55,12 +55,12 @@ MAX_THREADS = 256
 
 
 def _git() -> dict[str, Any]:
-    root = Path(__file__).resolve().parents[2]
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                                timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        commit, dirty = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return {"commit": "unknown"}
     return {"commit": commit or "unknown", "dirty": bool(dirty)}
