@@ -216,30 +216,29 @@ def render_summary(df: pd.DataFrame, meta: dict[str, Any], violations: list[str]
         lines += ["", "## Out of sample, per held-out step", "",
                   "Each plan is made on window 0 (the time-robust planners get its steps one by one) and "
                   "served on every step of window 1: the sum over those steps of the busiest GPU's load "
-                  "over the sum of the mean (1 is perfect), mean over seeds. Lower is better.", ""]
-        lines.append(markdown_table(ht, {c: "x" for c in ht.columns if c not in ("model", "shape", "scenario")}))
+                  "over the sum of the mean (1 is perfect), mean over seeds. Lower is better.", "",
+                  markdown_table(ht, {c: "x" for c in ht.columns if c not in ("model", "shape", "scenario")})]
     pt = proven_table(df)
     lines += ["", "## Gaps against proven optima", ""]
     if pt.empty:
         lines.append("No instance of this run was solved to proven optimality.")
     else:
-        lines.append("Instances where the best bound meets the best plan on every layer: each solver's "
-                     "mean gap over layers to the optimum.")
-        lines.append("")
-        lines.append(markdown_table(pt, {c: "pct" for c in pt.columns if c not in ("instance", "seed")}))
+        lines += ["Instances where the best bound meets the best plan on every layer: each solver's "
+                  "mean gap over layers to the optimum.", "",
+                  markdown_table(pt, {c: "pct" for c in pt.columns if c not in ("instance", "seed")})]
     lines += ["", "## Certified gap per instance", ""] + certified_section(df) + [""]
     lines += ["", "## Best solver per cluster shape within a time budget", "",
               "Lowest mean gap among solvers that returned a plan on every run of the shape with every "
-              "run's wall time within the budget (`solver (mean gap)`).", ""]
-    lines.append(markdown_table(best_per_shape(df, budgets)))
+              "run's wall time within the budget (`solver (mean gap)`).", "",
+              markdown_table(best_per_shape(df, budgets))]
     lines += ["", "## Performance profile", ""]
     if figure is not None:
         lines.append(f"Dolan-More profiles on objective and on wall time: [{figure.name}]({figure.name}).")
     failed = df[~has_plan(df)]
     if len(failed):
-        lines += ["", "## Runs without a plan", ""]
-        lines.append(markdown_table(failed[["instance", "seed", "solver", "termination", "message"]]
-                                    .assign(message=lambda d: d["message"].str.slice(0, 120))))
+        lines += ["", "## Runs without a plan", "",
+                  markdown_table(failed[["instance", "seed", "solver", "termination", "message"]]
+                                 .assign(message=lambda d: d["message"].str.slice(0, 120)))]
     return "\n".join(lines) + "\n"
 
 

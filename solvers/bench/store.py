@@ -70,15 +70,14 @@ TEXT = ["instance", "model", "shape", "scenario", "solver", "kind", "options", "
         "trace", "setting", "migration"]
 # Every other column is a number (proven_optimum, a DERIVED flag, is the one bool).
 NUMERIC = [c for c in COLUMNS + DERIVED if c not in TEXT and c != "proven_optimum"]
-# A row of the dynamics suite has a setting; the solver tables and profiles leave such rows out.
-DYNAMICS_MARK = "setting"
 
 
 def is_dynamics(df: pd.DataFrame) -> pd.Series:
     """[rows] bool: rows of dynamics tasks (a trace replayed under a rebalancing setting)."""
-    if DYNAMICS_MARK not in df.columns:
+    # such a row has a setting; the solver tables and profiles leave it out
+    if "setting" not in df.columns:
         return pd.Series(False, index=df.index)
-    return df[DYNAMICS_MARK].fillna("").astype(str) != ""
+    return df["setting"].fillna("").astype(str) != ""
 
 CSV_NAME, PARQUET_NAME, META_NAME, SUMMARY_NAME = "results.csv", "results.parquet", "meta.json", "summary.md"
 OWN_FILES = (CSV_NAME, PARQUET_NAME, META_NAME, SUMMARY_NAME, "profile.png", "profile.html")
