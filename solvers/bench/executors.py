@@ -95,13 +95,10 @@ def _run_pool(tasks: Sequence[Task], jobs: int, threads: int) -> Iterator[dict[s
 def _run_dask(tasks: Sequence[Task], jobs: int, address: str | None, threads: int) -> Iterator[dict[str, Any]]:
     from distributed import Client, LocalCluster, as_completed
 
-    cluster = None
-    if address is None:
-        cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
-                               dashboard_address=None)
-        client = Client(cluster)
-    else:
-        client = Client(address)
+    # a local cluster of single-threaded workers unless given a scheduler's address
+    cluster = None if address is not None else LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
+                                                            dashboard_address=None)
+    client = Client(address if cluster is None else cluster)
     try:
         # pure=False: a task is a measurement, never served from Dask's cache of results.
         futures = [client.submit(run_task, t, threads, pure=False) for t in tasks]

@@ -185,12 +185,9 @@ def run_parsed(args: argparse.Namespace, prog: str, argv: Sequence[str] | None =
     violations = [f"HARD FAILURE {r.termination}: {r.solver} on {r.instance} seed {r.seed}: {r.message}"
                   for r in stored.itertuples()] + violations
     # solver rows get the solver tables and profiles; replays of the dynamics suite their own table
-    solved, replays = split_dynamics(df)
-    figure = write_profile(solved, out, args.figure)
-    meta["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    meta["elapsed_s"] = round(time.perf_counter() - start, 3)
-    meta["rows"] = len(df)
-    meta["figure"] = figure.name if figure else None
+    figure = write_profile(split_dynamics(df)[0], out, args.figure)
+    meta.update(finished=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                elapsed_s=round(time.perf_counter() - start, 3), rows=len(df), figure=figure.name if figure else None)
     write_json(out / META_NAME, meta)
     write_text_atomic(out / SUMMARY_NAME, summary_text(df, meta, violations, figure))
 
