@@ -110,7 +110,7 @@ def test_tiny_dynamics_run_writes_rows_and_the_dynamics_table(tiny_run):
 def test_rerendered_dynamics_summary_equals_the_runs(tiny_run, tmp_path):
     import shutil
 
-    from solvers.bench.report import rerender
+    from benchmarks.report import rerender
 
     copy = tmp_path / "copy"
     shutil.copytree(tiny_run, copy)

@@ -15,12 +15,12 @@ from solvers.bench.report import (CERTIFIED_DEFINITION, GAP_DEFINITION, browser_
 from solvers.bench.store import COLUMNS, normalise
 
 
-def _row(instance, solver, kind, obj, lb, t, *, seed=0, status="feasible", termination="completed", E=8, R=16, P=8, N=1, G=1,
-         model_bound=None, policy="global"):
+def _row(instance, solver, kind, obj, lb, t, *, seed=0, status="feasible", E=8, R=16, P=8, N=1, G=1,
+         model_bound=None, policy="global", termination=""):
     r = {c: "" for c in COLUMNS}
     r.update(instance=instance, model="m", num_layers=len(lb), num_experts=E, num_groups=G, num_replicas=R,
              num_nodes=N, num_gpus=P, slots_per_gpu=R // P, shape="s", scenario="mild", steps=4, window=2,
-             seed=seed, solver=solver, kind=kind, options="{}", policy=policy, termination=termination, status=status,
+             seed=seed, solver=solver, kind=kind, options="{}", policy=policy, status=status, termination=termination,
              wall_time_s=t, threads=1,
              lower_bound=float(sum(lb)), lower_bound_layers=json.dumps(lb))
     if model_bound is not None:        # a hierarchical model's bound, kept apart from lower_bound
@@ -40,10 +40,10 @@ def table():
     rows = [
         _row("a", "fast", "heuristic", [11.0, 20.0], [9.0, 18.0], 0.001),
         _row("a", "good", "heuristic", [10.0, 21.0], [9.0, 18.0], 0.2),
-        _row("a", "exact", "exact", [10.0, 20.0], [10.0, 20.0], 3.0, termination="optimal", status="proven_optimal"),
+        _row("a", "exact", "exact", [10.0, 20.0], [10.0, 20.0], 3.0, status="proven_optimal"),
         _row("b", "fast", "heuristic", [30.0], [25.0], 0.002, R=32, P=16, N=2),
         _row("b", "good", "heuristic", [27.5], [25.0], 0.5, R=32, P=16, N=2),
-        _row("b", "exact", "exact", None, [26.0], 10.0, termination="time_limit", status="none", R=32, P=16, N=2),
+        _row("b", "exact", "exact", None, [26.0], 10.0, status="none", termination="time_limit", R=32, P=16, N=2),
     ]
     df, violations = derive(normalise(pd.DataFrame(rows)))
     assert violations == []
@@ -68,7 +68,7 @@ def test_a_model_bound_only_covers_plans_of_its_model():
         _row("h", "glob", "heuristic", [10.0], [9.0], 0.01),
         _row("h", "hier", "heuristic", [14.0], [9.0], 0.01, policy="hierarchical"),
         _row("h", "exact", "exact", [13.0], [9.0], 1.0, policy="hierarchical", model_bound=[13.0],
-             termination="optimal", status="optimal_in_model"),
+             status="optimal_in_model"),
     ]
     df, violations = derive(normalise(pd.DataFrame(rows)))
     assert violations == []                            # 10 < 13 is fine: the global plan is outside the model
@@ -146,7 +146,7 @@ def test_profile_png_with_the_system_browser(table, tmp_path):
 
 
 def test_rerender_rewrites_summary_from_stored_rows(table, tmp_path):
-    from solvers.bench.report import rerender
+    from benchmarks.report import rerender
     from solvers.bench.store import ResultStore
 
     ResultStore(tmp_path).write_final(table)
@@ -164,7 +164,7 @@ def test_certified_gap_per_instance_says_what_closed_it(table):
         _row("c", "exact", "exact", [10.05], [10.0], 1.0),
         _row("d", "heur", "heuristic", [10.05], [10.0], 0.01),           # the heuristic was within 1 %
         _row("e", "heur", "heuristic", [10.2], [10.0], 0.01),            # a better bound closes it
-        _row("e", "exact", "exact", None, [10.15], 1.0, termination="time_limit", status="none"),
+        _row("e", "exact", "exact", None, [10.15], 1.0, status="none", termination="time_limit"),
     ]
     df, violations = derive(normalise(pd.concat([table, pd.DataFrame(extra)], ignore_index=True)))
     assert violations == []

@@ -85,7 +85,7 @@ def derive(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
                     layer = int(np.argmax(b - obj))
                     violations.append(f"{r.solver} on {r.instance} seed {r.seed}: layer {layer} objective "
                                       f"{obj[layer]!r} is below the proven {what} {b[layer]!r}")
-            gap = np.where(bound > 0, obj / np.maximum(bound, 1e-300) - 1, np.where(obj > 0, np.inf, 0.0))
+            gap = _gap(obj, bound)
             known = np.where(best_obj > 0, obj / np.maximum(best_obj, 1e-300) - 1, 0.0)
             df.at[i, "gap_mean"], df.at[i, "gap_max"] = float(gap.mean()), float(gap.max())
             sb = _vec(r.get("structure_bound_layers"))
@@ -98,8 +98,7 @@ def derive(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
                          and q.model_colocation == "allowed" and _model_applies(q, r)]
             if of_policy:
                 within = np.maximum(within, np.max(of_policy, axis=0))
-            df.at[i, "gap_in_policy_mean"] = float(np.where(within > 0, obj / np.maximum(within, 1e-300) - 1,
-                                                            np.where(obj > 0, np.inf, 0.0)).mean())
+            df.at[i, "gap_in_policy_mean"] = float(_gap(obj, within).mean())
             df.at[i, "gap_best_known"] = float(known.mean())
             df.at[i, "proven_optimum"] = bool((bound >= best_obj * (1 - RTOL)).all())
     return df, violations
@@ -132,12 +131,11 @@ def solver_table(df: pd.DataFrame) -> pd.DataFrame:
             "failed": int((~has_plan(g)).sum()),
             "time_sgm_s": shifted_geomean(g["wall_time_s"]),
             "time_max_s": float(g["wall_time_s"].max()),
-            "gap_mean": float(ok["gap_mean"].mean()) if len(ok) else math.nan,
-            "gap_max": float(ok["gap_max"].max()) if len(ok) else math.nan,
-            "gap_in_policy": float(ok["gap_in_policy_mean"].mean()) if len(ok) else math.nan,
-            "gap_best_known": float(ok["gap_best_known"].mean()) if len(ok) else math.nan,
-            "imbalance_mean": float(ok["imbalance_mean"].mean()) if len(ok) else math.nan,
-            "holdout_imbalance_mean": float(ok["holdout_imbalance_mean"].mean()) if len(ok) else math.nan,
+            # over the runs with a plan (NaN when none has one)
+            "gap_mean": float(ok["gap_mean"].mean()), "gap_max": float(ok["gap_max"].max()),
+            "gap_in_policy": float(ok["gap_in_policy_mean"].mean()),
+            "gap_best_known": float(ok["gap_best_known"].mean()), "imbalance_mean": float(ok["imbalance_mean"].mean()),
+            "holdout_imbalance_mean": float(ok["holdout_imbalance_mean"].mean()),
         })
     return pd.DataFrame(out)
 
@@ -176,17 +174,14 @@ def candidates(rows: pd.DataFrame, budget_s: float | None) -> pd.DataFrame:
     for (name, pol), g in rows.assign(policy=policy).groupby(["solver", "policy"], sort=True):
         all_plans = bool(has_plan(g).all())
         t_max = float(g["wall_time_s"].max())
-        off = g["off_node_share_mean"] if "off_node_share_mean" in g else pd.Series(dtype=float)
-        within = g["gap_in_policy_mean"] if "gap_in_policy_mean" in g else pd.Series(dtype=float)
-        held = pd.to_numeric(g["holdout_imbalance_mean"], errors="coerce") if "holdout_imbalance_mean" in g \
-            else pd.Series(math.nan, index=g.index)
+        off, within, held = (pd.to_numeric(g[c], errors="coerce") if c in g else pd.Series(math.nan, index=g.index)
+                             for c in ("off_node_share_mean", "gap_in_policy_mean", "holdout_imbalance_mean"))
         out.append({"solver": name, "policy": pol, "kind": g["kind"].iloc[0], "rows": len(g),
                     "all_plans": all_plans, "fits": all_plans and (budget_s is None or t_max <= budget_s),
                     "gap_mean": float(g["gap_mean"].mean()), "gap_max": float(g["gap_max"].max()),
-                    "gap_in_policy": float(within.mean()) if len(within) else math.nan,
-                    "off_node_share": float(off.mean()) if len(off) else math.nan,
+                    "gap_in_policy": float(within.mean()), "off_node_share": float(off.mean()),
                     # held-out imbalance (plan on window 0, scored on window 1); NaN unless every row has it
-                    "holdout_imbalance": float(held.mean()) if len(held) and not held.isna().any() else math.nan,
+                    "holdout_imbalance": math.nan if held.isna().any() else float(held.mean()),
                     "time_mean_s": float(g["wall_time_s"].mean()), "time_max_s": t_max,
                     "proven": bool(g["proven_optimum"].all())})
     c = pd.DataFrame(out)

@@ -88,28 +88,32 @@ def dynamics_section(df: pd.DataFrame) -> str:
              "| realised mean | vs plain | p99 | tokens lost | wall s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        if r["status"] != "simulated":
-            lines.append(f"| {r['trace']} | {r['cluster']} | {r['solver']} | {r['trigger']} | {r['window']} | "
-                         f"{r['slack']} | {r['status']} | - | - | - | - | - | - | - | - |")
-            continue
-        lines.append(
-            f"| {r['trace']} | {r['cluster']} | {r['solver']} | {r['trigger']} | {r['window']} | {r['slack']} | "
-            f"{int(r['rebalances'])} | {int(r['moves'])} | {_num(r['gb'], '.1f')} | "
-            f"{_num(r['fewer_bytes'], '.2f')}{'x' if math.isfinite(r['fewer_bytes']) else ''} | "
-            f"{r['mean']:.4f} | {_num(100 * r['vs_plain'], '+.2f')}{' %' if math.isfinite(r['vs_plain']) else ''} | "
-            f"{r['p99']:.4f} | {r['tokens_lost']:.3g} | {r['wall']:.2f} |")
+        cells = [r["trace"], r["cluster"], r["solver"], r["trigger"], r["window"], r["slack"]]
+        if r["status"] != "simulated":      # a failed replay: its status, no numbers
+            cells += [r["status"]] + ["-"] * 8
+        else:
+            cells += [int(r["rebalances"]), int(r["moves"]), _num(r["gb"], ".1f"),
+                      _num(r["fewer_bytes"], ".2f") + ("x" if math.isfinite(r["fewer_bytes"]) else ""),
+                      f"{r['mean']:.4f}",
+                      _num(100 * r["vs_plain"], "+.2f") + (" %" if math.isfinite(r["vs_plain"]) else ""),
+                      f"{r['p99']:.4f}", f"{r['tokens_lost']:.3g}", f"{r['wall']:.2f}"]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def summary_head(meta: dict[str, Any], what: str) -> list[str]:
+    """The title and first line of summary.md: ``what`` ran, on which executor, machine and commit."""
+    s = meta.get("settings", {})
+    load = meta.get("machine", {}).get("load_average_at_start")
+    load_text = f" (load average {load[0]:.2f} at start)" if load else ""
+    return [f"# Benchmark summary: suite `{s.get('suite', '?')}`", "",
+            f"{what}; executor {s.get('executor')}, {s.get('jobs')} job(s), {s.get('threads')} thread(s) per job; "
+            f"machine {meta.get('machine', {}).get('summary', '?')}{load_text}; commit "
+            f"{meta.get('git', {}).get('commit', '?')[:12]}."]
 
 
 def dynamics_summary(df: pd.DataFrame, meta: dict[str, Any]) -> str:
     """summary.md of a run with dynamics rows only."""
-    s = meta.get("settings", {})
-    load = meta.get("machine", {}).get("load_average_at_start")
-    load_text = f" (load average {load[0]:.2f} at start)" if load else ""
     dyn = df[is_dynamics(df)]
-    lines = [f"# Benchmark summary: suite `{s.get('suite', '?')}`", "",
-             f"{len(dyn)} replays of {dyn['instance'].nunique()} traces; executor {s.get('executor')}, "
-             f"{s.get('jobs')} job(s), {s.get('threads')} thread(s) per job; machine "
-             f"{meta.get('machine', {}).get('summary', '?')}{load_text}; commit "
-             f"{meta.get('git', {}).get('commit', '?')[:12]}.", ""]
+    lines = summary_head(meta, f"{len(dyn)} replays of {dyn['instance'].nunique()} traces") + [""]
     return "\n".join(lines) + "\n" + dynamics_section(df)

@@ -23,13 +23,13 @@ from typing import Any
 
 import torch
 
-from solvers.cluster import MODELS, cluster_id, get_cluster, get_model, shape_name
+from solvers.cluster import MODELS, cluster_id, shape_name
 from solvers.dynamics import simulate
 from solvers.errors import EPLBError, OptionError
 from solvers.registry import get_solver
 from solvers.workloads import generate, list_datasets, load_dataset
 
-from .instances import TOKENS_PER_STEP
+from .instances import TOKENS_PER_STEP, cluster_of
 from .store import BAD_INPUT, SIMULATED, options_key
 
 # Keys of a dynamics task's options that set the rebalancing (the others go to the solver).
@@ -62,12 +62,12 @@ class TraceInstance:
     def of_dataset(cls, name: str, model: str, shape: str) -> "TraceInstance":
         """Shipped dataset ``name`` (of preset ``model``: its expert count sizes the slots) on
         the named cluster ``shape`` (a key of solvers.cluster.CLUSTERS). The catalog is read when the trace is."""
-        return cls(name, None, None, None, None, *_on(model, shape))
+        return cls(name, None, None, None, None, *cluster_of(model, shape))
 
     @classmethod
     def generated(cls, model: str, scenario: str, shape: str, *, layers: int, steps: int) -> "TraceInstance":
         """A generated ``scenario`` trace of preset ``model`` on the named cluster ``shape``."""
-        return cls(None, model, scenario, int(layers), int(steps), *_on(model, shape))
+        return cls(None, model, scenario, int(layers), int(steps), *cluster_of(model, shape))
 
     @property
     def id(self) -> str:
@@ -82,11 +82,9 @@ class TraceInstance:
         if m is None:
             raise OptionError("instance", f"malformed trace id {instance_id!r} (expected dataset:NAME|N<n>xP<p>xR<r> "
                               "or generated:MODEL:SCENARIO:L<layers>:T<steps>|N<n>xP<p>xR<r>)")
-        g = m.groupdict()
-        cluster = int(g["nodes"]), int(g["gpus"]), int(g["replicas"])
-        if g["dataset"] is not None:
-            return cls(g["dataset"], None, None, None, None, *cluster)
-        return cls(None, g["model"], g["scenario"], int(g["layers"]), int(g["steps"]), *cluster)
+        g = m.groupdict()             # a dataset's id leaves the generated trace's groups None
+        return cls(g["dataset"], g["model"], g["scenario"],
+                   *(None if g[k] is None else int(g[k]) for k in ("layers", "steps", "nodes", "gpus", "replicas")))
 
 
 @lru_cache(maxsize=8)
@@ -104,13 +102,6 @@ def load_trace(instance_id: str, seed: int):
     model = trace.meta.get("model") or inst.model
     groups = int(trace.meta.get("num_groups") or (MODELS[model].num_groups if model in MODELS else 1))
     return inst, trace.loads, model, groups
-
-
-def _on(model: str, shape: str) -> tuple[int, int, int]:
-    """(nodes, GPUs, slots) of the named cluster ``shape`` for preset ``model``'s experts."""
-    get_model(model)
-    cluster = get_cluster(shape)
-    return cluster.nodes, cluster.gpus, cluster.replicas(MODELS[model].num_experts)
 
 
 def setting_label(options: dict[str, Any]) -> str:

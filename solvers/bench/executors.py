@@ -6,6 +6,7 @@ Dask (``distributed``) and Ray are optional extras, imported only when asked for
 """
 from __future__ import annotations
 
+import importlib.util
 import multiprocessing
 import os
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -28,16 +29,9 @@ def check_executor(name: str, address: str | None, jobs: int) -> None:
         raise OptionError("address", "only the dask and ray executors take an address")
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise OptionError("jobs", f"must be an integer >= 1, got {jobs!r}")
-    if name == "dask":
-        try:
-            import distributed  # noqa: F401
-        except ImportError:
-            raise OptionError("executor", "dask needs `pip install 'dask[distributed]'`") from None
-    if name == "ray":
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            raise OptionError("executor", "ray needs `pip install ray`") from None
+    module, install = {"dask": ("distributed", "'dask[distributed]'"), "ray": ("ray", "ray")}.get(name, (None, ""))
+    if module is not None and importlib.util.find_spec(module) is None:
+        raise OptionError("executor", f"{name} needs `pip install {install}`")
 
 
 def run_tasks(tasks: Sequence[Task], executor: str = "local", *, jobs: int = 1, address: str | None = None,
@@ -101,13 +95,10 @@ def _run_pool(tasks: Sequence[Task], jobs: int, threads: int) -> Iterator[dict[s
 def _run_dask(tasks: Sequence[Task], jobs: int, address: str | None, threads: int) -> Iterator[dict[str, Any]]:
     from distributed import Client, LocalCluster, as_completed
 
-    cluster = None
-    if address is None:
-        cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
-                               dashboard_address=None)
-        client = Client(cluster)
-    else:
-        client = Client(address)
+    # a local cluster of single-threaded workers unless given a scheduler's address
+    cluster = None if address is not None else LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
+                                                            dashboard_address=None)
+    client = Client(address if cluster is None else cluster)
     try:
         # pure=False: a task is a measurement, never served from Dask's cache of results.
         futures = [client.submit(run_task, t, threads, pure=False) for t in tasks]

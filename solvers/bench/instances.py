@@ -32,6 +32,13 @@ from solvers.workloads import generate, windows
 TOKENS_PER_STEP = 4096
 
 
+def cluster_of(model: str, shape: str) -> tuple[int, int, int]:
+    """(nodes, GPUs, slots) of the named cluster ``shape`` (a key of :data:`solvers.cluster.CLUSTERS`)
+    for preset ``model``'s experts."""
+    preset, cluster = get_model(model), get_cluster(shape)
+    return cluster.nodes, cluster.gpus, cluster.replicas(preset.num_experts)
+
+
 _ID = re.compile(r"^(?P<model>[a-z0-9.\-]+)\|L(?P<layers>\d+)\|N(?P<nodes>\d+)xP(?P<gpus>\d+)xR(?P<replicas>\d+)"
                  r"\|(?P<scenario>[a-z0-9.\-]+)\|T(?P<steps>\d+)W(?P<window>\d+)$")
 
@@ -58,11 +65,10 @@ class Instance:
            steps: int = 40, window: int = 10) -> "Instance":
         """The instance of preset ``model`` on the named cluster ``shape`` (a key of
         :data:`solvers.cluster.CLUSTERS`)."""
-        preset, cluster = get_model(model), get_cluster(shape)
+        nodes, gpus, replicas = cluster_of(model, shape)
         if layers is not None and (isinstance(layers, bool) or not isinstance(layers, int) or layers < 1):
             raise OptionError("layers", f"must be a positive integer or None (all layers), got {layers!r}")
-        return cls(model, layers or preset.num_layers, cluster.nodes, cluster.gpus,
-                   cluster.replicas(preset.num_experts), scenario, steps, window)
+        return cls(model, layers or MODELS[model].num_layers, nodes, gpus, replicas, scenario, steps, window)
 
     @property
     def id(self) -> str:
@@ -83,10 +89,6 @@ class Instance:
     def shape_name(self) -> str:
         """The CLUSTERS name of this cluster, or ``N<n>xP<p>`` for an ad-hoc one."""
         return shape_name(self.nodes, self.gpus)
-
-    @property
-    def cluster(self) -> Cluster:
-        return Cluster(self.nodes, self.gpus, self.replicas)
 
     def params(self) -> dict:
         """Instance columns of a result row."""
@@ -127,7 +129,7 @@ def load_instance(instance_id: str, seed: int) -> LoadedInstance:
     groups = trace.meta.get("num_groups", MODELS[inst.model].num_groups)
 
     def problem(w: torch.Tensor) -> Problem:
-        return Problem(w, cluster=inst.cluster, num_groups=groups)
+        return Problem(w, cluster=Cluster(inst.nodes, inst.gpus, inst.replicas), num_groups=groups)
 
     steps = trace.loads.to(torch.float64)
     held = steps[inst.window:2 * inst.window] if wins.shape[0] >= 2 else None

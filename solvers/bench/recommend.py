@@ -110,9 +110,9 @@ def recommend(results: pd.DataFrame | str | Path | None = None, *, experts: int,
         raise OptionError("time_budget", f"must be > 0 seconds, got {time_budget!r}")
     if layers is not None:
         layers = as_count(layers, "layers")
-    source = str(SHIPPED_RESULTS if results is None else results) if not isinstance(results, pd.DataFrame) \
-        else "(table)"
-    df = results if isinstance(results, pd.DataFrame) else read_results(SHIPPED_RESULTS if results is None else results)
+    path = SHIPPED_RESULTS if results is None else results
+    source = "(table)" if isinstance(results, pd.DataFrame) else str(path)
+    df = results if isinstance(results, pd.DataFrame) else read_results(path)
     if "gap_mean" not in df.columns or df["gap_mean"].isna().all():
         raise OptionError("results", f"{source}: no finished runs with gaps (was the run completed?)")
     if policy not in (None, "auto", "hierarchical", "global"):
@@ -143,11 +143,9 @@ def recommend(results: pd.DataFrame | str | Path | None = None, *, experts: int,
     top = fit.iloc[0] if len(fit) else (table.sort_values("time_max_s").iloc[0] if len(table) else None)
     solver = None if fit.empty else str(fit.iloc[0]["solver"])
     chosen_policy = None if top is None else str(top["policy"])
-    if top is not None:
-        mine = (rows["solver"] == top["solver"]) & (rows["policy"].astype(str).replace("", "-") == chosen_policy)
-        evidence = rows[mine].reindex(columns=EVIDENCE_COLS)
-    else:
-        evidence = rows.iloc[0:0].reindex(columns=EVIDENCE_COLS)
+    mine = (rows["solver"] == (None if top is None else top["solver"])) \
+        & (rows["policy"].astype(str).replace("", "-") == chosen_policy)
+    evidence = rows[mine].reindex(columns=EVIDENCE_COLS)
     return Recommendation(solver, shape, bool(dist.min() == 0), time_budget, table,
                           evidence.sort_values(["instance", "seed"]).reset_index(drop=True), source, layers,
                           None if solver is None else chosen_policy, ranked_by)
@@ -167,11 +165,8 @@ def format_recommendation(rec: Recommendation) -> str:
                      + (f"; the fastest is {fastest.solver} (max {fastest.time_max_s:.3g} s)" if fastest is not None else ""))
     else:
         best = rec.table[(rec.table["solver"] == rec.solver) & (rec.table["policy"] == rec.policy)].iloc[0]
-        layers = "/".join(str(int(x)) for x in sorted(rec.evidence["num_layers"].unique()))
-        if rec.layers is not None:
-            layers = f"{layers} layers, times scaled to {rec.layers}"
-        else:
-            layers += " layers"
+        layers = "/".join(str(int(x)) for x in sorted(rec.evidence["num_layers"].unique())) + " layers" + (
+            "" if rec.layers is None else f", times scaled to {rec.layers}")
         held = (f"held-out imbalance {best.holdout_imbalance:.4f} mean over the {int(best.holdout_runs)} runs "
                 f"every candidate has (ranked by it: plans of one window scored on the next); "
                 if rec.ranked_by == "held-out imbalance" else "")

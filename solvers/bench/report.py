@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..safewrite import write_atomic, write_text_atomic
+from ..safewrite import write_atomic
 from .analysis import (
     CERTIFIED_TARGET,
     DEFAULT_BUDGETS_S,
@@ -22,14 +22,12 @@ from .analysis import (
     VERDICTS,
     best_per_shape,
     certified_table,
-    derive,
     has_plan,
     holdout_table,
     performance_profile,
     solver_table,
 )
-from .dynamics_report import dynamics_section, dynamics_summary, split_dynamics
-from .store import META_NAME, SUMMARY_NAME, read_results
+from .dynamics_report import dynamics_section, dynamics_summary, split_dynamics, summary_head
 
 GAP_DEFINITION = (
     "**Gap to bound** (per layer): `objective / best lower bound - 1`, where objective is the plan's "
@@ -188,15 +186,8 @@ def certified_section(df: pd.DataFrame, target: float = CERTIFIED_TARGET) -> lis
 
 def render_summary(df: pd.DataFrame, meta: dict[str, Any], violations: list[str],
                    figure: Path | None, budgets: tuple[float, ...] = DEFAULT_BUDGETS_S) -> str:
-    s = meta.get("settings", {})
-    lines = [f"# Benchmark summary: suite `{s.get('suite', '?')}`", ""]
-    load = meta.get("machine", {}).get("load_average_at_start")
-    load_text = f" (load average {load[0]:.2f} at start)" if load else ""
-    lines.append(f"{len(df)} runs on {df['instance'].nunique()} instances, seeds "
-                 f"{sorted(int(x) for x in df['seed'].unique())}; executor {s.get('executor')}, "
-                 f"{s.get('jobs')} job(s), {s.get('threads')} thread(s) per job; "
-                 f"machine {meta.get('machine', {}).get('summary', '?')}{load_text}; commit "
-                 f"{meta.get('git', {}).get('commit', '?')[:12]}.")
+    lines = summary_head(meta, f"{len(df)} runs on {df['instance'].nunique()} instances, seeds "
+                               f"{sorted(int(x) for x in df['seed'].unique())}")
     kept = meta.get("kept_from") or []
     if kept:                     # a resumed run: the rows it kept were made elsewhere
         first = kept[0]
@@ -213,44 +204,41 @@ def render_summary(df: pd.DataFrame, meta: dict[str, Any], violations: list[str]
               "`optimal_in_model`: runs proven optimal only within the solver's "
               "restricted model (a policy, fixed counts, no colocation; its bound is kept apart from the "
               "lower bound).", ""]
-    st = solver_table(df)
-    st = st.rename(columns={"time_sgm_s": f"time sgm (shift {TIME_SHIFT_S} s)", "time_max_s": "time max",
-                            "gap_mean": "gap mean", "gap_max": "gap max", "gap_in_policy": "gap within policy",
-                            "gap_best_known": "gap to best known",
-                            "imbalance_mean": "imbalance", "holdout_imbalance_mean": "out-of-sample imbalance"})
-    lines.append(markdown_table(st, {f"time sgm (shift {TIME_SHIFT_S} s)": "s", "time max": "s",
-                                     "gap mean": "pct", "gap max": "pct", "gap within policy": "pct",
-                                     "gap to best known": "pct",
-                                     "imbalance": "x", "out-of-sample imbalance": "x"}))
+    # solver_table's columns: (heading, format)
+    headings = {"time_sgm_s": (f"time sgm (shift {TIME_SHIFT_S} s)", "s"), "time_max_s": ("time max", "s"),
+                "gap_mean": ("gap mean", "pct"), "gap_max": ("gap max", "pct"),
+                "gap_in_policy": ("gap within policy", "pct"), "gap_best_known": ("gap to best known", "pct"),
+                "imbalance_mean": ("imbalance", "x"), "holdout_imbalance_mean": ("out-of-sample imbalance", "x")}
+    st = solver_table(df).rename(columns={c: h for c, (h, _) in headings.items()})
+    lines.append(markdown_table(st, dict(headings.values())))
     ht = holdout_table(df)
     if not ht.empty:
         lines += ["", "## Out of sample, per held-out step", "",
                   "Each plan is made on window 0 (the time-robust planners get its steps one by one) and "
                   "served on every step of window 1: the sum over those steps of the busiest GPU's load "
-                  "over the sum of the mean (1 is perfect), mean over seeds. Lower is better.", ""]
-        lines.append(markdown_table(ht, {c: "x" for c in ht.columns if c not in ("model", "shape", "scenario")}))
+                  "over the sum of the mean (1 is perfect), mean over seeds. Lower is better.", "",
+                  markdown_table(ht, {c: "x" for c in ht.columns if c not in ("model", "shape", "scenario")})]
     pt = proven_table(df)
     lines += ["", "## Gaps against proven optima", ""]
     if pt.empty:
         lines.append("No instance of this run was solved to proven optimality.")
     else:
-        lines.append("Instances where the best bound meets the best plan on every layer: each solver's "
-                     "mean gap over layers to the optimum.")
-        lines.append("")
-        lines.append(markdown_table(pt, {c: "pct" for c in pt.columns if c not in ("instance", "seed")}))
+        lines += ["Instances where the best bound meets the best plan on every layer: each solver's "
+                  "mean gap over layers to the optimum.", "",
+                  markdown_table(pt, {c: "pct" for c in pt.columns if c not in ("instance", "seed")})]
     lines += ["", "## Certified gap per instance", ""] + certified_section(df) + [""]
     lines += ["", "## Best solver per cluster shape within a time budget", "",
               "Lowest mean gap among solvers that returned a plan on every run of the shape with every "
-              "run's wall time within the budget (`solver (mean gap)`).", ""]
-    lines.append(markdown_table(best_per_shape(df, budgets)))
+              "run's wall time within the budget (`solver (mean gap)`).", "",
+              markdown_table(best_per_shape(df, budgets))]
     lines += ["", "## Performance profile", ""]
     if figure is not None:
         lines.append(f"Dolan-More profiles on objective and on wall time: [{figure.name}]({figure.name}).")
     failed = df[~has_plan(df)]
     if len(failed):
-        lines += ["", "## Runs without a plan", ""]
-        lines.append(markdown_table(failed[["instance", "seed", "solver", "termination", "message"]]
-                                    .assign(message=lambda d: d["message"].str.slice(0, 120))))
+        lines += ["", "## Runs without a plan", "",
+                  markdown_table(failed[["instance", "seed", "solver", "termination", "message"]]
+                                 .assign(message=lambda d: d["message"].str.slice(0, 120)))]
     return "\n".join(lines) + "\n"
 
 
@@ -263,28 +251,3 @@ def summary_text(df: pd.DataFrame, meta: dict[str, Any], violations: list[str], 
         text = render_summary(solved, meta, violations, figure)
         return text + ("\n" + dynamics_section(replays) if len(replays) else "")
     return dynamics_summary(replays, meta)
-
-
-def rerender(directory: str | Path, figure: str = "auto") -> Path:
-    """Re-derive the gaps of a stored run and rewrite its summary.md and figure (e.g. after
-    changing the report, or after adding rows with --resume from another machine)."""
-    import json
-
-
-    d = Path(directory)
-    df, violations = derive(read_results(d))
-    meta_path = d / META_NAME
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-
-    fig = write_profile(split_dynamics(df)[0], d, figure)
-    out = d / SUMMARY_NAME
-    write_text_atomic(out, summary_text(df, meta, violations, fig))
-    return out
-
-
-if __name__ == "__main__":
-    import sys
-
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m solvers.bench.report RESULTS_DIR")
-    print(rerender(sys.argv[1]))

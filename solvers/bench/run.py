@@ -55,12 +55,12 @@ MAX_THREADS = 256
 
 
 def _git() -> dict[str, Any]:
-    root = Path(__file__).resolve().parents[2]
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                                timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        commit, dirty = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return {"commit": "unknown"}
     return {"commit": commit or "unknown", "dirty": bool(dirty)}
@@ -90,21 +90,6 @@ def _machine() -> dict[str, Any]:
     return {"host": platform.node(), "platform": platform.platform(), "cpu": cpu_model, "cpus": cpus,
             "load_average_at_start": load,
             "summary": f"{cpu_model or platform.machine()}, {cpus} CPUs, {platform.system()}"}
-
-
-def run(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks.run") -> int:
-    """Parse ``argv`` and :func:`run_parsed`."""
-    return run_parsed(build_parser(prog).parse_args(argv), prog, argv)
-
-
-def _previous_meta(directory: Path) -> dict[str, Any] | None:
-    """The meta of the run a --resume continues (None when there is none or it is unreadable:
-    the rows are the record, the meta only says where they came from)."""
-    try:
-        meta = json.loads((directory / META_NAME).read_text())
-    except (OSError, ValueError):
-        return None
-    return meta if isinstance(meta, dict) else None
 
 
 def kept_from(previous: dict[str, Any], rows: int) -> list[dict[str, Any]]:
@@ -137,7 +122,14 @@ def run_parsed(args: argparse.Namespace, prog: str, argv: Sequence[str] | None =
     seeds = parse_seeds(args.seeds) if args.seeds else None
     tasks = suite_tasks(suite, solvers=solvers, time_limit=args.time_limit, seeds=seeds, threads=args.threads)
 
-    previous = _previous_meta(Path(args.out)) if args.resume else None
+    previous = None
+    if args.resume:
+        # the meta of the run a --resume continues (none when unreadable: the rows are the
+        # record, the meta only says where they came from)
+        try:
+            previous = json.loads((Path(args.out) / META_NAME).read_text())
+        except (OSError, ValueError):
+            pass
     store = ResultStore(args.out, resume=args.resume, overwrite=args.overwrite)
     done = store.done_keys()
     todo = [t for t in tasks if t.key not in done]
@@ -152,7 +144,7 @@ def run_parsed(args: argparse.Namespace, prog: str, argv: Sequence[str] | None =
         "versions": _versions(), "git": _git(), "machine": _machine(),
         "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "finished": None,
     }
-    if previous is not None and store.rows:
+    if isinstance(previous, dict) and store.rows:
         meta["kept_from"] = kept_from(previous, len(store.rows))
     write_json(out / META_NAME, meta)
     if args.executor == "local" and args.jobs * args.threads > (os.cpu_count() or 1):
@@ -193,12 +185,9 @@ def run_parsed(args: argparse.Namespace, prog: str, argv: Sequence[str] | None =
     violations = [f"HARD FAILURE {r.termination}: {r.solver} on {r.instance} seed {r.seed}: {r.message}"
                   for r in stored.itertuples()] + violations
     # solver rows get the solver tables and profiles; replays of the dynamics suite their own table
-    solved, replays = split_dynamics(df)
-    figure = write_profile(solved, out, args.figure)
-    meta["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    meta["elapsed_s"] = round(time.perf_counter() - start, 3)
-    meta["rows"] = len(df)
-    meta["figure"] = figure.name if figure else None
+    figure = write_profile(split_dynamics(df)[0], out, args.figure)
+    meta.update(finished=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                elapsed_s=round(time.perf_counter() - start, 3), rows=len(df), figure=figure.name if figure else None)
     write_json(out / META_NAME, meta)
     write_text_atomic(out / SUMMARY_NAME, summary_text(df, meta, violations, figure))
 
@@ -232,11 +221,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks.ru
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        return run(argv, prog) if args is None else run_parsed(args, prog, argv)
-    except EPLBError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except OSError as exc:
+        return run_parsed(build_parser(prog).parse_args(argv) if args is None else args, prog, argv)
+    except (EPLBError, OSError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     finally:

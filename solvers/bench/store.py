@@ -64,29 +64,20 @@ COLUMNS = [
 DERIVED = ["best_bound", "gap_mean", "gap_max", "gap_in_policy_mean", "gap_in_model_mean", "gap_best_known",
            "proven_optimum"]
 KEY = ["instance", "solver", "options", "seed"]
-NUMERIC = ["num_layers", "num_experts", "num_groups", "num_replicas", "num_nodes", "num_gpus",
-           "slots_per_gpu", "steps", "window", "seed", "objective", "lower_bound", "gap_own_mean",
-           "gap_own_max", "imbalance_mean", "imbalance_worst", "balancedness", "node_imbalance_mean",
-           "duplicates", "off_node_share_mean", "holdout_imbalance_mean", "holdout_imbalance_worst",
-           "holdout_step_imbalance_mean", "wall_time_s",
-           "threads", "best_bound", "gap_mean", "gap_max", "gap_in_policy_mean", "gap_in_model_mean",
-           "gap_best_known", "model_bound", "scheduled_imbalance_mean",
-           "every", "threshold", "migration_slack", "migration_budget", "expert_bytes", "realised_imbalance_mean",
-           "realised_imbalance_p99", "realised_imbalance_worst", "total_moves", "total_bytes", "rebalances",
-           "tokens_lost", "steps_scored"]
 TEXT = ["instance", "model", "shape", "scenario", "solver", "kind", "options", "policy", "termination", "status",
         "message", "host", "objective_layers", "lower_bound_layers", "structure_bound_layers",
         "model_policy", "model_counts", "model_colocation", "model_node_budget", "model_bound_layers",
         "trace", "setting", "migration"]
-# A row of the dynamics suite has a setting; the solver tables and profiles leave such rows out.
-DYNAMICS_MARK = "setting"
+# Every other column is a number (proven_optimum, a DERIVED flag, is the one bool).
+NUMERIC = [c for c in COLUMNS + DERIVED if c not in TEXT and c != "proven_optimum"]
 
 
 def is_dynamics(df: pd.DataFrame) -> pd.Series:
     """[rows] bool: rows of dynamics tasks (a trace replayed under a rebalancing setting)."""
-    if DYNAMICS_MARK not in df.columns:
+    # such a row has a setting; the solver tables and profiles leave it out
+    if "setting" not in df.columns:
         return pd.Series(False, index=df.index)
-    return df[DYNAMICS_MARK].fillna("").astype(str) != ""
+    return df["setting"].fillna("").astype(str) != ""
 
 CSV_NAME, PARQUET_NAME, META_NAME, SUMMARY_NAME = "results.csv", "results.parquet", "meta.json", "summary.md"
 OWN_FILES = (CSV_NAME, PARQUET_NAME, META_NAME, SUMMARY_NAME, "profile.png", "profile.html")
@@ -172,10 +163,6 @@ def _complete_records(text: str) -> str:
     return "".join(lines[:kept])
 
 
-def _read_csv(path: Path) -> pd.DataFrame:
-    return _read_csv_text(path.read_text())
-
-
 def _read_csv_text(text: str) -> pd.DataFrame:
     text = _complete_records(text)
     if not text.strip():
@@ -206,7 +193,7 @@ class ResultStore:
         self.rows: list[dict[str, Any]] = []
         if existing:
             # the CSV is appended and synced per row, so it is the record; Parquet only without it
-            old = _read_csv(self.csv_path) if has_csv else read_results(self.dir)
+            old = _read_csv_text(self.csv_path.read_text()) if has_csv else read_results(self.dir)
             old = old.drop(columns=[c for c in DERIVED if c in old.columns])
             self.rows = [{k: v for k, v in r.items() if k in COLUMNS} for r in old.to_dict("records")]
         self._rewrite_csv()    # drops any partial record and fixes the header
@@ -244,14 +231,11 @@ class ResultStore:
 
         write_atomic(self.csv_path, write)
 
-    def _write_parquet(self, df: pd.DataFrame) -> None:
-        write_atomic(self.parquet_path, lambda tmp: df.to_parquet(tmp, index=False))
-
     def write_final(self, df: pd.DataFrame) -> None:
         """Replace both files with the finished table (rows plus the DERIVED columns)."""
         df = normalise(df)
         write_atomic(self.csv_path, lambda tmp: df.to_csv(tmp, index=False))
-        self._write_parquet(df)
+        write_atomic(self.parquet_path, lambda tmp: df.to_parquet(tmp, index=False))
         self._parquet_stale = False
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import platform
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 
@@ -30,7 +30,7 @@ from .dynamics_tasks import is_trace_id, run_dynamics_task
 from .instances import load_instance
 from .store import BAD_INPUT, BOUND_VIOLATION, HARD_FAILURES, INVALID_PLAN, options_key  # noqa: F401
 from .store import COLUMNS
-from .suites import DynamicsGroup, Group, Suite
+from .suites import DynamicsGroup, Suite
 
 
 @dataclass(frozen=True)
@@ -104,25 +104,6 @@ def run_task(task: Task, threads: int = 1) -> dict[str, Any]:
     return row
 
 
-def resolve_solvers(kinds: Iterable[str], only: list[str] | None) -> list[str]:
-    """Available registered solvers of ``kinds``, restricted to ``only`` when given."""
-    names = [n for n in solver_names(available_only=True) if get_solver(n).kind in kinds]
-    if only is None:
-        return [n for n in names if get_solver(n).in_suites]
-    return [n for n in names if n in only]
-
-
-def check_solver_names(names: list[str]) -> None:
-    """Unknown or unavailable solver names raise OptionError('solvers', ...)."""
-    known = solver_names()
-    for n in names:
-        if n not in known:
-            raise OptionError("solvers", f"unknown solver {n!r}; known: {', '.join(known)}")
-        spec = get_solver(n)
-        if not spec.is_available():
-            raise OptionError("solvers", f"solver {n!r} is not available here: {spec.requires}")
-
-
 def suite_tasks(suite: Suite, *, solvers: list[str] | None = None, time_limit: float | None = None,
                 seeds: list[int] | None = None, threads: int = 1) -> list[Task]:
     """Every task of ``suite``: instances x available solvers of each group's kinds x seeds.
@@ -130,8 +111,11 @@ def suite_tasks(suite: Suite, *, solvers: list[str] | None = None, time_limit: f
     solvers: only these names (each must be known, available and used by some group).
     time_limit: overrides each group's limit. seeds: override the suite's seeds.
     """
-    if solvers is not None:
-        check_solver_names(solvers)
+    for n in solvers or ():        # each named solver is known and available here
+        if n not in solver_names():
+            raise OptionError("solvers", f"unknown solver {n!r}; known: {', '.join(solver_names())}")
+        if not get_solver(n).is_available():
+            raise OptionError("solvers", f"solver {n!r} is not available here: {get_solver(n).requires}")
     seeds = list(suite.seeds if seeds is None else seeds)
     tasks: list[Task] = []
     used: set[str] = set()
@@ -141,20 +125,22 @@ def suite_tasks(suite: Suite, *, solvers: list[str] | None = None, time_limit: f
             continue
         limit = group.time_limit if time_limit is None else time_limit
         only = solvers if group.solvers is None else [n for n in group.solvers if solvers is None or n in solvers]
-        for name in resolve_solvers(group.kinds, only):
+        # the available solvers of the group's kinds: those named, else every one suites run
+        names = [n for n in solver_names(available_only=True) if get_solver(n).kind in group.kinds
+                 and (get_solver(n).in_suites if only is None else n in only)]
+        for name in names:
             used.add(name)
             # the solver's schema says which options set its time, threads and seed
-            schema = get_solver(name).schema
-            time_opt, thread_opt, seed_opt = (option_by_role(schema, r) for r in ("time_limit", "threads", "seed"))
+            spec = get_solver(name)
+            time_opt, thread_opt, seed_opt = (option_by_role(spec.schema, r) for r in ("time_limit", "threads", "seed"))
             opts = dict(group.options.get(name, {}))
             if limit is not None and time_opt is not None:
                 opts.setdefault(time_opt.name, float(limit))
             if thread_opt is not None:
                 opts.setdefault(thread_opt.name, threads)
-            takes_policy = "policy" in get_solver(name).options
             for inst in group.instances:
                 variants = [opts]
-                if takes_policy and "policy" not in opts:
+                if "policy" in spec.options and "policy" not in opts:
                     auto = auto_policy(inst.params()["num_groups"], inst.nodes)
                     variants += [{**opts, "policy": p} for p in group.policies if p != auto]
                 for variant in variants:
@@ -163,17 +149,12 @@ def suite_tasks(suite: Suite, *, solvers: list[str] | None = None, time_limit: f
                         if seed_opt is not None:
                             o.setdefault(seed_opt.name, int(seed))
                         tasks.append(Task(inst.id, name, o, int(seed)))
-    if solvers is not None:
-        unused = [n for n in solvers if n not in used]
-        if unused:
-            raise OptionError("solvers", f"solver {unused[0]!r} ({get_solver(unused[0]).kind}) is not part of "
-                              f"suite {suite.name!r} (its groups run kinds: "
-                              f"{', '.join(sorted(_kinds(suite)))})")
+    unused = [n for n in solvers or () if n not in used]
+    if unused:
+        kinds = sorted({k for g in suite.groups for k in getattr(g, "kinds", ("dynamics",))})
+        raise OptionError("solvers", f"solver {unused[0]!r} ({get_solver(unused[0]).kind}) is not part of "
+                          f"suite {suite.name!r} (its groups run kinds: {', '.join(kinds)})")
     return tasks
-
-
-def _kinds(suite: Suite) -> set[str]:
-    return {k for g in suite.groups for k in (g.kinds if isinstance(g, Group) else ("dynamics",))}
 
 
 def _dynamics_tasks(group: DynamicsGroup, only: list[str] | None, seeds: list[int], used: set[str]) -> list[Task]:
