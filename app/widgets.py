@@ -125,7 +125,7 @@ def loads_picker(page: str, default_dataset: str = DEFAULT_DATASET, main: Any = 
                                                 key=keep(f"{LOADS}:source", SOURCES[0], SOURCES)))
     try:
         if source == "Dataset":
-            names = [n for n in dataset_names()]
+            names = list(dataset_names())
             if not names:
                 raise OptionError("dataset", "no shipped datasets found (datasets/catalog.json)")
             default = default_dataset if default_dataset in names else names[0]
@@ -159,9 +159,7 @@ def loads_picker(page: str, default_dataset: str = DEFAULT_DATASET, main: Any = 
             kept(f"{LOADS}:upload_file", (upload.name, upload.getvalue()))
         last = kept_value(f"{LOADS}:upload_file")
         if last is None:
-            for where in (st, main):
-                if where is not None:
-                    where.info("Upload a loads file to plan on it (sidebar, **Loads file**).")
+            _both(main, "info", "Upload a loads file to plan on it (sidebar, **Loads file**).")
             return None
         if upload is None:
             st.caption(f"Using {last[0]}, uploaded earlier in this session.")
@@ -170,10 +168,14 @@ def loads_picker(page: str, default_dataset: str = DEFAULT_DATASET, main: Any = 
             st.caption(f"{loads.dense_layers} leading all-zero (dense) layer(s) dropped.")
         return loads
     except EPLBError as exc:
-        for where in (st, main):
-            if where is not None:
-                where.error(error_text(exc), icon=":material/error:")
+        _both(main, "error", error_text(exc), icon=":material/error:")
         return None
+
+
+def _both(main: Any, kind: str, text: str, **kw: Any) -> None:
+    """``st.<kind>(text)`` in the sidebar and, when the page gave one, in its main area too."""
+    for where in (st, main) if main is not None else (st,):
+        getattr(where, kind)(text, **kw)
 
 
 def describe_cluster(cluster: Cluster, groups: int) -> str:

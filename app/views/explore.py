@@ -248,11 +248,9 @@ def _per_gpu(problem, result) -> None:
         return
     fig = cache.gpu_figure(problem, result, layer)
     st.plotly_chart(fig, width="stretch", key=f"{PAGE}:chart:bars")
-    if problem.num_nodes > 1:
-        st.caption("Dotted lines mark node boundaries; the panel on the right is the load per node for this layer. "
-                   "Segments are replicas, coloured by how many replicas their expert has (hover for the expert).")
-    else:
-        st.caption("Segments are replicas, coloured by how many replicas their expert has (hover for the expert).")
+    nodes = ("Dotted lines mark node boundaries; the panel on the right is the load per node for this layer. "
+             if problem.num_nodes > 1 else "")
+    st.caption(nodes + "Segments are replicas, coloured by how many replicas their expert has (hover for the expert).")
 
 
 @st.fragment
