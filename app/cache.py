@@ -22,6 +22,7 @@ from solvers.cluster import CLUSTERS
 from solvers.dynamics import simulate as run_simulation
 from solvers.routing import RoutingTrace
 from solvers.io import load_dataset
+from solvers.workloads.generators import generate
 
 from . import compute, figures, worker
 from . import loads as loads_mod
@@ -36,7 +37,10 @@ def dataset(name: str) -> loads_mod.Loads:
 
 @st.cache_data(show_spinner="Generating the trace...", max_entries=16)
 def generated(model: str, scenario: str, steps: int, seed: int, tokens_per_step: int) -> loads_mod.Loads:
-    return loads_mod.from_generator(model, scenario, steps, seed, tokens_per_step)
+    """A seeded synthetic trace (:func:`solvers.workloads.generators.generate`)."""
+    loads = generate(model, scenario, steps=steps, seed=seed, tokens_per_step=tokens_per_step)
+    loads.source, loads.format = f"{model} {scenario} ({steps} steps, seed {seed})", "generated"
+    return loads
 
 
 def upload(filename: str, data: bytes, format: str | None) -> loads_mod.Loads:
