@@ -61,6 +61,12 @@ def _gpu_axis(P: int) -> dict:
     return {"title": "GPU", "tickmode": "linear" if P <= 48 else "auto", "range": [-0.6, P - 0.4]}
 
 
+def _mean_line(fig: go.Figure, y: float, text: str) -> None:
+    """A dashed black reference line across the plot at ``y``, labelled top left."""
+    fig.add_hline(y=y, line={"color": "black", "dash": "dash", "width": 1.5}, annotation_text=text,
+                  annotation_position="top left", annotation={"bgcolor": "rgba(255,255,255,0.85)"})
+
+
 def color_for(index: int) -> str:
     return PALETTE[index % len(PALETTE)]
 
@@ -143,9 +149,7 @@ def gpu_load_figure(weights: torch.Tensor, phy2log: torch.Tensor, logcnt: torch.
         fig.add_trace(go.Bar(x=[None], y=[None], name=label,
                              marker={"color": count_color(c)}, showlegend=True, hoverinfo="skip"))
     mean = float(tokens.sum() / P)
-    fig.add_hline(y=mean, line={"color": "black", "dash": "dash", "width": 1.5},
-                  annotation_text=f"mean {mean:,.0f}", annotation_position="top left",
-                  annotation={"bgcolor": "rgba(255,255,255,0.85)"})
+    _mean_line(fig, mean, f"mean {mean:,.0f}")
     _node_boundaries(fig, P, num_nodes)
     _layout(fig, _gpu_axis(P), "tokens", 450, title, top=40, barmode="overlay",
             legend={**BELOW, "y": -0.14, "title": {"text": "expert has"}})
@@ -178,9 +182,7 @@ def gpu_time_figure(gpu_load: torch.Tensor | np.ndarray, speed: Sequence[float],
         fig.add_trace(go.Scatter(x=dead, y=np.zeros(len(dead)), mode="markers", name="failed",
                                  marker={"symbol": "x", "size": 11, "color": "crimson"}, hoverinfo="skip"))
     ideal = float(load.sum() / sp[live].sum()) if live.any() else 0.0
-    fig.add_hline(y=ideal, line={"color": "black", "dash": "dash", "width": 1.5},
-                  annotation_text=f"best possible {ideal:,.0f}", annotation_position="top left",
-                  annotation={"bgcolor": "rgba(255,255,255,0.85)"})
+    _mean_line(fig, ideal, f"best possible {ideal:,.0f}")
     _node_boundaries(fig, P, num_nodes)
     return _layout(fig, _gpu_axis(P), "time (tokens / speed)", 430, title, top=40, barmode="overlay",
                    legend={"orientation": "h", "y": 1.08})
@@ -298,9 +300,7 @@ def gpu_loads_side_by_side(loads: Mapping[str, torch.Tensor | np.ndarray], num_n
                                  hovertemplate="GPU %{x}: %{y:,.1f} tokens<extra>" + name + "</extra>"))
     if P:
         mean = float(np.mean(_np(next(iter(loads.values())))))
-        fig.add_hline(y=mean, line={"color": "black", "dash": "dash", "width": 1.5},
-                      annotation_text=f"mean {mean:,.0f}", annotation_position="top left",
-                  annotation={"bgcolor": "rgba(255,255,255,0.85)"})
+        _mean_line(fig, mean, f"mean {mean:,.0f}")
         _node_boundaries(fig, P, num_nodes)
     return _layout(fig, "GPU", "tokens", 420, title, top=40, legend={**BELOW, "y": -0.18})
 

@@ -12,8 +12,9 @@ depends on it.
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from functools import lru_cache
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
 import streamlit as st
 
@@ -110,6 +111,17 @@ def error_text(exc: BaseException) -> str:
 
 def show_error(exc: BaseException) -> None:
     st.error(error_text(exc), icon=":material/error:")
+
+
+@contextmanager
+def end_run_on_error() -> Iterator[None]:
+    """A library error raised inside is shown (:func:`show_error`) and ends the page's run
+    (``st.stop``): what follows needs the value that failed."""
+    try:
+        yield
+    except EPLBError as exc:
+        show_error(exc)
+        st.stop()
 
 
 # ---------------------------------------------------------------------------------------
@@ -379,10 +391,6 @@ def solver_select(page: str, default: str = "deepseek", names: Sequence[str] | N
                                   help=help or "registered solvers available here (`eplb solvers`)"))
 
 
-def _signature(opt: Option) -> tuple:
-    return (opt.type.__name__, tuple(opt.choices or ()), opt.default, opt.minimum, opt.maximum, opt.nullable)
-
-
 @lru_cache(maxsize=1)
 def _shared_options() -> frozenset[str]:
     """Option names that several solvers declare, all alike (same type, choices, default
@@ -391,7 +399,8 @@ def _shared_options() -> frozenset[str]:
     count: dict[str, int] = {}
     for name in solver_names():
         for o in get_solver(name).schema:
-            seen.setdefault(o.name, set()).add(_signature(o))
+            seen.setdefault(o.name, set()).add((o.type.__name__, tuple(o.choices or ()), o.default, o.minimum,
+                                                o.maximum, o.nullable))
             count[o.name] = count.get(o.name, 0) + 1
     return frozenset(n for n, sigs in seen.items() if len(sigs) == 1 and count[n] > 1)
 

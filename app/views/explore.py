@@ -17,6 +17,7 @@ from app.widgets import (
     cluster_picker,
     describe_cluster,
     describe_loads,
+    end_run_on_error,
     loads_picker,
     show_error,
     solver_options,
@@ -95,11 +96,8 @@ def main() -> None:
         cluster, groups, model, cluster_error = cluster_picker(PAGE, loads)
         st.subheader("Solver")
         solver = solver_select(PAGE)
-        try:
+        with end_run_on_error():
             options = solver_options(PAGE, solver)
-        except EPLBError as exc:
-            show_error(exc)
-            return
         exact = get_solver(solver).kind == "exact"
         c1, c2 = st.columns([2, 1])
         run = c1.button("Run solver", type="primary", key=f"{PAGE}:run", width="stretch",
@@ -108,10 +106,9 @@ def main() -> None:
 
     st.caption(describe_loads(loads) + f" · planning on steps {window[0]}..{window[1] - 1}"
                + ("" if cluster is None else " · " + describe_cluster(cluster, groups)))
-    if cluster_error is not None:
-        show_error(cluster_error)
-        return
-    try:
+    with end_run_on_error():
+        if cluster_error is not None:
+            raise cluster_error
         weights = loads.window(*window)                                        # [L, E]
         problem = Problem(weights, cluster=cluster, num_groups=groups)
         with st.sidebar:
@@ -119,9 +116,6 @@ def main() -> None:
             # a solver that plans on per-token routing (traffic_aware) gets its trace here
             routing = traffic_view.routing_picker(f"{PAGE}:solver", problem) \
                 if "routing" in get_solver(solver).options else None
-    except EPLBError as exc:
-        show_error(exc)
-        return
     extra = _free_options(solver, loads, window, previous)
     if routing is not None:
         extra["routing"] = routing
