@@ -219,28 +219,32 @@ def window_picker(page: str, loads: Loads, label: str = "Steps to plan on",
 # ---------------------------------------------------------------------------------------
 # Cluster
 
+SHAPE = ("nodes", "gpus", "slots")      # the cluster widgets a preset fills
+
+
+def _preset_shape(num_experts: int) -> tuple[int, int, int] | None:
+    """(nodes, GPUs, slots per GPU) of the cluster preset picked (None: Custom)."""
+    preset = CLUSTERS.get(st.session_state[f"{CLUSTER}:cluster"])
+    return None if preset is None else (preset.nodes, preset.gpus, preset.replicas(num_experts) // preset.gpus)
+
+
 def _fill_cluster(num_experts: int) -> None:
     """Callback: a cluster preset fills nodes, GPUs and slots per GPU."""
-    preset = CLUSTERS.get(st.session_state[f"{CLUSTER}:cluster"])
-    if preset is None:
+    shape = _preset_shape(num_experts)
+    if shape is None:
         return
-    st.session_state[f"{CLUSTER}:nodes"] = preset.nodes
-    st.session_state[f"{CLUSTER}:gpus"] = preset.gpus
-    st.session_state[f"{CLUSTER}:slots"] = preset.replicas(num_experts) // preset.gpus
+    st.session_state.update({f"{CLUSTER}:{k}": v for k, v in zip(SHAPE, shape)})
     # a mixed pool's speeds go to the real-cluster panel; a homogeneous preset clears it
-    st.session_state[f"{CLUSTER}:node_speeds"] = ",".join(f"{x:g}" for x in preset.node_speeds)
-    st.session_state[f"{CLUSTER}:gpu_slots"] = ""
-    st.session_state[f"{CLUSTER}:failed"] = ""
+    speeds = CLUSTERS[st.session_state[f"{CLUSTER}:cluster"]].node_speeds
+    st.session_state[f"{CLUSTER}:node_speeds"] = ",".join(f"{x:g}" for x in speeds)
+    st.session_state[f"{CLUSTER}:gpu_slots"] = st.session_state[f"{CLUSTER}:failed"] = ""
 
 
 def _to_custom(num_experts: int) -> None:
     """Callback: nodes, GPUs or slots edited away from the preset's shape: the preset no
     longer describes the cluster, so it becomes Custom."""
-    preset = CLUSTERS.get(st.session_state[f"{CLUSTER}:cluster"])
-    if preset is None:
-        return
-    shape = (preset.nodes, preset.gpus, preset.replicas(num_experts) // preset.gpus)
-    if tuple(st.session_state[f"{CLUSTER}:{k}"] for k in ("nodes", "gpus", "slots")) != shape:
+    shape = _preset_shape(num_experts)
+    if shape is not None and tuple(st.session_state[f"{CLUSTER}:{k}"] for k in SHAPE) != shape:
         st.session_state[f"{CLUSTER}:cluster"] = CUSTOM
 
 
@@ -256,9 +260,8 @@ def preset_label(key: str) -> str:
     if key not in CLUSTERS:
         return key
     p = CLUSTERS[key]
-    name = p.label.split(": ")[0] if ": " in p.label else ""
-    if name:
-        return f"{name} ({p.nodes} x {p.gpus // p.nodes} GPUs)"
+    if ": " in p.label:
+        return f"{p.label.split(': ')[0]} ({p.nodes} x {p.gpus // p.nodes} GPUs)"
     nodes = "1 node" if p.nodes == 1 else f"{p.nodes} nodes"
     return f"{nodes} x {p.gpus // p.nodes} GPUs" + ("" if p.spare_per_gpu else ", no spare")
 
