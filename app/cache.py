@@ -22,6 +22,7 @@ from solvers.cluster import CLUSTERS
 from solvers.dynamics import simulate as run_simulation
 from solvers.routing import RoutingTrace
 from solvers.io import load_dataset
+from solvers.workloads.generators import generate
 
 from . import compute, figures, worker
 from . import loads as loads_mod
@@ -36,7 +37,10 @@ def dataset(name: str) -> loads_mod.Loads:
 
 @st.cache_data(show_spinner="Generating the trace...", max_entries=16)
 def generated(model: str, scenario: str, steps: int, seed: int, tokens_per_step: int) -> loads_mod.Loads:
-    return loads_mod.from_generator(model, scenario, steps, seed, tokens_per_step)
+    """A seeded synthetic trace (:func:`solvers.workloads.generators.generate`)."""
+    loads = generate(model, scenario, steps=steps, seed=seed, tokens_per_step=tokens_per_step)
+    loads.source, loads.format = f"{model} {scenario} ({steps} steps, seed {seed})", "generated"
+    return loads
 
 
 def upload(filename: str, data: bytes, format: str | None) -> loads_mod.Loads:
@@ -73,8 +77,7 @@ def solve(problem: Problem, solver: str, options: dict[str, Any], extra: dict[st
     """:func:`app.compute.run_solver`, cached by the loads' content, the cluster, the solver
     and options. ``extra``: free-form options (tensors or plans), keyed by their content."""
     extra = extra or {}
-    return _solve(loads_mod.content_hash(problem.weights), _shape_key(problem), solver, options_key(options),
-                  _extra_key(extra), problem, extra)
+    return _solve(*_solve_key(problem, solver, options, extra), problem, extra)
 
 
 @st.cache_resource(show_spinner=False, max_entries=1)
@@ -92,8 +95,7 @@ def solve_stoppable(problem: Problem, solver: str, options: dict[str, Any], extr
     """:func:`solve` in a child process that Stop ends (:func:`app.worker.run_stoppable`;
     ``wait(elapsed_s, pid)`` is its progress call), cached by the same key."""
     extra = extra or {}
-    key = (loads_mod.content_hash(problem.weights), _shape_key(problem), solver, options_key(options),
-           _extra_key(extra))
+    key = _solve_key(problem, solver, options, extra)
     store = _stoppable_store()
     if key not in store:
         outcome = worker.run_stoppable(problem, solver, {**options, **extra}, wait)
@@ -123,13 +125,11 @@ def gpu_figure(problem, result, layer: int):
 def is_solved(problem: Problem, solver: str, options: dict[str, Any]) -> bool:
     """Whether this session already solved it (an exact solver then shows its cached plan
     without waiting for the Run button)."""
-    key = (loads_mod.content_hash(problem.weights), _shape_key(problem), solver, options_key(options))
-    return key in st.session_state.setdefault("_solved", set())
+    return _solve_key(problem, solver, options) in st.session_state.setdefault("_solved", set())
 
 
 def mark_solved(problem: Problem, solver: str, options: dict[str, Any]) -> None:
-    key = (loads_mod.content_hash(problem.weights), _shape_key(problem), solver, options_key(options))
-    st.session_state.setdefault("_solved", set()).add(key)
+    st.session_state.setdefault("_solved", set()).add(_solve_key(problem, solver, options))
 
 
 @st.cache_data(show_spinner=False, max_entries=128)
@@ -149,24 +149,29 @@ def _shape_key(problem: Problem) -> tuple:
     return (problem.cluster.id, problem.num_groups)
 
 
+def _solve_key(problem: Problem, solver: str, options: dict[str, Any], extra: dict[str, Any] | None = None) -> tuple:
+    """A solve's cache key: the loads' content, the cluster, the solver, its options (and
+    the free-form ones' content when given)."""
+    key = (loads_mod.content_hash(problem.weights), _shape_key(problem), solver, options_key(options))
+    return key if extra is None else (*key, _extra_key(extra))
+
+
 @st.cache_data(show_spinner="Reading benchmark results...", max_entries=4)
 def results(directory: str, stamp: float) -> pd.DataFrame:
     """The benchmark results table of ``directory`` (``stamp``: its files' latest mtime, so a
     rerun of the benchmark is picked up)."""
 
-    df = read_results(directory)
-    if "gap_mean" not in df.columns or "proven_optimum" not in df.columns:
-        df = derive(df)[0]
-    return df
+    return _derived(read_results(directory))
+
+
+def _derived(df: pd.DataFrame) -> pd.DataFrame:
+    """A results table with the derived columns (gaps, proven optima) it lacks."""
+    return derive(df)[0] if "gap_mean" not in df.columns or "proven_optimum" not in df.columns else df
 
 
 @st.cache_data(show_spinner="Reading benchmark results...", max_entries=4)
 def _results_upload(sha: str, name: str, _data: bytes) -> pd.DataFrame:
-
-    df = read_results_bytes(_data, name)
-    if "gap_mean" not in df.columns or "proven_optimum" not in df.columns:
-        df = derive(df)[0]
-    return df
+    return _derived(read_results_bytes(_data, name))
 
 
 def results_upload(name: str, data: bytes) -> pd.DataFrame:

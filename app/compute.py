@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -158,17 +159,11 @@ def exact_report(result: SolveResult) -> list[str]:
         lines.append(f"**{result.solver}**: {result.message} (termination {result.termination}, "
                      f"{result.wall_time:.3g} s, options {options_text({k: v for k, v in result.options.items() if k in ('time_limit', 'model', 'policy')})}).")
     if layers:
-        kinds: dict[str, int] = {}
-        for layer in layers:
-            kinds[str(layer.get("solution", "?"))] = kinds.get(str(layer.get("solution", "?")), 0) + 1
+        kinds = Counter(str(layer.get("solution", "?")) for layer in layers)
         text = ", ".join(f"{n} layer(s) {k.replace('_', ' ')}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
         lines.append(f"Returned: {text} (warm start: the heuristic plan the model started from, unchanged).")
-        reasons: dict[str, int] = {}
-        for layer in layers:
-            why = str(layer.get("backend_status") or "")
-            if why and layer.get("status") != "optimal":
-                why = why.split(":")[0]
-                reasons[why] = reasons.get(why, 0) + 1
+        reasons = Counter(str(layer["backend_status"]).split(":")[0] for layer in layers
+                          if layer.get("backend_status") and layer.get("status") != "optimal")
         if reasons:
             why, n = max(reasons.items(), key=lambda kv: kv[1])
             example = next(str(x["backend_status"]) for x in layers if str(x.get("backend_status") or "").startswith(why))
@@ -201,15 +196,12 @@ def plan_table(weights: torch.Tensor, plan: Plan, layer: int, num_gpus: int, num
     per_slot = per_slot_loads(w, p2l, cnt)
     load = torch.zeros(num_gpus, dtype=torch.float64).index_add_(0, torch.tensor(gpu_of), per_slot)
     mean = float(load.mean()) or 1.0
-    held_by = [[] for _ in range(num_gpus)]
+    held = [Counter() for _ in range(num_gpus)]                     # GPU -> expert -> replicas
     for p, e in enumerate(p2l.tolist()):
-        held_by[gpu_of[p]].append(e)
+        held[gpu_of[p]][e] += 1
     rows = []
-    for g, experts in enumerate(held_by):
-        held: dict[int, int] = {}
-        for e in experts:
-            held[e] = held.get(e, 0) + 1
-        text = ", ".join(f"{e}" if k == 1 else f"{e}×{k}" for e, k in sorted(held.items()))
+    for g in range(num_gpus):
+        text = ", ".join(f"{e}" if k == 1 else f"{e}×{k}" for e, k in sorted(held[g].items()))
         rows.append({"GPU": g, "node": g // (num_gpus // num_nodes), "experts": text,
                      "tokens": float(load[g]), "load / mean": float(load[g]) / mean})
     return pd.DataFrame(rows)

@@ -42,6 +42,31 @@ def _node_boundaries(fig: go.Figure, num_gpus: int, num_nodes: int, *, labels: b
                                text=f"node {n}", showarrow=False, font={"size": 10, "color": "#444"})
 
 
+BELOW = {"orientation": "h", "y": -0.2, "yanchor": "top", "x": 0}      # a legend under the plot
+
+
+def _layout(fig: go.Figure, xaxis: str | dict, yaxis: str | dict, height: int, title: str = "", top: int = 30,
+            **layout) -> go.Figure:
+    """The app's layout of ``fig``: its template, axes (a title, or the axis dict; {}: left as is),
+    ``top`` px above the plot (20 more with a title), the legend under the plot unless ``legend``
+    says otherwise ({}: plotly's own place)."""
+    fig.update_layout(template=TEMPLATE, title=title or None, height=height, margin={"t": top + 20 if title else top,
+                      "b": 40}, xaxis={"title": xaxis} if isinstance(xaxis, str) else xaxis,
+                      yaxis={"title": yaxis} if isinstance(yaxis, str) else yaxis, **{"legend": BELOW, **layout})
+    return fig
+
+
+def _gpu_axis(P: int) -> dict:
+    """The x axis of a bar per GPU: every GPU labelled up to 48."""
+    return {"title": "GPU", "tickmode": "linear" if P <= 48 else "auto", "range": [-0.6, P - 0.4]}
+
+
+def _mean_line(fig: go.Figure, y: float, text: str) -> None:
+    """A dashed black reference line across the plot at ``y``, labelled top left."""
+    fig.add_hline(y=y, line={"color": "black", "dash": "dash", "width": 1.5}, annotation_text=text,
+                  annotation_position="top left", annotation={"bgcolor": "rgba(255,255,255,0.85)"})
+
+
 def color_for(index: int) -> str:
     return PALETTE[index % len(PALETTE)]
 
@@ -124,15 +149,10 @@ def gpu_load_figure(weights: torch.Tensor, phy2log: torch.Tensor, logcnt: torch.
         fig.add_trace(go.Bar(x=[None], y=[None], name=label,
                              marker={"color": count_color(c)}, showlegend=True, hoverinfo="skip"))
     mean = float(tokens.sum() / P)
-    fig.add_hline(y=mean, line={"color": "black", "dash": "dash", "width": 1.5},
-                  annotation_text=f"mean {mean:,.0f}", annotation_position="top left",
-                  annotation={"bgcolor": "rgba(255,255,255,0.85)"})
+    _mean_line(fig, mean, f"mean {mean:,.0f}")
     _node_boundaries(fig, P, num_nodes)
-    fig.update_layout(barmode="overlay", template=TEMPLATE, title=title or None,
-                      xaxis={"title": "GPU", "tickmode": "linear" if P <= 48 else "auto", "range": [-0.6, P - 0.4]},
-                      yaxis={"title": "tokens"}, margin={"t": 60 if title else 40, "b": 40}, height=450,
-                      legend={"orientation": "h", "y": -0.14, "yanchor": "top", "x": 0,
-                              "title": {"text": "expert has"}})
+    _layout(fig, _gpu_axis(P), "tokens", 450, title, top=40, barmode="overlay",
+            legend={**BELOW, "y": -0.14, "title": {"text": "expert has"}})
     if panel:
         _node_panel(fig, _np(node_load).astype(np.float64))
     return fig
@@ -162,15 +182,10 @@ def gpu_time_figure(gpu_load: torch.Tensor | np.ndarray, speed: Sequence[float],
         fig.add_trace(go.Scatter(x=dead, y=np.zeros(len(dead)), mode="markers", name="failed",
                                  marker={"symbol": "x", "size": 11, "color": "crimson"}, hoverinfo="skip"))
     ideal = float(load.sum() / sp[live].sum()) if live.any() else 0.0
-    fig.add_hline(y=ideal, line={"color": "black", "dash": "dash", "width": 1.5},
-                  annotation_text=f"best possible {ideal:,.0f}", annotation_position="top left",
-                  annotation={"bgcolor": "rgba(255,255,255,0.85)"})
+    _mean_line(fig, ideal, f"best possible {ideal:,.0f}")
     _node_boundaries(fig, P, num_nodes)
-    fig.update_layout(template=TEMPLATE, title=title or None, barmode="overlay",
-                      xaxis={"title": "GPU", "tickmode": "linear" if P <= 48 else "auto", "range": [-0.6, P - 0.4]},
-                      yaxis={"title": "time (tokens / speed)"}, margin={"t": 60 if title else 40, "b": 40},
-                      height=430, legend={"orientation": "h", "y": 1.08})
-    return fig
+    return _layout(fig, _gpu_axis(P), "time (tokens / speed)", 430, title, top=40, barmode="overlay",
+                   legend={"orientation": "h", "y": 1.08})
 
 
 GPU_DOMAIN = 0.75        # share of the width for the per-GPU bars when a node panel is drawn
@@ -211,10 +226,8 @@ def load_heatmap(gpu_load: torch.Tensor, num_nodes: int) -> go.Figure:
                              customdata=ratio[np.arange(L), hottest],
                              hovertemplate="layer %{y}: hottest GPU %{x} (%{customdata:.3f} x mean)<extra></extra>"))
     _node_boundaries(fig, P, num_nodes)
-    fig.update_layout(template=TEMPLATE, xaxis={"title": "GPU"}, yaxis={"title": "layer", "autorange": "reversed"},
-                      height=max(320, min(900, 40 + 11 * L)), margin={"t": 40, "b": 40},
-                      legend={"orientation": "h", "y": -0.12})
-    return fig
+    return _layout(fig, "GPU", {"title": "layer", "autorange": "reversed"}, max(320, min(900, 40 + 11 * L)),
+                   top=40, legend={"orientation": "h", "y": -0.12})
 
 
 def layer_imbalance_figure(series: Mapping[str, torch.Tensor | np.ndarray], title: str = "",
@@ -240,10 +253,7 @@ def layer_imbalance_figure(series: Mapping[str, torch.Tensor | np.ndarray], titl
         fig.add_trace(go.Scatter(x=np.arange(len(f)), y=f, mode="lines", name="lower bound (any plan)",
                                  line={"color": "#888", "dash": "dot"},
                                  hovertemplate="layer %{x}: bound %{y:.4f}<extra></extra>"))
-    fig.update_layout(template=TEMPLATE, title=title or None, xaxis={"title": "layer"},
-                      yaxis={"title": "max / mean"}, height=380, margin={"t": 50 if title else 30, "b": 40},
-                      legend={"orientation": "h", "y": -0.2, "yanchor": "top", "x": 0})
-    return fig
+    return _layout(fig, "layer", "max / mean", 380, title)
 
 
 # ---------------------------------------------------------------------------------------
@@ -262,10 +272,8 @@ def gap_figure(table: pd.DataFrame) -> go.Figure:
                                  marker={"color": KIND_COLORS[label.split(",")[0]],
                                          "opacity": 1.0 if "mean" in col else 0.5},
                                  hovertemplate="%{x}: %{y:.3f}%<extra>" + label + "</extra>"))
-    fig.update_layout(template=TEMPLATE, barmode="group", yaxis={"title": "gap to lower bound (%)"},
-                      height=360, margin={"t": 30, "b": 40}, legend={"orientation": "h", "y": 1.02,
-                                                                     "yanchor": "bottom", "x": 0})
-    return fig
+    return _layout(fig, {}, "gap to lower bound (%)", 360, barmode="group",
+                   legend={**BELOW, "y": 1.02, "yanchor": "bottom"})
 
 
 def runtime_figure(table: pd.DataFrame) -> go.Figure:
@@ -274,9 +282,7 @@ def runtime_figure(table: pd.DataFrame) -> go.Figure:
     fig = go.Figure(go.Bar(x=table["solver"], y=t, marker={"color": [solver_color(n) for n in table["solver"]]},
                            text=[f"{v:.3g} s" for v in t], textposition="outside",
                            hovertemplate="%{x}: %{y:.4g} s<extra></extra>"))
-    fig.update_layout(template=TEMPLATE, yaxis={"title": "wall time (s, log)", "type": "log", "dtick": 1}, height=360,
-                      margin={"t": 30, "b": 40})
-    return fig
+    return _layout(fig, {}, {"title": "wall time (s, log)", "type": "log", "dtick": 1}, 360, legend={})
 
 
 def gpu_loads_side_by_side(loads: Mapping[str, torch.Tensor | np.ndarray], num_nodes: int,
@@ -294,14 +300,9 @@ def gpu_loads_side_by_side(loads: Mapping[str, torch.Tensor | np.ndarray], num_n
                                  hovertemplate="GPU %{x}: %{y:,.1f} tokens<extra>" + name + "</extra>"))
     if P:
         mean = float(np.mean(_np(next(iter(loads.values())))))
-        fig.add_hline(y=mean, line={"color": "black", "dash": "dash", "width": 1.5},
-                      annotation_text=f"mean {mean:,.0f}", annotation_position="top left",
-                  annotation={"bgcolor": "rgba(255,255,255,0.85)"})
+        _mean_line(fig, mean, f"mean {mean:,.0f}")
         _node_boundaries(fig, P, num_nodes)
-    fig.update_layout(template=TEMPLATE, title=title or None, xaxis={"title": "GPU"},
-                      yaxis={"title": "tokens"}, height=420, margin={"t": 60 if title else 40, "b": 40},
-                      legend={"orientation": "h", "y": -0.18, "yanchor": "top", "x": 0})
-    return fig
+    return _layout(fig, "GPU", "tokens", 420, title, top=40, legend={**BELOW, "y": -0.18})
 
 
 # ---------------------------------------------------------------------------------------
@@ -321,10 +322,8 @@ def profile_figure(profile: Mapping[str, tuple[np.ndarray, np.ndarray]], metric_
         fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line_shape="hv", name=solver,
                                  line={"color": solver_color(solver), "width": 2},
                                  hovertemplate="tau %{x:.4g}: %{y:.0%}<extra>" + solver + "</extra>"))
-    fig.update_layout(template=TEMPLATE, xaxis={"title": f"tau ({metric_label} / best)",
-                                                "type": "log" if log_x else "linear"},
-                      yaxis={"title": "share of problems within tau of the best", "range": [0, 1.02]},
-                      height=380, margin={"t": 30, "b": 40})
+    _layout(fig, {"title": f"tau ({metric_label} / best)", "type": "log" if log_x else "linear"},
+            {"title": "share of problems within tau of the best", "range": [0, 1.02]}, 380, legend={})
     return fig
 
 
@@ -339,10 +338,8 @@ def gap_time_scatter(rows: pd.DataFrame, title: str = "") -> go.Figure:
             customdata=np.stack([g["instance"].astype(str), g["seed"].astype(str)], axis=1),
             hovertemplate="%{customdata[0]} seed %{customdata[1]}<br>%{x:.3g} s · gap %{y:.3f}%<extra>"
                           + solver + "</extra>"))
-    fig.update_layout(template=TEMPLATE, title=title or None, xaxis={"title": "wall time (s, log)", "type": "log"},
-                      yaxis={"title": "gap to bound, mean over layers (%)"}, height=400,
-                      margin={"t": 50 if title else 30, "b": 40})
-    return fig
+    return _layout(fig, {"title": "wall time (s, log)", "type": "log"}, "gap to bound, mean over layers (%)", 400,
+                   title, legend={})
 
 
 # ---------------------------------------------------------------------------------------
@@ -362,10 +359,7 @@ def realised_imbalance_figure(runs: Mapping[str, tuple[np.ndarray, np.ndarray, S
                                      legendgroup=name, showlegend=False,
                                      marker={"color": color_for(k), "symbol": "triangle-up", "size": 8},
                                      hovertemplate="rebalance at step %{x}<extra>" + name + "</extra>"))
-    fig.update_layout(template=TEMPLATE, xaxis={"title": "step"}, yaxis={"title": "realised imbalance (max / mean)"},
-                      height=380, margin={"t": 30, "b": 40},
-                      legend={"orientation": "h", "y": -0.2, "yanchor": "top", "x": 0})
-    return fig
+    return _layout(fig, "step", "realised imbalance (max / mean)", 380)
 
 
 def net_efficiency_figure(runs: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> go.Figure:
@@ -386,10 +380,7 @@ def net_efficiency_figure(runs: Mapping[str, tuple[np.ndarray, np.ndarray, np.nd
                                      marker={"color": color_for(k), "symbol": "x", "size": size},
                                      hovertemplate="stall of %{customdata:.3g} s at step %{x}<extra>" + name
                                                    + "</extra>"))
-    fig.update_layout(template=TEMPLATE, xaxis={"title": "step"},
-                      yaxis={"title": "net efficiency so far (ideal time / serving + stalls)"},
-                      height=340, margin={"t": 30, "b": 40},
-                      legend={"orientation": "h", "y": -0.2, "yanchor": "top", "x": 0})
+    _layout(fig, "step", "net efficiency so far (ideal time / serving + stalls)", 340)
     return fig
 
 
@@ -402,10 +393,7 @@ def cumulative_bytes_figure(runs: Mapping[str, tuple[np.ndarray, np.ndarray]], u
         fig.add_trace(go.Scatter(x=_np(steps), y=_np(cum).astype(np.float64) / scale, mode="lines", name=name,
                                  line={"color": color_for(k), "shape": "hv"},
                                  hovertemplate="step %{x}: %{y:,.2f} " + unit + "<extra>" + name + "</extra>"))
-    fig.update_layout(template=TEMPLATE, xaxis={"title": "step"}, yaxis={"title": f"cumulative {unit} moved"},
-                      height=340, margin={"t": 30, "b": 40},
-                      legend={"orientation": "h", "y": -0.2, "yanchor": "top", "x": 0})
-    return fig
+    return _layout(fig, "step", f"cumulative {unit} moved", 340)
 
 
 SETTING_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "pentagon", "star", "triangle-down")
@@ -440,10 +428,8 @@ def frontier_figure(rows: pd.DataFrame, frontier_names: Sequence[str], unit: str
                              marker={"symbol": "circle-open", "size": 19, "color": "#444", "line": {"width": 1.5}},
                              hoverinfo="skip"))
     log = bool(len(x) > 1 and (x > 0).all() and x.max() >= 10 * x.min())
-    fig.update_layout(template=TEMPLATE, xaxis={"title": f"{unit} moved in all" + (" (log scale)" if log else ""),
-                                                "type": "log" if log else "linear"},
-                      yaxis={"title": "realised mean imbalance"}, height=340, margin={"t": 30, "b": 40},
-                      legend={"orientation": "h", "y": -0.2, "yanchor": "top", "x": 0})
+    _layout(fig, {"title": f"{unit} moved in all" + (" (log scale)" if log else ""),
+                  "type": "log" if log else "linear"}, "realised mean imbalance", 340)
     return fig
 
 
@@ -461,7 +447,4 @@ def microbatch_histogram(series: Mapping[str, torch.Tensor | np.ndarray]) -> go.
         fig.add_vline(x=float(v.mean()), line={"color": color_for(k), "dash": "dash"},
                       annotation_text=f"{name}: mean {v.mean():.4f}", annotation_yshift=-16 * k,
                       annotation_position="top right", annotation={"bgcolor": "rgba(255,255,255,0.85)"})
-    fig.update_layout(template=TEMPLATE, barmode="overlay", xaxis={"title": "micro-batch imbalance (max / mean)"},
-                      yaxis={"title": "(micro-batch, layer) pairs"}, height=380, margin={"t": 30, "b": 40},
-                      legend={"orientation": "h", "y": -0.2, "yanchor": "top", "x": 0})
-    return fig
+    return _layout(fig, "micro-batch imbalance (max / mean)", "(micro-batch, layer) pairs", 380, barmode="overlay")

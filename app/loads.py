@@ -16,7 +16,6 @@ import torch
 from solvers.errors import LoadFileError
 from solvers.io import Loads, read_loads
 from solvers.workloads.formats import SUFFIX_FORMAT
-from solvers.workloads.generators import generate
 
 DEFAULT_DATASET = "deepseek-v3-skewed"
 UPLOAD_SUFFIXES = tuple(s.lstrip(".") for s in SUFFIX_FORMAT)       # the importers' one suffix table
@@ -30,16 +29,6 @@ def content_hash(*tensors: torch.Tensor) -> str:
         h.update(f"{t.dtype}{tuple(t.shape)}".encode())
         h.update(t.numpy().tobytes())
     return h.hexdigest()
-
-
-def from_generator(model: str, scenario: str, steps: int, seed: int, tokens_per_step: int,
-                   num_layers: int | None = None) -> Loads:
-    """A seeded synthetic trace (:func:`solvers.workloads.generators.generate`)."""
-
-    loads = generate(model, scenario, steps=steps, seed=seed, tokens_per_step=tokens_per_step,
-                     num_layers=num_layers)
-    loads.source, loads.format = f"{model} {scenario} ({steps} steps, seed {seed})", "generated"
-    return loads
 
 
 def from_upload(filename: str, data: bytes, format: str | None = None) -> Loads:

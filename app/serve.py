@@ -10,6 +10,7 @@ wait for them either.
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import sys
 from pathlib import Path
@@ -52,19 +53,12 @@ def warm() -> None:
     first use: filled here, before the runtime exists, it is the store every session reads.
     A warm-up only saves time: if it fails, the page computes the same thing itself and
     shows any error there."""
-    with outside_runtime():      # cached functions called outside a session warn (app.quiet)
-        _warm()
-
-
-def _warm() -> None:
-    try:
+    # cached functions called outside a session warn (app.quiet)
+    with outside_runtime(), contextlib.suppress(Exception):      # see the docstring
         problem, solver, options = cache.default_explore_inputs()
-        outcome = cache.solve(problem, solver, options)               # the page's first solve, cached
-        result = outcome.result
+        result = cache.solve(problem, solver, options).result         # the page's first solve, cached
         cache.gpu_figure(problem, result, worst_layer(result)).to_json()   # as the page opens
         figures.load_heatmap(result.score.gpu_load, problem.num_nodes).to_json()
-    except Exception:  # noqa: BLE001  see warm's docstring
-        pass
 
 
 def main(argv: list[str] | None = None) -> None:

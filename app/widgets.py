@@ -12,8 +12,9 @@ depends on it.
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from functools import lru_cache
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
 import streamlit as st
 
@@ -112,6 +113,17 @@ def show_error(exc: BaseException) -> None:
     st.error(error_text(exc), icon=":material/error:")
 
 
+@contextmanager
+def end_run_on_error() -> Iterator[None]:
+    """A library error raised inside is shown (:func:`show_error`) and ends the page's run
+    (``st.stop``): what follows needs the value that failed."""
+    try:
+        yield
+    except EPLBError as exc:
+        show_error(exc)
+        st.stop()
+
+
 # ---------------------------------------------------------------------------------------
 # Loads
 
@@ -125,7 +137,7 @@ def loads_picker(page: str, default_dataset: str = DEFAULT_DATASET, main: Any = 
                                                 key=keep(f"{LOADS}:source", SOURCES[0], SOURCES)))
     try:
         if source == "Dataset":
-            names = [n for n in dataset_names()]
+            names = list(dataset_names())
             if not names:
                 raise OptionError("dataset", "no shipped datasets found (datasets/catalog.json)")
             default = default_dataset if default_dataset in names else names[0]
@@ -159,9 +171,7 @@ def loads_picker(page: str, default_dataset: str = DEFAULT_DATASET, main: Any = 
             kept(f"{LOADS}:upload_file", (upload.name, upload.getvalue()))
         last = kept_value(f"{LOADS}:upload_file")
         if last is None:
-            for where in (st, main):
-                if where is not None:
-                    where.info("Upload a loads file to plan on it (sidebar, **Loads file**).")
+            _both(main, "info", "Upload a loads file to plan on it (sidebar, **Loads file**).")
             return None
         if upload is None:
             st.caption(f"Using {last[0]}, uploaded earlier in this session.")
@@ -170,10 +180,14 @@ def loads_picker(page: str, default_dataset: str = DEFAULT_DATASET, main: Any = 
             st.caption(f"{loads.dense_layers} leading all-zero (dense) layer(s) dropped.")
         return loads
     except EPLBError as exc:
-        for where in (st, main):
-            if where is not None:
-                where.error(error_text(exc), icon=":material/error:")
+        _both(main, "error", error_text(exc), icon=":material/error:")
         return None
+
+
+def _both(main: Any, kind: str, text: str, **kw: Any) -> None:
+    """``st.<kind>(text)`` in the sidebar and, when the page gave one, in its main area too."""
+    for where in (st, main) if main is not None else (st,):
+        getattr(where, kind)(text, **kw)
 
 
 def describe_cluster(cluster: Cluster, groups: int) -> str:
@@ -205,28 +219,32 @@ def window_picker(page: str, loads: Loads, label: str = "Steps to plan on",
 # ---------------------------------------------------------------------------------------
 # Cluster
 
+SHAPE = ("nodes", "gpus", "slots")      # the cluster widgets a preset fills
+
+
+def _preset_shape(num_experts: int) -> tuple[int, int, int] | None:
+    """(nodes, GPUs, slots per GPU) of the cluster preset picked (None: Custom)."""
+    preset = CLUSTERS.get(st.session_state[f"{CLUSTER}:cluster"])
+    return None if preset is None else (preset.nodes, preset.gpus, preset.replicas(num_experts) // preset.gpus)
+
+
 def _fill_cluster(num_experts: int) -> None:
     """Callback: a cluster preset fills nodes, GPUs and slots per GPU."""
-    preset = CLUSTERS.get(st.session_state[f"{CLUSTER}:cluster"])
-    if preset is None:
+    shape = _preset_shape(num_experts)
+    if shape is None:
         return
-    st.session_state[f"{CLUSTER}:nodes"] = preset.nodes
-    st.session_state[f"{CLUSTER}:gpus"] = preset.gpus
-    st.session_state[f"{CLUSTER}:slots"] = preset.replicas(num_experts) // preset.gpus
+    st.session_state.update({f"{CLUSTER}:{k}": v for k, v in zip(SHAPE, shape)})
     # a mixed pool's speeds go to the real-cluster panel; a homogeneous preset clears it
-    st.session_state[f"{CLUSTER}:node_speeds"] = ",".join(f"{x:g}" for x in preset.node_speeds)
-    st.session_state[f"{CLUSTER}:gpu_slots"] = ""
-    st.session_state[f"{CLUSTER}:failed"] = ""
+    speeds = CLUSTERS[st.session_state[f"{CLUSTER}:cluster"]].node_speeds
+    st.session_state[f"{CLUSTER}:node_speeds"] = ",".join(f"{x:g}" for x in speeds)
+    st.session_state[f"{CLUSTER}:gpu_slots"] = st.session_state[f"{CLUSTER}:failed"] = ""
 
 
 def _to_custom(num_experts: int) -> None:
     """Callback: nodes, GPUs or slots edited away from the preset's shape: the preset no
     longer describes the cluster, so it becomes Custom."""
-    preset = CLUSTERS.get(st.session_state[f"{CLUSTER}:cluster"])
-    if preset is None:
-        return
-    shape = (preset.nodes, preset.gpus, preset.replicas(num_experts) // preset.gpus)
-    if tuple(st.session_state[f"{CLUSTER}:{k}"] for k in ("nodes", "gpus", "slots")) != shape:
+    shape = _preset_shape(num_experts)
+    if shape is not None and tuple(st.session_state[f"{CLUSTER}:{k}"] for k in SHAPE) != shape:
         st.session_state[f"{CLUSTER}:cluster"] = CUSTOM
 
 
@@ -242,9 +260,8 @@ def preset_label(key: str) -> str:
     if key not in CLUSTERS:
         return key
     p = CLUSTERS[key]
-    name = p.label.split(": ")[0] if ": " in p.label else ""
-    if name:
-        return f"{name} ({p.nodes} x {p.gpus // p.nodes} GPUs)"
+    if ": " in p.label:
+        return f"{p.label.split(': ')[0]} ({p.nodes} x {p.gpus // p.nodes} GPUs)"
     nodes = "1 node" if p.nodes == 1 else f"{p.nodes} nodes"
     return f"{nodes} x {p.gpus // p.nodes} GPUs" + ("" if p.spare_per_gpu else ", no spare")
 
@@ -377,10 +394,6 @@ def solver_select(page: str, default: str = "deepseek", names: Sequence[str] | N
                                   help=help or "registered solvers available here (`eplb solvers`)"))
 
 
-def _signature(opt: Option) -> tuple:
-    return (opt.type.__name__, tuple(opt.choices or ()), opt.default, opt.minimum, opt.maximum, opt.nullable)
-
-
 @lru_cache(maxsize=1)
 def _shared_options() -> frozenset[str]:
     """Option names that several solvers declare, all alike (same type, choices, default
@@ -389,7 +402,8 @@ def _shared_options() -> frozenset[str]:
     count: dict[str, int] = {}
     for name in solver_names():
         for o in get_solver(name).schema:
-            seen.setdefault(o.name, set()).add(_signature(o))
+            seen.setdefault(o.name, set()).add((o.type.__name__, tuple(o.choices or ()), o.default, o.minimum,
+                                                o.maximum, o.nullable))
             count[o.name] = count.get(o.name, 0) + 1
     return frozenset(n for n, sigs in seen.items() if len(sigs) == 1 and count[n] > 1)
 

@@ -9,14 +9,14 @@ import torch
 from solvers import Problem, get_solver, solver_names
 from solvers.cluster import POLICIES
 from solvers.compare import default_solvers, pick, planned_runs
-from solvers.errors import EPLBError, OptionError
+from solvers.errors import OptionError
 from solvers.progress import progress_line
 
 from app import cache, figures, worker
 from app import traffic as traffic_view
 from app.compute import compare_row, options_text
-from app.widgets import (cluster_picker, describe_cluster, describe_loads, keep, kept, loads_picker, show_error,
-                         solver_options, window_picker)
+from app.widgets import (cluster_picker, describe_cluster, describe_loads, end_run_on_error, keep, kept, loads_picker,
+                         show_error, solver_options, window_picker)
 
 PAGE = "compare"
 
@@ -101,25 +101,21 @@ def main() -> None:
         "--policy hierarchical,global`): hierarchical keeps whole expert groups on one node (less inter-node "
         "traffic), global places experts on any GPU (better balance); auto: hierarchical when the groups split "
         "evenly over the nodes"))
-    runs: list[tuple[str, str, dict]] = []
-    try:
+    options: dict[str, dict] = {}                   # solver -> its options
+    with end_run_on_error():
         cols = st.columns(max(1, min(4, len(chosen))))
         for k, name in enumerate(chosen):
             with cols[k % len(cols)].expander(f"{name} options", expanded=False):
-                runs.append((name, name, solver_options(PAGE, name, skip=("policy",), shared=False)))
-    except EPLBError as exc:
-        show_error(exc)
-        return
+                options[name] = solver_options(PAGE, name, skip=("policy",), shared=False)
     c1, c2, _ = st.columns([1, 1, 4])
     run = c1.button("Run comparison", type="primary", key=f"{PAGE}:run", width="stretch")
     c2.button("Stop", key=f"{PAGE}:stop", width="stretch",
               help=f"ends the comparison now: a solver with a time limit above {worker.IN_PROCESS_LIMIT_S:g} s (the "
                    "exact ones, best with more time) is stopped, a shorter solve is let finish; every finished "
                    "result is kept")
-    if cluster_error is not None:
-        show_error(cluster_error)
-        return
-    try:
+    with end_run_on_error():
+        if cluster_error is not None:
+            raise cluster_error
         weights = loads.window(*window)
         problem = Problem(weights, cluster=cluster, num_groups=groups)
         held = problem.with_weights(loads.window(*holdout_steps)) if holdout_steps else None
@@ -135,14 +131,10 @@ def main() -> None:
             policies = [p for p in policies if p != "hierarchical"] or ["global"]
             st.caption("Hierarchical skipped: it needs identical GPUs (speed 1, the same slot count each); "
                        "this cluster is planned with the global policy.")
-        planned = planned_runs(problem, [n for _, n, _ in runs], policies)
-    except EPLBError as exc:
-        show_error(exc)
-        return
-    if not runs:
+        planned = planned_runs(problem, list(options), policies)
+    if not options:
         st.info("Pick at least one solver.")
         return
-    options = dict((n, o) for _, n, o in runs)
     todo = [(f"{n} ({p})" if p else n, n, {**options[n], **({"policy": p} if p else {})}) for n, p in planned]
     request = (cache.loads_mod.content_hash(weights), window, holdout_steps, cluster, groups, tuple(
         (label, cache.options_key(o)) for label, _, o in todo))

@@ -17,6 +17,7 @@ from app.widgets import (
     cluster_picker,
     describe_cluster,
     describe_loads,
+    end_run_on_error,
     loads_picker,
     show_error,
     solver_options,
@@ -72,18 +73,6 @@ def _current_placement(problem, model):
     return plan, int(size)
 
 
-def _free_options(solver: str, loads, window, previous) -> dict:
-    """Free-form options the page can fill: a time-robust planner's ``history`` (the window's
-    steps) and the migration solver's ``current`` (the uploaded placement in force)."""
-    names = get_solver(solver).options
-    extra = {}
-    if "history" in names and loads.num_steps > 1:
-        extra["history"] = loads.trace[window[0]:window[1]]
-    if "current" in names and previous is not None:
-        extra["current"] = previous
-    return extra
-
-
 def main() -> None:
     st.title("Explore a placement")
     body = st.container()
@@ -95,12 +84,10 @@ def main() -> None:
         cluster, groups, model, cluster_error = cluster_picker(PAGE, loads)
         st.subheader("Solver")
         solver = solver_select(PAGE)
-        try:
+        with end_run_on_error():
             options = solver_options(PAGE, solver)
-        except EPLBError as exc:
-            show_error(exc)
-            return
-        exact = get_solver(solver).kind == "exact"
+        spec = get_solver(solver)
+        exact = spec.kind == "exact"
         c1, c2 = st.columns([2, 1])
         run = c1.button("Run solver", type="primary", key=f"{PAGE}:run", width="stretch",
                         help="heuristics re-run on every change; exact solvers run when you press this")
@@ -108,28 +95,25 @@ def main() -> None:
 
     st.caption(describe_loads(loads) + f" · planning on steps {window[0]}..{window[1] - 1}"
                + ("" if cluster is None else " · " + describe_cluster(cluster, groups)))
-    if cluster_error is not None:
-        show_error(cluster_error)
-        return
-    try:
+    with end_run_on_error():
+        if cluster_error is not None:
+            raise cluster_error
         weights = loads.window(*window)                                        # [L, E]
         problem = Problem(weights, cluster=cluster, num_groups=groups)
         with st.sidebar:
             previous, size = _current_placement(problem, model)
             # a solver that plans on per-token routing (traffic_aware) gets its trace here
             routing = traffic_view.routing_picker(f"{PAGE}:solver", problem) \
-                if "routing" in get_solver(solver).options else None
-    except EPLBError as exc:
-        show_error(exc)
-        return
-    extra = _free_options(solver, loads, window, previous)
-    if routing is not None:
-        extra["routing"] = routing
+                if "routing" in spec.options else None
+    # Free-form options the page fills: a time-robust planner's history (the window's steps), the
+    # migration solver's current placement (the uploaded plan in force), a routing-aware solver's trace.
+    extra = {k: v for k, v in (("history", loads.trace[window[0]:window[1]] if loads.num_steps > 1 else None),
+                               ("current", previous), ("routing", routing)) if k in spec.options and v is not None}
     stoppable = worker.stoppable(solver, {**options, **extra}, problem)
     stop_slot.button("Stop", key=f"{PAGE}:stop", width="stretch", disabled=not stoppable,
                      help=f"ends a solve expected to take more than {worker.IN_PROCESS_LIMIT_S:g} s (its time "
                           "limit or its work estimate) now: its process is stopped; no plan")
-    limit = options.get("time_limit", get_solver(solver).defaults().get("time_limit"))
+    limit = options.get("time_limit", spec.defaults().get("time_limit"))
     running = st.session_state.pop(f"{PAGE}:running", None)        # set while a stoppable solve runs
     if running is not None and not run:
         st.warning(f"Stopped {running}: its process was ended before it returned a plan. Press **Run solver** "
@@ -139,7 +123,7 @@ def main() -> None:
             st.info(f"{solver} is an exact solver (time limit {limit} s): press **Run solver** to start it. "
                     + EXACT_SCALE)
         return
-    if "routing" in get_solver(solver).options and routing is None:
+    if "routing" in spec.options and routing is None:
         st.info(f"{solver} plans on a per-token routing trace: upload one in the sidebar.")
         return
     try:
@@ -248,11 +232,9 @@ def _per_gpu(problem, result) -> None:
         return
     fig = cache.gpu_figure(problem, result, layer)
     st.plotly_chart(fig, width="stretch", key=f"{PAGE}:chart:bars")
-    if problem.num_nodes > 1:
-        st.caption("Dotted lines mark node boundaries; the panel on the right is the load per node for this layer. "
-                   "Segments are replicas, coloured by how many replicas their expert has (hover for the expert).")
-    else:
-        st.caption("Segments are replicas, coloured by how many replicas their expert has (hover for the expert).")
+    nodes = ("Dotted lines mark node boundaries; the panel on the right is the load per node for this layer. "
+             if problem.num_nodes > 1 else "")
+    st.caption(nodes + "Segments are replicas, coloured by how many replicas their expert has (hover for the expert).")
 
 
 @st.fragment

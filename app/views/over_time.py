@@ -18,8 +18,8 @@ from solvers.network import DEFAULT_INTER_NODE_BW, DEFAULT_INTRA_NODE_BW, Networ
 from app import cache, figures
 from app.cluster import expert_bytes, with_network
 from app.compute import common_start, replay_totals
-from app.widgets import (REPLAY_TOTALS_COLUMNS, cluster_picker, describe_cluster, describe_loads, error_text, keep, kept,
-                         loads_picker, show_error, solver_select)
+from app.widgets import (REPLAY_TOTALS_COLUMNS, cluster_picker, describe_cluster, describe_loads, end_run_on_error,
+                         error_text, keep, kept, loads_picker, show_error, solver_select)
 
 _num = st.column_config.NumberColumn
 
@@ -130,17 +130,13 @@ def main() -> None:
     if loads.num_steps < 3:
         st.error(f"loads: a replay needs a trace of several steps; {loads.name} has {loads.num_steps}")
         return
-    if cluster_error is not None:
-        show_error(cluster_error)
-        return
-    try:
+    with end_run_on_error():
+        if cluster_error is not None:
+            raise cluster_error
         cluster = with_network(cluster, Network(intra * 1e9, inter * 1e9))
         problem = Problem(loads.window(0, 1), cluster=cluster, num_groups=groups)   # checked before any replay
         if policy is not None:
             problem.resolve_policy(policy)
-    except EPLBError as exc:
-        show_error(exc)
-        return
     T = loads.num_steps
     st.markdown(f"**Settings** (edit, add or delete rows; blank = not used; {T} steps in this trace: a plan's "
                 "window must leave steps to score)")

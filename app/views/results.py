@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import cache, figures
-from app.widgets import show_error
+from app.widgets import end_run_on_error
 from solvers.bench.analysis import (
     best_per_shape,
     performance_profile,
@@ -15,7 +15,6 @@ from solvers.bench.analysis import (
 )
 from solvers.bench.recommend import format_recommendation, recommend
 from solvers.bench.report import profile_sets
-from solvers.errors import EPLBError
 
 PAGE = "results"
 
@@ -73,13 +72,13 @@ UPLOAD = "Upload a results table"
 
 def _result_set():
     """The results table chosen: a result set of the project's own folders, or an upload
-    (no path box: a shared server reads no path a visitor types). None after an error."""
+    (no path box: a shared server reads no path a visitor types). None while nothing is uploaded."""
     sets = cache.result_sets()
     choice = st.selectbox("Result set", [*sets, UPLOAD], key=f"{PAGE}:set_choice",
                           help="the shipped results, run directories under the checkout's results/ "
                                "(`python -m benchmarks.run --out results/NAME`), or a results.parquet / "
                                "results.csv you upload")
-    try:
+    with end_run_on_error():
         if choice == UPLOAD:
             up = st.file_uploader("results.parquet or results.csv", type=["parquet", "csv"], key=f"{PAGE}:upload")
             if up is None:
@@ -88,9 +87,6 @@ def _result_set():
             return cache.results_upload(up.name, up.getvalue())
         directory = sets[choice]
         return cache.results(directory, cache.results_stamp(directory))
-    except EPLBError as exc:
-        show_error(exc)
-        return None
 
 
 def _recommender(df) -> None:
@@ -112,14 +108,11 @@ def _recommender(df) -> None:
         submitted = st.form_submit_button("Recommend", type="primary")
     if not submitted:
         return
-    try:
+    with end_run_on_error():
         # the CLI's call (eplb recommend): same rows, same layer scaling, same policy filter
         rec = recommend(df, experts=int(experts), replicas=int(replicas), gpus=int(gpus), nodes=int(nodes),
                         groups=int(groups), time_budget=float(budget), layers=int(layers),
                         policy=None if policy == "any" else policy)
-    except EPLBError as exc:
-        show_error(exc)
-        return
     head = format_recommendation(rec).split("\ncandidates", 1)[0].strip()      # the tables follow as tables
     (st.success if rec.solver else st.warning)("\n\n".join(ln for ln in head.splitlines() if ln.strip()))
     st.caption(f"The same answer as `eplb recommend --experts {int(experts)} --replicas {int(replicas)} --gpus {int(gpus)} "
