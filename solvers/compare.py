@@ -21,6 +21,7 @@ import torch
 
 from . import builtin  # noqa: F401  registers every solver a comparison may name
 from .errors import EPLBError, OptionError
+from .options import option_by_role
 from .plan import Plan
 from .problem import Problem
 from .registry import get_solver
@@ -53,10 +54,9 @@ def solver_options(name: str, common: dict[str, Any], time_limit: float | None) 
     """The options of ``common`` that solver ``name`` declares, plus its time limit option."""
     spec = get_solver(name)
     opts = {k: v for k, v in common.items() if k in spec.options}
-    if time_limit is not None:
-        for o in spec.schema:
-            if o.role == "time_limit":
-                opts[o.name] = time_limit
+    limit = option_by_role(spec.schema, "time_limit")
+    if time_limit is not None and limit is not None:
+        opts[limit.name] = time_limit
     return opts
 
 

@@ -21,7 +21,6 @@ never in an allocation, a recursion or a traceback.
 from __future__ import annotations
 
 import glob as _glob
-import json
 import math
 import numbers
 import zipfile
@@ -63,9 +62,9 @@ _NUMPY_KINDS = "iuf"
 _NUMPY_TEXT_KINDS = "US"
 
 
-def _fail(path: Any, field: str, message: str) -> LoadFileError:
+def _fail(path: Any, field: str, message: str, param: str = "loads") -> LoadFileError:
     text = f"{path}: {field}: {message}" if field else f"{path}: {message}"
-    return LoadFileError("loads", " ".join(text.split()))
+    return LoadFileError(param, " ".join(text.split()))
 
 
 def dtype_refusal(dtype: Any) -> str | None:
@@ -367,36 +366,28 @@ def _check_yaml_value(value: Any, path: Any, field: str, depth: int, budget: lis
             _check_yaml_value(v, path, f"{field}[{i}]", depth + 1, budget)
 
 
-def dumps_meta(meta: dict[str, Any]) -> str:
-    """Metadata as the JSON text files store (sorted keys)."""
-    return json.dumps(meta, sort_keys=True)
-
-
 def expand_paths(spec: str | Path | Sequence[str | Path], param: str = "loads") -> list[Path]:
     """Files named by a path, a directory (its files, sorted), a glob pattern or a list;
     a spec naming no file raises :class:`LoadFileError` on ``param`` (every reader of files
     of a spec, loads and routing traces alike, expands it here)."""
 
-    def fail(where: Any, message: str) -> LoadFileError:
-        return LoadFileError(param, " ".join(f"{where}: {message}".split()))
-
     if isinstance(spec, (list, tuple)):
         out = [p for s in spec for p in expand_paths(s, param)]
         if not out:
-            raise fail(spec, "no files given")
+            raise _fail(spec, "", "no files given", param)
         return out
     text = str(spec)
     path = Path(text)
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
         if not files:
-            raise fail(path, "the directory holds no files")
+            raise _fail(path, "", "the directory holds no files", param)
         return files
     if any(c in text for c in "*?[") and not path.exists():
         files = sorted(Path(p) for p in _glob.glob(text) if Path(p).is_file())
         if not files:
-            raise fail(text, "no file matches this pattern")
+            raise _fail(text, "", "no file matches this pattern", param)
         return files
     if not path.is_file():
-        raise fail(path, "no such file")
+        raise _fail(path, "", "no such file", param)
     return [path]

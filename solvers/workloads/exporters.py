@@ -41,8 +41,12 @@ def _fail(path: Any, message: str) -> LoadFileError:
     return LoadFileError(PARAM, " ".join(f"{path}: {message}".split()))
 
 
-def _write_text(path: Path, text: str) -> None:
-    write_text_atomic(path, text)
+def _csv_text(header: str, table: np.ndarray) -> str:
+    """``header`` and one line of comma-separated integers per row of ``table``."""
+    buf = io.StringIO()
+    buf.write(header + "\n")
+    np.savetxt(buf, table, fmt="%d", delimiter=",")
+    return buf.getvalue()
 
 
 # ---------------------------------------------------------------------------------------
@@ -83,10 +87,7 @@ def plan_to_csv(plan: Plan, num_gpus: int, slot_gpus: list[int] | None = None) -
     gpu = slot // (R // num_gpus) if slot_gpus is None else np.asarray(slot_gpus, dtype=np.int64)
     table = np.stack([np.repeat(np.arange(L), R), np.tile(slot, L), np.tile(gpu, L),
                       plan.phy2log.cpu().numpy().reshape(-1), rank.numpy().reshape(-1)], axis=1)
-    buf = io.StringIO()
-    buf.write("layer,slot,gpu,expert,replica\n")
-    np.savetxt(buf, table, fmt="%d", delimiter=",")
-    return buf.getvalue()
+    return _csv_text("layer,slot,gpu,expert,replica", table)
 
 
 # ---------------------------------------------------------------------------------------
@@ -120,8 +121,8 @@ def export_plan(plan: Plan, path: str | Path, format: str | None = None, *, prob
         if problem is not None and not problem.cluster.uniform_slots:
             slot_gpus = problem.cluster.slot_gpus()
             gpu_slots = list(problem.cluster.gpu_slots)
-        _write_text(path, engine_text(plan, format, layer_offset=layer_offset, num_gpus=gpus, slot_gpus=slot_gpus,
-                                      gpu_slots=gpu_slots))
+        write_text_atomic(path, engine_text(plan, format, layer_offset=layer_offset, num_gpus=gpus,
+                                            slot_gpus=slot_gpus, gpu_slots=gpu_slots))
     return path
 
 
@@ -430,8 +431,4 @@ def write_trace(trace: Any, path: str | Path, format: str | None = None) -> Path
     T, L, E = trace.loads.shape
     idx = np.indices((T, L, E)).reshape(3, -1).T
     table = np.concatenate([idx, trace.loads.numpy().reshape(-1, 1)], axis=1)
-    buf = io.StringIO()
-    buf.write("step,layer,expert,load\n")
-    np.savetxt(buf, table, fmt="%d", delimiter=",")
-    _write_text(path, buf.getvalue())
-    return path
+    return write_text_atomic(path, _csv_text("step,layer,expert,load", table))

@@ -76,36 +76,27 @@ def _torch_load(path: Path, mmap: bool = True) -> Any:
     overlap. ``mmap`` maps tensor data lazily instead of reading it (pages are read when
     used; the checks read none)."""
     filecheck.check_torch_file(path)
-    obj = _torch_load_raw(path, mmap)
-    filecheck.check_tensors(obj, path)
-    return obj
-
-
-def _torch_load_raw(path: Path, mmap: bool) -> Any:
     try:
-        # torch warns (on stderr) before refusing some files, e.g. a raw pickle: the error
-        # below is the one line the user gets.
+        # torch warns (on stderr) before refusing some files: the error below is the one line
+        # the user gets.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            if mmap:
-                try:
-                    return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-                except RuntimeError:
-                    pass  # a legacy (non-zip) file cannot be mapped: read it
-            return torch.load(path, map_location="cpu", weights_only=True)
+            try:
+                obj = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+            except RuntimeError:
+                if not mmap:
+                    raise
+                obj = torch.load(path, map_location="cpu", weights_only=True)    # records that cannot be mapped
     except (OSError, RuntimeError, EOFError, ValueError, zipfile.BadZipFile, KeyError, IndexError,
             TypeError, AttributeError, RecursionError, MemoryError, pickle.UnpicklingError) as exc:
-        # torch.save writes a zip archive (PK...) or, in its legacy format, a pickle (0x80 ...);
-        # anything else is not a torch file at all, whatever its suffix.
-        head = _peek(path, 4)
-        if not head.startswith(b"PK") and not head.startswith(b"\x80"):
-            raise _fail(path, "cannot read .pt file: it is not a torch file (torch.save writes a zip archive or a "
-                        "legacy pickle, and this file is neither; another format with a .pt suffix?)") from None
-        # weights_only refuses pickled classes: a dump is tensors, numbers, lists and dicts.
+        # check_torch_file let only zip archives through; weights_only refuses pickled classes
+        # (a dump is tensors, numbers, lists and dicts).
         if isinstance(exc, pickle.UnpicklingError) and "weights only" in str(exc).lower():
             raise _fail(path, "cannot read .pt file: it holds pickled Python objects beyond tensors, numbers, "
                         "lists and dicts (refused: loading them could run code)") from None
         raise _fail(path, f"cannot read .pt file ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+    filecheck.check_tensors(obj, path)
+    return obj
 
 
 def detect_format(path: str | Path) -> str:
