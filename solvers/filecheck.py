@@ -21,6 +21,7 @@ never in an allocation, a recursion or a traceback.
 from __future__ import annotations
 
 import glob as _glob
+import io
 import math
 import numbers
 import zipfile
@@ -339,7 +340,7 @@ def _yaml_depth(text: str) -> int:
     """An upper bound on a YAML text's nesting: flow brackets (counted as JSON's) plus the
     deepest indentation, in columns (each block level indents at least one column)."""
     try:
-        flow = safejson._scan_bytes(text.encode("utf-8", "surrogatepass"))
+        flow = safejson.check_depth(io.BytesIO(text.encode("utf-8", "surrogatepass")), math.inf)
     except safejson.JSONDepthError:
         flow = 0                               # unbalanced brackets: the YAML parser says so
     indent = max((len(ln) - len(ln.lstrip(" -")) for ln in text.splitlines() if ln.strip()), default=0)

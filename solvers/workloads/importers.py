@@ -397,10 +397,6 @@ def sum_vllm(path: str | Path) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------
 # Megatron-core per-rank .npz
 
-# Largest array a loads file may declare (the guarded boundary's cap, solvers.filecheck).
-MAX_ARRAY_BYTES = filecheck.MAX_ARRAY_BYTES
-
-
 def _npz_arrays(path: Path) -> dict[str, np.ndarray]:
     filecheck.check_npz(path)          # sizes, dtypes and declared shapes, before numpy allocates
     try:
@@ -694,23 +690,14 @@ def read_raw(spec: str | Path | Sequence[str | Path], format: str | None = None)
                     f"dumps are merged from several files")
     meta: dict[str, Any] = {"source": ", ".join(map(str, paths)) if len(paths) <= 4 else f"{paths[0]} (+{len(paths) - 1} files)",
                             "format": fmt}
-    if fmt == "sglang":
-        loads = read_sglang(paths)
-    elif fmt == "vllm":
-        loads = read_vllm(paths[0])
-    elif fmt == "megatron":
-        loads, numbers = read_megatron(paths)
-        meta["layer_numbers"] = numbers
-    elif fmt == "csv":
-        loads = read_csv(paths[0])
-    elif fmt == "npz":
-        loads, extra = read_npz(paths[0])
-        meta = {**extra, **meta}
-    elif fmt == "pt":
-        loads, extra = read_pt(paths[0])
+    if fmt == "megatron":
+        loads, meta["layer_numbers"] = read_megatron(paths)
+    elif fmt in ("npz", "pt"):
+        loads, extra = (read_npz if fmt == "npz" else read_pt)(paths[0])
         meta = {**extra, **meta}
     else:
-        loads = read_json(paths[0])
+        loads = read_sglang(paths) if fmt == "sglang" else {"vllm": read_vllm, "csv": read_csv,
+                                                            "json": read_json}[fmt](paths[0])
     if loads.dim() not in (2, 3) or 0 in loads.shape:
         raise _fail(paths[0], f"expected [layers, experts] or [steps, layers, experts], got shape {tuple(loads.shape)}")
     return loads, meta
