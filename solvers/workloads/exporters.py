@@ -210,15 +210,13 @@ def engine_flags(format: str, where: str, num_replicas: int, num_experts: int, *
     """How the engine reads a map written to ``where`` (printed after every export).
     failed: the failed GPUs of a padded SGLang map (num_replicas: the live slots; num_gpus
     then gives the padded count)."""
-    if format == "sglang" and failed:
-        padded = num_replicas if num_gpus is None else num_replicas // (num_gpus - len(failed)) * num_gpus
-        return (f"SGLang: python -m sglang.launch_server ... --init-expert-location {where} "
-                f"--ep-num-redundant-experts {padded - num_experts}; ranks {','.join(map(str, failed))} failed: "
-                "their slots hold expert 0 and must receive no tokens (SGLang elastic EP masks them with "
-                "active_ranks; without that mask do not load this map)")
     if format == "sglang":
-        return (f"SGLang: python -m sglang.launch_server ... --init-expert-location {where} "
-                f"--ep-num-redundant-experts {num_replicas - num_experts}")
+        slots = num_replicas if not failed or num_gpus is None else num_replicas // (num_gpus - len(failed)) * num_gpus
+        text = (f"SGLang: python -m sglang.launch_server ... --init-expert-location {where} "
+                f"--ep-num-redundant-experts {slots - num_experts}")
+        return text + (f"; ranks {','.join(map(str, failed))} failed: their slots hold expert 0 and must receive "
+                       "no tokens (SGLang elastic EP masks them with active_ranks; without that mask do not load "
+                       "this map)" if failed else "")
     if format == "trtllm":
         return f"TensorRT-LLM: in the --config (extra LLM API options) YAML: moe_config: {{load_balancer: {where}}}"
     if format == "csv":
@@ -281,6 +279,18 @@ def _p2l_plan(rows: Any, num_experts: int | None, path: Path) -> Plan:
     return plan
 
 
+def _plan_csv(path: Path) -> np.ndarray:
+    """The rows of a plan CSV (a structured array with at least layer, slot and expert)."""
+    try:
+        data = np.genfromtxt(path, delimiter=",", names=True, dtype=np.int64)
+    except (OSError, ValueError, OverflowError) as exc:
+        raise _fail(path, f"cannot read plan CSV ({type(exc).__name__}: ids must be integers below 2**63)"
+                    if isinstance(exc, OverflowError) else f"cannot read plan CSV ({exc})") from None
+    if not {"layer", "slot", "expert"} <= set(data.dtype.names or ()) or data.size == 0:
+        raise _fail(path, "plan CSV needs a header with layer, slot, expert and at least one row")
+    return np.atleast_1d(data)
+
+
 def read_exported_plan(path: str | Path, format: str | None = None, num_experts: int | None = None,
                        layer_offset: int = 0) -> Plan:
     """The plan in a file of any :data:`PLAN_FORMATS` (``num_experts`` defaults to the largest
@@ -330,16 +340,7 @@ def read_exported_plan(path: str | Path, format: str | None = None, num_experts:
         if "num_slots" in doc and doc["num_slots"] != plan.num_replicas:
             raise _fail(path, f"num_slots is {doc['num_slots']} but layers list {plan.num_replicas} slots")
         return plan
-    # csv
-    try:
-        data = np.genfromtxt(path, delimiter=",", names=True, dtype=np.int64)
-    except (OSError, ValueError, OverflowError) as exc:
-        raise _fail(path, f"cannot read plan CSV ({type(exc).__name__}: ids must be integers below 2**63)"
-                    if isinstance(exc, OverflowError) else f"cannot read plan CSV ({exc})") from None
-    names = data.dtype.names or ()
-    if not {"layer", "slot", "expert"} <= set(names) or data.size == 0:
-        raise _fail(path, "plan CSV needs a header with layer, slot, expert and at least one row")
-    data = np.atleast_1d(data)
+    data = _plan_csv(path)
     L, R = int(data["layer"].max()) + 1, int(data["slot"].max()) + 1
     if data.size != L * R or (data["layer"] < 0).any() or (data["slot"] < 0).any():
         raise _fail(path, f"plan CSV must list every (layer, slot) once: {data.size} rows for {L} x {R}")
@@ -379,10 +380,7 @@ def read_plan_for_loads(path: str | Path, num_layers: int, num_experts: int,
 
 
 def _csv_gpus(path: Path) -> int:
-    try:
-        data = np.atleast_1d(np.genfromtxt(path, delimiter=",", names=True, dtype=np.int64))
-    except (OSError, ValueError, OverflowError) as exc:
-        raise _fail(path, f"cannot read plan CSV ({type(exc).__name__})") from None
+    data = _plan_csv(path)
     if "gpu" not in (data.dtype.names or ()):
         return 0
     gpus = int(data["gpu"].max()) + 1
