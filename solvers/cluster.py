@@ -273,10 +273,9 @@ def _per_gpu(value: Any, param: str, num_gpus: int, *, integer: bool) -> list:
         if isinstance(v, bool) or not isinstance(v, numbers.Real):
             raise ProblemError(param, f"GPU {g}: must be a number, got {v!r}")
         if integer:
-            if isinstance(v, numbers.Integral) or float(v).is_integer():
-                v = int(v)
-            else:
+            if not (isinstance(v, numbers.Integral) or float(v).is_integer()):
                 raise ProblemError(param, f"GPU {g}: slot counts must be whole numbers, got {v!r}")
+            v = int(v)
             if v < 0:
                 raise ProblemError(param, f"GPU {g}: must be >= 0 (0 = failed or drained), got {v}")
             if v > MAX_REPLICAS:
