@@ -232,12 +232,10 @@ class Cluster:
     def describe(self) -> str:
         """One line for captions and reports."""
         N, P, R = self.num_nodes, self.num_gpus, self.num_replicas
-        if self.uniform_slots:
-            text = f"{N} node(s) x {P // N} GPUs = {P} GPUs, {R} slots ({R // P} per GPU)"
-        else:
-            live = [c for c in self.gpu_slots if c > 0]
-            each = f"{min(live)}" if min(live) == max(live) else f"{min(live)}-{max(live)}"
-            text = f"{N} node(s) x {P // N} GPUs = {P} GPUs, {R} slots ({each} per live GPU)"
+        live = [c for c in self.gpu_slots if c > 0]
+        each = f"{min(live)}" if min(live) == max(live) else f"{min(live)}-{max(live)}"
+        per = "GPU" if self.uniform_slots else "live GPU"
+        text = f"{N} node(s) x {P // N} GPUs = {P} GPUs, {R} slots ({each} per {per})"
         if self.failed:
             text += f", failed GPU(s) {','.join(map(str, self.failed))}"
         if not self.uniform_speed:
@@ -275,10 +273,9 @@ def _per_gpu(value: Any, param: str, num_gpus: int, *, integer: bool) -> list:
         if isinstance(v, bool) or not isinstance(v, numbers.Real):
             raise ProblemError(param, f"GPU {g}: must be a number, got {v!r}")
         if integer:
-            if isinstance(v, numbers.Integral) or float(v).is_integer():
-                v = int(v)
-            else:
+            if not (isinstance(v, numbers.Integral) or float(v).is_integer()):
                 raise ProblemError(param, f"GPU {g}: slot counts must be whole numbers, got {v!r}")
+            v = int(v)
             if v < 0:
                 raise ProblemError(param, f"GPU {g}: must be >= 0 (0 = failed or drained), got {v}")
             if v > MAX_REPLICAS:

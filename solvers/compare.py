@@ -21,6 +21,7 @@ import torch
 
 from . import builtin  # noqa: F401  registers every solver a comparison may name
 from .errors import EPLBError, OptionError
+from .options import option_by_role
 from .plan import Plan
 from .problem import Problem
 from .registry import get_solver
@@ -55,10 +56,9 @@ def solver_options(name: str, common: dict[str, Any], time_limit: float | None) 
     """The options of ``common`` that solver ``name`` declares, plus its time limit option."""
     spec = get_solver(name)
     opts = {k: v for k, v in common.items() if k in spec.options}
-    if time_limit is not None:
-        for o in spec.schema:
-            if o.role == "time_limit":
-                opts[o.name] = time_limit
+    limit = option_by_role(spec.schema, "time_limit")
+    if time_limit is not None and limit is not None:
+        opts[limit.name] = time_limit
     return opts
 
 
@@ -115,17 +115,18 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
     for name, policy in planned_runs(problem, names, policies):
         opts = solver_options(name, {**(options or {}), **({"routing": routing} if routing is not None else {})},
                               time_limit)
-        if history is not None and "history" in get_solver(name).options:   # the window's steps, to planners of them
+        spec = get_solver(name)
+        if history is not None and "history" in spec.options:   # the window's steps, to planners of them
             opts["history"] = history
         if policy is not None:
             opts["policy"] = policy
-        spec = get_solver(name)              # every run's options and work cap checked before the first one runs
+        # every run's options and work cap checked before the first one runs
         spec.check_work(problem, spec.parse(opts))
         runs.append((name, policy, opts))
+    report = on_progress or (lambda *args: None)
     rows = []
     for name, policy, opts in runs:
-        if on_progress:
-            on_progress(name, policy or "-", None)
+        report(name, policy or "-", None)
         try:
             res = solve(problem, name, previous=previous, expert_bytes=expert_bytes, **opts)
         except EPLBError as exc:
@@ -135,8 +136,7 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
             row = {"solver": name, "policy": policy or "-", "termination": "refused", "status": "none",
                    "wall_time_s": None, "message": str(exc)}
             rows.append(row)
-            if on_progress:
-                on_progress(name, policy or "-", row)
+            report(name, policy or "-", row)
             continue
         row = res.summary(holdout=None if holdout is None or res.plan is None else score(holdout, res.plan))
         if holdout_steps is not None and res.plan is not None:
@@ -147,8 +147,7 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
                                           "intra_node_bytes")})
         row["_result"] = res
         rows.append(row)
-        if on_progress:
-            on_progress(name, policy or "-", row)
+        report(name, policy or "-", row)
     return rows
 
 

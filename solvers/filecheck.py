@@ -21,7 +21,7 @@ never in an allocation, a recursion or a traceback.
 from __future__ import annotations
 
 import glob as _glob
-import json
+import io
 import math
 import numbers
 import zipfile
@@ -63,9 +63,9 @@ _NUMPY_KINDS = "iuf"
 _NUMPY_TEXT_KINDS = "US"
 
 
-def _fail(path: Any, field: str, message: str) -> LoadFileError:
+def _fail(path: Any, field: str, message: str, param: str = "loads") -> LoadFileError:
     text = f"{path}: {field}: {message}" if field else f"{path}: {message}"
-    return LoadFileError("loads", " ".join(text.split()))
+    return LoadFileError(param, " ".join(text.split()))
 
 
 def dtype_refusal(dtype: Any) -> str | None:
@@ -261,20 +261,32 @@ _COUNT_FIELDS = {"num_layers", "num_experts", "num_groups", "top_k", "num_steps"
 META_INT_MAX = 1 << 31
 
 
-def _check_json_value(value: Any, path: Any, field: str, depth: int, finite: bool = True) -> None:
-    if depth > MAX_META_DEPTH:
-        raise _fail(path, field, f"nested deeper than {MAX_META_DEPTH} levels")
+def _check_tree(value: Any, path: Any, field: str, depth: int, max_depth: int, finite: bool = True,
+                budget: list[int] | None = None) -> None:
+    """Walk a parsed document: nesting at most ``max_depth``, finite numbers (``finite``).
+    ``budget`` [nodes left]: a YAML document, whose aliases may repeat nodes without end and
+    whose keys and leaves may be any scalar; None: JSON metadata (string keys, JSON values)."""
+    if budget is not None:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise _fail(path, field, "expands to more nodes than the text holds (aliases repeated)")
+    if depth > max_depth:
+        raise _fail(path, field, f"nested deeper than {max_depth} levels")
     if finite and isinstance(value, float) and not math.isfinite(value):
         raise _fail(path, field, f"must be a finite number, got {value}")
     if isinstance(value, dict):
         for k, v in value.items():
-            if not isinstance(k, str):
+            if budget is None and not isinstance(k, str):
                 raise _fail(path, field, f"keys must be strings, got {type(k).__name__} {k!r:.40}")
-            _check_json_value(v, path, f"{field}.{k}", depth + 1, finite)
+            if isinstance(k, float) and not math.isfinite(k):
+                raise _fail(path, field, f"has a non-finite key {k}")
+            if isinstance(k, (dict, list, tuple)):
+                raise _fail(path, field, "has a key that is not a scalar")
+            _check_tree(v, path, f"{field}.{k}", depth + 1, max_depth, finite, budget)
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
-            _check_json_value(v, path, f"{field}[{i}]", depth + 1, finite)
-    elif not (value is None or isinstance(value, (str, bool, numbers.Real))):
+            _check_tree(v, path, f"{field}[{i}]", depth + 1, max_depth, finite, budget)
+    elif budget is None and not (value is None or isinstance(value, (str, bool, numbers.Real))):
         raise _fail(path, field, f"must be a JSON value, got {type(value).__name__}")
 
 
@@ -284,7 +296,7 @@ def check_meta(meta: Any, path: Any, field: str = "meta", finite: bool = True) -
     metrics may record an infinite gap), known fields of their type (counts >= 1 and below 2**31)."""
     if not isinstance(meta, dict):
         raise _fail(path, field, f"must be a JSON object, got {type(meta).__name__}")
-    _check_json_value(meta, path, field, 0, finite)
+    _check_tree(meta, path, field, 0, MAX_META_DEPTH, finite)
     for key, types in META_SCHEMA.items():
         if key not in meta or meta[key] is None:
             continue
@@ -332,7 +344,7 @@ def safe_yaml(text: str, path: Any, field: str = "") -> Any:
     except (yaml.YAMLError, RecursionError, ValueError) as exc:
         raise _fail(path, field, f"not valid YAML ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
     budget = [len(text) + 16]       # every node takes a character, unless it is an alias
-    _check_yaml_value(doc, path, field or "document", 0, budget)
+    _check_tree(doc, path, field or "document", 0, safejson.MAX_DEPTH, budget=budget)
     return doc
 
 
@@ -340,36 +352,11 @@ def _yaml_depth(text: str) -> int:
     """An upper bound on a YAML text's nesting: flow brackets (counted as JSON's) plus the
     deepest indentation, in columns (each block level indents at least one column)."""
     try:
-        flow = safejson._scan_bytes(text.encode("utf-8", "surrogatepass"))
+        flow = safejson.check_depth(io.BytesIO(text.encode("utf-8", "surrogatepass")), math.inf)
     except safejson.JSONDepthError:
         flow = 0                               # unbalanced brackets: the YAML parser says so
     indent = max((len(ln) - len(ln.lstrip(" -")) for ln in text.splitlines() if ln.strip()), default=0)
     return flow + indent
-
-
-def _check_yaml_value(value: Any, path: Any, field: str, depth: int, budget: list[int]) -> None:
-    budget[0] -= 1
-    if budget[0] < 0:
-        raise _fail(path, field, "expands to more nodes than the text holds (aliases repeated)")
-    if depth > safejson.MAX_DEPTH:
-        raise _fail(path, field, f"nested deeper than {safejson.MAX_DEPTH} levels")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise _fail(path, field, f"must be a finite number, got {value}")
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if isinstance(k, float) and not math.isfinite(k):
-                raise _fail(path, field, f"has a non-finite key {k}")
-            if isinstance(k, (dict, list, tuple)):
-                raise _fail(path, field, "has a key that is not a scalar")
-            _check_yaml_value(v, path, f"{field}.{k}", depth + 1, budget)
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            _check_yaml_value(v, path, f"{field}[{i}]", depth + 1, budget)
-
-
-def dumps_meta(meta: dict[str, Any]) -> str:
-    """Metadata as the JSON text files store (sorted keys)."""
-    return json.dumps(meta, sort_keys=True)
 
 
 def expand_paths(spec: str | Path | Sequence[str | Path], param: str = "loads") -> list[Path]:
@@ -377,26 +364,23 @@ def expand_paths(spec: str | Path | Sequence[str | Path], param: str = "loads") 
     a spec naming no file raises :class:`LoadFileError` on ``param`` (every reader of files
     of a spec, loads and routing traces alike, expands it here)."""
 
-    def fail(where: Any, message: str) -> LoadFileError:
-        return LoadFileError(param, " ".join(f"{where}: {message}".split()))
-
     if isinstance(spec, (list, tuple)):
         out = [p for s in spec for p in expand_paths(s, param)]
         if not out:
-            raise fail(spec, "no files given")
+            raise _fail(spec, "", "no files given", param)
         return out
     text = str(spec)
     path = Path(text)
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
         if not files:
-            raise fail(path, "the directory holds no files")
+            raise _fail(path, "", "the directory holds no files", param)
         return files
     if any(c in text for c in "*?[") and not path.exists():
         files = sorted(Path(p) for p in _glob.glob(text) if Path(p).is_file())
         if not files:
-            raise fail(text, "no file matches this pattern")
+            raise _fail(text, "", "no file matches this pattern", param)
         return files
     if not path.is_file():
-        raise fail(path, "no such file")
+        raise _fail(path, "", "no such file", param)
     return [path]

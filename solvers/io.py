@@ -42,14 +42,6 @@ from .workloads.trace import Loads
 _TEMP_PATH = re.compile(r"\S*eplb-loads-[^/\s]+/upload\.\w+")     # the copy of bytes read
 
 
-def _split_format(text: str) -> tuple[str | None, str]:
-    """(forced format or None, the rest) for ``FORMAT:SPEC``."""
-    head, sep, rest = text.partition(":")
-    if sep and head in FORMATS and not Path(text).exists():
-        return head, rest
-    return None, text
-
-
 _RANGE = re.compile(r"^(?P<spec>.+)@(?P<start>-?\d*):(?P<stop>-?\d*)$")
 
 
@@ -66,7 +58,8 @@ def split_range(spec: str | Path) -> tuple[str, slice | None]:
 def _resolve(text: str) -> tuple[str | None, str | list[Path], str | None]:
     """(forced format or None, what to read: the spec itself or [the dataset file], the
     dataset name or None)."""
-    fmt, text = _split_format(text)
+    head, sep, rest = text.partition(":")                   # FORMAT:SPEC forces a format
+    fmt, text = (head, rest) if sep and head in FORMATS and not Path(text).exists() else (None, text)
     if Path(text).exists() or (any(c in text for c in "*?[") and bool(glob.glob(text))):
         return fmt, text, None
     known = dataset_names()

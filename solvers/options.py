@@ -158,8 +158,6 @@ EXPERT_BYTES = Option("expert_bytes", int, None, "bytes per expert", minimum=0, 
 
 def check_expert_bytes(value: Any) -> int | None:
     """``value`` checked by :data:`EXPERT_BYTES` (OptionError naming ``expert_bytes``)."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
-        raise OptionError("expert_bytes", f"must be a whole number of bytes, got {value!r}")
     return EXPERT_BYTES.validate(value)
 
 

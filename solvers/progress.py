@@ -32,9 +32,7 @@ def progress_mode(requested: bool, stream: TextIO | None = None) -> str | None:
         tty = stream.isatty()
     except (AttributeError, ValueError):
         tty = False
-    if tty:
-        return "tty"
-    return "lines" if requested else None
+    return "tty" if tty else ("lines" if requested else None)
 
 
 def as_mode(progress: bool | str | None, stream: TextIO | None = None) -> str | None:

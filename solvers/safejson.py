@@ -8,6 +8,7 @@ before any parser sees it; :func:`load` is ``json.load`` behind that check.
 """
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import IO, Any
@@ -54,7 +55,7 @@ def _chunk_depth(buf: np.ndarray, in_string: bool, escaped: bool, depth: int) ->
     return top, new_in_string, escaped, int(levels[-1]) if len(levels) else depth
 
 
-def check_depth(source: str | Path | IO[bytes], max_depth: int = MAX_DEPTH) -> int:
+def check_depth(source: str | Path | IO[bytes], max_depth: float = MAX_DEPTH) -> int:
     """The nesting depth of a JSON document (file path or binary file object, read to its
     end, then rewound when seekable); raises :class:`JSONDepthError` above ``max_depth``."""
     fh = open(source, "rb") if isinstance(source, (str, Path)) else source
@@ -88,19 +89,7 @@ def load(fh: IO, max_depth: int = MAX_DEPTH) -> Any:
     return json.load(fh)
 
 
-def loads(text: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
+def loads(text: str | bytes, max_depth: float = MAX_DEPTH) -> Any:
     """``json.loads`` with the same depth bound."""
-    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
-    top = _scan_bytes(data)
-    if top > max_depth:
-        raise JSONDepthError(f"nested deeper than {max_depth} levels")
+    check_depth(io.BytesIO(text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text), max_depth)
     return json.loads(text)
-
-
-def _scan_bytes(data: bytes) -> int:
-    top, in_string, escaped, depth = 0, False, False, 0
-    for i in range(0, len(data), _CHUNK):
-        reached, in_string, escaped, depth = _chunk_depth(np.frombuffer(data[i:i + _CHUNK], dtype=np.uint8),
-                                                          in_string, escaped, depth)
-        top = max(top, reached)
-    return top

@@ -81,24 +81,24 @@ def test_skew_grows_with_its_parameter(law, skews):
     for s in skews:
         tr = generate("olmoe-1b-7b", "mild", steps=20, seed=3, num_layers=8, law=law, skew=s,
                       layer_spread=0.0, group_sigma=0.0, drift=0.0)
-        spreads.append(float(cv(tr.total()).mean()))
+        spreads.append(float(cv(tr.trace.sum(0)).mean()))
     assert spreads[0] < spreads[1] < spreads[2], spreads
 
 
 def test_skewed_scenario_is_heavy_tailed_and_layers_differ():
     tr = generate("deepseek-v3", "skewed", steps=20, seed=0, num_layers=16)
-    w = tr.total().double()
+    w = tr.trace.sum(0).double()
     hot = w.max(-1).values / w.mean(-1)                          # [layers] hottest / mean
     assert float(hot.median()) > 5                               # DESIGN: often 5-15x the mean
     assert float(cv(w).max() / cv(w).min()) > 1.5                # hot and flat layers
-    flat = generate("deepseek-v3", "uniform", steps=20, seed=0, num_layers=16).total().double()
+    flat = generate("deepseek-v3", "uniform", steps=20, seed=0, num_layers=16).trace.sum(0).double()
     assert float((flat.max(-1).values / flat.mean(-1)).max()) < 2.5
 
 
 def test_group_term_correlates_experts_of_a_group():
     kw = dict(steps=10, seed=2, num_layers=8, skew=0.2, layer_spread=0.0, drift=0.0)
-    grouped = generate("deepseek-v3", "mild", group_sigma=1.0, **kw).total().double()
-    plain = generate("deepseek-v3", "mild", group_sigma=0.0, **kw).total().double()
+    grouped = generate("deepseek-v3", "mild", group_sigma=1.0, **kw).trace.sum(0).double()
+    plain = generate("deepseek-v3", "mild", group_sigma=0.0, **kw).trace.sum(0).double()
 
     def between_group_share(w):  # variance of group sums relative to the total variance
         g = w.view(w.shape[0], 8, 32).mean(-1)
@@ -182,7 +182,7 @@ def test_windows_and_out_of_sample_pairs():
     pairs = out_of_sample_pairs(tr, 5)
     assert len(pairs) == 3
     assert all(torch.equal(a, w[i]) and torch.equal(b, w[i + 1]) for i, (a, b) in enumerate(pairs))
-    assert torch.equal(windows(tr.loads, 23)[0], tr.total())     # a bare tensor works too
+    assert torch.equal(windows(tr.loads, 23)[0], tr.trace.sum(0))     # a bare tensor works too
     with pytest.raises(OptionError, match="size"):
         windows(tr, 24)
     with pytest.raises(OptionError, match="size"):

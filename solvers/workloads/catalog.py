@@ -97,12 +97,9 @@ def _read_catalog() -> list[dict[str, Any]]:
     """The catalog's entries (do not modify them), parsed once per process and catalog file:
     the cache is keyed on the file's path, modification time and size."""
     path = datasets_dir() / CATALOG_FILE
-    try:
-        stat = path.stat()
-    except OSError:
-        stat = None
-    if stat is None or not path.is_file():
+    if not path.is_file():
         raise LoadFileError("dataset", f"no dataset catalog at {path} (set EPLB_DATASETS to the datasets directory)")
+    stat = path.stat()
     return _parse_catalog(str(path), stat.st_mtime_ns, stat.st_size)
 
 
@@ -145,7 +142,6 @@ def dataset_path(name: str) -> Path:
 def loads_sha256(loads) -> str:
     """Checksum of the counts themselves (int64, C order): unlike the file's bytes it does not
     depend on compression or zip timestamps, so a regenerated dataset can be compared."""
-    import numpy as np
 
     return hashlib.sha256(np.ascontiguousarray(loads.numpy().astype(np.int64)).tobytes()).hexdigest()
 

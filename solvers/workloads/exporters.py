@@ -41,8 +41,12 @@ def _fail(path: Any, message: str) -> LoadFileError:
     return LoadFileError(PARAM, " ".join(f"{path}: {message}".split()))
 
 
-def _write_text(path: Path, text: str) -> None:
-    write_text_atomic(path, text)
+def _csv_text(header: str, table: np.ndarray) -> str:
+    """``header`` and one line of comma-separated integers per row of ``table``."""
+    buf = io.StringIO()
+    buf.write(header + "\n")
+    np.savetxt(buf, table, fmt="%d", delimiter=",")
+    return buf.getvalue()
 
 
 # ---------------------------------------------------------------------------------------
@@ -83,10 +87,7 @@ def plan_to_csv(plan: Plan, num_gpus: int, slot_gpus: list[int] | None = None) -
     gpu = slot // (R // num_gpus) if slot_gpus is None else np.asarray(slot_gpus, dtype=np.int64)
     table = np.stack([np.repeat(np.arange(L), R), np.tile(slot, L), np.tile(gpu, L),
                       plan.phy2log.cpu().numpy().reshape(-1), rank.numpy().reshape(-1)], axis=1)
-    buf = io.StringIO()
-    buf.write("layer,slot,gpu,expert,replica\n")
-    np.savetxt(buf, table, fmt="%d", delimiter=",")
-    return buf.getvalue()
+    return _csv_text("layer,slot,gpu,expert,replica", table)
 
 
 # ---------------------------------------------------------------------------------------
@@ -120,8 +121,8 @@ def export_plan(plan: Plan, path: str | Path, format: str | None = None, *, prob
         if problem is not None and not problem.cluster.uniform_slots:
             slot_gpus = problem.cluster.slot_gpus()
             gpu_slots = list(problem.cluster.gpu_slots)
-        _write_text(path, engine_text(plan, format, layer_offset=layer_offset, num_gpus=gpus, slot_gpus=slot_gpus,
-                                      gpu_slots=gpu_slots))
+        write_text_atomic(path, engine_text(plan, format, layer_offset=layer_offset, num_gpus=gpus,
+                                            slot_gpus=slot_gpus, gpu_slots=gpu_slots))
     return path
 
 
@@ -209,15 +210,13 @@ def engine_flags(format: str, where: str, num_replicas: int, num_experts: int, *
     """How the engine reads a map written to ``where`` (printed after every export).
     failed: the failed GPUs of a padded SGLang map (num_replicas: the live slots; num_gpus
     then gives the padded count)."""
-    if format == "sglang" and failed:
-        padded = num_replicas if num_gpus is None else num_replicas // (num_gpus - len(failed)) * num_gpus
-        return (f"SGLang: python -m sglang.launch_server ... --init-expert-location {where} "
-                f"--ep-num-redundant-experts {padded - num_experts}; ranks {','.join(map(str, failed))} failed: "
-                "their slots hold expert 0 and must receive no tokens (SGLang elastic EP masks them with "
-                "active_ranks; without that mask do not load this map)")
     if format == "sglang":
-        return (f"SGLang: python -m sglang.launch_server ... --init-expert-location {where} "
-                f"--ep-num-redundant-experts {num_replicas - num_experts}")
+        slots = num_replicas if not failed or num_gpus is None else num_replicas // (num_gpus - len(failed)) * num_gpus
+        text = (f"SGLang: python -m sglang.launch_server ... --init-expert-location {where} "
+                f"--ep-num-redundant-experts {slots - num_experts}")
+        return text + (f"; ranks {','.join(map(str, failed))} failed: their slots hold expert 0 and must receive "
+                       "no tokens (SGLang elastic EP masks them with active_ranks; without that mask do not load "
+                       "this map)" if failed else "")
     if format == "trtllm":
         return f"TensorRT-LLM: in the --config (extra LLM API options) YAML: moe_config: {{load_balancer: {where}}}"
     if format == "csv":
@@ -280,6 +279,18 @@ def _p2l_plan(rows: Any, num_experts: int | None, path: Path) -> Plan:
     return plan
 
 
+def _plan_csv(path: Path) -> np.ndarray:
+    """The rows of a plan CSV (a structured array with at least layer, slot and expert)."""
+    try:
+        data = np.genfromtxt(path, delimiter=",", names=True, dtype=np.int64)
+    except (OSError, ValueError, OverflowError) as exc:
+        raise _fail(path, f"cannot read plan CSV ({type(exc).__name__}: ids must be integers below 2**63)"
+                    if isinstance(exc, OverflowError) else f"cannot read plan CSV ({exc})") from None
+    if not {"layer", "slot", "expert"} <= set(data.dtype.names or ()) or data.size == 0:
+        raise _fail(path, "plan CSV needs a header with layer, slot, expert and at least one row")
+    return np.atleast_1d(data)
+
+
 def read_exported_plan(path: str | Path, format: str | None = None, num_experts: int | None = None,
                        layer_offset: int = 0) -> Plan:
     """The plan in a file of any :data:`PLAN_FORMATS` (``num_experts`` defaults to the largest
@@ -329,16 +340,7 @@ def read_exported_plan(path: str | Path, format: str | None = None, num_experts:
         if "num_slots" in doc and doc["num_slots"] != plan.num_replicas:
             raise _fail(path, f"num_slots is {doc['num_slots']} but layers list {plan.num_replicas} slots")
         return plan
-    # csv
-    try:
-        data = np.genfromtxt(path, delimiter=",", names=True, dtype=np.int64)
-    except (OSError, ValueError, OverflowError) as exc:
-        raise _fail(path, f"cannot read plan CSV ({type(exc).__name__}: ids must be integers below 2**63)"
-                    if isinstance(exc, OverflowError) else f"cannot read plan CSV ({exc})") from None
-    names = data.dtype.names or ()
-    if not {"layer", "slot", "expert"} <= set(names) or data.size == 0:
-        raise _fail(path, "plan CSV needs a header with layer, slot, expert and at least one row")
-    data = np.atleast_1d(data)
+    data = _plan_csv(path)
     L, R = int(data["layer"].max()) + 1, int(data["slot"].max()) + 1
     if data.size != L * R or (data["layer"] < 0).any() or (data["slot"] < 0).any():
         raise _fail(path, f"plan CSV must list every (layer, slot) once: {data.size} rows for {L} x {R}")
@@ -378,10 +380,7 @@ def read_plan_for_loads(path: str | Path, num_layers: int, num_experts: int,
 
 
 def _csv_gpus(path: Path) -> int:
-    try:
-        data = np.atleast_1d(np.genfromtxt(path, delimiter=",", names=True, dtype=np.int64))
-    except (OSError, ValueError, OverflowError) as exc:
-        raise _fail(path, f"cannot read plan CSV ({type(exc).__name__})") from None
+    data = _plan_csv(path)
     if "gpu" not in (data.dtype.names or ()):
         return 0
     gpus = int(data["gpu"].max()) + 1
@@ -430,8 +429,4 @@ def write_trace(trace: Any, path: str | Path, format: str | None = None) -> Path
     T, L, E = trace.loads.shape
     idx = np.indices((T, L, E)).reshape(3, -1).T
     table = np.concatenate([idx, trace.loads.numpy().reshape(-1, 1)], axis=1)
-    buf = io.StringIO()
-    buf.write("step,layer,expert,load\n")
-    np.savetxt(buf, table, fmt="%d", delimiter=",")
-    _write_text(path, buf.getvalue())
-    return path
+    return write_text_atomic(path, _csv_text("step,layer,expert,load", table))

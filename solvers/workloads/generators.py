@@ -98,12 +98,8 @@ def _mix_weights(rng: np.random.Generator, sc: Scenario, steps: int) -> np.ndarr
     M = sc.num_mixes
     if M == 1:
         return np.ones((steps, 1))
-    if sc.shift_every > 0:
-        shift = rng.random(steps) < 1.0 / sc.shift_every
-        shift[0] = True
-    else:
-        shift = np.zeros(steps, dtype=bool)
-        shift[0] = True
+    shift = rng.random(steps) < 1.0 / sc.shift_every if sc.shift_every > 0 else np.zeros(steps, dtype=bool)
+    shift[0] = True
     regime = np.cumsum(shift) - 1                                  # [steps] regime id
     weights = rng.dirichlet(np.full(M, sc.mix_concentration), size=int(regime[-1]) + 1)
     return weights[regime]

@@ -76,36 +76,27 @@ def _torch_load(path: Path, mmap: bool = True) -> Any:
     overlap. ``mmap`` maps tensor data lazily instead of reading it (pages are read when
     used; the checks read none)."""
     filecheck.check_torch_file(path)
-    obj = _torch_load_raw(path, mmap)
-    filecheck.check_tensors(obj, path)
-    return obj
-
-
-def _torch_load_raw(path: Path, mmap: bool) -> Any:
     try:
-        # torch warns (on stderr) before refusing some files, e.g. a raw pickle: the error
-        # below is the one line the user gets.
+        # torch warns (on stderr) before refusing some files: the error below is the one line
+        # the user gets.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            if mmap:
-                try:
-                    return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-                except RuntimeError:
-                    pass  # a legacy (non-zip) file cannot be mapped: read it
-            return torch.load(path, map_location="cpu", weights_only=True)
+            try:
+                obj = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+            except RuntimeError:
+                if not mmap:
+                    raise
+                obj = torch.load(path, map_location="cpu", weights_only=True)    # records that cannot be mapped
     except (OSError, RuntimeError, EOFError, ValueError, zipfile.BadZipFile, KeyError, IndexError,
             TypeError, AttributeError, RecursionError, MemoryError, pickle.UnpicklingError) as exc:
-        # torch.save writes a zip archive (PK...) or, in its legacy format, a pickle (0x80 ...);
-        # anything else is not a torch file at all, whatever its suffix.
-        head = _peek(path, 4)
-        if not head.startswith(b"PK") and not head.startswith(b"\x80"):
-            raise _fail(path, "cannot read .pt file: it is not a torch file (torch.save writes a zip archive or a "
-                        "legacy pickle, and this file is neither; another format with a .pt suffix?)") from None
-        # weights_only refuses pickled classes: a dump is tensors, numbers, lists and dicts.
+        # check_torch_file let only zip archives through; weights_only refuses pickled classes
+        # (a dump is tensors, numbers, lists and dicts).
         if isinstance(exc, pickle.UnpicklingError) and "weights only" in str(exc).lower():
             raise _fail(path, "cannot read .pt file: it holds pickled Python objects beyond tensors, numbers, "
                         "lists and dicts (refused: loading them could run code)") from None
         raise _fail(path, f"cannot read .pt file ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+    filecheck.check_tensors(obj, path)
+    return obj
 
 
 def detect_format(path: str | Path) -> str:
@@ -406,10 +397,6 @@ def sum_vllm(path: str | Path) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------
 # Megatron-core per-rank .npz
 
-# Largest array a loads file may declare (the guarded boundary's cap, solvers.filecheck).
-MAX_ARRAY_BYTES = filecheck.MAX_ARRAY_BYTES
-
-
 def _npz_arrays(path: Path) -> dict[str, np.ndarray]:
     filecheck.check_npz(path)          # sizes, dtypes and declared shapes, before numpy allocates
     try:
@@ -703,23 +690,14 @@ def read_raw(spec: str | Path | Sequence[str | Path], format: str | None = None)
                     f"dumps are merged from several files")
     meta: dict[str, Any] = {"source": ", ".join(map(str, paths)) if len(paths) <= 4 else f"{paths[0]} (+{len(paths) - 1} files)",
                             "format": fmt}
-    if fmt == "sglang":
-        loads = read_sglang(paths)
-    elif fmt == "vllm":
-        loads = read_vllm(paths[0])
-    elif fmt == "megatron":
-        loads, numbers = read_megatron(paths)
-        meta["layer_numbers"] = numbers
-    elif fmt == "csv":
-        loads = read_csv(paths[0])
-    elif fmt == "npz":
-        loads, extra = read_npz(paths[0])
-        meta = {**extra, **meta}
-    elif fmt == "pt":
-        loads, extra = read_pt(paths[0])
+    if fmt == "megatron":
+        loads, meta["layer_numbers"] = read_megatron(paths)
+    elif fmt in ("npz", "pt"):
+        loads, extra = (read_npz if fmt == "npz" else read_pt)(paths[0])
         meta = {**extra, **meta}
     else:
-        loads = read_json(paths[0])
+        loads = read_sglang(paths) if fmt == "sglang" else {"vllm": read_vllm, "csv": read_csv,
+                                                            "json": read_json}[fmt](paths[0])
     if loads.dim() not in (2, 3) or 0 in loads.shape:
         raise _fail(paths[0], f"expected [layers, experts] or [steps, layers, experts], got shape {tuple(loads.shape)}")
     return loads, meta

@@ -89,10 +89,6 @@ class Loads:
         w = self.trace.sum(0)
         return w if w.is_floating_point() else w.to(torch.float64)
 
-    def total(self) -> torch.Tensor:
-        """[layers, experts]: the sum over all steps, in the trace's dtype."""
-        return self.trace.sum(0)
-
     def window(self, start: int, stop: int) -> torch.Tensor:
         """weights: [layers, experts], the sum of steps ``start .. stop-1`` (float64)."""
         if not 0 <= start < stop <= self.num_steps:
