@@ -92,8 +92,3 @@ def write_atomic(path: str | Path, write: Callable[[Path], None], param: str = "
 def write_text_atomic(path: str | Path, text: str, param: str = "out") -> Path:
     """:func:`write_atomic` of a text (UTF-8)."""
     return write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), param)
-
-
-def write_bytes_atomic(path: str | Path, data: bytes, param: str = "out") -> Path:
-    """:func:`write_atomic` of bytes."""
-    return write_atomic(path, lambda tmp: tmp.write_bytes(data), param)
