@@ -56,7 +56,7 @@ __all__ = [
 
 def _export(name: str) -> Any:
     module = importlib.import_module(f".{_EXPORTS[name]}", __name__)
-    if _EXPORTS[name] in ("registry", "entry", "scoring"):
+    if _EXPORTS[name] in ("registry", "entry"):
         importlib.import_module(".builtin", __name__)       # every solver registered
     return getattr(module, name)
 

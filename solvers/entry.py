@@ -1,4 +1,5 @@
-"""``solve``: the front ends' one entry point (the package root's ``solvers.solve``): any registered solver, its plan graded.
+"""``solve`` (the package root's ``solvers.solve``): the front ends' one entry point, any
+registered solver, its plan graded.
 
 Importing this module registers every solver of the library (the imports below); the
 solvers themselves never call :func:`solve`: they compose through
