@@ -91,7 +91,8 @@ def keep_in_place(problem: Problem, hist: torch.Tensor, policy: str, fresh: torc
     if hier and node_of_group is None:      # the placement in force is not hierarchical: relabel only
         return relabelled, {"sticky_layers": 0}
     mu, _ = moments(hist, k)
-    fc = torch.nn.functional.one_hot(fresh, E).sum(1)                                   # [L, E] replicas
+    fc = torch.zeros(L, E, dtype=torch.int64, device=fresh.device).scatter_add_(
+        1, fresh, torch.ones_like(fresh))                                               # [L, E] replicas
     fresh_risk = _max_risk(hist.permute(1, 2, 0) / fc.unsqueeze(-1).to(hist.dtype), k, fresh, P, risk,
                            noise * mu / (fc * fc).to(mu.dtype))
     levels = torch.tensor(BONUS_LEVELS, dtype=torch.float64, device=hist.device)

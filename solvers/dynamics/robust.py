@@ -94,7 +94,8 @@ def time_robust_search(hist: torch.Tensor, phy2log: torch.Tensor, num_gpus: int,
     P = num_gpus
     dev = phy2log.device
     uniform = cluster is None or cluster.homogeneous
-    # identical GPUs: R / P slots each at speed 1 (a division by 1 is exact: the same floats)
+    # identical GPUs: R / P slots each at speed 1 (times are the loads: no division on the hot
+    # [X, B, S, R] tables)
     sizes, speeds = ([R // P] * P, [1.0] * P) if uniform else (list(cluster.gpu_slots), cluster.gpu_speed)
     S = max(sizes)
     size = torch.tensor(sizes, dtype=torch.int64, device=dev)                      # [P] slots of each GPU
@@ -121,7 +122,7 @@ def time_robust_search(hist: torch.Tensor, phy2log: torch.Tensor, num_gpus: int,
             load = per.view(X, B, P, S).sum(-1)                                    # [X, B, P]
         else:
             load = torch.zeros(X, B, P, dtype=per.dtype, device=dev).index_add_(2, slot_gpu, per)
-        time = load / speed                                                        # [X, B, P]
+        time = load if uniform else load / speed                                   # [X, B, P]
         padded = torch.nn.functional.pad(time, (0, pad), value=-math.inf)
         vals, idx = padded.topk(3, dim=-1)                                         # [X, B, 3]
         top = vals[..., 0]
@@ -140,8 +141,11 @@ def time_robust_search(hist: torch.Tensor, phy2log: torch.Tensor, num_gpus: int,
         load_g = load.gather(2, g.view(X, 1, 1).expand(X, B, 1))                   # [X, B, 1]
         load_h = load[:, :, slot_gpu]                                              # [X, B, R]
         rest = _excluding_two(vals, idx, g, P)[:, :, slot_gpu]                     # [X, B, R]
-        new_g = (load_g.unsqueeze(3) - d) / speed[g].view(X, 1, 1, 1)              # times: each side over
-        new_h = (load_h.unsqueeze(2) + d) / speed[slot_gpu].view(1, 1, 1, R)       # its own GPU's speed
+        new_g = load_g.unsqueeze(3) - d                                            # times: each side over
+        new_h = load_h.unsqueeze(2) + d                                            # its own GPU's speed
+        if not uniform:
+            new_g = new_g / speed[g].view(X, 1, 1, 1)
+            new_h = new_h / speed[slot_gpu].view(1, 1, 1, R)
         new_max = torch.maximum(rest.unsqueeze(2), torch.maximum(new_g, new_h))
         value = new_max.sum(1) if objective == "sum" else new_max.max(1).values    # [X, S, R]
         ea = sp.gather(1, mine)

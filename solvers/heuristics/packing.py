@@ -244,7 +244,7 @@ def swap_candidates(w: torch.Tensor, e: torch.Tensor, packs, limit: int) -> tupl
         return torch.arange(S, device=dev).expand(X, num_packs, S), g.valid.expand(X, num_packs, S)
     wp, ep = g.cells(w), g.cells(e)
     if not g.uniform:             # padding sorts last and is never distinct
-        ep = ep.masked_fill(~g.valid, int(e.max()) + 1)
+        ep = ep.masked_fill(~g.valid, torch.iinfo(ep.dtype).max)        # no host sync
     # Sort by expert then weight: copies of one expert become adjacent; keep the first of each run.
     order = torch.sort(ep, dim=2, stable=True).indices
     es, ws = ep.gather(2, order), wp.gather(2, order)
@@ -355,8 +355,7 @@ class _Swapper:
         def gap(x, n):   # x = t - d [X, n, ...]: the pair's time above (lh + ll) / (sh + sl)
             if g.unit:
                 return x.abs_()
-            sh_, sl_ = (g.speed.to(w.dtype)[p[:, :n]].view(X, n, 1, 1) for p in (hi, lo))
-            return torch.maximum(x / sh_, -x / sl_)
+            return torch.maximum(x / s_h[:, :n, :, None], -x / s_l[:, :n, :, None])
 
         if self.nodup:
             cnt = presence_counts(e, self.E, g).view(X, -1)
