@@ -108,10 +108,15 @@ def read_results(directory: str | Path) -> pd.DataFrame:
     path = d / PARQUET_NAME if (d / PARQUET_NAME).is_file() else d / CSV_NAME
     if not path.is_file():
         raise LoadFileError("results", f"{d} holds no {PARQUET_NAME} or {CSV_NAME}")
+    return read_results_bytes(_capped_bytes(path), path.name, str(path))
+
+
+def _capped_bytes(path: Path) -> bytes:
+    """The bytes of a results file, refused before reading when above :data:`MAX_RESULTS_BYTES`."""
     size = path.stat().st_size
     if size > MAX_RESULTS_BYTES:
         raise LoadFileError("results", f"{path}: {size} bytes, above the {MAX_RESULTS_BYTES}-byte limit of a results table")
-    return read_results_bytes(path.read_bytes(), path.name, str(path))
+    return path.read_bytes()
 
 
 # A results table of a long benchmark is a few MB; far larger is not one (and would be held
@@ -193,7 +198,7 @@ class ResultStore:
         self.rows: list[dict[str, Any]] = []
         if existing:
             # the CSV is appended and synced per row, so it is the record; Parquet only without it
-            old = _read_csv_text(self.csv_path.read_text()) if has_csv else read_results(self.dir)
+            old = _read_csv_text(_capped_bytes(self.csv_path).decode("utf-8")) if has_csv else read_results(self.dir)
             old = old.drop(columns=[c for c in DERIVED if c in old.columns])
             self.rows = [{k: v for k, v in r.items() if k in COLUMNS} for r in old.to_dict("records")]
         self._rewrite_csv()    # drops any partial record and fixes the header

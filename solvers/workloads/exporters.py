@@ -282,7 +282,7 @@ def _p2l_plan(rows: Any, num_experts: int | None, path: Path) -> Plan:
 def _plan_csv(path: Path) -> np.ndarray:
     """The rows of a plan CSV (a structured array with at least layer, slot and expert)."""
     try:
-        data = np.genfromtxt(path, delimiter=",", names=True, dtype=np.int64)
+        data = np.genfromtxt(io.StringIO(_read_capped_text(path)), delimiter=",", names=True, dtype=np.int64)
     except (OSError, ValueError, OverflowError) as exc:
         raise _fail(path, f"cannot read plan CSV ({type(exc).__name__}: ids must be integers below 2**63)"
                     if isinstance(exc, OverflowError) else f"cannot read plan CSV ({exc})") from None
