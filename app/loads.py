@@ -4,7 +4,7 @@ Everything here is plain Python (no Streamlit), so tests can call it directly. E
 becomes :class:`solvers.io.Loads`, the one loads type (a trace ``[steps, layers, experts]``
 plus what is known about it: model preset, expert groups, dense layers dropped), read as the
 CLI reads it (:func:`solvers.io.read_loads`; datasets by
-:func:`solvers.workloads.catalog.load_dataset`); a content hash keys caches.
+:func:`solvers.io.load_dataset`); a content hash keys caches.
 """
 from __future__ import annotations
 

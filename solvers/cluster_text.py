@@ -70,17 +70,15 @@ class ClusterArgs(NamedTuple):
 def cluster_from_args(num_experts: int, *, num_layers: int | None = None, dense_dropped: int = 0,
                       model: str | None = None, groups: int | None = None, nodes: int | None = None,
                       gpus: int | None = None, replicas: int | None = None, gpu_speed: Any = None,
-                      gpu_slots: Any = None, failed: Any = None, network: Any = None,
-                      files: bool = True) -> ClusterArgs:
+                      gpu_slots: Any = None, failed: Any = None, network: Any = None) -> ClusterArgs:
     """The cluster of a command's (or the app's) arguments for loads of ``num_experts``
     experts and ``num_layers`` MoE layers (``dense_dropped`` leading all-zero layers dropped).
 
     A model preset must match the loads (experts, at most its MoE layers, its dense layers)
     and fills the expert groups, the expert bytes, and the nodes and GPUs left unset (its
     :data:`CLUSTERS` shape); slots left unset get one spare per GPU with a model.
-    gpu_speed / gpu_slots / failed: lists, or text (:func:`per_gpu_values`, :func:`gpu_ids`;
-    ``files``: a path may hold the values, never in the app). Raises OptionError naming the
-    argument, or the cluster's own errors."""
+    gpu_speed / gpu_slots / failed: lists, already parsed by the front end (:func:`per_gpu_values`,
+    :func:`gpu_ids`). Raises OptionError naming the argument, or the cluster's own errors."""
     nbytes = None
     if model is not None:
         preset = get_model(model)
@@ -100,9 +98,6 @@ def cluster_from_args(num_experts: int, *, num_layers: int | None = None, dense_
         nodes, gpus = shape.nodes if nodes is None else nodes, shape.gpus if gpus is None else gpus
     if gpus is None:
         raise OptionError("gpus", "give --gpus (and --replicas, --nodes, --groups) or --model NAME")
-    text = lambda v, param: per_gpu_values(v, param, files) if isinstance(v, str) else v  # noqa: E731
-    gpu_speed, gpu_slots = text(gpu_speed, "gpu_speed"), text(gpu_slots, "gpu_slots")
-    failed = gpu_ids(failed) if isinstance(failed, str) else failed
     if replicas is None and gpu_slots is None:
         if model is None:
             raise OptionError("replicas", "give --replicas (or --model NAME for a default cluster)")

@@ -117,7 +117,7 @@ CORE = ("solvers.problem", "solvers.plan", "solvers.scoring", "solvers.bounds", 
 FEATURES = ("solvers.heuristics", "solvers.exact", "solvers.certify", "solvers.dispatch", "solvers.dynamics",
             "solvers.replan", "solvers.elastic", "solvers.transfers", "solvers.routing",
             "solvers.traffic", "solvers.workloads", "solvers.bench", "solvers.cli", "solvers.builtin",
-            "solvers.entry", "solvers.evaluate", "solvers.compare", "solvers.io", "solvers.loadfiles", "solvers.planfile")
+            "solvers.entry", "solvers.evaluate", "solvers.compare", "solvers.io", "solvers.planfile")
 
 
 def _import_graph():
