@@ -314,11 +314,11 @@ def elastic(problem: Problem, previous: Plan, previous_cluster: Cluster | None =
     # an assignment per layer), only where A1 met the target (elsewhere they rarely do, at
     # the same cost)
     ok = candidates[0][1].nonzero().squeeze(1)
+    penalty = spread_penalty(w[ok].sum(1) / gpus.speed.sum()) if ok.numel() else None   # one for both
     for place in (place_orphans, match_orphans):
         a, met = filled.clone(), torch.zeros_like(candidates[0][1])
         if ok.numel():
-            a[ok], met[ok] = _search(w[ok], filled[ok], gpus, target[ok], old_live[ok],
-                                     spread_penalty(w[ok].sum(1) / gpus.speed.sum()), place)
+            a[ok], met[ok] = _search(w[ok], filled[ok], gpus, target[ok], old_live[ok], penalty, place)
         candidates.append((a, met))
     # candidate B: rescue every expert up to the replicas the fresh plan's heaviest replica
     # allows, then repair the slowest GPU by swaps

@@ -14,7 +14,7 @@ For one layer with loads ``w [E]``, the placement in force ``old [R]`` and a loa
 
 On a real cluster (per-GPU speeds, uneven slot counts, failed GPUs) GPU g holds exactly its
 own ``slots[g]`` replicas (a failed GPU none, so no replica is left on it) and ``s_g`` is its
-speed; global policy only. The exact elastic re-plan (:mod:`.elastic_exact`) is the same model.
+speed; global policy only. The exact elastic re-plan (``benchmarks/elastic_exact.py``) is the same model.
 
 Loads are scaled to integers with coefficients rounded *down*, so the model is a
 relaxation (its bound on the moves is valid, and a plan exactly at the cap, such as the
