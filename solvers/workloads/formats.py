@@ -4,12 +4,16 @@
 from __future__ import annotations
 
 # Loads formats read by solvers.workloads.importers (docs/formats.md).
-FORMATS = ("sglang", "vllm", "megatron", "csv", "npz", "pt", "json")
+FORMATS = ("sglang", "vllm", "megatron", "trtllm", "vllm_eplb", "csv", "npz", "pt", "json")
 
 # A loads file's suffix -> the container format it holds; the engines' dumps are told apart by
 # content (SGLang: a .pt dict, vLLM: a .json history, Megatron: per-rank .npz).
-SUFFIX_FORMAT = {".npz": "npz", ".pt": "pt", ".pth": "pt", ".json": "json", ".csv": "csv"}
-_CONTAINER = {"sglang": "pt", "vllm": "json", "megatron": "npz"}
+# A .safetensors file is TensorRT-LLM's expert statistics or vLLM's saved EPLB load window,
+# told apart by its tensor names.
+SUFFIX_FORMAT = {".npz": "npz", ".pt": "pt", ".pth": "pt", ".json": "json", ".csv": "csv",
+                 ".safetensors": "safetensors"}
+_CONTAINER = {"sglang": "pt", "vllm": "json", "megatron": "npz", "trtllm": "safetensors",
+              "vllm_eplb": "safetensors"}
 
 # Formats traces are written in (solvers.workloads.exporters.write_trace) and plans exported in.
 TRACE_FORMATS = ("npz", "pt", "vllm", "sglang", "csv")

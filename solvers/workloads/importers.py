@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from .. import filecheck, safejson
+from . import safetensors_file
 from ..filecheck import expand_paths
 from ..errors import LoadFileError
 from ..routing.trace import routing_from_arrays
@@ -108,6 +109,8 @@ def detect_format(path: str | Path) -> str:
                     f"use one of {', '.join(sorted(SUFFIX_FORMAT))}")
     if fmt == "json" and re.search(rb'"load_history"\s*:', _peek(path)):
         return "vllm"
+    if fmt == "safetensors":
+        return _safetensors_kind(path)
     if fmt == "npz":
         try:
             with zipfile.ZipFile(path) as zf:
@@ -473,6 +476,182 @@ def read_megatron(spec: str | Path | Sequence[str | Path]) -> tuple[torch.Tensor
 
 
 # ---------------------------------------------------------------------------------------
+# TensorRT-LLM expert statistics and vLLM saved EPLB load windows (.safetensors)
+
+_TRTLLM_KEY = re.compile(r"^(\d{1,12})_(\d{1,6})$")            # "{iteration}_{layer}"
+_TRTLLM_RANK_FILE = re.compile(r"^rank(\d+)\.safetensors$")
+# Files TensorRT-LLM writes beside the counts, with the same key names but other contents.
+_TRTLLM_OTHER = re.compile(r"(^cooccurrence_rank|^token_selected_experts_rank|_raw\.safetensors$)")
+_META_FILE_BYTES = 1 << 20
+
+
+def _safetensors_kind(path: Path) -> str:
+    """"trtllm" when a ``.safetensors`` file's tensors are named ``{iteration}_{layer}``, else
+    "vllm_eplb"."""
+    names = list(safetensors_file.read_header(path)[0])
+    return "trtllm" if names and all(_TRTLLM_KEY.match(n) for n in names) else "vllm_eplb"
+
+
+def _trtllm_files(paths: list[Path]) -> tuple[list[Path], Path | None]:
+    """(the per-rank count files, meta_info.json or None) among ``paths`` (a statistics
+    directory holds more: co-occurrence and raw token files, which are not counts)."""
+    counts = [p for p in paths if p.suffix.lower() == ".safetensors" and not _TRTLLM_OTHER.search(p.name)]
+    ranked = [p for p in counts if _TRTLLM_RANK_FILE.match(p.name)]
+    counts = ranked or counts
+    meta = [p for p in paths if p.name == "meta_info.json"]
+    if not counts:
+        raise _fail(paths[0], "no TensorRT-LLM count file (rank<N>.safetensors) among the files given")
+    return counts, (meta[0] if meta else None)
+
+
+def read_trtllm(spec: str | Path | Sequence[str | Path]) -> tuple[torch.Tensor, dict[str, Any]]:
+    """(loads [iterations, layers, experts], meta) from TensorRT-LLM's expert statistics: the
+    directory ``EXPERT_STATISTIC_PATH`` (or its files) written when
+    ``EXPERT_STATISTIC_ITER_RANGE`` is set: ``meta_info.json`` (``num_experts``,
+    ``num_experts_per_token``) and one ``rank<N>.safetensors`` per rank whose tensors, named
+    ``{iteration}_{layer}``, count the tokens routed to each expert ([experts] int32) by
+    that rank. Counts are summed over the ranks (as TensorRT-LLM's own reader does); the
+    iterations must be consecutive and every (iteration, layer) present. Layers keep their
+    model numbers in ``meta["layer_numbers"]`` (only MoE layers are recorded)."""
+    files, meta_path = _trtllm_files(expand_paths(spec))
+    meta: dict[str, Any] = {}
+    if meta_path is not None:
+        if meta_path.stat().st_size > _META_FILE_BYTES:
+            raise _fail(meta_path, f"is {meta_path.stat().st_size} bytes (limit {_META_FILE_BYTES})")
+        meta = filecheck.parse_meta(meta_path.read_bytes(), meta_path, "meta_info")
+    num_experts = meta.get("num_experts")
+    if num_experts is not None and (isinstance(num_experts, bool) or not isinstance(num_experts, int)):
+        raise _fail(meta_path, f"meta_info.num_experts must be an integer, got {num_experts!r:.40}")
+    summed: dict[tuple[int, int], torch.Tensor] = {}
+    grand = 0.0
+    for path in files:
+        header = safetensors_file.read_header(path)[0]
+        bad = next((n for n in header if not _TRTLLM_KEY.match(n)), None)
+        if bad is not None:
+            raise _fail(path, f"tensor {bad[:60]!r} is not named {{iteration}}_{{layer}} (not a TensorRT-LLM "
+                        f"expert statistic file)")
+        for name, t in safetensors_file.read_tensors(path).items():
+            t = _as_tensor(t, path, f"tensor {name!r}")
+            if t.dim() != 1 or t.numel() == 0:
+                raise _fail(path, f"tensor {name!r} must be a non-empty [experts] count vector, got shape "
+                            f"{tuple(t.shape)}")
+            E = num_experts if num_experts is not None else next(iter(summed.values()), t).numel()
+            if t.numel() != E:
+                raise _fail(path, f"tensor {name!r} counts {t.numel()} experts, expected {E}"
+                            + (" (meta_info.num_experts)" if num_experts is not None else ""))
+            _check_values(t, path, f"tensor {name!r}")
+            if not t.is_floating_point():
+                grand += float(t.sum(dtype=torch.float64))
+                _check_total(grand, path, "counts of all ranks")
+            it, layer = (int(x) for x in _TRTLLM_KEY.match(name).groups())
+            key = (it, layer)
+            t = t.to(torch.float64) if t.is_floating_point() else t.to(torch.int64)
+            summed[key] = summed[key] + t if key in summed else t.clone()
+    if not summed:
+        raise _fail(files[0], "holds no counts")
+    iters = sorted({i for i, _ in summed})
+    layers = sorted({l for _, l in summed})
+    if iters[-1] + 1 - iters[0] != len(iters):
+        missing = sorted(set(range(iters[0], iters[-1] + 1)) - set(iters))[:5]
+        raise _fail(files[0], f"iterations {iters[0]}..{iters[-1]} are not consecutive (missing {missing})")
+    absent = next(((i, l) for i in iters for l in layers if (i, l) not in summed), None)
+    if absent is not None:
+        raise _fail(files[0], f"iteration {absent[0]} has no counts for layer {absent[1]} (every iteration "
+                    f"must record every layer)")
+    floating = any(t.is_floating_point() for t in summed.values())
+    out = torch.stack([torch.stack([summed[(i, l)].to(torch.float64) if floating else summed[(i, l)]
+                                    for l in layers]) for i in iters])
+    extra = {"layer_numbers": layers, "iterations": [iters[0], iters[-1] + 1], "ranks": len(files)}
+    if meta.get("num_experts_per_token") is not None:
+        extra["top_k"] = meta["num_experts_per_token"]
+    return _check_values(out, files[0]), extra
+
+
+# vLLM saves the all-reduced logical load of its window (EPLBConfig(save_load_window=True,
+# save_dir=...): global_expert_load_window_i<N>.safetensors); the tensor's name is not part of
+# a documented layout, so these names are tried first, then the file's only tensor.
+VLLM_EPLB_KEYS = ("global_expert_load_window", "expert_load_window", "logical_expert_load", "expert_load",
+                  "loads", "weights")
+_VLLM_EPLB_INDEX = re.compile(r"_i(\d+)\.safetensors$")
+_MAP_KEY = "physical_to_logical_map"
+
+
+def read_slot_map(path: str | Path, num_layers: int | None = None) -> torch.Tensor:
+    """physical_to_logical_map [layers, physical] from a JSON slot map as vLLM's offline
+    EPLB reads it: one list of logical ids shared by every MoE layer, a list per layer, or an
+    object holding ``physical_to_logical_map``. ``num_layers`` expands a shared list."""
+    path = Path(path)
+    if path.stat().st_size > filecheck.MAX_META_BYTES * 64:
+        raise _fail(path, f"slot map is {path.stat().st_size} bytes (limit {filecheck.MAX_META_BYTES * 64})")
+    try:
+        with path.open("rb") as fh:
+            obj = safejson.load(fh, max_depth=4)
+    except (OSError, ValueError) as exc:
+        raise _fail(path, f"cannot read the slot map ({type(exc).__name__}: {str(exc)[:80]})") from None
+    if isinstance(obj, dict):
+        if _MAP_KEY not in obj:
+            raise _fail(path, f"slot map object has no {_MAP_KEY!r}")
+        obj = obj[_MAP_KEY]
+    m = _as_tensor(obj, path, "slot map")
+    if m.is_floating_point() or m.dim() not in (1, 2) or m.numel() == 0:
+        raise _fail(path, f"slot map must be integer logical ids, one list or one per layer, got "
+                    f"{m.dtype} {tuple(m.shape)}")
+    if m.dim() == 1:
+        m = m.unsqueeze(0).expand(num_layers or 1, -1)
+    if num_layers is not None and m.shape[0] != num_layers:
+        raise _fail(path, f"slot map has {m.shape[0]} layers, the loads {num_layers}")
+    return m
+
+
+def read_vllm_eplb(spec: str | Path | Sequence[str | Path]) -> tuple[torch.Tensor, dict[str, Any]]:
+    """(loads [windows, layers, experts], meta) from vLLM's saved EPLB load windows:
+    ``.safetensors`` files holding a ``[layers, experts]`` load (one saved window; a
+    ``[steps, layers, experts]`` window is kept step by step). Several files
+    (``global_expert_load_window_i0, _i1, ...``) are consecutive windows, ordered by their
+    index. A load over physical slots is mapped to logical experts by a
+    ``physical_to_logical_map [layers, physical]`` stored in the file or by one JSON slot map
+    among the files given (:func:`read_slot_map`)."""
+    paths = expand_paths(spec)
+    files = [p for p in paths if p.suffix.lower() == ".safetensors"]
+    maps = [p for p in paths if p.suffix.lower() == ".json"]
+    if not files:
+        raise _fail(paths[0], "no .safetensors load window among the files given")
+    if len(maps) > 1:
+        raise _fail(maps[0], f"{len(maps)} JSON files given: at most one slot map")
+    files.sort(key=lambda p: (int(m[1]) if (m := _VLLM_EPLB_INDEX.search(p.name)) else -1, p.name))
+    parts = []
+    for path in files:
+        header = safetensors_file.read_header(path)[0]
+        key = next((k for k in VLLM_EPLB_KEYS if k in header), None)
+        rest = [k for k in header if k != _MAP_KEY]
+        if key is None and len(rest) == 1:
+            key = rest[0]
+        if key is None:
+            raise _fail(path, f"no load tensor: expected one of {', '.join(VLLM_EPLB_KEYS)} or a single tensor, "
+                        f"found {', '.join(n[:40] for n in header) or 'none'}")
+        got = safetensors_file.read_tensors(path, [key] + ([_MAP_KEY] if _MAP_KEY in header else []))
+        t = _check_values(_as_tensor(got[key], path, key), path, key)
+        if t.dim() == 2:
+            t = t.unsqueeze(0)
+        if t.dim() != 3 or 0 in t.shape:
+            raise _fail(path, f"{key} must be [layers, experts] (or [steps, layers, experts]), none empty, got "
+                        f"{tuple(got[key].shape)}")
+        p2l = got.get(_MAP_KEY)
+        if p2l is None and maps:
+            p2l = read_slot_map(maps[0], t.shape[1])
+        if p2l is not None:
+            t = _physical_to_logical(t, p2l, None, path)
+        if parts and t.shape[1:] != parts[0].shape[1:]:
+            raise _fail(path, f"{key} is [*, {t.shape[1]}, {t.shape[2]}], {files[0].name} has "
+                        f"[*, {parts[0].shape[1]}, {parts[0].shape[2]}]")
+        parts.append(t)
+    if any(p.is_floating_point() for p in parts):
+        parts = [p.to(torch.float64) for p in parts]
+    out = torch.cat(parts)
+    return _check_values(_integral(out), files[0]), {"windows": len(files)}
+
+
+# ---------------------------------------------------------------------------------------
 # CSV, npz, pt, json
 
 # CSV files are parsed in blocks of about this many characters by numpy's C reader:
@@ -677,21 +856,35 @@ def read_json(path: str | Path) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------
 # Entry points
 
+def _detect_files(paths: list[Path]) -> str:
+    """The format of the files a spec names: a directory of TensorRT-LLM statistics or vLLM
+    load windows holds other files beside the counts (meta_info.json, a slot map), so any
+    ``.safetensors`` among several files decides; else the first file's format."""
+    tensors = [p for p in paths if p.suffix.lower() == ".safetensors"]
+    if len(paths) > 1 and tensors:
+        counts = [p for p in tensors if not _TRTLLM_OTHER.search(p.name)] or tensors
+        return _safetensors_kind(counts[0])
+    return detect_format(paths[0])
+
+
 def read_raw(spec: str | Path | Sequence[str | Path], format: str | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
     """(loads as stored: [layers, experts] or [steps, layers, experts], meta) from any format
     (the format level under :func:`solvers.io.read_loads`, which drops dense layers and windows)."""
     paths = expand_paths(spec)
     if format is not None and format not in FORMATS:
         raise LoadFileError("format", f"must be one of {', '.join(FORMATS)}, got {format!r}")
-    fmt = format or detect_format(paths[0])
-    multi = fmt in ("sglang", "megatron")
+    fmt = format or _detect_files(paths)
+    multi = fmt in ("sglang", "megatron", "trtllm", "vllm_eplb")
     if len(paths) > 1 and not multi:
-        raise _fail(spec, f"{len(paths)} files given; only sglang per-rank and megatron per-rank "
-                    f"dumps are merged from several files")
+        raise _fail(spec, f"{len(paths)} files given; only sglang, megatron and trtllm per-rank dumps and "
+                    f"vllm_eplb windows are merged from several files")
     meta: dict[str, Any] = {"source": ", ".join(map(str, paths)) if len(paths) <= 4 else f"{paths[0]} (+{len(paths) - 1} files)",
                             "format": fmt}
     if fmt == "megatron":
         loads, meta["layer_numbers"] = read_megatron(paths)
+    elif fmt in ("trtllm", "vllm_eplb"):
+        loads, extra = (read_trtllm if fmt == "trtllm" else read_vllm_eplb)(paths)
+        meta = {**extra, **meta}
     elif fmt in ("npz", "pt"):
         loads, extra = (read_npz if fmt == "npz" else read_pt)(paths[0])
         meta = {**extra, **meta}
@@ -728,7 +921,7 @@ def read_weights(spec: str | Path | Sequence[str | Path], format: str | None = N
     """weights: [layers, experts], a 3-D trace summed over steps (a vLLM history is summed
     while it streams, in O(layers x experts) memory)."""
     paths = expand_paths(spec)
-    fmt = format or detect_format(paths[0])
+    fmt = format or _detect_files(paths)
     if fmt == "vllm" and len(paths) == 1:
         return sum_vllm(paths[0])
     loads, _ = read_raw(paths, fmt)
