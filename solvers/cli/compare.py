@@ -13,6 +13,7 @@ from ..io import read_loads, split_range
 from ..planfile import write_text_atomic
 from ..registry import get_solver
 from .inputs import aligned, problem_from_args, read_any_plan, write_csv
+from .rolling import compare_windows
 from .routing import routing_arg, token_bytes_arg
 from .args import flag_option, options_dict
 
@@ -55,6 +56,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     policies = policies or ["auto"]
     flag_option(options, "traffic_weight", args.traffic_weight, "--traffic-weight", solvers=names,
                 declared=any("traffic_weight" in get_solver(n).options for n in names), owner="traffic_aware")
+    if args.windows is not None:            # the ADRS / OpenEvolve benchmark's protocol (solvers.rolling)
+        return compare_windows(args, info, problem, names if args.solvers else default_solvers(holdout=True),
+                               options, policies)
     progress = _progress(len(planned_runs(problem, names, policies)))
     rows = compare_solvers(problem, names, policies=policies, holdout=holdout, previous=previous,
                            expert_bytes=expert_bytes if previous is not None else None,
