@@ -277,7 +277,56 @@ def csv_files(draw) -> tuple[str, bytes]:
     return ".csv", text.encode("utf-8")
 
 
-loads_files = st.one_of(npz_files(), megatron_files(), pt_files(), json_loads_files(), csv_files())
+# ---------------------------------------------------------------------------------------
+# .safetensors (TensorRT-LLM expert statistics, vLLM saved EPLB load windows)
+
+SAFETENSORS_DTYPES = {"I8": "<i1", "I16": "<i2", "I32": "<i4", "I64": "<i8", "U8": "|u1", "U64": "<u8", "F16": "<f2",
+                      "F32": "<f4", "F64": "<f8"}
+SAFETENSORS_NAMES = ["50_3", "50_4", "51_3", "51_4", "53_3", "0_0", "7", "1_2_3", "global_expert_load_window",
+                     "physical_to_logical_map", "expert_load", "x", "__metadata__"]
+
+
+@st.composite
+def safetensors_entry(draw, offset: int) -> tuple[dict, bytes]:
+    """One tensor's header entry and data: honest (shape and bytes agree) or forged (unknown
+    dtype, negative or huge shape, offsets outside the data or disagreeing with the shape)."""
+    code = draw(st.sampled_from(list(SAFETENSORS_DTYPES) + ["BOOL", "C64", "F8_E4M3", "str", 7]))
+    shape = draw(st.one_of(st.lists(st.integers(0, 5), max_size=3),
+                           st.lists(st.sampled_from([-1, 2**40, 2**62, 2**64, 1.5, "2", True]), min_size=1, max_size=3)))
+    numpy_code = SAFETENSORS_DTYPES.get(code) if isinstance(code, str) else None
+    try:
+        size = int(np.prod(shape)) if all(isinstance(d, int) and 0 <= d < 64 for d in shape) else 4
+        fill = draw(st.sampled_from([0, 1, 17, -3, 2**31 - 1, float("nan"), float("inf"), 1e30]))
+        data = np.full(size, fill).astype(numpy_code or "<i4").tobytes()
+    except (ValueError, OverflowError, TypeError):
+        data = bytes(4)
+    offsets = [offset, offset + len(data)]
+    if draw(st.integers(0, 5)) == 0:
+        offsets = draw(st.sampled_from([[offset, offset + len(data) + 4], [offset + 1, offset], [0, 2**62],
+                                        [-4, 0], [offset], "0-4", [offset, offset + 1.5]]))
+    return {"dtype": code, "shape": shape, "data_offsets": offsets}, data
+
+
+@st.composite
+def safetensors_files(draw) -> tuple[str, bytes]:
+    names = draw(st.lists(st.sampled_from(SAFETENSORS_NAMES), min_size=0, max_size=4, unique=True))
+    header: dict = {}
+    blobs = b""
+    for name in names:
+        if name == "__metadata__":
+            header[name] = draw(st.one_of(st.just({"format": "pt"}), json_values))
+            continue
+        entry, data = draw(safetensors_entry(len(blobs)))
+        header[name] = entry if draw(st.integers(0, 6)) else draw(json_values)
+        blobs += data
+    text = json.dumps(header).encode()
+    if not draw(st.integers(0, 6)):
+        text = draw(st.sampled_from([b"[]", b"{", b"\xff\xfe", b"null", b'{"a": ' * 80]))
+    length = len(text) if draw(st.integers(0, 5)) else draw(st.sampled_from([0, 7, 2**40, 2**64 - 1, len(text) + 9]))
+    return ".safetensors", draw(truncations(length.to_bytes(8, "little") + text + blobs))
+
+
+loads_files = st.one_of(npz_files(), megatron_files(), pt_files(), json_loads_files(), csv_files(), safetensors_files())
 
 # ---------------------------------------------------------------------------------------
 # Plan files

@@ -122,7 +122,7 @@ def _valid_plan_doc() -> dict:
 
 VALID_PLAN = _valid_plan_doc()
 LOADS = {"npz": fs.npz_files(), "megatron": fs.megatron_files(), "pt": fs.pt_files(),
-         "json": fs.json_loads_files(), "csv": fs.csv_files()}
+         "json": fs.json_loads_files(), "csv": fs.csv_files(), "safetensors": fs.safetensors_files()}
 PLANS = {"eplb": fs.eplb_plan_files(VALID_PLAN), "sglang": fs.sglang_plan_files(),
          "trtllm": fs.trtllm_plan_files(), "csv": fs.csv_plan_files()}
 

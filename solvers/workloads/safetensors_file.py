@@ -19,6 +19,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from .. import filecheck, safejson
@@ -27,12 +28,10 @@ from ..errors import LoadFileError
 # A statistics file's header lists a few thousand tensors (TensorRT-LLM: iterations x layers
 # names of ~60 bytes): 16 MB is far above any, and parsing it stays cheap.
 MAX_HEADER_BYTES = 16 << 20
-# TensorRT-LLM writes int32 counts; vLLM float32 or int64 windows.
-DTYPES = {"I8": torch.int8, "I16": torch.int16, "I32": torch.int32, "I64": torch.int64, "U8": torch.uint8,
-          "F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64}
-for _name, _torch in (("U16", "uint16"), ("U32", "uint32"), ("U64", "uint64")):
-    if hasattr(torch, _torch):
-        DTYPES[_name] = getattr(torch, _torch)
+# TensorRT-LLM writes int32 counts; vLLM float32 or int64 windows. Unsigned counts become
+# int64 (torch's unsigned types lack the reductions the checks use); BF16 has no numpy type.
+DTYPES = {"I8": "<i1", "I16": "<i2", "I32": "<i4", "I64": "<i8", "U8": "|u1", "U16": "<u2", "U32": "<u4",
+          "U64": "<u8", "F16": "<f2", "BF16": "<i2", "F32": "<f4", "F64": "<f8"}
 
 
 def _fail(path: Any, message: str) -> LoadFileError:
@@ -76,7 +75,7 @@ def read_header(path: str | Path) -> tuple[dict[str, dict[str, Any]], dict[str, 
         if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= set(entry):
             raise _fail(path, f"{field}: needs dtype, shape and data_offsets")
         dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-        if dtype not in DTYPES:
+        if not isinstance(dtype, str) or dtype not in DTYPES:
             raise _fail(path, f"{field}: dtype {str(dtype)[:20]!r} cannot hold loads "
                         f"(allowed: {', '.join(DTYPES)})")
         if not isinstance(shape, list) or len(shape) > 8 or not all(
@@ -86,13 +85,13 @@ def read_header(path: str | Path) -> tuple[dict[str, dict[str, Any]], dict[str, 
                 isinstance(o, int) and not isinstance(o, bool) for o in offsets)):
             raise _fail(path, f"{field}: data_offsets must be two integers")
         begin, end = offsets
-        itemsize = torch.empty((), dtype=DTYPES[dtype]).element_size()
+        itemsize = np.dtype(DTYPES[dtype]).itemsize
         nbytes = math.prod(shape) * itemsize
+        if nbytes > max_member:
+            raise _fail(path, f"{field}: declares {nbytes} bytes (limit {max_member})")
         if not 0 <= begin <= end <= data_bytes or end - begin != nbytes:
             raise _fail(path, f"{field}: data_offsets {begin}..{end} do not hold its {nbytes} bytes "
                         f"inside the file's {data_bytes} bytes of data")
-        if nbytes > max_member:
-            raise _fail(path, f"{field}: declares {nbytes} bytes (limit {max_member})")
         total += nbytes
         if total > max_total:
             raise _fail(path, f"its tensors declare {total} bytes or more (limit {max_total})")
@@ -118,9 +117,16 @@ def read_tensors(path: str | Path, names: list[str] | None = None) -> dict[str, 
                 data = bytearray(fh.read(t["end"] - t["begin"]))
                 if len(data) != t["end"] - t["begin"]:
                     raise _fail(path, f"tensor {name[:60]!r}: the file ends inside its data")
-                dtype = DTYPES[t["dtype"]]
-                flat = torch.frombuffer(data, dtype=dtype) if data else torch.empty(0, dtype=dtype)
-                out[name] = flat.reshape(t["shape"])
+                arr = np.frombuffer(data, dtype=DTYPES[t["dtype"]]).reshape(t["shape"])
+                if t["dtype"] == "BF16":
+                    out[name] = torch.from_numpy(arr.copy()).view(torch.bfloat16)
+                    continue
+                if arr.dtype.kind == "u" and arr.itemsize > 1:
+                    if arr.size and int(arr.max()) >= 2**63:
+                        raise _fail(path, f"tensor {name[:60]!r}: values reach {int(arr.max())}, beyond a 64-bit "
+                                    f"signed count")
+                    arr = arr.astype(np.int64)
+                out[name] = torch.from_numpy(arr.astype(arr.dtype.newbyteorder("="), copy=True))
     except OSError as exc:
         raise _fail(path, f"cannot read .safetensors file ({exc.strerror or exc})") from None
     return out
@@ -129,7 +135,8 @@ def read_tensors(path: str | Path, names: list[str] | None = None) -> dict[str, 
 def write_tensors(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
     """Write ``tensors`` (contiguous CPU tensors) as a ``.safetensors`` file: the layout
     TensorRT-LLM and vLLM write with ``safetensors.torch.save_file`` (tests and exporters)."""
-    names = {v: k for k, v in DTYPES.items()}
+    names = {torch.int8: "I8", torch.int16: "I16", torch.int32: "I32", torch.int64: "I64", torch.uint8: "U8",
+             torch.float16: "F16", torch.bfloat16: "BF16", torch.float32: "F32", torch.float64: "F64"}
     header: dict[str, Any] = {"__metadata__": dict(metadata)} if metadata else {}
     blobs, offset = [], 0
     for name, t in tensors.items():
