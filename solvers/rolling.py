@@ -24,6 +24,7 @@ solver on every pair are aggregated by :func:`aggregate` (means, worst cases, co
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from typing import Any, Callable, Iterable, Sequence
 
@@ -35,7 +36,6 @@ from .evaluate import score
 from .plan import Plan
 from .problem import Problem
 from .scoring import per_slot_loads
-from .workloads.windows import step_blocks
 
 # The benchmark's speed term: 0.002 s of planning (and scoring) per window scores 1.
 SPEED_SECONDS = 0.002
@@ -69,6 +69,15 @@ def speed_columns(balancedness_expert: float, seconds: float) -> dict[str, float
     mean seconds per window (planning and scoring)."""
     speed = SPEED_SECONDS / seconds if seconds > 0 else math.inf
     return {"bench_speed_score": speed, "bench_combined_score": (balancedness_expert + speed) / 2}
+
+
+def step_blocks(num_steps: int, size: int) -> list[tuple[int, int]]:
+    """[(start, stop)] of consecutive blocks of ``size`` steps covering all ``num_steps``: the
+    benchmark's windows (``range(0, T, size)``), whose last block keeps the remaining steps
+    even when fewer than ``size`` (:func:`solvers.workloads.windows` drops them)."""
+    if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1:
+        raise OptionError("windows", f"must be an integer >= 1 (steps per window), got {size!r}")
+    return [(start, min(start + size, num_steps)) for start in range(0, num_steps, size)]
 
 
 def window_pairs(trace: torch.Tensor, size: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:

@@ -133,3 +133,26 @@ def test_compare_windows_refusals_exit_2(adrs_file, capsys, extra, message):
     rc = main(["compare", "--loads", str(adrs_file), *CLUSTER, "--solvers", "deepseek", *extra])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and message in err[0]
+
+
+def test_bench_windows_instances_score_every_window():
+    """`eplb bench run --suite windows-tiny`: instances with the id suffix R run the protocol;
+    the row's benchmark columns are the means over every pair, as solvers.rolling computes them."""
+    from solvers.bench.instances import Instance, load_instance
+    from solvers.bench.suites import get_suite
+    from solvers.bench.tasks import Task, run_task, suite_tasks
+
+    tasks = suite_tasks(get_suite("windows-tiny"))
+    inst = Instance.from_id(tasks[0].instance)
+    assert inst.rolling and inst.id.endswith("T30W10R") and Instance.from_id(inst.id) == inst
+    row = run_task(Task(inst.id, "deepseek", {}, 0))
+    assert row["windows_scored"] == 2
+    loaded = load_instance(inst.id, 0)
+    _, per_window = rolling_compare(loaded.problem, loaded.trace, 10, ["deepseek"])
+    assert row["bench_balancedness_gpu"] == pytest.approx(sum(r["bench_balancedness_gpu"] for r in per_window) / 2)
+    assert row["rolling_holdout_imbalance_mean"] == pytest.approx(
+        sum(r["holdout_imbalance_mean"] for r in per_window) / 2)
+    # window 0 -> 1 is every task's own out-of-sample score: the first pair
+    assert row["holdout_imbalance_mean"] == pytest.approx(per_window[0]["holdout_imbalance_mean"])
+    plain = Instance.on("olmoe-1b-7b", "node-8", "drifting", layers=2, steps=30, window=10)
+    assert "windows_scored" not in run_task(Task(plain.id, "deepseek", {}, 0))

@@ -40,7 +40,7 @@ def cluster_of(model: str, shape: str) -> tuple[int, int, int]:
 
 
 _ID = re.compile(r"^(?P<model>[a-z0-9.\-]+)\|L(?P<layers>\d+)\|N(?P<nodes>\d+)xP(?P<gpus>\d+)xR(?P<replicas>\d+)"
-                 r"\|(?P<scenario>[a-z0-9.\-]+)\|T(?P<steps>\d+)W(?P<window>\d+)$")
+                 r"\|(?P<scenario>[a-z0-9.\-]+)\|T(?P<steps>\d+)W(?P<window>\d+)(?P<rolling>R?)$")
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,9 @@ class Instance:
     """One benchmark instance (all it takes to rebuild its loads, given a seed).
 
     The solver plans on window 0 (the sum of the first ``window`` steps) and the plan is
-    scored out of sample on window 1 when ``steps >= 2 * window``.
+    scored out of sample on window 1 when ``steps >= 2 * window``. ``rolling`` (id suffix
+    ``R``): also the ADRS / OpenEvolve benchmark's protocol over every window (plan on window
+    i, score on i+1; :mod:`solvers.bench.windows_task`).
     """
 
     model: str
@@ -59,31 +61,32 @@ class Instance:
     scenario: str
     steps: int
     window: int
+    rolling: bool = False
 
     @classmethod
     def on(cls, model: str, shape: str, scenario: str = "mild", *, layers: int | None = None,
-           steps: int = 40, window: int = 10) -> "Instance":
+           steps: int = 40, window: int = 10, rolling: bool = False) -> "Instance":
         """The instance of preset ``model`` on the named cluster ``shape`` (a key of
         :data:`solvers.cluster.CLUSTERS`)."""
         nodes, gpus, replicas = cluster_of(model, shape)
         if layers is not None and (isinstance(layers, bool) or not isinstance(layers, int) or layers < 1):
             raise OptionError("layers", f"must be a positive integer or None (all layers), got {layers!r}")
-        return cls(model, layers or MODELS[model].num_layers, nodes, gpus, replicas, scenario, steps, window)
+        return cls(model, layers or MODELS[model].num_layers, nodes, gpus, replicas, scenario, steps, window, rolling)
 
     @property
     def id(self) -> str:
         return (f"{self.model}|L{self.layers}|{cluster_id(self.nodes, self.gpus, self.replicas)}"
-                f"|{self.scenario}|T{self.steps}W{self.window}")
+                f"|{self.scenario}|T{self.steps}W{self.window}{'R' if self.rolling else ''}")
 
     @classmethod
     def from_id(cls, instance_id: str) -> "Instance":
         m = _ID.match(instance_id) if isinstance(instance_id, str) else None
         if m is None:
             raise OptionError("instance", f"malformed instance id {instance_id!r} "
-                              "(expected MODEL|L<layers>|N<nodes>xP<gpus>xR<replicas>|SCENARIO|T<steps>W<window>)")
+                              "(expected MODEL|L<layers>|N<nodes>xP<gpus>xR<replicas>|SCENARIO|T<steps>W<window>[R])")
         g = m.groupdict()
         return cls(g["model"], int(g["layers"]), int(g["nodes"]), int(g["gpus"]), int(g["replicas"]),
-                   g["scenario"], int(g["steps"]), int(g["window"]))
+                   g["scenario"], int(g["steps"]), int(g["window"]), g["rolling"] == "R")
 
     @property
     def shape_name(self) -> str:
@@ -105,13 +108,14 @@ class LoadedInstance:
     """problem: the sum of window 0; eval_problem: the sum of window 1 (None without one).
     plan_steps: [window, layers, experts] window 0's steps (what a planner of a history
     gets); eval_steps: window 1's steps (each scored on its own: the per-step held-out
-    imbalance), or None."""
+    imbalance), or None. trace: [steps, layers, experts] every step (float64)."""
 
     instance: Instance
     problem: Problem
     eval_problem: Problem | None
     plan_steps: torch.Tensor
     eval_steps: torch.Tensor | None
+    trace: torch.Tensor | None = None
 
 
 @lru_cache(maxsize=8)
@@ -134,4 +138,4 @@ def load_instance(instance_id: str, seed: int) -> LoadedInstance:
     steps = trace.loads.to(torch.float64)
     held = steps[inst.window:2 * inst.window] if wins.shape[0] >= 2 else None
     return LoadedInstance(inst, problem(wins[0]), problem(wins[1]) if wins.shape[0] >= 2 else None,
-                          steps[:inst.window], held)
+                          steps[:inst.window], held, steps)

@@ -28,6 +28,7 @@ from .analysis import (
     solver_table,
 )
 from .dynamics_report import dynamics_section, dynamics_summary, split_dynamics, summary_head
+from .windows_task import SECTION, windows_frame
 
 GAP_DEFINITION = (
     "**Gap to bound** (per layer): `objective / best lower bound - 1`, where objective is the plan's "
@@ -218,6 +219,14 @@ def render_summary(df: pd.DataFrame, meta: dict[str, Any], violations: list[str]
                   "served on every step of window 1: the sum over those steps of the busiest GPU's load "
                   "over the sum of the mean (1 is perfect), mean over seeds. Lower is better.", "",
                   markdown_table(ht, {c: "x" for c in ht.columns if c not in ("model", "shape", "scenario")})]
+    wt = windows_frame(df)
+    if not wt.empty:              # the EPLB benchmark's protocol (solvers.bench.windows_task)
+        lines += ["", "## The EPLB benchmark's windows protocol", "",
+                  "Each solver plans on every window of the trace and each plan is scored on the next window: "
+                  "the benchmark's balancedness (mean over max load, summed over layers; GPUs and slots), its "
+                  "speed score (0.002 s / mean time per window, planning and scoring) and combined score "
+                  "((slots balancedness + speed) / 2), beside the held-out imbalance; means over the pairs.", "",
+                  markdown_table(wt, {h: f for _, h, f in SECTION})]
     pt = proven_table(df)
     lines += ["", "## Gaps against proven optima", ""]
     if pt.empty:

@@ -59,6 +59,10 @@ COLUMNS = [
     "trace", "setting", "every", "threshold", "migration_slack", "migration", "migration_budget", "expert_bytes",
     "realised_imbalance_mean", "realised_imbalance_p99", "realised_imbalance_worst", "total_moves",
     "total_bytes", "rebalances", "tokens_lost", "steps_scored",
+    # the EPLB benchmark's protocol (instances with id suffix R: plan on every window i, score on
+    # i+1; means over the pairs; solvers.bench.windows_task)
+    "windows_scored", "bench_balancedness_gpu", "bench_balancedness_expert", "bench_speed_score",
+    "bench_combined_score", "rolling_holdout_imbalance_mean", "rolling_holdout_step_imbalance_mean",
 ]
 # Filled in when a run finishes, from all rows of the same instance and seed (analysis.derive).
 DERIVED = ["best_bound", "gap_mean", "gap_max", "gap_in_policy_mean", "gap_in_model_mean", "gap_best_known",

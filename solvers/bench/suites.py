@@ -16,6 +16,9 @@ Suites:
 - ``dynamics``: traces replayed under rebalancing settings (a period or a threshold, plain or
             migration-aware re-planning; :mod:`.dynamics_tasks`): realised imbalance, moves,
             bytes. A few minutes on 2 cores. ``dynamics-tiny``: seconds (tests).
+- ``windows``: the ADRS / OpenEvolve EPLB benchmark's protocol (its cluster, windows of 100
+            steps, each plan scored on the next window; the benchmark's balancedness and speed
+            score beside held-out imbalance). ``windows-tiny``: seconds (tests).
 """
 from __future__ import annotations
 
@@ -178,7 +181,17 @@ def _suites() -> dict[str, Suite]:
         DynamicsGroup((TraceInstance.generated("olmoe-1b-7b", "drifting", "node-8", layers=2, steps=24),),
                       ("deepseek",), rebalance_settings(6, threshold=1.05)),
     ))
-    return {s.name: s for s in (tiny, ci, full, dynamics, dynamics_tiny)}
+    # The ADRS / OpenEvolve EPLB benchmark's protocol: its cluster (DeepSeek-V3's 256 experts on 4
+    # nodes x 8 GPUs, 288 slots), windows of 100 steps, every window planned and scored on the next.
+    windows = Suite("windows", "the EPLB benchmark's protocol: windows of 100 steps, plan on i, score on i+1 "
+                    "(DeepSeek-V3, 4x8 GPUs, 288 slots)", seeds=(0,), groups=(
+        Group(grid(["deepseek-v3"], ["prefill-4x8"], ["drifting", "shifting-mix"], layers=8, steps=500, window=100,
+                   rolling=True), kinds=(HEURISTIC,), time_limit=5.0),
+    ))
+    windows_tiny = Suite("windows-tiny", "the windows protocol on one small trace, seconds (tests)", seeds=(0,),
+                         groups=(Group(grid(["olmoe-1b-7b"], ["node-8"], ["drifting"], layers=2, steps=30, window=10,
+                                            rolling=True), solvers=("deepseek", "kk_swap")),))
+    return {s.name: s for s in (tiny, ci, full, dynamics, dynamics_tiny, windows, windows_tiny)}
 
 
 SUITES: dict[str, Suite] = _suites()

@@ -31,6 +31,7 @@ from .instances import load_instance
 from .store import BAD_INPUT, BOUND_VIOLATION, HARD_FAILURES, INVALID_PLAN, options_key  # noqa: F401
 from .store import COLUMNS
 from .suites import DynamicsGroup, Suite
+from .windows_task import rolling_columns
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,8 @@ def run_task(task: Task, threads: int = 1) -> dict[str, Any]:
     row.update(objective=float(result.objective.sum()), objective_layers=_layers(result.objective),
                gap_own_mean=summary["gap_mean"], gap_own_max=summary["gap_max"],
                structure_bound_layers=_layers(result.policy_bound))
+    if loaded.instance.rolling:        # the EPLB benchmark's protocol over every window (id suffix R)
+        row.update(rolling_columns(loaded, task.solver, options, result))
     if bool((loaded.problem.weights == loaded.problem.weights.round()).all()):   # token counts: schedulable
         row.update(scheduled_imbalance_mean=score(loaded.problem, result.plan, split="scheduled").imbalance_mean)
     return row

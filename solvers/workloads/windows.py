@@ -42,13 +42,3 @@ def out_of_sample_pairs(trace: Trace | torch.Tensor, size: int) -> list[tuple[to
         raise OptionError("size", f"need at least two windows of {size} steps, the trace has "
                           f"{_loads(trace).shape[0]} steps")
     return [(w[i], w[i + 1]) for i in range(w.shape[0] - 1)]
-
-
-def step_blocks(num_steps: int, size: int) -> list[tuple[int, int]]:
-    """[(start, stop)] of consecutive blocks of ``size`` steps covering all ``num_steps``: the
-    ADRS / OpenEvolve EPLB benchmark's windows (``range(0, T, size)``), whose last block
-    keeps the remaining steps even when fewer than ``size`` (unlike :func:`windows`, which
-    drops them)."""
-    if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1:
-        raise OptionError("windows", f"must be an integer >= 1 (steps per window), got {size!r}")
-    return [(start, min(start + size, num_steps)) for start in range(0, num_steps, size)]
