@@ -9,12 +9,13 @@ workbench's metrics (certified gap to the bound in sample, held-out imbalance, p
 held-out imbalance), the benchmark's own score as its evaluator computes it:
 
 - ``bench_balancedness_gpu``: sum over layers of the mean GPU load / sum over layers of the
-  busiest GPU's load, on window i+1 (the shared scorer's ``balancedness_sum``);
+  busiest GPU's load, on window i+1 (what the shared scorer reports as ``balancedness_sum``);
 - ``bench_balancedness_expert``: the same over physical slots (each expert's load split
   evenly over its replicas);
 - ``bench_speed_score``: ``0.002 / mean time per window``, the time being the planning time
-  plus the scoring of the plan on window i+1 (the evaluator times both; our scorer is
-  vectorised, so a planner scores a higher speed here than under the evaluator's loop);
+  plus the simulation of the plan on window i+1 (the evaluator times both; the simulation
+  here is vectorised, so a planner scores a higher speed here than under the evaluator's
+  per-expert loop; compare speed scores within one run);
 - ``bench_combined_score``: ``(bench_balancedness_expert + bench_speed_score) / 2``, the
   number evolved programs are ranked by.
 
@@ -32,10 +33,9 @@ import torch
 
 from .compare import compare_solvers
 from .errors import OptionError
-from .evaluate import score
 from .plan import Plan
 from .problem import Problem
-from .scoring import per_slot_loads
+from .scoring import per_slot_loads, slots_to_gpus, uneven_slot_gpu
 
 # The benchmark's speed term: 0.002 s of planning (and scoring) per window scores 1.
 SPEED_SECONDS = 0.002
@@ -53,15 +53,17 @@ COLUMNS = ("solver", "policy", "windows", "failed", "bench_balancedness_gpu", "b
 
 
 def benchmark_score(holdout: Problem, plan: Plan) -> dict[str, float]:
-    """The benchmark's balancedness of ``plan`` on the loads of ``holdout`` (the next window):
-    GPUs (the shared scorer's ``balancedness_sum``: sum of the layers' mean GPU loads over the
-    sum of their busiest) and physical slots (the same ratio over slots)."""
-    gpu = score(holdout, plan).summary["balancedness_sum"]
+    """The benchmark's balancedness of ``plan`` on the loads of ``holdout`` (the next window),
+    from the shared per-slot loads (each expert's load split evenly over its replicas): over
+    GPUs (the sum over layers of the mean GPU load over the sum of the busiest GPU's, the
+    shared scorer's ``balancedness_sum``; means over the live GPUs) and over physical slots."""
     slots = per_slot_loads(holdout.weights.to(torch.float64), plan.phy2log.to(holdout.device),
                            plan.logcnt.to(holdout.device))                     # [L, R]
-    top = float(slots.max(-1).values.sum())
-    expert = float(slots.mean(-1).sum()) / top if top > 0 else 0.0
-    return {"bench_balancedness_gpu": gpu, "bench_balancedness_expert": expert}
+    gpu = slots_to_gpus(slots, uneven_slot_gpu(holdout), holdout.num_gpus)    # [L, P]
+    live = len(holdout.cluster.live_gpus)
+    top_gpu, top_slot = float(gpu.max(-1).values.sum()), float(slots.max(-1).values.sum())
+    return {"bench_balancedness_gpu": float(gpu.sum(-1).sum()) / live / top_gpu if top_gpu > 0 else 0.0,
+            "bench_balancedness_expert": float(slots.mean(-1).sum()) / top_slot if top_slot > 0 else 0.0}
 
 
 def speed_columns(balancedness_expert: float, seconds: float) -> dict[str, float]:

@@ -61,6 +61,8 @@ def test_benchmark_score_is_the_evaluators(adrs_file):
         assert got["bench_balancedness_gpu"] == pytest.approx(gpu, rel=1e-12)
         assert got["bench_balancedness_expert"] == pytest.approx(slots, rel=1e-12)
         assert 0 < slots < gpu <= 1
+        # the GPU balancedness is the shared scorer's sum form
+        assert got["bench_balancedness_gpu"] == pytest.approx(score(nxt, plan).summary["balancedness_sum"], rel=1e-12)
 
 
 def test_windows_follow_the_benchmark_and_keep_the_last_partial_one():
