@@ -7,8 +7,9 @@
     loads.trace     # [steps, moe_layers, experts] of the window (one step for a plain matrix)
 
 A ``--loads`` spec is, in order: an existing file, directory or glob pattern (read by
-:mod:`solvers.workloads.importers`: SGLang dumps, vLLM JSON histories (streamed), Megatron
-per-rank ``.npz``, CSV, ``.npz``, ``.pt``, JSON), else the name of a shipped dataset
+:mod:`solvers.workloads.importers`: SGLang dumps, vLLM JSON histories (streamed; the EPLB
+benchmark's ``expert-load.json``), Megatron per-rank ``.npz``, TensorRT-LLM expert statistics
+and vLLM saved EPLB load windows (``.safetensors``), CSV, ``.npz``, ``.pt``, JSON), else the name of a shipped dataset
 (``datasets/catalog.json``). ``FORMAT:SPEC`` forces a format (``vllm:run.json``); ``SPEC@A:B``
 keeps steps A..B-1 of a trace (Python slice bounds, either may be omitted), so one can plan
 on ``NAME@0:12`` and score on ``NAME@12:24`` (out of sample).

@@ -15,8 +15,13 @@ Formats (``format=`` names, detected from the suffix and content when not given)
   summed over the ranks of one pass and mapped back to logical experts. Several per-rank
   files (a directory or a glob) are merged.
 - ``vllm``: JSON ``{"load_history": [{"logical_expert_load": [[per expert] per layer]}, ...]}``,
-  one entry per step (the public EPLB benchmark's format). Streamed with ``ijson``: memory
+  one entry per step (the ADRS / OpenEvolve EPLB benchmark's ``expert-load.json``). Streamed with ``ijson``: memory
   holds the result and one step, not the parsed document.
+- ``trtllm``: TensorRT-LLM expert statistics (``EXPERT_STATISTIC_PATH``): ``meta_info.json``
+  and ``rank<N>.safetensors`` of ``[experts]`` counts named ``{iteration}_{layer}``, summed
+  over the ranks (:func:`read_trtllm`).
+- ``vllm_eplb``: vLLM's saved EPLB load windows (``global_expert_load_window_i<N>.safetensors``),
+  optionally over physical slots with a per-layer slot map (:func:`read_vllm_eplb`).
 - ``megatron``: Megatron-core per-rank ``.npz`` with ``loads [local_layers, forwards,
   physical_experts]``, ``ep_rank``, ``ep_size``, ``layer_numbers [local_layers]`` (and
   optionally ``physical_to_logical_map [local_layers, physical_experts]``); summed over
