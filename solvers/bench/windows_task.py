@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from solvers.entry import solve
+from solvers.errors import EPLBError, OptionError
 from solvers.evaluate import score
 from solvers.result import SolveResult
 from solvers.rolling import benchmark_score, speed_columns, window_pairs
@@ -23,16 +24,24 @@ def rolling_columns(loaded: LoadedInstance, solver: str, options: dict[str, Any]
                     first: SolveResult) -> dict[str, Any]:
     """The protocol's columns for ``solver`` (with ``options``; ``history`` is replaced by each
     window's steps) on the instance's whole trace; ``first`` is its result on window 0. A
-    window whose solve gives no plan ends the row's protocol there (``windows_scored``)."""
+    window whose solve gives no plan or fails ends the row's protocol there
+    (``windows_scored``; a failure's reason goes to ``message``)."""
     trace = loaded.trace
     pairs = window_pairs(trace, loaded.instance.window)
+    stopped = None
     problem = loaded.problem
     rows = []
     for i, ((a, b), (c, d)) in enumerate(pairs):
         opts = dict(options)
         if "history" in opts:
             opts["history"] = trace[a:b]
-        res = first if i == 0 else solve(problem.with_weights(trace[a:b].sum(0)), solver, **opts)
+        try:
+            res = first if i == 0 else solve(problem.with_weights(trace[a:b].sum(0)), solver, **opts)
+        except OptionError:
+            raise                      # a mistake in the suite or the command line: stop the run
+        except EPLBError as exc:       # a later window the solver fails on: the row says where
+            stopped = f"windows protocol stopped at window {i}: {exc}"
+            break
         if res.plan is None:
             break
         held = problem.with_weights(trace[c:d].sum(0))
@@ -42,10 +51,11 @@ def rolling_columns(loaded: LoadedInstance, solver: str, options: dict[str, Any]
         row["holdout"] = score(held, res.plan).imbalance_mean
         row["step"] = score(held, res.plan, tokens=trace[c:d]).imbalance_mean
         rows.append(row)
+    extra = {} if stopped is None else {"message": stopped}
     if not rows:
-        return {"windows_scored": 0}
+        return {"windows_scored": 0, **extra}
     mean = lambda key: sum(r[key] for r in rows) / len(rows)  # noqa: E731
-    return {"windows_scored": len(rows), "bench_balancedness_gpu": mean("bench_balancedness_gpu"),
+    return {**extra, "windows_scored": len(rows), "bench_balancedness_gpu": mean("bench_balancedness_gpu"),
             "bench_balancedness_expert": mean("bench_balancedness_expert"),
             **speed_columns(mean("bench_balancedness_expert"), mean("seconds")),
             "rolling_holdout_imbalance_mean": mean("holdout"), "rolling_holdout_step_imbalance_mean": mean("step")}
