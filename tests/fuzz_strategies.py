@@ -292,7 +292,8 @@ def safetensors_entry(draw, offset: int) -> tuple[dict, bytes]:
     dtype, negative or huge shape, offsets outside the data or disagreeing with the shape)."""
     code = draw(st.sampled_from(list(SAFETENSORS_DTYPES) + ["BOOL", "C64", "F8_E4M3", "str", 7]))
     shape = draw(st.one_of(st.lists(st.integers(0, 5), max_size=3),
-                           st.lists(st.sampled_from([-1, 2**40, 2**62, 2**64, 1.5, "2", True]), min_size=1, max_size=3)))
+                           st.lists(st.sampled_from([-1, 2**40, 2**62, 2**64, 1.5, "2", True]),
+                                    min_size=1, max_size=3)))
     numpy_code = SAFETENSORS_DTYPES.get(code) if isinstance(code, str) else None
     try:
         size = int(np.prod(shape)) if all(isinstance(d, int) and 0 <= d < 64 for d in shape) else 4

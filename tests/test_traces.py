@@ -209,7 +209,8 @@ def test_cli_plans_on_each_format(tmp_path, capsys):
     write_expert_load_json(tmp_path / "expert-load.json", steps=4, layers=2, experts=16)
     write_tensors(tmp_path / "global_expert_load_window_i0.safetensors",
                   {"global_expert_load_window": torch.arange(32, dtype=torch.float32).reshape(2, 16)})
-    for spec in (tmp_path / "trt", tmp_path / "expert-load.json", tmp_path / "global_expert_load_window_i0.safetensors"):
+    for spec in (tmp_path / "trt", tmp_path / "expert-load.json",
+                 tmp_path / "global_expert_load_window_i0.safetensors"):
         rc = main(["plan", "--loads", str(spec), "--replicas", "20", "--gpus", "4", "--out", str(tmp_path / "p.json")])
         assert rc == 0, capsys.readouterr().err
         assert json.loads((tmp_path / "p.json").read_text())["problem"]["num_experts"] == 16

@@ -49,7 +49,8 @@ DESCRIPTION = "Run an EPLB benchmark suite."
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """The runner's options, on its own parser and on ``eplb bench run`` alike (torch-free)."""
-    p.add_argument("--suite", required=True, help="suite name (tiny, ci, full, dynamics, dynamics-tiny, windows, windows-tiny)")
+    p.add_argument("--suite", required=True,
+                   help="suite name (tiny, ci, full, dynamics, dynamics-tiny, windows, windows-tiny)")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--solvers", help="comma-separated solver names (default: every available one)")
     p.add_argument("--time-limit", type=float, help="seconds, for solvers with a time_limit option")

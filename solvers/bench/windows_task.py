@@ -66,7 +66,8 @@ SECTION = (("windows_scored", "pairs", "g"), ("bench_balancedness_gpu", "balance
            ("bench_balancedness_expert", "balancedness (slots)", "x"), ("bench_speed_score", "speed score", "x"),
            ("bench_combined_score", "combined score", "x"),
            ("rolling_holdout_imbalance_mean", "held-out imbalance", "x"),
-           ("rolling_holdout_step_imbalance_mean", "held-out per step", "x"), ("gap_mean", "gap to bound (window 0)", "pct"))
+           ("rolling_holdout_step_imbalance_mean", "held-out per step", "x"),
+           ("gap_mean", "gap to bound (window 0)", "pct"))
 
 
 def windows_frame(df):

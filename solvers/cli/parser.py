@@ -117,7 +117,8 @@ def add_compare(sub) -> None:
                                                                  "(imbalance out of sample)")
     c.add_argument("--windows", type=int, default=None, metavar="K",
                    help="the EPLB benchmark's protocol: windows of K steps over the whole trace, plan on window i, "
-                        "score on window i+1; prints its balancedness and speed score beside held-out imbalance and gap")
+                        "score on window i+1; prints its balancedness and speed score beside held-out imbalance "
+                        "and gap")
     c.add_argument("--previous", default=None, help="plan in force (eplb, SGLang, TensorRT-LLM or CSV): moves")
     c.add_argument("--expert-bytes", type=expert_bytes_arg, default=None,
                    help="bytes per expert (default: the model's)")
