@@ -89,7 +89,7 @@ def add_score(sub) -> None:
     s.add_argument("--nodes", type=int, default=1, help="engine maps: nodes N (default 1)")
     s.add_argument("--groups", type=int, default=None, help="engine maps: expert groups G (default 1)")
     add_real_cluster_args(s)
-    s.add_argument("--per-gpu", action="store_true", help="also print every GPU's load (and time, with speeds)")
+    s.add_argument("--per-gpu", action="store_true", help="also print every GPU's load / mean over the layers (mean, worst, hottest count) and each layer's hottest and coolest GPUs (and the same in time, with speeds); --json has the full [layers, GPUs] loads")
     add_network_args(s)
     s.add_argument("--transfer-model", choices=("rounds", "shared"), default="rounds",
                    help="with --previous: copies in one-peer rounds (vLLM's rule, default) or sharing each GPU's "
