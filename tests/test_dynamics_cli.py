@@ -44,6 +44,19 @@ def test_simulate_out_writes_tables_and_figure(trace_file, tmp_path, capsys):
     rows = (out / "steps.csv").read_text().splitlines()
     assert len(rows) == 1 + 16 - 3                                 # header + scored steps
     assert "realised imbalance" in capsys.readouterr().out
+    html = (out / "simulation.html").read_text()
+    assert "<script src=\"http" not in html and "Plotly.newPlot" in html and len(html) > 1_000_000   # opens offline
+
+
+def test_sweep_out_writes_the_table_and_the_frontier_figure(trace_file, tmp_path, capsys):
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--loads", trace_file, *CLUSTER, "--periods", "2,4", "--slacks", "plain,0.05",
+                 "--out", str(out)]) == 0
+    assert f"wrote {out / 'sweep.html'}" in capsys.readouterr().out
+    rows = (out / "sweep.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * 2
+    html = (out / "sweep.html").read_text()
+    assert "<script src=\"http" not in html and "frontier" in html and "replicas moved" in html
 
 
 def test_simulate_with_model_preset_cluster(tmp_path, capsys):

@@ -142,7 +142,7 @@ def write_profile(df: pd.DataFrame, out_dir: Path, kind: str = "auto") -> Path |
         except Exception:  # noqa: BLE001  no working browser here: fall back to HTML
             pass
     html = out_dir / "profile.html"
-    write_atomic(html, lambda tmp: fig.write_html(str(tmp), include_plotlyjs="cdn"))
+    write_atomic(html, lambda tmp: fig.write_html(str(tmp), include_plotlyjs=True))   # self-contained: opens offline
     png.unlink(missing_ok=True)
     return html
 
