@@ -119,6 +119,12 @@ def test_simulate_and_sweep_weigh_stalls(trace_file, capsys):
                  "--transfer-model", "shared", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["stall_seconds"] == 0 and out["interference_seconds"] > 0
+    # an async sweep says what background copies cost (stall 0 alone would read as free)
+    assert main(["sweep", *base, "--periods", "4", "--slacks", "plain", "--stall", "async", "--no-stall-aware"]) == 0
+    table = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| ")]
+    assert "interference s" in table[0]
+    cells = dict(zip([c.strip() for c in table[0].split("|")], [c.strip() for c in table[1].split("|")]))
+    assert float(cells["stall s"]) == 0 and float(cells["interference s"]) > 0
     one_error_line(capsys, ["simulate", *base, "--every", "4", "--async-interference", "0.5"], "--stall async")
     one_error_line(capsys, ["simulate", *base, "--every", "4", "--stall", "async", "--async-interference", "2"],
                    "async_interference")
