@@ -184,6 +184,15 @@ def certified_section(df: pd.DataFrame, target: float = CERTIFIED_TARGET) -> lis
                                                   "by bound")})]
 
 
+def _ended(run: dict[str, Any]) -> str:
+    """When a run whose rows were kept ended: its finish time, or, for a run that was stopped
+    (killed, interrupted: it never wrote one), that it was stopped and when it had started."""
+    if run.get("finished"):
+        return f"finished {run['finished']}"
+    started = f", started {run['started']}" if run.get("started") else ""
+    return f"stopped before it finished{started}"
+
+
 def render_summary(df: pd.DataFrame, meta: dict[str, Any], violations: list[str],
                    figure: Path | None, budgets: tuple[float, ...] = DEFAULT_BUDGETS_S) -> str:
     lines = summary_head(meta, f"{len(df)} runs on {df['instance'].nunique()} instances, seeds "
@@ -193,7 +202,7 @@ def render_summary(df: pd.DataFrame, meta: dict[str, Any], violations: list[str]
         first = kept[0]
         lines[-1] += (f" {first.get('rows')} of these rows were kept by --resume from an earlier run (commit "
                       f"{str(first.get('commit') or '?')[:12]}, machine {first.get('machine') or '?'}, "
-                      f"finished {first.get('finished') or '?'}); this run made the rest.")
+                      f"{_ended(first)}); this run made the rest.")
     lines += ["", GAP_DEFINITION, ""]
     if violations:
         lines += ["## HARD FAILURES", ""] + [f"- {v}" for v in violations] + [""]
