@@ -319,7 +319,11 @@ def add_sweep(sub) -> None:
 def add_microbatch(sub) -> None:
     m = sub.add_parser("microbatch", help="per-micro-batch imbalance of a plan, even vs scheduled split")
     add_loads(m, " (a [steps, layers, experts] trace)")
-    m.add_argument("--plan", required=True, help="plan JSON written by `eplb plan`")
+    m.add_argument("--plan", required=True, help="plan: eplb JSON (any cluster: uneven slots, failed GPUs, speeds), "
+                                                  "or an exported SGLang JSON, TensorRT-LLM YAML or CSV map")
+    m.add_argument("--gpus", type=int, default=None, help="GPUs of an engine map (an eplb plan records them)")
+    m.add_argument("--failed", default=None, metavar="IDS",
+                   help="ranks an engine map was padded for (failed GPUs: their slots serve nothing)")
     m.add_argument("--tokens-per-microbatch", type=int, default=None,
                    help="tokens per sampled micro-batch (default 4096)")
     m.add_argument("--top-k", type=int, default=None, help="experts per token (default 8)")
