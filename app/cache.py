@@ -221,15 +221,17 @@ def simulate(trace: torch.Tensor, cluster: Cluster, groups: int, solver: str, se
 
 
 @st.cache_data(show_spinner="Dispatching the micro-batches...", max_entries=32)
-def _microbatch(plan_sha: str, tokens_sha: str, num_gpus: int, model: str, _plan, _tokens: torch.Tensor) -> torch.Tensor:
+def _microbatch(plan_sha: str, tokens_sha: str, cluster_id: str, model: str, _plan, _tokens: torch.Tensor,
+                _cluster) -> torch.Tensor:
 
-    return compute.microbatch_imbalance(_plan, _tokens, num_gpus, model)
+    return compute.microbatch_imbalance(_plan, _tokens, _cluster, model)
 
 
-def microbatch_imbalance(plan, tokens: torch.Tensor, num_gpus: int, model: str) -> torch.Tensor:
-    """[B, L] per micro-batch and layer imbalance under a dispatch model, cached by content."""
-    return _microbatch(loads_mod.content_hash(plan.phy2log), loads_mod.content_hash(tokens), num_gpus, model,
-                       plan, tokens)
+def microbatch_imbalance(plan, tokens: torch.Tensor, cluster, model: str) -> torch.Tensor:
+    """[B, L] per micro-batch and layer imbalance under a dispatch model on the plan's cluster
+    (uneven slots and failed GPUs by its slot map), cached by content."""
+    return _microbatch(loads_mod.content_hash(plan.phy2log), loads_mod.content_hash(tokens), cluster.id, model,
+                       plan, tokens, cluster)
 
 
 def default_explore_inputs() -> tuple[Problem, str, dict[str, Any]]:

@@ -232,15 +232,16 @@ def compare_row(name: str, outcome: Outcome, holdout: Holdout | None) -> dict[st
 DISPATCH_MODELS = {"even split": "even", "scheduled split": "scheduled"}
 
 
-def microbatch_imbalance(plan: Plan, tokens: torch.Tensor, num_gpus: int, model: str = "even split") -> torch.Tensor:
+def microbatch_imbalance(plan: Plan, tokens: torch.Tensor, cluster, model: str = "even split") -> torch.Tensor:
     """[B, L] max / mean GPU load of every micro-batch and layer under a dispatch model
-    (:func:`solvers.dispatch.microbatches.microbatch_imbalance`). tokens: [B, L, E] counts.
+    (:func:`solvers.dispatch.microbatches.microbatch_imbalance`). tokens: [B, L, E] counts;
+    cluster: the plan's :class:`~solvers.Cluster` (or a GPU count for R/P slots each).
     "even split": each replica serves t_e / c_e; "scheduled split": per micro-batch, the split
     of each expert's tokens over its replicas with the smallest max GPU load."""
 
     if model not in DISPATCH_MODELS:
         raise ValueError(f"dispatch: must be one of {', '.join(DISPATCH_MODELS)}, got {model!r}")
-    return imbalance(plan, tokens, num_gpus, DISPATCH_MODELS[model])
+    return imbalance(plan, tokens, cluster, DISPATCH_MODELS[model])
 
 
 def common_start(results) -> int:

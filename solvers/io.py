@@ -22,7 +22,6 @@ count is kept (``dense_layers``) so exported maps get the engine's row count bac
 """
 from __future__ import annotations
 
-import glob
 import math
 import os
 import re
@@ -34,40 +33,14 @@ import numpy as np
 import torch
 
 from .errors import LoadFileError
-from .workloads.catalog import dataset_names, dataset_path, list_datasets
+from .workloads.catalog import dataset_path, list_datasets
+from .workloads.specs import resolve, split_range
 from .workloads.formats import FORMATS, suffix_of
 from .workloads.importers import read_raw
 from .workloads.trace import Loads
 
 
 _TEMP_PATH = re.compile(r"\S*eplb-loads-[^/\s]+/upload\.\w+")     # the copy of bytes read
-
-
-_RANGE = re.compile(r"^(?P<spec>.+)@(?P<start>-?\d*):(?P<stop>-?\d*)$")
-
-
-def split_range(spec: str | Path) -> tuple[str, slice | None]:
-    """(spec, step slice or None) for ``SPEC@A:B`` (a real path containing '@' wins)."""
-    text = str(spec)
-    m = _RANGE.match(text)
-    if m is None or Path(text).exists():
-        return text, None
-    to_int = lambda v: int(v) if v else None  # noqa: E731
-    return m["spec"], slice(to_int(m["start"]), to_int(m["stop"]))
-
-
-def _resolve(text: str) -> tuple[str | None, str | list[Path], str | None]:
-    """(forced format or None, what to read: the spec itself or [the dataset file], the
-    dataset name or None)."""
-    head, sep, rest = text.partition(":")                   # FORMAT:SPEC forces a format
-    fmt, text = (head, rest) if sep and head in FORMATS and not Path(text).exists() else (None, text)
-    if Path(text).exists() or (any(c in text for c in "*?[") and bool(glob.glob(text))):
-        return fmt, text, None
-    known = dataset_names()
-    if text in known:
-        return fmt, [dataset_path(text)], text
-    hint = f"; shipped datasets: {', '.join(known)}" if known else ""
-    raise LoadFileError("loads", f"{text}: no such file or dataset{hint}")
 
 
 def leading_zero_layers(loads: torch.Tensor) -> int:
@@ -151,7 +124,9 @@ def read_loads(source: str | os.PathLike | bytes | BinaryIO, format: str | None 
     base, spec_steps = split_range(spec)
     if spec_steps is not None and steps is not None:
         raise LoadFileError("steps", f"{spec}: give the window either as SPEC@A:B or as steps=, not both")
-    fmt, target, dataset = _resolve(base)
+    fmt, target, dataset = resolve(base)
+    if dataset is not None:
+        target = [dataset_path(dataset)]
     param = "loads" if spec_steps is not None else "steps"       # the window's origin: SPEC@A:B or steps=
     raw, meta = read_raw(target, format or fmt)
     raw, scale = rescale_extreme(raw, spec)

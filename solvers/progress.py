@@ -7,7 +7,8 @@ should take. :class:`Ticker` prints that from a background thread (torch release
 its kernels) every ``every`` seconds once ``after`` seconds have passed (short calls print
 nothing): on a terminal one line rewritten in place (``\\r``) and cleared at the end; with
 ``--progress`` on a pipe or file, a line every few seconds and a last one when the call
-ends. Time is read from :func:`solvers.clock.clock` (tests install a fake one), and
+ends; on a pipe without it, a line a minute once a call has run 30 s (a long replay is
+never silent in a log, a short command prints nothing). Time is read from :func:`solvers.clock.clock` (tests install a fake one), and
 :meth:`Ticker.tick` is what the thread calls, so tests drive it without waiting.
 
 This module imports only :mod:`solvers.clock` from the project.
@@ -24,15 +25,20 @@ from . import clock as _clock
 BAR_WIDTH = 20
 
 
+SPARSE_AFTER_S = 30.0     # a pipe without --progress: silent this long ...
+SPARSE_EVERY_S = 60.0     # ... then a line this often
+
+
 def progress_mode(requested: bool, stream: TextIO | None = None) -> str | None:
-    """"tty" (one line rewritten), "lines" (a line per report) or None (silent): a terminal
-    gets the line unless asked otherwise; a pipe or file only with ``--progress``."""
+    """"tty" (one line rewritten), "lines" (a line per report) or "sparse" (a line a minute
+    once past 30 s): a terminal gets the line, a pipe or file the lines with ``--progress``
+    and the sparse lines without."""
     stream = sys.stderr if stream is None else stream
     try:
         tty = stream.isatty()
     except (AttributeError, ValueError):
         tty = False
-    return "tty" if tty else ("lines" if requested else None)
+    return "tty" if tty else ("lines" if requested else "sparse")
 
 
 def as_mode(progress: bool | str | None, stream: TextIO | None = None) -> str | None:
@@ -42,9 +48,9 @@ def as_mode(progress: bool | str | None, stream: TextIO | None = None) -> str | 
         return None
     if progress is True:
         return progress_mode(True, stream)
-    if progress in ("tty", "lines"):
+    if progress in ("tty", "lines", "sparse"):
         return progress
-    raise ValueError(f"progress must be a bool, 'tty' or 'lines', got {progress!r}")
+    raise ValueError(f"progress must be a bool, 'tty', 'lines' or 'sparse', got {progress!r}")
 
 
 def _bar(frac: float) -> str:
@@ -72,8 +78,10 @@ class Ticker:
     def __init__(self, label: str, expected: float | None, mode: str | None, *, stream: TextIO | None = None,
                  every: float = 0.5, after: float = 1.0, clock: Callable[[], float] | None = None,
                  total: int | None = None, unit: str = "steps"):
-        if mode not in (None, "tty", "lines"):
-            raise ValueError(f"mode must be 'tty', 'lines' or None, got {mode!r}")
+        if mode not in (None, "tty", "lines", "sparse"):
+            raise ValueError(f"mode must be 'tty', 'lines', 'sparse' or None, got {mode!r}")
+        if mode == "sparse":
+            after, every = max(after, SPARSE_AFTER_S), max(every, 1.0)
         self.label, self.expected, self.mode = label, expected, mode
         self.total, self.unit, self.done = total, unit, 0
         self.stream = sys.stderr if stream is None else stream
@@ -97,7 +105,10 @@ class Ticker:
         if self.mode == "tty":
             self.stream.write("\r" + text.ljust(self.shown))    # padded over a longer previous line
             self.shown = max(self.shown, len(text))
-        elif final or now - self.last >= max(self.every, 5.0):   # a pipe or a log: a line every 5 s at most
+        else:                                                   # a pipe or a log: a line every 5 s at most
+            rate = SPARSE_EVERY_S if self.mode == "sparse" else max(self.every, 5.0)
+            if not (final or now - self.last >= rate):
+                return
             self.stream.write(text + "\n")
             self.last = now
         self.stream.flush()
@@ -125,7 +136,8 @@ class Ticker:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-            if self.mode == "lines":     # where a log ends: the last count and the time it took
+            # where a log ends: the last count and the time it took (sparse: only after earlier lines)
+            if self.mode == "lines" or (self.mode == "sparse" and self.last > -float("inf")):
                 self.tick(final=True)
         if self.shown:                   # the terminal line is cleared: the result follows
             self.stream.write("\r" + " " * self.shown + "\r")

@@ -102,7 +102,8 @@ def per_slot_loads(weights: torch.Tensor, phy2log: torch.Tensor, logcnt: torch.T
     and serves weights[..., e] / logcnt[..., e]. weights: [..., E], phy2log: [..., R],
     logcnt: [..., E] on one device; leading dimensions broadcast (steps, candidates, layers);
     the result has the weights' dtype. Every per-slot load in the project is this one."""
-    lead = torch.broadcast_shapes(weights.shape[:-1], phy2log.shape[:-1], logcnt.shape[:-1])
+    # numpy's shape arithmetic: torch.broadcast_shapes imports sympy on first use (1 s at start-up)
+    lead = np.broadcast_shapes(weights.shape[:-1], phy2log.shape[:-1], logcnt.shape[:-1])
     p2l = phy2log.expand(*lead, phy2log.shape[-1])
     return (weights.expand(*lead, weights.shape[-1]).gather(-1, p2l)
             / logcnt.expand(*lead, logcnt.shape[-1]).gather(-1, p2l).to(weights.dtype))

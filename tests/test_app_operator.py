@@ -5,6 +5,7 @@ Tests that replay traces or run several solvers through the app are marked slow.
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -395,6 +396,10 @@ def test_11_score_per_gpu_is_a_labelled_summary_without_float_noise(tmp_path, ca
     assert "e-1" not in out                                                 # no 1e-17 noise
     rows = [ln for ln in out.splitlines() if ln[:5].strip().isdigit()]
     assert len(rows) == 58 and "hottest" in out and "GPU" in rows[0]
+    # every GPU has its line (the help says every GPU), and no two cells run together
+    gpus = [ln for ln in out.splitlines() if ln.startswith("n") and "/GPU " in ln.split("  ")[0]]
+    assert [int(ln.split()[0].split("GPU")[0][1:-1]) for ln in gpus] == [g // 8 for g in range(32)]
+    assert all(re.search(r"\d\.\d{3}n\d", ln) is None for ln in rows)
 
 
 def test_11_compare_out_says_only_what_it_wrote(tmp_path, capsys, monkeypatch):

@@ -393,3 +393,15 @@ def test_planners_of_a_history_get_the_window_and_every_row_scores_each_held_out
     assert "risk_aware" in get_suite("full").groups[2].solvers        # the full suite's out-of-sample group
     assert {t.solver for t in suite_tasks(get_suite("full")) if "shifting-mix" in t.instance} >= {
         "deepseek", "kk_swap", "risk_aware", "ewma", "robust_sum"}
+
+
+def test_rows_kept_from_a_stopped_run_say_it_was_stopped():
+    """A run killed mid-way never wrote its finish time: the resumed summary says it was stopped
+    (and when it started), not 'finished ?'."""
+    from solvers.bench.report import _ended
+    from solvers.bench.run import kept_from
+
+    stopped = kept_from({"started": "2026-11-29T10:00:00+00:00", "finished": None}, 7)[0]
+    assert stopped["rows"] == 7 and _ended(stopped) == "stopped before it finished, started 2026-11-29T10:00:00+00:00"
+    done = kept_from({"started": "2026-11-29T10:00:00+00:00", "finished": "2026-11-29T10:05:00+00:00"}, 7)[0]
+    assert _ended(done) == "finished 2026-11-29T10:05:00+00:00"

@@ -32,6 +32,39 @@ def test_help_and_version_do_not_import_torch():
     assert "eplb 0.1.0" in out.stdout and "usage: eplb plan" in out.stdout
 
 
+def test_score_loads_only_what_it_runs(tmp_path):
+    """`eplb score` pays for torch and the scorer, not for the solvers, the benchmark harness,
+    pandas, scipy's LP or sympy (each a second or more of every start on 2 cores); a missing
+    input is refused before torch loads at all."""
+    readme = str(ROOT / "datasets" / "examples" / "readme.json")
+    cluster = ["--replicas", "16", "--groups", "4", "--nodes", "2", "--gpus", "8"]
+    assert main(["plan", "--loads", readme, *cluster, "--out", str(tmp_path / "plan.json")]) == 0
+    heavy = ("pandas", "scipy.optimize", "scipy.sparse", "sympy", "ortools", "pulp", "solvers.bench.run",
+             "solvers.builtin", "solvers.exact", "plotly")
+    code = ("import sys\n"
+            "from solvers.cli import main\n"
+            "rc = main(['score', '--loads', sys.argv[1], '--plan', sys.argv[2]])\n"
+            "print('RC', rc, [m for m in sys.argv[3].split(',') if m in sys.modules])\n"
+            "rc = main(['score', '--loads', 'nope.json', '--plan', sys.argv[2]])\n")
+    out = subprocess.run([sys.executable, "-c", code, readme, str(tmp_path / "plan.json"), ",".join(heavy)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "RC 0 []" in out.stdout, (out.stdout, out.stderr)
+    missing = ("import sys\n"
+               "from solvers.cli import main\n"
+               "for argv in (['score', '--loads', 'nope.json', '--plan', sys.argv[1]],\n"
+               "             ['score', '--loads', sys.argv[2], '--plan', 'nope.json'],\n"
+               "             ['plan', '--loads', 'readme-example@0:1', '--replicas', '16', '--groups', '4',\n"
+               "              '--nodes', '2', '--gpus', '8', '--previous', 'nope.json', '--out', 'x.json']):\n"
+               "    assert main(argv) == 2, argv\n"
+               "assert 'torch' not in sys.modules, 'torch imported before the missing file was refused'\n")
+    out = subprocess.run([sys.executable, "-c", missing, str(tmp_path / "plan.json"), readme],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert lines[0].startswith("eplb: error: loads: nope.json: no such file or dataset; shipped datasets: ")
+    assert lines[1:] == ["eplb: error: plan: nope.json: no such file", "eplb: error: previous: nope.json: no such file"]
+
+
 def test_library_packages_do_not_import_the_cli():
     for path in (ROOT / "solvers").rglob("*.py"):
         if "cli" in path.relative_to(ROOT / "solvers").parts:

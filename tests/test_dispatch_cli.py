@@ -54,6 +54,44 @@ def test_steps_as_microbatches_matches_the_library(trace_and_plan, capsys):
     assert float(line.split()[-1]) == pytest.approx(worst, abs=1e-4)
 
 
+def _steps_even_mean(capsys, argv) -> float:
+    capsys.readouterr()
+    assert main(["microbatch", *argv, "--steps-as-microbatches", "--json"]) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)["imbalance"]["even"]["mean"]
+
+
+def test_microbatch_reads_every_plan_kind_and_format(trace_and_plan, tmp_path, capsys):
+    """Uneven slot counts, failed GPUs and engine maps: the micro-batch figures are the shared
+    scorer's, so with the steps as micro-batches the even split's mean is `eplb score`'s
+    per-step imbalance (before: an uneven plan was read as R/P slots per GPU, and a plan made
+    with --failed ended in a reshape traceback)."""
+    trace, _ = trace_and_plan
+    cases = {"uneven": ["--replicas", "24", "--gpus", "4", "--gpu-slots", "8,4,8,4", "--solver", "kk_swap"],
+             "failed": ["--replicas", "24", "--gpus", "4", "--failed", "1", "--solver", "kk_swap"],
+             "speeds": ["--replicas", "24", "--gpus", "4", "--gpu-speed", "1,1,1.5,1.5", "--solver", "kk_swap"]}
+    tokens = torch.from_numpy(np.load(trace)["loads"])
+    for name, args in cases.items():
+        plan = tmp_path / f"{name}.json"
+        assert main(["plan", "--loads", str(trace), *args, "--out", str(plan)]) == 0, name
+        got = _steps_even_mean(capsys, ["--loads", str(trace), "--plan", str(plan)])
+        # the scorer, one step at a time: each step is a micro-batch
+        per_step = []
+        for t in range(tokens.shape[0]):
+            assert main(["score", "--loads", f"{trace}@{t}:{t + 1}", "--plan", str(plan), "--json"]) == 0
+            per_step.append(json.loads(capsys.readouterr().out)["imbalance_mean"])
+        assert got == pytest.approx(sum(per_step) / len(per_step), rel=1e-9), name
+    # an engine map (SGLang) needs --gpus; padded for a failed rank it needs --failed too
+    csv = tmp_path / "failed-sglang.json"
+    assert main(["convert", str(tmp_path / "failed.json"), "--out", str(csv), "--to", "sglang"]) == 0
+    capsys.readouterr()
+    assert main(["microbatch", "--loads", str(trace), "--plan", str(tmp_path / "uneven.json"), "--gpus", "8",
+                 "--steps-as-microbatches"]) == 2
+    assert "gpus: 8 contradicts" in capsys.readouterr().err
+    from_map = _steps_even_mean(capsys, ["--loads", str(trace), "--plan", str(csv), "--gpus", "4", "--failed", "1"])
+    assert from_map == pytest.approx(_steps_even_mean(capsys, ["--loads", str(trace), "--plan",
+                                                               str(tmp_path / "failed.json")]), rel=1e-12)
+
+
 def test_bad_input_is_one_line_and_status_2(trace_and_plan, tmp_path, capsys):
     trace, plan = trace_and_plan
     capsys.readouterr()

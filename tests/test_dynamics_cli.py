@@ -44,6 +44,19 @@ def test_simulate_out_writes_tables_and_figure(trace_file, tmp_path, capsys):
     rows = (out / "steps.csv").read_text().splitlines()
     assert len(rows) == 1 + 16 - 3                                 # header + scored steps
     assert "realised imbalance" in capsys.readouterr().out
+    html = (out / "simulation.html").read_text()
+    assert "<script src=\"http" not in html and "Plotly.newPlot" in html and len(html) > 1_000_000   # opens offline
+
+
+def test_sweep_out_writes_the_table_and_the_frontier_figure(trace_file, tmp_path, capsys):
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--loads", trace_file, *CLUSTER, "--periods", "2,4", "--slacks", "plain,0.05",
+                 "--out", str(out)]) == 0
+    assert f"wrote {out / 'sweep.html'}" in capsys.readouterr().out
+    rows = (out / "sweep.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * 2
+    html = (out / "sweep.html").read_text()
+    assert "<script src=\"http" not in html and "frontier" in html and "replicas moved" in html
 
 
 def test_simulate_with_model_preset_cluster(tmp_path, capsys):
@@ -106,6 +119,12 @@ def test_simulate_and_sweep_weigh_stalls(trace_file, capsys):
                  "--transfer-model", "shared", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["stall_seconds"] == 0 and out["interference_seconds"] > 0
+    # an async sweep says what background copies cost (stall 0 alone would read as free)
+    assert main(["sweep", *base, "--periods", "4", "--slacks", "plain", "--stall", "async", "--no-stall-aware"]) == 0
+    table = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| ")]
+    assert "interference s" in table[0]
+    cells = dict(zip([c.strip() for c in table[0].split("|")], [c.strip() for c in table[1].split("|")]))
+    assert float(cells["stall s"]) == 0 and float(cells["interference s"]) > 0
     one_error_line(capsys, ["simulate", *base, "--every", "4", "--async-interference", "0.5"], "--stall async")
     one_error_line(capsys, ["simulate", *base, "--every", "4", "--stall", "async", "--async-interference", "2"],
                    "async_interference")

@@ -22,7 +22,7 @@ class _Tty(io.StringIO):
 
 
 def test_the_mode_follows_the_stream_and_the_flag():
-    assert progress_mode(False, io.StringIO()) is None
+    assert progress_mode(False, io.StringIO()) == "sparse"
     assert progress_mode(True, io.StringIO()) == "lines"
     assert progress_mode(False, _Tty()) == "tty"
     assert as_mode(False) is None and as_mode("lines") == "lines"
@@ -67,6 +67,32 @@ def test_a_pipe_gets_a_line_every_five_seconds_and_a_last_one():
         t.close()
     assert out.getvalue().splitlines() == ["simulate: 3/10 steps [######..............] 2 s",
                                            "simulate: 10/10 steps [####################] 8 s"]
+
+
+def test_a_pipe_without_the_flag_hears_of_long_calls_only():
+    """A replay of many minutes piped to a log is not silent: a line a minute once it has run
+    30 s, and a last one; a call shorter than 30 s writes nothing."""
+    out, clk = io.StringIO(), FakeClock()
+    with fake_clock(clk):
+        t = Ticker("simulate", None, "sparse", stream=out, total=100).__enter__()
+        clk.advance(29.0)
+        t.tick()
+        assert out.getvalue() == ""
+        for _ in range(12):                       # two more minutes, reported every 10 s
+            clk.advance(10.0)
+            t.update(5)
+            t.tick()
+        t.close()
+    assert out.getvalue().splitlines() == ["simulate: 5/100 steps [#...................] 39 s",
+                                           "simulate: 35/100 steps [#######.............] 99 s",
+                                           "simulate: 60/100 steps [############........] 149 s"]
+    short, clk = io.StringIO(), FakeClock()
+    with fake_clock(clk):
+        t = Ticker("plan", 1.0, "sparse", stream=short).__enter__()
+        clk.advance(20.0)
+        t.tick()
+        t.close()
+    assert short.getvalue() == ""
 
 
 def _loads_file(tmp_path, shape=(2, 8)) -> str:

@@ -47,3 +47,12 @@ def test_bad_routing_file_is_one_line(tmp_path, capsys):
     code = main(["routing", "info", str(tmp_path / "bad.jsonl"), "--num-experts", "8"])
     err = capsys.readouterr().err
     assert code != 0 and "routing" in err and len(err.strip().splitlines()) == 1
+
+
+def test_each_routing_action_has_its_own_help(capsys):
+    assert main(["routing", "generate", "--help"]) == 0
+    gen = capsys.readouterr().out
+    assert gen.startswith("usage: eplb routing generate") and "--tokens" in gen and "--num-experts" not in gen
+    assert main(["routing", "convert", "--help"]) == 0
+    conv = capsys.readouterr().out
+    assert conv.startswith("usage: eplb routing convert") and "--num-experts" in conv and "--tokens" not in conv

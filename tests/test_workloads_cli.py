@@ -55,7 +55,10 @@ def test_plan_on_a_converted_trace_then_convert_the_plan(tmp_path, capsys):
     assert main(["convert", str(plan), "--out", str(tmp_path / "lb.yaml"), "--layer-offset", "3"]) == 0
     doc = yaml.safe_load((tmp_path / "lb.yaml").read_text())
     assert doc["num_slots"] == 16 and sorted(doc["initial_global_assignments"]) == [3, 4]
-    assert main(["convert", str(tmp_path / "lb.yaml"), "--out", str(tmp_path / "sg.json")]) == 0
+    # .json is an eplb plan or an SGLang map: without --to the command asks, it does not guess
+    assert main(["convert", str(tmp_path / "lb.yaml"), "--out", str(tmp_path / "sg.json")]) == 2
+    assert "pass --to eplb or --to sglang" in capsys.readouterr().err and not (tmp_path / "sg.json").exists()
+    assert main(["convert", str(tmp_path / "lb.yaml"), "--out", str(tmp_path / "sg.json"), "--to", "sglang"]) == 0
     assert main(["convert", str(tmp_path / "sg.json"), "--out", str(tmp_path / "back.json"), "--to", "eplb",
                  "--loads", "readme-example", "--num-experts", "12", *SHAPE[2:]]) == 0
     capsys.readouterr()

@@ -261,7 +261,7 @@ def _micro_batches(problem, result, loads, window, model) -> None:
             tokens = sample_microbatches(steps, int(n), int(size), min(top_k, problem.num_experts), int(seed))
         else:
             tokens = steps_as_microbatches(steps)
-        series = {m: cache.microbatch_imbalance(result.plan, tokens, problem.num_gpus, m) for m in chosen or []}
+        series = {m: cache.microbatch_imbalance(result.plan, tokens, problem.cluster, m) for m in chosen or []}
     except Exception as exc:  # noqa: BLE001  the library's message, never a traceback
         show_error(exc)
         return

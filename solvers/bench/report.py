@@ -143,7 +143,7 @@ def write_profile(df: pd.DataFrame, out_dir: Path, kind: str = "auto") -> Path |
         except Exception:  # noqa: BLE001  no working browser here: fall back to HTML
             pass
     html = out_dir / "profile.html"
-    write_atomic(html, lambda tmp: fig.write_html(str(tmp), include_plotlyjs="cdn"))
+    write_atomic(html, lambda tmp: fig.write_html(str(tmp), include_plotlyjs=True))   # self-contained: opens offline
     png.unlink(missing_ok=True)
     return html
 
@@ -185,6 +185,15 @@ def certified_section(df: pd.DataFrame, target: float = CERTIFIED_TARGET) -> lis
                                                   "by bound")})]
 
 
+def _ended(run: dict[str, Any]) -> str:
+    """When a run whose rows were kept ended: its finish time, or, for a run that was stopped
+    (killed, interrupted: it never wrote one), that it was stopped and when it had started."""
+    if run.get("finished"):
+        return f"finished {run['finished']}"
+    started = f", started {run['started']}" if run.get("started") else ""
+    return f"stopped before it finished{started}"
+
+
 def render_summary(df: pd.DataFrame, meta: dict[str, Any], violations: list[str],
                    figure: Path | None, budgets: tuple[float, ...] = DEFAULT_BUDGETS_S) -> str:
     lines = summary_head(meta, f"{len(df)} runs on {df['instance'].nunique()} instances, seeds "
@@ -194,7 +203,7 @@ def render_summary(df: pd.DataFrame, meta: dict[str, Any], violations: list[str]
         first = kept[0]
         lines[-1] += (f" {first.get('rows')} of these rows were kept by --resume from an earlier run (commit "
                       f"{str(first.get('commit') or '?')[:12]}, machine {first.get('machine') or '?'}, "
-                      f"finished {first.get('finished') or '?'}); this run made the rest.")
+                      f"{_ended(first)}); this run made the rest.")
     lines += ["", GAP_DEFINITION, ""]
     if violations:
         lines += ["## HARD FAILURES", ""] + [f"- {v}" for v in violations] + [""]

@@ -99,7 +99,7 @@ def kept_from(previous: dict[str, Any], rows: int) -> list[dict[str, Any]]:
     git, machine = previous.get("git") or {}, previous.get("machine") or {}
     here = {"rows": rows, "commit": git.get("commit"), "dirty": git.get("dirty"),
             "machine": machine.get("summary"), "command": (previous.get("settings") or {}).get("command"),
-            "finished": previous.get("finished")}
+            "started": previous.get("started"), "finished": previous.get("finished")}
     older = previous.get("kept_from")
     return [here] + (older if isinstance(older, list) else [])
 

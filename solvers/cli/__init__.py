@@ -27,6 +27,7 @@ from ..errors import EPLBError
 from . import args as _args
 from .args import EXIT_USAGE, LOADS_HELP, fail
 from .parser import SOLVER_OPTIONS_HELP, build_parser
+from .preflight import check_inputs
 
 
 def _terminated(signum, frame):  # noqa: ARG001
@@ -49,13 +50,15 @@ def _main(argv: Sequence[str] | None) -> int:
     _args.ARGV[:] = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(_args.ARGV)
+        check_inputs(args)
         # The one function-level import between project modules: the implementations (torch,
         # every solver) load only once the arguments are parsed, so --help and --version
-        # answer without importing torch.
-        from .commands import HANDLERS, SolverBug
+        # answer without importing torch; and then only the one command's module loads.
+        from ..grading import SolverBug
+        from .commands import handler
 
         try:
-            code = int(HANDLERS[args.handler](args) or 0)
+            code = int(handler(args.handler)(args) or 0)
             sys.stdout.flush()                     # a closed pipe shows here, not at interpreter exit
             return code
         except SolverBug as exc:  # not the user's fault: say so, exit 1

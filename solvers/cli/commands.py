@@ -1,25 +1,29 @@
-"""Each command's implementation by name (the parser's ``handler``). Imported by
-:func:`solvers.cli.main` once the arguments are parsed: this is where torch and every solver load."""
+"""Each command's implementation by name (the parser's ``handler``), loaded on demand.
+
+:func:`solvers.cli.main` asks for one handler once the arguments are parsed; only that
+command's module is imported (``eplb score`` never loads the benchmark harness, pandas or
+the exact solvers), so a command pays for what it runs.
+"""
 from __future__ import annotations
 
+import importlib
 from typing import Callable
 
-from ..grading import SolverBug
-from .bench import cmd_bench_run, cmd_recommend
-from .catalogue import cmd_solvers
-from .compare import cmd_compare
-from .dispatch import cmd_microbatch
-from .dynamics import cmd_simulate, cmd_sweep
-from .plan import cmd_plan
-from .routing import cmd_routing
-from .score import cmd_score
-from .workloads import cmd_convert, cmd_datasets, cmd_generate
-
-HANDLERS: dict[str, Callable] = {
-    "plan": cmd_plan, "score": cmd_score, "compare": cmd_compare, "solvers": cmd_solvers,
-    "generate": cmd_generate, "convert": cmd_convert, "datasets": cmd_datasets,
-    "bench run": cmd_bench_run, "recommend": cmd_recommend,
-    "simulate": cmd_simulate, "sweep": cmd_sweep, "microbatch": cmd_microbatch, "routing": cmd_routing,
+# command -> (module under solvers.cli, function)
+HANDLERS: dict[str, tuple[str, str]] = {
+    "plan": ("plan", "cmd_plan"), "score": ("score", "cmd_score"), "compare": ("compare", "cmd_compare"),
+    "solvers": ("catalogue", "cmd_solvers"), "generate": ("workloads", "cmd_generate"),
+    "convert": ("workloads", "cmd_convert"), "datasets": ("workloads", "cmd_datasets"),
+    "bench run": ("bench", "cmd_bench_run"), "recommend": ("bench", "cmd_recommend"),
+    "simulate": ("dynamics", "cmd_simulate"), "sweep": ("dynamics", "cmd_sweep"),
+    "microbatch": ("dispatch", "cmd_microbatch"), "routing": ("routing", "cmd_routing"),
 }
 
-__all__ = ["HANDLERS", "SolverBug"]
+
+def handler(name: str) -> Callable:
+    """The implementation of command ``name`` (imports its module only)."""
+    module, function = HANDLERS[name]
+    return getattr(importlib.import_module(f"{__package__}.{module}"), function)
+
+
+__all__ = ["HANDLERS", "handler"]

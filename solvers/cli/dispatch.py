@@ -18,7 +18,9 @@ import torch
 from ..dispatch.microbatches import imbalance_stats, microbatch_imbalance, sample_microbatches, steps_as_microbatches
 from ..errors import OptionError
 from ..io import read_loads
-from ..planfile import read_plan
+from ..cluster import Cluster
+from ..cluster_text import gpu_ids
+from ..workloads.exporters import live_map, read_plan_for_loads
 from ..safewrite import write_text_atomic
 from .inputs import dropped_note
 
@@ -28,13 +30,16 @@ def cmd_microbatch(args: argparse.Namespace) -> int:
     if args.steps_as_microbatches and any(v is not None for v in sampling):
         raise OptionError("steps_as_microbatches", "takes the trace's steps as they are: do not pass "
                           "--tokens-per-microbatch, --top-k or --microbatches with it")
-    plan, doc = read_plan(args.plan)
-    shape = doc["problem"]
     info = read_loads(args.loads)                   # MoE layers: leading all-zero layers dropped
     trace = info.trace if info.trace is not None else info.weights.unsqueeze(0)
-    if trace.dim() != 3 or tuple(trace.shape[1:]) != (shape["num_layers"], shape["num_experts"]):
+    # every plan format `eplb score` reads: an eplb file records its cluster (uneven slots,
+    # failed GPUs, speeds); an engine map records no GPU count and takes --gpus
+    plan, shape, _, _ = read_plan_for_loads(args.plan, info.num_layers, info.num_experts)
+    plan, cluster = _plan_cluster(args, plan, shape)
+    L, E = plan.num_layers, plan.logcnt.shape[-1]
+    if trace.dim() != 3 or tuple(trace.shape[1:]) != (L, E):
         raise OptionError("loads", f"{args.loads} has shape {tuple(trace.shape)} but the plan is for "
-                          f"[steps, {shape['num_layers']}, {shape['num_experts']}]")
+                          f"[steps, {L}, {E}]")
     if args.steps_as_microbatches:
         tokens = steps_as_microbatches(trace)
         source = {"microbatches": "steps", "count": int(tokens.shape[0])}
@@ -46,10 +51,9 @@ def cmd_microbatch(args: argparse.Namespace) -> int:
         tokens = sample_microbatches(trace, b, n, k, args.seed)
         source = {"microbatches": "sampled", "count": b, "tokens_per_microbatch": n, "top_k": k,
                   "seed": args.seed}
-    P = shape["num_gpus"]
-    imbalance = {split: microbatch_imbalance(plan, tokens, P, split) for split in ("even", "scheduled")}
-    summary = {"plan": str(args.plan), "loads": str(args.loads), **source, "layers": shape["num_layers"],
-               "gpus": P, "replicas": shape["num_replicas"],
+    imbalance = {split: microbatch_imbalance(plan, tokens, cluster, split) for split in ("even", "scheduled")}
+    summary = {"plan": str(args.plan), "loads": str(args.loads), **source, "layers": L,
+               "gpus": cluster.num_gpus, "live_gpus": len(cluster.live_gpus), "replicas": cluster.num_replicas,
                "imbalance": {split: imbalance_stats(v) for split, v in imbalance.items()}}
     if args.out:
         out = Path(args.out)
@@ -62,13 +66,37 @@ def cmd_microbatch(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2))
     else:
         print(f"plan {args.plan} on {source['count']} micro-batches ({source['microbatches']}) x "
-              f"{shape['num_layers']} layers{dropped_note(info)}: max / mean GPU load per micro-batch and layer")
+              f"{L} layers{dropped_note(info)} on {cluster.describe()}: max / mean GPU load (tokens, over the live "
+              "GPUs) per micro-batch and layer")
         print(f"{'split':<10} {'mean':>8} {'p50':>8} {'p99':>8} {'worst':>8}")
         for split, s in summary["imbalance"].items():
             print(f"{split:<10} {s['mean']:8.4f} {s['p50']:8.4f} {s['p99']:8.4f} {s['worst']:8.4f}")
         for path in summary.get("written", []):
             print(f"wrote {path}")
     return 0
+
+
+def _plan_cluster(args: argparse.Namespace, plan, shape: dict | None):
+    """(plan, the cluster it was made for): recorded in an eplb plan file (slot counts, failed
+    GPUs and speeds included); for an engine map, --gpus GPUs (and --failed ranks, whose padded
+    slots serve nothing) with the map's slots spread evenly."""
+    if shape and {"num_nodes", "num_gpus", "num_replicas"} <= set(shape):
+        if args.gpus is not None and args.gpus != shape["num_gpus"]:
+            raise OptionError("gpus", f"{args.gpus} contradicts {args.plan}, made for {shape['num_gpus']} GPUs; "
+                              "leave --gpus out")
+        return plan, Cluster(shape["num_nodes"], shape["num_gpus"], shape["num_replicas"],
+                             gpu_speed=shape.get("gpu_speed"), gpu_slots=shape.get("gpu_slots"))
+    gpus = args.gpus or (shape or {}).get("num_gpus")
+    if not gpus:
+        raise OptionError("gpus", f"{args.plan} is an engine map that does not record GPUs; pass --gpus")
+    if plan.num_replicas % gpus:
+        raise OptionError("gpus", f"{args.plan} has {plan.num_replicas} slots per layer, not a multiple of {gpus} "
+                          "GPUs")
+    failed = gpu_ids(args.failed, "failed") if args.failed else ()
+    if failed:              # an engine map padded for failed ranks (docs/formats.md): their slots serve nothing
+        slots = [0 if g in failed else plan.num_replicas // gpus for g in range(gpus)]
+        return live_map(plan, gpus, failed), Cluster(1, gpus, sum(slots), gpu_slots=slots)
+    return plan, Cluster(1, gpus, plan.num_replicas)
 
 
 def write_csv(path: Path, imbalance: dict[str, torch.Tensor]) -> None:

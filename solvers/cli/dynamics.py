@@ -68,6 +68,41 @@ def simulation_figure(result):
     return fig
 
 
+def sweep_figure(rows: list[dict[str, Any]]):
+    """plotly figure: every setting's bytes moved (replicas without an expert size) against its
+    realised mean imbalance, the frontier joined, each point labelled with its setting."""
+    import plotly.graph_objects as go
+
+    has_bytes = all(r["total_bytes"] is not None for r in rows)
+    cost = (lambda r: r["total_bytes"] / 1e9) if has_bytes else (lambda r: r["total_moves"])  # noqa: E731
+    label = lambda r: f"{r['trigger']}, {'plain' if r['migration_slack'] is None else 'slack %g' % r['migration_slack']}"  # noqa: E731
+    front = frontier(rows)
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=[cost(r) for r in rows], y=[r["mean_imbalance"] for r in rows], mode="markers",
+                             name="setting", text=[label(r) for r in rows],
+                             hovertemplate="%{text}<br>%{x:.4g} moved, imbalance %{y:.4f}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=[cost(r) for r in front], y=[r["mean_imbalance"] for r in front],
+                             mode="lines+markers+text", name="frontier", text=[label(r) for r in front],
+                             textposition="top right", line={"shape": "hv"}))
+    fig.update_layout(template="plotly_white", height=520,
+                      title="rebalancing settings: moved against realised imbalance (lower left is better)",
+                      xaxis_title="GB moved" if has_bytes else "replicas moved",
+                      yaxis_title="realised mean imbalance (max / mean)")
+    return fig
+
+
+def write_sweep(out: Path, rows: list[dict[str, Any]]) -> list[Path]:
+    """sweep.csv and sweep.html (the frontier figure, when plotly is installed) in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(out / "sweep.csv", rows)
+    try:
+        fig = sweep_figure(rows)
+    except ImportError:                      # plotly is an optional extra (bench)
+        return [out / "sweep.csv"]
+    write_atomic(out / "sweep.html", lambda tmp: fig.write_html(tmp, include_plotlyjs=True))
+    return [out / "sweep.csv", out / "sweep.html"]
+
+
 def write_outputs(out: Path, result) -> list[Path]:
     """steps.csv, rebalances.csv, totals.json and simulation.html (the figure) in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
@@ -79,7 +114,7 @@ def write_outputs(out: Path, result) -> list[Path]:
         fig = simulation_figure(result)
     except ImportError:                      # plotly is an optional extra (bench)
         return written
-    write_atomic(out / "simulation.html", lambda tmp: fig.write_html(tmp, include_plotlyjs="cdn"))
+    write_atomic(out / "simulation.html", lambda tmp: fig.write_html(tmp, include_plotlyjs=True))   # self-contained: opens offline
     return written + [out / "simulation.html"]
 
 
@@ -154,15 +189,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.budget_gb is not None:
         budget = args.budget_gb * 1e9 if nbytes is not None else args.budget_gb
         pick = suggest(rows, budget)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        write_csv(out / "sweep.csv", rows)
+    written = write_sweep(Path(args.out), rows) if args.out else []
     if args.json:
         print(json.dumps({"rows": rows, "frontier": frontier(rows), "suggested": pick, "best_net": best_net(rows)},
                          indent=2))
         return 0
     print(frontier_table(rows))
+    for path in written:
+        print(f"wrote {path}")
     top = best_net(rows)
     if top is not None:
         print(f"highest net throughput with {shape['cluster'].network.describe()} and {base.step_seconds:g} s steps: "

@@ -89,7 +89,7 @@ def add_score(sub) -> None:
     s.add_argument("--nodes", type=int, default=1, help="engine maps: nodes N (default 1)")
     s.add_argument("--groups", type=int, default=None, help="engine maps: expert groups G (default 1)")
     add_real_cluster_args(s)
-    s.add_argument("--per-gpu", action="store_true", help="also print every GPU's load (and time, with speeds)")
+    s.add_argument("--per-gpu", action="store_true", help="also print every GPU's load / mean over the layers (mean, worst, hottest count) and each layer's hottest and coolest GPUs (and the same in time, with speeds); --json has the full [layers, GPUs] loads")
     add_network_args(s)
     s.add_argument("--transfer-model", choices=("rounds", "shared"), default="rounds",
                    help="with --previous: copies in one-peer rounds (vLLM's rule, default) or sharing each GPU's "
@@ -154,20 +154,31 @@ def add_routing_arg(p, extra: str = "") -> None:
 
 def add_routing(sub) -> None:
     r = sub.add_parser("routing", help="per-token routing traces: generate, convert to the canonical .npz, info")
-    r.add_argument("action", choices=("generate", "convert", "info"))
-    r.add_argument("input", help="generate: a model preset; convert/info: a routing file, directory or glob, or a "
-                                 "shipped routing dataset by name")
-    r.add_argument("--tokens", type=int, default=3072, help="generate: tokens (default 3072)")
-    r.add_argument("--seed", type=int, default=0, help="generate: random seed (default 0)")
-    r.add_argument("--set", action="append", type=key_value, metavar="KEY=VALUE",
-                   help="generate: generator parameter, repeatable (e.g. --set topic_bias=3)")
-    r.add_argument("--format", choices=("npz", "sglang", "vllm", "megatron"), default=None,
-                   help="convert/info: input format (default: detected)")
-    r.add_argument("--num-experts", type=int, default=None,
-                   help="convert/info: logical experts (vLLM and Megatron files do not record it)")
-    add_out(r, "generate/convert: canonical routing .npz to write")
-    add_json(r)
-    r.set_defaults(handler="routing")
+    actions = r.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser)
+    actions.required = True
+    gen = actions.add_parser("generate", help="draw a synthetic per-token routing trace for a model preset")
+    gen.add_argument("input", metavar="MODEL", help=f"model preset: {', '.join(MODELS)}")
+    gen.add_argument("--tokens", type=int, default=3072, help="tokens (default 3072)")
+    gen.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    gen.add_argument("--set", action="append", type=key_value, metavar="KEY=VALUE",
+                     help="generator parameter, repeatable (e.g. --set topic_bias=3)")
+    add_out(gen, "canonical routing .npz to write", required=True)
+    for name, what in (("convert", "convert a routing trace to the canonical .npz"),
+                       ("info", "shape of a routing trace and its co-activation lift")):
+        a = actions.add_parser(name, help=what)
+        a.add_argument("input", metavar="TRACE", help="a routing file, directory or glob (quoted), or a shipped "
+                                                       "routing dataset by name")
+        a.add_argument("--format", choices=("npz", "sglang", "vllm", "megatron"), default=None,
+                       help="input format (default: detected)")
+        a.add_argument("--num-experts", type=int, default=None,
+                       help="logical experts (vLLM and Megatron files do not record it)")
+        if name == "convert":
+            add_out(a, "canonical routing .npz to write", required=True)
+        else:
+            add_json(a)
+    # what one action does not take, the handler reads as unset
+    r.set_defaults(handler="routing", tokens=None, seed=None, set=None, format=None, num_experts=None, out=None,
+                   json=False)
 
 
 # generate, convert, datasets -----------------------------------------------------------------
@@ -312,7 +323,11 @@ def add_sweep(sub) -> None:
 def add_microbatch(sub) -> None:
     m = sub.add_parser("microbatch", help="per-micro-batch imbalance of a plan, even vs scheduled split")
     add_loads(m, " (a [steps, layers, experts] trace)")
-    m.add_argument("--plan", required=True, help="plan JSON written by `eplb plan`")
+    m.add_argument("--plan", required=True, help="plan: eplb JSON (any cluster: uneven slots, failed GPUs, speeds), "
+                                                  "or an exported SGLang JSON, TensorRT-LLM YAML or CSV map")
+    m.add_argument("--gpus", type=int, default=None, help="GPUs of an engine map (an eplb plan records them)")
+    m.add_argument("--failed", default=None, metavar="IDS",
+                   help="ranks an engine map was padded for (failed GPUs: their slots serve nothing)")
     m.add_argument("--tokens-per-microbatch", type=int, default=None,
                    help="tokens per sampled micro-batch (default 4096)")
     m.add_argument("--top-k", type=int, default=None, help="experts per token (default 8)")

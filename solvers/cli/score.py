@@ -21,22 +21,34 @@ from .inputs import dropped_note, format_metrics, read_any_plan, read_previous
 
 
 def per_gpu_summary(gpu_load: torch.Tensor, num_nodes: int, top: int = 3) -> str:
-    """Per layer: its imbalance, its hottest GPUs and its coolest GPU with load / mean (the
-    full [layers, GPUs] loads are in ``--json``). gpu_load: [L, P] tokens."""
+    """Every GPU's load / the layer's mean GPU load over the layers (mean, worst, the layer
+    of its worst, how many layers it is the hottest GPU), then per layer its imbalance, its
+    hottest GPUs and its coolest one. The full [layers, GPUs] loads are in ``--json``.
+    gpu_load: [L, P] tokens (or seconds, for the same table in time)."""
     L, P = gpu_load.shape
     ratio = gpu_load / gpu_load.mean(1, keepdim=True).clamp_min(1e-300)           # [L, P]
     order = torch.argsort(ratio, dim=1, descending=True)                          # [L, P]
     per_node = P // num_nodes
+    worst, worst_layer = ratio.max(0)                                             # [P], [P]
+    hottest = torch.bincount(order[:, 0], minlength=P)                            # [P] layers where it is hottest
 
-    def gpu(layer: int, g: int) -> str:
-        node = f"n{g // per_node}/" if num_nodes > 1 else ""
-        return f"{node}GPU {g} {float(ratio[layer, g]):.3f}"
+    def gpu(g: int) -> str:
+        return f"n{g // per_node}/GPU {g}" if num_nodes > 1 else f"GPU {g}"
 
-    lines = [f"per-GPU load / mean, by layer (hottest {min(top, P)} and the coolest GPU; --json for all "
-             f"{L} x {P} loads)", f"{'layer':>5}  {'imbalance':>9}  hottest" + " " * 40 + "coolest"]
-    for layer in range(L):
-        hot = ", ".join(gpu(layer, int(g)) for g in order[layer, :top])
-        lines.append(f"{layer:>5}  {float(ratio[layer].max()):>9.4f}  {hot:<47}{gpu(layer, int(order[layer, -1]))}")
+    name_w = max(len(gpu(g)) for g in range(P))
+    lines = [f"every GPU: load / the layer's mean over {L} layers (hot layers: those where it is the hottest GPU)",
+             f"{'GPU':<{name_w}}  {'mean':>6}  {'worst':>6}  "
+             f"{'at layer':>8}  {'hot layers':>10}"]
+    lines += [f"{gpu(g):<{name_w}}  {float(ratio[:, g].mean()):>6.3f}  {float(worst[g]):>6.3f}  "
+              f"{int(worst_layer[g]):>8}  {int(hottest[g]):>10}" for g in range(P)]
+    k = min(top, P)
+    cell = lambda layer, g: f"{gpu(g)} {float(ratio[layer, g]):.3f}"  # noqa: E731
+    hot = [", ".join(cell(layer, int(g)) for g in order[layer, :k]) for layer in range(L)]
+    hot_w = max(len("hottest"), *map(len, hot))
+    lines += ["", f"by layer: the hottest {k} GPUs and the coolest (load / mean)",
+              f"{'layer':>5}  {'imbalance':>9}  {'hottest':<{hot_w}}  coolest"]
+    lines += [f"{layer:>5}  {float(ratio[layer].max()):>9.4f}  {hot[layer]:<{hot_w}}  "
+              f"{cell(layer, int(order[layer, -1]))}" for layer in range(L)]
     return "\n".join(lines)
 
 

@@ -71,8 +71,10 @@ def _convert_plan(args: argparse.Namespace) -> int:
     suffix = out.suffix.lower()
     fmt = args.to
     if fmt is None:
-        fmt = {".yaml": "trtllm", ".yml": "trtllm", ".csv": "csv",
-               ".json": "eplb" if args.loads else "sglang"}.get(suffix)
+        fmt = {".yaml": "trtllm", ".yml": "trtllm", ".csv": "csv"}.get(suffix)
+        if suffix == ".json":               # eplb's plan file and SGLang's map are both JSON: never guess
+            raise OptionError("to", f"{out.name}: a .json plan is an eplb plan or an SGLang map; pass --to eplb "
+                              "or --to sglang")
         if fmt is None:
             raise OptionError("out", f"{out.name}: cannot tell the format from the suffix; pass --to "
                               f"({', '.join(PLAN_FORMATS)})")

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import torch
 
+from ..cluster import Cluster
 from ..errors import ProblemError
 from ..plan import Plan
-from ..scoring import check_tokens, microbatch_summary, per_slot_loads
+from ..problem import Problem
+from ..scoring import check_tokens, microbatch_summary, score
 from .schedule import schedule_tokens
 
 
@@ -89,20 +91,20 @@ def _as_trace(trace: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def microbatch_imbalance(plan: Plan, tokens: torch.Tensor, num_gpus: int, split: str = "even") -> torch.Tensor:
-    """[B, L] float64 max / mean GPU load of every micro-batch and layer under ``split``.
-    tokens: [B, L, E] counts."""
-    t = check_tokens(tokens, plan)
-    plan = plan.to(t.device)
-    if split == "scheduled":
-        per_slot = schedule_tokens(plan, t, num_gpus).to(torch.float64)
-    elif split == "even":
-        per_slot = per_slot_loads(t.to(torch.float64), plan.phy2log, plan.logcnt)      # [B, L, R]
-    else:
+def microbatch_imbalance(plan: Plan, tokens: torch.Tensor, cluster: Cluster | int, split: str = "even"
+                         ) -> torch.Tensor:
+    """[B, L] float64 max / mean GPU load of every micro-batch and layer under ``split``, from
+    the shared scorer (the mean over the live GPUs, as ``eplb score`` reports it).
+    tokens: [B, L, E] counts. cluster: the plan's cluster (uneven slot counts and failed GPUs
+    map slots to GPUs by its slot map), or a GPU count for a plan of R/P slots on each."""
+    if split not in ("even", "scheduled"):
         raise ProblemError("split", f"must be even or scheduled, got {split!r}")
-    gpu = per_slot.view(*per_slot.shape[:2], num_gpus, -1).sum(-1)
-    mean = gpu.mean(-1)
-    return torch.where(mean > 0, gpu.max(-1).values / mean.clamp_min(1e-300), torch.ones_like(mean))
+    t = check_tokens(tokens, plan)
+    if not isinstance(cluster, Cluster):
+        cluster = Cluster(1, cluster, plan.phy2log.shape[-1])
+    problem = Problem(t.sum(0).to(torch.float64), cluster=cluster)                   # weights [L, E]
+    sc = score(problem, plan.to(t.device), split=split, tokens=t, scheduler=schedule_tokens)
+    return sc.microbatch_imbalance
 
 
 def imbalance_stats(imbalance: torch.Tensor) -> dict[str, float]:

@@ -61,8 +61,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import maximum_flow
 
 from ..cluster import Cluster
 from ..errors import PlanError, ProblemError
@@ -607,6 +605,10 @@ def _checked_layout(plan: Plan, num_gpus, device: torch.device) -> Layout:
 
 def _flow(t: np.ndarray, pairs_e: np.ndarray, pairs_g: np.ndarray, cap: np.ndarray, E: int, P: int):
     """(flow value, x over the pairs) of the network of one instance with GPU capacities ``cap``."""
+    # scipy's graph module loads on first use, not with the scorer (0.7 s of every command's start)
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import maximum_flow
+
     src, sink = 0, E + P + 1
     rows = np.concatenate([np.full(E, src), 1 + pairs_e, 1 + E + np.arange(P)])
     cols = np.concatenate([1 + np.arange(E), 1 + E + pairs_g, np.full(P, sink)])

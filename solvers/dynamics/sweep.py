@@ -79,17 +79,23 @@ def suggest(rows: list[dict[str, Any]], byte_budget: float) -> dict[str, Any] | 
 
 
 def frontier_table(rows: list[dict[str, Any]]) -> str:
-    """Markdown table of sweep rows (frontier rows marked)."""
+    """Markdown table of sweep rows (frontier rows marked). Background (async) copies stall
+    nothing but slow serving down: their cost has its own column, so stall 0 is not mistaken
+    for free."""
     front = {id(r) for r in frontier(rows)}
     best = best_net(rows)
-    out = ["| trigger | slack | rebalances | moves | GB moved | mean imbalance | p99 | stall s | net efficiency "
-           "| frontier |", "|---|---|---|---|---|---|---|---|---|---|"]
+    interference = any(r.get("interference_seconds") for r in rows)
+    extra = " interference s |" if interference else ""
+    out = ["| trigger | slack | rebalances | moves | GB moved | mean imbalance | p99 | stall s |" + extra
+           + " net efficiency | frontier |", "|---|---|---|---|---|---|---|---|" + ("---|" if interference else "")
+           + "---|---|"]
     for r in sorted(rows, key=_cost):
         gb = "-" if r["total_bytes"] is None else f"{r['total_bytes'] / 1e9:.1f}"
         slack = "plain" if r["migration_slack"] is None else f"{r['migration_slack']:g}"
         stall = "-" if r.get("stall_seconds") is None else f"{r['stall_seconds']:.3g}"
+        inter = f" {r.get('interference_seconds') or 0:.3g} |" if interference else ""
         net = "-" if r.get("stall_seconds") is None else f"{r['net_efficiency']:.4f}{' (best)' if r is best else ''}"
         out.append(f"| {r['trigger']} | {slack} | {r['rebalances']} | {r['total_moves']} | {gb} | "
-                   f"{r['mean_imbalance']:.4f} | {r['p99_imbalance']:.4f} | {stall} | {net} | "
+                   f"{r['mean_imbalance']:.4f} | {r['p99_imbalance']:.4f} | {stall} |{inter} {net} | "
                    f"{'*' if id(r) in front else ''} |")
     return "\n".join(out)

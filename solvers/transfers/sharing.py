@@ -31,8 +31,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import scipy.optimize
-import scipy.sparse
 
 from ..network import Network
 from .schedule import HOST, INTER, INTRA, Copies, TransferSchedule, _bandwidths, links_of
@@ -89,6 +87,10 @@ def share_sources(copies: Copies, network: Network, expert_bytes: int) -> tuple[
         s_idx = np.concatenate([s_idx, np.full(G, -1)])
         cls = np.concatenate([cls, np.full(G, HOST)])
     V = len(g_idx)
+    # scipy's LP loads here, not with the module: `eplb score` without --previous never needs it
+    import scipy.optimize
+    import scipy.sparse
+
     # the LP in units of the longer GPU copy: in seconds its coefficients (1-byte experts: 1e-11 s)
     # fell under the solver's tolerances and the sources stopped depending on the loads
     unit = float(max(dur[INTRA], dur[INTER]))

@@ -11,12 +11,9 @@ Set ``EPLB_DATASETS`` to use another directory.
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
-import os
 import shlex
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +26,8 @@ from ..routing.trace import save_routing
 from .generators import SCENARIOS, generate
 from .trace import save_trace
 from ..safewrite import write_text_atomic
+from .specs import CATALOG_FILE, PACKAGE_DATA, dataset_names, datasets_dir, read_catalog  # noqa: F401  (re-exported)
 
-CATALOG_FILE = "catalog.json"
-PACKAGE_DATA = "data"   # solvers/workloads/data -> ../../datasets in the repository
 
 # name -> generate() arguments. Small enough to ship (a few MB in all), large enough to
 # plan on: full model shapes with few, large steps, or small models with many steps.
@@ -73,16 +69,6 @@ EXAMPLES: dict[str, dict[str, Any]] = {
 }
 
 
-def datasets_dir() -> Path:
-    """The datasets directory: ``$EPLB_DATASETS``, else the package's shipped data."""
-    env = os.environ.get("EPLB_DATASETS")
-    if env:
-        return Path(env)
-    # A package installed on disk (checkout, editable or wheel) yields a real path; only a
-    # zipped install would not, and it cannot be read by path.
-    return Path(str(resources.files(__package__).joinpath(PACKAGE_DATA)))
-
-
 def generate_command(name: str) -> str:
     """The ``eplb generate`` command line that writes dataset ``name``."""
     spec = GENERATED[name]
@@ -93,44 +79,14 @@ def generate_command(name: str) -> str:
     return " ".join(shlex.quote(p) for p in parts + ["--out", f"datasets/{name}.npz"])
 
 
-def _read_catalog() -> list[dict[str, Any]]:
-    """The catalog's entries (do not modify them), parsed once per process and catalog file:
-    the cache is keyed on the file's path, modification time and size."""
-    path = datasets_dir() / CATALOG_FILE
-    if not path.is_file():
-        raise LoadFileError("dataset", f"no dataset catalog at {path} (set EPLB_DATASETS to the datasets directory)")
-    stat = path.stat()
-    return _parse_catalog(str(path), stat.st_mtime_ns, stat.st_size)
-
-
-@functools.lru_cache(maxsize=8)
-def _parse_catalog(name: str, mtime_ns: int, size: int) -> list[dict[str, Any]]:  # noqa: ARG001  (cache key)
-    path = Path(name)
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise LoadFileError("dataset", f"{path}: unreadable catalog ({exc})") from None
-    entries = doc.get("datasets") if isinstance(doc, dict) else None
-    if not isinstance(entries, list):
-        raise LoadFileError("dataset", f"{path}: no 'datasets' list")
-    return entries
-
-
 def list_datasets() -> list[dict[str, Any]]:
     """Every shipped dataset: name, file, description, model, scenario, shape, sha256, command..."""
-    return [dict(e) for e in _read_catalog()]
-
-
-def dataset_names() -> list[str]:
-    try:
-        return [e["name"] for e in _read_catalog()]
-    except LoadFileError:
-        return []
+    return [dict(e) for e in read_catalog()]
 
 
 def dataset_path(name: str) -> Path:
     """The file of dataset ``name``; unknown names raise OptionError listing the known ones."""
-    entries = {e.get("name"): e for e in _read_catalog()}
+    entries = {e.get("name"): e for e in read_catalog()}
     if name not in entries:
         raise OptionError("dataset", f"unknown dataset {name!r}; known: {', '.join(map(str, entries))}")
     path = datasets_dir() / entries[name]["file"]
@@ -152,7 +108,7 @@ def build_catalog(names: list[str] | None = None) -> list[dict[str, Any]]:
     root = datasets_dir()
     root.mkdir(parents=True, exist_ok=True)
     try:
-        entries = {e["name"]: e for e in _read_catalog()}
+        entries = {e["name"]: e for e in read_catalog()}
     except LoadFileError:
         entries = {}
     for name, entry in EXAMPLES.items():
