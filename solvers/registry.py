@@ -186,6 +186,9 @@ def register(name: str, *, kind: str, description: str, options: Sequence[Option
 
 def get_solver(name: str) -> SolverSpec:
     spec = _REGISTRY.get(name)
+    if spec is None and isinstance(name, str):      # an installed or user-named planner (solvers.plugins)
+        from .plugins import resolve_missing
+        spec = _REGISTRY.get(name) if resolve_missing(name) else None
     if spec is None:
         raise OptionError("solver", f"unknown solver {name!r}; known: {', '.join(sorted(_REGISTRY))}")
     return spec
@@ -206,5 +209,7 @@ def run(problem: Problem, solver: str, options: Mapping[str, Any] | SolverOption
 
 
 def solver_names(kind: str | None = None, available_only: bool = False) -> list[str]:
+    from .plugins import discover_entry_points
+    discover_entry_points()                         # installed planners (entry points) join the list
     return sorted(n for n, s in _REGISTRY.items()
                   if (kind is None or s.kind == kind) and (not available_only or s.is_available()))
