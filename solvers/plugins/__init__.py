@@ -95,6 +95,8 @@ def _callable_target(obj: Any) -> Target:
 def register_callable(obj: Callable[..., Any]) -> str:
     """The solver name of a function or class given to ``solve`` (registered on first use)."""
     target = _callable_target(obj)
+    from .child import warm_up
+    warm_up()
     return _register(f"<{target.location}>".replace(":", "."), target,
                      f"your planner {target.location} (run in its own process)")
 
@@ -127,6 +129,9 @@ def resolve_solvers(names: Iterable[str], param: str = "solvers") -> list[str]:
             out.append(_register(name, target, f"your planner {name} (run in its own process)"))
         else:
             out.append(name)
+    if any(is_plugin(n) for n in out):
+        from .child import warm_up
+        warm_up()                 # the child's torch import is not the first planner's time
     return out
 
 

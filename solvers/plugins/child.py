@@ -42,6 +42,21 @@ def _context():
     return ctx
 
 
+def warm_up() -> None:
+    """Start the fork server now (it imports torch, seconds), not inside the first planner's
+    timed run: what a front end does once it knows a plugin will run."""
+    ctx = _context()
+    if ctx.get_start_method() == "forkserver":
+        proc = ctx.Process(target=_noop, name="eplb-plugin-warm-up")
+        with _main_not_rerun(False):
+            proc.start()            # returns once the server, torch imported, forked it
+        proc.join(STARTUP_SECONDS)
+
+
+def _noop() -> None:
+    pass
+
+
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     if isinstance(exc, SystemExit):

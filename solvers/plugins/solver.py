@@ -48,7 +48,7 @@ def checked_plan(problem: Problem, out: dict[str, Any]) -> Plan | str:
     with it (each slot listed once, each count its expert's slots)."""
     p2l = out.get("phy2log")
     if p2l is None:
-        return out.get("message") or "returned no plan"
+        return "error: returned no plan" + (f": {out['message']}" if out.get("message") else "")
     L, E, R = problem.num_layers, problem.num_experts, problem.num_replicas
     arrays = {k: np.asarray(out[k]) for k in ("phy2log", "log2phy", "logcnt") if out.get(k) is not None}
     for name, a in arrays.items():
