@@ -143,8 +143,10 @@ def normalise(form: str, out: Any) -> dict[str, Any]:
     if isinstance(out, tuple):                 # (phy2log, ...); a list is phy2log itself
         if form == "deepseek" and len(out) != 3:
             raise TypeError(f"returned a tuple of {len(out)}, expected (phy2log, log2phy, logcnt)")
+        if not out:
+            raise TypeError("returned an empty tuple, expected (phy2log, log2phy, logcnt)")
         got = {"phy2log": _array(out[0], "phy2log")}
-        if len(out) == 3:
+        if len(out) == 3 and out[1] is not None and out[2] is not None:     # checked against phy2log
             got["log2phy"], got["logcnt"] = _array(out[1], "log2phy"), _array(out[2], "logcnt")
         return {**got, "message": message}
     if form == "deepseek":

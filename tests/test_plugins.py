@@ -1,0 +1,280 @@
+"""Bring your own planner (solvers.plugins): DeepSeek's public eplb.py and a vLLM-style policy
+class graded beside the built-in solvers, and foreign planners that raise, lose an expert, hang,
+or kill their own process each get their one-line row while the others complete.
+
+The planners are real files run in real child processes; the hang is a 60 s sleep against an
+injected 1 s limit, so no assertion depends on the machine's speed.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from solvers import OptionError, Problem, get_solver, solve
+from solvers.compare import compare_solvers
+from solvers.plugins import register_plugin, resolve_solvers
+from solvers.plugins.forms import detect
+from solvers.registry import SolverOutput, _REGISTRY
+
+ROOT = Path(__file__).resolve().parents[1]
+THIRD = ROOT / "tests" / "fixtures" / "third_party"
+DEEPSEEK_FILE = f"{THIRD / 'deepseek_eplb.py'}:rebalance_experts"
+VLLM_CLASS = f"{THIRD / 'vllm_style_policy.py'}:GreedyPolicy"
+
+
+@pytest.fixture
+def forget():
+    """Names registered by a test leave the registry after it (other tests list every solver)."""
+    before = set(_REGISTRY)
+    yield
+    for name in set(_REGISTRY) - before:
+        del _REGISTRY[name]
+
+
+def tie_free(layers: int, experts: int, seed: int) -> torch.Tensor:
+    """Loads with no two equal values (or equal sums the greedy compares): distinct random reals."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(layers, experts, generator=g, dtype=torch.float64) * 1000 + 1
+
+
+# Module-level planners: picklable, so solve(problem, fn) can run them in a child.
+def own_form(problem, options):
+    """The workbench's own form: round-robin slots, every expert once, the rest to expert 0."""
+    R, E = problem.num_replicas, problem.num_experts
+    row = torch.cat([torch.arange(E), torch.zeros(R - E, dtype=torch.int64)])
+    return row.expand(problem.num_layers, R).clone()
+
+
+def own_form_with_history(problem, options, history=None):
+    assert history is not None and history.dim() == 3, "the window's steps reach the planner"
+    return SolverOutput(None, "x", message=f"saw {history.shape[0]} steps")
+
+
+@pytest.mark.parametrize("groups,nodes", [(8, 2), (6, 4)])        # hierarchical, then DeepSeek's global fallback
+def test_deepseeks_public_file_scores_exactly_what_deepseek_scores(forget, groups, nodes):
+    problem = Problem(tie_free(3, 48, groups), 64, groups, nodes, 8)
+    rows = compare_solvers(problem, resolve_solvers(["deepseek", DEEPSEEK_FILE]))
+    ours, theirs = rows
+    assert theirs["solver"] == DEEPSEEK_FILE and theirs["termination"] == "completed"
+    assert theirs["status"] == "feasible" and theirs["wall_time_s"] > 0
+    assert torch.equal(theirs["_result"].plan.phy2log, ours["_result"].plan.phy2log)
+    for key in ("imbalance_mean", "imbalance_worst", "gap_mean", "gap_max", "duplicates"):
+        assert theirs[key] == ours[key], key
+    assert theirs["_result"].info["form"] == "deepseek"
+
+
+def test_a_vllm_policy_class_is_graded_with_bound_gap_and_holdout(forget):
+    problem = Problem(tie_free(2, 32, 1), 40, 4, 1, 8)
+    holdout = problem.with_weights(tie_free(2, 32, 2))
+    previous = solve(problem, "deepseek").plan
+    row = compare_solvers(problem, resolve_solvers([VLLM_CLASS]), holdout=holdout, previous=previous,
+                          expert_bytes=1000)[0]
+    assert row["_result"].info["form"] == "vllm"
+    assert row["status"] == "feasible" and row["gap_mean"] >= 0 and row["holdout_imbalance_mean"] >= 1
+    assert row["moves"] is not None and row["moves_bytes"] == 1000 * row["moves"]
+    # the shared scorer's bound: the same as every solver's
+    assert torch.equal(row["_result"].lower_bound, solve(problem, "deepseek").lower_bound)
+
+
+HOSTILE = {
+    "raises.py": "def rebalance_experts(weight, num_replicas, num_groups, num_nodes, num_gpus):\n"
+                 "    raise RuntimeError('my planner is broken')\n",
+    "loses.py": "import torch\n"
+                "def rebalance_experts(weight, num_replicas, num_groups, num_nodes, num_gpus):\n"
+                "    L, E = weight.shape\n"
+                "    p2l = torch.arange(num_replicas).remainder(E - 1).expand(L, -1).clone()  # never expert E-1\n"
+                "    return p2l, None, None\n",
+    "sleeps.py": "import time\n"
+                 "def rebalance_experts(weight, num_replicas, num_groups, num_nodes, num_gpus):\n"
+                 "    time.sleep(60)\n",
+    "exits.py": "import os\n"
+                "def rebalance_experts(weight, num_replicas, num_groups, num_nodes, num_gpus):\n"
+                "    os._exit(3)\n",
+    "kills.py": "import os, signal\n"
+                "def rebalance_experts(weight, num_replicas, num_groups, num_nodes, num_gpus):\n"
+                "    os.kill(os.getpid(), signal.SIGKILL)\n",
+    "floats.py": "import torch\n"
+                 "def rebalance_experts(weight, num_replicas, num_groups, num_nodes, num_gpus):\n"
+                 "    return torch.zeros(weight.shape[0], num_replicas), None, None\n",
+    "twice.py": "import torch\n"
+                "def rebalance_experts(weight, num_replicas, num_groups, num_nodes, num_gpus):\n"
+                "    L, E = weight.shape\n"
+                "    p2l = torch.arange(num_replicas).remainder(E).expand(L, -1).clone()\n"
+                "    cnt = torch.bincount(p2l[0], minlength=E).expand(L, -1).clone()\n"
+                "    l2p = torch.full((L, E, int(cnt.max())), -1, dtype=torch.int64)\n"
+                "    for e in range(E):\n"
+                "        l2p[:, e, :cnt[0, e]] = 0          # every replica claims slot 0\n"
+                "    return p2l, l2p, cnt\n",
+    "shape.py": "import torch\n"
+                "def rebalance_experts(weight, num_replicas, num_groups, num_nodes, num_gpus):\n"
+                "    return torch.arange(weight.shape[1]).expand(weight.shape[0], -1), None, None\n",
+    "import_crash.py": "import os\nos._exit(7)\n",
+    "no_form.py": "def plan(weights):\n    return weights\n",
+}
+
+WHY = {  # file -> (what the one line starts with, a phrase it holds)
+    "raises.py": ("error:", "RuntimeError: my planner is broken"),
+    "loses.py": ("invalid:", "no slot for expert 31"),
+    "sleeps.py": ("error:", "time limit of 1 s"),
+    "exits.py": ("error:", "exited (code 3)"),
+    "kills.py": ("error:", "killed by SIGKILL"),
+    "floats.py": ("invalid:", "dtype float32"),
+    "twice.py": ("invalid:", "log2phy"),
+    "shape.py": ("invalid:", "shape (2, 32)"),
+    "import_crash.py": ("error:", "exited (code 7)"),
+    "no_form.py": ("error:", "could not load"),
+}
+
+
+def _write_hostile(folder: Path) -> list[str]:
+    specs = []
+    for name, code in HOSTILE.items():
+        (folder / name).write_text(code)
+        attr = "plan" if name == "no_form.py" else "rebalance_experts"
+        specs.append(f"{folder / name}:{attr}")
+    return specs
+
+
+def test_hostile_planners_get_one_line_rows_and_the_others_complete(forget, tmp_path):
+    problem = Problem(tie_free(2, 32, 3), 40, 4, 1, 8)
+    specs = _write_hostile(tmp_path)
+    names = resolve_solvers(["deepseek", *specs, "kk_swap"])
+    rows = compare_solvers(problem, names, time_limit=1.0)
+    by = {Path(r["solver"].rsplit(":", 1)[0]).name: r for r in rows}
+    assert by["deepseek"]["status"] == "feasible" and by["kk_swap"]["status"] == "feasible"
+    for name, (start, phrase) in WHY.items():
+        row = by[name]
+        assert row["termination"] == "error" and row["status"] == "none", (name, row)
+        assert row.get("imbalance_mean") is None and row["_result"].plan is None, name
+        line = row["message"]
+        assert "\n" not in line and line.startswith(start) and phrase in line, (name, line)
+    assert "time limit" in by["sleeps.py"]["message"] and by["sleeps.py"]["wall_time_s"] < 60
+
+
+def test_solve_takes_your_function_and_your_file(forget):
+    problem = Problem(tie_free(2, 16, 4), 20, 1, 1, 4)
+    res = solve(problem, own_form)
+    assert res.status == "feasible" and res.plan.phy2log.shape == (2, 20)
+    assert res.info["form"] == "own"
+    res = solve(problem, DEEPSEEK_FILE)
+    assert torch.equal(res.plan.phy2log, solve(problem, "deepseek").plan.phy2log)
+    with pytest.raises(OptionError, match="importable"):
+        solve(problem, lambda p, o: None)
+    with pytest.raises(OptionError, match="no such file"):
+        solve(problem, "./nowhere.py:rebalance_experts")
+
+
+def test_the_own_form_gets_the_windows_steps(forget):
+    problem = Problem(tie_free(2, 16, 5), 20, 1, 1, 4)
+    name = register_plugin("my_history_planner", own_form_with_history)
+    steps = torch.rand(5, 2, 16)
+    row = compare_solvers(problem, [name], history=steps)[0]
+    assert row["termination"] == "error" and row["message"] == "error: returned no plan: saw 5 steps"
+    assert get_solver(name).kind == "heuristic" and not get_solver(name).in_suites
+
+
+def test_forms_are_told_from_the_signature():
+    sys.path.insert(0, str(THIRD))
+    try:
+        import deepseek_eplb
+        import vllm_style_policy
+    finally:
+        sys.path.remove(str(THIRD))
+    assert detect(deepseek_eplb.rebalance_experts)[0] == "deepseek"
+    assert detect(vllm_style_policy.GreedyPolicy)[0] == "vllm"
+    assert detect(own_form)[0] == "own"
+    with pytest.raises(TypeError, match="expected DeepSeek's"):
+        detect(lambda weights: None)
+
+
+def test_bad_specs_are_refused_up_front_naming_the_parameter(tmp_path):
+    with pytest.raises(OptionError, match="no such file") as err:
+        resolve_solvers([f"{tmp_path / 'missing.py'}:f"])
+    assert err.value.param == "solvers"
+    with pytest.raises(OptionError, match="no module named"):
+        resolve_solvers(["no_such_package_xyz.policies:MyPolicy"])
+    with pytest.raises(OptionError, match="not a Python name"):
+        resolve_solvers([f"{THIRD / 'deepseek_eplb.py'}:1bad"])
+
+
+def _cli(*args: str, env: dict | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    import os
+    return subprocess.run([sys.executable, "-m", "solvers.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+
+
+def test_eplb_compare_shows_your_files_beside_the_builtins(tmp_path):
+    loads = tmp_path / "loads.pt"
+    torch.save(tie_free(3, 48, 6), loads)
+    (tmp_path / "raises.py").write_text(HOSTILE["raises.py"])
+    out = _cli("compare", "--loads", str(loads), "--replicas", "64", "--groups", "8", "--nodes", "2", "--gpus", "8",
+               "--solvers", f"deepseek,{DEEPSEEK_FILE},{VLLM_CLASS},./raises.py:rebalance_experts", "--json",
+               cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    rows = {r["solver"]: r for r in json.loads(out.stdout)["rows"]}
+    assert rows[DEEPSEEK_FILE]["imbalance_mean"] == rows["deepseek"]["imbalance_mean"]
+    assert rows[DEEPSEEK_FILE]["gap_mean"] == rows["deepseek"]["gap_mean"]
+    for name in (DEEPSEEK_FILE, VLLM_CLASS):
+        assert rows[name]["gap_mean"] is not None and rows[name]["wall_time_s"] > 0
+    bad = rows["./raises.py:rebalance_experts"]
+    assert bad["termination"] == "error" and bad["message"].startswith("error: RuntimeError: my planner is broken")
+    bad = _cli("compare", "--loads", str(loads), "--replicas", "64", "--gpus", "8",
+               "--solvers", "deepseek,./missing.py:f", cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "no such file" in bad.stderr
+
+
+def _install_entry_point(site: Path) -> None:
+    """A tiny installed package declaring a planner in the eplb.solvers entry-point group."""
+    pkg = site / "tinyplanner"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(textwrap.dedent("""
+        import torch
+
+        def rebalance_experts(weight, num_replicas, num_groups, num_nodes, num_gpus):
+            L, E = weight.shape
+            return torch.arange(num_replicas).remainder(E).expand(L, -1).clone(), None, None
+    """))
+    info = site / "tinyplanner-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tinyplanner\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[eplb.solvers]\ntiny_round_robin = tinyplanner:rebalance_experts\n")
+
+
+def test_an_installed_entry_point_planner_is_listed_compared_and_in_the_app(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    _install_entry_point(site)
+    env = {"PYTHONPATH": f"{ROOT}:{site}"}
+    out = _cli("solvers", env=env)
+    assert out.returncode == 0, out.stderr
+    assert "tiny_round_robin  [plugin, available]" in out.stdout and "tinyplanner:rebalance_experts" in out.stdout
+    listed = _cli("solvers", "--json", env=env)
+    assert {"name": "tiny_round_robin", "plugin": True}.items() <= next(
+        s for s in json.loads(listed.stdout) if s["name"] == "tiny_round_robin").items()
+    loads = tmp_path / "loads.pt"
+    torch.save(tie_free(2, 32, 7), loads)
+    out = _cli("compare", "--loads", str(loads), "--replicas", "40", "--gpus", "8",
+               "--solvers", "deepseek,tiny_round_robin", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    row = next(r for r in json.loads(out.stdout)["rows"] if r["solver"] == "tiny_round_robin")
+    assert row["status"] == "feasible" and row["gap_mean"] is not None
+    # what the app's solver choices come from (app/views/compare.py, app/widgets.py)
+    code = ("from solvers import solver_names\n"
+            "import app.widgets, app.views.compare\n"
+            "print(','.join(solver_names(available_only=True)))\n")
+    app = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**__import__("os").environ, **env})
+    assert app.returncode == 0, app.stderr
+    assert "tiny_round_robin" in app.stdout.split(",") and "deepseek" in app.stdout.split(",")
+
+
+def test_the_docs_catalogue_keeps_to_the_builtins(forget):
+    from solvers.cli.catalogue import solver_catalogue_markdown
+    register_plugin("my_listed_planner", own_form)
+    assert "my_listed_planner" not in solver_catalogue_markdown()
