@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import builtin  # noqa: F401  registers every solver (their modules call @register on import)
+from .plugins import register_callable, resolve_solvers
 from .grading import BoundViolation, InvalidSolverPlan, SolverBug, graded_run
 from .cluster import Cluster
 from .plan import Plan
@@ -34,7 +35,6 @@ def solve(problem: Problem, solver: str | Callable[..., Any] = "deepseek", *, pr
     options)`` form (docs/own-algorithm.md): it runs in a child process under its time limit.
     """
     if not isinstance(solver, str) or ":" in solver:   # your own planner: isolated, graded the same
-        from .plugins import register_callable, resolve_solvers
         solver = register_callable(solver) if not isinstance(solver, str) else resolve_solvers([solver], "solver")[0]
     return graded_run(problem, solver, options, previous=previous, expert_bytes=expert_bytes,
                       previous_cluster=previous_cluster)

@@ -16,8 +16,10 @@ from typing import Any
 
 import torch
 
+from ..entry import solve
 from ..plan import Plan
 from ..problem import Problem
+from ..replan.relabel import relabel_phy2log
 
 FALLBACK = "deepseek"
 
@@ -38,7 +40,6 @@ def engine_plan(problem: Problem, solver: str, options: Mapping[str, Any] | None
     force ``old_phy2log`` [layers, slots], GPUs are renamed and slots aligned so the most
     replicas stay where they are (:func:`solvers.replan.relabel.relabel_phy2log`: every GPU
     load unchanged)."""
-    from ..entry import solve
     result = solve(problem, solver, **dict(options or {}))
     plan = result.plan
     if plan is None:
@@ -49,7 +50,6 @@ def engine_plan(problem: Problem, solver: str, options: Mapping[str, Any] | None
         old = torch.as_tensor(old_phy2log).detach().to("cpu", torch.int64)
         if tuple(old.shape) == tuple(plan.phy2log.shape) and bool((old >= 0).all()) \
                 and bool((old < problem.num_experts).all()):
-            from ..replan.relabel import relabel_phy2log
             kept = relabel_phy2log(plan.phy2log, old, problem.num_experts, problem.num_gpus, problem.num_nodes)
             plan = Plan.from_phy2log(kept, problem.num_experts)
     return plan

@@ -15,14 +15,13 @@ from typing import Any
 
 import torch
 
+from ..registry import get_solver
 from .plan_for_engine import engine_plan, engine_problem
 
 
 def algorithm(solver: str = "kk_swap", **options: Any) -> Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """``rebalance_experts(weight, num_replicas, num_groups, num_nodes, num_gpus)`` planning
     with ``solver`` and ``options`` (checked now against the solver's schema)."""
-    from ..registry import get_solver
-    from .. import builtin  # noqa: F401  every solver registered
     get_solver(solver).parse(options)
 
     def rebalance_experts(weight: torch.Tensor, num_replicas: int, num_groups: int, num_nodes: int,

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from ..registry import get_solver
 from .plan_for_engine import engine_plan, engine_problem
 
 try:  # vLLM's base class where vLLM is installed; the interface is the classmethod either way
@@ -49,8 +50,6 @@ class WorkbenchEplbPolicy(_Base):
 def policy_class(solver: str = "kk_swap", *, returns: str = "phy2log", **options: Any) -> type:
     """A vLLM policy class planning with ``solver`` and ``options`` (checked now against the
     solver's schema, so a typo fails at start-up, not at the first rebalance)."""
-    from ..registry import get_solver
-    from .. import builtin  # noqa: F401  every solver registered
     spec = get_solver(solver)
     spec.parse(options)
     if returns not in ("phy2log", "tuple"):

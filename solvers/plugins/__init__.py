@@ -23,9 +23,13 @@ import os
 import pickle
 import warnings
 from collections.abc import Callable, Iterable
+from importlib.metadata import entry_points
 from typing import Any
 
 from ..errors import OptionError
+from ..registry import _REGISTRY, add_resolver, register
+from .child import warm_up
+from .solver import PLUGIN_WORK, SCHEMA, plugin_function
 from .target import ENTRY_POINT_GROUP, Target, looks_like_spec, parse_spec
 
 __all__ = ["resolve_solvers", "register_plugin", "register_callable", "discover_entry_points",
@@ -38,28 +42,21 @@ ALLOWED_ENV = "EPLB_PLUGIN_SPECS"
 _discovered = False
 
 
-def _registry():
-    from .. import registry
-    return registry
-
-
 def is_plugin(name: str) -> bool:
     """Whether the registered solver ``name`` is foreign code (a plugin)."""
-    spec = _registry()._REGISTRY.get(name)
+    spec = _REGISTRY.get(name)
     return spec is not None and getattr(spec.fn, "plugin_target", None) is not None
 
 
 def _register(name: str, target: Target, description: str) -> str:
-    from .solver import PLUGIN_WORK, SCHEMA, plugin_function
-    reg = _registry()
-    existing = reg._REGISTRY.get(name)
+    existing = _REGISTRY.get(name)
     if existing is not None:
         if getattr(existing.fn, "plugin_target", None) == target:
             return name
         raise OptionError("solvers", f"{name!r} is already a solver ({existing.description})")
     fn = plugin_function(target)
     fn.plugin_target = target
-    reg.register(name, kind="heuristic", description=description, options=SCHEMA, in_suites=False,
+    register(name, kind="heuristic", description=description, options=SCHEMA, in_suites=False,
                  work=PLUGIN_WORK)(fn)
     return name
 
@@ -95,7 +92,6 @@ def _callable_target(obj: Any) -> Target:
 def register_callable(obj: Callable[..., Any]) -> str:
     """The solver name of a function or class given to ``solve`` (registered on first use)."""
     target = _callable_target(obj)
-    from .child import warm_up
     warm_up()
     return _register(f"<{target.location}>".replace(":", "."), target,
                      f"your planner {target.location} (run in its own process)")
@@ -130,7 +126,6 @@ def resolve_solvers(names: Iterable[str], param: str = "solvers") -> list[str]:
         else:
             out.append(name)
     if any(is_plugin(n) for n in out):
-        from .child import warm_up
         warm_up()                 # the child's torch import is not the first planner's time
     return out
 
@@ -140,7 +135,7 @@ def resolve_missing(name: str) -> bool:
     it is an entry point; whether it is registered now. What ``get_solver`` tries for a name
     it does not know."""
     discover_entry_points()
-    if name in _registry()._REGISTRY:
+    if name in _REGISTRY:
         return True
     if looks_like_spec(name) and name in _allowed():
         resolve_solvers([name])
@@ -156,11 +151,9 @@ def discover_entry_points() -> list[str]:
     if _discovered:
         return []
     _discovered = True
-    from importlib.metadata import entry_points
-    reg = _registry()
     names = []
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ":" in ep.name or ep.name in reg._REGISTRY:
+        if ":" in ep.name or ep.name in _REGISTRY:
             warnings.warn(f"entry point {ep.name!r} ({ep.value}) of group {ENTRY_POINT_GROUP} skipped: "
                           f"{'the name holds a colon' if ':' in ep.name else 'a solver of that name exists'}",
                           stacklevel=2)
@@ -170,3 +163,14 @@ def discover_entry_points() -> list[str]:
                                f"installed planner {ep.value}" + (f" (package {dist})" if dist else "")
                                + ", run in its own process"))
     return names
+
+
+def _resolve(name: str | None) -> None:
+    """The registry's resolver (:func:`solvers.registry.add_resolver`)."""
+    if name is None:
+        discover_entry_points()
+    else:
+        resolve_missing(name)
+
+
+add_resolver(_resolve)

@@ -22,6 +22,10 @@ import traceback
 from multiprocessing.connection import wait
 from typing import Any
 
+import torch
+
+from ..childproc import die_with_parent
+from .forms import call, detect, load, normalise
 from .target import Target
 
 # Seconds to start the child and load the user's code (an import that hangs is killed then).
@@ -68,13 +72,10 @@ def _one_line(exc: BaseException) -> str:
 
 def child_main(conn, target: Target, job: dict[str, Any]) -> None:
     """The child: load, say ready, call, send ("done", arrays, seconds) or ("error", line)."""
-    from ..childproc import die_with_parent
     die_with_parent()
     os.dup2(2, 1)                       # the user's prints go to stderr, never into a --json answer
     sys.stdout = sys.stderr
-    import torch
     torch.set_num_threads(1)
-    from .forms import call, detect, load, normalise
     try:
         form, fn = detect(load(target))
     except BaseException as exc:        # noqa: BLE001  whatever the user's code raises is its row's line

@@ -20,12 +20,18 @@ import importlib.util
 import inspect
 import itertools
 import os
+import pickle
 import sys
+from importlib.metadata import EntryPoint
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
+import torch
+
+from ..plan import Plan
+from ..registry import SolverOutput
 from .target import ENTRY_POINT_GROUP, Target
 
 _counter = itertools.count()
@@ -34,10 +40,8 @@ _counter = itertools.count()
 def load(target: Target) -> Any:
     """The object a target names (imports the user's module or executes the user's file)."""
     if target.kind == "callable":
-        import pickle
         return pickle.loads(target.payload)
     if target.kind == "entry":
-        from importlib.metadata import EntryPoint
         return EntryPoint(name=target.attr, value=target.location, group=ENTRY_POINT_GROUP).load()
     if target.kind == "file":
         folder = os.path.dirname(target.location)
@@ -115,7 +119,6 @@ def call(form: str, fn: Any, job: dict[str, Any]) -> Any:
 
 
 def _array(x: Any, what: str) -> np.ndarray:
-    import torch
     if isinstance(x, torch.Tensor):
         return x.detach().cpu().numpy()
     if isinstance(x, np.ndarray):
@@ -131,8 +134,6 @@ def _array(x: Any, what: str) -> np.ndarray:
 def normalise(form: str, out: Any) -> dict[str, Any]:
     """What the planner returned, as plain arrays for the parent to check: phy2log, and
     log2phy and logcnt where it gave them; message: the own form's message."""
-    from ..plan import Plan
-    from ..registry import SolverOutput
     message = ""
     if isinstance(out, SolverOutput):
         if out.plan is None:
