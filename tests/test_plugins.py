@@ -279,3 +279,22 @@ def test_the_docs_catalogue_keeps_to_the_builtins(forget):
     from solvers.cli.catalogue import solver_catalogue_markdown
     register_plugin("my_listed_planner", own_form)
     assert "my_listed_planner" not in solver_catalogue_markdown()
+
+
+def test_the_docs_worked_example_runs(forget, tmp_path, capsys, monkeypatch):
+    """docs/own-algorithm.md: its my_eplb.py and its compare command, as written."""
+    from solvers.cli import main
+    doc = (ROOT / "docs/own-algorithm.md").read_text()
+    example = doc.split("## Worked example")[1]
+    (tmp_path / "my_eplb.py").write_text(example.split("```python\n")[1].split("```")[0])
+    command = example.split("```bash\n")[1].split("```")[0].replace("\\\n", " ").split()
+    assert command[:2] == ["eplb", "compare"]
+    for link in ("tests", "datasets"):                      # the command's paths, from the repository root
+        (tmp_path / link).symlink_to(ROOT / link)
+    monkeypatch.chdir(tmp_path)
+    assert main(command[1:] + ["--json"]) == 0
+    rows = {r["solver"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    mine = rows["./my_eplb.py:rebalance_experts"]
+    assert mine["status"] == "feasible" and mine["imbalance_mean"] == pytest.approx(1.278, abs=5e-4)
+    fixture = rows["tests/fixtures/third_party/deepseek_eplb.py:rebalance_experts"]
+    assert fixture["imbalance_mean"] == rows["deepseek"]["imbalance_mean"]
