@@ -8,6 +8,7 @@ injected 1 s limit, so no assertion depends on the machine's speed.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -18,7 +19,7 @@ import torch
 
 from solvers import OptionError, Problem, get_solver, solve
 from solvers.compare import compare_solvers
-from solvers.plugins import register_plugin, resolve_solvers
+from solvers.plugins import ALLOWED_ENV, register_plugin, resolve_solvers
 from solvers.plugins.forms import detect
 from solvers.registry import SolverOutput, _REGISTRY
 
@@ -29,8 +30,10 @@ VLLM_CLASS = f"{THIRD / 'vllm_style_policy.py'}:GreedyPolicy"
 
 
 @pytest.fixture
-def forget():
-    """Names registered by a test leave the registry after it (other tests list every solver)."""
+def forget(monkeypatch):
+    """Names registered by a test leave the registry after it (other tests list every solver),
+    and so do the specs it allowed (solvers.plugins.ALLOWED_ENV)."""
+    monkeypatch.setenv(ALLOWED_ENV, os.environ.get(ALLOWED_ENV, "[]"))
     before = set(_REGISTRY)
     yield
     for name in set(_REGISTRY) - before:
@@ -262,7 +265,6 @@ def test_an_installed_entry_point_planner_is_listed_compared_and_in_the_app(tmp_
         import app.views.compare  # noqa: F401  the page that lists them
         print(",".join(solver_names(available_only=True)))
     """)
-    import os
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600,
                          env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{site}"})
     assert run.returncode == 0, run.stderr

@@ -65,8 +65,9 @@ def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     if isinstance(exc, SystemExit):
         return f"called sys.exit({exc.code!r})"
-    where = traceback.extract_tb(exc.__traceback__)
-    at = f" (at {os.path.basename(where[-1].filename)}:{where[-1].lineno})" if where else ""
+    here = os.path.dirname(os.path.abspath(__file__))
+    theirs = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.dirname(f.filename) != here]
+    at = f" (at {os.path.basename(theirs[-1].filename)}:{theirs[-1].lineno})" if theirs else ""
     return f"{type(exc).__name__}: {text}{at}"[:400]
 
 
