@@ -277,6 +277,40 @@ def test_an_installed_entry_point_planner_is_listed_compared_and_in_the_app(tmp_
     assert {"tiny_round_robin", "deepseek"} <= set(app.strip().split(","))
 
 
+APP_RUN = """
+import json, sys
+from streamlit.testing.v1 import AppTest
+at = AppTest.from_file(sys.argv[1], default_timeout=300).run()
+at.switch_page("views/compare.py").run()
+offered = at.multiselect(key="compare:solvers").options
+at.multiselect(key="compare:solvers").set_value(["deepseek", "tiny_round_robin"]).run()
+at.multiselect(key="compare:policies").set_value(["hierarchical"]).run()
+at.button(key="compare:run").click().run()
+assert not at.exception, [e.value for e in at.exception]
+table = at.dataframe[0].value
+print(json.dumps({"offered": list(offered), "errors": [e.value for e in at.error],
+                  "rows": table[["solver", "imbalance_mean", "gap_mean"]].to_dict("records")}))
+"""
+
+
+@pytest.mark.slow
+def test_the_app_offers_and_runs_an_installed_planner(tmp_path):
+    """The app's compare page under AppTest, in an interpreter where the package is installed:
+    the planner is among the solver choices and its row is graded beside deepseek's."""
+    pytest.importorskip("streamlit")
+    site = tmp_path / "site"
+    site.mkdir()
+    _install_entry_point(site)
+    run = subprocess.run([sys.executable, "-c", APP_RUN, str(ROOT / "app/main.py")], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600, env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{site}"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert "tiny_round_robin" in got["offered"] and not got["errors"]
+    rows = {r["solver"].split(" ")[0]: r for r in got["rows"]}
+    assert rows["tiny_round_robin"]["imbalance_mean"] > 1 and rows["tiny_round_robin"]["gap_mean"] is not None
+    assert rows["deepseek"]["imbalance_mean"] >= 1
+
+
 def test_the_docs_catalogue_keeps_to_the_builtins(forget):
     from solvers.cli.catalogue import solver_catalogue_markdown
     register_plugin("my_listed_planner", own_form)

@@ -52,7 +52,7 @@ def warm_up() -> None:
     ctx = _context()
     if ctx.get_start_method() == "forkserver":
         proc = ctx.Process(target=_noop, name="eplb-plugin-warm-up")
-        with _main_not_rerun(False):
+        with _main_not_rerun(False), _may_have_children():
             proc.start()            # returns once the server, torch imported, forked it
         proc.join(STARTUP_SECONDS)
 
@@ -118,6 +118,22 @@ def _receive(conn, proc, seconds: float) -> tuple | None:
 
 
 @contextlib.contextmanager
+def _may_have_children():
+    """Inside a daemonic process (the app's stoppable solves run in one) multiprocessing refuses
+    to start children, lest they outlive it: ours cannot (they die with their fork server, which
+    exits with this process), so the refusal is lifted while one starts."""
+    config = getattr(mp.current_process(), "_config", {})
+    daemon = config.get("daemon")
+    if daemon:
+        config["daemon"] = False
+    try:
+        yield
+    finally:
+        if daemon:
+            config["daemon"] = daemon
+
+
+@contextlib.contextmanager
 def _main_not_rerun(needed: bool):
     """While a child starts: unless it needs the user's ``__main__`` (a function defined in
     the script that calls ``solve``), say ``__main__`` is a module named ``__main__``, which
@@ -143,7 +159,8 @@ def run_isolated(target: Target, job: dict[str, Any], time_limit: float) -> dict
     proc = ctx.Process(target=child_main, args=(child, target, job), name="eplb-plugin")
     start = time.perf_counter()
     try:
-        with _main_not_rerun(target.kind == "callable" and target.location.startswith("__main__.")):
+        with _main_not_rerun(target.kind == "callable" and target.location.startswith("__main__.")), \
+                _may_have_children():
             proc.start()
         child.close()
         msg = _receive(parent, proc, STARTUP_SECONDS)
