@@ -334,3 +334,27 @@ def test_the_docs_worked_example_runs(forget, tmp_path, capsys, monkeypatch):
     assert mine["status"] == "feasible" and mine["imbalance_mean"] == pytest.approx(1.278, abs=5e-4)
     fixture = rows["tests/fixtures/third_party/deepseek_eplb.py:rebalance_experts"]
     assert fixture["imbalance_mean"] == rows["deepseek"]["imbalance_mean"]
+
+
+@pytest.mark.slow
+def test_bench_run_and_simulate_take_your_file(forget, tmp_path, capsys):
+    """`eplb bench run --solvers` and `eplb simulate --solver` with DeepSeek's file: its bench
+    rows are graded plans; its replay equals the built-in greedy's on a tie-free trace."""
+    import pandas as pd
+    from solvers.cli import main
+    assert main(["bench", "run", "--suite", "tiny", "--out", str(tmp_path / "bench"),
+                 "--solvers", f"deepseek,{DEEPSEEK_FILE}"]) == 0
+    rows = pd.read_csv(tmp_path / "bench" / "results.csv")
+    theirs = rows[rows["solver"] == DEEPSEEK_FILE]
+    assert len(theirs) == len(rows[rows["solver"] == "deepseek"]) > 0
+    assert (theirs["status"] == "feasible").all() and theirs["gap_mean"].notna().all()
+    trace = tmp_path / "trace.pt"
+    torch.save(torch.stack([tie_free(3, 48, 10 + t) for t in range(6)]), trace)
+    replays = []
+    capsys.readouterr()
+    for solver in ("deepseek", DEEPSEEK_FILE):
+        assert main(["simulate", "--loads", str(trace), "--replicas", "64", "--groups", "8", "--nodes", "2",
+                     "--gpus", "8", "--every", "2", "--solver", solver, "--json"]) == 0
+        replays.append(json.loads(capsys.readouterr().out))
+    for key in ("mean_imbalance", "p99_imbalance", "worst_imbalance", "total_moves", "rebalances", "tokens_lost"):
+        assert replays[0][key] == replays[1][key], key
