@@ -358,3 +358,46 @@ def test_bench_run_and_simulate_take_your_file(forget, tmp_path, capsys):
         replays.append(json.loads(capsys.readouterr().out))
     for key in ("mean_imbalance", "p99_imbalance", "worst_imbalance", "total_moves", "rebalances", "tokens_lost"):
         assert replays[0][key] == replays[1][key], key
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"      # a zombie has exited
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_kill_9_of_the_run_leaves_no_planner_behind(tmp_path):
+    """A planner still running when its command is killed (-9) goes with it: the child dies
+    with its fork server, and the server with the command."""
+    import signal
+    import time
+    pid_file = tmp_path / "pid"
+    (tmp_path / "stays.py").write_text(
+        "import os, time\n"
+        "def rebalance_experts(weight, num_replicas, num_groups, num_nodes, num_gpus):\n"
+        f"    open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+        "    time.sleep(300)\n")
+    script = (f"from solvers import Problem, solve\n"
+              f"solve(Problem([[3.0, 2.0, 1.0, 1.0]], 4, 1, 1, 2), {str(tmp_path / 'stays.py') + ':rebalance_experts'!r},"
+              f" time_limit=300)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        end = time.monotonic() + 240
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < end and parent.poll() is None:
+            time.sleep(0.1)
+        child = int(pid_file.read_text())
+        assert _alive(child)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=30)
+        end = time.monotonic() + 30
+        while _alive(child) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not _alive(child), f"planner {child} survived its command's kill -9"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        if pid_file.exists() and pid_file.read_text() and _alive(int(pid_file.read_text())):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)

@@ -6,8 +6,9 @@ and sends back plain arrays. The time limit counts from "ready": starting the pr
 importing the user's module are bounded separately (:data:`STARTUP_SECONDS`). A hang is
 killed at the limit; an exception, ``sys.exit``, ``os._exit`` or a signal of the child is
 reported in one line. Children come from a fork server (torch imported once, never forked
-from a process that runs torch's thread pools) and die with it (``PR_SET_PDEATHSIG``), and it
-with this process.
+from a process that runs torch's thread pools); each dies with the server
+(``PR_SET_PDEATHSIG``) and with this process (a pipe whose end only this process holds: the
+server outlives it while any child holds the server's own pipe), ``kill -9`` included.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import multiprocessing as mp
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from multiprocessing.connection import wait
@@ -71,9 +73,20 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}{at}"[:400]
 
 
-def child_main(conn, target: Target, job: dict[str, Any]) -> None:
+def _exit_when_closed(lifeline) -> None:
+    """Block until the parent's end of ``lifeline`` closes (it exited, was killed, or is done
+    with us), then exit: the fork server, our real parent, outlives the command that asked."""
+    try:
+        lifeline.recv()
+    except (EOFError, OSError):
+        pass
+    os._exit(1)
+
+
+def child_main(conn, lifeline, target: Target, job: dict[str, Any]) -> None:
     """The child: load, say ready, call, send ("done", arrays, seconds) or ("error", line)."""
-    die_with_parent()
+    die_with_parent()                   # with the fork server
+    threading.Thread(target=_exit_when_closed, args=(lifeline,), daemon=True).start()   # with the command
     os.dup2(2, 1)                       # the user's prints go to stderr, never into a --json answer
     sys.stdout = sys.stderr
     torch.set_num_threads(1)
@@ -156,13 +169,15 @@ def run_isolated(target: Target, job: dict[str, Any], time_limit: float) -> dict
     {"ok": False, "reason": one line, "seconds"}. Never raises for what the child does."""
     ctx = _context()
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=child_main, args=(child, target, job), name="eplb-plugin")
+    lifeline, kept = ctx.Pipe(duplex=False)          # the child reads; our end closes when we go
+    proc = ctx.Process(target=child_main, args=(child, lifeline, target, job), name="eplb-plugin")
     start = time.perf_counter()
     try:
         with _main_not_rerun(target.kind == "callable" and target.location.startswith("__main__.")), \
                 _may_have_children():
             proc.start()
         child.close()
+        lifeline.close()
         msg = _receive(parent, proc, STARTUP_SECONDS)
         if msg is None:
             return {"ok": False, "reason": f"loading took over {STARTUP_SECONDS:g} s (stopped)",
@@ -183,3 +198,4 @@ def run_isolated(target: Target, job: dict[str, Any], time_limit: float) -> dict
                 proc.kill()
             proc.join(5)
         parent.close()
+        kept.close()
