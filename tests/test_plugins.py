@@ -401,3 +401,16 @@ def test_kill_9_of_the_run_leaves_no_planner_behind(tmp_path):
             parent.kill()
         if pid_file.exists() and pid_file.read_text() and _alive(int(pid_file.read_text())):
             os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def test_a_module_attribute_names_a_policy_class(forget, tmp_path, monkeypatch):
+    """`mypkg.policies:MyPolicy`: an importable module (here on the path the child inherits)."""
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "policies.py").write_text((THIRD / "vllm_style_policy.py").read_text())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    problem = Problem(tie_free(2, 32, 11), 40, 4, 1, 8)
+    row = compare_solvers(problem, resolve_solvers(["deepseek", "mypkg.policies:GreedyPolicy"]))[1]
+    assert row["solver"] == "mypkg.policies:GreedyPolicy" and row["status"] == "feasible"
+    assert row["_result"].info["form"] == "vllm" and row["gap_mean"] >= 0
