@@ -3,8 +3,8 @@
 vLLM plans expert placement through a policy class (``AbstractEplbPolicy``): its classmethod
 ``rebalance_experts(weight, num_replicas, num_groups, num_nodes, num_ranks,
 old_global_expert_indices=None)`` returns ``phy2log`` [layers, num_replicas] (int64, the
-logical expert of every physical slot; vLLM 0.11 to 0.13 returned ``(phy2log, log2phy,
-logcnt)``: set ``returns = "tuple"``). ``old_global_expert_indices`` is the placement in force
+logical expert of every physical slot, as vLLM 0.33 documents it; earlier releases expected
+``(phy2log, log2phy, logcnt)``: set ``returns = "tuple"``). ``old_global_expert_indices`` is the placement in force
 [layers, num_replicas]; replicas it already holds keep their GPU and slot where the plan allows.
 
     from solvers.engines.vllm import policy_class
@@ -35,7 +35,7 @@ class WorkbenchEplbPolicy(_Base):
 
     solver: str = "kk_swap"
     options: dict[str, Any] = {}
-    returns: str = "phy2log"          # or "tuple": (phy2log, log2phy, logcnt), vLLM before 0.14
+    returns: str = "phy2log"          # or "tuple": (phy2log, log2phy, logcnt), earlier vLLM releases
 
     @classmethod
     def rebalance_experts(cls, weight: torch.Tensor, num_replicas: int, num_groups: int, num_nodes: int,
