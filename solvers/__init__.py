@@ -58,6 +58,7 @@ def _export(name: str) -> Any:
     module = importlib.import_module(f".{_EXPORTS[name]}", __name__)
     if _EXPORTS[name] in ("registry", "entry"):
         importlib.import_module(".builtin", __name__)       # every solver registered
+        importlib.import_module(".plugins", __name__)       # and the installed planners (entry points)
     return getattr(module, name)
 
 

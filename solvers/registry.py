@@ -130,6 +130,17 @@ class SolverSpec:
 
 _REGISTRY: dict[str, SolverSpec] = {}
 
+# Who registers names the registry does not hold yet: ``resolve(name)`` registers ``name`` if it
+# can, ``resolve(None)`` whatever it lists (solvers.plugins adds one: installed planners of the
+# ``eplb.solvers`` entry points, and the files a user named).
+_RESOLVERS: list[Callable[[str | None], None]] = []
+
+
+def add_resolver(resolve: Callable[[str | None], None]) -> None:
+    """Add ``resolve`` to what :func:`get_solver` and :func:`solver_names` consult."""
+    if resolve not in _RESOLVERS:
+        _RESOLVERS.append(resolve)
+
 
 def _option(options: SolverOptions | Mapping[str, Any] | None, name: str) -> Any:
     return options.get(name) if isinstance(options, Mapping) else getattr(options, name, None)
@@ -186,6 +197,10 @@ def register(name: str, *, kind: str, description: str, options: Sequence[Option
 
 def get_solver(name: str) -> SolverSpec:
     spec = _REGISTRY.get(name)
+    if spec is None and isinstance(name, str):      # an installed or user-named planner (solvers.plugins)
+        for resolve in _RESOLVERS:
+            resolve(name)
+        spec = _REGISTRY.get(name)
     if spec is None:
         raise OptionError("solver", f"unknown solver {name!r}; known: {', '.join(sorted(_REGISTRY))}")
     return spec
@@ -206,5 +221,7 @@ def run(problem: Problem, solver: str, options: Mapping[str, Any] | SolverOption
 
 
 def solver_names(kind: str | None = None, available_only: bool = False) -> list[str]:
+    for resolve in _RESOLVERS:                      # installed planners (entry points) join the list
+        resolve(None)
     return sorted(n for n, s in _REGISTRY.items()
                   if (kind is None or s.kind == kind) and (not available_only or s.is_available()))

@@ -52,7 +52,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite", required=True,
                    help="suite name (tiny, ci, full, dynamics, dynamics-tiny, windows, windows-tiny)")
     p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--solvers", help="comma-separated solver names (default: every available one)")
+    p.add_argument("--solvers", help="comma-separated solver names, or your planners as FILE.py:NAME "
+                   "or module:NAME (default: every available one)")
     p.add_argument("--time-limit", type=float, help="seconds, for solvers with a time_limit option")
     p.add_argument("--seeds", help="workload seeds, e.g. 0,1,2 or 0-4 (default: the suite's)")
     p.add_argument("--jobs", type=int, default=1, help="parallel jobs (default 1)")

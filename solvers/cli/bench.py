@@ -12,6 +12,7 @@ import json
 from ..bench import run as bench_run
 from ..bench.recommend import format_recommendation, recommend
 from ..errors import OptionError
+from ..plugins import resolve_solvers
 from ..cluster import get_model
 from . import args as cli_args
 
@@ -39,4 +40,5 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 def cmd_bench_run(args: argparse.Namespace) -> int:
     """The runner on the options parsed here (the runner's own argument definitions); its
     errors are one line prefixed ``eplb bench run:``. The command recorded is this one's."""
+    resolve_solvers(s.strip() for s in (args.solvers or "").split(",") if s.strip())   # your planners too
     return bench_run.main(cli_args.ARGV[2:], prog="eplb bench run", args=args)

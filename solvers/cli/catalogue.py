@@ -6,6 +6,7 @@ import json
 import textwrap
 
 from .. import builtin  # noqa: F401  registers every solver
+from ..plugins import is_plugin
 from ..registry import get_solver, solver_names
 from .inputs import aligned
 
@@ -20,9 +21,10 @@ def _work_line(spec) -> str:
 
 
 def solver_catalogue_markdown() -> str:
-    """The registered solvers and their option schemas as Markdown (docs/solvers.md embeds it)."""
+    """The built-in solvers and their option schemas as Markdown (docs/solvers.md embeds it;
+    installed planners, which differ from one machine to the next, are left out)."""
     out = []
-    for name in solver_names():
+    for name in (n for n in solver_names() if not is_plugin(n)):
         spec = get_solver(name)
         need = "" if not spec.requires else f" Needs: `{spec.requires}`."
         out += [f"### `{name}` ({spec.kind})", "", spec.description + "." + need, "", _work_line(spec), ""]
@@ -43,7 +45,8 @@ def cmd_solvers(args: argparse.Namespace) -> int:
         return 0
     specs = [get_solver(n) for n in solver_names()]
     if args.json:
-        print(json.dumps([{"name": s.name, "kind": s.kind, "available": s.is_available(), "requires": s.requires,
+        print(json.dumps([{"name": s.name, "kind": s.kind, "plugin": is_plugin(s.name),
+                           "available": s.is_available(), "requires": s.requires,
                            "description": s.description, "options": [o.as_dict() for o in s.schema],
                            "work": None if s.work is None else {"formula": s.work.formula,
                                                                 "time_limited": s.work.time_limited}}
@@ -51,7 +54,8 @@ def cmd_solvers(args: argparse.Namespace) -> int:
         return 0
     for spec in specs:
         avail = "available" if spec.is_available() else f"unavailable ({spec.requires})"
-        print(f"{spec.name}  [{spec.kind}, {avail}]\n  {spec.description}\n  {_work_line(spec)}")
+        kind = "plugin" if is_plugin(spec.name) else spec.kind      # foreign code: docs/own-algorithm.md
+        print(f"{spec.name}  [{kind}, {avail}]\n  {spec.description}\n  {_work_line(spec)}")
         if not spec.schema:
             print("  (no options)\n")
             continue

@@ -11,6 +11,7 @@ from ..compare import compare_solvers, default_solvers, pick, planned_runs, tabl
 from ..errors import OptionError
 from ..io import read_loads, split_range
 from ..planfile import write_text_atomic
+from ..plugins import resolve_solvers
 from ..registry import get_solver
 from .inputs import aligned, problem_from_args, read_any_plan, write_csv
 from .rolling import compare_windows
@@ -44,7 +45,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     previous = read_any_plan(args.previous, info, "previous")[0] if args.previous else None
     expert_bytes = args.expert_bytes if args.expert_bytes is not None else preset_bytes
     routing = routing_arg(args, problem)
-    names = (_split_names(args.solvers, "solvers")
+    names = (resolve_solvers(_split_names(args.solvers, "solvers") or ())    # FILE.py:NAME, module:NAME too
              or default_solvers(holdout=holdout is not None, routing=routing is not None))
     options = options_dict(args.option)
     policies = _split_names(args.policy, "policy")

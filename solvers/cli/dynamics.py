@@ -22,6 +22,7 @@ from ..errors import OptionError
 from ..progress import progress_mode
 from ..safewrite import write_atomic, write_text_atomic
 from .args import cluster_of, solver_options
+from ..plugins import resolve_solvers
 from .inputs import dropped_note, read_trace_arg, write_csv
 from .parser import REPLAY_FLAGS, SIMULATE_FLAGS
 
@@ -40,6 +41,8 @@ def _replay_inputs(args: argparse.Namespace, names: tuple[str, ...]):
         values["expert_bytes"] = c.expert_bytes
     if "async_interference" in values and values.get("stall") != "async":
         raise OptionError("async_interference", "applies to background copies: give --stall async")
+    if values.get("solver"):
+        values["solver"] = resolve_solvers([values["solver"]], "solver")[0]     # FILE.py:NAME, module:NAME too
     settings = Settings.parse({**values, "solver_options": solver_options(args)})
     return info, loads, {"cluster": c.cluster, "num_groups": c.num_groups}, settings
 

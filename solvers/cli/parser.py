@@ -109,7 +109,8 @@ def add_compare(sub) -> None:
     c = sub.add_parser("compare", help="run several solvers on your loads and pick one", epilog=SOLVER_OPTIONS_HELP)
     add_loads(c, " (the in-sample window)")
     add_cluster_args(c)
-    c.add_argument("--solvers", default=None, help="comma-separated solver names (default deepseek,kk_swap,joint,best; "
+    c.add_argument("--solvers", default=None, help="comma-separated solver names, or your own planners as FILE.py:NAME or module:NAME "
+                   "(docs/own-algorithm.md) (default deepseek,kk_swap,joint,best; "
                    "with --holdout also risk_aware, with --routing also traffic_aware)")
     c.add_argument("--policy", default=None, help="comma-separated policies to run each solver with "
                                                   "(e.g. global,hierarchical; default auto)")
