@@ -64,6 +64,13 @@ def test_score_reports_moves_and_per_gpu_loads(tmp_path, capsys):
     m = json.loads(capsys.readouterr().out)
     assert m["moves"] > 0 and m["moves_bytes"] == 100 * m["moves"]
     assert len(m["gpu_load"]) == 2 and len(m["gpu_load"][0]) == 8
+    # the table gives bytes in units (the exact count is in --json)
+    assert main(["score", "--loads", str(loads), "--plan", str(b), "--previous", str(a),
+                 "--expert-bytes", "44040192"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("moves_bytes"))
+    value, unit = line.split()[1:]
+    assert unit in ("MB", "GB") and float(value) * {"MB": 1e6, "GB": 1e9}[unit] == pytest.approx(
+        44040192 * m["moves"], rel=5e-3)
 
 
 def one_error_line(capsys, argv, fragment):

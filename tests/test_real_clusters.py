@@ -211,8 +211,11 @@ def test_heuristic_close_to_brute_force_on_tiny_instances():
                             ([20, 3, 2, 1, 1], [3, 4], [1.0, 2.0])]:
         p = Problem(torch.tensor([w], dtype=torch.float64), num_gpus=len(slots), gpu_slots=slots, gpu_speed=speed)
         opt = cluster_brute_force(w, slots, speed)
-        got = float(solve(p, "best", time_limit=0.3).score.max_time[0])
-        assert opt * (1 - 1e-9) <= got <= opt * 1.15
+        # joint runs to its end (no clock); best's portfolio gets a limit it never reaches on
+        # one tiny layer, so neither answer depends on how busy the machine is
+        for solver, options in (("joint", {}), ("best", {"time_limit": 60.0})):
+            got = float(solve(p, solver, **options).score.max_time[0])
+            assert opt * (1 - 1e-9) <= got <= opt * 1.15, solver
 
 
 def test_solvers_refuse_what_they_cannot_plan():

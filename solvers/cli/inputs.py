@@ -66,12 +66,24 @@ def problem_from_args(args: argparse.Namespace, loads: Loads):
     return Problem(loads.weights, cluster=c.cluster, num_groups=c.num_groups), c.dense_layers, c.expert_bytes
 
 
+def format_bytes(n: float) -> str:
+    """``19.2 GB``: a byte count in decimal units (kB, MB, GB, TB), three significant figures."""
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
 def format_metrics(metrics: dict[str, Any]) -> str:
+    """One ``key  value`` line per metric; byte counts in units (the exact count in --json)."""
     width = max(map(len, metrics))
     lines = []
     for key, value in metrics.items():
-        # round away float noise (1e-17 is a sum of shares that cancels to 0)
-        text = f"{round(value, 12) + 0.0:.6g}" if isinstance(value, float) else str(value)
+        if key.endswith("bytes") and isinstance(value, (int, float)) and not isinstance(value, bool):
+            text = format_bytes(value)
+        else:
+            # round away float noise (1e-17 is a sum of shares that cancels to 0)
+            text = f"{round(value, 12) + 0.0:.6g}" if isinstance(value, float) else str(value)
         lines.append(f"{key:<{width}}  {text}")
     return "\n".join(lines)
 
