@@ -182,7 +182,7 @@ def _label(r: dict[str, Any]) -> str:
 
 
 def _cost(r: dict[str, Any]) -> str:
-    moves = "-" if r.get("moves") is None else f"{int(r['moves']):,} moves"
+    moves = "no moves" if r.get("moves") is None else f"{int(r['moves']):,} moves"
     return moves if r.get("moves_bytes") is None else f"{moves} ({gigabytes(r['moves_bytes'])})"
 
 
@@ -215,13 +215,18 @@ def pick(rows: Sequence[dict[str, Any]], *, slack: float | None = None) -> tuple
         size = "moves_bytes" if all(r.get("moves_bytes") is not None for r in planned) else "moves"
         near = [r for r in planned if _num(r[key]) <= _num(lowest[key]) * (1 + slack)]
         best = min(near, key=lambda r: (_num(r[size]), _num(r[key]), _num(r["wall_time_s"])))
-        trade = f"; moves {_cost(best)}, the fewest among the plans within {100 * slack:g}% of the lowest"
+        trade = f"; {_cost(best)}, the fewest of the plans within {100 * slack:g}% of the lowest"
         if best is not lowest:
-            better = 100 * (_num(best[key]) / _num(lowest[key]) - 1)
-            trade += (f" ({_label(lowest)} {_num(lowest[key]):.4f} is {better:.2g}% better but moves "
-                      f"{_cost(lowest)}; --migration-slack sets the rule)")
+            lower = 100 * (1 - _num(lowest[key]) / _num(best[key]))
+            trade += (f"; the lowest, {_label(lowest)} {_num(lowest[key]):.4f}, is {lower:.2g}% lower but "
+                      f"moves {_cost(lowest)} (the slack is --migration-slack)")
+        cheapest = min(planned, key=lambda r: (_num(r[size]), _num(r[key])))
+        if _num(cheapest[size]) < _num(best[size]):
+            higher = 100 * (_num(cheapest[key]) / _num(best[key]) - 1)
+            trade += (f"; {_label(cheapest)} moves {_cost(cheapest)} at {_num(cheapest[key]):.4f}, {higher:.2g}% "
+                      f"higher: outside the slack")
     others = sorted((r for r in planned if r is not best), key=lambda r: (_num(r[key]), _num(r["wall_time_s"])))
-    margin = f"; next best {_label(others[0])} {_num(others[0][key]):.4f}" if others else ""
+    margin = f"; next best {_label(others[0])} {_num(others[0][key]):.4f}" if others and best is lowest else ""
     what = "lowest mean imbalance in time" if timed else "lowest mean imbalance"
     if best is not lowest:
         what = "mean imbalance in time" if timed else "mean imbalance"

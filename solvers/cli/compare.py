@@ -160,10 +160,11 @@ def plan_command(args: argparse.Namespace, row: dict, loads: str, options: dict[
         if value is not None:
             argv += [f"--{flag.replace('_', '-')}", str(value)]
     argv += ["--solver", name]
-    if row.get("policy") not in (None, "-"):
-        argv += ["--policy", row["policy"]]
+    policy = row["_call"].options.get("policy")            # the policy the solver was given (it may report another)
+    if policy is not None:
+        argv += ["--policy", policy]
     for key, value in options.items():
-        if key in spec.options and key != "traffic_weight":
+        if key in spec.options and key not in ("traffic_weight", "policy"):
             argv += ["-O", _option_text(key, value)]
     if "traffic_weight" in options and "traffic_weight" in spec.options:
         argv += ["--traffic-weight", str(options["traffic_weight"])]
