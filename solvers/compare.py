@@ -173,8 +173,11 @@ DEFAULT_MOVE_SLACK = 0.01
 
 
 def gigabytes(v: Any) -> str:
-    """Bytes as GB with three significant digits ("-" for none)."""
-    return "-" if v is None else f"{v / 1e9:.3g} GB"
+    """Bytes with a unit (B, kB, MB, GB, TB; three significant digits; "-" for none)."""
+    if v is None:
+        return "-"
+    unit = next((u for u in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)) if abs(v) >= u[1]), ("B", 1))
+    return f"{v / unit[1]:.3g} {unit[0]}"
 
 
 def _label(r: dict[str, Any]) -> str:
