@@ -232,7 +232,7 @@ _COLUMNS = (
     ("holdout_step_imbalance_mean", "held-out", "per step", True, 0),
     ("holdout_step_imbalance_worst", "per step", "worst", True, 3),
     ("holdout_step_time_imbalance_mean", "held-out time", "per step", True, 0),
-    ("holdout_step_time_imbalance_worst", "time/step", "worst", False, 0),
+    ("holdout_step_time_imbalance_worst", "time/step", "worst", True, 3),
     ("imbalance_mean", "in sample", "mean", True, 2),
     ("imbalance_worst", "in sample", "worst", False, 0),
     ("holdout_imbalance_mean", "held-out", "window", False, 0),
@@ -287,7 +287,8 @@ def compare_table(rows: list[dict], *, wide: bool = False, width: int = TABLE_WI
     if not wide:
         cols = [c for c in cols if c[3]]
         if timed:   # the pick goes by time there: the token figures are in --wide
-            cols = [c for c in cols if c[0] not in ("holdout_step_imbalance_mean", "imbalance_mean")]
+            cols = [c for c in cols if c[0] not in ("holdout_step_imbalance_mean", "holdout_step_imbalance_worst",
+                                                    "imbalance_mean")]
 
     def render(cs) -> str:
         return aligned([[c[1] for c in cs], [c[2] for c in cs]] + [[_fmt(r.get(c[0]), c[0]) for c in cs]
