@@ -14,8 +14,9 @@ same window, history, routing and options reach a solver whichever of them calls
   the routing trace, applies, as it does for ``eplb plan`` on that file);
 - routing: the per-token trace to every solver with a ``routing`` option;
 - the plan in force (``previous``): recorded for moves by every solver's score, and given as
-  ``current`` to the re-planners (solvers built on a base solver and a plan in force:
-  ``migration``, ``elastic``), with ``slack`` when one is given;
+  ``current`` to every solver that takes a plan in force (``migration``, ``elastic``,
+  ``risk_aware``: they re-plan from it with few moves, as the app's pages do), with
+  ``slack`` when one is given;
 - policy and time limit: to the solvers that declare them (compare's ``--time-limit`` goes
   to each solver's time-limit option, whatever its name).
 """
@@ -44,10 +45,9 @@ def history_of(steps: Any) -> Any:
 
 
 def is_replanner(name: str) -> bool:
-    """A solver built on a base solver and a plan in force (``migration``, ``elastic``): it
-    gets ``--previous`` as its ``current`` placement."""
-    opts = get_solver(name).options
-    return "current" in opts and "base" in opts
+    """A solver that takes a plan in force (a ``current`` option: ``migration``, ``elastic``,
+    ``risk_aware``): it gets ``--previous`` as its ``current`` placement."""
+    return "current" in get_solver(name).options
 
 
 @dataclass

@@ -49,7 +49,8 @@ def add_plan(sub) -> None:
                         "divide by nodes)")
     add_options(p, "solver option, repeatable (e.g. -O time_limit=10); see `eplb solvers`")
     p.add_argument("--previous", default=None, help="placement in force (eplb, SGLang, TensorRT-LLM or CSV map): "
-                                                   "moves and bytes are recorded")
+                                                   "moves and bytes are recorded; a solver that takes a plan in force "
+                                                   "(migration, elastic, risk_aware) re-plans from it")
     p.add_argument("--migration-slack", type=float, default=None, metavar="EPS",
                    help="migration-aware: fewest moves from --previous with every layer's max load within "
                         "(1 + EPS) x a fresh plan's (docs/dynamics.md)")
