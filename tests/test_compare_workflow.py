@@ -208,3 +208,18 @@ def test_recommend_table_is_aligned(capsys):
         right = header.index(title) + len(title)
         assert all(x[right - 1] != " " and (right == len(x) or x[right] == " ") for x in body), title
     assert "plan it with: eplb plan --loads LOADS --solver" in "\n".join(lines)
+
+
+def test_plan_output_names_the_solver_that_ran(tmp_path, capsys):
+    """After a GPU failed, `--migration-slack` re-plans kk_swap's plan with the elastic solver:
+    the headline says so, in agreement with the metrics below it (no `solver kk_swap` above a
+    table saying `elastic`)."""
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    assert main(["plan", "--loads", "olmoe-1b-7b-drifting@0:20", *OLMOE, "--solver", "kk_swap", "--out", str(old)]) == 0
+    capsys.readouterr()
+    assert main(["plan", "--loads", "olmoe-1b-7b-drifting@20:40", *OLMOE, "--solver", "kk_swap", "--failed", "3",
+                 "--previous", str(old), "--migration-slack", "0.01", "--out", str(new)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    ran = next(x.split()[1] for x in lines if x.startswith("solver "))
+    assert ran == "elastic" and "solver kk_swap (re-planned by elastic)" in lines[0]
+    assert json.loads(new.read_text())["solver"] == "kk_swap"
