@@ -67,6 +67,10 @@ def test_compare_row_of_a_history_solver_is_reproduced_by_its_printed_plan_comma
         again = json.loads(written.read_text())
         assert again["phy2log"] == row_plan["phy2log"]
         assert again["metrics"]["imbalance_mean"] == pytest.approx(float(rows[solver]["imbalance_mean"]), rel=1e-12)
+    html = (out / "compare.html").read_text()
+    assert "held out, per step" in html                   # the figure the pick goes by
+    low = float(re.search(r'"yaxis":\{"anchor":"x","domain":\[[^]]*\],"range":\[([\d.]+)', html)[1])
+    assert low > 0.9                   # the imbalance axis starts near its bars (>= 1), not at 0
     risk = json.loads((out / "plans" / f"risk_aware-{rows['risk_aware']['policy']}.json").read_text())
     assert risk["options"]["history"].startswith("the window's 20 steps")
 
