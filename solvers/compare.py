@@ -226,8 +226,8 @@ def pick(rows: Sequence[dict[str, Any]], *, slack: float | None = None) -> tuple
         cheapest = min(planned, key=lambda r: (_num(r[size]), _num(r[key])))
         if _num(cheapest[size]) < _num(best[size]):
             higher = 100 * (_num(cheapest[key]) / _num(best[key]) - 1)
-            trade += (f"; {_label(cheapest)} moves {_cost(cheapest)} at {_num(cheapest[key]):.4f}, {higher:.2g}% "
-                      f"higher: outside the slack")
+            trade += (f"; {_label(cheapest)} moves least, {_cost(cheapest)}, at {_num(cheapest[key]):.4f} "
+                      f"({higher:.2g}% higher: outside the slack)")
     others = sorted((r for r in planned if r is not best), key=lambda r: (_num(r[key]), _num(r["wall_time_s"])))
     margin = f"; next best {_label(others[0])} {_num(others[0][key]):.4f}" if others and best is lowest else ""
     what = "lowest mean imbalance in time" if timed else "lowest mean imbalance"
