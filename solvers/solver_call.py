@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from .cluster import Cluster
+from .entry import solve
 from .errors import OptionError
 from .options import option_by_role
 from .plan import Plan
@@ -63,7 +64,6 @@ class SolverCall:
     expert_bytes: int | None = None
 
     def run(self) -> SolveResult:
-        from .entry import solve        # registers every solver (lazy: building a call imports none)
         return solve(self.problem, self.solver, previous=self.previous, expert_bytes=self.expert_bytes,
                      previous_cluster=self.previous_cluster, **self.options)
 

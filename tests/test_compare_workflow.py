@@ -1,4 +1,4 @@
-"""One workflow from compare to plan (issue 41), through the CLI as a user calls it: what
+"""One workflow from compare to plan, through the CLI as a user calls it: what
 compare picks, the `eplb plan` command it prints reproduces; held-out steps are never planned
 on; windows are refused, never clamped; with a plan in force the migration-aware row moves
 little and the pick weighs moves; the tables fit 120 columns."""

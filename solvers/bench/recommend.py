@@ -24,6 +24,7 @@ import pandas as pd
 
 from solvers.errors import OptionError
 from solvers.cluster import Cluster, as_count
+from solvers.registry import get_solver
 
 from .analysis import SHAPE_COLS, candidates
 from .store import read_results
@@ -198,7 +199,6 @@ def plan_hint(rec: Recommendation) -> str:
     """How to run the pick: the `eplb plan` flags, and for a planner of the window's steps
     (a solver with a ``history`` option, ranked on the steps of its benchmark windows) that
     it needs a window of steps, not a summed matrix, to plan as it was ranked."""
-    from solvers.registry import get_solver
     cmd = f"eplb plan --loads LOADS --solver {rec.solver} --policy {rec.policy} ... --out plan.json"
     try:
         steps = "history" in get_solver(rec.solver).options

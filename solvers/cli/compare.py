@@ -24,6 +24,7 @@ from ..registry import get_solver
 from ..options import option_by_role
 from ..solver_call import is_replanner
 from ..workloads.windows import planning_window, step_range
+from .plan import plan_file
 from .inputs import aligned, problem_from_args, read_previous, write_csv
 from .routing import routing_arg, token_bytes_arg
 from .args import flag_option, options_dict
@@ -186,7 +187,6 @@ def plan_command(args: argparse.Namespace, row: dict, loads: str, options: dict[
 def _write_plans(out: Path, rows: list[dict], problem, info, dense: int, args, plan_spec: str,
                  expert_bytes) -> list[Path]:
     """Each row's plan file (what its `eplb plan` command writes) under DIR/plans."""
-    from .plan import plan_file
     written = []
     for r in rows:
         res = r.get("_result")

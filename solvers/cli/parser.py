@@ -120,7 +120,7 @@ def add_compare(sub) -> None:
                    "without one the planning window is the steps before A")
     c.add_argument("--previous", default=None, help="plan in force (eplb, SGLang, TensorRT-LLM or CSV): moves in "
                    "every row, the migration solver re-plans from it (and joins the default solvers), and the pick "
-                   "weighs moves (docs/compare.md)")
+                   "weighs moves (README: Command line)")
     c.add_argument("--migration-slack", type=float, default=None, metavar="EPS",
                    help="with --previous: the migration solver keeps every layer within (1 + EPS) x a fresh plan's "
                         "max load, and the pick takes the fewest moved bytes among the plans within (1 + EPS) x "
