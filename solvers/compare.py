@@ -117,6 +117,9 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
                            time_limit=time_limit, previous=previous, previous_cluster=previous_cluster,
                            slack=slack, expert_bytes=expert_bytes, strict=False)
         spec = get_solver(name)
+        if "routing" in spec.options and call.options.get("routing") is None:     # not after the others ran
+            raise OptionError("routing", f"{name} plans on a per-token routing trace: give one (eplb compare "
+                              f"--routing FILE)")
         # every run's options and work cap checked before the first one runs
         spec.check_work(problem, spec.parse(call.options))
         runs.append((name, policy, call))

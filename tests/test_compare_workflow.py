@@ -227,3 +227,9 @@ def test_plan_output_names_the_solver_that_ran(tmp_path, capsys):
     ran = next(x.split()[1] for x in lines if x.startswith("solver "))
     assert ran == "elastic" and "solver kk_swap (re-planned by elastic)" in lines[0]
     assert json.loads(new.read_text())["solver"] == "kk_swap"
+
+
+def test_a_solver_needing_a_routing_trace_is_refused_before_any_solver_runs(capsys):
+    assert main(["compare", "--loads", "olmoe-1b-7b-drifting@0:20", *OLMOE, "--solvers", "deepseek,traffic_aware"]) == 2
+    cap = capsys.readouterr()
+    assert "traffic_aware plans on a per-token routing trace" in cap.err and "[1/2]" not in cap.err
