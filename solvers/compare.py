@@ -175,12 +175,15 @@ def _num(v: Any) -> float:
 DEFAULT_MOVE_SLACK = 0.01
 
 
-def gigabytes(v: Any) -> str:
-    """Bytes with a unit (B, kB, MB, GB, TB; three significant digits; "-" for none)."""
+def format_bytes(v: Any) -> str:
+    """``19.2 GB``: a byte count in decimal units (kB, MB, GB, TB), three significant
+    figures; "-" for none."""
     if v is None:
         return "-"
-    unit = next((u for u in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)) if abs(v) >= u[1]), ("B", 1))
-    return f"{v / unit[1]:.3g} {unit[0]}"
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(v) >= size:
+            return f"{v / size:.3g} {unit}"
+    return f"{v:.0f} B"
 
 
 def _label(r: dict[str, Any]) -> str:
@@ -189,7 +192,7 @@ def _label(r: dict[str, Any]) -> str:
 
 def _cost(r: dict[str, Any]) -> str:
     moves = "no moves" if r.get("moves") is None else f"{int(r['moves']):,} moves"
-    return moves if r.get("moves_bytes") is None else f"{moves} ({gigabytes(r['moves_bytes'])})"
+    return moves if r.get("moves_bytes") is None else f"{moves} ({format_bytes(r['moves_bytes'])})"
 
 
 def pick(rows: Sequence[dict[str, Any]], *, slack: float | None = None) -> tuple[dict[str, Any] | None, str]:

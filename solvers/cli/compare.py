@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..compare import (DEFAULT_MOVE_SLACK, compare_solvers, default_solvers, gigabytes, pick, planned_runs,
+from ..compare import (DEFAULT_MOVE_SLACK, compare_solvers, default_solvers, format_bytes, pick, planned_runs,
                        table_rows)
 from ..errors import OptionError
 from ..io import read_loads, split_range
@@ -261,7 +261,7 @@ def _fmt(v: Any, key: str) -> str:
     if key in _PERCENT:
         return f"{100 * round(v, 12) + 0.0:.3f}%"          # no float noise (-0.000%, 7.66e-16)
     if key in _BYTES:
-        return gigabytes(v)
+        return format_bytes(v)
     if key == "moves":
         return f"{int(v):,}"
     if "imbalance" in key:
