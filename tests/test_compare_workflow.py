@@ -187,8 +187,8 @@ def test_compare_table_fits_120_columns_and_wide_shows_every_column(routing_file
     old = tmp_path / "old.json"
     assert main(["plan", *base, "--solver", "kk_swap", "--out", str(old)]) == 0
     capsys.readouterr()
-    cmp = ["compare", *base, "--routing", routing_file, "--previous", str(old), "--expert-bytes", "44040192", "--solvers",
-           "kk_swap,traffic_aware,migration", "-O", "max_swaps=3"]
+    cmp = ["compare", *base, "--routing", routing_file, "--previous", str(old), "--expert-bytes", "44040192",
+           "--solvers", "kk_swap,traffic_aware,migration", "-O", "max_swaps=3"]
     assert main(cmp) == 0
     out = capsys.readouterr().out
     table = out.split("\n\n")[0].splitlines()

@@ -63,7 +63,8 @@ def step_range(window: slice, total: int, param: str, spec: str = "",
     return start, stop
 
 
-def planning_window(total: int, window: tuple[int, int] | None, holdout: tuple[int, int]) -> tuple[tuple[int, int], str]:
+def planning_window(total: int, window: tuple[int, int] | None,
+                    holdout: tuple[int, int]) -> tuple[tuple[int, int], str]:
     """(planning window, note) for a held-out range ``holdout`` of a trace of ``total`` steps.
 
     window: the planning window the user gave (``--loads SPEC@A:B``) or None (the whole trace).
