@@ -21,7 +21,6 @@ import torch
 
 from . import builtin  # noqa: F401  registers every solver a comparison may name
 from .errors import EPLBError, OptionError
-from .options import option_by_role
 from .plan import Plan
 from .problem import Problem
 from .registry import get_solver
@@ -29,7 +28,8 @@ from .routing.trace import RoutingTrace
 from .evaluate import score
 from .scoring import Score
 from .traffic import with_traffic
-from .entry import solve
+from .cluster import Cluster
+from .solver_call import solver_call
 
 DEFAULT_SOLVERS = ("deepseek", "kk_swap", "joint", "best")
 # Judged on held-out steps, the planner of the window's steps is the one to beat: the
@@ -37,10 +37,14 @@ DEFAULT_SOLVERS = ("deepseek", "kk_swap", "joint", "best")
 HOLDOUT_SOLVERS = ("risk_aware",)
 
 
-def default_solvers(*, holdout: bool = False, routing: bool = False) -> list[str]:
+def default_solvers(*, holdout: bool = False, routing: bool = False, previous: bool = False) -> list[str]:
     """The solvers a comparison runs when the user names none: the planner of the window's
-    steps joins when there are held-out steps, the traffic-aware one when there is a trace."""
-    return list(DEFAULT_SOLVERS) + (list(HOLDOUT_SOLVERS) if holdout else []) + (["traffic_aware"] if routing else [])
+    steps joins when there are held-out steps, the traffic-aware one when there is a trace,
+    the migration-aware re-planner when there is a plan in force."""
+    return (list(DEFAULT_SOLVERS) + (list(HOLDOUT_SOLVERS) if holdout else []) + (["traffic_aware"] if routing else [])
+            + (["migration"] if previous else []))
+
+
 COLUMNS = ("solver", "policy", "holdout_step_imbalance_mean", "holdout_step_imbalance_worst", "termination", "status",
            "wall_time_s", "imbalance_mean", "imbalance_worst", "holdout_imbalance_mean", "holdout_imbalance_worst",
            "gap_mean", "gap_max", "gap_in_policy_mean",
@@ -50,16 +54,6 @@ COLUMNS = ("solver", "policy", "holdout_step_imbalance_mean", "holdout_step_imba
 # W / total speed), and the pick goes by it: time is what the cluster pays.
 TIME_COLUMNS = ("holdout_step_time_imbalance_mean", "holdout_step_time_imbalance_worst", "time_imbalance_mean",
                 "time_imbalance_worst", "holdout_time_imbalance_mean", "holdout_time_imbalance_worst")
-
-
-def solver_options(name: str, common: dict[str, Any], time_limit: float | None) -> dict[str, Any]:
-    """The options of ``common`` that solver ``name`` declares, plus its time limit option."""
-    spec = get_solver(name)
-    opts = {k: v for k, v in common.items() if k in spec.options}
-    limit = option_by_role(spec.schema, "time_limit")
-    if time_limit is not None and limit is not None:
-        opts[limit.name] = time_limit
-    return opts
 
 
 def planned_runs(problem: Problem, solvers: Sequence[str], policies: Iterable[str]) -> list[tuple[str, str | None]]:
@@ -77,13 +71,18 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
                     history: Any = None, holdout_steps: Any = None,
                     on_progress: Callable[[str, str, dict[str, Any] | None], None] | None = None,
                     routing: RoutingTrace | None = None, token_bytes: int | None = None,
+                    previous_cluster: Cluster | None = None, slack: float | None = None,
                     ) -> list[dict[str, Any]]:
     """One row per (solver, policy): time, in-sample and held-out imbalance, gaps, moves.
 
     holdout: the same cluster on later loads ([layers, experts] of the held-out window).
     holdout_steps: those loads step by step [steps, layers, experts] (needs ``holdout``): adds
     the per-step held-out imbalance. history: the in-sample window's steps [steps, layers,
-    experts], given to every solver with a ``history`` option.
+    experts], given to every solver with a ``history`` option when it has more than one step
+    (:func:`solvers.solver_call.solver_call`, the call ``eplb plan`` builds too).
+    previous / previous_cluster: the plan in force (and the cluster it was made for, when GPUs
+    failed since): moves in every row; the re-planners (``migration``) plan from it, within
+    ``slack`` (their own default when None).
     options: applied to each solver that declares them; time_limit: to each solver's
     time-limit option. on_progress(solver, policy, row or None) is called before (None)
     and after each run. routing: a per-token routing trace: every plan's dispatch traffic
@@ -113,22 +112,23 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
         raise OptionError(unknown[0], f"is not an option of any solver compared ({', '.join(names)})")
     runs = []
     for name, policy in planned_runs(problem, names, policies):
-        opts = solver_options(name, {**(options or {}), **({"routing": routing} if routing is not None else {})},
-                              time_limit)
+        # the one call builder of every front end (solvers.solver_call): `eplb plan` gets the same
+        call = solver_call(problem, name, steps=history, routing=routing, options=options, policy=policy,
+                           time_limit=time_limit, previous=previous, previous_cluster=previous_cluster,
+                           slack=slack, expert_bytes=expert_bytes, strict=False)
         spec = get_solver(name)
-        if history is not None and "history" in spec.options:   # the window's steps, to planners of them
-            opts["history"] = history
-        if policy is not None:
-            opts["policy"] = policy
+        if "routing" in spec.options and call.options.get("routing") is None:     # not after the others ran
+            raise OptionError("routing", f"{name} plans on a per-token routing trace: give one (eplb compare "
+                              f"--routing FILE)")
         # every run's options and work cap checked before the first one runs
-        spec.check_work(problem, spec.parse(opts))
-        runs.append((name, policy, opts))
+        spec.check_work(problem, spec.parse(call.options))
+        runs.append((name, policy, call))
     report = on_progress or (lambda *args: None)
     rows = []
-    for name, policy, opts in runs:
+    for name, policy, call in runs:
         report(name, policy or "-", None)
         try:
-            res = solve(problem, name, previous=previous, expert_bytes=expert_bytes, **opts)
+            res = call.run()
         except EPLBError as exc:
             # a solver for identical GPUs on a real cluster: a row saying so, not an abort
             if problem.cluster.homogeneous or exc.param not in ("solver", "gpu_slots"):
@@ -139,6 +139,7 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
             report(name, policy or "-", row)
             continue
         row = res.summary(holdout=None if holdout is None or res.plan is None else score(holdout, res.plan))
+        row["solver"] = name                      # the name compared (a re-planner's row says so too)
         if holdout_steps is not None and res.plan is not None:
             row.update(holdout_step_columns(score(holdout, res.plan, tokens=holdout_steps)))
         if routing is not None and res.plan is not None:
@@ -146,6 +147,7 @@ def compare_solvers(problem: Problem, solvers: Sequence[str] = DEFAULT_SOLVERS, 
             row.update({k: t[k] for k in ("remote_nodes_mean", "remote_nodes_p99", "inter_node_bytes",
                                           "intra_node_bytes")})
         row["_result"] = res
+        row["_call"] = call
         rows.append(row)
         report(name, policy or "-", row)
     return rows
@@ -167,11 +169,43 @@ def _num(v: Any) -> float:
     return math.inf if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
 
-def pick(rows: Sequence[dict[str, Any]]) -> tuple[dict[str, Any] | None, str]:
+# With a plan in force, moves cost: a plan is picked for less imbalance only when it beats the
+# fewest-moves plan within this slack by more than the slack (the migration solver's own rule:
+# max load within (1 + slack) x the fresh plan's). `eplb compare --migration-slack` sets it.
+DEFAULT_MOVE_SLACK = 0.01
+
+
+def format_bytes(v: Any) -> str:
+    """``19.2 GB``: a byte count in decimal units (kB, MB, GB, TB), three significant
+    figures; "-" for none."""
+    if v is None:
+        return "-"
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(v) >= size:
+            return f"{v / size:.3g} {unit}"
+    return f"{v:.0f} B"
+
+
+def _label(r: dict[str, Any]) -> str:
+    return r["solver"] if r.get("policy") in (None, "-") else f"{r['solver']} ({r['policy']})"
+
+
+def _cost(r: dict[str, Any]) -> str:
+    moves = "no moves" if r.get("moves") is None else f"{int(r['moves']):,} moves"
+    return moves if r.get("moves_bytes") is None else f"{moves} ({format_bytes(r['moves_bytes'])})"
+
+
+def pick(rows: Sequence[dict[str, Any]], *, slack: float | None = None) -> tuple[dict[str, Any] | None, str]:
     """The row to use and why: the lowest per-step held-out imbalance when the held-out
     steps were scored one by one (what a served plan meets), else the lowest held-out
     imbalance of the window's sum, else the lowest mean imbalance in sample; ties go to the
-    faster solver."""
+    faster solver.
+
+    With moves (a plan in force was given) the figure is weighed against what the move costs:
+    among the rows within ``(1 + slack)`` x the lowest figure (``slack`` default
+    :data:`DEFAULT_MOVE_SLACK`), the one moving the fewest bytes (moves without an expert
+    size), then the lower figure. The reason names the trade-off: what the lowest-figure row
+    would move, and how much better it is."""
     planned = [r for r in rows if r.get("imbalance_mean") is not None]
     if not planned:
         return None, "no solver returned a plan"
@@ -183,12 +217,30 @@ def pick(rows: Sequence[dict[str, Any]]) -> tuple[dict[str, Any] | None, str]:
                        (f"{t}imbalance_mean", "in sample (no held-out window given)")):
         if all(r.get(key) is not None for r in planned):
             break
-    best = min(planned, key=lambda r: (_num(r[key]), _num(r["wall_time_s"])))
-    others = sorted(_num(r[key]) for r in planned if r is not best)
-    margin = f"; next best {others[0]:.4f}" if others else ""
+    lowest = min(planned, key=lambda r: (_num(r[key]), _num(r["wall_time_s"])))
+    best, trade = lowest, ""
+    if all(r.get("moves") is not None for r in planned):
+        slack = DEFAULT_MOVE_SLACK if slack is None else slack
+        size = "moves_bytes" if all(r.get("moves_bytes") is not None for r in planned) else "moves"
+        near = [r for r in planned if _num(r[key]) <= _num(lowest[key]) * (1 + slack)]
+        best = min(near, key=lambda r: (_num(r[size]), _num(r[key]), _num(r["wall_time_s"])))
+        trade = f"; {_cost(best)}, the fewest of the plans within {100 * slack:g}% of the lowest"
+        if best is not lowest:
+            lower = 100 * (1 - _num(lowest[key]) / _num(best[key]))
+            trade += (f"; the lowest, {_label(lowest)} {_num(lowest[key]):.4f}, is {lower:.2g}% lower but "
+                      f"moves {_cost(lowest)} (the slack is --migration-slack)")
+        cheapest = min(planned, key=lambda r: (_num(r[size]), _num(r[key])))
+        if _num(cheapest[size]) < _num(best[size]):
+            higher = 100 * (_num(cheapest[key]) / _num(best[key]) - 1)
+            trade += (f"; {_label(cheapest)} moves least, {_cost(cheapest)}, at {_num(cheapest[key]):.4f} "
+                      f"({higher:.2g}% higher: outside the slack)")
+    others = sorted((r for r in planned if r is not best), key=lambda r: (_num(r[key]), _num(r["wall_time_s"])))
+    margin = f"; next best {_label(others[0])} {_num(others[0][key]):.4f}" if others and best is lowest else ""
     what = "lowest mean imbalance in time" if timed else "lowest mean imbalance"
-    reason = (f"{what} {where}: {_num(best[key]):.4f}{margin}; {best['wall_time_s']:.3g} s, "
-              f"policy {best['policy']}, gap to bound {100 * _num(best.get('gap_mean')):.3f}%")
+    if best is not lowest:
+        what = "mean imbalance in time" if timed else "mean imbalance"
+    reason = (f"{what} {where}: {_num(best[key]):.4f}{trade}{margin}; {best['wall_time_s']:.3g} s, "
+              f"gap to bound {100 * _num(best.get('gap_mean')):.3f}%")
     return best, reason
 
 

@@ -38,6 +38,7 @@ from .workloads.specs import resolve, split_range
 from .workloads.formats import FORMATS, suffix_of
 from .workloads.importers import read_raw
 from .workloads.trace import Loads
+from .workloads.windows import step_range
 
 
 _TEMP_PATH = re.compile(r"\S*eplb-loads-[^/\s]+/upload\.\w+")     # the copy of bytes read
@@ -135,15 +136,10 @@ def read_loads(source: str | os.PathLike | bytes | BinaryIO, format: str | None 
     dense = leading_zero_layers(raw) if drop_dense else 0
     if raw.dim() == 3:
         total = raw.shape[0]
-        window = _window(spec_steps if spec_steps is not None else steps)
-        start, stop, stride = window.indices(total)
-        if stride != 1:
-            raise LoadFileError(param, "a window of steps must be contiguous")
+        # refused when empty or out of range, never clamped (solvers.workloads.windows.step_range)
+        start, stop = step_range(_window(spec_steps if spec_steps is not None else steps), total, param, spec,
+                                 LoadFileError)
         trace = raw[start:stop, dense:]
-        if trace.shape[0] == 0:
-            asked = f"{'' if window.start is None else window.start}:{'' if window.stop is None else window.stop}"
-            raise LoadFileError(param, f"{spec}: the window {asked} selects no step: the trace has {total} "
-                                f"steps (0..{total - 1})")
     else:
         if spec_steps is not None or steps is not None:
             raise LoadFileError(param, f"{spec}: a window of steps needs [steps, layers, experts] loads, "

@@ -8,6 +8,7 @@ import torch
 
 from solvers import Problem, get_solver, solver_names
 from solvers.cluster import POLICIES
+from solvers.solver_call import history_of
 from solvers.compare import default_solvers, pick, planned_runs
 from solvers.errors import OptionError
 from solvers.progress import progress_line
@@ -122,7 +123,7 @@ def main() -> None:
         # the held-out steps one by one (scored per step, as `eplb compare --holdout`) and the
         # planning window's steps (for planners of a history, as `eplb compare`)
         held_steps = loads.trace[slice(*holdout_steps)] if holdout_steps else None
-        history = loads.trace[window[0]:window[1]] if window[1] - window[0] > 1 else None
+        history = history_of(loads.trace[window[0]:window[1]])      # the one rule (solvers.solver_call)
         if not policies:
             raise OptionError("policy", "pick at least one policy")
         if not problem.cluster.homogeneous and "hierarchical" in policies:

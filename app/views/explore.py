@@ -25,6 +25,7 @@ from app.widgets import (
     window_picker,
 )
 from solvers import Problem, get_solver, score
+from solvers.solver_call import history_of
 from solvers.cluster import MODELS, dense_rows
 from solvers.dispatch.microbatches import (
     imbalance_stats,
@@ -107,7 +108,7 @@ def main() -> None:
                 if "routing" in spec.options else None
     # Free-form options the page fills: a time-robust planner's history (the window's steps), the
     # migration solver's current placement (the uploaded plan in force), a routing-aware solver's trace.
-    extra = {k: v for k, v in (("history", loads.trace[window[0]:window[1]] if loads.num_steps > 1 else None),
+    extra = {k: v for k, v in (("history", history_of(loads.trace[window[0]:window[1]])),
                                ("current", previous), ("routing", routing)) if k in spec.options and v is not None}
     stoppable = worker.stoppable(solver, {**options, **extra}, problem)
     stop_slot.button("Stop", key=f"{PAGE}:stop", width="stretch", disabled=not stoppable,

@@ -13,6 +13,7 @@ from the nearest benchmarked shape and says so.
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -23,6 +24,7 @@ import pandas as pd
 
 from solvers.errors import OptionError
 from solvers.cluster import Cluster, as_count
+from solvers.registry import get_solver
 
 from .analysis import SHAPE_COLS, candidates
 from .store import read_results
@@ -176,16 +178,12 @@ def format_recommendation(rec: Recommendation) -> str:
                      f"{100 * best.gap_in_policy:.3f}%; off-node share {100 * best.off_node_share:.1f}%; "
                      f"runtime {best.time_mean_s:.3g} s mean, {best.time_max_s:.3g} s max "
                      f"over {int(best.rows)} runs of {layers}")
+        lines.append(plan_hint(rec))
     order = ("held-out imbalance first, then gap" if rec.ranked_by == "held-out imbalance"
              else "gap first: the results have no held-out imbalance for every candidate")
-    lines += ["", f"candidates (best first, {order}; gap = objective / best lower bound - 1, per layer):",
-              f"{'solver':<12} {'policy':<13} {'kind':<9} {'runs':>4} {'fits':>5} {'held-out':>9} {'gap mean':>9} "
-              f"{'gap max':>9} {'in policy':>9} {'off-node':>8} {'time mean':>10} {'time max':>10}"]
-    for r in rec.table.itertuples():
-        lines.append(f"{r.solver:<12} {r.policy:<13} {r.kind:<9} {r.rows:>4} {'yes' if r.fits else 'no':>5} "
-                     f"{r.holdout_imbalance:>9.4f} "
-                     f"{100 * r.gap_mean:>8.3f}% {100 * r.gap_max:>8.3f}% {100 * r.gap_in_policy:>8.3f}% "
-                     f"{100 * r.off_node_share:>7.1f}% {r.time_mean_s:>9.3g}s {r.time_max_s:>9.3g}s")
+    prose = len(lines)
+    lines += ["", f"candidates (best first, {order}; gap = objective / best lower bound - 1, per layer):"]
+    lines += candidate_table(rec.table)
     if len(rec.evidence):
         lines += ["", f"evidence ({rec.evidence['solver'].iloc[0]}, from {rec.source}):"]
         for r in rec.evidence.itertuples():
@@ -193,4 +191,56 @@ def format_recommendation(rec: Recommendation) -> str:
             scaled = f" (scaled to {rec.layers} layers)" if rec.layers is not None else ""
             lines.append(f"  {r.instance} seed {r.seed}: {r.termination}, {r.status}, gap {100 * r.gap_mean:.3f}%{opt}, "
                          f"{r.wall_time_s:.3g} s{scaled}, measured on {r.num_layers} layers")
-    return "\n".join(lines)
+    # prose wrapped to the table's width; the table and evidence lines as they are
+    return "\n".join(textwrap.fill(x, 120, subsequent_indent="  ") if i < prose else x for i, x in enumerate(lines))
+
+
+def plan_hint(rec: Recommendation) -> str:
+    """How to run the pick: the `eplb plan` flags, and for a planner of the window's steps
+    (a solver with a ``history`` option, ranked on the steps of its benchmark windows) that
+    it needs a window of steps, not a summed matrix, to plan as it was ranked."""
+    cmd = f"eplb plan --loads LOADS --solver {rec.solver} --policy {rec.policy} ... --out plan.json"
+    try:
+        steps = "history" in get_solver(rec.solver).options
+    except ValueError:                      # a solver of the results this install does not have
+        steps = False
+    if steps:
+        return (f"plan it with: {cmd} (LOADS a trace window such as FILE@A:B: {rec.solver} plans on the "
+                f"window's steps, as ranked; on a single [layers, experts] matrix it sees only their sum)")
+    return f"plan it with: {cmd}"
+
+
+# The candidates table: (title, column, format, align). Widths come from the cells, so a long
+# solver name (uniform_replicas) keeps every column aligned.
+_CANDIDATE_COLUMNS = (
+    ("solver", "solver", "{}", "<"), ("policy", "policy", "{}", "<"), ("kind", "kind", "{}", "<"),
+    ("runs", "rows", "{:d}", ">"), ("fits", "fits", None, ">"), ("held-out", "holdout_imbalance", "{:.4f}", ">"),
+    ("gap mean", "gap_mean", "pct3", ">"), ("gap max", "gap_max", "pct3", ">"),
+    ("in policy", "gap_in_policy", "pct3", ">"), ("off-node", "off_node_share", "pct1", ">"),
+    ("time mean", "time_mean_s", "{:.3g}s", ">"), ("time max", "time_max_s", "{:.3g}s", ">"),
+)
+
+
+def _cell(value: Any, fmt: str | None) -> str:
+    if fmt is None:
+        return "yes" if value else "no"
+    if isinstance(value, float) and math.isnan(value):
+        return "-"
+    if fmt.startswith("pct"):
+        return f"{100 * value:.{fmt[3]}f}%"
+    return fmt.format(int(value) if fmt == "{:d}" else value)
+
+
+def candidate_table(table: pd.DataFrame) -> list[str]:
+    """The candidates as aligned text lines (a header, then one line per candidate)."""
+    cells = [[title for title, *_ in _CANDIDATE_COLUMNS]]
+    cells += [[_cell(r[col], fmt) for _, col, fmt, _ in _CANDIDATE_COLUMNS] for r in table.to_dict("records")]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(_CANDIDATE_COLUMNS))]
+    def line(row: list[str]) -> str:
+        out = ""
+        for i, (c, w, (*_, a)) in enumerate(zip(row, widths, _CANDIDATE_COLUMNS)):
+            # one space between right-aligned numbers (their titles align on the right too), two elsewhere
+            sep = "" if i == 0 else (" " if a == ">" and _CANDIDATE_COLUMNS[i - 1][3] == ">" else "  ")
+            out += sep + (c.ljust(w) if a == "<" else c.rjust(w))
+        return out.rstrip()
+    return [line(row) for row in cells]

@@ -8,6 +8,7 @@ import io
 from pathlib import Path
 from typing import Any
 
+from ..compare import format_bytes
 from ..errors import OptionError
 from ..io import Loads, read_loads
 from ..planfile import file_sha256
@@ -64,14 +65,6 @@ def problem_from_args(args: argparse.Namespace, loads: Loads):
     arguments and the loads read (:func:`solvers.cluster_text.cluster_from_args`)."""
     c = cluster_of(args, loads.num_experts, loads.num_layers, loads.dense_layers)
     return Problem(loads.weights, cluster=c.cluster, num_groups=c.num_groups), c.dense_layers, c.expert_bytes
-
-
-def format_bytes(n: float) -> str:
-    """``19.2 GB``: a byte count in decimal units (kB, MB, GB, TB), three significant figures."""
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(n) >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n:.0f} B"
 
 
 def format_metrics(metrics: dict[str, Any]) -> str:

@@ -49,7 +49,8 @@ def add_plan(sub) -> None:
                         "divide by nodes)")
     add_options(p, "solver option, repeatable (e.g. -O time_limit=10); see `eplb solvers`")
     p.add_argument("--previous", default=None, help="placement in force (eplb, SGLang, TensorRT-LLM or CSV map): "
-                                                   "moves and bytes are recorded")
+                                                   "moves and bytes are recorded; a solver that takes a plan in force "
+                                                   "(migration, elastic, risk_aware) re-plans from it")
     p.add_argument("--migration-slack", type=float, default=None, metavar="EPS",
                    help="migration-aware: fewest moves from --previous with every layer's max load within "
                         "(1 + EPS) x a fresh plan's (docs/dynamics.md)")
@@ -109,26 +110,37 @@ def add_compare(sub) -> None:
     c = sub.add_parser("compare", help="run several solvers on your loads and pick one", epilog=SOLVER_OPTIONS_HELP)
     add_loads(c, " (the in-sample window)")
     add_cluster_args(c)
-    c.add_argument("--solvers", default=None, help="comma-separated solver names, or your own planners as FILE.py:NAME or module:NAME "
-                   "(docs/own-algorithm.md) (default deepseek,kk_swap,joint,best; "
-                   "with --holdout also risk_aware, with --routing also traffic_aware)")
+    c.add_argument("--solvers", default=None, help="comma-separated solver names, or your own planners as FILE.py:NAME "
+                   "or module:NAME (docs/own-algorithm.md) (default deepseek,kk_swap,joint,best; with --holdout also "
+                   "risk_aware, with --routing also traffic_aware, with --previous also migration)")
     c.add_argument("--policy", default=None, help="comma-separated policies to run each solver with "
                                                   "(e.g. global,hierarchical; default auto)")
     c.add_argument("--holdout", default=None, metavar="A:B", help="held-out steps A..B-1 of the same loads "
-                                                                 "(imbalance out of sample)")
+                   "(imbalance out of sample); never planned on: a --loads window overlapping it is refused, "
+                   "without one the planning window is the steps before A")
     c.add_argument("--windows", type=int, default=None, metavar="K",
                    help="the EPLB benchmark's protocol: windows of K steps over the whole trace, plan on window i, "
                         "score on window i+1; prints its balancedness and speed score beside held-out imbalance "
                         "and gap")
-    c.add_argument("--previous", default=None, help="plan in force (eplb, SGLang, TensorRT-LLM or CSV): moves")
+    c.add_argument("--previous", default=None, help="plan in force (eplb, SGLang, TensorRT-LLM or CSV): moves in "
+                   "every row, the migration solver re-plans from it (and joins the default solvers), and the pick "
+                   "weighs moves (README: Command line)")
+    c.add_argument("--migration-slack", type=float, default=None, metavar="EPS",
+                   help="with --previous: the migration solver keeps every layer within (1 + EPS) x a fresh plan's "
+                        "max load, and the pick takes the fewest moved bytes among the plans within (1 + EPS) x "
+                        "the lowest imbalance (default 0.01)")
     c.add_argument("--expert-bytes", type=expert_bytes_arg, default=None,
                    help="bytes per expert (default: the model's)")
     c.add_argument("--time-limit", type=float, default=None, help="seconds for each solver with a time limit")
     add_routing_arg(c, " (a column per plan; traffic_aware joins the default solvers)")
     add_traffic_weight(c)
     add_options(c, "option for every solver that declares it, repeatable")
-    add_out(c, "write compare.csv and compare.html there", metavar="DIR")
+    add_out(c, "write compare.csv, compare.html and every row's plan file (plans/SOLVER-POLICY.json) there",
+            metavar="DIR")
     add_json(c, "print the rows and the pick as JSON")
+    c.add_argument("--wide", action="store_true", help="every column (the default table fits 120 columns)")
+    c.add_argument("--verbose", action="store_true", help="print the `eplb plan` command of every row (default: "
+                                                          "the pick's)")
     c.set_defaults(handler="compare")
 
 

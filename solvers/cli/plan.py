@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
+
+import torch
 
 from ..errors import OptionError
 from ..elastic import replan_after_failure
@@ -13,6 +16,8 @@ from ..registry import get_solver
 from ..result import SolveResult
 from ..traffic import with_traffic
 from ..entry import solve
+from ..plan import Plan
+from ..solver_call import solver_call
 from .routing import routing_arg, token_bytes_arg
 from ..io import read_loads
 from .args import command_line, fail, flag_option, solver_options
@@ -41,8 +46,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     previous, previous_cluster = read_previous(args, info, problem)
     expert_bytes = args.expert_bytes if args.expert_bytes is not None else preset_bytes
     routing = routing_arg(args, problem)
-    if routing is not None and "routing" in spec.options:
-        options["routing"] = routing
     migration = (args.migration_slack, args.migration, args.migration_budget, args.migration_objective)
     if previous is None and migration != (None,) * 4:
         raise OptionError("previous", "--migration-slack, --migration, --migration-budget and --migration-objective "
@@ -54,6 +57,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
                                             "makespan")
     if args.migration_budget is not None and args.migration_slack is None:
         raise OptionError("migration_budget", "needs --migration-slack (the budget widens it layer by layer)")
+    # the one call builder of every front end (`eplb compare` rows are built the same way): the
+    # window's steps as history, the routing trace, the plan in force for the re-planners
+    fresh = args.migration_slack is None
+    call = solver_call(problem, args.solver, steps=None if info.matrix else info.trace, routing=routing,
+                       options=options, previous=previous if fresh else None,
+                       previous_cluster=previous_cluster if fresh else None, expert_bytes=expert_bytes)
+    options = call.options
     # a one-line progress on a terminal (or with --progress): elapsed against the work model's seconds
     with Ticker(args.solver, spec.expected_seconds(problem, options), progress_mode(args.progress)):
         result = _plan(args, problem, previous, previous_cluster, expert_bytes, options)
@@ -63,20 +73,49 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if routing is not None:
         metrics.update(with_traffic(result.score, result.plan, problem, routing,
                                     token_bytes_arg(args, routing)).traffic.summary)
-    doc = plan_document(result.plan, problem, policy=result.policy, solver=args.solver, options=result.options,
-                        metrics=metrics, result=result, dense_layers=dense,
-                        provenance={"loads": str(args.loads), "loads_sha256": loads_sha256(info),
-                                    "loads_format": info.format, "dense_layers_dropped": info.dense_layers,
-                                    "model": args.model, "previous": args.previous, "routing": args.routing,
-                                    "expert_bytes": expert_bytes, "command": command_line()})
+    doc = plan_file(result, problem, info, dense, metrics=metrics, loads=str(args.loads), model=args.model,
+                    previous=args.previous, routing=args.routing, expert_bytes=expert_bytes, command=command_line(),
+                    solver=args.solver)
     write_plan(args.out, doc)
     if args.json:
         print(json.dumps(metrics, indent=2))
     else:
         print(f"wrote {args.out}: {problem.num_layers} MoE layers{dropped_note(info)}, policy {result.policy}, "
-              f"solver {args.solver}, stopped {result.termination}, plan {result.status}")
+              f"solver {_solver_name(args.solver, result)}, stopped {result.termination}, plan {result.status}")
         print(format_metrics(metrics))
     return 0
+
+
+def _solver_name(asked: str, result: SolveResult) -> str:
+    """The solver asked for and, when a re-planner ran it (--migration-slack), which one: the
+    metrics below name the one that ran."""
+    return asked if result.solver == asked else f"{asked} (re-planned by {result.solver})"
+
+
+def recorded_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The options as a plan file records them: a history tensor as its shape (the steps are
+    the window's, named by the provenance's loads), a plan in force as such."""
+    def text(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return f"the window's {v.shape[0]} steps [{', '.join(map(str, v.shape))}]"
+        if isinstance(v, Plan):
+            return "the plan in force (--previous)"
+        return v
+    return {k: text(v) for k, v in options.items()}
+
+
+def plan_file(result: SolveResult, problem, info, dense: int, *, metrics: dict[str, Any], loads: str,
+              model: str | None, previous: str | None, routing: str | None, expert_bytes: int | None,
+              command: str, solver: str | None = None) -> dict[str, Any]:
+    """The plan document `eplb plan` writes (and `eplb compare --out` for each row): the plan,
+    its metrics, the options in effect and the provenance, ``command`` the one that makes it."""
+    return plan_document(result.plan, problem, policy=result.policy, solver=solver or result.solver,
+                         options=recorded_options(result.options), metrics=metrics, result=result,
+                         dense_layers=dense,
+                         provenance={"loads": loads, "loads_sha256": loads_sha256(info), "loads_format": info.format,
+                                     "dense_layers_dropped": info.dense_layers, "model": model,
+                                     "previous": previous, "routing": routing, "expert_bytes": expert_bytes,
+                                     "command": command})
 
 
 def _plan(args: argparse.Namespace, problem, previous, previous_cluster, expert_bytes, options: dict) -> SolveResult:
