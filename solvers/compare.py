@@ -30,6 +30,7 @@ from .scoring import Score
 from .traffic import with_traffic
 from .cluster import Cluster
 from .solver_call import solver_call
+from .units import format_bytes
 
 DEFAULT_SOLVERS = ("deepseek", "kk_swap", "joint", "best")
 # Judged on held-out steps, the planner of the window's steps is the one to beat: the
@@ -173,17 +174,6 @@ def _num(v: Any) -> float:
 # fewest-moves plan within this slack by more than the slack (the migration solver's own rule:
 # max load within (1 + slack) x the fresh plan's). `eplb compare --migration-slack` sets it.
 DEFAULT_MOVE_SLACK = 0.01
-
-
-def format_bytes(v: Any) -> str:
-    """``19.2 GB``: a byte count in decimal units (kB, MB, GB, TB), three significant
-    figures; "-" for none."""
-    if v is None:
-        return "-"
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(v) >= size:
-            return f"{v / size:.3g} {unit}"
-    return f"{v:.0f} B"
 
 
 def _label(r: dict[str, Any]) -> str:

@@ -8,7 +8,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from ..compare import format_bytes
+from ..units import format_bytes
 from ..errors import OptionError
 from ..io import Loads, read_loads
 from ..planfile import file_sha256
