@@ -38,7 +38,7 @@ from .workloads.specs import resolve, split_range
 from .workloads.formats import FORMATS, suffix_of
 from .workloads.importers import read_raw
 from .workloads.trace import Loads
-from .workloads.windows import step_range
+from .workloads.cuts import step_range
 
 
 _TEMP_PATH = re.compile(r"\S*eplb-loads-[^/\s]+/upload\.\w+")     # the copy of bytes read
@@ -136,7 +136,7 @@ def read_loads(source: str | os.PathLike | bytes | BinaryIO, format: str | None 
     dense = leading_zero_layers(raw) if drop_dense else 0
     if raw.dim() == 3:
         total = raw.shape[0]
-        # refused when empty or out of range, never clamped (solvers.workloads.windows.step_range)
+        # refused when empty or out of range, never clamped (solvers.workloads.cuts.step_range)
         start, stop = step_range(_window(spec_steps if spec_steps is not None else steps), total, param, spec,
                                  LoadFileError)
         trace = raw[start:stop, dense:]

@@ -24,10 +24,10 @@ from ..plugins import resolve_solvers
 from ..registry import get_solver
 from ..options import option_by_role
 from ..solver_call import is_replanner
-from ..workloads.windows import planning_window, step_range
+from ..workloads.cuts import planning_window, step_range
 from .plan import plan_file
 from .inputs import aligned, problem_from_args, read_previous, write_csv
-from .rolling import compare_windows
+from .rolling import compare_windows, refuse_window_flags
 from .routing import routing_arg, token_bytes_arg
 from .args import flag_option, options_dict
 
@@ -47,8 +47,8 @@ def _split_names(text: str | None, param: str) -> list[str] | None:
 def read_windows(args: argparse.Namespace):
     """(loads of the planning window, held-out steps [T, layers, experts] or None, the
     planning window's --loads spec, a note or ""): the held-out range never overlaps the
-    planning window (:func:`solvers.workloads.windows.planning_window`), every window is
-    within the trace (:func:`solvers.workloads.windows.step_range`), nothing is clamped."""
+    planning window (:func:`solvers.workloads.cuts.planning_window`), every window is
+    within the trace (:func:`solvers.workloads.cuts.step_range`), nothing is clamped."""
     if args.holdout is None:
         return read_loads(args.loads), None, args.loads, ""
     base, asked = split_range(args.loads)
@@ -68,6 +68,8 @@ def read_windows(args: argparse.Namespace):
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    if args.windows is not None:
+        refuse_window_flags(args)
     info, held, plan_spec, note = read_windows(args)
     problem, dense, preset_bytes = problem_from_args(args, info)
     holdout = holdout_steps = None

@@ -20,12 +20,18 @@ WINDOW_COLUMNS = ("window", "plan_steps", "eval_steps", "solver", "policy", "ter
                   "holdout_step_imbalance_mean", "imbalance_mean", "gap_mean", "message")
 
 
-def compare_windows(args: argparse.Namespace, info: Loads, problem: Problem, names: list[str],
-                    options: dict[str, Any], policies: list[str]) -> int:
-    """Run the windows protocol for ``eplb compare`` (its loads, cluster, solvers and options)."""
+def refuse_window_flags(args: argparse.Namespace) -> None:
+    """--windows scores every window on the next one: the flags of a single held-out or
+    re-plan comparison are refused before anything is read."""
     for flag, value in (("holdout", args.holdout), ("previous", args.previous), ("routing", args.routing)):
         if value is not None:
             raise OptionError("windows", f"--windows scores every window on the next one; drop --{flag}")
+
+
+def compare_windows(args: argparse.Namespace, info: Loads, problem: Problem, names: list[str],
+                    options: dict[str, Any], policies: list[str]) -> int:
+    """Run the windows protocol for ``eplb compare`` (its loads, cluster, solvers and options;
+    :func:`refuse_window_flags` checked its flags)."""
     if info.matrix:
         raise OptionError("windows", f"{info.source}: needs a trace of steps ([steps, layers, experts]); "
                           f"this file holds one [layers, experts] matrix")

@@ -27,7 +27,7 @@ _EXPORTS: dict[str, str] = {
     "detect_format": "importers", "iter_vllm_steps": "importers",
     "read_trace": "importers", "read_weights": "importers",
     "Loads": "trace", "Trace": "trace", "save_trace": "trace",
-    "out_of_sample_pairs": "windows", "windows": "windows",
+    "out_of_sample_pairs": "cuts", "windows": "cuts",
 }
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from .importers import detect_format, iter_vllm_steps, read_trace, read_weights
     from .scenarios import LAWS, SCENARIOS, Scenario, get_scenario
     from .trace import Loads, Trace, save_trace
-    from .windows import out_of_sample_pairs, windows
+    from .cuts import out_of_sample_pairs, windows
 
 __all__ = list(_EXPORTS)
 
@@ -49,8 +49,6 @@ def __getattr__(name: str) -> Any:
         where = _EXPORTS[name]                  # a module of this package, or "..io" (solvers.io)
         module = importlib.import_module(where if where.startswith(".") else f".{where}", __name__)
         value = globals()[name] = getattr(module, name)
-        if _EXPORTS.get("windows") == "windows" and module.__name__.endswith(".windows"):
-            globals()["windows"] = module.windows       # the function, not its module of the same name
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
