@@ -45,22 +45,28 @@ from ..work import WorkModel
 from .risk import DEFAULT_COUNT_RISK, DEFAULT_HALFLIFE, DEFAULT_RISK, plan_risk_aware
 from .robust import _HISTORY, buckets_of, check_history, ewma_weights
 
-# A candidate: (problem, history [W, X, E], resolved policy) -> phy2log [X, R].
-Planner = Callable[[Problem, torch.Tensor, str], torch.Tensor]
+# A candidate: (problem, history [W, X, E], resolved policy, inside a fold) -> phy2log [X, R].
+Planner = Callable[[Problem, torch.Tensor, str, bool], torch.Tensor]
 
 
-def _greedy(problem: Problem, hist: torch.Tensor, policy: str) -> torch.Tensor:
+def _greedy(problem: Problem, hist: torch.Tensor, policy: str, fold: bool = False) -> torch.Tensor:
     return run(problem.with_weights(hist.sum(0)), "deepseek", {"policy": policy}).plan.phy2log
 
 
-def _ewma(problem: Problem, hist: torch.Tensor, policy: str) -> torch.Tensor:
+def _ewma(problem: Problem, hist: torch.Tensor, policy: str, fold: bool = False) -> torch.Tensor:
     return run(problem.with_weights(ewma_weights(hist, DEFAULT_HALFLIFE)), "kk_swap", {"policy": policy}).plan.phy2log
 
 
-def _risk(**settings) -> Planner:
-    def plan(problem: Problem, hist: torch.Tensor, policy: str) -> torch.Tensor:
-        return plan_risk_aware(problem, hist, policy, **settings)[0]
+def _risk(steps: int = 64, **settings) -> Planner:
+    def plan(problem: Problem, hist: torch.Tensor, policy: str, fold: bool = False) -> torch.Tensor:
+        return plan_risk_aware(problem, hist, policy, steps=min(steps, FOLD_STEPS) if fold else steps, **settings)[0]
     return plan
+
+
+# Swap rounds of the risk candidates inside the folds: none. The rounds are what the folds would
+# cost most (many small kernels on few rows), and the folds compare estimators and risk levels,
+# which the placement already shows; the chosen candidate searches in full on the whole window.
+FOLD_STEPS = 0
 
 
 @dataclass(frozen=True)
@@ -74,11 +80,11 @@ class Candidate:
 CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     Candidate("greedy", _greedy, "the greedy (deepseek) on the window's sum: the level, no risk"),
     Candidate("ewma", _ewma, f"kk_swap on the window weighted with a halflife of {DEFAULT_HALFLIFE:g} steps"),
-    Candidate("quantile", _risk(count_risk=0.674, risk=0.674, halflife=DEFAULT_HALFLIFE, steps=0, noise=0.0),
+    Candidate("quantile", _risk(steps=0, count_risk=0.674, risk=0.674, halflife=DEFAULT_HALFLIFE, noise=0.0),
               "risk_aware at the upper quartile (z = 0.674, FlashLB's description), no swap search"),
-    Candidate("risk", _risk(count_risk=DEFAULT_COUNT_RISK, risk=DEFAULT_RISK, halflife=DEFAULT_HALFLIFE, steps=64,
-                            noise=1.0), "risk_aware with its defaults (recent steps weigh more)"),
-    Candidate("flat", _risk(count_risk=DEFAULT_COUNT_RISK, risk=DEFAULT_RISK, halflife=None, steps=64, noise=1.0),
+    Candidate("risk", _risk(count_risk=DEFAULT_COUNT_RISK, risk=DEFAULT_RISK, halflife=DEFAULT_HALFLIFE, noise=1.0),
+              "risk_aware with its defaults (recent steps weigh more)"),
+    Candidate("flat", _risk(count_risk=DEFAULT_COUNT_RISK, risk=DEFAULT_RISK, halflife=None, noise=1.0),
               "risk_aware with every step of the window weighed the same (robust to its whole span)"),
 )}
 DEFAULT_CANDIDATES = ",".join(CANDIDATES)
@@ -149,7 +155,7 @@ def backtest_scores(problem: Problem, hist: torch.Tensor, policy: str, names: li
     held = rows.with_weights(test.sum(0))
     out = torch.empty(len(names), F, dtype=torch.float64)
     for c, name in enumerate(names):
-        p2l = CANDIDATES[name].plan(rows, train, policy)
+        p2l = CANDIDATES[name].plan(rows, train, policy, True)
         imb = score(held, Plan.from_phy2log(p2l, E), tokens=test).time_imbalance     # [F*Ls]
         out[c] = imb.to(torch.float64).cpu().view(F, Ls).mean(1)
     return out, picked
