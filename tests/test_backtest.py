@@ -33,8 +33,8 @@ def test_choose_takes_the_least_mean_regret_when_the_folds_agree():
     scores = torch.tensor([[1.10, 1.20, 1.15],     # a
                            [1.05, 1.10, 1.12],     # b: best in every fold
                            [1.06, 1.30, 1.12]], dtype=torch.float64)
-    i, rule, regret = choose(scores, 0.001)
-    assert (i, rule) == (1, "mean")
+    i, rule, regret, eligible = choose(scores, 0.001)
+    assert (i, rule) == (1, "mean") and bool(eligible.all())
     assert regret.shape == (3, 3) and float(regret[1].max()) == 0.0
 
 
@@ -44,11 +44,23 @@ def test_choose_takes_the_safest_when_the_folds_disagree():
     scores = torch.tensor([[1.00, 1.06, 1.06],     # m
                            [1.05, 1.05, 1.05],     # s
                            [1.30, 1.00, 1.00]], dtype=torch.float64)
-    i, rule, regret = choose(scores, 0.001)
+    i, rule, regret, _ = choose(scores, 0.001)
     assert int(regret.mean(1).argmin()) == 0       # m has the least mean regret ...
     assert (i, rule) == (1, "safest")               # ... but wins one fold of three: s is chosen
-    i, rule, _ = choose(scores[:, :1], 0.001)       # one fold is no evidence of agreement either
+    i, rule, _, _ = choose(scores[:, :1], 0.001)    # one fold is no evidence of agreement either
     assert rule == "safest"
+
+
+def test_choose_keeps_the_incumbent_unless_beaten_in_every_fold_by_the_margin():
+    scores = torch.tensor([[1.10, 1.10, 1.10],     # the incumbent (greedy)
+                           [1.00, 1.00, 1.11],     # far better on the mean, worse in one fold
+                           [1.09, 1.09, 1.09],     # better in every fold by 0.9 %
+                           [1.099, 1.099, 1.099]], dtype=torch.float64)   # by 0.09 %: below the margin
+    i, rule, _, eligible = choose(scores, 0.001, 0.005, incumbent=0)
+    assert eligible.tolist() == [True, False, True, False]
+    assert (i, rule) == (2, "safest")              # the far better one is not eligible: its folds disagree
+    i, rule, _, eligible = choose(scores, 0.001, 0.02, incumbent=0)
+    assert (i, rule) == (0, "incumbent") and eligible.tolist() == [True, False, False, False]
 
 
 def test_picks_the_estimator_that_wins_the_folds():

@@ -57,10 +57,15 @@ def _ewma(problem: Problem, hist: torch.Tensor, policy: str, fold: bool = False)
     return run(problem.with_weights(ewma_weights(hist, DEFAULT_HALFLIFE)), "kk_swap", {"policy": policy}).plan.phy2log
 
 
-def _risk(steps: int = 64, **settings) -> Planner:
+def _risk(steps: int = 64, shots: int | None = None, **settings) -> Planner:
     def plan(problem: Problem, hist: torch.Tensor, policy: str, fold: bool = False) -> torch.Tensor:
+        if shots is not None:                  # sums of consecutive blocks: steadier series
+            hist = buckets_of(hist, shots)
         return plan_risk_aware(problem, hist, policy, steps=min(steps, FOLD_STEPS) if fold else steps, **settings)[0]
     return plan
+
+
+SHOTS = 8
 
 
 # Swap rounds of the risk candidates inside the folds: none. The rounds are what the folds would
@@ -80,8 +85,11 @@ class Candidate:
 CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     Candidate("greedy", _greedy, "the greedy (deepseek) on the window's sum: the level, no risk"),
     Candidate("ewma", _ewma, f"kk_swap on the window weighted with a halflife of {DEFAULT_HALFLIFE:g} steps"),
-    Candidate("quantile", _risk(steps=0, count_risk=0.674, risk=0.674, halflife=DEFAULT_HALFLIFE, noise=0.0),
-              "risk_aware at the upper quartile (z = 0.674, FlashLB's description), no swap search"),
+    Candidate("quantile", _risk(count_risk=0.674, risk=0.674, halflife=DEFAULT_HALFLIFE, noise=0.0),
+              "risk_aware at the upper quartile (z = 0.674, FlashLB's description), recent steps weigh more"),
+    Candidate("shots", _risk(count_risk=0.674, risk=0.674, halflife=None, noise=0.0, shots=SHOTS),
+              f"risk_aware at the upper quartile on {SHOTS} consecutive blocks of the window (multi-shot), "
+              "every block weighed the same"),
     Candidate("risk", _risk(count_risk=DEFAULT_COUNT_RISK, risk=DEFAULT_RISK, halflife=DEFAULT_HALFLIFE, noise=1.0),
               "risk_aware with its defaults (recent steps weigh more)"),
     Candidate("flat", _risk(count_risk=DEFAULT_COUNT_RISK, risk=DEFAULT_RISK, halflife=None, noise=1.0),
@@ -121,21 +129,33 @@ def fold_layout(num_steps: int, folds: int, min_steps: int) -> tuple[int, int, l
     return h, H, origins
 
 
-def choose(scores: torch.Tensor, tolerance: float) -> tuple[int, str, torch.Tensor]:
-    """(index, rule, regret [C, F]) from the fold scores [C, F] (lower is better).
+def choose(scores: torch.Tensor, tolerance: float, margin: float = 0.0,
+           incumbent: int | None = None) -> tuple[int, str, torch.Tensor, torch.Tensor]:
+    """(index, rule, regret [C, F], eligible [C] bool) from the fold scores [C, F] (lower is better).
 
-    regret = score / the fold's best - 1. The least mean regret wins when it is within
-    ``tolerance`` of each fold's best in a majority of the folds ("mean"); otherwise the
-    least worst regret ("safest"). Ties go to the first candidate."""
+    regret = score / the fold's best - 1. With an ``incumbent`` (the greedy), another candidate
+    is *eligible* only when it beats the incumbent in every fold and by ``margin`` on the mean
+    over the folds: a window whose folds cannot tell a bet from noise keeps the level. Among
+    the eligible, the least mean regret wins when it is within ``tolerance`` of each fold's
+    best in a majority of the folds ("mean"); otherwise the least worst regret ("safest");
+    "incumbent" when no other candidate is eligible. Ties go to the first candidate."""
     best = scores.min(0).values
     regret = scores / best - 1                                                # [C, F]
-    mean, worst = regret.mean(1), regret.max(1).values
+    eligible = torch.ones(scores.shape[0], dtype=torch.bool)
+    if incumbent is not None:
+        rel = scores / scores[incumbent] - 1
+        eligible = (rel.mean(1) <= -margin) & (rel < 0).all(1)
+        eligible[incumbent] = True
+    if incumbent is not None and int(eligible.sum()) == 1:
+        return incumbent, "incumbent", regret, eligible
+    mean = regret.mean(1).masked_fill(~eligible, float("inf"))
+    worst = regret.max(1).values.masked_fill(~eligible, float("inf"))
     F = scores.shape[1]
     by_mean = int(torch.nonzero(mean <= mean.min() + 1e-12)[0])
     agrees = int((regret[by_mean] <= tolerance).sum())
     if F >= 2 and 2 * agrees > F:
-        return by_mean, "mean", regret
-    return int(torch.nonzero(worst <= worst.min() + 1e-12)[0]), "safest", regret
+        return by_mean, "mean", regret, eligible
+    return int(torch.nonzero(worst <= worst.min() + 1e-12)[0]), "safest", regret, eligible
 
 
 def backtest_scores(problem: Problem, hist: torch.Tensor, policy: str, names: list[str], h: int, H: int,
@@ -178,6 +198,8 @@ BACKTEST_WORK = WorkModel.of({"1": 0, "S": 0, "R": 0.006, "L*R": 0, "L*E*R": 1.5
                    Option("tolerance", float, 0.001, "a candidate within this regret of a fold's best counts as "
                           "winning it; the least mean regret is chosen only when it wins most folds, else the "
                           "least worst regret", minimum=0.0, maximum=1.0, advanced=True),
+                   Option("margin", float, 0.005, "another candidate replaces the greedy only when it beats it "
+                          "in every fold and by this much on their mean", minimum=0.0, maximum=1.0, advanced=True),
                    Option("layers", int, 8, "layers the folds are scored on (evenly spaced)", minimum=1,
                           maximum=4096, advanced=True),
                    Option("buckets", int, 128, "the window's steps are summed into at most this many consecutive "
@@ -199,7 +221,8 @@ def solve_backtest(problem: Problem, o: SolverOptions) -> SolverOutput:
                    f"a window of {W} steps is too short to backtest (min_steps {o.min_steps}): the fallback")
         else:
             scores, picked = backtest_scores(problem, hist, resolved, names, h, H, origins, o.layers)
-            i, rule, regret = choose(scores, o.tolerance)
+            i, rule, regret, eligible = choose(scores, o.tolerance, o.margin,
+                                               names.index("greedy") if "greedy" in names else None)
             pick = names[i]
             mean, worst = regret.mean(1), regret.max(1).values
             wins = (regret <= o.tolerance).sum(1)
@@ -207,12 +230,17 @@ def solve_backtest(problem: Problem, o: SolverOptions) -> SolverOutput:
                         fold_layers=picked,
                         fold_scores={n: [round(float(v), 6) for v in scores[c]] for c, n in enumerate(names)},
                         mean_regret={n: float(mean[c]) for c, n in enumerate(names)},
+                        eligible=[n for c, n in enumerate(names) if bool(eligible[c])],
                         worst_regret={n: float(worst[c]) for c, n in enumerate(names)})
-            if rule == "mean":
+            if rule == "incumbent":
+                why = (f"no candidate beat the greedy in every one of {len(origins)} folds and by "
+                       f"{100 * o.margin:g} % on their mean: the window's level")
+            elif rule == "mean":
                 why = (f"least mean regret over {len(origins)} folds ({100 * float(mean[i]):.2f} %), within "
                        f"{100 * o.tolerance:g} % of the best in {int(wins[i])} of them")
             else:
-                why = (f"the folds disagree (the least mean regret wins {int(wins[int(mean.argmin())])} of "
+                lead = int(mean.masked_fill(~eligible, float("inf")).argmin())
+                why = (f"the folds disagree (the least mean regret wins {int(wins[lead])} of "
                        f"{len(origins)}): the safest, worst regret {100 * float(worst[i]):.2f} %")
         p2l = CANDIDATES[pick].plan(problem, hist, resolved)
     info.update(chosen=pick, rule=rule, reason=why)
