@@ -11,18 +11,24 @@ sum is the better guess. This planner lets the window itself say which bet to ma
    candidate plans all of them in one batched call. The folds use ``layers`` evenly spaced
    layers of the window (the choice is shared by all layers: pooled evidence is steadier).
 2. **Candidates** (:data:`CANDIDATES`): estimators and risk levels that exist elsewhere in
-   the package (the greedy on the window sum, ``kk_swap`` on an exponentially weighted
-   history, ``risk_aware`` with its defaults, with FlashLB's quantile z = 0.674 and no
-   search, and with every step weighed the same). Each fold's plans are scored on its test
-   steps by the shared scorer (per-step time imbalance, :func:`solvers.scoring.score`).
-3. **The choice.** Per fold a candidate's *regret* is its score over the fold's best minus 1.
-   The candidate with the least mean regret is chosen when the evidence agrees (it is
-   within ``tolerance`` of the best in most folds); otherwise (few folds, bursts that make
-   the folds disagree) the candidate whose worst regret over the folds is least: the choice
-   that is safest across them. A window of fewer than ``min_steps`` steps has no folds and
-   gets ``fallback`` (the greedy: no risk terms to estimate from two steps).
+   the package: the greedy on the window sum (the level), ``kk_swap`` on an exponentially
+   weighted history, ``risk_aware`` with its defaults, at FlashLB's upper quartile z = 0.674
+   (recent steps weighing more, or on a few consecutive blocks of the window weighed the
+   same: multi-shot) and with every step weighed the same. Each fold's plans are scored on
+   its test steps by the shared scorer (per-step time imbalance, :func:`solvers.scoring.score`);
+   inside the folds the risk candidates skip their swap search (it is what the folds would
+   cost most, and the folds compare estimators, which the placement already shows).
+3. **The choice.** The greedy is the incumbent: another candidate is *eligible* only when it
+   beats the greedy in every fold and by ``margin`` on their mean (bursts make a window's
+   later steps look predictable from its recent ones when they are not; a bet that cannot
+   show a clear gain keeps the level). Per fold a candidate's *regret* is its score over the
+   fold's best minus 1. Among the eligible, the least mean regret is chosen when the evidence
+   agrees (it is within ``tolerance`` of the best in most folds); otherwise the least worst
+   regret over the folds: the choice that is safest across them. A window of fewer than
+   ``min_steps`` steps has no folds and gets ``fallback`` (the greedy).
 4. The chosen candidate plans the whole window; ``info`` says what was chosen, by which
-   rule and why, with every candidate's mean and worst regret over the folds.
+   rule and why, with every candidate's fold scores, mean and worst regret, and which were
+   eligible; the result's message says it in one line.
 
 All candidates are batched over layers (and folds); the backtest costs a fraction of the
 final plan (``benchmarks/backtest_speed.py`` measures the 58 x 256 plan).
