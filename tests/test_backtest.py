@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from solvers import OptionError, Problem, solve
-from solvers.dynamics.backtest import CANDIDATES, choose, fold_layout
+from solvers.dynamics.backtest import CANDIDATES, choose, fold_layout, gain_t
 
 
 def _ramp(W=16, L=4, E=16, seed=0):
@@ -51,16 +51,19 @@ def test_choose_takes_the_safest_when_the_folds_disagree():
     assert rule == "safest"
 
 
-def test_choose_keeps_the_incumbent_unless_beaten_in_every_fold_by_the_margin():
-    scores = torch.tensor([[1.10, 1.10, 1.10],     # the incumbent (greedy)
-                           [1.00, 1.00, 1.11],     # far better on the mean, worse in one fold
-                           [1.09, 1.09, 1.09],     # better in every fold by 0.9 %
-                           [1.099, 1.099, 1.099]], dtype=torch.float64)   # by 0.09 %: below the margin
-    i, rule, _, eligible = choose(scores, 0.001, 0.005, incumbent=0)
-    assert eligible.tolist() == [True, False, True, False]
-    assert (i, rule) == (2, "safest")              # the far better one is not eligible: its folds disagree
-    i, rule, _, eligible = choose(scores, 0.001, 0.02, incumbent=0)
-    assert (i, rule) == (0, "incumbent") and eligible.tolist() == [True, False, False, False]
+def test_choose_keeps_the_incumbent_unless_its_gain_is_significant():
+    # paired (fold, layer) scores of 3 folds x 2 layers
+    pairs = torch.tensor([[1.10, 1.10, 1.10, 1.10, 1.10, 1.10],      # the incumbent (greedy)
+                          [1.00, 1.20, 1.00, 1.20, 1.00, 1.19],      # better on the mean, but scattered
+                          [1.09, 1.08, 1.09, 1.085, 1.09, 1.08]],    # a little better everywhere
+                         dtype=torch.float64)
+    t = gain_t(pairs, 0)
+    assert float(t[0]) == 0.0 and float(t[1]) < 1 < 2 < float(t[2])
+    scores = pairs.view(3, 3, 2).mean(2)
+    i, rule, _, eligible = choose(scores, 0.001, 2.0, incumbent=0, pairs=pairs)
+    assert eligible.tolist() == [True, False, True] and (i, rule) == (2, "mean")
+    i, rule, _, eligible = choose(scores, 0.001, 100.0, incumbent=0, pairs=pairs)
+    assert (i, rule) == (0, "incumbent") and eligible.tolist() == [True, False, False]
 
 
 def test_picks_the_estimator_that_wins_the_folds():
@@ -95,6 +98,8 @@ def test_info_fields_and_a_valid_plan():
     assert info["fold_train_steps"] == 6 and info["fold_test_steps"] == 3
     assert info["fold_layers"] == [0, 2]
     assert set(info["fold_scores"]) == set(info["mean_regret"]) == set(info["worst_regret"]) == set(CANDIDATES)
+    assert set(info["gain_t"]) == set(CANDIDATES) and info["gain_t"]["greedy"] == 0.0
+    assert "greedy" in info["eligible"] and info["chosen"] in info["eligible"]
     assert all(len(v) == 3 and min(v) >= 1.0 for v in info["fold_scores"].values())
     assert min(info["mean_regret"].values()) >= 0.0
     assert info["chosen"] in CANDIDATES and info["rule"] in ("mean", "safest") and info["reason"]
@@ -122,6 +127,7 @@ def test_hierarchical_policy_runs_every_candidate():
     ({"folds": 0}, "folds"),
     ({"min_steps": 2}, "min_steps"),
     ({"tolerance": -0.1}, "tolerance"),
+    ({"confidence": -1.0}, "confidence"),
     ({"layers": 0}, "layers"),
     ({"history": torch.zeros(3, 2, 5)}, "history"),
 ])

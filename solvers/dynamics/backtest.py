@@ -12,16 +12,16 @@ sum is the better guess. This planner lets the window itself say which bet to ma
    layers of the window (the choice is shared by all layers: pooled evidence is steadier).
 2. **Candidates** (:data:`CANDIDATES`): estimators and risk levels that exist elsewhere in
    the package: the greedy on the window sum (the level), ``kk_swap`` on an exponentially
-   weighted history, ``risk_aware`` with its defaults, at FlashLB's upper quartile z = 0.674
-   (recent steps weighing more, or on a few consecutive blocks of the window weighed the
-   same: multi-shot) and with every step weighed the same. Each fold's plans are scored on
-   its test steps by the shared scorer (per-step time imbalance, :func:`solvers.scoring.score`);
-   inside the folds the risk candidates skip their swap search (it is what the folds would
-   cost most, and the folds compare estimators, which the placement already shows).
-3. **The choice.** The greedy is the incumbent: another candidate is *eligible* only when it
-   beats the greedy in every fold and by ``margin`` on their mean (bursts make a window's
-   later steps look predictable from its recent ones when they are not; a bet that cannot
-   show a clear gain keeps the level). Per fold a candidate's *regret* is its score over the
+   weighted history, ``risk_aware`` with its defaults (recent steps weigh more), with every
+   step weighed the same, and at FlashLB's upper quartile z = 0.674 on a few consecutive
+   blocks of the window (multi-shot). Each fold's plans are scored on its test steps by the
+   shared scorer (per-step time imbalance, :func:`solvers.scoring.score`); inside the folds
+   the risk candidates' swap search is cut to ``FOLD_STEPS`` rounds (what the folds cost).
+3. **The choice.** The greedy is the incumbent: another candidate is *eligible* only when its
+   gain over the greedy on the folds' (fold, layer) pairs is significant, a paired t statistic
+   of at least ``confidence`` (bursts make a window's later steps look predictable from its
+   recent ones when they are not, and then the gains scatter over the pairs; a bet that
+   cannot show a clear gain keeps the level). Per fold a candidate's *regret* is its score over the
    fold's best minus 1. Among the eligible, the least mean regret is chosen when the evidence
    agrees (it is within ``tolerance`` of the best in most folds); otherwise the least worst
    regret over the folds: the choice that is safest across them. A window of fewer than
@@ -74,10 +74,11 @@ def _risk(steps: int = 64, shots: int | None = None, **settings) -> Planner:
 SHOTS = 8
 
 
-# Swap rounds of the risk candidates inside the folds: none. The rounds are what the folds would
-# cost most (many small kernels on few rows), and the folds compare estimators and risk levels,
-# which the placement already shows; the chosen candidate searches in full on the whole window.
-FOLD_STEPS = 0
+# Swap rounds of the risk candidates inside the folds. The rounds are what the folds cost most
+# (many small kernels on few rows), but without them the folds compare the risk candidates'
+# bare placements with kk_swap's searched ones and pick the wrong estimator; the first rounds
+# bring most of the search's gain. The chosen candidate searches in full on the whole window.
+FOLD_STEPS = 16
 
 
 @dataclass(frozen=True)
@@ -91,8 +92,6 @@ class Candidate:
 CANDIDATES: dict[str, Candidate] = {c.name: c for c in (
     Candidate("greedy", _greedy, "the greedy (deepseek) on the window's sum: the level, no risk"),
     Candidate("ewma", _ewma, f"kk_swap on the window weighted with a halflife of {DEFAULT_HALFLIFE:g} steps"),
-    Candidate("quantile", _risk(count_risk=0.674, risk=0.674, halflife=DEFAULT_HALFLIFE, noise=0.0),
-              "risk_aware at the upper quartile (z = 0.674, FlashLB's description), recent steps weigh more"),
     Candidate("shots", _risk(count_risk=0.674, risk=0.674, halflife=None, noise=0.0, shots=SHOTS),
               f"risk_aware at the upper quartile on {SHOTS} consecutive blocks of the window (multi-shot), "
               "every block weighed the same"),
@@ -135,22 +134,34 @@ def fold_layout(num_steps: int, folds: int, min_steps: int) -> tuple[int, int, l
     return h, H, origins
 
 
-def choose(scores: torch.Tensor, tolerance: float, margin: float = 0.0,
-           incumbent: int | None = None) -> tuple[int, str, torch.Tensor, torch.Tensor]:
+def gain_t(pairs: torch.Tensor, incumbent: int) -> torch.Tensor:
+    """[C] t statistic of each candidate's gain over the incumbent on the paired (fold, layer)
+    scores ``pairs [C, n]``: mean(incumbent - c) / its standard error (0 for the incumbent)."""
+    d = pairs[incumbent].unsqueeze(0) - pairs                                 # [C, n] > 0: c is better
+    n = d.shape[1]
+    if n < 2:
+        return torch.zeros(d.shape[0], dtype=d.dtype)
+    se = d.std(1) / n ** 0.5
+    t = d.mean(1) / se.clamp_min(1e-12)
+    return torch.where(se > 0, t, torch.where(d.mean(1) > 0, torch.inf, 0.0))
+
+
+def choose(scores: torch.Tensor, tolerance: float, confidence: float = 0.0, incumbent: int | None = None,
+           pairs: torch.Tensor | None = None) -> tuple[int, str, torch.Tensor, torch.Tensor]:
     """(index, rule, regret [C, F], eligible [C] bool) from the fold scores [C, F] (lower is better).
 
     regret = score / the fold's best - 1. With an ``incumbent`` (the greedy), another candidate
-    is *eligible* only when it beats the incumbent in every fold and by ``margin`` on the mean
-    over the folds: a window whose folds cannot tell a bet from noise keeps the level. Among
-    the eligible, the least mean regret wins when it is within ``tolerance`` of each fold's
-    best in a majority of the folds ("mean"); otherwise the least worst regret ("safest");
-    "incumbent" when no other candidate is eligible. Ties go to the first candidate."""
+    is *eligible* only when its gain over the incumbent on the paired (fold, layer) scores
+    ``pairs [C, n]`` has a t statistic of at least ``confidence`` (:func:`gain_t`): a window
+    whose folds cannot tell a bet from noise keeps the level. Among the eligible, the least
+    mean regret wins when it is within ``tolerance`` of each fold's best in a majority of the
+    folds ("mean"); otherwise the least worst regret ("safest"); "incumbent" when no other
+    candidate is eligible. Ties go to the first candidate."""
     best = scores.min(0).values
     regret = scores / best - 1                                                # [C, F]
     eligible = torch.ones(scores.shape[0], dtype=torch.bool)
     if incumbent is not None:
-        rel = scores / scores[incumbent] - 1
-        eligible = (rel.mean(1) <= -margin) & (rel < 0).all(1)
+        eligible = gain_t(scores if pairs is None else pairs, incumbent) >= confidence
         eligible[incumbent] = True
     if incumbent is not None and int(eligible.sum()) == 1:
         return incumbent, "incumbent", regret, eligible
@@ -166,7 +177,7 @@ def choose(scores: torch.Tensor, tolerance: float, margin: float = 0.0,
 
 def backtest_scores(problem: Problem, hist: torch.Tensor, policy: str, names: list[str], h: int, H: int,
                     origins: list[int], layers: int) -> tuple[torch.Tensor, list[int]]:
-    """[C, F] mean held-out per-step (time) imbalance of each candidate on each fold, over
+    """[C, F, Ls] held-out per-step (time) imbalance of each candidate on each fold and each of
     ``layers`` evenly spaced layers; and those layers. hist: [W, L, E]."""
     W, L, E = hist.shape
     Ls = min(L, layers)
@@ -179,11 +190,11 @@ def backtest_scores(problem: Problem, hist: torch.Tensor, policy: str, names: li
     test = torch.cat([sub[o:o + H] for o in origins], 1)                      # [H, F*Ls, E]
     rows = Problem(train.sum(0), cluster=problem.cluster, num_groups=problem.num_groups)
     held = rows.with_weights(test.sum(0))
-    out = torch.empty(len(names), F, dtype=torch.float64)
+    out = torch.empty(len(names), F, Ls, dtype=torch.float64)
     for c, name in enumerate(names):
         p2l = CANDIDATES[name].plan(rows, train, policy, True)
         imb = score(held, Plan.from_phy2log(p2l, E), tokens=test).time_imbalance     # [F*Ls]
-        out[c] = imb.to(torch.float64).cpu().view(F, Ls).mean(1)
+        out[c] = imb.to(torch.float64).cpu().view(F, Ls)
     return out, picked
 
 
@@ -204,8 +215,9 @@ BACKTEST_WORK = WorkModel.of({"1": 0, "S": 0, "R": 0.006, "L*R": 0, "L*E*R": 1.5
                    Option("tolerance", float, 0.001, "a candidate within this regret of a fold's best counts as "
                           "winning it; the least mean regret is chosen only when it wins most folds, else the "
                           "least worst regret", minimum=0.0, maximum=1.0, advanced=True),
-                   Option("margin", float, 0.005, "another candidate replaces the greedy only when it beats it "
-                          "in every fold and by this much on their mean", minimum=0.0, maximum=1.0, advanced=True),
+                   Option("confidence", float, 2.0, "another candidate replaces the greedy only when its gain over "
+                          "it on the folds' (fold, layer) pairs has a t statistic of at least this",
+                          minimum=0.0, maximum=100.0, advanced=True),
                    Option("layers", int, 8, "layers the folds are scored on (evenly spaced)", minimum=1,
                           maximum=4096, advanced=True),
                    Option("buckets", int, 128, "the window's steps are summed into at most this many consecutive "
@@ -226,9 +238,11 @@ def solve_backtest(problem: Problem, o: SolverOptions) -> SolverOutput:
             why = ("one candidate given" if len(names) == 1 else
                    f"a window of {W} steps is too short to backtest (min_steps {o.min_steps}): the fallback")
         else:
-            scores, picked = backtest_scores(problem, hist, resolved, names, h, H, origins, o.layers)
-            i, rule, regret, eligible = choose(scores, o.tolerance, o.margin,
-                                               names.index("greedy") if "greedy" in names else None)
+            pairs, picked = backtest_scores(problem, hist, resolved, names, h, H, origins, o.layers)
+            scores = pairs.mean(2)                                              # [C, F]
+            inc = names.index("greedy") if "greedy" in names else None
+            i, rule, regret, eligible = choose(scores, o.tolerance, o.confidence, inc, pairs.flatten(1))
+            t = gain_t(pairs.flatten(1), inc) if inc is not None else None
             pick = names[i]
             mean, worst = regret.mean(1), regret.max(1).values
             wins = (regret <= o.tolerance).sum(1)
@@ -237,10 +251,12 @@ def solve_backtest(problem: Problem, o: SolverOptions) -> SolverOutput:
                         fold_scores={n: [round(float(v), 6) for v in scores[c]] for c, n in enumerate(names)},
                         mean_regret={n: float(mean[c]) for c, n in enumerate(names)},
                         eligible=[n for c, n in enumerate(names) if bool(eligible[c])],
+                        **({} if t is None else {"gain_t": {n: round(float(t[c]), 3) for c, n in enumerate(names)}}),
                         worst_regret={n: float(worst[c]) for c, n in enumerate(names)})
             if rule == "incumbent":
-                why = (f"no candidate beat the greedy in every one of {len(origins)} folds and by "
-                       f"{100 * o.margin:g} % on their mean: the window's level")
+                why = (f"no candidate's gain over the greedy on {len(origins)} folds x {len(picked)} layers "
+                       f"reached t >= {o.confidence:g} (best t {float(t.masked_fill(t == torch.inf, 0).max()):.2f}): "
+                       "too thin to bet on, the window's level")
             elif rule == "mean":
                 why = (f"least mean regret over {len(origins)} folds ({100 * float(mean[i]):.2f} %), within "
                        f"{100 * o.tolerance:g} % of the best in {int(wins[i])} of them")
