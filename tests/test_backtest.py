@@ -69,13 +69,17 @@ def test_choose_keeps_the_incumbent_unless_its_gain_is_significant():
 def test_picks_the_estimator_that_wins_the_folds():
     hist = _ramp()
     p = Problem(hist.sum(0), 20, 1, 1, 4)
-    res = solve(p, "backtest", history=hist, candidates="greedy,risk")
-    assert res.info["chosen"] == "risk" and res.info["rule"] == "mean"
+    res = solve(p, "backtest", history=hist, candidates="greedy,risk", incumbent="greedy")
+    assert res.info["chosen"] == "risk" and res.info["rule"] == "mean" and res.info["gain_t"]["risk"] > 1
     assert res.info["mean_regret"]["risk"] == 0.0 < res.info["mean_regret"]["greedy"]
     # the plan is the chosen candidate's on the whole window
     direct = solve(p, "risk_aware", history=hist)
     assert torch.equal(res.plan.phy2log, direct.plan.phy2log)
     assert "backtest chose risk" in res.message and "least mean regret" in res.message
+    # the default incumbent is risk: greedy is far worse on every pair, so risk stays
+    kept = solve(p, "backtest", history=hist, candidates="greedy,risk")
+    assert kept.info["chosen"] == "risk" and kept.info["rule"] == "incumbent"
+    assert torch.equal(kept.plan.phy2log, res.plan.phy2log)
 
 
 def test_two_steps_fall_back_and_say_so():
@@ -98,11 +102,11 @@ def test_info_fields_and_a_valid_plan():
     assert info["fold_train_steps"] == 6 and info["fold_test_steps"] == 3
     assert info["fold_layers"] == [0, 2]
     assert set(info["fold_scores"]) == set(info["mean_regret"]) == set(info["worst_regret"]) == set(CANDIDATES)
-    assert set(info["gain_t"]) == set(CANDIDATES) and info["gain_t"]["greedy"] == 0.0
-    assert "greedy" in info["eligible"] and info["chosen"] in info["eligible"]
+    assert set(info["gain_t"]) == set(CANDIDATES) and info["gain_t"]["risk"] == 0.0     # the incumbent
+    assert "risk" in info["eligible"] and info["chosen"] in info["eligible"]
     assert all(len(v) == 3 and min(v) >= 1.0 for v in info["fold_scores"].values())
     assert min(info["mean_regret"].values()) >= 0.0
-    assert info["chosen"] in CANDIDATES and info["rule"] in ("mean", "safest") and info["reason"]
+    assert info["chosen"] in CANDIDATES and info["rule"] in ("mean", "safest", "incumbent") and info["reason"]
     assert res.score is not None
     # the plan is the chosen candidate's on the whole window
     assert torch.equal(res.plan.phy2log, CANDIDATES[info["chosen"]].plan(p, hist.double(), "global"))
@@ -124,6 +128,7 @@ def test_hierarchical_policy_runs_every_candidate():
     ({"candidates": ""}, "candidates"),
     ({"candidates": "risk,risk"}, "candidates"),
     ({"fallback": "nope"}, "fallback"),
+    ({"incumbent": "nope"}, "incumbent"),
     ({"folds": 0}, "folds"),
     ({"min_steps": 2}, "min_steps"),
     ({"tolerance": -0.1}, "tolerance"),
