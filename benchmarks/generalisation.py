@@ -253,7 +253,12 @@ def report(rows: list[dict], mine: str = "backtest", ref: str = "flashlb-style")
     per_setting = {s: {c: statistics.fmean(v[c] for (n, _), v in trace.items() if n == s) for c in cols}
                    for s in names}
     lines = ["| planner | mean | worst | regret mean | regret worst | setting regret mean | setting regret worst "
-             f"| vs {ref} (traces) win / tie / loss | vs {ref} (settings) win / loss |", "|---" * 9 + "|"]
+             f"| vs {ref} (traces) win / tie / loss | vs {ref} (settings) win / loss | in-sample mean |",
+             "|---" * 10 + "|"]
+    inside = {}
+    for r in rows:
+        if (r["setting"], r["seed"]) in trace and "in_sample" in r:
+            inside.setdefault(r["planner"], []).append(r["in_sample"])
     for c in cols:
         vals = [v[c] for v in trace.values()]
         reg = [v[c] / min(v.values()) - 1 for v in trace.values()]
@@ -264,7 +269,8 @@ def report(rows: list[dict], mine: str = "backtest", ref: str = "flashlb-style")
         sl = sum(m[c] > m[ref] + 1e-9 for m in per_setting.values())
         lines.append(f"| {c} | {statistics.fmean(vals):.4f} | {max(vals):.4f} | {100 * statistics.fmean(reg):.2f} % "
                      f"| {100 * max(reg):.2f} % | {100 * statistics.fmean(sreg):.2f} % | {100 * max(sreg):.2f} % "
-                     f"| {w} / {len(vals) - w - lo} / {lo} | {sw} / {sl} |")
+                     f"| {w} / {len(vals) - w - lo} / {lo} | {sw} / {sl} "
+                     f"| {statistics.fmean(inside[c]) if inside.get(c) else math.nan:.4f} |")
     lines += ["", "| setting | seeds | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|"]
     for s, m in per_setting.items():
         best = min(m.values())
