@@ -80,7 +80,7 @@ def mix_path(kind: str, T: int, M: int, rng: np.random.Generator, period: float)
     t = np.arange(T)[:, None]
     if kind == "drift":
         a, b = rng.dirichlet(np.full(M, 0.5), size=2)
-        s = (t / max(1, T - 1)) ** 1.0
+        s = t / max(1, T - 1)
         return (1 - s) * a + s * b
     phase = rng.uniform(0, 2 * np.pi, size=M)
     w = 1 + 0.9 * np.sin(2 * np.pi * t / period + phase)
@@ -154,7 +154,8 @@ def settings() -> tuple[Setting, ...]:
                 _custom("drift", 48, layers=12, experts=128, top_k=8, tokens=16384)),
         Setting("smooth-mix-drift-256", "gradual mix drift", ds, 24, 24,
                 _custom("drift", 48, layers=12, experts=256, top_k=8, tokens=16384, mixes=4)),
-        Setting("drifting-deepseek", "gradual popularity drift", ds, 24, 24, _gen("deepseek-v3", "drifting", 48, 12, 16384)),
+        Setting("drifting-deepseek", "gradual popularity drift", ds, 24, 24,
+                _gen("deepseek-v3", "drifting", 48, 12, 16384)),
         # abrupt regime switches
         Setting("regime-switch-8", "abrupt regime switches", ds, 16, 8,
                 _gen("deepseek-v3", "shifting-mix", 24, 12, 16384, shift_every=8)),
