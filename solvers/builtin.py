@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from . import exact, heuristics  # noqa: F401  isort: skip
 from . import certify, dispatch, dynamics, elastic, replan  # noqa: F401  isort: skip
-from .dynamics import risk_solver, robust, scenario  # noqa: F401  isort: skip
+from .dynamics import backtest, risk_solver, robust, scenario  # noqa: F401  isort: skip
 from .routing import placement  # noqa: F401  isort: skip
 
 __all__: list[str] = []

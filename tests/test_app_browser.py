@@ -164,12 +164,12 @@ def test_compare_page_in_the_browser(app_url, page, tmp_path):
     # fewer solvers than the default (a setting change): Backspace drops the last chosen ones
     box = page.locator('[data-testid="stMultiSelect"] input').first
     box.click()
-    for _ in range(3):                    # the default five: deepseek, kk_swap, joint, best, risk_aware
+    for _ in range(4):                    # the default six: deepseek, kk_swap, joint, best, risk_aware, backtest
         box.press("Backspace")
     page.keyboard.press("Escape")
     wait_idle(page)
     chosen = page.locator('[data-testid="stMultiSelect"]').first.inner_text()
-    assert "deepseek" in chosen and "kk_swap" in chosen and not any(n in chosen for n in ("joint", "best", "risk_aware"))
+    assert "deepseek" in chosen and "kk_swap" in chosen and not any(n in chosen for n in ("joint", "best", "risk_aware", "backtest"))
     page.get_by_role("button", name="Run comparison").click()
     page.wait_for_selector(CHART)
     wait_idle(page)

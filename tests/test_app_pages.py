@@ -252,7 +252,8 @@ def test_compare_default_render_waits_for_run():
     at.switch_page("views/compare.py").run()
     _clean(at)
     assert at.title[0].value == "Compare solvers"
-    assert at.multiselect(key="compare:solvers").value == ["deepseek", "kk_swap", "joint", "best", "risk_aware"]
+    assert at.multiselect(key="compare:solvers").value == ["deepseek", "kk_swap", "joint", "best", "risk_aware",
+                                                          "backtest"]
     assert any("Run comparison" in i.value for i in at.info)
 
 

@@ -118,7 +118,7 @@ def test_a_group_with_a_solver_list_runs_only_those_solvers():
     narrows them."""
     full = get_suite("full")
     listed = [g.solvers for g in full.groups if getattr(g, "solvers", None)]
-    assert listed == [("robust_sum", "ewma", "risk_aware"), ("certify",), ("certify",)]   # out of sample, certify
+    assert listed == [("robust_sum", "ewma", "risk_aware", "backtest"), ("certify",), ("certify",)]   # out of sample, certify
     groups = [g for g in full.groups if getattr(g, "solvers", None) == ("certify",)]
     decode = {i.id for g in groups for i in g.instances}
     two_slots = {i.id for i in groups[1].instances}

@@ -8,6 +8,7 @@ import torch
 
 from solvers import Problem, get_solver, solver_names
 from solvers.cluster import POLICIES
+from solvers.bench.recommend import OUT_OF_SAMPLE_SOLVER
 from solvers.solver_call import history_of
 from solvers.compare import default_solvers, pick, planned_runs
 from solvers.errors import OptionError
@@ -94,7 +95,7 @@ def main() -> None:
 
     names = solver_names(available_only=True)
     c1, c2 = st.columns([3, 2])
-    key = keep(f"{PAGE}:solvers", [n for n in default_solvers(holdout=True) if n in names])
+    key = keep(f"{PAGE}:solvers", [n for n in default_solvers(holdout=True) + [OUT_OF_SAMPLE_SOLVER] if n in names])
     chosen = kept(key, c1.multiselect("Solvers", names, key=key))
     key = keep(f"{PAGE}:policies", list(DEFAULT_POLICIES))
     policies = kept(key, c2.multiselect(

@@ -107,7 +107,9 @@ def main() -> None:
         st.subheader("Planner")
         names = [n for n in solver_names(available_only=True) if get_solver(n).kind == "heuristic"]
         solver = solver_select(PAGE, "deepseek", names, help="re-plans with this solver (heuristics: exact ones are "
-                                                            "too slow to re-run at every rebalance)")
+                                                            "too slow to re-run at every rebalance); for plans served "
+                                                            "on later steps, backtest is suggested: it picks its "
+                                                            "estimator by backtesting the window")
         policy = None
         if "policy" in get_solver(solver).options:
             key = keep(f"{PAGE}:policy", "auto", POLICIES)

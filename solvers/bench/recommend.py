@@ -30,6 +30,10 @@ from .analysis import SHAPE_COLS, candidates
 from .store import read_results
 
 # Package data: the same directory in a checkout, an editable install and an installed wheel.
+# The planner suggested for plans served on later steps than they were made on (out of sample:
+# re-planning from a window of past steps): it backtests its candidate estimators on the window
+# and plans with the one the evidence picks (docs/dynamics.md, "Out of sample: backtest").
+OUT_OF_SAMPLE_SOLVER = "backtest"
 SHIPPED_RESULTS = Path(str(resources.files(__package__).joinpath("results")))
 EVIDENCE_COLS = ["instance", "seed", "solver", "policy", "termination", "status", "gap_mean", "gap_max", "gap_in_policy_mean",
                  "off_node_share_mean", "wall_time_s", "num_layers", "proven_optimum"]
@@ -179,6 +183,9 @@ def format_recommendation(rec: Recommendation) -> str:
                      f"runtime {best.time_mean_s:.3g} s mean, {best.time_max_s:.3g} s max "
                      f"over {int(best.rows)} runs of {layers}")
         lines.append(plan_hint(rec))
+    lines.append(f"out of sample (a plan made on a window of past steps and served on the next ones): use "
+                 f"{OUT_OF_SAMPLE_SOLVER} with the window's steps (history; eplb simulate --solver "
+                 f"{OUT_OF_SAMPLE_SOLVER}): it backtests its candidates on the window and says what it chose")
     order = ("held-out imbalance first, then gap" if rec.ranked_by == "held-out imbalance"
              else "gap first: the results have no held-out imbalance for every candidate")
     prose = len(lines)

@@ -12,7 +12,9 @@ Suites:
 - ``full``: every preset on every cluster shape (8-layer slices, three scenarios); out of
             sample on drifting / shifting-mix traces (the heuristics and the time-robust
             planners, each held-out step scored); exact solvers on small EP groups with longer
-            limits. Its results ship in solvers/bench/results/.
+            limits. Its results ship in solvers/bench/results/. From a checkout
+            (``python -m benchmarks.run --suite full``) it also runs the generalisation
+            benchmark (``benchmarks/generalisation.py``) into ``OUT/generalisation.jsonl``.
 - ``dynamics``: traces replayed under rebalancing settings (a period or a threshold, plain or
             migration-aware re-planning; :mod:`.dynamics_tasks`): realised imbalance, moves,
             bytes. A few minutes on 2 cores. ``dynamics-tiny``: seconds (tests).
@@ -147,7 +149,7 @@ def _suites() -> dict[str, Suite]:
               kinds=(HEURISTIC,), policies=("global",)),
         Group(grid(["deepseek-v3", "qwen3-235b"], ["prefill-4x8"], ["drifting", "shifting-mix"], layers=8)
               + grid(["olmoe-1b-7b"], ["node-8"], ["drifting", "shifting-mix"], layers=8),
-              kinds=(HEURISTIC,), policies=("global",), solvers=HISTORY_SOLVERS),
+              kinds=(HEURISTIC,), policies=("global",), solvers=HISTORY_SOLVERS + ("backtest",)),
         Group(grid(SMALL_MODELS[:1], ["node-2", "nodes-2x2-nospare", "node-8"], ["mild", "skewed", "drifting"],
                    layers=4)
               + grid(SMALL_MODELS[1:], ["node-8", "nodes-2x4"], ["mild", "skewed"], layers=4),

@@ -23,7 +23,8 @@ TRANSFER_MODELS = ("rounds", "shared")
 # A replay's settings, one schema: simulate checks them with it, and it makes the flags of
 # `eplb simulate` / `eplb sweep` (help and choices) and the Over time page's widgets (ranges, help).
 SETTINGS = {o.name: o for o in (
-    Option("solver", str, "deepseek", "planner (see `eplb solvers`; robust_sum, ewma, ... get the window's steps)"),
+    Option("solver", str, "deepseek", "planner (see `eplb solvers`; robust_sum, ewma, ... get the window's steps; out of sample, "
+           "backtest is suggested: it picks its estimator by backtesting the window)"),
     Option("solver_options", object, None, "options of the planner", nullable=True),
     Option("every", int, None, "rebalance every N steps", minimum=1, maximum=10**9, nullable=True),
     Option("threshold", float, None, "rebalance after a step whose realised imbalance exceeds X", minimum=1.0,
