@@ -131,17 +131,31 @@ def choose_scale(lm: LayerModel) -> tuple[int, bool]:
     return 2 ** exp if exp >= 0 else 2.0 ** exp, False
 
 
+def coefficient_cap(lm: LayerModel) -> int:
+    """The largest coefficient CP-SAT can take in a GPU's load row: the row's terms times their
+    variables' ranges must stay below 2**62 (its overflow check). Only extreme speed ratios
+    (a GPU 1e12 times slower than another) reach it; a capped coefficient is below the true
+    time, so the model's bound stays valid and its plan is re-timed in float64."""
+    reach = sum(min(c, int(lm.slots.max())) for cs in lm.cand for c in cs) + 1
+    return max(1, (1 << 60) // reach)
+
+
 def coefficients(lm: LayerModel, scale, exact: bool) -> Callable[[int, int, int], int]:
-    """q(e, c, g): scaled time of one replica of e on GPU g when e has c replicas (floored)."""
+    """q(e, c, g): scaled time of one replica of e on GPU g when e has c replicas (floored,
+    at most :func:`coefficient_cap`)."""
     if exact:
         wi = [int(round(x)) for x in lm.w]
         q = [{c: wi[e] * scale // c for c in lm.cand[e]} for e in range(lm.num_experts)]
         return lambda e, c, g: q[e][c]
+    cap = coefficient_cap(lm)
+
+    def floor(x: float) -> int:
+        return int(math.floor(x)) if x < cap else cap       # also inf, from a speed near 0
     if lm.unit_speed:
-        q = [{c: int(math.floor(lm.w[e] * scale / c)) for c in lm.cand[e]} for e in range(lm.num_experts)]
+        q = [{c: floor(lm.w[e] * scale / c) for c in lm.cand[e]} for e in range(lm.num_experts)]
         return lambda e, c, g: q[e][c]
     s = lm.speed.tolist()
-    return lambda e, c, g: int(math.floor(lm.w[e] * scale / (c * s[g])))
+    return lambda e, c, g: floor(lm.w[e] * scale / (c * s[g]))
 
 
 def solve_layer(lm: LayerModel, *, time_limit: float, threads: int, seed: int, gap: float,

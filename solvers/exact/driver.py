@@ -25,6 +25,7 @@ So the solve returns within the limit plus one backend's overshoot past its own 
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -74,7 +75,7 @@ def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, options:
            for layer in range(L)]
     results: list[LayerResult | None] = [None] * L
     for layer, lm in enumerate(lms):
-        if lm.ub is not None and lm.ub <= lm.lb * (1 + BOUND_RTOL):
+        if lm.ub is not None and math.isfinite(lm.ub) and lm.ub <= lm.lb * (1 + BOUND_RTOL):
             results[layer] = LayerResult("optimal", xg=lm.warm, bound=lm.lb, objective=lm.ub,
                                          message="the warm start meets the bound", stats={"model": False})
     todo = solve_order(lms, [r is None for r in results])
