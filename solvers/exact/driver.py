@@ -108,15 +108,16 @@ def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, options:
                           gap=opts.gap, deadline=build_by)
         if res.stats.get("not_built"):
             not_built.append(layer)
-            pace = max(pace, res.stats.get("build_s", 0.0) / estimate[layer])
+            pace = max(pace, res.stats.get("build_s", 0.0) / max(estimate[layer], 1e-3))
         else:
             built += 1
             if res.stats.get("build_s") is not None:
-                pace = max(1.0, res.stats["build_s"] / estimate[layer])
+                pace = max(1.0, res.stats["build_s"] / max(estimate[layer], 1e-3))
         results[layer] = res
-    for layer in not_built:
+    for layer in not_built:                    # passed over, or its build stopped at the deadline
+        tried = results[layer].stats if results[layer] is not None else {}
         results[layer] = with_counts(lms[layer], LayerResult(
-            "time_limit", stats={"skipped": True, "not_built": True, "build_estimate_s": estimate[layer]},
+            "time_limit", stats={**tried, "skipped": True, "not_built": True, "build_estimate_s": estimate[layer]},
             message=f"{NOT_BUILT}: the warm start is kept"))
     return assemble(problem, opts, backend, lms, results, built, len(not_built))
 
