@@ -270,7 +270,10 @@ def default_warm_plan(problem: Problem, opts: ExactOptions, time_limit: float | 
                            problem.num_nodes, problem.num_gpus, policy)
     if opts.counts != "free" or not affordable or opts.forbid:
         return greedy, ()
-    out = run(problem.to("cpu"), "kk_swap", kk)
+    try:
+        out = run(problem.to("cpu"), "kk_swap", kk)
+    except (ValueError, RuntimeError):         # a shape kk_swap refuses: DeepSeek's plan alone
+        return greedy, ()
     return greedy, (() if out.plan is None else (out.plan.to("cpu"),))
 
 
