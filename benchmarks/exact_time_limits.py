@@ -1,6 +1,6 @@
 """Time limits of the exact solvers on a real cluster, model building included.
 
-The instance (issue 40): 4 layers x 64 experts (OLMoE-1B-7B, the first 4 MoE layers of
+The instance: 4 layers x 64 experts (OLMoE-1B-7B, the first 4 MoE layers of
 ``olmoe-1b-7b-drifting`` summed over steps 0..19), 80 slots, 2 nodes x 8 GPUs, the GPUs of
 the second node 1.4x faster. Every exact solver with a time limit runs it with
 ``time_limit=3``: ``cpsat``, ``highs``, ``cbc``, ``certify``, and the exact transfer schedule

@@ -119,7 +119,8 @@ def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, options:
         results[layer] = with_counts(lms[layer], LayerResult(
             "time_limit", stats={**tried, "skipped": True, "not_built": True, "build_estimate_s": estimate[layer]},
             message=f"{NOT_BUILT}: the warm start is kept"))
-    return assemble(problem, opts, backend, lms, results, built, len(not_built))
+    smallest = min((estimate[layer] for layer in not_built), default=0.0)
+    return assemble(problem, opts, backend, lms, results, built, len(not_built), smallest)
 
 
 def solve_order(lms: list[LayerModel], open_: list[bool]) -> list[int]:
@@ -134,8 +135,9 @@ def solve_order(lms: list[LayerModel], open_: list[bool]) -> list[int]:
 
 
 def assemble(problem: Problem, opts: ExactOptions, backend: str, lms: list[LayerModel],
-             results: list[LayerResult], built: int, not_built: int) -> SolverOutput:
-    """The solve's plan, bounds, termination and message from every layer's result."""
+             results: list[LayerResult], built: int, not_built: int, smallest: float = 0.0) -> SolverOutput:
+    """The solve's plan, bounds, termination and message from every layer's result
+    (``smallest``: the estimated build of the smallest model not built, seconds)."""
     L, R = problem.num_layers, problem.num_replicas
     phy2log = np.zeros((L, R), dtype=np.int64)
     bounds = torch.zeros(L, dtype=torch.float64)
@@ -185,8 +187,8 @@ def assemble(problem: Problem, opts: ExactOptions, backend: str, lms: list[Layer
     optimal = torch.tensor([st == "optimal" for st in statuses], dtype=torch.bool, device=problem.device)
     message = ", ".join(f"{statuses.count(s)} layer(s) {s}" for s in dict.fromkeys(statuses))
     if not_built:
-        message = (f"{NOT_BUILT}: {built} of {L} layers built, {not_built} keep the warm start "
-                   f"(a larger time_limit builds more); {message}")
+        message = (f"{NOT_BUILT}: {built} of {L} layers built, {not_built} keep the warm start (the smallest "
+                   f"model left needs about {smallest:.2g} s to build on 2 cores); {message}")
     if info["layers_proven_by_warm_start"]:
         message += f"; {info['layers_proven_by_warm_start']} layer(s) optimal by the warm start meeting the bound"
     return SolverOutput(plan, policy, term, message=message, info=info, model_optimal=optimal, **bound_kw)

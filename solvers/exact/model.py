@@ -40,7 +40,7 @@ from ..errors import OptionError, PlanError
 from ..heuristics.packing import pack_counts
 from ..plan import Plan
 from ..problem import Problem
-from ..registry import run
+from ..registry import get_solver, run
 
 
 @dataclass(frozen=True)
@@ -252,8 +252,6 @@ def default_warm_plan(problem: Problem, opts: ExactOptions, time_limit: float | 
     DeepSeek's when that fails. On a real cluster: kk_swap's plan (duplicate-free under
     forbidden colocation).
     """
-    from ..registry import get_solver
-
     if not problem.cluster.homogeneous:
         return run(problem.to("cpu"), "kk_swap", {"colocation": opts.colocation}).plan, ()
     policy = "hierarchical" if opts.hierarchical else "global"
