@@ -27,7 +27,7 @@ import numpy as np
 from ..backends import cpsat_solver
 from ..clock import TimeUp, check_deadline, clock
 from ..tolerances import CPSAT_EXACT_LIMIT, CPSAT_LOAD_UNITS
-from .budget import NOT_BUILT
+from .budget import NOT_BUILT, handover_seconds
 from .model import LayerModel, LayerResult, canonical_gpu_order
 from .scaling import certified, reference_load, solve_scaled, with_counts
 
@@ -180,7 +180,8 @@ def _solve_units(lm: LayerModel, *, time_limit: float, threads: int, seed: int, 
     scale, exact = choose_scale(lm)
     q = coefficients(lm, scale, exact)
     m = cp_model.CpModel()
-    pl = Placement(m, lm.cand, deadline)
+    # CP-SAT loads the model before it first reads its clock: that must fit too
+    pl = Placement(m, lm.cand, None if deadline is None else deadline - handover_seconds(lm, "cpsat"))
     try:
         (_replication if lm.replication_only else _joint)(m, lm, q, pl, scale, exact)
     except TimeUp:
