@@ -96,9 +96,15 @@ class Placement:
             h.values.extend([int(xg[e, g]) if c == ce else 0 for c in cand for g in gpus])
 
     def solution(self, solver, shape: tuple[int, int]) -> np.ndarray:
+        """[E, P] replicas of e on GPU g in the solver's solution, read from its response in
+        one array (``solver.value`` per variable took about 1 s on 200,000 of them)."""
         xg = np.zeros(shape, dtype=np.int64)
-        for (e, c, g), var in self.z.items():
-            xg[e, g] += solver.value(var)
+        if not self.z:
+            return xg
+        keys = np.array(list(self.z), dtype=np.int64)                              # [Z, 3] (e, c, g)
+        index = np.array([v.index for v in self.z.values()], dtype=np.int64)      # [Z]
+        values = np.asarray(solver.response_proto.solution, dtype=np.int64)[index]
+        np.add.at(xg, (keys[:, 0], keys[:, 2]), values)
         return xg
 
 
