@@ -14,8 +14,10 @@ model in time of 4 layers x 64 experts, 80 slots, 2 x 8 GPUs of speeds 1 and 1.4
 whole solves):
 
 - cpsat: variables, rows and the complete hint through OR-Tools' Python layer, 35-75 us,
-  and loading the model before CP-SAT first reads its clock (1.3 s on 197,000 placement
-  variables of a DeepSeek-V3 layer against a limit of 0.05 s: 7 us each);
+  and CP-SAT's overshoot past its own limit, which grows with the model (loading it before
+  it first reads its clock: 1.3 s on 197,000 placement variables of a DeepSeek-V3 layer
+  against a limit of 0.05 s; 4.2 s past a 6.5 s limit on 253,000 at load 13: 15 us each),
+  kept back from the deadline before the search and from CP-SAT's own limit;
 - highs: PuLP's objects (25-45 us) and the array hand-over to highspy (about 15 us);
 - cbc: PuLP's objects, the MPS file PuLP writes (60 us) and what CBC does before it first
   reads its clock (reading the file, preprocessing, the root LP: 1.5 s on 15,000 variables,
@@ -34,7 +36,7 @@ from .model import LayerModel
 # Seconds per placement variable (the replication model: per count candidate), 2 cores:
 # building the model in Python, and handing it to the backend up to its first clock check.
 BUILD_SECONDS_PER_VARIABLE = {"cpsat": 4e-5, "highs": 3e-5, "cbc": 3e-5}
-HANDOVER_SECONDS_PER_VARIABLE = {"cpsat": 7e-6, "highs": 1.5e-5, "cbc": 1.6e-4}
+HANDOVER_SECONDS_PER_VARIABLE = {"cpsat": 1.5e-5, "highs": 1.5e-5, "cbc": 1.6e-4}
 # Fixed cost of one backend call (model object, solver start-up, reading the answer).
 BUILD_SECONDS_FIXED = {"cpsat": 0.005, "highs": 0.01, "cbc": 0.05}
 # HiGHS presolve, seconds per placement variable (about 5 nonzeros each).

@@ -193,7 +193,8 @@ def _solve_units(lm: LayerModel, *, time_limit: float, threads: int, seed: int, 
     except TimeUp:
         return LayerResult("time_limit", message=NOT_BUILT, stats={"not_built": True, "build_s": clock() - start})
     build = clock() - start
-    solver = cpsat_solver(max(0.05, time_limit - build), threads, seed, gap)
+    # CP-SAT runs past its limit by about the time it takes to load the model: kept back
+    solver = cpsat_solver(max(0.05, time_limit - build - handover_seconds(lm, "cpsat")), threads, seed, gap)
     for key, value in (params or {}).items():
         setattr(solver.parameters, key, value)
     status = solver.solve(m)
