@@ -196,3 +196,30 @@ def test_cpsat_plans_extreme_speeds(speed):
     kk = solve(p, "kk_swap")
     assert float(r.score.max_time[0]) <= float(kk.score.max_time[0]) * (1 + 1e-12)     # never worse than its warm start
     assert bool((r.lower_bound <= r.score.max_time * (1 + 1e-9)).all())
+
+
+def test_score_exact_schedule_too_big_for_its_time_limit_keeps_the_heuristic(tmp_path, capsys):
+    """By its estimate (EXACT_SECONDS_PER_BOOLEAN) the model cannot be built in 1 ms: the
+    heuristic schedule is printed with a one-line note, its bound and gap unchanged."""
+    backend("cpsat")
+    loads = tmp_path / "w.json"
+    loads.write_text(json.dumps({"loads": [[90, 132, 40, 61, 104, 165, 39, 4, 73, 56, 183, 86],
+                                           [20, 107, 104, 64, 19, 197, 187, 157, 172, 86, 16, 27]]}))
+    shape = ["--replicas", "16", "--groups", "4", "--nodes", "2", "--gpus", "8"]
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert main(["plan", "--loads", str(loads), *shape, "--out", str(a)]) == 0
+    assert main(["plan", "--loads", str(loads), *shape, "--policy", "global", "--out", str(b)]) == 0
+    capsys.readouterr()
+    base = ["score", "--loads", str(loads), "--plan", str(b), "--previous", str(a), "--expert-bytes", "1000000"]
+    assert main(base + ["--json"]) == 0
+    heur = json.loads(capsys.readouterr().out)["transfers"]
+    assert main(base + ["--schedule", "exact", "--time-limit", "0.001", "--json"]) == 0
+    kept = json.loads(capsys.readouterr().out)["transfers"]
+    assert kept["status"] == "NOT_BUILT"
+    assert kept["proven"] == (heur["makespan_seconds"] <= heur["bound_any_source_seconds"] * (1 + 1e-9))
+    for key in ("makespan_seconds", "bound_seconds", "gap"):
+        assert kept[key] == heur[key]
+    assert kept["exact_bound_seconds"] == heur["bound_any_source_seconds"]
+    assert main(base + ["--schedule", "exact", "--time-limit", "0.001"]) == 0
+    out = capsys.readouterr().out
+    assert "exact schedule: model not built:" in out and "the heuristic schedule" in out
