@@ -52,8 +52,8 @@ def schedule_case(p: Problem):
     net = Network(intra_node_bw=400e9, inter_node_bw=50e9)
     best = None
     for layers in range(1, p.num_layers + 1):
-        sched = schedule_transfers(_first(old, layers), _first(new, layers), p.num_gpus, p.num_gpus // p.num_nodes, 1 << 30, net,
-                                   num_experts=p.num_experts)
+        sched = schedule_transfers(_first(old, layers), _first(new, layers), p.num_gpus, p.num_gpus // p.num_nodes,
+                                   1 << 30, net, num_experts=p.num_experts)
         if len(sched.copies) > EXACT_MAX_COPIES:
             break
         best = sched

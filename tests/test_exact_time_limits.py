@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-import solvers.clock as solvers_clock
-from solvers import Plan, Problem, get_solver, solve
+from solvers import Problem, get_solver, solve
 from solvers.cli import main
 from solvers.clock import FakeClock, clock, fake_clock
 from solvers.exact import budget, cpsat, milp

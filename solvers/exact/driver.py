@@ -70,7 +70,7 @@ def run_exact(problem: Problem, backend: str, solve_layer: LayerSolver, options:
     fixed = fixed_counts_for(problem, opts, warm_plan)
     warm_plan = fit_warm_to_counts(problem, opts, warm_plan, fixed)
     lbs = layer_problem_bound(problem, opts, fixed).cpu()
-    L, R = problem.num_layers, problem.num_replicas
+    L = problem.num_layers
     lms = [build_layer(problem, layer, opts, warm_plan, fixed, float(lbs[layer]), explicit, others)
            for layer in range(L)]
     results: list[LayerResult | None] = [None] * L

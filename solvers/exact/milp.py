@@ -152,8 +152,6 @@ def _build(lm: LayerModel, deadline: float | None = None):
     return prob, variables, warm
 
 
-
-
 @dataclasses.dataclass
 class PulpRun:
     """What a backend said about one PuLP problem: status "optimal" | "feasible" |
