@@ -16,6 +16,7 @@ import functools
 import importlib
 
 from .childproc import tied_subprocess_module
+from .clock import clock
 
 _reasons: dict[str, str] = {}
 
@@ -57,16 +58,21 @@ def unavailable_reason(module: str) -> str | None:
     return _reasons.get(module)
 
 
-def cbc_command(**kwargs):
+def cbc_command(deadline: float | None = None, **kwargs):
     """PuLP's bundled CBC, run as a child that dies with this process.
+
+    ``deadline`` (a :func:`solvers.clock.clock` time): CBC's time limit is then read when its
+    command line is made, after PuLP has written the model file (seconds on large models),
+    as the seconds left less a margin for CBC's own overshoot (it checks its clock between
+    nodes: 2-3 s over a 10 s limit on DeepSeek-sized models): 20 % of what is left, at most
+    2.5 s. CBC counts wall time (``timeMode elapsed``; its default, CPU time, runs long on a
+    busy machine).
 
     PuLP 3.3 deprecates PULP_CBC_CMD (4.0 drops the bundled binary, hence the pulp<4 pin);
     the warning would repeat on every layer, so it is silenced here."""
     import warnings
 
-    import pulp
     from pulp.apis import coin_api
-
 
     if not getattr(coin_api.subprocess, "_eplb_tied", False):
         tied = tied_subprocess_module()
@@ -74,7 +80,36 @@ def cbc_command(**kwargs):
         coin_api.subprocess = tied
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        return pulp.PULP_CBC_CMD(**kwargs)
+        solver = _deadline_cbc_class()(timeMode="elapsed", **kwargs)
+    solver.deadline = deadline
+    return solver
+
+
+# Seconds of CBC's overshoot kept back: this share of the time left, at most CBC_MARGIN_MAX.
+CBC_MARGIN_SHARE, CBC_MARGIN_MAX = 0.2, 2.5
+
+
+@functools.cache
+def _deadline_cbc_class():
+    import pulp
+
+    class DeadlineCBC(pulp.PULP_CBC_CMD):
+        """PULP_CBC_CMD whose ``timeLimit`` is computed from ``deadline`` when read."""
+
+        deadline: float | None = None
+
+        @property
+        def timeLimit(self):
+            if self.deadline is None:
+                return self._time_limit
+            left = self.deadline - clock()
+            return round(max(0.05, left - min(CBC_MARGIN_SHARE * max(left, 0.0), CBC_MARGIN_MAX)), 3)
+
+        @timeLimit.setter
+        def timeLimit(self, value):
+            self._time_limit = value
+
+    return DeadlineCBC
 
 
 _SCHEDULER_THREADS: int | None = None

@@ -38,10 +38,10 @@ def layer_model(model, extra, shape):
         "policy": public[0], "model": public[1], "colocation": extra.get("colocation", "allowed"),
         "node_budget": extra.get("node_budget", "fixed"), "time_limit": 10, "threads": 1}))
     assert (opts.model, opts.counts) == (model, extra.get("counts") or ("fixed" if model == "packing" else "free"))
-    warm = default_warm_plan(p, opts)
+    warm, others = default_warm_plan(p, opts)
     fixed = fixed_counts_for(p, opts, warm)
     lb = layer_problem_bound(p, opts, fixed)
-    return build_layer(p, 0, opts, warm, fixed, float(lb[0]), explicit_warm=False)
+    return build_layer(p, 0, opts, warm, fixed, float(lb[0]), explicit_warm=False, alternatives=others)
 
 
 @pytest.fixture

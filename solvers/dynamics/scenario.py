@@ -92,7 +92,9 @@ def count_vectors(num_experts: int, num_replicas: int) -> torch.Tensor | None:
     E, R = num_experts, num_replicas
     if math.comb(R - 1, E - 1) > MAX_COUNT_VECTORS:
         return None
-    bars = torch.tensor(list(itertools.combinations(range(1, R), E - 1)), dtype=torch.int64).view(-1, E - 1)
+    combos = list(itertools.combinations(range(1, R), E - 1))
+    # reshape with the count spelled out: one expert has one vector of no bars ([1, 0])
+    bars = torch.tensor(combos, dtype=torch.int64).reshape(len(combos), E - 1)
     edges = torch.cat([torch.zeros(bars.shape[0], 1, dtype=torch.int64), bars,
                        torch.full((bars.shape[0], 1), R, dtype=torch.int64)], 1)
     return edges.diff(dim=1)

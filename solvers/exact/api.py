@@ -14,14 +14,19 @@ replica_counts: [layers, experts] or [experts] counts for the packing model; def
 colocation: "allowed" or "forbidden" (no two replicas of one expert on one GPU).
 node_budget: hierarchical only: "fixed" (G/N groups per node, DeepSeek's rule) or "free"
     (any number of whole groups per node; each node still has its R/N physical slots).
-time_limit: seconds for the whole solve, shared over layers; layers left when it is spent
-    keep their warm start with status "time_limit" (see driver.py).
+time_limit: seconds for the whole solve, model building included: each layer's model is
+    estimated before it is built (:mod:`.budget`) and built against one deadline; layers
+    whose model does not fit keep their warm start with status "time_limit", and the
+    message says "model not built in time: N of L layers built" (see driver.py).
 threads, seed: backend workers and random seed. gap: relative gap at which to stop (0 =
     prove optimality).
 warm_start: "auto" (DeepSeek's plan for the policy, used when it is feasible for the
-    model; with colocation="forbidden" the duplicate-free kk_swap plan instead, and for
-    given replica_counts those counts packed by the heuristics), None, or a
-    :class:`solvers.Plan` (must be feasible for the model and fit the problem's sizes).
+    model; with free counts, per layer the better of it and kk_swap's plan when kk_swap's
+    estimate fits a quarter of the time limit; with colocation="forbidden" the
+    duplicate-free kk_swap plan instead, and for given replica_counts those counts packed
+    by the heuristics), None, or a :class:`solvers.Plan` (must be feasible for the model
+    and fit the problem's sizes). A layer whose warm start meets its bound is optimal
+    without a model.
 
 A bound proven for a restricted model (hierarchical, fixed counts, forbidden colocation)
 is returned as a *model bound* with its scope; only a model of every plan (global, free
@@ -58,13 +63,13 @@ EXACT_OPTIONS = (
            "free = any number of whole groups per node", choices=("fixed", "free"), advanced=True),
     Option("replica_counts", object, None, "packing model: [layers, experts] or [experts] replica counts "
            "(default: the warm start's)", nullable=True, advanced=True),
-    time_limit_option(10.0),
+    time_limit_option(10.0, "seconds for the whole solve (all layers, model building included)"),
     threads_option(2),
     seed_option(0),
     Option("gap", float, 0.0, "relative gap at which to stop (0 = prove optimality)", minimum=0.0, maximum=1.0,
            advanced=True),
-    Option("warm_start", object, "auto", "'auto' (DeepSeek's plan), None, or a solvers.Plan", nullable=True,
-           advanced=True),
+    Option("warm_start", object, "auto", "'auto' (per layer the better of DeepSeek's and kk_swap's plans), None, "
+           "or a solvers.Plan", nullable=True, advanced=True),
 )
 
 

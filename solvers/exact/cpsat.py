@@ -25,8 +25,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..backends import cpsat_solver
-from ..clock import clock
+from ..clock import TimeUp, check_deadline, clock
 from ..tolerances import CPSAT_EXACT_LIMIT, CPSAT_LOAD_UNITS
+from .budget import NOT_BUILT, handover_seconds
 from .model import LayerModel, LayerResult, canonical_gpu_order
 from .scaling import certified, reference_load, solve_scaled, with_counts
 
@@ -40,8 +41,9 @@ class Placement:
     exactly ``slots[g]`` replicas and its load ``sum coef z`` stays within a cap (:meth:`gpu_rows`).
     """
 
-    def __init__(self, m, cand: Sequence[Sequence[int]]):
-        self.m, self.cand = m, cand
+    def __init__(self, m, cand: Sequence[Sequence[int]], deadline: float | None = None):
+        # deadline: a clock() time by which the model must be built (TimeUp past it; None: none)
+        self.m, self.cand, self.deadline = m, cand, deadline
         self.y = [{c: (m.new_bool_var(f"y{e}_{c}") if len(cand[e]) > 1 else 1) for c in cand[e]}
                   for e in range(len(cand))]
         self.z: dict[tuple[int, int, int], object] = {}
@@ -50,6 +52,7 @@ class Placement:
     def place(self, e: int, gpus: Sequence[int], most: Callable[[int, int], int], forbid: bool = False) -> None:
         """Expert e's replicas over ``gpus`` (at most ``most(c, g)`` on GPU g; with
         ``forbid`` at most one whatever the count)."""
+        check_deadline(self.deadline)
         m, z, cand = self.m, self.z, self.cand[e]
         self.gpus[e] = gpus
         for c in cand:
@@ -69,6 +72,7 @@ class Placement:
         for g in range(len(slots)):
             if not slots[g]:
                 continue
+            check_deadline(self.deadline)
             pairs = [(e, c) for e in range(len(self.cand)) for c in self.cand[e] if (e, c, g) in self.z]
             self.m.add(sum(self.z[e, c, g] for e, c in pairs) == int(slots[g]))
             lg = self.m.new_int_var(0, hi, f"load{g}")
@@ -78,20 +82,29 @@ class Placement:
         return loads
 
     def hint(self, xg: np.ndarray) -> None:
-        """A complete hint of the block from the placement xg [E, P]."""
+        """A complete hint of the block from the placement xg [E, P] (written to the proto in
+        one call per expert: ``add_hint`` per variable was a third of the model's build)."""
         counts = xg.sum(1)
+        h = self.m.proto.solution_hint
         for e, cand in enumerate(self.cand):
+            check_deadline(self.deadline)
+            ce, gpus = int(counts[e]), self.gpus[e]
             if len(cand) > 1:
-                for c in cand:
-                    self.m.add_hint(self.y[e][c], int(c == counts[e]))
-            for c in cand:
-                for g in self.gpus[e]:
-                    self.m.add_hint(self.z[e, c, g], int(xg[e, g]) if c == counts[e] else 0)
+                h.vars.extend([self.y[e][c].index for c in cand])
+                h.values.extend([int(c == ce) for c in cand])
+            h.vars.extend([self.z[e, c, g].index for c in cand for g in gpus])
+            h.values.extend([int(xg[e, g]) if c == ce else 0 for c in cand for g in gpus])
 
     def solution(self, solver, shape: tuple[int, int]) -> np.ndarray:
+        """[E, P] replicas of e on GPU g in the solver's solution, read from its response in
+        one array (``solver.value`` per variable took about 1 s on 200,000 of them)."""
         xg = np.zeros(shape, dtype=np.int64)
-        for (e, c, g), var in self.z.items():
-            xg[e, g] += solver.value(var)
+        if not self.z:
+            return xg
+        keys = np.array(list(self.z), dtype=np.int64)                              # [Z, 3] (e, c, g)
+        index = np.array([v.index for v in self.z.values()], dtype=np.int64)      # [Z]
+        values = np.asarray(solver.response_proto.solution, dtype=np.int64)[index]
+        np.add.at(xg, (keys[:, 0], keys[:, 2]), values)
         return xg
 
 
@@ -124,50 +137,64 @@ def choose_scale(lm: LayerModel) -> tuple[int, bool]:
     return 2 ** exp if exp >= 0 else 2.0 ** exp, False
 
 
+def coefficient_cap(lm: LayerModel) -> int:
+    """The largest coefficient CP-SAT can take in a GPU's load row: the row's terms times their
+    variables' ranges must stay below 2**62 (its overflow check). Only extreme speed ratios
+    (a GPU 1e12 times slower than another) reach it; a capped coefficient is below the true
+    time, so the model's bound stays valid and its plan is re-timed in float64."""
+    reach = sum(min(c, int(lm.slots.max())) for cs in lm.cand for c in cs) + 1
+    return max(1, (1 << 60) // reach)
+
+
 def coefficients(lm: LayerModel, scale, exact: bool) -> Callable[[int, int, int], int]:
-    """q(e, c, g): scaled time of one replica of e on GPU g when e has c replicas (floored)."""
+    """q(e, c, g): scaled time of one replica of e on GPU g when e has c replicas (floored,
+    at most :func:`coefficient_cap`)."""
     if exact:
         wi = [int(round(x)) for x in lm.w]
         q = [{c: wi[e] * scale // c for c in lm.cand[e]} for e in range(lm.num_experts)]
         return lambda e, c, g: q[e][c]
+    cap = coefficient_cap(lm)
+
+    def floor(x: float) -> int:
+        return int(math.floor(x)) if x < cap else cap       # also inf, from a speed near 0
     if lm.unit_speed:
-        q = [{c: int(math.floor(lm.w[e] * scale / c)) for c in lm.cand[e]} for e in range(lm.num_experts)]
+        q = [{c: floor(lm.w[e] * scale / c) for c in lm.cand[e]} for e in range(lm.num_experts)]
         return lambda e, c, g: q[e][c]
     s = lm.speed.tolist()
-    return lambda e, c, g: int(math.floor(lm.w[e] * scale / (c * s[g])))
-
-
-# Measured model-building cost in Python (about 30 us per placement variable, 2 cores).
-SECONDS_PER_VARIABLE = 4e-5
+    return lambda e, c, g: floor(lm.w[e] * scale / (c * s[g]))
 
 
 def solve_layer(lm: LayerModel, *, time_limit: float, threads: int, seed: int, gap: float,
-                params: dict | None = None) -> LayerResult:
-    """Solve one layer; ``params`` sets extra CP-SAT parameters (tests use it to check hints).
+                params: dict | None = None, deadline: float | None = None) -> LayerResult:
+    """Solve one layer within ``time_limit`` seconds from now (model building included);
+    ``params`` sets extra CP-SAT parameters (tests use it to check hints); the model must be
+    built by ``deadline`` (a :func:`clock` time), else the layer has no solution and says so.
 
     Integer loads with exact coefficients are solved as given; any other layer in scaled
     units (:func:`.scaling.solve_scaled`)."""
-    kwargs = dict(time_limit=time_limit, threads=threads, seed=seed, gap=gap, params=params)
+    kwargs = dict(time_limit=time_limit, threads=threads, seed=seed, gap=gap, params=params, deadline=deadline)
     if exact_multiplier(lm) is not None:
         return with_counts(lm, certified(lm, _solve_units(lm, **kwargs)))
     return solve_scaled(_solve_units, lm, **kwargs)
 
 
 def _solve_units(lm: LayerModel, *, time_limit: float, threads: int, seed: int, gap: float,
-                 params: dict | None = None) -> LayerResult:
+                 params: dict | None = None, deadline: float | None = None) -> LayerResult:
     from ortools.sat.python import cp_model
 
     start = clock()
-    why = lm.too_big(SECONDS_PER_VARIABLE, time_limit)
-    if why:
-        return LayerResult("time_limit", message=why, stats={"variables": lm.placement_variables})
     scale, exact = choose_scale(lm)
     q = coefficients(lm, scale, exact)
     m = cp_model.CpModel()
-    pl = Placement(m, lm.cand)
-    (_replication if lm.replication_only else _joint)(m, lm, q, pl, scale, exact)
+    # CP-SAT loads the model before it first reads its clock: that must fit too
+    pl = Placement(m, lm.cand, None if deadline is None else deadline - handover_seconds(lm, "cpsat"))
+    try:
+        (_replication if lm.replication_only else _joint)(m, lm, q, pl, scale, exact)
+    except TimeUp:
+        return LayerResult("time_limit", message=NOT_BUILT, stats={"not_built": True, "build_s": clock() - start})
     build = clock() - start
-    solver = cpsat_solver(max(0.05, time_limit - build), threads, seed, gap)
+    # CP-SAT runs past its limit by about the time it takes to load the model: kept back
+    solver = cpsat_solver(max(0.05, time_limit - build - handover_seconds(lm, "cpsat")), threads, seed, gap)
     for key, value in (params or {}).items():
         setattr(solver.parameters, key, value)
     status = solver.solve(m)
@@ -267,6 +294,7 @@ def _replication(m, lm: LayerModel, q, pl: Placement, scale, exact: bool) -> Non
     t_lo = max(min(q(e, c, 0) for c in lm.cand[e]) for e in range(E))    # every expert at its largest count
     T = m.new_int_var(t_lo, t_hi, "T")
     for e in range(E):
+        check_deadline(pl.deadline)
         if len(lm.cand[e]) > 1:
             m.add_exactly_one(y[e].values())
         for c in lm.cand[e]:

@@ -29,11 +29,12 @@ import re
 
 import numpy as np
 
-from ..clock import clock
+from ..clock import TimeUp, check_deadline, clock
 from ..tolerances import MIP_BOUND_ABS_DISCOUNT, MIP_BOUND_REL_DISCOUNT
 from ..childproc import scratch_dir
 from .. import backends
 from ..backends import cbc_command
+from .budget import NOT_BUILT, handover_seconds, presolve_seconds
 from .model import LayerModel, LayerResult, canonical_gpu_order
 from .scaling import solve_scaled
 
@@ -60,8 +61,10 @@ def _variable_factory(prob):
     return lambda name, lo, hi, cat: pulp.LpVariable(name, lo, hi, cat)
 
 
-def _build(lm: LayerModel):
-    """The PuLP problem, its variables, and a complete warm-start assignment (or None)."""
+def _build(lm: LayerModel, deadline: float | None = None):
+    """The PuLP problem, its variables, and a complete warm-start assignment (or None).
+    Raises :class:`~solvers.clock.TimeUp` once ``deadline`` (a :func:`clock` time) is passed:
+    the model is built expert by expert and the clock read between them."""
     import pulp
 
     # data
@@ -93,9 +96,13 @@ def _build(lm: LayerModel):
     if lm.replication_only:
         return prob, {"T": T, "y": y}, None
 
-    z = {(e, c, g): var(f"z_{e}_{c}_{g}", 0, lm.max_per_gpu(c, g), "Integer")
-         for e in range(E) for c in cand[e] for g in range(P)}
+    z = {}
     for e in range(E):
+        check_deadline(deadline)
+        z.update({(e, c, g): var(f"z_{e}_{c}_{g}", 0, lm.max_per_gpu(c, g), "Integer")
+                  for c in cand[e] for g in range(P)})
+    for e in range(E):
+        check_deadline(deadline)
         for c in cand[e]:
             prob += pulp.lpSum(z[e, c, g] for g in range(P)) == c * yv(e, c)
         if lm.forbid:
@@ -103,6 +110,7 @@ def _build(lm: LayerModel):
                 prob += pulp.lpSum(z[e, c, g] for c in cand[e]) <= 1
     load = []
     for g in range(P):
+        check_deadline(deadline)
         prob += pulp.lpSum(z[e, c, g] for e in range(E) for c in cand[e]) == int(lm.slots[g])
         lg = pulp.LpAffineExpression([(z[e, c, g], w[e] / (c * speed[g])) for e in range(E) for c in cand[e]])
         prob += lg <= T
@@ -144,13 +152,6 @@ def _build(lm: LayerModel):
     return prob, variables, warm
 
 
-# Time kept back from CBC's own clock: 20% of what is left, at most 2.5 s (see _solve).
-CBC_MARGIN_SHARE, CBC_MARGIN_MAX = 0.2, 2.5
-
-# Measured PuLP model-building cost (Python objects and solver hand-over), 2 cores.
-SECONDS_PER_VARIABLE = 2e-4
-
-
 @dataclasses.dataclass
 class PulpRun:
     """What a backend said about one PuLP problem: status "optimal" | "feasible" |
@@ -163,7 +164,7 @@ class PulpRun:
 
 
 def run_pulp(prob, warm: dict | None, *, backend: str, time_limit: float, threads: int, seed: int, gap: float,
-             started: float) -> PulpRun:
+             started: float, presolve_off: bool = False) -> PulpRun:
     """Solve ``prob`` with ``backend`` within ``time_limit`` seconds counted from ``started``
     (model building included); ``warm``: variable name -> value, or None."""
     import pulp
@@ -171,7 +172,8 @@ def run_pulp(prob, warm: dict | None, *, backend: str, time_limit: float, thread
     left = max(0.05, time_limit - (clock() - started))
     if backend == "highs":
         solver = _highs_class()(msg=False, timeLimit=left, gapRel=gap, threads=threads,
-                                random_seed=seed, mip_abs_gap=0.0, warm=warm)
+                                random_seed=seed, mip_abs_gap=0.0, warm=warm,
+                                presolve_off=presolve_off, deadline=started + time_limit)
         prob.solve(solver)
         bound = solver.dual_bound
         timed_out = solver.timed_out
@@ -184,10 +186,9 @@ def run_pulp(prob, warm: dict | None, *, backend: str, time_limit: float, thread
                 var.setInitialValue(warm[var.name])
         with scratch_dir() as tmp:
             log = os.path.join(tmp, "cbc.log")
-            # CBC checks its clock between nodes and overshot a 10 s limit by 2-3 s on
-            # DeepSeek-sized models: keep a margin so the whole solve ends within the limit.
-            margin = min(CBC_MARGIN_SHARE * left, CBC_MARGIN_MAX)
-            solver = cbc_command(msg=False, timeLimit=max(0.05, left - margin), gapRel=gap,
+            # CBC's limit is what is left once PuLP has written the model, less a margin for
+            # CBC's own overshoot (backends.cbc_command), so the whole solve ends within it.
+            solver = cbc_command(deadline=started + time_limit, msg=False, gapRel=gap,
                                  threads=threads, warmStart=warm is not None, logPath=log,
                                  options=[f"randomCbcSeed {seed + 1}", "allowableGap 0"])
             solver.tmpDir = tmp          # PuLP's .mps/.mst/.sol files: in our scratch directory
@@ -222,16 +223,26 @@ def run_pulp(prob, warm: dict | None, *, backend: str, time_limit: float, thread
     return PulpRun("time_limit" if timed_out else "feasible", _round_down(bound), True, backend_msg)
 
 
-def _solve(lm: LayerModel, *, backend: str, time_limit: float, threads: int, seed: int, gap: float) -> LayerResult:
+def _solve(lm: LayerModel, *, backend: str, time_limit: float, threads: int, seed: int, gap: float,
+           deadline: float | None = None) -> LayerResult:
+    """One layer; ``time_limit`` counts from now, model building included; the model must be
+    built (and handed to the backend) by ``deadline`` (a :func:`clock` time), else the layer
+    has no solution and says so (the driver keeps its warm start)."""
     start = clock()
-    why = lm.too_big(SECONDS_PER_VARIABLE, time_limit)
-    if why:
-        return LayerResult("time_limit", message=why, stats={"variables": lm.placement_variables})
-    prob, v, warm = _build(lm)
+    try:
+        prob, v, warm = _build(lm, deadline)
+        # the hand-over to the backend (and CBC's start) cannot be interrupted: it must fit
+        check_deadline(None if deadline is None else deadline - handover_seconds(lm, backend))
+    except TimeUp:
+        return LayerResult("time_limit", message=NOT_BUILT, stats={"not_built": True, "build_s": clock() - start})
     stats = {"variables": len(prob.variables()), "constraints": prob.numConstraints(),
              "build_s": clock() - start}
+    # HiGHS's presolve checks its clock only between passes (4 s on 18,000 columns against a
+    # 2 s limit): off when its estimate would not leave most of the time to the search.
+    presolve_off = backend == "highs" and presolve_seconds(lm) > 0.3 * (time_limit - stats["build_s"])
+    stats["presolve"] = not presolve_off
     out = run_pulp(prob, warm, backend=backend, time_limit=time_limit, threads=threads, seed=seed, gap=gap,
-                   started=start)
+                   started=start, presolve_off=presolve_off)
     stats["solve_s"] = clock() - start - stats["build_s"]
     st, bound = out.status, out.bound
     if not out.has_solution:
@@ -317,17 +328,61 @@ def _highs_class():
     import pulp
 
     class WarmHiGHS(pulp.HiGHS):
-        def __init__(self, *, warm=None, **kwargs):
+        def __init__(self, *, warm=None, presolve_off=False, deadline=None, **kwargs):
             super().__init__(**kwargs)
             self.warm = warm
+            self.presolve_off = presolve_off
+            self.deadline = deadline          # a clock() time: the limit is what is left at run()
             self.dual_bound = None
             self.timed_out = False
             self.failed = False
             self.run_time = 0.0
             self.model_status = ""
 
+        def buildSolverModel(self, lp):
+            """PuLP's HiGHS hand-over, in a few array calls (PuLP's own calls HiGHS once per
+            column and row: 3 s for 18,000 columns, 2 s of it marking integers one by one)."""
+            inf = highspy.kHighsInf
+            h = lp.solverModel
+            cols = lp.variables()
+            for i, v in enumerate(cols):
+                v.index = i
+            n = len(cols)
+            lo = np.array([-inf if v.lowBound is None else v.lowBound for v in cols], dtype=np.float64)
+            hi = np.array([inf if v.upBound is None else v.upBound for v in cols], dtype=np.float64)
+            sign = -1.0 if lp.sense == pulp.LpMaximize else 1.0
+            h.addVars(n, lo, hi)
+            cost = [(v.index, sign * c) for v, c in lp.objective.items() if c]
+            if cost:
+                h.changeColsCost(len(cost), np.array([i for i, _ in cost], dtype=np.int32),
+                                 np.array([c for _, c in cost], dtype=np.float64))
+            ints = np.array([v.index for v in cols if v.cat == pulp.LpInteger], dtype=np.int32)
+            if len(ints) and self.mip:
+                h.changeColsIntegrality(len(ints), ints,
+                                        np.full(len(ints), int(highspy.HighsVarType.kInteger), dtype=np.uint8))
+            rows = list(lp._constraints.values())
+            starts, index, value, rlo, rhi = [0], [], [], [], []
+            for i, con in enumerate(rows):
+                con.index = i
+                for v, c in con.items():
+                    if c != 0:
+                        index.append(v.index)
+                        value.append(c)
+                starts.append(len(index))
+                lb, ub = con.getLb(), con.getUb()
+                rlo.append(-inf if lb is None else lb)
+                rhi.append(inf if ub is None else ub)
+            if rows:
+                h.addRows(len(rows), np.array(rlo, dtype=np.float64), np.array(rhi, dtype=np.float64), len(index),
+                          np.array(starts[:-1], dtype=np.int32), np.array(index, dtype=np.int32),
+                          np.array(value, dtype=np.float64))
+
         def callSolver(self, lp):
             h = lp.solverModel
+            if self.presolve_off:
+                h.setOptionValue("presolve", "off")
+            if self.deadline is not None:         # the hand-over took its share: HiGHS gets the rest
+                h.setOptionValue("time_limit", max(0.05, float(self.deadline - clock())))
             if self.warm is not None:
                 sol = highspy.HighsSolution()
                 sol.col_value = [float(self.warm.get(var.name, 0.0)) for var in lp.variables()]

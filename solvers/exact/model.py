@@ -40,7 +40,7 @@ from ..errors import OptionError, PlanError
 from ..heuristics.packing import pack_counts
 from ..plan import Plan
 from ..problem import Problem
-from ..registry import run
+from ..registry import get_solver, run
 
 
 @dataclass(frozen=True)
@@ -166,16 +166,6 @@ class LayerModel:
         """Number of z[e, c, g] variables of the placement model."""
         return sum(len(c) for c in self.cand) * self.num_gpus
 
-    def too_big(self, seconds_per_variable: float, time_limit: float) -> str | None:
-        """Why the model cannot even be built within ``time_limit`` (None if it can)."""
-        if self.replication_only:
-            return None
-        need = self.placement_variables * seconds_per_variable
-        if need > 0.7 * time_limit:
-            return (f"model too large for the time limit: {self.placement_variables} placement "
-                    f"variables need about {need:.1f} s to build, {time_limit:.1f} s available")
-        return None
-
     def max_per_gpu(self, c: int, g: int) -> int:
         """Most replicas of one expert (with count c) on GPU g."""
         return 1 if self.forbid else min(c, int(self.slots[g]))
@@ -248,26 +238,41 @@ def layer_problem_bound(problem: Problem, opts: ExactOptions, counts: torch.Tens
                        node_budget=opts.node_budget)
 
 
-def default_warm_plan(problem: Problem, opts: ExactOptions) -> Plan:
-    """The warm start of ``warm_start='auto'``: DeepSeek's plan for the model's policy.
+def default_warm_plan(problem: Problem, opts: ExactOptions, time_limit: float | None = None
+                      ) -> tuple[Plan, tuple[Plan, ...]]:
+    """The warm start of ``warm_start='auto'``, and other plans whose better feasible layers
+    replace it (:func:`build_layer` keeps, per layer, the best feasible of them).
 
-    With colocation="forbidden" DeepSeek's plan usually puts two replicas of a hot expert
-    on one GPU (and would be dropped, leaving CP-SAT without a hint): take the heuristics'
-    duplicate-free plan (kk_swap with nodup) instead, DeepSeek's when that fails. On a real
-    cluster: kk_swap's plan (duplicate-free under forbidden colocation).
+    DeepSeek's plan for the model's policy; with free counts also kk_swap's plan (the
+    heuristics' best packing, usually far closer to the optimum) when its estimated work fits
+    in a quarter of ``time_limit`` (None: always). Fixed-count models keep DeepSeek's counts
+    (documented as the default counts). With colocation="forbidden" DeepSeek's plan usually
+    puts two replicas of a hot expert on one GPU (and would be dropped, leaving CP-SAT
+    without a hint): the heuristics' duplicate-free plan (kk_swap with nodup) instead,
+    DeepSeek's when that fails. On a real cluster: kk_swap's plan (duplicate-free under
+    forbidden colocation).
     """
     if not problem.cluster.homogeneous:
-        return run(problem.to("cpu"), "kk_swap", {"colocation": opts.colocation}).plan
+        return run(problem.to("cpu"), "kk_swap", {"colocation": opts.colocation}).plan, ()
     policy = "hierarchical" if opts.hierarchical else "global"
+    kk = {"policy": policy, "colocation": opts.colocation}
+    affordable = time_limit is None or get_solver("kk_swap").estimate(problem, kk) <= 0.25 * time_limit
     if opts.forbid:
         try:
-            out = run(problem.to("cpu"), "kk_swap", {"policy": policy, "colocation": "forbidden"})
+            out = run(problem.to("cpu"), "kk_swap", {**kk, "colocation": "forbidden"})
         except (ValueError, RuntimeError):
             out = None
         if out is not None and out.plan is not None:
-            return out.plan.to("cpu")
-    return deepseek_plan(problem.weights.cpu(), problem.num_replicas, problem.num_groups,
-                         problem.num_nodes, problem.num_gpus, policy)
+            return out.plan.to("cpu"), ()
+    greedy = deepseek_plan(problem.weights.cpu(), problem.num_replicas, problem.num_groups,
+                           problem.num_nodes, problem.num_gpus, policy)
+    if opts.counts != "free" or not affordable or opts.forbid:
+        return greedy, ()
+    try:
+        out = run(problem.to("cpu"), "kk_swap", kk)
+    except (ValueError, RuntimeError):         # a shape kk_swap refuses: DeepSeek's plan alone
+        return greedy, ()
+    return greedy, (() if out.plan is None else (out.plan.to("cpu"),))
 
 
 def fit_warm_to_counts(problem: Problem, opts: ExactOptions, warm_plan: Plan | None,
@@ -329,8 +334,10 @@ def candidate_counts(w: np.ndarray, lm_caps: np.ndarray, total: int, ub: float |
 
 
 def build_layer(problem: Problem, layer: int, opts: ExactOptions, warm_plan: Plan | None,
-                fixed: torch.Tensor | None, lb: float, explicit_warm: bool) -> LayerModel:
-    """The model data of one layer (counts candidates, bound, feasible warm start)."""
+                fixed: torch.Tensor | None, lb: float, explicit_warm: bool,
+                alternatives: Sequence[Plan] = ()) -> LayerModel:
+    """The model data of one layer (counts candidates, bound, feasible warm start).
+    ``alternatives``: other plans; the layer's warm start is the best feasible of all."""
     w = problem.weights[layer].detach().cpu().to(torch.float64).numpy()
     c = problem.cluster
     live = list(c.live_gpus)
@@ -366,6 +373,10 @@ def build_layer(problem: Problem, layer: int, opts: ExactOptions, warm_plan: Pla
             lm.cand = [list(range(1, cap + 1))] * E
             if warm_layer(xg, counts, lm) is None:
                 ub = lm.time(xg)
+            for other in alternatives:               # a better feasible layer of another plan
+                oxg = plan_counts_matrix(other.phy2log[layer].numpy(), E, slots)
+                if warm_layer(oxg, oxg.sum(1), lm) is None and (ub is None or lm.time(oxg) < ub):
+                    xg, counts, ub = oxg, oxg.sum(1), lm.time(oxg)
         lm.cand = candidate_counts(w, caps, R, ub, float(speed.max()))
     if xg is not None and lm.replication_only:
         if all(int(c) in lm.cand[e] for e, c in enumerate(counts)):

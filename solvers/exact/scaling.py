@@ -40,11 +40,16 @@ def scale_exponent(lm: LayerModel) -> int:
 
 
 def scaled_layer(lm: LayerModel, k: int) -> LayerModel:
-    """``lm`` with loads, bound and warm-start value multiplied by 2**k (exactly)."""
-    if k == 0:
+    """``lm`` with times (bound, warm-start value, every GPU time) multiplied by 2**k, exactly:
+    speeds divided by the power of two that brings the fastest into [0.5, 1) and loads
+    multiplied to match, so that neither loads nor speeds of any magnitude overflow the
+    backend's arithmetic (speeds of 1e300 once overflowed ``w * scale``)."""
+    _, js = math.frexp(float(lm.speed.max())) if len(lm.speed) else (0.5, 0)
+    if k == 0 and js == 0:
         return lm
     up = lambda x: None if x is None else math.ldexp(float(x), k)  # noqa: E731
-    return dataclasses.replace(lm, w=np.ldexp(np.asarray(lm.w, dtype=np.float64), k), lb=up(lm.lb),
+    return dataclasses.replace(lm, w=np.ldexp(np.asarray(lm.w, dtype=np.float64), k - js),
+                               speed=np.ldexp(np.asarray(lm.speed, dtype=np.float64), -js), lb=up(lm.lb),
                                ub=up(lm.ub), notes=lm.notes)
 
 

@@ -39,6 +39,7 @@ small instances; it proves the optimum or reports its bound.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ import numpy as np
 import torch
 
 from ..backends import cpsat_solver
+from ..clock import TimeUp, check_deadline, clock
 from ..errors import OptionError
 from ..network import DEFAULT_NETWORK, Network
 from ..options import check_expert_bytes
@@ -442,75 +444,116 @@ def _check_bytes(expert_bytes: Any) -> int:
 
 # Largest instance the exact model takes (copies): beyond, it would not prove anything in seconds.
 EXACT_MAX_COPIES = 200
+# Seconds to build one (copy, source, round) boolean with its rows in OR-Tools' Python layer
+# (2 cores: 142 copies x 69 rounds, 13,600 booleans, built in 1.6 s at load 12). A model
+# whose estimate exceeds 80 % of the time limit is not built (no time would be left to search).
+EXACT_SECONDS_PER_BOOLEAN = 1.2e-4
 
 
 def exact_schedule(copies: Copies, network: Network, expert_bytes: int, *, time_limit: float = 10.0,
                    threads: int = 1, seed: int = 0, hint: TransferSchedule | None = None) -> TransferSchedule:
     """CP-SAT: sources and rounds minimising the makespan (durations on an integer grid of
     1e-6 of the slowest copy; the makespan is re-timed exactly). ``hint``: a schedule to
-    start from (and its makespan caps the rounds). info: status, proven, bound_seconds."""
+    start from (and its makespan caps the rounds).
+
+    ``time_limit`` covers building the model too (it is built copy by copy against that
+    deadline). The result is never worse than the hint: the better of the two schedules,
+    and info's ``exact_bound_seconds`` (valid for every schedule, whatever the sources) the
+    better of CP-SAT's bound and the hint's any-source bound, ``exact_gap`` the makespan's gap
+    to it, ``proven`` when that gap is 0. Above :data:`EXACT_MAX_COPIES` copies, or when the
+    model cannot be built in time, the hint is returned with a ``note`` saying why.
+    info: status, proven, exact_bound_seconds, exact_gap (and note)."""
+    expert_bytes = _check_bytes(expert_bytes)
+    start = clock()
+    M, P, Q = len(copies), copies.num_gpus, copies.gpus_per_node
+    hint = hint or schedule_copies(copies, network, expert_bytes)
+    if M > EXACT_MAX_COPIES:
+        return _kept(hint, "NOT_RUN", None, f"{M} copies, over the exact model's cap of {EXACT_MAX_COPIES}: "
+                     "the heuristic schedule")
+    if M == 0:
+        return _kept(hint, "OPTIMAL", 0.0)
     from ortools.sat.python import cp_model
 
-    expert_bytes = _check_bytes(expert_bytes)
-    M, P, Q = len(copies), copies.num_gpus, copies.gpus_per_node
-    if M > EXACT_MAX_COPIES:
-        raise OptionError("copies", f"the exact transfer model takes at most {EXACT_MAX_COPIES} copies, got {M}")
-    hint = hint or schedule_copies(copies, network, expert_bytes)
-    if M == 0:
-        return _finish(copies, hint.src, hint.round, network, expert_bytes, "exact",
-                       {"status": "OPTIMAL", "proven": True, "bound_seconds": 0.0})
+    deadline = start + time_limit
     dur = _durations(network, expert_bytes)
     scale = 1e6 / np.nanmax(dur)
     idur = np.where(np.isnan(dur), 0, np.round(dur * scale)).astype(np.int64)
     # rounds: no optimal schedule has an empty round, and each lasts >= the fastest copy
     K = int(min(M, math.floor(hint.makespan / np.nanmin(dur) + 1e-9)))
     node = np.arange(P) // Q
+    # estimated before building: one boolean per (copy, source, round), each with its rows
+    booleans = K * int(copies.candidates.sum() + (M if network.host_bw is not None else 0))
+    if booleans * EXACT_SECONDS_PER_BOOLEAN > 0.8 * time_limit:
+        return _kept(hint, "NOT_BUILT", None, f"model not built: {booleans} variables ({M} copies, {K} rounds) "
+                     f"need about {booleans * EXACT_SECONDS_PER_BOOLEAN:.1f} s to build, over the time limit of "
+                     f"{time_limit:g} s: the heuristic schedule")
     m = cp_model.CpModel()
     choices: list[list[tuple[int, int, Any]]] = []     # per copy: (source, round, var)
     send: dict[tuple[int, int], list] = {}
     recv: dict[tuple[int, int], list] = {}
-    rdur = [m.NewIntVar(0, int(idur.max()), f"d{k}") for k in range(K)]
-    for i in range(M):
-        r = int(copies.dst[i])
-        sources = [int(s) for s in np.flatnonzero(copies.candidates[i])]
-        if network.host_bw is not None:
-            sources.append(-1)
-        opts = []
-        for s in sources:
-            c = HOST if s < 0 else (INTRA if node[s] == node[r] else INTER)
-            for k in range(K):
-                x = m.NewBoolVar(f"x{i}_{s}_{k}")
-                opts.append((s, k, x))
-                send.setdefault((P + r if s < 0 else s, k), []).append(x)
-                recv.setdefault((r, k), []).append(x)
-                m.Add(rdur[k] >= int(idur[c])).OnlyEnforceIf(x)
-        m.AddExactlyOne([x for _, _, x in opts])
-        choices.append(opts)
-    for xs in list(send.values()) + list(recv.values()):
-        m.AddAtMostOne(xs)
-    for k in range(K - 1):
-        m.Add(rdur[k] >= rdur[k + 1])                  # rounds slowest first: symmetry
-    m.Minimize(sum(rdur))
-    for i, opts in enumerate(choices):                 # the hint's rounds are slowest first too
-        for s, k, x in opts:
-            m.AddHint(x, int(s == hint.src[i] and k == hint.round[i]))
-    solver = cpsat_solver(time_limit, threads, seed)
+    try:
+        rdur = [m.NewIntVar(0, int(idur.max()), f"d{k}") for k in range(K)]
+        for i in range(M):
+            check_deadline(deadline)
+            r = int(copies.dst[i])
+            sources = [int(s) for s in np.flatnonzero(copies.candidates[i])]
+            if network.host_bw is not None:
+                sources.append(-1)
+            opts = []
+            for s in sources:
+                c = HOST if s < 0 else (INTRA if node[s] == node[r] else INTER)
+                for k in range(K):
+                    x = m.NewBoolVar(f"x{i}_{s}_{k}")
+                    opts.append((s, k, x))
+                    send.setdefault((P + r if s < 0 else s, k), []).append(x)
+                    recv.setdefault((r, k), []).append(x)
+                    m.Add(rdur[k] >= int(idur[c])).OnlyEnforceIf(x)
+            m.AddExactlyOne([x for _, _, x in opts])
+            choices.append(opts)
+        check_deadline(deadline)
+        for xs in list(send.values()) + list(recv.values()):
+            m.AddAtMostOne(xs)
+        for k in range(K - 1):
+            m.Add(rdur[k] >= rdur[k + 1])                  # rounds slowest first: symmetry
+        m.Minimize(sum(rdur))
+        for i, opts in enumerate(choices):                 # the hint's rounds are slowest first too
+            check_deadline(deadline)
+            for s, k, x in opts:
+                m.AddHint(x, int(s == hint.src[i] and k == hint.round[i]))
+    except TimeUp:
+        return _kept(hint, "NOT_BUILT", None, f"model not built within the time limit ({M} copies, {K} rounds): "
+                     "the heuristic schedule")
+    solver = cpsat_solver(max(0.05, deadline - clock()), threads, seed)
     status = solver.Solve(m)
     name = solver.StatusName(status)
     bound = float(solver.BestObjectiveBound()) / scale
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return _finish(copies, hint.src, hint.round, network, expert_bytes, "heuristic",
-                       {"status": name, "proven": False, "bound_seconds": bound})
+        return _kept(hint, name, bound)
     src = np.zeros(M, dtype=np.int64)
     rnd = np.zeros(M, dtype=np.int64)
     for i, opts in enumerate(choices):
         s, k, _ = next(o for o in opts if solver.Value(o[2]))
         src[i], rnd[i] = s, k
-    out = _finish(copies, src, rnd, network, expert_bytes, "exact",
-                  {"status": name, "proven": status == cp_model.OPTIMAL, "bound_seconds": bound})
+    out = _finish(copies, src, rnd, network, expert_bytes, "exact")
     if out.makespan > hint.makespan:                   # grid rounding can only tie; keep the better
-        return _finish(copies, hint.src, hint.round, network, expert_bytes, "exact", out.info)
-    return out
+        out = hint
+    return _kept(out, name, bound, method="exact")
+
+
+def _kept(sched: TransferSchedule, status: str, cpsat_bound: float | None, note: str | None = None,
+          method: str | None = None) -> TransferSchedule:
+    """``sched`` with the exact model's outcome in its info: the better of CP-SAT's bound and
+    its own any-source bound (both valid for every schedule), the gap to it, proven when 0."""
+    bound = sched.bounds["any_source"]
+    if cpsat_bound is not None and math.isfinite(cpsat_bound):
+        bound = max(bound, cpsat_bound)
+    gap = sched.makespan / bound - 1 if bound > 0 else (0.0 if sched.makespan == 0 else math.inf)
+    gap = 0.0 if abs(gap) < 1e-9 else gap
+    proven = status == "OPTIMAL" or gap == 0.0
+    info = {"status": status, "proven": proven, "exact_bound_seconds": bound, "exact_gap": gap}
+    if note:
+        info["note"] = note
+    return dataclasses.replace(sched, info=info, method=method or sched.method)
 
 
 # Files -----------------------------------------------------------------------------------------
