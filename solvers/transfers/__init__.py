@@ -13,7 +13,8 @@ from typing import Any
 from ..dynamics.settings import TRANSFER_MODELS
 from ..errors import OptionError
 from ..network import DEFAULT_NETWORK, Network
-from .schedule import TransferSchedule, _check_bytes, exact_schedule, needed_copies, schedule_copies, write_schedule
+from .schedule import (NoSourceError, TransferSchedule, _check_bytes, exact_schedule, needed_copies, schedule_copies,
+                       write_schedule)
 from .sharing import schedule_shared
 
 
@@ -24,9 +25,12 @@ def schedule_transfers(previous: Any, plan: Any, num_gpus: int, gpus_per_node: i
     ``num_gpus`` GPUs, ``gpus_per_node`` per node, under ``model``: ``rounds`` (:mod:`.schedule`:
     one peer per GPU and direction at a time, vLLM's rule) or ``shared``
     (:mod:`.sharing`: concurrent copies share each GPU's links). slot_gpu: [R] the GPU of
-    every slot on a cluster with uneven slots or failed GPUs (``Cluster.slot_gpus()``; None:
-    identical slot counts); previous_slot_gpu: the plan in force's, when it was made for other
-    slots (before GPUs failed; default slot_gpu)."""
+    every slot of ``plan`` on a cluster with uneven slots or failed GPUs
+    (``Cluster.slot_gpus()``; None: R/P slots per GPU); previous_slot_gpu: [R'] the plan in
+    force's, when it was made for other slots (before GPUs failed or came back, or other slot
+    counts; default slot_gpu). The copies are the shared scorer's moves for the pair; a GPU
+    with no slot in ``plan`` (failed) is no source. Raises :class:`NoSourceError` (param
+    ``host_bw``) when a copy's only holders failed and the network has no host memory."""
     if model not in TRANSFER_MODELS:
         raise OptionError("transfer_model", f"must be one of {', '.join(TRANSFER_MODELS)}, got {model!r}")
     network = network or DEFAULT_NETWORK
@@ -37,4 +41,4 @@ def schedule_transfers(previous: Any, plan: Any, num_gpus: int, gpus_per_node: i
     return schedule_copies(copies, network, expert_bytes)
 
 
-__all__ = ["schedule_transfers", "TransferSchedule", "TRANSFER_MODELS", "exact_schedule", "write_schedule"]
+__all__ = ["schedule_transfers", "TransferSchedule", "NoSourceError", "TRANSFER_MODELS", "exact_schedule", "write_schedule"]
