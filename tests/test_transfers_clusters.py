@@ -91,6 +91,11 @@ def test_shrink_without_host_memory_names_the_copies_without_source():
         assert err.value.param == "host_bw"
     with pytest.raises(NoSourceError):                  # the exact model takes the same copies, and the rule
         exact_schedule(copies, Network(), B)
+    # a planner timing the network's part leaves them out, and counts them
+    part = schedule_transfers(old, new, P, Q, B, num_experts=E, slot_gpu=SHRUNK.slot_gpus(),
+                              previous_slot_gpu=WHOLE.slot_gpus(), skip_unsourced=True)
+    assert part.info["copies_unsourced"] == int(orphans.sum()) and part.moves == len(copies) - int(orphans.sum())
+    assert part.summary()["copies_unsourced"] == int(orphans.sum()) and part.copies.candidates.any(1).all()
     # with host memory those copies come from it, and only those must
     sched = schedule(old, WHOLE, new, SHRUNK, Network(host_bw=1e9))     # slow host: only when needed
     check_schedule(sched)

@@ -75,6 +75,11 @@ class Copies:
     def __len__(self) -> int:
         return len(self.dst)
 
+    def take(self, keep: np.ndarray) -> "Copies":
+        """The copies where ``keep`` [M] bool is True."""
+        return Copies(self.layer[keep], self.expert[keep], self.dst[keep], self.candidates[keep], self.num_gpus,
+                      self.gpus_per_node)
+
 
 def _p2l(plan: Any) -> np.ndarray:
     p2l = plan.phy2log if hasattr(plan, "phy2log") else plan
