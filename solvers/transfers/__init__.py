@@ -51,4 +51,5 @@ def schedule_transfers(previous: Any, plan: Any, num_gpus: int, gpus_per_node: i
     return sched
 
 
-__all__ = ["schedule_transfers", "TransferSchedule", "NoSourceError", "TRANSFER_MODELS", "exact_schedule", "write_schedule"]
+__all__ = ["schedule_transfers", "TransferSchedule", "NoSourceError", "TRANSFER_MODELS", "exact_schedule",
+           "write_schedule"]
