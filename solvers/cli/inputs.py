@@ -50,13 +50,13 @@ def read_previous(args: argparse.Namespace, loads: Loads, problem: Problem):
 
 def plan_cluster(shape: dict | None, problem: Problem, plan) -> Any:
     """The cluster a plan read from a file was made for: its recorded shape when it has one
-    and it differs from the problem's slots (a plan in force before GPUs failed), else None
-    (the problem's own cluster)."""
-    if plan.num_replicas == problem.num_replicas:
-        return None
+    and its slots differ from the problem's (a plan in force before GPUs failed or came back,
+    or for other slot counts: the same number of slots on other GPUs is another map too),
+    else None (the problem's own cluster)."""
     if shape and {"num_nodes", "num_gpus", "num_replicas"} <= set(shape):
-        return Cluster(shape["num_nodes"], shape["num_gpus"], shape["num_replicas"],
-                       gpu_speed=shape.get("gpu_speed"), gpu_slots=shape.get("gpu_slots"))
+        recorded = Cluster(shape["num_nodes"], shape["num_gpus"], shape["num_replicas"],
+                           gpu_speed=shape.get("gpu_speed"), gpu_slots=shape.get("gpu_slots"))
+        return None if recorded.gpu_slots == problem.cluster.gpu_slots else recorded
     return None
 
 

@@ -7,8 +7,8 @@ import math
 
 import torch
 
-from ..errors import LoadFileError, OptionError
-from ..transfers import exact_schedule, schedule_transfers, write_schedule
+from ..errors import EPLBError, LoadFileError, OptionError
+from ..transfers import NoSourceError, exact_schedule, schedule_transfers, write_schedule
 from ..problem import Problem
 from ..evaluate import score
 from ..workloads.exporters import live_map
@@ -96,14 +96,10 @@ def cmd_score(args: argparse.Namespace) -> int:
     if args.out and nbytes is None:
         raise OptionError("expert_bytes", "the transfer schedule needs the bytes of one expert (--expert-bytes "
                                           "or --model)")
-    # Transfer schedules map slots to GPUs by the cluster's slot map when both plans are of this
-    # cluster; a plan in force made before GPUs failed (other slots) is not scheduled, and asking
-    # for the file says so.
-    uniform = previous_cluster is None
-    if args.out and not uniform:
-        raise OptionError("out", "transfer schedules need both plans made for the same slots (the plan in force "
-                                 "was made before GPUs failed)")
+    # Transfer schedules map each plan's slots to GPUs by its own cluster (the plan in force may
+    # be of other slots: made before GPUs failed or came back, or for other slot counts).
     slot_gpu = None if problem.cluster.uniform_slots else problem.cluster.slot_gpus()       # [R]
+    previous_slot_gpu = None if previous_cluster is None else previous_cluster.slot_gpus()  # [R']
     routing = routing_arg(args, problem)
     sc = score(problem, plan, previous=previous, expert_bytes=nbytes, previous_cluster=previous_cluster,
                routing=routing, token_bytes=None if routing is None else token_bytes_arg(args, routing))
@@ -112,11 +108,26 @@ def cmd_score(args: argparse.Namespace) -> int:
         metrics["gpu_load"] = sc.gpu_load.tolist()
         if sc.gpu_time is not sc.gpu_load:
             metrics["gpu_time"] = sc.gpu_time.tolist()
-    sched = None
-    if previous is not None and nbytes and uniform:
-        sched = schedule_transfers(previous, plan, problem.num_gpus, problem.num_gpus // problem.num_nodes, nbytes,
-                                   network, num_experts=problem.num_experts, model=args.transfer_model,
-                                   slot_gpu=slot_gpu)
+    sched = no_schedule = None
+    if previous is not None and nbytes is None:
+        no_schedule = "the bytes of one expert are unknown (give --expert-bytes or --model)"
+    elif previous is not None:
+        try:
+            sched = schedule_transfers(previous, plan, problem.num_gpus, problem.num_gpus // problem.num_nodes,
+                                       nbytes, network, num_experts=problem.num_experts, model=args.transfer_model,
+                                       slot_gpu=slot_gpu, previous_slot_gpu=previous_slot_gpu)
+        except NoSourceError as exc:          # the failed GPUs held the only replicas: say so, once
+            if args.out:
+                raise OptionError("out", f"no transfer schedule: {exc.detail}; give --host-bw GBPS (host "
+                                         "memory as a source)") from None
+            no_schedule = f"{exc.detail}; give --host-bw GBPS (host memory as a source)"
+        except EPLBError as exc:              # e.g. --expert-bytes 0: copies of no size
+            if args.out:
+                raise
+            no_schedule = str(exc)
+    if no_schedule:
+        metrics["transfers_unavailable"] = no_schedule
+    if sched is not None:
         if args.schedule == "exact":
             sched = exact_schedule(sched.copies, network, nbytes, time_limit=args.time_limit, hint=sched)
         metrics["transfers"] = sched.summary()
@@ -128,7 +139,10 @@ def cmd_score(args: argparse.Namespace) -> int:
         # An engine map records neither solver nor policy: say only what the file says.
         about = ", ".join(x for x in (doc.get("solver"), doc.get("policy") and f"policy {doc['policy']}") if x)
         print(f"plan {args.plan}{f' ({about})' if about else ''} on loads {args.loads}{dropped_note(info)}")
-        print(format_metrics({k: v for k, v in metrics.items() if k not in ("gpu_load", "gpu_time", "transfers")}))
+        print(format_metrics({k: v for k, v in metrics.items() if k not in ("gpu_load", "gpu_time", "transfers",
+                                                                       "transfers_unavailable")}))
+        if no_schedule:
+            print(f"transfers: no schedule: {no_schedule}")
         if sched is not None:
             t = sched.summary()
             how = (f"in {t['rounds']} rounds" if t["model"] == "rounds"

@@ -157,10 +157,13 @@ def _timed(problem: Problem, previous: Plan, old_cluster: Cluster, p2l: torch.Te
     ``problem``'s cluster, timed with ``TIMING_BYTES`` experts (every copy time scales with the
     expert size), and its record for ``info["makespan_passes"]`` (``label`` first)."""
     c = problem.cluster
+    # after GPUs failed, without host memory the experts only they held have no source in the
+    # network: every plan re-creates them from outside it, so the network's part is timed
     sched = schedule_transfers(previous, p2l, c.num_gpus, c.num_gpus // c.num_nodes, TIMING_BYTES, c.network,
                                num_experts=problem.num_experts, model=transfer_model, slot_gpu=c.slot_gpus(),
-                               previous_slot_gpu=old_cluster.slot_gpus())
-    return sched, {**label, "makespan_per_byte": sched.makespan / TIMING_BYTES, "moves": sched.moves}
+                               previous_slot_gpu=old_cluster.slot_gpus(), skip_unsourced=True)
+    moves = sched.moves + sched.info.get("copies_unsourced", 0)
+    return sched, {**label, "makespan_per_byte": sched.makespan / TIMING_BYTES, "moves": moves}
 
 
 def _exact_pass(problem: Problem, old: torch.Tensor, start: torch.Tensor, target: torch.Tensor,

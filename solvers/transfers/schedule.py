@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import math
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ from ..clock import TimeUp, check_deadline, clock
 from ..errors import OptionError
 from ..network import DEFAULT_NETWORK, Network
 from ..options import check_expert_bytes
+from ..safewrite import write_text_atomic
 from ..scoring import gpu_presence
 
 INTRA, INTER, HOST = 0, 1, 2
@@ -75,6 +77,11 @@ class Copies:
     def __len__(self) -> int:
         return len(self.dst)
 
+    def take(self, keep: np.ndarray) -> "Copies":
+        """The copies where ``keep`` [M] bool is True."""
+        return Copies(self.layer[keep], self.expert[keep], self.dst[keep], self.candidates[keep], self.num_gpus,
+                      self.gpus_per_node)
+
 
 def _p2l(plan: Any) -> np.ndarray:
     p2l = plan.phy2log if hasattr(plan, "phy2log") else plan
@@ -83,24 +90,75 @@ def _p2l(plan: Any) -> np.ndarray:
     return np.asarray(p2l, dtype=np.int64)
 
 
+def _slot_map(slot_gpu: Any, R: int, num_gpus: int, param: str) -> np.ndarray | None:
+    """[R] int64 GPU of every slot (None: R/P consecutive slots per GPU), checked once here."""
+    if slot_gpu is None:
+        if R % num_gpus:
+            raise OptionError(param, f"is needed: {R} slots do not split evenly over {num_gpus} GPUs")
+        return None
+    g = _p2l(slot_gpu).reshape(-1)
+    if len(g) != R:
+        raise OptionError(param, f"must give the GPU of each of the plan's {R} slots, got {len(g)}")
+    if len(g) and (g.min() < 0 or g.max() >= num_gpus):
+        raise OptionError(param, f"GPU ids must be in [0, {num_gpus}), got {int(g.min())}..{int(g.max())}")
+    return g
+
+
 def needed_copies(previous: Any, plan: Any, num_gpus: int, gpus_per_node: int, num_experts: int | None = None,
                   slot_gpu: Any = None, previous_slot_gpu: Any = None) -> Copies:
-    """The copies taking ``previous`` (a Plan or phy2log [L, R]) to ``plan``: one per
-    (layer, GPU, expert) the new plan holds and the old did not, in (layer, GPU, expert) order.
-    slot_gpu: [R] the GPU of every slot of both plans (a cluster with uneven slots or failed
-    GPUs: ``Cluster.slot_gpus()``); None: identical slot counts. previous_slot_gpu: [R'] the
-    plan in force's, when it was made for other slots (before GPUs failed; default slot_gpu)."""
+    """The copies taking ``previous`` (a Plan or phy2log [L, R']) to ``plan`` ([L, R]): one
+    per (layer, GPU, expert) the new plan holds and the old did not, in (layer, GPU, expert)
+    order: the shared scorer's moves (:func:`solvers.scoring.new_pairs`), each plan's slots
+    mapped to GPUs by its own cluster.
+
+    slot_gpu: [R] the GPU of every slot of the new plan (a cluster with uneven slots or
+    failed GPUs: ``Cluster.slot_gpus()``); None: R/P consecutive slots per GPU.
+    previous_slot_gpu: [R'] the plan in force's, when it was made for other slots (before
+    GPUs failed, or before they came back); default ``slot_gpu``.
+
+    Candidates are the GPUs holding (layer, expert) in the plan in force *and* holding a slot
+    of the new plan: a GPU with none (failed, or drained) sends nothing, so a replica it held
+    comes from another live holder or from host memory. A GPU back from a failure held
+    nothing: its slots start empty (every expert it gets is a copy)."""
     old, new = _p2l(previous), _p2l(plan)
-    if old.shape[0] != new.shape[0] or (previous_slot_gpu is None and old.shape != new.shape):
+    if old.ndim != 2 or new.ndim != 2 or old.shape[0] != new.shape[0] or (
+            previous_slot_gpu is None and old.shape != new.shape):
         raise OptionError("previous", f"has shape {tuple(old.shape)}, the plan {tuple(new.shape)}")
     E = int(max(old.max(), new.max())) + 1 if num_experts is None else num_experts
-    old_slots = slot_gpu if previous_slot_gpu is None else previous_slot_gpu
-    had, has = (gpu_presence(torch.from_numpy(x), E, num_gpus, None if g is None else torch.as_tensor(g)).numpy()
-                for x, g in ((old, old_slots), (new, slot_gpu)))                     # [L, P, E] each
+    new_map = _slot_map(slot_gpu, new.shape[1], num_gpus, "slot_gpu")
+    old_map = new_map if previous_slot_gpu is None else _slot_map(previous_slot_gpu, old.shape[1], num_gpus,
+                                                                  "previous_slot_gpu")
+    had, has = (gpu_presence(torch.from_numpy(x), E, num_gpus, None if g is None else torch.from_numpy(g)).numpy()
+                for x, g in ((old, old_map), (new, new_map)))                       # [L, P, E] each
+    if new_map is not None:                 # a GPU with no slot in the new plan sends nothing
+        had &= (np.bincount(new_map, minlength=num_gpus) > 0)[None, :, None]
+    # A pair new to its GPU: a dead GPU holds nothing new, so masking `had` adds no copy.
     layer, dst, expert = np.nonzero(has & ~had)                                     # [M] each
-    cand = had[layer, :, expert]                                                    # [M, P]
+    cand = had[layer, :, expert]                                                    # [M, P] live holders
     return Copies(layer.astype(np.int64), expert.astype(np.int64), dst.astype(np.int64), cand, num_gpus,
                   gpus_per_node)
+
+
+class NoSourceError(OptionError):
+    """Copies that no GPU can send (their only holders failed) and no host memory to copy
+    them from: no schedule exists on this network. ``detail``: what lacks a source."""
+
+    def __init__(self, detail: str):
+        self.detail = detail
+        super().__init__("host_bw", f"{detail}; no schedule without host memory as a source (host_bw)")
+
+
+def check_sources(copies: Copies, network: Network) -> None:
+    """Raise :class:`NoSourceError` (param ``host_bw``) when a copy has no live holder and
+    the network has no host memory: such a copy has no source, so no schedule exists."""
+    if network.host_bw is not None or len(copies) == 0:
+        return
+    orphan = np.flatnonzero(~copies.candidates.any(1))
+    if len(orphan):
+        i = int(orphan[0])
+        raise NoSourceError(f"{len(orphan)} of {len(copies)} copies have no source: no live GPU holds their "
+                            f"expert (e.g. layer {int(copies.layer[i])} expert {int(copies.expert[i])} for GPU "
+                            f"{int(copies.dst[i])}: the GPUs that held it failed)")
 
 
 @dataclass
@@ -190,8 +248,8 @@ def _fastest(copies: Copies, network: Network, dur: np.ndarray) -> np.ndarray:
     node = np.arange(copies.num_gpus) // copies.gpus_per_node
     same = (copies.candidates & (node[None, :] == (copies.dst // copies.gpus_per_node)[:, None])).any(1)
     fastest = np.where(same, INTRA, INTER)
-    if network.host_bw is not None:
-        fastest = np.where(dur[HOST] < dur[fastest], HOST, fastest)
+    if network.host_bw is not None:         # host memory: faster, or the only source (no live holder)
+        fastest = np.where((dur[HOST] < dur[fastest]) | ~copies.candidates.any(1), HOST, fastest)
     return fastest
 
 
@@ -221,6 +279,10 @@ def choose_sources(copies: Copies, network: Network, expert_bytes: int) -> np.nd
     for i in order.tolist():
         r = int(copies.dst[i])
         cs = cand_lists[i]
+        if len(cs) == 0:                   # no live holder: host memory (check_sources ran)
+            src[i] = -1
+            recv[r] += dur[HOST] - best[i]
+            continue
         d = np.where(node[cs] == node[r], dur[INTRA], dur[INTER])                          # [C]
         key = np.maximum(send[cs] + d, recv[r] + d - best[i])
         j = int(np.lexsort((cs, d, key))[0])
@@ -425,6 +487,7 @@ def _finish(copies: Copies, src: np.ndarray, rnd: np.ndarray, network: Network, 
 
 def schedule_copies(copies: Copies, network: Network, expert_bytes: int) -> TransferSchedule:
     """The heuristic schedule of ready-made copies (sources by the greedy, rounds by class)."""
+    check_sources(copies, network)
     src = choose_sources(copies, network, expert_bytes)
     rnd, _ = assign_rounds(copies, src, links_of(copies, src), network, expert_bytes)
     return _finish(copies, src, rnd, network, expert_bytes, "heuristic")
@@ -474,6 +537,7 @@ def exact_schedule(copies: Copies, network: Network, expert_bytes: int, *, time_
         return _kept(hint, "OPTIMAL", 0.0)
     from ortools.sat.python import cp_model
 
+    check_sources(copies, network)
     deadline = start + time_limit
     dur = _durations(network, expert_bytes)
     scale = 1e6 / np.nanmax(dur)
@@ -574,15 +638,17 @@ COPY_COLUMNS = ("round", "start_s", "end_s", "layer", "expert", "src_gpu", "dst_
 
 
 def write_schedule(path: Any, sched: TransferSchedule) -> None:
-    """Write ``sched`` to ``path``: ``.json`` (:func:`schedule_document`) or ``.csv`` (one row
-    per copy, columns :data:`COPY_COLUMNS`)."""
+    """Write ``sched`` to ``path`` atomically (:mod:`solvers.safewrite`): ``.json``
+    (:func:`schedule_document`) or ``.csv`` (one row per copy, columns :data:`COPY_COLUMNS`)."""
     path = Path(path)
     if path.suffix == ".json":
-        path.write_text(json.dumps(schedule_document(sched), indent=1))
+        text = json.dumps(schedule_document(sched), indent=1)
     elif path.suffix == ".csv":
-        with path.open("w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(COPY_COLUMNS))
-            writer.writeheader()
-            writer.writerows(sched.rows())
+        buf = io.StringIO(newline="")
+        writer = csv.DictWriter(buf, fieldnames=list(COPY_COLUMNS))
+        writer.writeheader()
+        writer.writerows(sched.rows())
+        text = buf.getvalue()
     else:
         raise OptionError("out", f"a transfer schedule is written as .json or .csv, got {path.name!r}")
+    write_text_atomic(path, text)

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..network import Network
-from .schedule import HOST, INTER, INTRA, Copies, TransferSchedule, _bandwidths, links_of
+from .schedule import HOST, INTER, INTRA, Copies, TransferSchedule, _bandwidths, check_sources, links_of
 
 # Port kinds, in the column order of :func:`port_loads`.
 PORTS = ("send_intra", "send_inter", "recv_intra", "recv_inter", "recv_host")
@@ -68,6 +68,7 @@ def share_sources(copies: Copies, network: Network, expert_bytes: int) -> tuple[
     """(src [M], lp_seconds): sources minimising the largest port load, by the linear program
     of the module docstring rounded to one source per copy; ``lp_seconds`` is the LP optimum
     (a lower bound on the makespan of every source choice)."""
+    check_sources(copies, network)
     M, P, Q = len(copies), copies.num_gpus, copies.gpus_per_node
     if M == 0:
         return np.zeros(0, dtype=np.int64), 0.0
