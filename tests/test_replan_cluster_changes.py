@@ -50,3 +50,25 @@ def test_a_re_plan_after_failed_gpus_come_back(tmp_path, capsys, trace, back):
     # migration-aware: far fewer moves than a fresh plan, within the slack's reach of its balance
     assert m["moves"] < fresh["moves"] / 2
     assert m["imbalance_mean"] <= fresh["imbalance_mean"] * 1.05
+
+
+def test_a_re_plan_keeps_the_speeds_of_the_plan_in_force(tmp_path, capsys, trace):
+    """A plan made with --gpu-speed, re-planned with --previous and no --gpu-speed, is made for
+    the same GPUs (before: the speeds were silently dropped); the output says where the speeds
+    came from, and --gpu-speed overrides them. Compare does the same."""
+    base = tmp_path / "fast.json"
+    _plan(capsys, trace, "0:4", base, "--gpu-speed", "1*8,1.4*8", "--solver", "kk_swap")
+    capsys.readouterr()
+    out = tmp_path / "re.json"
+    assert main(["plan", "--loads", f"{trace}@4:8", *CLUSTER, "--previous", str(base), "--migration-slack", "0.01",
+                 "--solver", "kk_swap", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"GPU speeds from --previous {base} (1*8,1.4*8); --gpu-speed overrides them")
+    assert read_plan(out)[1]["problem"]["gpu_speed"] == [1.0] * 8 + [1.4] * 8
+    assert "time_imbalance_mean" in text
+    _plan(capsys, trace, "4:8", out, "--previous", str(base), "--gpu-speed", "1*16", "--solver", "kk_swap")
+    assert not read_plan(out)[1]["problem"].get("gpu_speed")             # overridden: identical GPUs
+    assert main(["compare", "--loads", f"{trace}@4:8", *CLUSTER, "--previous", str(base), "--solvers",
+                 "kk_swap"]) == 0
+    text = capsys.readouterr().out
+    assert "GPU speeds from --previous" in text and "time" in text

@@ -26,7 +26,7 @@ from ..options import option_by_role
 from ..solver_call import is_replanner
 from ..workloads.cuts import planning_window, step_range
 from .plan import plan_file
-from .inputs import aligned, problem_from_args, read_previous, write_csv
+from .inputs import aligned, previous_plan, problem_from_args, write_csv
 from .rolling import compare_windows, refuse_window_flags
 from .routing import routing_arg, token_bytes_arg
 from .args import flag_option, options_dict
@@ -72,12 +72,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         refuse_window_flags(args)
     info, held, plan_spec, note = read_windows(args)
     problem, dense, preset_bytes = problem_from_args(args, info)
+    previous, previous_cluster, problem, speed_note = previous_plan(args, info, problem)
+    if speed_note and not args.json:
+        print(speed_note)
     holdout = holdout_steps = None
     if held is not None:
         w = held.sum(0)
         holdout = problem.with_weights(w if w.is_floating_point() else w.to(problem.weights.dtype))
         holdout_steps = held                                  # scored step by step
-    previous, previous_cluster = read_previous(args, info, problem)
     if args.migration_slack is not None and previous is None:
         raise OptionError("migration_slack", "needs --previous (the placement in force)")
     expert_bytes = args.expert_bytes if args.expert_bytes is not None else preset_bytes

@@ -42,10 +42,39 @@ def read_any_plan(path: str, loads: Loads, param: str = "plan"):
 
 def read_previous(args: argparse.Namespace, loads: Loads, problem: Problem):
     """(plan in force, the cluster it was made for or None) of --previous; (None, None) without it."""
+    previous, previous_cluster, _, _ = previous_plan(args, loads, problem, keep_speeds=False)
+    return previous, previous_cluster
+
+
+def previous_plan(args: argparse.Namespace, loads: Loads, problem: Problem, keep_speeds: bool = True):
+    """(plan in force or None, the cluster it was made for or None, the problem, a note or "")
+    of --previous. A re-plan serves the same GPUs: the speeds recorded in the plan in force
+    carry over to the problem when the command gives none (``--gpu-speed`` overrides), and
+    the note says so; a re-plan never silently drops them."""
     if not args.previous:
-        return None, None
+        return None, None, problem, ""
     previous, shape, _ = read_any_plan(args.previous, loads, "previous")
-    return previous, plan_cluster(shape, problem, previous)
+    note = ""
+    recorded = (shape or {}).get("gpu_speed")
+    if (keep_speeds and recorded and getattr(args, "gpu_speed", None) is None and problem.cluster.uniform_speed
+            and len(recorded) == problem.num_gpus and len(set(recorded)) > 1):
+        c = problem.cluster
+        cluster = Cluster(c.num_nodes, c.num_gpus, gpu_speed=recorded, gpu_slots=c.gpu_slots, network=c.network)
+        problem = Problem(problem.weights, cluster=cluster, num_groups=problem.num_groups)
+        note = (f"GPU speeds from --previous {args.previous} ({_speeds_text(recorded)}); --gpu-speed overrides "
+                "them")
+    return previous, plan_cluster(shape, problem, previous), problem, note
+
+
+def _speeds_text(speeds) -> str:
+    """``1*16,1.4*16``: per-GPU speeds as the --gpu-speed text that gives them (runs compressed)."""
+    runs: list[list] = []
+    for v in speeds:
+        if runs and runs[-1][0] == v:
+            runs[-1][1] += 1
+        else:
+            runs.append([v, 1])
+    return ",".join(f"{v:g}" if n == 1 else f"{v:g}*{n}" for v, n in runs)
 
 
 def plan_cluster(shape: dict | None, problem: Problem, plan) -> Any:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 import torch
@@ -21,7 +22,7 @@ from ..solver_call import solver_call
 from .routing import routing_arg, token_bytes_arg
 from ..io import read_loads
 from .args import command_line, fail, flag_option, solver_options
-from .inputs import dropped_note, format_metrics, loads_sha256, problem_from_args, read_previous
+from .inputs import dropped_note, format_metrics, loads_sha256, previous_plan, problem_from_args
 
 
 # plan_with_migration's own keywords: set by --migration-slack, --migration, --migration-budget.
@@ -43,7 +44,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                               f"--migration, --migration-budget")
     info = read_loads(args.loads)
     problem, dense, preset_bytes = problem_from_args(args, info)
-    previous, previous_cluster = read_previous(args, info, problem)
+    previous, previous_cluster, problem, speed_note = previous_plan(args, info, problem)
     expert_bytes = args.expert_bytes if args.expert_bytes is not None else preset_bytes
     routing = routing_arg(args, problem)
     migration = (args.migration_slack, args.migration, args.migration_budget, args.migration_objective)
@@ -77,6 +78,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                     previous=args.previous, routing=args.routing, expert_bytes=expert_bytes, command=command_line(),
                     solver=args.solver)
     write_plan(args.out, doc)
+    if speed_note:                  # the speeds the plan was made for came from the plan in force
+        print(speed_note, file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(metrics, indent=2))
     else:
