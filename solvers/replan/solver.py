@@ -309,6 +309,37 @@ def _for_makespan(problem: Problem, previous: Plan, fresh: SolverOutput, slack: 
     return p2l, {**info, "makespan_passes": passes, "makespan_pass_used": k}
 
 
+def _on_forecast(problem: Problem, previous: Plan, old_cluster: Cluster, fresh: SolverOutput,
+                 o: SolverOptions) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The re-plan judged on the base planner's forecast (option ``history``): per layer the
+    relabelled fresh plan or a sticky plan (:func:`solvers.dynamics.risk_migration.keep_in_place`:
+    risk-aware placements with a bonus for replicas that stay), the fewest moves such that the
+    per-step imbalance over the window's steps (weighted by ``halflife``), averaged over layers,
+    is within ``slack`` of the fresh plan's. Returns phy2log [L, R] and the report."""
+    # imported here: solvers.dynamics imports every registered solver, this one included
+    from ..dynamics.risk import DEFAULT_COUNT_RISK, DEFAULT_RISK
+    from ..dynamics.risk_migration import keep_in_place
+    from ..dynamics.robust import check_history
+    if o.objective != "moves" or o.method != "heuristic" or o.budget is not None:
+        raise OptionError("history", "judges the slack on a forecast for the move objective with the heuristic "
+                          "method and no budget")
+    if old_cluster is not problem.cluster:
+        raise OptionError("history", "needs a plan in force made for this cluster (GPUs failed since: re-plan "
+                          "without history)")
+    hist = check_history(problem, o.history)
+    old = previous.phy2log.to(problem.device)
+    t0 = clock()
+    p2l, kept = keep_in_place(problem, hist, fresh.policy, fresh.plan.phy2log.to(problem.device), old, slack=o.slack,
+                              count_risk=DEFAULT_COUNT_RISK, risk=DEFAULT_RISK, halflife=o.halflife, noise=1.0,
+                              steps=64)
+    sg = uneven_slot_gpu(problem)
+    return p2l, {"slack": o.slack, "policy": fresh.policy, "forecast_steps": hist.shape[0], "halflife": o.halflife,
+                 "fresh_moves": int(new_pairs(fresh.plan.phy2log.to(old.device), old, problem.num_experts,
+                                              problem.num_gpus, sg, sg).sum()),
+                 "heuristic_moves": int(new_pairs(p2l, old, problem.num_experts, problem.num_gpus, sg, sg).sum()),
+                 "budget": None, "relaxed_layers": {}, **kept, "seconds": {"heuristic": clock() - t0}}
+
+
 _SCHEMA = (
     Option("base", str, "deepseek", "solver whose fresh plan sets the balance target"),
     Option("current", object, None, "the placement in force (a solvers.Plan; none: the fresh plan)",
@@ -331,6 +362,13 @@ _SCHEMA = (
     threads_option(), seed_option(),
     Option("base_options", object, None, "options of the base solver (a dict)", nullable=True,
            advanced=True),
+    Option("history", object, None, "the window's steps [W, layers, experts]: the slack is judged on the "
+           "forecast the base planner trusts, the per-step imbalance over these steps (weighted by "
+           "halflife), not on the max load of their sum (move objective, heuristic method, no budget)",
+           nullable=True, advanced=True),
+    Option("halflife", float, None, "with history: steps after which a step's weight in the forecast halves "
+           "(the base planner's own; none: every step weighs the same)", minimum=0.0, exclusive_minimum=True,
+           maximum=1e6, nullable=True, advanced=True),
 )
 
 
@@ -362,7 +400,9 @@ def solve_migration(problem: Problem, o: SolverOptions) -> SolverOutput:
                           "here for other slots (before GPUs failed): use method='heuristic' (the elastic "
                           "re-plan)")
     fresh, fresh_seconds = fresh_plan(problem, o.base, o.base_options)
-    if not homogeneous:
+    if o.history is not None:
+        p2l, info = _on_forecast(problem, previous, old_cluster, fresh, o)
+    elif not homogeneous:
         p2l, info = _in_time(problem, previous, old_cluster, fresh, o.base, o.slack, o.budget, o.objective,
                              o.transfer_model)
     elif o.objective == "makespan":
