@@ -1,23 +1,29 @@
-"""Migration-aware re-plans of ``risk_aware``: keep replicas in place, keep the future balance.
+"""Migration-aware re-plans judged on the planner's forecast: keep replicas in place, keep the future balance.
 
 Given the placement in force (``current``), a re-plan should move few replicas yet stay
-within ``slack`` of a fresh out-of-sample plan, measured as the fresh plan is: its per-step
-imbalance on the window (sum over steps of the max GPU load / sum of the mean). Per layer,
-the plan with the fewest moves among
+within ``slack`` of a fresh plan, measured on the forecast the planner trusts: the per-step
+imbalance over the window's steps (sum over steps of the max GPU load / sum of the mean, the
+steps weighted by the planner's halflife, evenly without one), not the max load of the
+window's sum (a plan balanced on the sum can leave every step waiting for one GPU). The fresh
+plan is any planner's (``risk_aware``'s own, or the base of the ``migration`` solver given the
+window's steps: the greedy included). Candidates per layer:
 
 - **relabelled**: the fresh plan with GPUs (and nodes) renamed to keep the most replicas in
-  place (:func:`solvers.replan.relabel`): its balance is the fresh plan's;
-- **sticky**: the planner run again with a bonus for every replica that stays on a GPU that
-  holds its expert now (the placement gives up to that much risk to keep it: levels of 0, 0.05,
-  0.1, 0.25, 0.5, 1, 2 and 4 x the mean GPU load, each a candidate) and its swap search stopped as soon as
-  the largest risk is within ``slack`` of the fresh plan's; eligible where its per-step
-  imbalance on the window is within ``slack`` of the fresh plan's.
+  place (:func:`solvers.replan.relabel`): its forecast is the fresh plan's;
+- **sticky**: risk-aware placements (:mod:`.risk`) with a bonus for every replica that stays on
+  a GPU that holds its expert now (the placement gives up to that much risk to keep it: levels
+  of 0, 0.1, 0.25, 0.5 and 1 x the mean GPU load, each a candidate) and a swap search stopped as
+  soon as the largest risk is within ``slack`` of the fresh plan's.
+
+:func:`within_slack` picks per layer among them the fewest moves in all such that the plan's
+forecast imbalance, averaged over layers as the realised imbalance is, is within ``slack`` of
+the fresh plan's and no layer's is more than ``LAYER_SLACKS`` slacks above its fresh one.
 
 Under the hierarchical policy the sticky plans are made on three kinds of group-to-node maps
 (when the placement in force is hierarchical; otherwise only the relabelled fresh plan is
 taken): the map in force (no group moves), the fresh plan's map with nodes renamed to keep
 the most groups in place, and the map in force with one pair of groups on two nodes swapped
-(the ``SWAP_CANDIDATES`` swaps with the smallest largest node risk for the steps to come,
+(the ``SWAP_CANDIDATES`` swap with the smallest largest node risk for the steps to come,
 :func:`node_risk`: the node's recent load plus its per-step spread over the whole window,
 covariances of the groups included). A swap moves two groups' replicas, where the fresh map often moves more: on the
 generated DeepSeek-V3 drifting trace it cut the bytes by about 15 % at the same realised
@@ -25,9 +31,8 @@ imbalance (``benchmarks/migration_holdout.py``).
 
 On a real cluster (speeds, uneven slot counts, failed GPUs: the fresh plan is global and in
 time, :class:`solvers.dynamics.risk.Slots`) GPUs are not interchangeable, so nothing is
-relabelled: per layer the plan with the fewest moves among the fresh plan and the sticky
-plans (the same bonus levels, in time) whose per-step time imbalance on the window is within
-``slack`` of the fresh plan's.
+relabelled: the candidates are the fresh plan and the sticky plans (the same bonus levels, in
+time), judged on the per-step time imbalance the same way.
 """
 from __future__ import annotations
 
@@ -140,7 +145,8 @@ def within_slack(cands: torch.Tensor, hist: torch.Tensor, k: torch.Tensor, curre
     imbalance the planner expects), averaged over layers as the realised imbalance is, is at most
     ``(1 + slack)`` x the fresh plan's, and no layer's exceeds its fresh one by more than
     ``LAYER_SLACKS`` slacks. The choice is a Lagrangian one (per layer moves + price x forecast,
-    the cheapest price that fits), batched over a grid of prices."""
+    the cheapest price that fits), batched over a grid of prices; never more moves in all than
+    the first candidate's."""
     C, L, R = cands.shape
     obj = torch.stack([window_objective(hist, k, c, num_gpus, cluster) for c in cands])       # [C, L]
     moves = new_pairs(cands.reshape(C * L, R), current.repeat(C, 1), num_experts, num_gpus,
@@ -154,14 +160,13 @@ def within_slack(cands: torch.Tensor, hist: torch.Tensor, k: torch.Tensor, curre
                         torch.logspace(0, 9, 91, dtype=torch.float64, device=rel.device)])      # [G]
     key = moves.unsqueeze(0) + prices.view(-1, 1, 1) * rel.unsqueeze(0)                      # [G, C, L]
     pick = key.masked_fill(~eligible.unsqueeze(0), math.inf).argmin(1)                        # [G, L]
+    pick = torch.cat([pick, pick.new_zeros(1, L)])              # and the fresh plan everywhere (fits)
     total = rel.gather(0, pick).sum(1)                                                        # [G]
     cost = moves.gather(0, pick).sum(1)
     fits = total <= L * (1 + slack) * (1 + 1e-12)
-    if bool(fits.any()):
-        best = int(torch.where(fits, cost, math.inf).argmin())
-        choice, forecast = pick[best], float(total[best]) / L - 1
-    else:                                  # (rounding) the fresh plan everywhere
-        choice, forecast = torch.zeros(L, dtype=torch.int64, device=cands.device), 0.0
+    fits[-1] = True
+    best = int(torch.where(fits, cost, math.inf).argmin())
+    choice, forecast = pick[best], float(total[best]) / L - 1
     out = cands.gather(0, choice.view(1, L, 1).expand(1, L, R)).squeeze(0)
     return out, {"sticky_layers": int((choice > 0).sum()),
                  "forecast_imbalance_vs_fresh": forecast}

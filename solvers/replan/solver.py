@@ -20,6 +20,14 @@ cluster, speed 1 and R/P slots everywhere, the max load):
    warm-started from the best of the above, within what is left of ``time_limit``; proven
    optimum or gap per layer.
 
+``history`` (the window's steps [W, L, E], with the base planner's ``halflife`` if it has one):
+the slack is judged on the forecast the base planner trusts instead, the per-step imbalance
+over those steps, not the max load of their sum (a plan balanced on the sum can leave every
+step waiting for one GPU); the candidates are the relabelled fresh plan and risk-aware sticky
+plans (:func:`solvers.dynamics.risk_migration.keep_in_place`), the fewest moves whose forecast,
+averaged over layers, is within ``slack`` of the fresh plan's (move objective, heuristic
+method, no budget; ``eplb simulate`` passes it for every planner).
+
 ``objective="makespan"`` plans for transfer time instead of the move count (same slack and
 targets: only which plan within them is chosen changes), timed under ``transfer_model``
 (:func:`solvers.transfers.schedule_transfers`). Homogeneous: every new (GPU, expert) pair
@@ -52,6 +60,7 @@ from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput, get_solver, register
 from ..result import SolveResult
+from ..threads import one_intra_op_thread
 from ..scoring import gpu_loads, gpu_presence, new_pairs, uneven_slot_gpu
 from ..transfers import TRANSFER_MODELS, TransferSchedule, schedule_transfers
 from ..work import WorkModel
@@ -329,9 +338,10 @@ def _on_forecast(problem: Problem, previous: Plan, old_cluster: Cluster, fresh: 
     hist = check_history(problem, o.history)
     old = previous.phy2log.to(problem.device)
     t0 = clock()
-    p2l, kept = keep_in_place(problem, hist, fresh.policy, fresh.plan.phy2log.to(problem.device), old, slack=o.slack,
-                              count_risk=DEFAULT_COUNT_RISK, risk=DEFAULT_RISK, halflife=o.halflife, noise=1.0,
-                              steps=64)
+    with one_intra_op_thread():     # hundreds of small kernels: an OpenMP team only waits on a busy machine
+        p2l, kept = keep_in_place(problem, hist, fresh.policy, fresh.plan.phy2log.to(problem.device), old,
+                                  slack=o.slack, count_risk=DEFAULT_COUNT_RISK, risk=DEFAULT_RISK,
+                                  halflife=o.halflife, noise=1.0, steps=64)
     sg = uneven_slot_gpu(problem)
     return p2l, {"slack": o.slack, "policy": fresh.policy, "forecast_steps": hist.shape[0], "halflife": o.halflife,
                  "fresh_moves": int(new_pairs(fresh.plan.phy2log.to(old.device), old, problem.num_experts,
@@ -433,7 +443,7 @@ def solve_migration(problem: Problem, o: SolverOptions) -> SolverOutput:
 def plan_with_migration(problem: Problem, solver: str, previous: Plan, *, slack: float = 0.01,
                         method: str = "heuristic", time_limit: float = 10.0, budget: float | None = None,
                         expert_bytes: int | None = None, objective: str = "moves", transfer_model: str = "rounds",
-                        **solver_options: Any) -> SolveResult:
+                        history: Any = None, halflife: float | None = None, **solver_options: Any) -> SolveResult:
     """A plan of ``problem`` with the fewest moves from ``previous`` such that every layer's
     max GPU load is at most ``(1 + slack)`` x that of a fresh plan by ``solver``.
 
@@ -452,6 +462,10 @@ def plan_with_migration(problem: Problem, solver: str, previous: Plan, *, slack:
     objective: ``moves`` (default) or ``makespan``: within the same slack, the plan whose
     weight-transfer schedule over ``problem.cluster.network`` is shortest (module docstring;
     ``info["makespan_passes"]``), timed under ``transfer_model`` (``rounds`` or ``shared``).
+
+    history: the window's steps [W, L, E] (``halflife``: the planner's step weights): the slack
+    is judged on the per-step imbalance over them, the forecast ``solver`` trusts, averaged
+    over layers (module docstring; moves objective, heuristic method, no budget).
     """
     if not isinstance(previous, Plan):     # required here (solve's previous is optional)
         raise OptionError("previous", f"must be a solvers.Plan (the placement in force), got "
@@ -460,7 +474,8 @@ def plan_with_migration(problem: Problem, solver: str, previous: Plan, *, slack:
         raise OptionError("solver", f"must name a registered solver other than 'migration', got {solver!r}")
     get_solver(solver)
     options = dict(base=solver, current=previous, slack=slack, method=method, time_limit=time_limit, budget=budget,
-                   base_options=solver_options or None, objective=objective, transfer_model=transfer_model)
+                   base_options=solver_options or None, objective=objective, transfer_model=transfer_model,
+                   history=history, halflife=halflife)
     # after GPUs failed the plan in force is graded on the cluster it was made for
     previous_cluster = healthy_cluster(problem, previous) if problem.cluster.failed else None
     return graded_run(problem, "migration", options, previous=previous, expert_bytes=expert_bytes,
