@@ -52,8 +52,9 @@ def test_the_greedy_keeps_its_slots_only_within_slack_on_its_forecast():
     assert on_forecast.info["forecast_steps"] == 8 and on_forecast.info["halflife"] is None
 
 
-def _drift(T=40, L=3, seed=1):
-    return generate("deepseek-v3", "drifting", steps=T, seed=seed, tokens_per_step=4096).loads[:, :L]
+def _drift(T=40, L=2, seed=1):
+    """[T, L, 256] a generated DeepSeek-V3 drifting trace (its first L layers)."""
+    return generate("deepseek-v3", "drifting", steps=T, seed=seed, num_layers=L, tokens_per_step=4096).loads
 
 
 @pytest.mark.parametrize("base, halflife", [("deepseek", None), ("ewma", 2.0)])
