@@ -112,6 +112,7 @@ def keep_in_place(problem: Problem, hist: torch.Tensor, policy: str, fresh: torc
     keep = gpu_presence(current, E, P).repeat(B, 1, 1)                                  # [B*L, P, E]
     hb = hist.repeat(1, B, 1)                                                           # [W, B*L, E]
     risk_target = (fresh_risk * (1 + slack)).repeat(B)
+    search = min(steps, STICKY_STEPS)
     if hier:
         # Two group-to-node maps: the one in force (no group moves) and the fresh plan's, its
         # nodes renamed to keep the most groups in place (groups that stay keep their replicas).
@@ -122,10 +123,10 @@ def keep_in_place(problem: Problem, hist: torch.Tensor, policy: str, fresh: torc
                                                               SWAP_CANDIDATES)]      # each [L, K, G]
         # plan_on_nodes keeps, per layer, the better of a map's K candidates on the window.
         sticky = torch.cat([plan_on_nodes(problem, hb, k, m.repeat(B, 1, 1), count_risk=count_risk,
-                                          risk=risk, noise=noise, steps=min(steps, STICKY_STEPS), keep=keep, bonus=bonus,
+                                          risk=risk, noise=noise, steps=search, keep=keep, bonus=bonus,
                                           target=risk_target)[0].view(B, L, R) for m in maps])
     else:
-        sticky, _, _ = plan_rows(hb, k, R, P, count_risk, risk, noise, min(steps, STICKY_STEPS), keep=keep, bonus=bonus,
+        sticky, _, _ = plan_rows(hb, k, R, P, count_risk, risk, noise, search, keep=keep, bonus=bonus,
                                  target=risk_target)
         sticky = sticky.view(B, L, R)
     # Candidates per layer: the relabelled fresh plan (its forecast imbalance is the fresh plan's)

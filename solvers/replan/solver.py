@@ -50,6 +50,9 @@ import torch
 
 from ..clock import clock
 from ..cluster import Cluster
+from ..dynamics.risk import DEFAULT_COUNT_RISK, DEFAULT_RISK
+from ..dynamics import risk_migration     # the module (it imports .relabel, so this package: a cycle)
+from ..dynamics.robust import check_history
 from ..elastic.solver import check_elastic, elastic, fresh_plan, healthy_cluster, no_plan_in_force
 from ..errors import OptionError
 from ..grading import graded_run
@@ -325,10 +328,6 @@ def _on_forecast(problem: Problem, previous: Plan, old_cluster: Cluster, fresh: 
     risk-aware placements with a bonus for replicas that stay), the fewest moves such that the
     per-step imbalance over the window's steps (weighted by ``halflife``), averaged over layers,
     is within ``slack`` of the fresh plan's. Returns phy2log [L, R] and the report."""
-    # imported here: solvers.dynamics imports every registered solver, this one included
-    from ..dynamics.risk import DEFAULT_COUNT_RISK, DEFAULT_RISK
-    from ..dynamics.risk_migration import keep_in_place
-    from ..dynamics.robust import check_history
     if o.objective != "moves" or o.method != "heuristic" or o.budget is not None:
         raise OptionError("history", "judges the slack on a forecast for the move objective with the heuristic "
                           "method and no budget")
@@ -339,9 +338,9 @@ def _on_forecast(problem: Problem, previous: Plan, old_cluster: Cluster, fresh: 
     old = previous.phy2log.to(problem.device)
     t0 = clock()
     with one_intra_op_thread():     # hundreds of small kernels: an OpenMP team only waits on a busy machine
-        p2l, kept = keep_in_place(problem, hist, fresh.policy, fresh.plan.phy2log.to(problem.device), old,
-                                  slack=o.slack, count_risk=DEFAULT_COUNT_RISK, risk=DEFAULT_RISK,
-                                  halflife=o.halflife, noise=1.0, steps=64)
+        p2l, kept = risk_migration.keep_in_place(
+            problem, hist, fresh.policy, fresh.plan.phy2log.to(problem.device), old, slack=o.slack,
+            count_risk=DEFAULT_COUNT_RISK, risk=DEFAULT_RISK, halflife=o.halflife, noise=1.0, steps=64)
     sg = uneven_slot_gpu(problem)
     return p2l, {"slack": o.slack, "policy": fresh.policy, "forecast_steps": hist.shape[0], "halflife": o.halflife,
                  "fresh_moves": int(new_pairs(fresh.plan.phy2log.to(old.device), old, problem.num_experts,
