@@ -252,12 +252,18 @@ def simulate(loads: Any, settings: Settings | None = None, *, cluster: Cluster |
     # gets the placement in force and the slack on identical GPUs; any other, any with a move
     # budget (the 'migration' solver's) and any on a real cluster is wrapped in 'migration'.
     native = slack is not None and budget is None and {"current", "slack"} <= set(spec.options) and cluster.homogeneous
+    # Wrapped, the slack is judged on the forecast the planner trusts (the window's steps, weighted
+    # by its halflife if it has one) where the re-plan minimises moves heuristically with no budget;
+    # otherwise on the max load of the window's sum, the migration solver's other targets.
+    on_forecast = (slack is not None and not native and budget is None and s.migration == "heuristic"
+                   and s.migration_objective == "moves")
     if slack is not None and not native:
         if s.solver == "migration":
             raise OptionError("solver", "must be another solver than 'migration' (the simulator adds migration)")
         migration_opts = get_solver("migration").parse(
             {"base": s.solver, "slack": slack, "method": s.migration, "budget": budget,
-             "objective": s.migration_objective, "transfer_model": s.transfer_model})
+             "objective": s.migration_objective, "transfer_model": s.transfer_model,
+             "halflife": getattr(opts, "halflife", None) if on_forecast and "halflife" in spec.options else None})
 
     def plan_at(t: int, current: Plan | None) -> tuple[Plan, dict[str, Any]]:
         hist = loads[t - window:t]
@@ -265,8 +271,8 @@ def simulate(loads: Any, settings: Settings | None = None, *, cluster: Cluster |
         step_opts = dataclasses.replace(opts, history=hist) if takes_history else opts
         began = time.perf_counter()
         if current is not None and migration_opts is not None:
-            out = run(problem, "migration", dataclasses.replace(migration_opts, current=current,
-                                                                base_options=step_opts))
+            out = run(problem, "migration", dataclasses.replace(migration_opts, current=current, base_options=step_opts,
+                                                                history=hist if on_forecast else None))
         elif current is not None and native:
             out = run(problem, s.solver, dataclasses.replace(step_opts, current=current, slack=slack))
         else:

@@ -33,7 +33,8 @@ SETTINGS = {o.name: o for o in (
            minimum=1, maximum=10**9, nullable=True),
     Option("cooldown", int, 1, "at most one threshold rebalance per this many steps", minimum=1, maximum=10**9),
     Option("migration_slack", float, None, "migration-aware re-planning: fewest moves within this slack of a "
-           "fresh plan's max load (none: plain re-planning)", minimum=0.0, maximum=1e6, nullable=True),
+           "fresh plan's per-step imbalance over the window, the planner's forecast (with a budget, "
+           "another method or objective: of its max load) (none: plain re-planning)", minimum=0.0, maximum=1e6, nullable=True),
     Option("migration", str, "heuristic", "migration method", choices=("heuristic", "exact")),
     Option("migration_budget", float, None, "with a migration slack: move at most this fraction of a fresh "
            "plan's moves per rebalance, widening the slack of the layers that save most (0.25 with slack 0.01: "

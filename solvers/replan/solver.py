@@ -20,6 +20,14 @@ cluster, speed 1 and R/P slots everywhere, the max load):
    warm-started from the best of the above, within what is left of ``time_limit``; proven
    optimum or gap per layer.
 
+``history`` (the window's steps [W, L, E], with the base planner's ``halflife`` if it has one):
+the slack is judged on the forecast the base planner trusts instead, the per-step imbalance
+over those steps, not the max load of their sum (a plan balanced on the sum can leave every
+step waiting for one GPU); the candidates are the relabelled fresh plan and risk-aware sticky
+plans (:func:`solvers.dynamics.risk_migration.keep_in_place`), the fewest moves whose forecast,
+averaged over layers, is within ``slack`` of the fresh plan's (move objective, heuristic
+method, no budget; ``eplb simulate`` passes it for every planner).
+
 ``objective="makespan"`` plans for transfer time instead of the move count (same slack and
 targets: only which plan within them is chosen changes), timed under ``transfer_model``
 (:func:`solvers.transfers.schedule_transfers`). Homogeneous: every new (GPU, expert) pair
@@ -42,6 +50,9 @@ import torch
 
 from ..clock import clock
 from ..cluster import Cluster
+from ..dynamics.risk import DEFAULT_COUNT_RISK, DEFAULT_RISK
+from ..dynamics import risk_migration     # the module (it imports .relabel, so this package: a cycle)
+from ..dynamics.robust import check_history
 from ..elastic.solver import check_elastic, elastic, fresh_plan, healthy_cluster, no_plan_in_force
 from ..errors import OptionError
 from ..grading import graded_run
@@ -52,6 +63,7 @@ from ..plan import Plan
 from ..problem import Problem
 from ..registry import SolverOutput, get_solver, register
 from ..result import SolveResult
+from ..threads import one_intra_op_thread
 from ..scoring import gpu_loads, gpu_presence, new_pairs, uneven_slot_gpu
 from ..transfers import TRANSFER_MODELS, TransferSchedule, schedule_transfers
 from ..work import WorkModel
@@ -312,6 +324,34 @@ def _for_makespan(problem: Problem, previous: Plan, fresh: SolverOutput, slack: 
     return p2l, {**info, "makespan_passes": passes, "makespan_pass_used": k}
 
 
+def _on_forecast(problem: Problem, previous: Plan, old_cluster: Cluster, fresh: SolverOutput,
+                 o: SolverOptions) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The re-plan judged on the base planner's forecast (option ``history``): per layer the
+    relabelled fresh plan or a sticky plan (:func:`solvers.dynamics.risk_migration.keep_in_place`:
+    risk-aware placements with a bonus for replicas that stay), the fewest moves such that the
+    per-step imbalance over the window's steps (weighted by ``halflife``), averaged over layers,
+    is within ``slack`` of the fresh plan's. Returns phy2log [L, R] and the report."""
+    if o.objective != "moves" or o.method != "heuristic" or o.budget is not None:
+        raise OptionError("history", "judges the slack on a forecast for the move objective with the heuristic "
+                          "method and no budget")
+    if old_cluster is not problem.cluster:
+        raise OptionError("history", "needs a plan in force made for this cluster (GPUs failed since: re-plan "
+                          "without history)")
+    hist = check_history(problem, o.history)
+    old = previous.phy2log.to(problem.device)
+    t0 = clock()
+    with one_intra_op_thread():     # hundreds of small kernels: an OpenMP team only waits on a busy machine
+        p2l, kept = risk_migration.keep_in_place(
+            problem, hist, fresh.policy, fresh.plan.phy2log.to(problem.device), old, slack=o.slack,
+            count_risk=DEFAULT_COUNT_RISK, risk=DEFAULT_RISK, halflife=o.halflife, noise=1.0, steps=64)
+    sg = uneven_slot_gpu(problem)
+    return p2l, {"slack": o.slack, "policy": fresh.policy, "forecast_steps": hist.shape[0], "halflife": o.halflife,
+                 "fresh_moves": int(new_pairs(fresh.plan.phy2log.to(old.device), old, problem.num_experts,
+                                              problem.num_gpus, sg, sg).sum()),
+                 "heuristic_moves": int(new_pairs(p2l, old, problem.num_experts, problem.num_gpus, sg, sg).sum()),
+                 "budget": None, "relaxed_layers": {}, **kept, "seconds": {"heuristic": clock() - t0}}
+
+
 _SCHEMA = (
     Option("base", str, "deepseek", "solver whose fresh plan sets the balance target"),
     Option("current", object, None, "the placement in force (a solvers.Plan; none: the fresh plan)",
@@ -334,6 +374,13 @@ _SCHEMA = (
     threads_option(), seed_option(),
     Option("base_options", object, None, "options of the base solver (a dict)", nullable=True,
            advanced=True),
+    Option("history", object, None, "the window's steps [W, layers, experts]: the slack is judged on the "
+           "forecast the base planner trusts, the per-step imbalance over these steps (weighted by "
+           "halflife), not on the max load of their sum (move objective, heuristic method, no budget)",
+           nullable=True, advanced=True),
+    Option("halflife", float, None, "with history: steps after which a step's weight in the forecast halves "
+           "(the base planner's own; none: every step weighs the same)", minimum=0.0, exclusive_minimum=True,
+           maximum=1e6, nullable=True, advanced=True),
 )
 
 
@@ -365,7 +412,9 @@ def solve_migration(problem: Problem, o: SolverOptions) -> SolverOutput:
                           "here for other slots (before GPUs failed): use method='heuristic' (the elastic "
                           "re-plan)")
     fresh, fresh_seconds = fresh_plan(problem, o.base, o.base_options)
-    if not homogeneous:
+    if o.history is not None:
+        p2l, info = _on_forecast(problem, previous, old_cluster, fresh, o)
+    elif not homogeneous:
         p2l, info = _in_time(problem, previous, old_cluster, fresh, o.base, o.slack, o.budget, o.objective,
                              o.transfer_model)
     elif o.objective == "makespan":
@@ -396,7 +445,7 @@ def solve_migration(problem: Problem, o: SolverOptions) -> SolverOutput:
 def plan_with_migration(problem: Problem, solver: str, previous: Plan, *, slack: float = 0.01,
                         method: str = "heuristic", time_limit: float = 10.0, budget: float | None = None,
                         expert_bytes: int | None = None, objective: str = "moves", transfer_model: str = "rounds",
-                        **solver_options: Any) -> SolveResult:
+                        history: Any = None, halflife: float | None = None, **solver_options: Any) -> SolveResult:
     """A plan of ``problem`` with the fewest moves from ``previous`` such that every layer's
     max GPU load is at most ``(1 + slack)`` x that of a fresh plan by ``solver``.
 
@@ -415,6 +464,10 @@ def plan_with_migration(problem: Problem, solver: str, previous: Plan, *, slack:
     objective: ``moves`` (default) or ``makespan``: within the same slack, the plan whose
     weight-transfer schedule over ``problem.cluster.network`` is shortest (module docstring;
     ``info["makespan_passes"]``), timed under ``transfer_model`` (``rounds`` or ``shared``).
+
+    history: the window's steps [W, L, E] (``halflife``: the planner's step weights): the slack
+    is judged on the per-step imbalance over them, the forecast ``solver`` trusts, averaged
+    over layers (module docstring; moves objective, heuristic method, no budget).
     """
     if not isinstance(previous, Plan):     # required here (solve's previous is optional)
         raise OptionError("previous", f"must be a solvers.Plan (the placement in force), got "
@@ -423,7 +476,8 @@ def plan_with_migration(problem: Problem, solver: str, previous: Plan, *, slack:
         raise OptionError("solver", f"must name a registered solver other than 'migration', got {solver!r}")
     get_solver(solver)
     options = dict(base=solver, current=previous, slack=slack, method=method, time_limit=time_limit, budget=budget,
-                   base_options=solver_options or None, objective=objective, transfer_model=transfer_model)
+                   base_options=solver_options or None, objective=objective, transfer_model=transfer_model,
+                   history=history, halflife=halflife)
     # after GPUs failed the plan in force is graded on the cluster it was made for
     previous_cluster = healthy_cluster(problem, previous) if problem.cluster.failed else None
     return graded_run(problem, "migration", options, previous=previous, expert_bytes=expert_bytes,
