@@ -32,7 +32,7 @@ import stat
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -156,12 +156,13 @@ _NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.form
                 (3, 0): getattr(np.lib.format, "read_array_header_2_0")}
 
 
-def check_npz(path: str | Path) -> None:
+def check_npz(path: str | Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """Refuse an ``.npz`` before numpy allocates anything: every member is size-checked
     (:func:`check_zip`); every member that is an ``.npy`` array (by its magic, whatever its
     name) must declare an allowed dtype (text for metadata) and no more bytes than the
-    member holds."""
+    member holds. Returns each array's declared (shape, dtype), by numpy's key."""
     infos = check_zip(path)
+    headers: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
     try:
         with zipfile.ZipFile(path) as zf:
             for info in infos:
@@ -181,6 +182,9 @@ def check_npz(path: str | Path) -> None:
                     raise _fail(path, info.filename, f"the header declares a {tuple(shape)} {dtype} array "
                                 f"({nbytes} bytes) but the archive holds {max(0, info.file_size - header)} "
                                 f"bytes for it (limit {MAX_ARRAY_BYTES})")
+                key = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+                headers[key] = (tuple(int(d) for d in shape), dtype)
+        return headers
     except LoadFileError:
         raise
     except (OSError, ValueError, EOFError, IndexError, zipfile.BadZipFile, KeyError, SyntaxError) as exc:
@@ -712,16 +716,22 @@ def iter_lines(path: str | Path, param: str = "loads", max_line: int | None = No
                 yield n, text
 
 
-def load_npz(path: str | Path, param: str = "loads", bytes_per_cell: float = 1.0) -> dict[str, np.ndarray]:
+def load_npz(path: str | Path, param: str = "loads",
+             built: Callable[[dict[str, tuple[tuple[int, ...], np.dtype]]], tuple[int, str]] | None = None
+             ) -> dict[str, np.ndarray]:
     """Every member of an ``.npz`` as an array, after :func:`check_npz` (sizes, dtypes and
-    declared shapes before anything is allocated; no pickles) and :func:`check_build` of the
-    arrays' bytes times ``bytes_per_cell`` (what the caller builds per byte read)."""
+    declared shapes before anything is allocated; no pickles) and :func:`check_build` of
+    what the caller will build: ``built(headers)`` gives (bytes, what) from the declared
+    (shape, dtype) of each array (default: the arrays' own bytes)."""
     path = input_file(path, param)
     try:
-        check_npz(path)
-        with zipfile.ZipFile(path) as zf:
-            declared = sum(i.file_size for i in zf.infolist())
-        check_build(path, int(declared * bytes_per_cell), "the arrays", param, path.stat().st_size)
+        headers = check_npz(path)
+        if built is None:
+            nbytes = sum(math.prod(sh) * dt.itemsize for sh, dt in headers.values())
+            what = "the arrays"
+        else:
+            nbytes, what = built(headers)
+        check_build(path, int(nbytes), what, param, path.stat().st_size)
         with np.load(path, allow_pickle=False) as npz:
             return {k: npz[k] for k in npz.files}
     except LoadFileError as exc:
@@ -750,7 +760,7 @@ def load_npy(path: str | Path, param: str = "loads", bytes_per_cell: float = 1.0
         if nbytes > size:
             raise _fail(path, "", f"the header declares a {tuple(shape)} {dtype} array ({nbytes} bytes) the file "
                         f"does not hold ({size} bytes)", param)
-        check_build(path, int(nbytes * bytes_per_cell), "the array", param)
+        check_build(path, int(nbytes * bytes_per_cell), "the array", param, path.stat().st_size)
         return np.load(path, allow_pickle=False)
     except LoadFileError:
         raise
