@@ -33,8 +33,6 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-import pickle
-import warnings
 import re
 import zipfile
 from pathlib import Path
