@@ -639,12 +639,9 @@ def read_json(path: str | Path) -> torch.Tensor:
     """Nested lists, or an object holding ``loads``/``weights``/``logical_count``."""
     path = Path(path)
     try:
-        with path.open("rb") as fh:
-            obj = safejson.load(fh)
-    except safejson.JSONDepthError as exc:
-        raise _fail(path, f"cannot read .json file ({exc})") from None
-    except (OSError, ValueError) as exc:
-        raise _fail(path, f"cannot read .json file (not valid JSON: {exc})") from None
+        obj = filecheck.read_json(path, PARAM)          # size, UTF-8, depth and build budget first
+    except LoadFileError as exc:
+        raise _fail(path, f"cannot read .json file ({str(exc).split(': ', 2)[-1]})") from None
     if isinstance(obj, dict):
         obj = _pick(obj, path)
     return _check_values(_integral(_as_tensor(obj, path)), path)
