@@ -221,7 +221,7 @@ def _records(ids) -> dict:
 
 def _torch_case(name: str, make: Callable[[], object], fragment: str = "", rc: int = 2) -> Case:
     def build(tmp: Path) -> list[str]:
-        return ["routing", "info", str(torch_file(tmp / f"{name}.pt", make()))]
+        return ["routing", "info", str(torch_file(tmp / "dump.pt", make()))]
     return Case("routing readers", f"SGLang .pt: {name}", build, rc, fragment)
 
 
@@ -260,9 +260,9 @@ CASES: list[Case] = [
                 lambda: _records(_t().zeros(1, 1, 1, dtype=_t().int32).expand(58, 1 << 20, 8)), "stride of 0"),
     _torch_case("meta-device ids", lambda: _records(_t().empty(2, 4, 2, dtype=_t().int32, device="meta")), "meta"),
     _torch_case("sparse ids", lambda: _records(_t().zeros(2, 4, 2, dtype=_t().int32).to_sparse()), "sparse"),
-    _torch_case("overlapping ids", lambda: _records(_t().zeros(64, dtype=_t().int32).as_strided((2, 8, 4), (1, 1, 1))),
+    _torch_case("overlapping ids", lambda: _records((_t().arange(64, dtype=_t().int32) % 8).as_strided((2, 8, 4), (1, 1, 1))),
                 "overlapping"),
-    _torch_case("a view of a 64 MB storage", lambda: _records(_t().zeros(1 << 24, dtype=_t().int32)[:8].view(1, 4, 2)),
+    _torch_case("a view of a 64 MB storage", lambda: _records((_t().arange(1 << 24, dtype=_t().int32) % 8)[:8].view(1, 4, 2)),
                 "view"),
     _torch_case("float ids", lambda: _records(_t().zeros(2, 4, 2)), "integer"),
     _torch_case("shared rows (one list referenced 20,000 times)",
@@ -515,10 +515,11 @@ def main(argv=None) -> int:
     ap.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1])
     ap.add_argument("--timeout", type=float, default=30)
     ap.add_argument("--only", default=None, help="run only the cases of this class")
+    ap.add_argument("--match", default=None, help="run only the cases whose name holds this text")
     args = ap.parse_args(argv)
     counts: dict[str, list[int]] = {}
     for case in CASES:
-        if args.only and case.klass != args.only:
+        if (args.only and case.klass != args.only) or (args.match and args.match not in case.name):
             continue
         o = run_case(case, args.root, args.timeout)
         tally = counts.setdefault(case.klass, [0, 0])
