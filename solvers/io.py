@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from .errors import LoadFileError
+from .filecheck import input_kind
 from .workloads.catalog import dataset_names, dataset_path, list_datasets
 from .workloads.formats import FORMATS, suffix_of
 from .workloads.importers import read_raw
@@ -49,7 +50,7 @@ def split_range(spec: str | Path) -> tuple[str, slice | None]:
     """(spec, step slice or None) for ``SPEC@A:B`` (a real path containing '@' wins)."""
     text = str(spec)
     m = _RANGE.match(text)
-    if m is None or Path(text).exists():
+    if m is None or input_kind(text) not in ("missing", "too_long", "bad"):
         return text, None
     to_int = lambda v: int(v) if v else None  # noqa: E731
     return m["spec"], slice(to_int(m["start"]), to_int(m["stop"]))
@@ -59,8 +60,11 @@ def _resolve(text: str) -> tuple[str | None, str | list[Path], str | None]:
     """(forced format or None, what to read: the spec itself or [the dataset file], the
     dataset name or None)."""
     head, sep, rest = text.partition(":")                   # FORMAT:SPEC forces a format
-    fmt, text = (head, rest) if sep and head in FORMATS and not Path(text).exists() else (None, text)
-    if Path(text).exists() or (any(c in text for c in "*?[") and bool(glob.glob(text))):
+    fmt, text = (head, rest) if sep and head in FORMATS and input_kind(text) == "missing" else (None, text)
+    kind = input_kind(text)                                 # never raises (a name too long, a FIFO)
+    if kind == "too_long":
+        raise LoadFileError("loads", f"{text[:60]}...({len(text)} characters): the name is too long for the file system")
+    if kind not in ("missing", "bad") or (any(c in text for c in "*?[") and bool(glob.glob(text))):
         return fmt, text, None
     known = dataset_names()
     if text in known:
