@@ -55,7 +55,7 @@ def _int_array(raw: Any, path: Any, what: str) -> np.ndarray:
     except (TypeError, ValueError) as exc:
         raise _fail(path, f"{what} must be a rectangular integer array ({exc})") from None
     if arr.dtype == object or arr.dtype.kind not in "iu":
-        if arr.dtype.kind == "f" and arr.size and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+        if arr.dtype.kind == "f" and arr.size and np.all(np.abs(arr) < 2**53) and np.all(arr == np.round(arr)):
             return arr.astype(np.int64)          # JSON numbers that are whole
         raise _fail(path, f"{what} must hold integer expert ids, got dtype {arr.dtype}")
     return arr
