@@ -177,7 +177,7 @@ def _intact(path: Path, text: str) -> Callable[[Path], str | None]:
 
 def _still_fifo(tmp: Path) -> str | None:
     import stat
-    p = tmp / "fifo"
+    p = next(tmp.glob("fifo*"))
     return None if p.exists() and stat.S_ISFIFO(os.lstat(p).st_mode) else "the FIFO was replaced"
 
 
@@ -371,15 +371,17 @@ CASES: list[Case] = [
          lambda tmp: (_text(tmp / "out.npz.tmp", "mine"), _gen(tmp, str(tmp / "out.npz")))[1], rc=0,
          after=_user_tmp),
     Case("writers", "routing generate --out a FIFO",
-         lambda tmp: (_fifo(tmp), _gen(tmp, str(tmp / "fifo")))[1], fragment="FIFO", after=_still_fifo),
+         lambda tmp: (_fifo(tmp, "fifo.npz"), _gen(tmp, str(tmp / "fifo.npz")))[1], fragment="FIFO",
+         after=_still_fifo),
     Case("writers", "routing generate --out a symlink",
          lambda tmp: _gen(tmp, _setup_symlink(tmp, "link.npz")), rc=0, after=_symlink_target),
     Case("writers", "routing generate --out a 255-byte name",
          lambda tmp: _gen(tmp, str(tmp / ("r" * 251 + ".npz"))), rc=0),
     Case("writers", "routing convert --out a FIFO",
-         lambda tmp: ["routing", "convert", str(_small_routing(tmp)), "--out", str(_fifo(tmp))], fragment="FIFO",
+         lambda tmp: ["routing", "convert", str(_small_routing(tmp)), "--out", str(_fifo(tmp, "fifo.npz"))],
+         fragment="FIFO",
          after=_still_fifo),
-    Case("writers", "score --out a FIFO", lambda tmp: (_fifo(tmp), _score(tmp, str(tmp / "fifo")))[1],
+    Case("writers", "score --out a FIFO", lambda tmp: (_fifo(tmp, "fifo.json"), _score(tmp, str(tmp / "fifo.json")))[1],
          fragment="FIFO", after=_still_fifo),
     Case("writers", "score --out a symlink", lambda tmp: _score(tmp, _setup_symlink(tmp, "link.json")), rc=0,
          after=_symlink_target),
