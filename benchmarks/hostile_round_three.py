@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zipfile
 from dataclasses import dataclass, field
@@ -479,12 +480,15 @@ def run_case(case: Case, root: Path, timeout: float = 30, mem_gb: float = 4) -> 
             else:
                 os.environ["PYTHONPATH"] = old
         fsize = 4 if case.rc == -1 else None                  # -1: the write must fail
-        err_path = tmp / ".stderr"
         start = time.monotonic()
-        with open(err_path, "wb") as err:
-            proc = subprocess.Popen([sys.executable, "-m", "solvers.cli", *argv], env=env, cwd=tmp,
-                                    stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL,
-                                    preexec_fn=_limits(fsize, int(mem_gb * (1 << 30))))
+        chunks: list[bytes] = []
+        # stderr through a pipe (a file limit of a few bytes must not cut the error line short)
+        proc = subprocess.Popen([sys.executable, "-m", "solvers.cli", *argv], env=env, cwd=tmp,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                preexec_fn=_limits(fsize, int(mem_gb * (1 << 30))))
+        reader = threading.Thread(target=lambda: chunks.append(proc.stderr.read()), daemon=True)
+        reader.start()
+        if True:
             rc = None
             usage = None
             while time.monotonic() - start < timeout:
@@ -499,7 +503,9 @@ def run_case(case: Case, root: Path, timeout: float = 30, mem_gb: float = 4) -> 
                 _, _, usage = os.wait4(proc.pid, 0)
                 proc.returncode = -9
         seconds = time.monotonic() - start
-        stderr = err_path.read_text(errors="replace")
+        reader.join(5)
+        proc.stderr.close()
+        stderr = b"".join(chunks).decode(errors="replace")
         out = Outcome(rc, seconds, usage.ru_maxrss / 1024 if usage else 0.0, stderr)
         lines = stderr.strip().splitlines()
         expected = 2 if case.rc == -1 else case.rc

@@ -308,6 +308,8 @@ def check_pickle(data: bytes, path: Any, field: str = "data.pkl") -> None:
                 children = args + items
                 node = _Node()
             for child in children:
+                if child is node:
+                    raise _fail(path, field, "a container holds itself (a cycle)")
                 child.held = True
                 node.size += child.size
                 node.depth = max(node.depth, child.depth + 1)
