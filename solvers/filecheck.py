@@ -296,8 +296,6 @@ def check_pickle(data: bytes, path: Any, field: str = "data.pkl") -> None:
                 del stack[-pre:]
             else:
                 args = []
-            if name == "STACK_GLOBAL":
-                pass                                # module and name come from the stack: torch refuses them
             if name in _MUTATORS:
                 target, children = args[0], args[1:] + items
                 if target.held:
@@ -387,14 +385,17 @@ def iter_tensors(obj: Any, field: str = "", depth: int = 0) -> Iterator[tuple[st
 
 def check_tensors(obj: Any, path: Any) -> None:
     """:func:`check_tensor` on every tensor of a loaded ``.pt`` object, and their declared
-    bytes together under :data:`MAX_UNPACKED_BYTES` (rows sharing one storage count each time)."""
+    bytes together under :data:`MAX_UNPACKED_BYTES` and :func:`memory_budget` (rows sharing
+    one storage count each time)."""
     total = 0
+    limit = min(MAX_UNPACKED_BYTES, memory_budget())
     try:
         for field, t in iter_tensors(obj):
             check_tensor(t, path, field)
             total += t.numel() * t.element_size()
-            if total > MAX_UNPACKED_BYTES:
-                raise _fail(path, field, f"the tensors declare {total} bytes together (limit {MAX_UNPACKED_BYTES})")
+            if total > limit:
+                raise _fail(path, field, f"the tensors declare {total} bytes together (limit {limit}: "
+                            "rows sharing one storage count each time)")
     except LoadFileError as exc:
         if str(path) in str(exc):
             raise
