@@ -15,8 +15,17 @@ never in an allocation, a recursion or a traceback.
   legacy format allocates what its pickle declares before reading); every tensor in the
   loaded object must be a dense, strided CPU tensor of an allowed dtype whose elements do not
   overlap and whose declared bytes stay under the cap.
+- :func:`check_pickle`: a ``.pt``'s pickle simulated on sizes before torch unpickles it
+  (shared references expanded, nesting, cycles, globals outside torch's rebuilders).
 - :func:`check_meta`: metadata against a schema (types, depth, size, finite numbers).
 - :func:`safe_yaml`: YAML with the depth bound of :mod:`solvers.safejson` and finite keys.
+- :func:`memory_budget` / :func:`check_build`: budgets in bytes of what a read will build
+  (half the memory available, and at most :data:`BUILD_RATIO` times the input's size).
+
+Every reader of a user's bytes goes through the reader family at the end of this module
+(:func:`input_file`, :func:`read_text`, :func:`read_json`, :func:`iter_lines`,
+:func:`load_npz`, :func:`load_npy`, :func:`load_torch`); ``tests/test_robust_boundary_scan.py``
+fails on a reader elsewhere.
 """
 from __future__ import annotations
 
