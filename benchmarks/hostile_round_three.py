@@ -306,7 +306,8 @@ CASES: list[Case] = [
          lambda tmp: ["routing", "info", str(_text(tmp / "m.jsonl", json.dumps(
              {"step": -1, "layer": 0, "rank": 0, "top_indices": [[0, 1]]}) + "\n"))], fragment="step"),
     Case("routing readers", "Megatron binary garbage",
-         lambda tmp: ["routing", "info", str(_bytes(tmp / "m.jsonl", bytes(range(256)) * 40))], fragment="UTF-8"),
+         lambda tmp: ["routing", "info", str(_bytes(tmp / "m.jsonl", bytes(range(255, 127, -1)) * 40))],
+         fragment="UTF-8"),
     Case("routing readers", "Megatron ids 2**64",
          lambda tmp: ["routing", "info", str(_text(tmp / "m.jsonl", json.dumps(
              {"step": 0, "layer": 0, "rank": 0, "top_indices": [[2**64, 1]]}) + "\n"))], fragment="integer"),
@@ -314,7 +315,8 @@ CASES: list[Case] = [
          lambda tmp: ["routing", "info", str(_text(tmp / "v.json", "[" * 100000 + "]" * 100000))],
          fragment="nested"),
     Case("routing readers", "vLLM JSON binary garbage",
-         lambda tmp: ["routing", "info", str(_bytes(tmp / "v.json", bytes(range(256)) * 40))], fragment="UTF-8"),
+         lambda tmp: ["routing", "info", str(_bytes(tmp / "v.json", bytes(range(255, 127, -1)) * 40))],
+         fragment="UTF-8"),
     Case("routing readers", "vLLM .npy header declares 10**12 ids",
          lambda tmp: ["routing", "info", str(_npy_lie(tmp))], fragment="holds"),
     # Loads readers (the same tricks through --loads) ---------------------------------------
