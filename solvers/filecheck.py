@@ -59,9 +59,10 @@ MAX_UNPACKED_BYTES = 6 << 30
 BOMB_RATIO = 200
 BOMB_MIN_BYTES = 64 << 20
 # A .pt's pickle (data.pkl) becomes Python objects about 10x its size: numbers in lists are
-# fine at this size (a few million), a bomb of nested lists is not. Every opcode is scanned
-# before torch unpickles it (about 1 s per MB here), so the cap also bounds the scan.
-MAX_PICKLE_BYTES = 16 << 20
+# fine at this size (a million), a bomb of nested lists is not. Every opcode is scanned
+# before torch unpickles it (about 1 s per MB of small numbers), so the cap also bounds the
+# scan. A dump's tensors are stored beside the pickle: its pickle is a few KB.
+MAX_PICKLE_BYTES = 4 << 20
 # What a pickle builds, counted with every shared reference expanded (a list referenced
 # 20,000 times becomes 20,000 rows once converted): at most this many objects per pickle
 # byte, above a floor (a tree without sharing builds about one object per byte).
@@ -247,57 +248,72 @@ _MEMO_PUT = {"PUT", "BINPUT", "LONG_BINPUT"}
 _MEMO_GET = {"GET", "BINGET", "LONG_BINGET"}
 
 
+def _opcode_table() -> dict[str, tuple[int, bool, int, int]]:
+    """name -> (kind, pops to a mark, items popped below the mark or from the top, items pushed);
+    kind 0: generic, 1: mutator, 2: memo put, 3: memo get, 4: mark, 5: dup, 6: stop, 7: global."""
+    table = {}
+    mark = pickletools.markobject
+    for op in pickletools.opcodes:
+        before = op.stack_before
+        has_mark = mark in before
+        pre = before.index(mark) if has_mark else len(before)
+        kind = (1 if op.name in _MUTATORS else 2 if op.name in _MEMO_PUT or op.name == "MEMOIZE"
+                else 3 if op.name in _MEMO_GET else 4 if op.name == "MARK" else 5 if op.name == "DUP"
+                else 6 if op.name == "STOP" else 7 if op.name in ("GLOBAL", "INST") else 0)
+        table[op.name] = (kind, has_mark, pre, len(op.stack_after))
+    return table
+
+
+_OPCODES = _opcode_table()
+
+
 def check_pickle(data: bytes, path: Any, field: str = "data.pkl") -> None:
     """Refuse a pickle before it is unpickled when what it builds, every shared reference
     (memo gets, ``DUP``) expanded as a later conversion to arrays expands it, exceeds
     :data:`PICKLE_EXPANSION` objects per byte (above :data:`PICKLE_NODES_FLOOR`); when it
     nests deeper than :data:`MAX_PICKLE_DEPTH`; when it names a global outside torch's
-    rebuilders; or when a container changes after another one holds it (a cycle).
+    rebuilders; or when a container holds itself or changes after another one holds it.
 
     The opcodes are simulated on sizes only (nothing is built): an 81 KB file whose one
-    list is referenced 20,000 times is refused after reading a few thousand opcodes."""
+    list is referenced 20,000 times is refused after about 5,000 opcodes."""
     limit = max(PICKLE_NODES_FLOOR, PICKLE_EXPANSION * len(data))
     stack: list[Any] = []
     marks: list[int] = []
     memo: dict[Any, _Node] = {}
-    mark = pickletools.markobject
+    table = _OPCODES
     try:
         for op, arg, _pos in pickletools.genops(data):
             name = op.name
-            if name == "MARK":
+            kind, has_mark, pre, pushed = table[name]
+            if kind == 4:
                 marks.append(len(stack))
                 continue
-            if name in _MEMO_PUT or name == "MEMOIZE":
-                if not stack:
-                    raise ValueError("memo of an empty stack")
+            if kind == 2:
                 memo[len(memo) if name == "MEMOIZE" else arg] = stack[-1]
                 continue
-            if name in _MEMO_GET:
-                if arg not in memo:
-                    raise ValueError(f"memo key {arg} unknown")
+            if kind == 3:
                 stack.append(memo[arg])
                 continue
-            if name == "DUP":
+            if kind == 5:
                 stack.append(stack[-1])
                 continue
-            if name == "STOP":
+            if kind == 6:
                 break
-            if name in ("GLOBAL", "INST"):
+            if kind == 7:
                 module = str(arg).split(" ", 1)[0]
                 if module.split(".", 1)[0] not in _PICKLE_MODULES:
                     raise _fail(path, field, f"names the global {str(arg).replace(' ', '.')[:80]}: it holds pickled "
                                 "Python objects beyond tensors, numbers, lists and dicts (refused: loading them "
                                 "could run code)")
-            before = op.stack_before
-            if mark in before:
-                pre = before.index(mark)
-                if not marks:
-                    raise ValueError("no mark")
+            if not has_mark and pre == 0:
+                stack.extend([_Node()] * pushed) if pushed == 1 else stack.extend(_Node() for _ in range(pushed))
+                continue                                  # a leaf: a number, a string, an empty container
+            if has_mark:
                 at = marks.pop()
                 items = stack[at:]
                 del stack[at:]
             else:
-                pre, items = len(before), []
+                items = []
             if pre:
                 if len(stack) < pre:
                     raise ValueError("stack underflow")
@@ -305,28 +321,28 @@ def check_pickle(data: bytes, path: Any, field: str = "data.pkl") -> None:
                 del stack[-pre:]
             else:
                 args = []
-            if name in _MUTATORS:
-                target, children = args[0], args[1:] + items
-                if target.held:
+            if kind == 1:
+                node, children = args[0], args[1:] + items
+                if node.held:
                     raise _fail(path, field, "a container changes after another one holds it (a cycle or a "
                                 "hand-made pickle)")
-                node = target
             else:
-                children = args + items
-                node = _Node()
+                node, children = _Node(), args + items
             for child in children:
                 if child is node:
                     raise _fail(path, field, "a container holds itself (a cycle)")
                 child.held = True
                 node.size += child.size
-                node.depth = max(node.depth, child.depth + 1)
+                if child.depth >= node.depth:
+                    node.depth = child.depth + 1
             if node.size > limit:
                 raise _fail(path, field, f"builds more than {limit} objects once its shared references are "
                             f"expanded ({len(data)} bytes of pickle; the limit is {PICKLE_EXPANSION} per byte): "
                             "one list referenced many times, not a dump")
             if node.depth > MAX_PICKLE_DEPTH:
                 raise _fail(path, field, f"nests containers deeper than {MAX_PICKLE_DEPTH} levels")
-            stack.extend([node] * len(op.stack_after))
+            if pushed:
+                stack.append(node)
     except LoadFileError:
         raise
     except (ValueError, IndexError, KeyError, TypeError) as exc:
