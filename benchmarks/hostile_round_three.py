@@ -318,7 +318,7 @@ CASES: list[Case] = [
          lambda tmp: ["routing", "info", str(_bytes(tmp / "v.json", bytes(range(255, 127, -1)) * 40))],
          fragment="UTF-8"),
     Case("routing readers", "vLLM .npy header declares 10**12 ids",
-         lambda tmp: ["routing", "info", str(_npy_lie(tmp))], fragment="holds"),
+         lambda tmp: ["routing", "info", str(_npy_lie(tmp))], fragment="not hold"),
     # Loads readers (the same tricks through --loads) ---------------------------------------
     Case("loads readers", ".pt shared rows (81 KB, one list referenced 20,000 times)",
          lambda tmp: ["plan", "--loads", str(torch_file(tmp / "l.pt", TORCH_RECIPES["loads_shared_rows"]())),
