@@ -63,7 +63,8 @@ def _resolve(text: str) -> tuple[str | None, str | list[Path], str | None]:
     fmt, text = (head, rest) if sep and head in FORMATS and input_kind(text) == "missing" else (None, text)
     kind = input_kind(text)                                 # never raises (a name too long, a FIFO)
     if kind == "too_long":
-        raise LoadFileError("loads", f"{text[:60]}...({len(text)} characters): the name is too long for the file system")
+        raise LoadFileError("loads", f"{text[:60]}...({len(text)} characters): the name is too long for the "
+                            "file system")
     if kind not in ("missing", "bad") or (any(c in text for c in "*?[") and bool(glob.glob(text))):
         return fmt, text, None
     known = dataset_names()
