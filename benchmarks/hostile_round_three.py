@@ -320,7 +320,7 @@ CASES: list[Case] = [
     Case("routing readers", "vLLM .npy header declares 10**12 ids",
          lambda tmp: ["routing", "info", str(_npy_lie(tmp))], fragment="not hold"),
     # Loads readers (the same tricks through --loads) ---------------------------------------
-    Case("loads readers", ".pt shared rows (81 KB, one list referenced 20,000 times)",
+    Case("loads readers", ".pt shared rows (41 KB, one list referenced 20,000 times)",
          lambda tmp: ["plan", "--loads", str(torch_file(tmp / "l.pt", TORCH_RECIPES["loads_shared_rows"]())),
                       "--replicas", "264", "--gpus", "8", "--out", str(tmp / "p.json")], fragment="shared"),
     Case("loads readers", ".pt pickle of lists nested 80,000 deep",

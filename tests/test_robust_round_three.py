@@ -36,9 +36,9 @@ def test_shared_references_are_counted_expanded():
     row = list(range(256))
     _scan([row] * 100)                                        # 25,600 objects: fine
     with pytest.raises(LoadFileError, match="shared references"):
-        _scan([row] * 20000)                                  # 81 KB of pickle, 5 million objects
+        _scan([row] * 20000)                                  # 40 KB of pickle, 5 million objects
     data = pickle.dumps([row] * 20000, protocol=2)
-    assert len(data) < 100_000
+    assert len(data) < 50_000
     # refused after a few thousand opcodes, not after walking the whole expansion
     seen = [0]
     real = pickletools.genops
@@ -192,7 +192,7 @@ def test_a_mapping_is_not_a_per_gpu_list():
 # ---------------------------------------------------------------------------------------
 # The hostile files, in child processes: one line, exit 2, bounded memory and time
 
-DEFAULT_CASES = [".npz of 60M ids deflated 70x (0.9 MB)", ".pt shared rows (81 KB, one list referenced 20,000 times)",
+DEFAULT_CASES = [".npz of 60M ids deflated 70x (0.9 MB)", ".pt shared rows (41 KB, one list referenced 20,000 times)",
                  "--gpu-speed file of 1*65536 x 10,000 (160 KB to 655M values)",
                  "score --out .csv over the user's file, writing fails (file size limit)"]
 BY_NAME = {c.name: c for c in hostile.CASES}
