@@ -49,7 +49,7 @@ def _int_array(raw: Any, path: Any, what: str) -> np.ndarray:
     if isinstance(raw, torch.Tensor):
         if raw.is_floating_point() or raw.is_complex() or raw.dtype == torch.bool:
             raise _fail(path, f"{what} must hold integer expert ids, got dtype {raw.dtype}")
-        return raw.detach().cpu().numpy()
+        return _signed(raw.detach().cpu().numpy(), path, what)
     try:
         arr = np.asarray(raw)
     except (TypeError, ValueError) as exc:
@@ -58,6 +58,16 @@ def _int_array(raw: Any, path: Any, what: str) -> np.ndarray:
         if arr.dtype.kind == "f" and arr.size and np.all(np.abs(arr) < 2**53) and np.all(arr == np.round(arr)):
             return arr.astype(np.int64)          # JSON numbers that are whole
         raise _fail(path, f"{what} must hold integer expert ids, got dtype {arr.dtype}")
+    return _signed(arr, path, what)
+
+
+def _signed(arr: np.ndarray, path: Any, what: str) -> np.ndarray:
+    """Unsigned ids wider than a byte as int64 (torch holds no uint16/32/64 it can index
+    with), refused with their stored value when they do not fit."""
+    if arr.dtype.kind == "u" and arr.dtype.itemsize > 1:
+        if arr.size and int(arr.max()) >= 1 << 62:
+            raise _fail(path, f"{what}: ids must be below 2**62, found up to {int(arr.max())}")
+        return arr.astype(np.int64)
     return arr
 
 
