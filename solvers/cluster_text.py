@@ -83,7 +83,7 @@ def gpu_ids(text: str | None, param: str = "failed") -> list[int] | None:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise OptionError(param, f"expected comma-separated GPU ids, got {text!r}") from None
+        raise OptionError(param, f"expected comma-separated GPU ids, got {_shown(text)}") from None
 
 
 class ClusterArgs(NamedTuple):
