@@ -258,8 +258,9 @@ def _per_gpu(value: Any, param: str, num_gpus: int, *, integer: bool) -> list:
     """One number per GPU: a sequence of ``num_gpus`` numbers (a scalar means the same for all)."""
     if hasattr(value, "tolist"):
         value = value.tolist()
-    if isinstance(value, (str, bytes)) or isinstance(value, bool):
-        raise ProblemError(param, f"must be {num_gpus} numbers, one per GPU, got {value!r}")
+    if isinstance(value, (str, bytes, dict, set, frozenset)) or isinstance(value, bool):
+        # a dict or set would be read as its keys, in no particular order
+        raise ProblemError(param, f"must be {num_gpus} numbers, one per GPU, got {type(value).__name__} {value!r:.60}")
     if isinstance(value, numbers.Real):
         value = [value] * num_gpus
     try:

@@ -7,11 +7,21 @@ spaces or lines). The values themselves are checked by :class:`Cluster`, once.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, NamedTuple
 
-from .cluster import CLUSTERS, Cluster, dense_rows, get_model, slots_for
+from .cluster import CLUSTERS, MAX_REPLICAS, Cluster, dense_rows, get_model, slots_for
 from .errors import OptionError
+
+
+# A per-GPU list holds one value per GPU: never more values than a cluster may have slots
+# (expansions of VALUE*COUNT are counted before any list is built), and a file of them is
+# small (65,536 values of a few characters).
+MAX_LIST_VALUES = MAX_REPLICAS
+MAX_LIST_FILE_BYTES = 1 << 20
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
 
 
 def per_gpu_values(text: str | None, param: str, files: bool = True) -> list[float] | None:
@@ -19,31 +29,50 @@ def per_gpu_values(text: str | None, param: str, files: bool = True) -> list[flo
     ``VALUE*COUNT`` repeats, or (``files``: the CLI, never the app, which must not read
     the server's files) the path of a file holding such numbers. Raises
     :class:`OptionError` naming ``param`` on anything else (the values are checked by
-    :class:`solvers.Cluster`)."""
+    :class:`solvers.Cluster`).
+
+    At most :data:`MAX_LIST_VALUES` values in all, counted before the list is built; a file
+    is read through the boundary (a regular file of at most :data:`MAX_LIST_FILE_BYTES`,
+    UTF-8) and a bad one is reported by line and item number, never by its text (a file
+    named by mistake may hold a secret)."""
     if text is None:
         return None
-    source = text
-    if files and Path(text).is_file():
-        try:
-            source = Path(text).read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise OptionError(param, f"{text}: cannot read ({exc})") from None
+    text = str(text)
+    from_file = False
+    if files:
+        from . import filecheck                  # the CLI only (it imports torch; the app's fields do not)
+        kind = filecheck.input_kind(text)
+        if kind == "file":
+            source = filecheck.read_text(text, param, MAX_LIST_FILE_BYTES)
+            from_file = True
+        elif kind in ("dir", "other"):
+            raise OptionError(param, f"{_shown(text)}: is not a regular file (a directory, FIFO or device)")
+        else:
+            source = text                     # missing, or a name no file system allows: a list
+    else:
+        source = text
     out: list[float] = []
-    for item in source.replace("\n", ",").replace(" ", ",").replace("\t", ",").split(","):
-        item = item.strip()
-        if not item:
-            continue
-        value, _, count = item.partition("*")
-        try:
-            number = float(value)
-            times = int(count) if count else 1
-        except ValueError:
-            raise OptionError(param, f"expected numbers (VALUE or VALUE*COUNT), got {item!r}") from None
-        if times < 0 or times > 1 << 16:
-            raise OptionError(param, f"repeat count out of range in {item!r}")
-        out.extend([int(number) if number.is_integer() else number] * times)
+    for line_no, line in enumerate(source.splitlines() or [""], 1):
+        for item_no, item in enumerate(line.replace(" ", ",").replace("\t", ",").split(","), 1):
+            item = item.strip()
+            if not item:
+                continue
+            where = f"{text if len(text) <= 80 else 'the file'}: line {line_no}, item {item_no}" if from_file \
+                else _shown(item)
+            value, _, count = item.partition("*")
+            try:
+                number = float(value)
+                times = int(count) if count else 1
+            except ValueError:
+                raise OptionError(param, f"{where} is not a number: expected VALUE or VALUE*COUNT") from None
+            if times < 0:
+                raise OptionError(param, f"{where}: the repeat count must be >= 0")
+            if len(out) + times > MAX_LIST_VALUES:
+                raise OptionError(param, f"more than {MAX_LIST_VALUES} values in all (one per GPU; "
+                                  f"{where} repeats {times} times)")
+            out.extend([int(number) if number.is_integer() else number] * times)
     if not out:
-        raise OptionError(param, f"no numbers in {text!r}")
+        raise OptionError(param, f"no numbers in {'the file ' + _shown(text, 80) if from_file else _shown(text)}")
     return out
 
 
@@ -54,7 +83,7 @@ def gpu_ids(text: str | None, param: str = "failed") -> list[int] | None:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise OptionError(param, f"expected comma-separated GPU ids, got {text!r}") from None
+        raise OptionError(param, f"expected comma-separated GPU ids, got {_shown(text)}") from None
 
 
 class ClusterArgs(NamedTuple):

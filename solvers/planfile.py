@@ -25,7 +25,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from . import __version__, filecheck, safejson
+from . import __version__, filecheck
 from .cluster import Cluster, as_count
 from .errors import LoadFileError, PlanError, ProblemError
 from .plan import Plan
@@ -39,7 +39,7 @@ SHAPE_KEYS = ("num_layers", "num_experts", "num_replicas", "num_groups", "num_no
 
 def file_sha256(path: str | Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with open(filecheck.input_file(path), "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
@@ -103,19 +103,16 @@ def read_plan(source: str | Path | bytes) -> tuple[Plan, dict[str, Any]]:
     its recorded shape."""
     if isinstance(source, (bytes, bytearray)):
         path = Path("upload")
-        try:
-            doc = safejson.loads(bytes(source).decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-            raise LoadFileError("plan", f"not a readable JSON plan ({type(exc).__name__}: {exc})") from None
-        return _from_document(doc, path)
-    path = Path(source)
-    if not path.is_file():
-        raise LoadFileError("plan", f"{path}: no such file")
+        if len(source) > filecheck.MAX_TEXT_BYTES:
+            raise LoadFileError("plan", f"upload: larger than {filecheck.MAX_TEXT_BYTES} bytes")
+        text = filecheck.decode_text(bytes(source), path, "plan")
+    else:
+        path = filecheck.input_file(source, "plan")
+        text = filecheck.read_text(path, "plan")
     try:
-        with path.open("rb") as fh:
-            doc = safejson.load(fh)
-    except (OSError, ValueError, RecursionError) as exc:
-        raise LoadFileError("plan", f"{path}: not a readable JSON file ({type(exc).__name__})") from None
+        doc = filecheck.parse_json(text, path, "plan")
+    except LoadFileError as exc:
+        raise LoadFileError("plan", str(exc).split(": ", 1)[1]) from None
     return _from_document(doc, path)
 
 
@@ -177,6 +174,10 @@ def _from_document(doc: Any, path: Path) -> tuple[Plan, dict[str, Any]]:
     if missing:
         raise LoadFileError("plan", f"{path}: missing {', '.join(missing)}")
     _check_sections(doc, path)
+    for key in ("gpu_speed", "gpu_slots"):
+        if shape.get(key) is not None and not isinstance(shape[key], list):
+            raise LoadFileError("plan", f"{path}: problem.{key}: must be a list of numbers, one per GPU, got "
+                                f"{type(shape[key]).__name__}")
     try:
         cluster = Cluster(shape["num_nodes"], shape["num_gpus"], shape["num_replicas"],
                           gpu_speed=shape.get("gpu_speed"), gpu_slots=shape.get("gpu_slots"))

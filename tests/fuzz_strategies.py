@@ -394,3 +394,143 @@ def csv_plan_files(draw) -> tuple[str, bytes]:
     rows = draw(st.lists(st.tuples(id_cells, id_cells, id_cells), max_size=5))
     text = "layer,slot,expert\n" + "".join(f"{a},{b},{c}\n" for a, b, c in rows)
     return ".csv", text.encode()
+
+
+# ---------------------------------------------------------------------------------------
+# Routing traces (canonical .npz, SGLang per-token .pt, Megatron JSON Lines, vLLM JSON)
+
+def _ids(draw) -> np.ndarray:
+    """[layers, tokens, top_k] ids: valid, repeated in a token, out of range, of any dtype."""
+    L, T, k = draw(st.integers(1, 3)), draw(st.integers(1, 5)), draw(st.integers(1, 3))
+    kind = draw(st.sampled_from(["valid", "valid", "repeat", "extreme", "array"]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    if kind == "valid":
+        return np.stack([np.stack([rng.permutation(8)[:k] for _ in range(T)]) for _ in range(L)])
+    if kind == "repeat":
+        return np.full((L, T, k), draw(st.integers(0, 7)))
+    if kind == "extreme":
+        value = draw(st.sampled_from(EXTREME_INTS))
+        dtype = draw(st.sampled_from(["<i8", "<u8", "<i4", "|u1", "<i2"]))
+        try:
+            return np.full((L, T, k), value).astype(dtype)
+        except (OverflowError, ValueError):
+            return np.full((L, T, k), -1, dtype=np.int64)
+    return draw(arrays())
+
+
+routing_meta = st.one_of(
+    st.fixed_dictionaries({"num_experts": st.one_of(st.just(8), st.sampled_from(EXTREME_INTS), json_values)},
+                          optional={"num_ranks": st.one_of(st.integers(1, 4), st.sampled_from(EXTREME_INTS)),
+                                    "model": json_values}).map(json.dumps),
+    json_values.map(json.dumps), st.text(max_size=10),
+    st.builds(deep_text, deep_depths, st.sampled_from(["json-list", "json-object"])))
+
+
+@st.composite
+def routing_npz_files(draw) -> tuple[str, bytes]:
+    """A canonical routing .npz: topk_ids (ids, forged headers, bombs), meta, source_rank."""
+    members = []
+    kind = draw(st.sampled_from(["ids", "ids", "ids", "member"]))
+    members.append(("topk_ids.npy", _npy(_ids(draw)), zipfile.ZIP_DEFLATED) if kind == "ids"
+                   else draw(npz_member("topk_ids")))
+    if draw(st.integers(0, 5)):
+        members.append(("meta.npy", _npy(np.array(draw(routing_meta))), zipfile.ZIP_STORED))
+    if draw(st.booleans()):
+        members.append(draw(st.one_of(st.just(("source_rank.npy", _npy(np.zeros(5, np.int32)), zipfile.ZIP_STORED)),
+                                      npz_member("source_rank"))))
+    return ".npz", draw(truncations(_zip(members)))
+
+
+@st.composite
+def routing_pt_files(draw) -> tuple[str, bytes]:
+    """An SGLang per-token dump: records of topk_ids_of_layer (hostile tensors, shared rows,
+    nested lists), ranks at the extremes, a physical-to-logical map."""
+    def record():
+        kind = draw(st.sampled_from(["ids", "ids", "tensor", "json", "shared"]))
+        arr = _ids(draw)
+        if kind == "ids" and arr.dtype.kind in "iuf" and arr.dtype != np.float16:
+            ids = torch.from_numpy(np.ascontiguousarray(arr))
+        elif kind in ("tensor", "ids"):
+            ids = draw(tensors())
+        elif kind == "json":
+            ids = draw(json_values)
+        else:
+            ids = [[list(range(8))] * draw(st.sampled_from([1, 300, 20000]))]     # one row referenced n times
+        return {"topk_ids_of_layer": ids, "rank": draw(st.one_of(st.integers(0, 3), st.sampled_from(EXTREME_INTS),
+                                                                 json_values))}
+    recs = [record() for _ in range(draw(st.integers(0, 3)))]
+    if recs and draw(st.integers(0, 4)) == 0:
+        recs = recs * draw(st.sampled_from([2, 1000, 20000]))       # one record referenced many times
+    obj = {"records": recs}
+    if draw(st.booleans()):
+        obj["last_physical_to_logical_map"] = draw(st.one_of(st.just(torch.arange(8).view(1, 8)), tensors()))
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    data = buf.getvalue()
+    if draw(st.integers(0, 7)) == 0:
+        src = zipfile.ZipFile(io.BytesIO(data))
+        data = _zip([(i.filename, src.read(i), zipfile.ZIP_DEFLATED) for i in src.infolist()])
+    return ".pt", draw(truncations(data))
+
+
+def _top_indices(draw):
+    ids = _ids(draw)
+    if ids.ndim == 3 and ids.shape[0] and ids.dtype.kind in "iu" and draw(st.booleans()):
+        return ids[0].tolist()
+    return draw(matrices)
+
+
+@st.composite
+def megatron_routing_files(draw) -> tuple[str, bytes]:
+    """Megatron routing JSON Lines: good lines, hostile values, deep nesting, binary garbage."""
+    def line():
+        rec = {"step": draw(st.one_of(st.integers(0, 2), st.sampled_from(EXTREME_INTS), json_values)),
+               "layer": draw(st.one_of(st.integers(0, 2), st.sampled_from(EXTREME_INTS))),
+               "rank": draw(st.one_of(st.integers(0, 2), st.sampled_from(EXTREME_INTS), json_values)),
+               "top_indices": _top_indices(draw)}
+        return json.dumps(rec)
+    lines = [line() for _ in range(draw(st.integers(1, 4)))]
+    if draw(st.integers(0, 5)) == 0:
+        lines.append(draw(st.builds(deep_text, deep_depths, st.sampled_from(["json-list", "json-object"]))))
+    data = ("\n".join(lines) + "\n").encode()
+    if draw(st.integers(0, 7)) == 0:
+        data = draw(st.binary(min_size=1, max_size=64)) + data
+    return ".jsonl", draw(truncations(data))
+
+
+@st.composite
+def vllm_routing_files(draw) -> tuple[str, bytes]:
+    """vLLM routed-experts JSON: responses, choices, hostile arrays, deep nesting."""
+    def response():
+        ids = _ids(draw)
+        return {"routed_experts": ids.transpose(1, 0, 2).tolist() if ids.ndim == 3 and ids.dtype.kind in "iu"
+                and draw(st.booleans())
+                else draw(json_values)}
+    shape = draw(st.sampled_from(["one", "list", "choices", "json"]))
+    doc = (response() if shape == "one" else [response() for _ in range(draw(st.integers(0, 3)))] if shape == "list"
+           else {"choices": [response() for _ in range(draw(st.integers(0, 2)))]} if shape == "choices"
+           else draw(json_values))
+    text = json.dumps(doc)
+    if draw(st.integers(0, 6)) == 0:
+        text = deep_text(draw(deep_depths), "json-list")
+    return ".json", draw(truncations(text.encode()))
+
+
+# ---------------------------------------------------------------------------------------
+# List arguments (--gpu-speed, --gpu-slots): inline text or a file's text
+
+list_items = st.one_of(
+    st.sampled_from(["1", "1.4", "0", "-1", "nan", "inf", "1e308", "5e-324", "2", "x", "", "*", "1*", "*2"]),
+    st.builds(lambda v, c: f"{v}*{c}", st.sampled_from(["1", "2", "1.4", "nan", "x"]),
+              st.sampled_from(["0", "1", "4", "-1", "65536", "65537", "4294967296", "1e3", "9" * 5000])),
+    st.text(max_size=8))
+
+
+@st.composite
+def list_arguments(draw) -> str:
+    """A --gpu-speed / --gpu-slots text: items joined by commas, spaces or lines, sometimes huge."""
+    items = draw(st.lists(list_items, min_size=0, max_size=8))
+    text = draw(st.sampled_from([",", " ", "\n", ", "])).join(items)
+    if draw(st.integers(0, 9)) == 0:
+        text = (text + ",") * draw(st.sampled_from([100, 3000]))
+    return text

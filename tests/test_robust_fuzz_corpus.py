@@ -9,13 +9,16 @@ traceback, and no ``*.tmp`` file left behind. See ``tests/fuzz_corpus/README.md`
 """
 import io
 import json
+import os
 import pickle
+import stat
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from benchmarks import hostile_round_three as hostile
 from solvers.cli import main
 
 CASES = sorted((Path(__file__).parent / "fuzz_corpus" / "cases").glob("*.json"))
@@ -51,6 +54,28 @@ def _make(spec: dict, tmp: Path) -> Path:
                     fh.write(block)
     elif make == "pickle":
         path.write_bytes(pickle.dumps({"loads": [[1, 2, 3, 4]]}))
+    elif make == "torch":
+        # a torch.save of a named recipe (benchmarks/hostile_round_three.py: stride-0, meta,
+        # sparse, shared rows, pickled os.system...)
+        hostile.torch_file(path, hostile.TORCH_RECIPES[spec["recipe"]]())
+    elif make == "torch_pickle":
+        # a torch zip archive whose data.pkl is a list nested `depth` levels
+        hostile.with_pickle(path, hostile.deep_list_pickle(spec["depth"]))
+    elif make == "torch_deflated":
+        hostile.deflated_storage(path, spec["bytes"])
+    elif make == "routing_npz":
+        # a canonical routing .npz: `ids` (nested lists) of `dtype`, `meta` as raw text
+        hostile.routing_npz(path, np.array(spec["ids"], dtype=spec.get("dtype", "uint8")), spec["meta"])
+    elif make == "routing_npz_sparse":
+        hostile.npz_sparse_bomb(path, spec["entries"])
+    elif make == "fifo":
+        os.mkfifo(path)
+    elif make == "symlink":
+        # `name` links to `target` holding `target_text`
+        (tmp / spec["target"]).write_text(spec["target_text"])
+        path.symlink_to(tmp / spec["target"])
+    elif make == "repeat":
+        path.write_text(spec["text"] * spec["times"])
     elif "hex" in spec:
         path.write_bytes(bytes.fromhex(spec["hex"]))
     else:
@@ -67,6 +92,8 @@ def _case_param(path: Path):
 @pytest.mark.parametrize("case", [_case_param(p) for p in CASES])
 def test_fuzz_case(case, tmp_path, capsys):
     file = None
+    for name, text in case.get("files_before", {}).items():
+        (tmp_path / name).write_text(text)
     for extra in case.get("extra_files", []):
         _make(extra, tmp_path)
     if "file" in case:
@@ -80,7 +107,13 @@ def test_fuzz_case(case, tmp_path, capsys):
         lines = err.strip().splitlines()
         assert len(lines) == 1, f"{len(lines)} stderr lines: {err[-2000:]}"
         assert case["stderr"].lower() in lines[0].lower(), lines[0]
-    assert not list(tmp_path.rglob("*.tmp*")), "a partial file was left behind"
+    assert not [p for p in tmp_path.rglob("*.tmp*") if p.name not in case.get("files_after", {})], \
+        "a partial file was left behind"
+    for name, text in case.get("files_after", {}).items():      # user files that must be left as they were
+        p = tmp_path / name
+        assert p.is_file() and not p.is_symlink() and p.read_text() == text, f"{name} was changed"
+    for name in case.get("fifos_after", []):
+        assert stat.S_ISFIFO(os.lstat(tmp_path / name).st_mode), f"{name} is no longer a FIFO"
 
 
 def test_the_corpus_is_not_empty():

@@ -22,7 +22,9 @@ from hypothesis import HealthCheck, given, settings
 
 from solvers import Problem, score, solve
 from solvers import filecheck
+from solvers.cluster_text import MAX_LIST_VALUES, per_gpu_values
 from solvers.io import read_loads
+from solvers.routing import read_routing
 from solvers.planfile import plan_document, read_plan
 from solvers.workloads.exporters import read_exported_plan
 
@@ -48,6 +50,8 @@ def _small_caps(monkeypatch):
     monkeypatch.setattr(filecheck, "MAX_UNPACKED_BYTES", 64 << 20)
     monkeypatch.setattr(filecheck, "BOMB_MIN_BYTES", 1 << 20)
     monkeypatch.setattr(filecheck, "MAX_PICKLE_BYTES", 4 << 20)
+    monkeypatch.setattr(filecheck, "MAX_BUILD_BYTES", 256 << 20)
+    monkeypatch.setattr(filecheck, "BUILD_FLOOR", 16 << 20)
 
 
 def _rss_mb() -> float:
@@ -120,11 +124,65 @@ def _valid_plan_doc() -> dict:
                          metrics=res.summary(), result=res)
 
 
+def _routing_case(tmp_path: Path, kind: str, suffix: str, data: bytes) -> str:
+    """A routing file through the one routing reader: a refusal is one line naming the file;
+    a trace has ids in range, distinct within each token, and loads that sum to tokens x top-k."""
+    path = tmp_path / f"routing{suffix}"
+    path.write_bytes(data)
+    try:
+        try:
+            trace = read_routing(path)
+        except ValueError as exc:
+            _check_refusal(exc, path)
+            return "refused"
+        ids = trace.topk_ids.to(torch.int64)
+        assert int(ids.min()) >= 0 and int(ids.max()) < trace.num_experts
+        assert trace.top_k == 1 or bool((ids.sort(dim=2).values.diff(dim=2) > 0).all())
+        loads = trace.loads()
+        assert bool((loads.sum(dim=1) == trace.num_tokens * trace.top_k).all())
+        return "read"
+    except BaseException:
+        _save(kind, suffix, data)
+        raise
+
+
+def _list_case(text: str) -> str:
+    """A --gpu-speed/--gpu-slots text (inline and as a file): values, or one line naming the
+    parameter that never echoes a file's text; never more than MAX_LIST_VALUES values."""
+    try:
+        values = per_gpu_values(text, "gpu_speed", files=False)
+    except ValueError as exc:
+        msg = str(exc)
+        assert "\n" not in msg and msg.startswith("gpu_speed:") and len(msg) < 400, msg
+        return "refused"
+    assert 0 < len(values) <= MAX_LIST_VALUES
+    return "read"
+
+
+def _list_file_case(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "speeds.txt"
+    path.write_text(text)
+    try:
+        values = per_gpu_values(str(path), "gpu_slots")
+    except ValueError as exc:
+        msg = str(exc)
+        assert "\n" not in msg and msg.startswith("gpu_slots:") and len(msg) < 400, msg
+        bad = [item for item in text.replace("\n", ",").replace(" ", ",").split(",") if len(item) > 3]
+        assert not any(item in msg.split(str(path))[-1] for item in bad), f"echoes the file: {msg}"
+        return "refused"
+    assert 0 < len(values) <= MAX_LIST_VALUES
+    return "read"
+
+
 VALID_PLAN = _valid_plan_doc()
 LOADS = {"npz": fs.npz_files(), "megatron": fs.megatron_files(), "pt": fs.pt_files(),
          "json": fs.json_loads_files(), "csv": fs.csv_files(), "safetensors": fs.safetensors_files()}
 PLANS = {"eplb": fs.eplb_plan_files(VALID_PLAN), "sglang": fs.sglang_plan_files(),
          "trtllm": fs.trtllm_plan_files(), "csv": fs.csv_plan_files()}
+
+
+ROUTING = {"npz": fs.routing_npz_files(), "sglang": fs.routing_pt_files(), "megatron": fs.megatron_routing_files(),
+           "vllm": fs.vllm_routing_files()}
 
 
 def _run(strategy, case, kind: str, examples: int, derandomize: bool, tmp_path: Path) -> dict[str, int]:
@@ -178,4 +236,51 @@ def test_fuzzed_loads_files_large_budget(kind, tmp_path):
 def test_fuzzed_plan_files_large_budget(kind, tmp_path):
     before = _rss_mb()
     _run_plans(kind, SLOW_EXAMPLES, False, tmp_path)
+    assert _rss_mb() - before < MAX_RSS_GROWTH_MB
+
+
+def _run_routing(kind: str, examples: int, derandomize: bool, tmp_path: Path) -> dict[str, int]:
+    return _run(ROUTING[kind], _routing_case, kind, examples, derandomize, tmp_path)
+
+
+def _run_lists(examples: int, derandomize: bool, tmp_path: Path) -> dict[str, int]:
+    seen = {"read": 0, "refused": 0}
+
+    @_settings(examples, derandomize)
+    @given(fs.list_arguments())
+    def check(text):
+        seen[_list_case(text)] += 1
+        _list_file_case(tmp_path, text)
+
+    check()
+    return seen
+
+
+@pytest.mark.parametrize("kind", list(ROUTING))
+def test_fuzzed_routing_files_end_in_a_trace_or_one_line(kind, tmp_path):
+    before = _rss_mb()
+    seen = _run_routing(kind, DEFAULT_EXAMPLES, True, tmp_path)
+    assert sum(seen.values()) >= DEFAULT_EXAMPLES // 2, seen
+    assert _rss_mb() - before < MAX_RSS_GROWTH_MB
+
+
+def test_fuzzed_list_arguments_end_in_values_or_one_line(tmp_path):
+    before = _rss_mb()
+    seen = _run_lists(DEFAULT_EXAMPLES * 3, True, tmp_path)
+    assert seen["read"] and seen["refused"], seen
+    assert _rss_mb() - before < MAX_RSS_GROWTH_MB
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", list(ROUTING))
+def test_fuzzed_routing_files_large_budget(kind, tmp_path):
+    before = _rss_mb()
+    _run_routing(kind, SLOW_EXAMPLES, False, tmp_path)
+    assert _rss_mb() - before < MAX_RSS_GROWTH_MB
+
+
+@pytest.mark.slow
+def test_fuzzed_list_arguments_large_budget(tmp_path):
+    before = _rss_mb()
+    _run_lists(SLOW_EXAMPLES, False, tmp_path)
     assert _rss_mb() - before < MAX_RSS_GROWTH_MB

@@ -3,9 +3,8 @@ a misspelt ``--loads``, ``--plan`` or ``--previous`` is refused at once."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-
 from ..errors import LoadFileError
+from ..paths import input_kind
 from ..workloads.specs import resolve, split_range
 
 
@@ -17,8 +16,12 @@ def check_inputs(args: argparse.Namespace) -> None:
         resolve(split_range(loads)[0])
     for param in ("plan", "previous"):
         path = getattr(args, param, None)
-        if isinstance(path, str) and not Path(path).exists():
+        kind = input_kind(path) if isinstance(path, str) else None
+        if kind == "missing":
             raise LoadFileError(param, f"{path}: no such file")
+        if kind == "too_long":
+            raise LoadFileError(param, f"{path[:60]}...({len(path)} characters): the name is too long for the "
+                                "file system")
 
 
 __all__ = ["check_inputs"]

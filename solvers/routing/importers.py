@@ -20,9 +20,6 @@ Every defect (wrong keys, dtype, shape, ids out of range, sizes beyond the limit
 """
 from __future__ import annotations
 
-import json
-import pickle
-import warnings
 import zipfile
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -30,9 +27,15 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
+from .. import filecheck
 from ..errors import LoadFileError, ProblemError
 from ..filecheck import expand_paths
-from .trace import MAX_ENTRIES, RoutingTrace, read_npz_arrays, routing_from_arrays
+from .trace import ENTRY_BYTES, RoutingTrace, check_entries, read_npz_arrays, routing_from_arrays
+
+# Step, layer and rank numbers of a Megatron line, and SGLang ranks: below 2**31.
+MAX_INDEX = 1 << 31
+# A Megatron line nests 3 levels (object, tokens, top-k); anything deeper is refused unparsed.
+_LINE_DEPTH = 4
 
 ROUTING_FORMATS = ("npz", "sglang", "vllm", "megatron")
 
@@ -46,15 +49,25 @@ def _int_array(raw: Any, path: Any, what: str) -> np.ndarray:
     if isinstance(raw, torch.Tensor):
         if raw.is_floating_point() or raw.is_complex() or raw.dtype == torch.bool:
             raise _fail(path, f"{what} must hold integer expert ids, got dtype {raw.dtype}")
-        return raw.detach().cpu().numpy()
+        return _signed(raw.detach().cpu().numpy(), path, what)
     try:
         arr = np.asarray(raw)
     except (TypeError, ValueError) as exc:
         raise _fail(path, f"{what} must be a rectangular integer array ({exc})") from None
     if arr.dtype == object or arr.dtype.kind not in "iu":
-        if arr.dtype.kind == "f" and arr.size and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+        if arr.dtype.kind == "f" and arr.size and np.all(np.abs(arr) < 2**53) and np.all(arr == np.round(arr)):
             return arr.astype(np.int64)          # JSON numbers that are whole
         raise _fail(path, f"{what} must hold integer expert ids, got dtype {arr.dtype}")
+    return _signed(arr, path, what)
+
+
+def _signed(arr: np.ndarray, path: Any, what: str) -> np.ndarray:
+    """Unsigned ids wider than a byte as int64 (torch holds no uint16/32/64 it can index
+    with), refused with their stored value when they do not fit."""
+    if arr.dtype.kind == "u" and arr.dtype.itemsize > 1:
+        if arr.size and int(arr.max()) >= 1 << 62:
+            raise _fail(path, f"{what}: ids must be below 2**62, found up to {int(arr.max())}")
+        return arr.astype(np.int64)
     return arr
 
 
@@ -72,21 +85,13 @@ def _build(ids: np.ndarray | torch.Tensor, num_experts: int | None, path: Any, r
         raise _fail(path, str(exc)) from None
 
 
-def _check_entries(count: int, path: Any) -> None:
-    if count > MAX_ENTRIES:
-        raise _fail(path, f"{count} routing entries is beyond the limit ({MAX_ENTRIES})")
+def _source_bytes(paths: Sequence[Path]) -> int:
+    return sum(p.stat().st_size for p in paths)
 
-
-# SGLang per_token recorder -----------------------------------------------------------------
 
 def _torch_load(path: Path) -> Any:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except (OSError, RuntimeError, EOFError, ValueError, zipfile.BadZipFile, KeyError, pickle.UnpicklingError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        raise _fail(path, f"cannot read .pt file ({type(exc).__name__}: {first[:200]})") from None
+    """A ``torch.save`` dump through the boundary (:func:`solvers.filecheck.load_torch`)."""
+    return filecheck.load_torch(path, "routing")
 
 
 def read_sglang_per_token(spec: str | Path | Sequence[str | Path], num_experts: int | None = None) -> RoutingTrace:
@@ -95,6 +100,8 @@ def read_sglang_per_token(spec: str | Path | Sequence[str | Path], num_experts: 
     parts, ranks = [], []
     p2l: torch.Tensor | None = None
     shape = None
+    total = 0
+    source = _source_bytes(paths)
     for file_index, path in enumerate(paths):
         obj = _torch_load(path)
         if not isinstance(obj, dict) or "records" not in obj:
@@ -125,11 +132,12 @@ def read_sglang_per_token(spec: str | Path | Sequence[str | Path], num_experts: 
             if t.shape[1] == 0:
                 continue
             rank = rec.get("rank", file_index)
-            if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
-                raise _fail(path, f"record {i}: rank must be a non-negative integer, got {rank!r}")
+            if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < MAX_INDEX:
+                raise _fail(path, f"record {i}: rank must be an integer in [0, 2**31), got {str(rank)[:40]}")
+            total += t.numel()
+            check_entries(total, path, source_bytes=source)        # before the record is copied
             parts.append(t.to(torch.int64))
             ranks.append(torch.full((t.shape[1],), rank, dtype=torch.int64))
-            _check_entries(sum(p.numel() for p in parts), path)
     if not parts:
         raise _fail(paths[0], "no record holds any token")
     ids = torch.cat(parts, 1)                                                   # [engine layers, T, k]
@@ -184,6 +192,8 @@ def read_vllm_routed(spec: str | Path | Sequence[str | Path], num_experts: int |
     """A trace from vLLM routed-experts replay (``routed_experts [tokens, layers, top_k]``)."""
     paths = expand_paths(spec, "routing")
     parts: list[np.ndarray] = []
+    total = 0
+    source = _source_bytes(paths)
     for path in paths:
         if path.suffix.lower() in (".npz", ".npy"):
             arrays = read_npz_arrays(path) if path.suffix.lower() == ".npz" else {"routed_experts": _npy(path)}
@@ -192,11 +202,11 @@ def read_vllm_routed(spec: str | Path | Sequence[str | Path], num_experts: int |
                 raise _fail(path, f"no 'routed_experts' array (found {', '.join(arrays) or 'none'})")
             raws = [arrays[k] for k in sorted(keys, key=lambda k: (len(k), k))]
         else:
+            doc = filecheck.read_json(path, "routing")
             try:
-                doc = json.loads(path.read_text())
                 raws = list(_responses(doc))
-            except (OSError, ValueError, RecursionError) as exc:
-                raise _fail(path, f"not a vLLM response with routed_experts ({exc})") from None
+            except (ValueError, RecursionError) as exc:
+                raise _fail(path, f"not a vLLM response with routed_experts ({str(exc)[:120]})") from None
         for j, raw in enumerate(raws):
             a = _int_array(raw, path, f"routed_experts[{j}]")
             if a.ndim != 3:
@@ -204,8 +214,9 @@ def read_vllm_routed(spec: str | Path | Sequence[str | Path], num_experts: int |
             if parts and a.shape[1:] != parts[0].shape[1:]:
                 raise _fail(path, f"routed_experts is {a.shape}, expected [tokens, {parts[0].shape[1]}, "
                             f"{parts[0].shape[2]}] like the first response")
+            total += a.size
+            check_entries(total, path, source_bytes=source)
             parts.append(a)
-            _check_entries(sum(p.size for p in parts), path)
     if not parts:
         raise _fail(paths[0], "no response holds routed_experts")
     ids = np.ascontiguousarray(np.concatenate(parts, 0).transpose(1, 0, 2))    # [layers, tokens, top_k]
@@ -214,19 +225,8 @@ def read_vllm_routed(spec: str | Path | Sequence[str | Path], num_experts: int |
 
 
 def _npy(path: Path) -> np.ndarray:
-    try:
-        with path.open("rb") as fh:
-            version = np.lib.format.read_magic(fh)
-            reader = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-            if version not in reader:
-                raise _fail(path, f"unsupported .npy version {version}")
-            shape, _, dtype = reader[version](fh)
-            size = path.stat().st_size - fh.tell()
-            if dtype.hasobject or int(np.prod(shape, dtype=np.int64)) * dtype.itemsize > size:
-                raise _fail(path, f"header declares a {tuple(shape)} {dtype} array the file does not hold")
-        return np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as exc:
-        raise _fail(path, f"cannot read .npy ({exc})") from None
+    """A routed-experts ``.npy`` through the boundary (header first, then the build budget)."""
+    return filecheck.load_npy(path, "routing", bytes_per_cell=ENTRY_BYTES)
 
 
 # Megatron routing trace (JSON Lines) ----------------------------------------------------------
@@ -236,37 +236,31 @@ def read_megatron_routing(spec: str | Path | Sequence[str | Path], num_experts: 
     paths = expand_paths(spec, "routing")
     groups: dict[tuple[int, int], dict[int, np.ndarray]] = {}
     total = 0
+    source = _source_bytes(paths)
     for path in paths:
-        try:
-            fh = path.open("r")
-        except OSError as exc:
-            raise _fail(path, f"cannot read ({exc.strerror or exc})") from None
-        with fh:
-            for n, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except ValueError as exc:
-                    raise _fail(path, f"line {n}: not JSON ({exc})") from None
-                if not isinstance(rec, dict) or not {"step", "layer", "rank", "top_indices"} <= set(rec):
-                    raise _fail(path, f"line {n}: needs keys step, layer, rank, top_indices")
-                key = []
-                for name in ("step", "layer", "rank"):
-                    v = rec[name]
-                    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                        raise _fail(path, f"line {n}: {name} must be a non-negative integer, got {v!r}")
-                    key.append(v)
-                step, layer, rank = key
-                a = _int_array(rec["top_indices"], path, f"line {n} top_indices")
-                if a.ndim != 2 or a.shape[0] == 0:
-                    raise _fail(path, f"line {n}: top_indices must be [tokens, top_k], got shape {a.shape}")
-                group = groups.setdefault((step, rank), {})
-                if layer in group:
-                    raise _fail(path, f"line {n}: step {step}, rank {rank}, layer {layer} appears twice")
-                group[layer] = a
-                total += a.size
-                _check_entries(total, path)
+        for n, line in filecheck.iter_lines(path, "routing"):
+            try:
+                rec = filecheck.parse_json(line, f"{path}: line {n}", "routing", max_depth=_LINE_DEPTH)
+            except LoadFileError as exc:
+                raise LoadFileError("routing", str(exc).split(": ", 1)[1]) from None
+            if not isinstance(rec, dict) or not {"step", "layer", "rank", "top_indices"} <= set(rec):
+                raise _fail(path, f"line {n}: needs keys step, layer, rank, top_indices")
+            key = []
+            for name in ("step", "layer", "rank"):
+                v = rec[name]
+                if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < MAX_INDEX:
+                    raise _fail(path, f"line {n}: {name} must be an integer in [0, 2**31), got {str(v)[:40]}")
+                key.append(v)
+            step, layer, rank = key
+            a = _int_array(rec["top_indices"], path, f"line {n} top_indices")
+            if a.ndim != 2 or a.shape[0] == 0:
+                raise _fail(path, f"line {n}: top_indices must be [tokens, top_k], got shape {a.shape}")
+            group = groups.setdefault((step, rank), {})
+            if layer in group:
+                raise _fail(path, f"line {n}: step {step}, rank {rank}, layer {layer} appears twice")
+            total += a.size
+            check_entries(total, path, source_bytes=source)
+            group[layer] = a
     if not groups:
         raise _fail(paths[0], "no routing lines")
     keys = sorted(groups)

@@ -15,7 +15,7 @@ header that declares more bytes than the archive holds is refused.
 from __future__ import annotations
 
 import json
-import zipfile
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,16 +23,31 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import filecheck
 from ..cluster import MAX_REPLICAS
 from ..errors import LoadFileError, ProblemError
-from ..filecheck import check_npz
 from ..safewrite import write_atomic
 
-# Bounds on what one trace may hold: ids of 2**31 (layer, token, choice) entries take 8 GiB
-# as int32, beyond what the metric is meant to score on one machine.
-MAX_ENTRIES = 1 << 31
+# What one (layer, token, choice) entry costs while a trace is read and scored: the ids as
+# read (up to 8 bytes), as stored (2), and the int64 copies of loads() and the metric
+# (8 + 8), rounded up. A trace may hold filecheck.memory_budget() / ENTRY_BYTES entries (about
+# 270 million on a machine with 16 GiB free), never 2**31 whatever the memory.
+ENTRY_BYTES = 32
 MAX_LAYERS = 1 << 14
 MAX_TOP_K = 1 << 10
+
+
+def max_entries() -> int:
+    """The most (layer, token, choice) entries a trace may hold now: the build budget
+    (:func:`solvers.filecheck.memory_budget`, bytes) over :data:`ENTRY_BYTES`."""
+    return filecheck.memory_budget() // ENTRY_BYTES
+
+
+def check_entries(count: int, path: Any, param: str = "routing", source_bytes: int | None = None) -> None:
+    """Refuse (one :class:`LoadFileError` line) a file whose routing would hold ``count``
+    entries beyond the build budget, or beyond what ``source_bytes`` of input may build
+    (:func:`solvers.filecheck.check_build`): checked before the ids are built."""
+    filecheck.check_build(path, count * ENTRY_BYTES, f"{count} routing entries", param, source_bytes)
 
 
 def _as_int_tensor(x: Any, param: str) -> torch.Tensor:
@@ -43,7 +58,9 @@ def _as_int_tensor(x: Any, param: str) -> torch.Tensor:
             raise ProblemError(param, f"must be a rectangular integer array ({exc})") from None
         if arr.dtype == object or arr.dtype.kind not in "iu":
             raise ProblemError(param, f"must hold integers, got dtype {arr.dtype}")
-        if arr.dtype == np.uint64 or arr.dtype == np.uint32:
+        if arr.dtype.kind == "u" and arr.dtype.itemsize >= 4:
+            if arr.size and int(arr.max()) >= 1 << 62:      # an id no expert has: say it as it is stored
+                raise ProblemError(param, f"ids must be below 2**62, found up to {int(arr.max())}")
             arr = arr.astype(np.int64)
         x = torch.from_numpy(np.ascontiguousarray(arr))
     if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
@@ -84,9 +101,11 @@ class RoutingTrace:
         L, T, k = ids.shape
         if min(L, T, k) == 0:
             raise ProblemError("topk_ids", f"must not be empty, got shape {tuple(ids.shape)}")
-        if L > MAX_LAYERS or k > MAX_TOP_K or L * T * k > MAX_ENTRIES:
+        limit = max_entries()
+        if L > MAX_LAYERS or k > MAX_TOP_K or L * T * k > limit:
             raise ProblemError("topk_ids", f"shape {tuple(ids.shape)} is beyond the limits "
-                               f"({MAX_LAYERS} layers, top-k {MAX_TOP_K}, {MAX_ENTRIES} entries)")
+                               f"({MAX_LAYERS} layers, top-k {MAX_TOP_K}, {limit} entries: "
+                               f"{ENTRY_BYTES} bytes each within half the memory available)")
         E = _count(num_experts, "num_experts")
         if k > E:
             raise ProblemError("topk_ids", f"top_k ({k}) exceeds the number of experts ({E})")
@@ -94,6 +113,16 @@ class RoutingTrace:
         if lo < 0 or hi >= E:
             raise ProblemError("topk_ids", f"expert ids must be in [0, {E}), found {lo}..{hi}")
         ids = ids.to(torch.int16 if E <= (1 << 15) else torch.int32)          # the smallest that holds the ids
+        if k > 1:
+            # A token chooses k distinct experts: a repeated id counts one expert twice.
+            ordered = ids.sort(dim=2).values
+            same = (ordered[:, :, 1:] == ordered[:, :, :-1]).any(dim=2)          # [L, T]
+            if bool(same.any()):
+                layer, token = (int(v) for v in same.nonzero()[0])
+                raise ProblemError("topk_ids", f"layer {layer}, token {token} chooses expert "
+                                   f"{int(ids[layer, token].mode().values)} more than once (top-k ids of "
+                                   "one token are distinct)")
+            del ordered, same
         ranks = None
         R = None
         if source_rank is not None:
@@ -190,18 +219,19 @@ def save_routing(trace: RoutingTrace, path: str | Path) -> Path:
     return write_atomic(path, write)
 
 
+def _routing_cells(headers: dict[str, tuple[tuple[int, ...], np.dtype]]) -> tuple[int, str]:
+    """What reading a routing ``.npz`` builds: :data:`ENTRY_BYTES` per declared id, plus the
+    other arrays' own bytes."""
+    entries = sum(math.prod(shape) for key, (shape, _) in headers.items() if key != "meta")
+    other = sum(math.prod(shape) * dt.itemsize for key, (shape, dt) in headers.items() if key == "meta")
+    return entries * ENTRY_BYTES + other, f"{entries} routing entries"
+
+
 def read_npz_arrays(path: Path) -> dict[str, np.ndarray]:
-    """Every array of an ``.npz``, its members checked first as every loads file's are
-    (:func:`solvers.filecheck.check_npz`: sizes, dtypes and declared shapes before anything
-    is allocated; no pickles)."""
-    try:
-        check_npz(path)
-        with np.load(path, allow_pickle=False) as npz:
-            return {k: npz[k] for k in npz.files}
-    except LoadFileError as exc:
-        raise LoadFileError("routing", str(exc).split(": ", 1)[1]) from None
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
-        raise LoadFileError("routing", f"{path}: cannot read .npz ({type(exc).__name__}: {exc})") from None
+    """Every array of an ``.npz``, through the boundary (:func:`solvers.filecheck.load_npz`:
+    sizes, dtypes and declared shapes before anything is allocated, no pickles, and what the
+    ids will build within the budget)."""
+    return filecheck.load_npz(path, "routing", _routing_cells)
 
 
 def routing_from_arrays(arrays: dict[str, np.ndarray], path: Any) -> RoutingTrace:
@@ -210,12 +240,14 @@ def routing_from_arrays(arrays: dict[str, np.ndarray], path: Any) -> RoutingTrac
         raise LoadFileError("routing", f"{path}: no 'topk_ids' array (found {', '.join(arrays) or 'none'})")
     meta: dict[str, Any] = {}
     if "meta" in arrays:
+        raw = arrays["meta"]
+        if raw.dtype.kind not in "US" or raw.size != 1:
+            raise LoadFileError("routing", f"{path}: 'meta' must be one JSON string, got a {raw.dtype} array "
+                                f"of shape {raw.shape}")
         try:
-            meta = json.loads(str(arrays["meta"].reshape(())))
-        except (ValueError, TypeError) as exc:
-            raise LoadFileError("routing", f"{path}: 'meta' is not a JSON string ({exc})") from None
-        if not isinstance(meta, dict):
-            raise LoadFileError("routing", f"{path}: 'meta' must be a JSON object")
+            meta = filecheck.parse_meta(str(raw.reshape(())), path)
+        except LoadFileError as exc:
+            raise LoadFileError("routing", str(exc).split(": ", 1)[1]) from None
     if "num_experts" not in meta:
         raise LoadFileError("routing", f"{path}: meta has no 'num_experts'")
     try:
@@ -228,7 +260,5 @@ def routing_from_arrays(arrays: dict[str, np.ndarray], path: Any) -> RoutingTrac
 
 def load_routing(path: str | Path) -> RoutingTrace:
     """Read a canonical routing ``.npz``; any defect raises one :class:`LoadFileError`."""
-    path = Path(path)
-    if not path.is_file():
-        raise LoadFileError("routing", f"{path}: no such file")
+    path = filecheck.input_file(path, "routing")
     return routing_from_arrays(read_npz_arrays(path), path)

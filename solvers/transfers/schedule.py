@@ -55,7 +55,7 @@ from ..clock import TimeUp, check_deadline, clock
 from ..errors import OptionError
 from ..network import DEFAULT_NETWORK, Network
 from ..options import check_expert_bytes
-from ..safewrite import write_text_atomic
+from ..safewrite import write_atomic, write_text_atomic
 from ..scoring import gpu_presence
 
 INTRA, INTER, HOST = 0, 1, 2
@@ -642,13 +642,14 @@ def write_schedule(path: Any, sched: TransferSchedule) -> None:
     (:func:`schedule_document`) or ``.csv`` (one row per copy, columns :data:`COPY_COLUMNS`)."""
     path = Path(path)
     if path.suffix == ".json":
-        text = json.dumps(schedule_document(sched), indent=1)
+        write_text_atomic(path, json.dumps(schedule_document(sched), indent=1))
     elif path.suffix == ".csv":
-        buf = io.StringIO(newline="")
-        writer = csv.DictWriter(buf, fieldnames=list(COPY_COLUMNS))
-        writer.writeheader()
-        writer.writerows(sched.rows())
-        text = buf.getvalue()
+        def write(tmp: Path) -> None:
+            with tmp.open("w", newline="") as fh:
+                writer = csv.DictWriter(fh, fieldnames=list(COPY_COLUMNS))
+                writer.writeheader()
+                writer.writerows(sched.rows())
+
+        write_atomic(path, write)                  # a temporary file renamed: never half a schedule
     else:
-        raise OptionError("out", f"a transfer schedule is written as .json or .csv, got {path.name!r}")
-    write_text_atomic(path, text)
+        raise OptionError("out", f"a transfer schedule is written as .json or .csv, got {path.name[:80]!r}")

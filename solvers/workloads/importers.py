@@ -38,8 +38,6 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-import pickle
-import warnings
 import re
 import zipfile
 from pathlib import Path
@@ -77,32 +75,10 @@ def _peek(path: Path, size: int = 1 << 16) -> bytes:
 
 def _torch_load(path: Path, mmap: bool = True) -> Any:
     """A ``torch.save`` file (tensors, numbers, lists, dicts only), through the guarded
-    boundary (:mod:`solvers.filecheck`): a zip archive whose records decompress within the
-    caps, and whose tensors are dense CPU tensors of allowed dtypes with no stride 0 and no
-    overlap. ``mmap`` maps tensor data lazily instead of reading it (pages are read when
-    used; the checks read none)."""
-    filecheck.check_torch_file(path)
-    try:
-        # torch warns (on stderr) before refusing some files: the error below is the one line
-        # the user gets.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                obj = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-            except RuntimeError:
-                if not mmap:
-                    raise
-                obj = torch.load(path, map_location="cpu", weights_only=True)    # records that cannot be mapped
-    except (OSError, RuntimeError, EOFError, ValueError, zipfile.BadZipFile, KeyError, IndexError,
-            TypeError, AttributeError, RecursionError, MemoryError, pickle.UnpicklingError) as exc:
-        # check_torch_file let only zip archives through; weights_only refuses pickled classes
-        # (a dump is tensors, numbers, lists and dicts).
-        if isinstance(exc, pickle.UnpicklingError) and "weights only" in str(exc).lower():
-            raise _fail(path, "cannot read .pt file: it holds pickled Python objects beyond tensors, numbers, "
-                        "lists and dicts (refused: loading them could run code)") from None
-        raise _fail(path, f"cannot read .pt file ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
-    filecheck.check_tensors(obj, path)
-    return obj
+    boundary (:func:`solvers.filecheck.load_torch`: a zip archive whose records decompress
+    within the caps, a pickle whose expanded size, nesting and globals are checked before
+    torch reads it, and dense CPU tensors of allowed dtypes with no stride 0 and no overlap)."""
+    return filecheck.load_torch(path, PARAM, mmap)
 
 
 def detect_format(path: str | Path) -> str:
@@ -847,12 +823,9 @@ def read_json(path: str | Path) -> torch.Tensor:
     """Nested lists, or an object holding ``loads``/``weights``/``logical_count``."""
     path = Path(path)
     try:
-        with path.open("rb") as fh:
-            obj = safejson.load(fh)
-    except safejson.JSONDepthError as exc:
-        raise _fail(path, f"cannot read .json file ({exc})") from None
-    except (OSError, ValueError) as exc:
-        raise _fail(path, f"cannot read .json file (not valid JSON: {exc})") from None
+        obj = filecheck.read_json(path, PARAM)          # size, UTF-8, depth and build budget first
+    except LoadFileError as exc:
+        raise _fail(path, f"cannot read .json file ({str(exc).split(': ', 2)[-1]})") from None
     if isinstance(obj, dict):
         obj = _pick(obj, path)
     return _check_values(_integral(_as_tensor(obj, path)), path)

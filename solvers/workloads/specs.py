@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LoadFileError
+from ..paths import input_kind
 from .formats import FORMATS
 
 CATALOG_FILE = "catalog.json"
@@ -68,7 +69,7 @@ def split_range(spec: str | Path) -> tuple[str, slice | None]:
     """(spec, step slice or None) for ``SPEC@A:B`` (a real path containing '@' wins)."""
     text = str(spec)
     m = _RANGE.match(text)
-    if m is None or Path(text).exists():
+    if m is None or input_kind(text) not in ("missing", "too_long", "bad"):
         return text, None
     to_int = lambda v: int(v) if v else None  # noqa: E731
     return m["spec"], slice(to_int(m["start"]), to_int(m["stop"]))
@@ -79,8 +80,12 @@ def resolve(text: str) -> tuple[str | None, str, str | None]:
     without its ``@A:B``; a name that is neither a file, a matching glob nor a shipped
     dataset raises :class:`LoadFileError` listing the datasets."""
     head, sep, rest = text.partition(":")                   # FORMAT:SPEC forces a format
-    fmt, text = (head, rest) if sep and head in FORMATS and not Path(text).exists() else (None, text)
-    if Path(text).exists() or (any(c in text for c in "*?[") and bool(glob.glob(text))):
+    fmt, text = (head, rest) if sep and head in FORMATS and input_kind(text) == "missing" else (None, text)
+    kind = input_kind(text)                                 # never raises (a name too long, a FIFO)
+    if kind == "too_long":
+        raise LoadFileError("loads", f"{text[:60]}...({len(text)} characters): the name is too long for the "
+                            "file system")
+    if kind not in ("missing", "bad") or (any(c in text for c in "*?[") and bool(glob.glob(text))):
         return fmt, text, None
     known = dataset_names()
     if text in known:
