@@ -38,7 +38,16 @@ READERS_ALLOWED = {
     "solvers/cli/workloads.py::_plan_input": "4 KB sniffed from a path (format detection; the reader checks it)",
     "solvers/exact/milp.py::run_pulp": "the solver's own log in its scratch directory",
     "solvers/planfile.py::file_sha256": "hashes, in 1 MB chunks, a file filecheck.input_file let through",
-    "solvers/workloads/catalog.py::_parse_catalog": "the package's own datasets/catalog.json",
+    "solvers/workloads/specs.py::_parse_catalog": "the package's own datasets/catalog.json (torch-free: read before "
+                                                  "the CLI loads torch)",
+    "solvers/plugins/__init__.py::_allowed": "json.loads of an environment variable the parent process set (no file)",
+    "solvers/plugins/forms.py::load": "the parent's own pickled callable over its pipe; a named planner file is the "
+                                      "user's own code, executed as such (docs/own-algorithm.md)",
+    "solvers/workloads/importers.py::read_trtllm": "TensorRT-LLM's meta_info.json: size-capped, then filecheck.parse_meta",
+    "solvers/workloads/importers.py::read_slot_map": "a JSON slot map: size-capped, then safejson at depth 4",
+    "solvers/workloads/safetensors_file.py::read_header": "its own guarded reader: header size and JSON depth first",
+    "solvers/workloads/safetensors_file.py::read_tensors": "each tensor's byte range checked against the file and the "
+                                                           "memory caps before it is read",
     "solvers/workloads/exporters.py::_plan_csv": "numpy parses the text of the capped UTF-8 reader",
     "solvers/workloads/exporters.py::_read_capped_text": "the plan readers' capped text reader (size first)",
     "solvers/workloads/exporters.py::detect_plan_format": "4 KB sniffed (format detection)",

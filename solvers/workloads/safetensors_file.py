@@ -130,20 +130,3 @@ def read_tensors(path: str | Path, names: list[str] | None = None) -> dict[str, 
     except OSError as exc:
         raise _fail(path, f"cannot read .safetensors file ({exc.strerror or exc})") from None
     return out
-
-
-def write_tensors(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
-    """Write ``tensors`` (contiguous CPU tensors) as a ``.safetensors`` file: the layout
-    TensorRT-LLM and vLLM write with ``safetensors.torch.save_file`` (tests and exporters)."""
-    names = {torch.int8: "I8", torch.int16: "I16", torch.int32: "I32", torch.int64: "I64", torch.uint8: "U8",
-             torch.float16: "F16", torch.bfloat16: "BF16", torch.float32: "F32", torch.float64: "F64"}
-    header: dict[str, Any] = {"__metadata__": dict(metadata)} if metadata else {}
-    blobs, offset = [], 0
-    for name, t in tensors.items():
-        data = t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        header[name] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)                       # the format pads the header to 8 bytes
-    Path(path).write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
