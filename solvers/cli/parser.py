@@ -153,7 +153,7 @@ def add_routing(sub) -> None:
     r.add_argument("action", choices=("generate", "convert", "info"))
     r.add_argument("input", help="generate: a model preset; convert/info: a routing file, directory or glob, or a "
                                  "shipped routing dataset by name")
-    r.add_argument("--tokens", type=int, default=3072, help="generate: tokens (default 3072)")
+    r.add_argument("--tokens", type=int, default=3072, help="generate: tokens (default 3072; at most 4194304, and what the 1 GiB working-memory budget holds: about 500000 for deepseek-v3)")
     r.add_argument("--seed", type=int, default=0, help="generate: random seed (default 0)")
     r.add_argument("--set", action="append", type=key_value, metavar="KEY=VALUE",
                    help="generate: generator parameter, repeatable (e.g. --set topic_bias=3)")
