@@ -75,7 +75,8 @@ PER_GPU_HELP = ("one value per GPU: a comma list (VALUE*COUNT repeats: 1*16,1.4*
 def add_real_cluster_args(p: argparse.ArgumentParser) -> None:
     """--gpu-speed, --gpu-slots, --failed (docs/problem.md, "Real clusters")."""
     p.add_argument("--gpu-speed", default=None, metavar="LIST",
-                   help="relative speed of every GPU (> 0; time = load / speed): " + PER_GPU_HELP)
+                   help="relative speed of every GPU (in [1e-6, 1e6], the fastest at most 1e6 x the slowest; "
+                        "time = load / speed): " + PER_GPU_HELP)
     p.add_argument("--gpu-slots", default=None, metavar="LIST",
                    help="expert slots of every GPU (>= 0; default R/P each; they sum to R): " + PER_GPU_HELP)
     p.add_argument("--failed", default=None, metavar="IDS",
@@ -103,13 +104,13 @@ def cluster_of(args: argparse.Namespace, num_experts: int, num_layers: int | Non
 def add_network_args(p: argparse.ArgumentParser) -> None:
     """--intra-node-bw, --inter-node-bw, --host-bw in GB/s per GPU (solvers.network)."""
     p.add_argument("--intra-node-bw", type=float, default=None, metavar="GBPS",
-                   help=f"GPU-to-GPU bandwidth inside a node, GB/s per GPU (default {DEFAULT_INTRA_NODE_BW / 1e9:g}: "
-                        "NVLink 4)")
+                   help=f"GPU-to-GPU bandwidth inside a node, GB/s per GPU (in [0.001, 1e9]; default "
+                        f"{DEFAULT_INTRA_NODE_BW / 1e9:g}: NVLink 4)")
     p.add_argument("--inter-node-bw", type=float, default=None, metavar="GBPS",
-                   help=f"GPU-to-GPU bandwidth across nodes, GB/s per GPU (default {DEFAULT_INTER_NODE_BW / 1e9:g}: "
-                        "one 400 Gb/s InfiniBand NIC per GPU)")
+                   help=f"GPU-to-GPU bandwidth across nodes, GB/s per GPU (in [0.001, 1e9]; default "
+                        f"{DEFAULT_INTER_NODE_BW / 1e9:g}: one 400 Gb/s InfiniBand NIC per GPU)")
     p.add_argument("--host-bw", type=float, default=None, metavar="GBPS",
-                   help="host memory as a copy source at this many GB/s per GPU (default: not a source)")
+                   help="host memory as a copy source at this many GB/s per GPU (in [0.001, 1e9]; default: not a source)")
 
 
 def network_from_args(args: argparse.Namespace) -> Network:

@@ -292,14 +292,16 @@ def add_simulate(sub) -> None:
 def add_sweep(sub) -> None:
     w = sub.add_parser("sweep", help="simulate many rebalancing settings: bytes moved against imbalance")
     _add_replay(w)
-    w.add_argument("--periods", default="10,25,50", help="comma-separated periods (default 10,25,50)")
+    w.add_argument("--periods", default="10,25,50", help="comma-separated periods, whole steps in [1, 16777216] "
+                   "(default 10,25,50)")
     w.add_argument("--thresholds", default=None, help="comma-separated imbalance thresholds")
     w.add_argument("--slacks", default="plain,0,0.01,0.03",
                    help="comma-separated migration slacks, 'plain' = plain re-planning (default plain,0,0.01,0.03)")
     w.add_argument("--no-stall-aware", action="store_true",
                    help="no stall-aware row (by default one per slack, checked at the smallest period, when the "
                         "expert size is known)")
-    w.add_argument("--budget-gb", type=float, default=None, help="suggest the best setting within this many GB")
+    w.add_argument("--budget-gb", type=float, default=None, help="suggest the best setting within this many GB (in [0, 1e9]; replicas moved when the "
+                   "expert size is unknown)")
     w.set_defaults(handler="sweep")
 
 
