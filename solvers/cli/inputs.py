@@ -44,6 +44,9 @@ def read_previous(args: argparse.Namespace, loads: Loads, problem: Problem):
     if not args.previous:
         return None, None
     previous, shape, _ = read_any_plan(args.previous, loads, "previous")
+    if shape and shape.get("num_gpus", problem.num_gpus) != problem.num_gpus:   # as the library refuses it
+        raise OptionError("previous", f"{args.previous} is a plan for {shape['num_gpus']} GPUs, the cluster has "
+                                      f"{problem.num_gpus}")
     return previous, plan_cluster(shape, problem, previous)
 
 

@@ -23,6 +23,9 @@ SOLVER_OPTIONS_HELP = ("solver options: every solver declares its options (type,
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="eplb", description="Expert-parallel load balancing workbench.")
     parser.add_argument("--version", action="version", version=f"eplb {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="on an internal error (a bug), print the full traceback as well (before the command: "
+                             "eplb --debug plan ...)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     for add in (add_plan, add_score, add_compare, add_solvers, add_generate, add_convert, add_datasets,
