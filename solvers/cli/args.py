@@ -205,6 +205,23 @@ def cluster_of(args: argparse.Namespace, num_experts: int, num_layers: int | Non
                              network=network_from_args(args), **real_cluster_kwargs(args))
 
 
+def check_against_plan(args: argparse.Namespace, shape: dict[str, Any] | None, path: str) -> None:
+    """Refuse --gpus, --nodes, --replicas or --groups that contradict what the plan file ``path``
+    records (``shape``: an eplb file's problem, a CSV's GPUs), and --gpu-slots that contradict a
+    CSV's gpu column: the plan is scored on the cluster it was made for, never silently on another."""
+    for flag, key in (("gpus", "num_gpus"), ("nodes", "num_nodes"), ("replicas", "num_replicas"),
+                      ("groups", "num_groups"), ("gpu_slots", "gpu_slots")):
+        given, recorded = getattr(args, flag, None), (shape or {}).get(key)
+        if flag == "gpu_slots" and given is not None:
+            if "num_replicas" in (shape or {}):
+                continue                  # an eplb file may be scored on other slots (a what-if, docs/problem.md)
+            given = per_gpu_values(given, "gpu_slots")
+        if given is not None and recorded and given != recorded:
+            shown = given if len(str(given)) < 60 else f"{str(given)[:57]}..."
+            raise OptionError(flag, f"--{flag.replace('_', '-')} {shown} contradicts {path}, a plan made for "
+                                    f"{key} {recorded if len(str(recorded)) < 60 else str(recorded)[:57] + '...'}")
+
+
 # Network (what a move costs in seconds) -------------------------------------------------------
 
 def add_network_args(p: argparse.ArgumentParser) -> None:

@@ -88,9 +88,10 @@ def add_score(sub) -> None:
     s.add_argument("--expert-bytes", type=expert_bytes_arg, default=None,
                    help="bytes per expert, for moves in bytes and transfer times (default: --model's)")
     s.add_argument("--model", default=None, help="engine maps: model preset for the expert groups")
-    s.add_argument("--gpus", type=int, default=None, help="engine maps without GPUs (SGLang, TensorRT-LLM): GPUs P")
-    s.add_argument("--nodes", type=int, default=1, help="engine maps: nodes N (default 1)")
-    s.add_argument("--groups", type=int, default=None, help="engine maps: expert groups G (default 1)")
+    s.add_argument("--gpus", type=int, default=None, help="engine maps without GPUs (SGLang, TensorRT-LLM): GPUs P "
+                                                          "(a plan file's own count; one that contradicts it is refused)")
+    s.add_argument("--nodes", type=int, default=None, help="engine maps: nodes N (default 1; as --gpus)")
+    s.add_argument("--groups", type=int, default=None, help="engine maps: expert groups G (default 1; as --gpus)")
     add_real_cluster_args(s)
     s.add_argument("--per-gpu", action="store_true", help="also print every GPU's load (and time, with speeds)")
     add_network_args(s)
