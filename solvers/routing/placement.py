@@ -643,6 +643,7 @@ def _solve_traffic_aware(problem: Problem, opts: SolverOptions) -> SolverOutput:
     routing = check_routing(problem, opts.routing)
     L, E = problem.num_layers, problem.num_experts
     N, P, R = problem.num_nodes, problem.num_gpus, problem.num_replicas
+    check_search_memory(L, routing.num_tokens, routing.top_k, E, N, opts.max_tokens)   # before any work
     cluster = problem.cluster
     nodes = Nodes.of(cluster)
     weight = problem.weights.to("cpu", torch.float64)
@@ -651,7 +652,6 @@ def _solve_traffic_aware(problem: Problem, opts: SolverOptions) -> SolverOutput:
     if nodes.num_live == 1:
         return SolverOutput(balanced.to(problem.device), "global", info={"fallback_layers": L,
                                                                            "reason": "one node: no cross-node traffic"})
-    check_search_memory(L, routing.num_tokens, routing.top_k, E, N, opts.max_tokens)
     ids, X = incidence(routing, opts.max_tokens)
     cov = excess_covariance(steps, noise) if opts.risk > 0 else None
     hier = None
