@@ -1,4 +1,4 @@
-"""Hostile sizes and numbers, round three (issue 40): computations sized before they allocate
+"""Hostile sizes and numbers, round three: computations sized before they allocate
 (traffic metric, traffic_aware, routing generator), numbers kept in range end to end (speeds,
 bandwidths, sweep lists, budgets), one line for every exception the CLI meets, and the wrong
 answers that were given without an error. Every case runs as a user runs it: through
@@ -102,8 +102,9 @@ def test_traffic_of_256_layers_on_16_nodes_stays_small(tmp_path):
                  tmp_path / "trace.npz")
     assert main(["plan", "--loads", str(tmp_path / "loads.npz"), "--replicas", "32", "--nodes", "16", "--gpus", "32",
                  "--out", str(tmp_path / "plan.json")]) == 0
-    code, err, rss = eplb_process("score", "--loads", str(tmp_path / "loads.npz"), "--plan", str(tmp_path / "plan.json"),
-                                  "--routing", str(tmp_path / "trace.npz"), "--json")
+    code, err, rss = eplb_process("score", "--loads", str(tmp_path / "loads.npz"),
+                                  "--plan", str(tmp_path / "plan.json"), "--routing", str(tmp_path / "trace.npz"),
+                                  "--json")
     assert code == 0 and "Traceback" not in err, err
     assert rss < RSS_CEILING_KB, rss
 
@@ -239,8 +240,9 @@ def test_reader_exception_through_plan_routing_names_the_input(capsys, hostile, 
 def test_the_traceback_only_with_debug(capsys, hostile):
     code, _, err = run_cli(capsys, "routing", "info", str(hostile / "rank63.jsonl"))
     one_line_error(code, err, "routing:")
-    r = subprocess.run([sys.executable, "-m", "solvers.cli", "--debug", "routing", "info", str(hostile / "rank63.jsonl")],
-                       capture_output=True, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT)}, timeout=300)
+    argv = ["--debug", "routing", "info", str(hostile / "rank63.jsonl")]
+    r = subprocess.run([sys.executable, "-m", "solvers.cli", *argv], capture_output=True, text=True, cwd=ROOT,
+                       env={"PYTHONPATH": str(ROOT)}, timeout=300)
     assert r.returncode == 2 and "Traceback" in r.stderr and "OverflowError" in r.stderr, r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("eplb: error: routing:")
 

@@ -233,7 +233,8 @@ def add_network_args(p: argparse.ArgumentParser) -> None:
                    help=f"GPU-to-GPU bandwidth across nodes, GB/s per GPU (in [0.001, 1e9]; default "
                         f"{DEFAULT_INTER_NODE_BW / 1e9:g}: one 400 Gb/s InfiniBand NIC per GPU)")
     p.add_argument("--host-bw", type=float, default=None, metavar="GBPS",
-                   help="host memory as a copy source at this many GB/s per GPU (in [0.001, 1e9]; default: not a source)")
+                   help="host memory as a copy source at this many GB/s per GPU (in [0.001, 1e9]; default: not a "
+                        "source)")
 
 
 def network_from_args(args: argparse.Namespace) -> Network:

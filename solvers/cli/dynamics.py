@@ -153,7 +153,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     nbytes = base.expert_bytes
     periods = _floats(args.periods, "periods")
     if any(not p.is_integer() or not 1 <= p <= MAX_SWEEP_PERIOD for p in periods):
-        raise OptionError("periods", f"must be whole numbers of steps in [1, {MAX_SWEEP_PERIOD}], got {args.periods[:80]!r}")
+        raise OptionError("periods", f"must be whole numbers of steps in [1, {MAX_SWEEP_PERIOD}], "
+                                     f"got {args.periods[:80]!r}")
     periods = [int(p) for p in periods]
     if args.budget_gb is not None and not 0 <= args.budget_gb <= MAX_BUDGET_GB:
         raise OptionError("budget_gb", f"must be in [0, {MAX_BUDGET_GB:g}] GB, got {args.budget_gb!r}")

@@ -88,8 +88,9 @@ def add_score(sub) -> None:
     s.add_argument("--expert-bytes", type=expert_bytes_arg, default=None,
                    help="bytes per expert, for moves in bytes and transfer times (default: --model's)")
     s.add_argument("--model", default=None, help="engine maps: model preset for the expert groups")
-    s.add_argument("--gpus", type=int, default=None, help="engine maps without GPUs (SGLang, TensorRT-LLM): GPUs P "
-                                                          "(a plan file's own count; one that contradicts it is refused)")
+    s.add_argument("--gpus", type=int, default=None,
+                   help="engine maps without GPUs (SGLang, TensorRT-LLM): GPUs P (a plan file's own count; one that "
+                        "contradicts it is refused)")
     s.add_argument("--nodes", type=int, default=None, help="engine maps: nodes N (default 1; as --gpus)")
     s.add_argument("--groups", type=int, default=None, help="engine maps: expert groups G (default 1; as --gpus)")
     add_real_cluster_args(s)
@@ -157,7 +158,9 @@ def add_routing(sub) -> None:
     r.add_argument("action", choices=("generate", "convert", "info"))
     r.add_argument("input", help="generate: a model preset; convert/info: a routing file, directory or glob, or a "
                                  "shipped routing dataset by name")
-    r.add_argument("--tokens", type=int, default=3072, help="generate: tokens (default 3072; at most 4194304, and what the 1 GiB working-memory budget holds: about 500000 for deepseek-v3)")
+    r.add_argument("--tokens", type=int, default=3072,
+                   help="generate: tokens (default 3072; at most 4194304, and what the 1 GiB working-memory budget "
+                        "holds: about 500000 for deepseek-v3)")
     r.add_argument("--seed", type=int, default=0, help="generate: random seed (default 0)")
     r.add_argument("--set", action="append", type=key_value, metavar="KEY=VALUE",
                    help="generate: generator parameter, repeatable (e.g. --set topic_bias=3)")
@@ -304,8 +307,9 @@ def add_sweep(sub) -> None:
     w.add_argument("--no-stall-aware", action="store_true",
                    help="no stall-aware row (by default one per slack, checked at the smallest period, when the "
                         "expert size is known)")
-    w.add_argument("--budget-gb", type=float, default=None, help="suggest the best setting within this many GB (in [0, 1e9]; replicas moved when the "
-                   "expert size is unknown)")
+    w.add_argument("--budget-gb", type=float, default=None,
+                   help="suggest the best setting within this many GB (in [0, 1e9]; replicas moved when the expert "
+                        "size is unknown)")
     w.set_defaults(handler="sweep")
 
 

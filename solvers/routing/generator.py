@@ -122,8 +122,8 @@ def generate_routing(model: str | ModelPreset = "deepseek-v3", seed: int = 0, sp
     fixed = 2 * L * T * k * id_bytes + 29 * L * C * E + 4 * 8 * n_req_max * C + 16 * T
     what = f"a routing trace of {T} tokens x {L} layers x top-{k} with {C} topics"
     param = "num_topics" if 29 * L * C * E + 32 * n_req_max * C > 2 * L * T * k * id_bytes else "num_tokens"
-    block = rows_per_chunk(28 * E, T, param, what, "use fewer topics" if param == "num_topics" else "use fewer tokens (--tokens)",
-                           fixed_bytes=fixed)
+    hint = "use fewer topics" if param == "num_topics" else "use fewer tokens (--tokens)"
+    block = rows_per_chunk(28 * E, T, param, what, hint, fixed_bytes=fixed)
     rng = np.random.default_rng(seed)
 
     base = (spec.popularity * rng.standard_normal((L, E))).astype(np.float32)          # [L, E]
