@@ -35,6 +35,13 @@ POLICIES = ("auto", "hierarchical", "global")
 # more would take minutes, and 10**7 never returned. Experts, GPUs, nodes and groups are
 # at most the slots (R >= E, R >= P >= N), so one cap bounds them all.
 MAX_REPLICAS = 1 << 16
+# GPU speeds are relative (1: the reference GPU). Within these bounds every derived figure
+# stays finite and exact enough to compare: a load (< 2**63) over a speed, a sum of up to
+# MAX_REPLICAS speeds, and the ratio of the slowest GPU's time to the ideal (docs/problem.md,
+# "Real clusters").
+MIN_SPEED = 1e-6
+MAX_SPEED = 1e6
+MAX_SPEED_RATIO = 1e6
 
 
 def as_count(value: Any, param: str, minimum: int = 1, maximum: int | None = None) -> int:
@@ -286,7 +293,13 @@ def _per_gpu(value: Any, param: str, num_gpus: int, *, integer: bool) -> list:
             if not math.isfinite(v) or v <= 0:
                 raise ProblemError(param, f"GPU {g}: speeds must be finite and > 0, got {v!r} "
                                    "(mark a dead GPU with failed instead)")
+            if not MIN_SPEED <= v <= MAX_SPEED:
+                raise ProblemError(param, f"GPU {g}: speeds must be in [{MIN_SPEED:g}, {MAX_SPEED:g}], got {v!r} "
+                                   "(a relative figure: 1 for the reference GPU)")
         out.append(v)
+    if not integer and max(out) > MAX_SPEED_RATIO * min(out):
+        raise ProblemError(param, f"the fastest GPU ({max(out):g}) is more than {MAX_SPEED_RATIO:g} times the "
+                           f"slowest ({min(out):g}); mark a GPU that barely works with failed instead")
     return out
 
 

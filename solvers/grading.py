@@ -22,7 +22,7 @@ from .plan import Plan
 from .problem import Problem
 from .registry import SolverOutput, get_solver
 from .result import SolutionStatus, SolveResult, Termination
-from .scoring import check_expert_bytes, score_validated
+from .scoring import check_expert_bytes, check_finite, score_validated
 from .threads import one_intra_op_thread
 from .tolerances import BOUND_RTOL, VIOLATION_RTOL
 
@@ -107,6 +107,9 @@ def grade(problem: Problem, solver: str, out: SolverOutput, bound: torch.Tensor,
     sc = score_validated(problem, out.plan, previous=previous, expert_bytes=expert_bytes,
                          previous_cluster=previous_cluster)
     obj = sc.max_time.to(bound.device, torch.float64)
+    # A bound that is nan or inf proves nothing; it is an error, never a status (the score's own
+    # figures are checked by the scorer).
+    check_finite({"lower bound": bound} if model_bound is None else {"lower bound": bound, "model bound": model_bound})
     _check_above(solver, obj, bound, "lower bound")
     if model_bound is not None:
         _check_above(solver, obj, model_bound, "model bound")

@@ -33,17 +33,23 @@ LINK_CLASSES = ("intra", "inter", "host")
 
 DEFAULT_INTRA_NODE_BW = 400e9
 DEFAULT_INTER_NODE_BW = 50e9
-# Far beyond any real link (1 EB/s): a bandwidth this large is a typo in units.
+# Far beyond any real link (1 EB/s): a bandwidth this large is a typo in units. Far below
+# any real one (1 MB/s, a thousandth of a slow NIC): an expert copy (< 2**63 bytes) then takes
+# at most about 1e13 s, so stalls, makespans and their sums stay finite.
 MAX_BW = 1e18
+MIN_BW = 1e6
 
 
-def _bandwidth(value: Any, param: str) -> float:
+def _bandwidth(value: Any, param: str, unit: float = 1.0) -> float:
+    """A bandwidth in [MIN_BW, MAX_BW] bytes/s, given in units of ``unit`` bytes/s (1e9: GB/s,
+    the CLI's); the message speaks that unit."""
+    name = "bytes/s" if unit == 1.0 else "GB/s"
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ProblemError(param, f"must be a number of bytes per second, got {value!r}")
+        raise ProblemError(param, f"must be a number of {name}, got {value!r}")
     value = float(value)
-    if not math.isfinite(value) or value <= 0 or value > MAX_BW:
-        raise ProblemError(param, f"must be > 0 and <= {MAX_BW:g} bytes/s, got {value!r}")
-    return value
+    if not math.isfinite(value) or not MIN_BW / unit <= value <= MAX_BW / unit:
+        raise ProblemError(param, f"must be in [{MIN_BW / unit:g}, {MAX_BW / unit:g}] {name}, got {value!r}")
+    return value * unit
 
 
 @dataclass(frozen=True)
@@ -92,9 +98,9 @@ class Network:
     @classmethod
     def from_gbps(cls, intra: float | None = None, inter: float | None = None, host: float | None = None) -> "Network":
         """A network from GB/s (1e9 bytes/s), the CLI's unit; None keeps the default (no host)."""
-        return cls(DEFAULT_INTRA_NODE_BW if intra is None else _bandwidth(intra, "intra_node_bw") * 1e9,
-                   DEFAULT_INTER_NODE_BW if inter is None else _bandwidth(inter, "inter_node_bw") * 1e9,
-                   None if host is None else _bandwidth(host, "host_bw") * 1e9)
+        return cls(DEFAULT_INTRA_NODE_BW if intra is None else _bandwidth(intra, "intra_node_bw", 1e9),
+                   DEFAULT_INTER_NODE_BW if inter is None else _bandwidth(inter, "inter_node_bw", 1e9),
+                   None if host is None else _bandwidth(host, "host_bw", 1e9))
 
 
 DEFAULT_NETWORK = Network()

@@ -12,11 +12,13 @@ precision a solver used internally.
 """
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
+
 import torch
 
 from .cluster import Cluster
@@ -30,6 +32,20 @@ def _ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
     is used as it is, subnormal included (clamping it to the smallest normal made the imbalance
     of denormal loads 1e-13)."""
     return torch.where(den > 0, num / torch.where(den > 0, den, torch.ones_like(den)), torch.ones_like(num))
+
+
+def check_finite(figures: dict) -> None:
+    """Refuse a score with a figure that is nan or inf (numbers or tensors): it is never printed
+    as a status. Inside the documented ranges (loads below 2**63, speeds in [1e-6, 1e6],
+    docs/problem.md) every figure is finite, so one that is not comes from input outside them."""
+    for key, value in figures.items():
+        if isinstance(value, torch.Tensor):
+            bad = value.is_floating_point() and not bool(torch.isfinite(value).all())
+        else:
+            bad = isinstance(value, float) and not math.isfinite(value)
+        if bad:
+            raise ProblemError("loads", f"the score's {key} is not finite: the loads or GPU speeds are outside "
+                                        "the ranges the scorer computes in (docs/problem.md)")
 
 
 @dataclass(frozen=True)
@@ -421,6 +437,8 @@ def score_validated(problem: Problem, plan: Plan, previous: Plan | None = None,
                         "time_imbalance_worst": float(time_imb.max())})
     if mb_imb is not None:
         summary.update(microbatch_summary(mb_imb))
+    check_finite(summary)
+    check_finite({"max_time": max_time, "time_imbalance": time_imb})
     return Score(gpu, node, max_load, mean_load, imb, node_imb, dups, moves, moves_bytes, off, summary,
                  split, mb_imb, gpu_time, max_time, time_imb)
 

@@ -39,8 +39,10 @@ and layer, ``token_bytes = hidden_size x bytes per element`` (the model preset):
 ``solvers.score(..., routing=trace)`` returns one.
 
 Everything is vectorised over layers and tokens (layers in chunks, to bound memory); the
-distinct sets are bitmasks (one int64 per token) when the cluster has at most 62 GPUs, and
-sorted rows otherwise.
+distinct sets are bitmasks (one int64 per token) when the cluster has at most 32 GPUs on
+16 nodes and the trace enough tokens to pay for the 2**N node sets, and sorted rows
+otherwise. Layers and tokens go in chunks sized to the working-memory budget
+(:mod:`solvers.memory`); a cluster whose results alone exceed it is refused in one line.
 """
 from __future__ import annotations
 
@@ -51,6 +53,7 @@ import torch
 
 from .cluster import MODELS, Cluster
 from .errors import PlanError
+from .memory import rows_per_chunk
 from .plan import Plan
 from .problem import Problem
 from .routing.trace import RoutingTrace
@@ -114,15 +117,17 @@ def source_gpus(trace: RoutingTrace, cluster: Cluster) -> torch.Tensor:
     return live[trace.source_gpus(live.numel())]
 
 
-def dispatch_table(plan: Plan, cluster: Cluster) -> torch.Tensor:
-    """[L, E, P] int64: the GPU serving expert e for tokens from source GPU g (rule above).
+def dispatch_table(plan: Plan, cluster: Cluster, layers: slice | None = None) -> torch.Tensor:
+    """[L, E, P] int64: the GPU serving expert e for tokens from source GPU g (rule above);
+    with ``layers``, the rows of those layers only ([Lc, E, P]).
 
     Gathers over [L, E, P] only: the slots sorted by (expert, node) give each expert's
     replicas on each node in rank order (slot order), so "the j-th replica on node n" is one
     offset plus j. Slots map to GPUs by the cluster's slot map (uneven counts, failed GPUs).
     """
+    layers = layers or slice(None)
     N, P, gpn = cluster.num_nodes, cluster.num_gpus, cluster.gpus_per_node
-    p2l = plan.phy2log                                                     # [L, R]
+    p2l = plan.phy2log[layers]                                             # [L, R]
     L, R = p2l.shape
     E = plan.num_experts
     slot_gpu = torch.tensor(cluster.slot_gpus(), dtype=torch.int64)          # [R] the cluster's slot map
@@ -139,8 +144,9 @@ def dispatch_table(plan: Plan, cluster: Cluster) -> torch.Tensor:
     pos = start_en.gather(1, cell).view(L, E, P) + g.view(1, 1, P) % n_node.clamp_min(1)
     on_node = slot_gpu[order.gather(1, pos.view(L, -1).clamp_max(R - 1))].view(L, E, P)
     # Any replica: the (g mod c)-th in rank order (log2phy).
-    c = plan.logcnt.view(L, E, 1)
-    anywhere = slot_gpu[plan.log2phy.gather(2, (g.view(1, 1, P) % c).clamp_max(plan.log2phy.shape[2] - 1))]
+    c = plan.logcnt[layers].view(L, E, 1)
+    log2phy = plan.log2phy[layers]
+    anywhere = slot_gpu[log2phy.gather(2, (g.view(1, 1, P) % c).clamp_max(log2phy.shape[2] - 1))]
     out = torch.where(n_node > 0, on_node, anywhere)
     # A replica on the source GPU itself wins.
     here = torch.zeros(L, P * E, dtype=torch.bool)
@@ -166,6 +172,29 @@ def _distinct_sorted(values: torch.Tensor, exclude: torch.Tensor, counts: bool =
     return new.sum(1) if counts else (s, new)
 
 
+def traffic_chunks(num_layers: int, num_experts: int, num_tokens: int, top_k: int, cluster: Cluster,
+                   use_bits: bool) -> tuple[int, int]:
+    """(layers, tokens) per chunk of :func:`traffic` within the working-memory budget
+    (:mod:`solvers.memory`); refuses, naming ``routing`` and the budget, when the results
+    themselves or one layer's dispatch table do not fit."""
+    L, E, T, k = num_layers, num_experts, num_tokens, top_k
+    N, P = cluster.num_nodes, cluster.num_gpus
+    what = f"the traffic of {L} layers x {E} experts on {N} nodes x {cluster.gpus_per_node} GPUs"
+    hint = "score on a smaller cluster or fewer layers"
+    # Kept for the whole call: the results (node matrix, per-layer GPU counts and loads,
+    # histograms) and the per-token source GPUs.
+    kept = N * N * 8 + 3 * L * P * 8 + 2 * L * N * 8 + 4 * T * 8 + (8 * N << N if use_bits else 0)
+    # One layer: its dispatch table and the gathers that build it (about a dozen [E, P] int64),
+    # the (expert, source) counts, and with bitmasks the (source node, node set) counts.
+    layer = 16 * E * P * 8 + (4 * N * 8 << N if use_bits else 0)
+    # One (layer, token): its k index, word or destination tensors and the sorts over them.
+    cell = (32 if use_bits else 112) * k + 128
+    rows = rows_per_chunk(layer + cell, L, "routing", what, hint, fixed_bytes=kept)
+    lc = min(rows, LAYER_CHUNK)
+    tc = rows_per_chunk(cell * lc, T, "routing", what, hint, fixed_bytes=kept + lc * layer)
+    return lc, tc
+
+
 def traffic(plan: Plan, cluster: Cluster, trace: RoutingTrace, token_bytes: int = 1, *,
             bitmask: bool | None = None) -> Traffic:
     """The dispatch traffic of ``plan`` (valid for ``cluster``) on ``trace``.
@@ -173,6 +202,8 @@ def traffic(plan: Plan, cluster: Cluster, trace: RoutingTrace, token_bytes: int 
     The trace must have the plan's layers and experts. ``token_bytes``: bytes per token and
     destination (the model preset's ``token_bytes``; 1 counts token copies). ``bitmask``
     forces the set representation (None: bitmasks when the cluster allows), for tests.
+    Works in chunks of layers and tokens within the working-memory budget
+    (:func:`traffic_chunks`); a cluster whose results alone exceed it is refused.
     """
     L, E = plan.num_layers, plan.num_experts
     if trace.num_layers != L or trace.num_experts != E:
@@ -180,93 +211,102 @@ def traffic(plan: Plan, cluster: Cluster, trace: RoutingTrace, token_bytes: int 
                         f"the plan {L} layers of {E}")
     if isinstance(token_bytes, bool) or not isinstance(token_bytes, int) or token_bytes < 1:
         raise PlanError("token_bytes", f"must be an integer >= 1, got {token_bytes!r}")
-    plan = plan.to("cpu")
     N, P, gpn = cluster.num_nodes, cluster.num_gpus, cluster.gpus_per_node
     T, k = trace.num_tokens, trace.top_k
     fits = P <= BITMASK_GPUS and N <= BITMASK_NODES and gpn <= 16
-    use_bits = fits if bitmask is None else bitmask
+    # Bitmasks cost N x 2**N counts per layer whatever the tokens; sorted rows cost about
+    # T x k: with few tokens on many nodes the rows are the cheaper of the two exact ways.
+    use_bits = (fits and N << N <= 64 * T * k) if bitmask is None else bitmask
     if use_bits and not fits:
         raise PlanError("bitmask", f"bitmasks hold at most {BITMASK_GPUS} GPUs, {BITMASK_NODES} nodes and 16 "
                         f"GPUs per node; the cluster has {P}, {N} and {gpn}")
-    table = dispatch_table(plan, cluster)                                   # [L, E, P]
+    lc_max, tc_max = traffic_chunks(L, E, T, k, cluster, use_bits)
+    plan = plan.to("cpu")
     src = source_gpus(trace, cluster)                                      # [T]
     src_node = src // gpn
-    idx_dtype = torch.int32 if L * E * P < 1 << 31 else torch.int64
+    idx_dtype = torch.int32 if lc_max * E * P < 1 << 31 else torch.int64
     lay_off = torch.arange(L, dtype=torch.int64)
-    layer_src = ((lay_off[:LAYER_CHUNK] * E * P).view(-1, 1) + src.view(1, T)).to(idx_dtype).unsqueeze(-1)
 
-    # Per (layer, source node, remote-node set): tokens. It gives the remote-node counts, their
-    # histogram and the node x node matrix in one bincount (2**N sets per node).
-    node_sets = torch.zeros(L * N << N if use_bits else 0, dtype=torch.int64)
-    to_node = torch.zeros(T if not use_bits else 0, N, dtype=torch.int64)
+    node_matrix = torch.zeros(N, N, dtype=torch.float64)
+    node_pairs = torch.zeros(0 if use_bits else N * N, dtype=torch.int64)   # sorted rows: [N * N] counts
     node_sum = torch.zeros(L, dtype=torch.int64)
     nodes_hist = torch.zeros(L, N, dtype=torch.int64)
     gpus_hist = torch.zeros(L * P, dtype=torch.int64)
     intra = torch.zeros(L, dtype=torch.int64)
     flat = torch.zeros(L, dtype=torch.int64)
-    per_src_expert = torch.zeros(L * E * P, dtype=torch.int64)
+    dispatched = torch.zeros(L * P, dtype=torch.float64)
     if use_bits:
-        # One word per (layer, expert, source): the destination GPU's bit (bits 0..31) and
-        # its node's bit (bits 32..), so one gather and one OR pass give both sets.
-        word = ((1 << table) | (1 << (32 + table // gpn))).view(-1)
         keep = ~((1 << src) | (1 << (32 + src_node)))                      # [T] drop the source's own
-        shift = (src_node * gpn).view(1, T)
         lut = popcount(torch.arange(1 << gpn, dtype=torch.int64))               # set bits of a node's GPU mask
         low = (1 << 32) - 1
-        key_base = ((lay_off[:LAYER_CHUNK] * N).view(-1, 1) + src_node.view(1, T)) << N     # [chunk, T]
-    for a in range(0, L, LAYER_CHUNK):
-        b = min(L, a + LAYER_CHUNK)
-        Lc = b - a
-        # idx = ((layer * E + expert) * P + source GPU) in one fused add (ids promote from int16).
-        idx = torch.add(layer_src[:Lc] + a * E * P, trace.topk_ids[a:b], alpha=P)    # [Lc, T, k]
-        per_src_expert += torch.bincount(idx.view(-1), minlength=L * E * P)
-        rows = (lay_off[a:b]).view(Lc, 1)
-        if use_bits:
-            wb = word[idx]                                                 # [Lc, T, k]
-            w = wb[..., 0].clone()
-            for j in range(1, k):
-                w |= wb[..., j]
-            w &= keep                                                      # [Lc, T]
-            key = (key_base[:Lc] + (a * N << N)) + (w >> 32)
-            node_sets += torch.bincount(key.view(-1), minlength=L * N << N)
-            gbits = w & low
-            g_cnt = popcount(gbits)                                        # [Lc, T]
-            intra[a:b] = lut[(gbits >> shift) & ((1 << gpn) - 1)].sum(1)
-            flat[a:b] = g_cnt.sum(1) - intra[a:b]
-        else:
-            dest = table.view(-1)[idx].view(Lc * T, k)
-            dnode = dest // gpn
-            srcr = src.repeat(Lc)
-            srcn = src_node.repeat(Lc)
-            g_cnt = _distinct_sorted(dest, srcr).view(Lc, T)
-            same = dnode == srcn.unsqueeze(1)
-            intra_rows = _distinct_sorted(torch.where(same, dest, srcr.unsqueeze(1)), srcr)
-            intra[a:b] = intra_rows.view(Lc, T).sum(1)
-            flat[a:b] = (g_cnt.view(-1) - intra_rows).view(Lc, T).sum(1)
-            s, new = _distinct_sorted(dnode, srcn, counts=False)          # remote nodes, each once
-            n_cnt = new.sum(1).view(Lc, T)
-            hit = torch.zeros(Lc * T, N, dtype=torch.int64).scatter_add_(1, s, new.to(torch.int64))
-            to_node += hit.view(Lc, T, N).sum(0)
-            node_sum[a:b] = n_cnt.sum(1)
-            nodes_hist.view(-1).add_(torch.bincount((rows * N + n_cnt).view(-1), minlength=L * N))
-        gpus_hist.add_(torch.bincount((rows * P + g_cnt).view(-1), minlength=L * P))
-
-    if use_bits:
-        sets = node_sets.view(L, N, 1 << N)                                # [L, source node, set]
-        bits = ((torch.arange(1 << N).view(-1, 1) >> torch.arange(N)) & 1)   # [2**N, N]
+        bits = ((torch.arange(1 << N).view(-1, 1) >> torch.arange(N)) & 1)   # [2**N, N] nodes of each set
         size = bits.sum(1)                                                  # nodes in each set
-        node_matrix = torch.einsum("lsv,vn->sn", sets.to(torch.float64), bits.to(torch.float64))
-        per_layer_sets = sets.sum(1)                                       # [L, 2**N]
-        node_sum = per_layer_sets @ size
-        nodes_hist = torch.zeros(L, N, dtype=torch.int64).index_add_(1, size.clamp_max(N - 1), per_layer_sets)
-    else:
-        node_matrix = torch.zeros(N, N, dtype=torch.float64).index_add_(0, src_node, to_node.to(torch.float64))
+    for a in range(0, L, lc_max):
+        b = min(L, a + lc_max)
+        Lc = b - a
+        table = dispatch_table(plan, cluster, slice(a, b))                  # [Lc, E, P]
+        per_src_expert = torch.zeros(Lc * E * P, dtype=torch.int64)
+        rows = (lay_off[a:b]).view(Lc, 1)
+        chunk_off = (torch.arange(Lc, dtype=torch.int64) * E * P).view(-1, 1)
+        if use_bits:
+            # One word per (layer, expert, source): the destination GPU's bit (bits 0..31) and
+            # its node's bit (bits 32..), so one gather and one OR pass give both sets.
+            word = ((1 << table) | (1 << (32 + table // gpn))).view(-1)
+            node_sets = torch.zeros(Lc * N << N, dtype=torch.int64)        # [Lc, source node, set]
+        for t0 in range(0, T, tc_max):
+            t1 = min(T, t0 + tc_max)
+            Tc = t1 - t0
+            s_g, s_n = src[t0:t1], src_node[t0:t1]
+            # idx = ((layer * E + expert) * P + source GPU) in one fused add (ids promote from int16).
+            layer_src = (chunk_off + s_g.view(1, Tc)).to(idx_dtype).unsqueeze(-1)
+            idx = torch.add(layer_src, trace.topk_ids[a:b, t0:t1], alpha=P)   # [Lc, Tc, k]
+            per_src_expert += torch.bincount(idx.view(-1), minlength=Lc * E * P)
+            if use_bits:
+                wb = word[idx]                                             # [Lc, Tc, k]
+                w = wb[..., 0].clone()
+                for j in range(1, k):
+                    w |= wb[..., j]
+                w &= keep[t0:t1]                                           # [Lc, Tc]
+                key = ((torch.arange(Lc).view(-1, 1) * N + s_n.view(1, Tc)) << N) + (w >> 32)
+                node_sets += torch.bincount(key.view(-1), minlength=Lc * N << N)
+                gbits = w & low
+                g_cnt = popcount(gbits)                                    # [Lc, Tc]
+                intra_c = lut[(gbits >> (s_n * gpn).view(1, Tc)) & ((1 << gpn) - 1)].sum(1)
+                intra[a:b] += intra_c
+                flat[a:b] += g_cnt.sum(1) - intra_c
+            else:
+                dest = table.view(-1)[idx].view(Lc * Tc, k)
+                dnode = dest // gpn
+                srcr = s_g.repeat(Lc)
+                srcn = s_n.repeat(Lc)
+                g_cnt = _distinct_sorted(dest, srcr).view(Lc, Tc)
+                same = dnode == srcn.unsqueeze(1)
+                intra_rows = _distinct_sorted(torch.where(same, dest, srcr.unsqueeze(1)), srcr)
+                intra[a:b] += intra_rows.view(Lc, Tc).sum(1)
+                flat[a:b] += (g_cnt.view(-1) - intra_rows).view(Lc, Tc).sum(1)
+                s, new = _distinct_sorted(dnode, srcn, counts=False)      # remote nodes, each once
+                n_cnt = new.sum(1).view(Lc, Tc)
+                # (source node, remote node) pairs, each distinct remote node of a token once
+                pair = (srcn.unsqueeze(1) * N + s)[new]
+                node_pairs.index_add_(0, pair, torch.ones_like(pair))          # O(pairs), not O(N**2)
+                node_sum[a:b] += n_cnt.sum(1)
+                nodes_hist.view(-1).add_(torch.bincount((rows * N + n_cnt).view(-1), minlength=L * N))
+            gpus_hist.add_(torch.bincount((rows * P + g_cnt).view(-1), minlength=L * P))
+        if use_bits:
+            sets = node_sets.view(Lc, N, 1 << N)                           # [Lc, source node, set]
+            node_matrix += torch.einsum("lsv,vn->sn", sets.to(torch.float64), bits.to(torch.float64))
+            per_layer_sets = sets.sum(1)                                   # [Lc, 2**N]
+            node_sum[a:b] = per_layer_sets @ size
+            nodes_hist[a:b] = torch.zeros(Lc, N, dtype=torch.int64).index_add_(1, size.clamp_max(N - 1),
+                                                                              per_layer_sets)
+        # Tokens each GPU serves: the (layer, expert, source) counts sent where the table says.
+        dest_rows = table + (lay_off[a:b] * P).view(Lc, 1, 1)
+        dispatched.index_add_(0, dest_rows.view(-1), per_src_expert.to(torch.float64))
+
+    if not use_bits:
+        node_matrix = node_pairs.view(N, N).to(torch.float64)
     node_matrix = node_matrix * token_bytes
     gpus_hist = gpus_hist.view(L, P)
-    # Tokens each GPU serves: the (layer, expert, source) counts sent where the table says.
-    dispatched = torch.zeros(L * P, dtype=torch.float64)
-    dest_rows = table + (lay_off * P).view(L, 1, 1)
-    dispatched.index_add_(0, dest_rows.view(-1), per_src_expert.to(torch.float64))
     dispatched = dispatched.view(L, P)
     # in time: the slowest GPU over the best possible time (the mean on identical GPUs)
     speed = torch.tensor(cluster.gpu_speed, dtype=torch.float64)

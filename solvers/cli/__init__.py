@@ -13,7 +13,11 @@ torch), :mod:`.commands` (name -> implementation) and one module per command or 
 (:mod:`.plan`, :mod:`.score`, :mod:`.compare`, :mod:`.catalogue`, :mod:`.workloads`,
 :mod:`.bench`, :mod:`.dynamics`, :mod:`.dispatch`).
 
-Bad input prints one line on stderr and exits with status 2; never a traceback.
+Bad input prints one line on stderr and exits with status 2 (:data:`EXIT_USAGE`), whatever
+exception a reader raised on it (the line names the input); an exception the code did not
+expect is a bug: one line saying so and where to report it, status 1 (:data:`EXIT_BUG`). The
+traceback only with the global ``--debug`` (``eplb --debug plan ...``). Never a traceback
+otherwise.
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ from typing import Sequence
 
 from ..errors import EPLBError
 from . import args as _args
-from .args import EXIT_USAGE, LOADS_HELP, fail
+from .args import EXIT_BUG, EXIT_USAGE, LOADS_HELP, fail
 from .parser import SOLVER_OPTIONS_HELP, build_parser
 from .preflight import check_inputs
 
@@ -48,6 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     _args.ARGV[:] = list(sys.argv[1:] if argv is None else argv)
+    debug = _args.debug_flag(_args.ARGV)
     try:
         args = build_parser().parse_args(_args.ARGV)
         check_inputs(args)
@@ -61,9 +66,8 @@ def _main(argv: Sequence[str] | None) -> int:
             code = int(handler(args.handler)(args) or 0)
             sys.stdout.flush()                     # a closed pipe shows here, not at interpreter exit
             return code
-        except SolverBug as exc:  # not the user's fault: say so, exit 1
-            print(f"eplb: internal error: {exc}", file=sys.stderr)
-            return 1
+        except SolverBug as exc:  # not the user's fault: say so
+            return _args.report_bug(exc, debug, str(exc))
     except SystemExit as exc:
         return int(exc.code or 0) if not isinstance(exc.code, str) else fail(exc.code)
     except EPLBError as exc:
@@ -77,6 +81,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return 141                                 # 128 + SIGPIPE, what a shell reports
     except OSError as exc:
         return fail(f"{exc.filename or ''}: {exc.strerror or exc}".strip(": "))
+    except Exception as exc:  # noqa: BLE001  (the last line of defence: one line, never a traceback)
+        return _args.unexpected(exc, debug)
 
 
-__all__ = ["main", "build_parser", "LOADS_HELP", "SOLVER_OPTIONS_HELP", "EXIT_USAGE"]
+__all__ = ["main", "build_parser", "LOADS_HELP", "SOLVER_OPTIONS_HELP", "EXIT_USAGE", "EXIT_BUG"]

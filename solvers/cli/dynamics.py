@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,10 @@ from .inputs import dropped_note, read_trace_arg, write_csv
 from .parser import REPLAY_FLAGS, SIMULATE_FLAGS
 
 REPLAYS = "the simulator replays steps"
+# sweep: a period longer than any trace the generators make, and a budget beyond any transfer
+# (1e9 GB) are typos; within them every derived figure is finite.
+MAX_SWEEP_PERIOD = 1 << 24
+MAX_BUDGET_GB = 1e9
 
 
 def _replay_inputs(args: argparse.Namespace, names: tuple[str, ...]):
@@ -172,18 +177,25 @@ def _floats(text: str | None, name: str, allow_plain: bool = False) -> list[Any]
             out.append(None)
             continue
         try:
-            out.append(float(part))
+            value = float(part)
         except ValueError:
-            raise OptionError(name, f"must be comma-separated numbers, got {part!r}") from None
+            raise OptionError(name, f"must be comma-separated numbers, got {part[:40]!r}") from None
+        if not math.isfinite(value):
+            raise OptionError(name, f"must be finite numbers, got {part!r}")
+        out.append(value)
     return out
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     _, loads, shape, base = _replay_inputs(args, REPLAY_FLAGS)
     nbytes = base.expert_bytes
-    periods = [int(p) for p in _floats(args.periods, "periods")]
-    if any(p < 1 for p in periods):
-        raise OptionError("periods", f"must be integers >= 1, got {args.periods!r}")
+    periods = _floats(args.periods, "periods")
+    if any(not p.is_integer() or not 1 <= p <= MAX_SWEEP_PERIOD for p in periods):
+        raise OptionError("periods", f"must be whole numbers of steps in [1, {MAX_SWEEP_PERIOD}], "
+                                     f"got {args.periods[:80]!r}")
+    periods = [int(p) for p in periods]
+    if args.budget_gb is not None and not 0 <= args.budget_gb <= MAX_BUDGET_GB:
+        raise OptionError("budget_gb", f"must be in [0, {MAX_BUDGET_GB:g}] GB, got {args.budget_gb!r}")
     rows = sweep(loads, base, periods=periods, thresholds=_floats(args.thresholds, "thresholds"),
                  slacks=_floats(args.slacks, "slacks", allow_plain=True) or [None],
                  stall_aware=bool(nbytes) and not args.no_stall_aware and bool(periods),

@@ -54,6 +54,9 @@ def previous_plan(args: argparse.Namespace, loads: Loads, problem: Problem, keep
     if not args.previous:
         return None, None, problem, ""
     previous, shape, _ = read_any_plan(args.previous, loads, "previous")
+    if shape and shape.get("num_gpus", problem.num_gpus) != problem.num_gpus:   # as the library refuses it
+        raise OptionError("previous", f"{args.previous} is a plan for {shape['num_gpus']} GPUs, the cluster has "
+                                      f"{problem.num_gpus}")
     note = ""
     recorded = (shape or {}).get("gpu_speed")
     if (keep_speeds and recorded and getattr(args, "gpu_speed", None) is None and problem.cluster.uniform_speed

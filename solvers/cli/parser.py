@@ -23,6 +23,9 @@ SOLVER_OPTIONS_HELP = ("solver options: every solver declares its options (type,
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="eplb", description="Expert-parallel load balancing workbench.")
     parser.add_argument("--version", action="version", version=f"eplb {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="on an internal error (a bug), print the full traceback as well (before the command: "
+                             "eplb --debug plan ...)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     for add in (add_plan, add_score, add_compare, add_solvers, add_generate, add_convert, add_datasets,
@@ -86,9 +89,11 @@ def add_score(sub) -> None:
     s.add_argument("--expert-bytes", type=expert_bytes_arg, default=None,
                    help="bytes per expert, for moves in bytes and transfer times (default: --model's)")
     s.add_argument("--model", default=None, help="engine maps: model preset for the expert groups")
-    s.add_argument("--gpus", type=int, default=None, help="engine maps without GPUs (SGLang, TensorRT-LLM): GPUs P")
-    s.add_argument("--nodes", type=int, default=1, help="engine maps: nodes N (default 1)")
-    s.add_argument("--groups", type=int, default=None, help="engine maps: expert groups G (default 1)")
+    s.add_argument("--gpus", type=int, default=None,
+                   help="engine maps without GPUs (SGLang, TensorRT-LLM): GPUs P (a plan file's own count; one that "
+                        "contradicts it is refused)")
+    s.add_argument("--nodes", type=int, default=None, help="engine maps: nodes N (default 1; as --gpus)")
+    s.add_argument("--groups", type=int, default=None, help="engine maps: expert groups G (default 1; as --gpus)")
     add_real_cluster_args(s)
     s.add_argument("--per-gpu", action="store_true", help="also print every GPU's load / mean over the layers (mean, worst, hottest count) and each layer's hottest and coolest GPUs (and the same in time, with speeds); --json has the full [layers, GPUs] loads")
     add_network_args(s)
@@ -171,7 +176,9 @@ def add_routing(sub) -> None:
     actions.required = True
     gen = actions.add_parser("generate", help="draw a synthetic per-token routing trace for a model preset")
     gen.add_argument("input", metavar="MODEL", help=f"model preset: {', '.join(MODELS)}")
-    gen.add_argument("--tokens", type=int, default=3072, help="tokens (default 3072)")
+    gen.add_argument("--tokens", type=int, default=3072,
+                     help="tokens (default 3072; at most 4194304, and what the 1 GiB working-memory budget "
+                          "holds: about 500000 for deepseek-v3)")
     gen.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     gen.add_argument("--set", action="append", type=key_value, metavar="KEY=VALUE",
                      help="generator parameter, repeatable (e.g. --set topic_bias=3)")
@@ -320,14 +327,17 @@ def add_simulate(sub) -> None:
 def add_sweep(sub) -> None:
     w = sub.add_parser("sweep", help="simulate many rebalancing settings: bytes moved against imbalance")
     _add_replay(w)
-    w.add_argument("--periods", default="10,25,50", help="comma-separated periods (default 10,25,50)")
+    w.add_argument("--periods", default="10,25,50", help="comma-separated periods, whole steps in [1, 16777216] "
+                   "(default 10,25,50)")
     w.add_argument("--thresholds", default=None, help="comma-separated imbalance thresholds")
     w.add_argument("--slacks", default="plain,0,0.01,0.03",
                    help="comma-separated migration slacks, 'plain' = plain re-planning (default plain,0,0.01,0.03)")
     w.add_argument("--no-stall-aware", action="store_true",
                    help="no stall-aware row (by default one per slack, checked at the smallest period, when the "
                         "expert size is known)")
-    w.add_argument("--budget-gb", type=float, default=None, help="suggest the best setting within this many GB")
+    w.add_argument("--budget-gb", type=float, default=None,
+                   help="suggest the best setting within this many GB (in [0, 1e9]; replicas moved when the expert "
+                        "size is unknown)")
     w.set_defaults(handler="sweep")
 
 

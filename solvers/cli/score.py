@@ -15,7 +15,7 @@ from ..workloads.exporters import live_map
 from ..cluster import get_model
 from ..cluster_text import cluster_from_args
 from .routing import routing_arg, token_bytes_arg
-from .args import network_from_args, real_cluster_kwargs
+from .args import check_against_plan, network_from_args, real_cluster_kwargs
 from ..io import read_loads
 from .inputs import dropped_note, format_metrics, read_any_plan, read_previous
 
@@ -55,6 +55,7 @@ def per_gpu_summary(gpu_load: torch.Tensor, num_nodes: int, top: int = 3) -> str
 def cmd_score(args: argparse.Namespace) -> int:
     info = read_loads(args.loads)
     plan, shape, doc = read_any_plan(args.plan, info)
+    check_against_plan(args, shape, args.plan)
     if shape is not None and "num_replicas" in shape:
         if (shape["num_layers"], shape["num_experts"]) != (info.num_layers, info.num_experts):
             raise OptionError("loads", f"{args.loads} has shape ({info.num_layers}, {info.num_experts}) (MoE layers, "
@@ -71,11 +72,13 @@ def cmd_score(args: argparse.Namespace) -> int:
         if plan.num_layers != info.num_layers:
             raise LoadFileError("plan", f"{args.plan} has {plan.num_layers} layers, the loads {info.num_layers}")
         real = real_cluster_kwargs(args)
+        if real["gpu_slots"] is None and (shape or {}).get("gpu_slots") is not None:
+            real["gpu_slots"] = shape["gpu_slots"]          # a CSV's gpu column: the slot map it was made for
         slots = plan.num_replicas
         if real.get("failed") and real["gpu_slots"] is None and slots % gpus == 0:
             # an engine map padded for failed ranks (docs/formats.md): their slots serve nothing
             plan = live_map(plan, gpus, real["failed"])
-        c = cluster_from_args(info.num_experts, model=args.model, groups=args.groups, nodes=args.nodes, gpus=gpus,
+        c = cluster_from_args(info.num_experts, model=args.model, groups=args.groups, nodes=args.nodes or 1, gpus=gpus,
                               replicas=None if real["gpu_slots"] is not None else slots, **real)
         problem = Problem(info.weights, cluster=c.cluster, num_groups=c.num_groups)
     network = network_from_args(args)                       # checked before any work

@@ -30,9 +30,16 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from ..cluster import MODELS, ModelPreset, get_model
+from ..cluster import MAX_REPLICAS, MODELS, ModelPreset, get_model
 from ..errors import OptionError
+from ..memory import rows_per_chunk
 from .trace import RoutingTrace
+
+
+# Hard bounds on the integer parameters; below them the working-memory budget decides
+# (:func:`generation_bytes`): a trace of T tokens x L layers x top-k is 2 T L k bytes and more.
+MAX_TOKENS = 1 << 22
+MAX_TOPICS = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -59,8 +66,11 @@ class RoutingSpec:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 raise OptionError(name, f"must be an integer >= {low}, got {v!r}")
-        if self.num_tokens > 1 << 22:
-            raise OptionError("num_tokens", f"must be <= {1 << 22}, got {self.num_tokens}")
+        for name, high in (("num_tokens", MAX_TOKENS), ("num_topics", MAX_TOPICS), ("request_tokens", MAX_TOKENS),
+                           ("num_ranks", MAX_REPLICAS), ("topic_experts", MAX_REPLICAS), ("communities", MAX_REPLICAS),
+                           ("topic_communities", MAX_REPLICAS)):
+            if getattr(self, name) > high:
+                raise OptionError(name, f"must be <= {high}, got {getattr(self, name)}")
         for name in ("topic_bias", "popularity", "drift"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 100:
@@ -104,6 +114,16 @@ def generate_routing(model: str | ModelPreset = "deepseek-v3", seed: int = 0, sp
     if limit and limit * (E // G) < k:
         raise OptionError("group_limit", f"{limit} groups of {E // G} experts cannot hold top-{k}")
     ranks = spec.num_ranks or preset.default_cluster().num_gpus
+    # Sized before anything is drawn: the trace itself (its ids, and the copies saving makes),
+    # the per-topic tables [L, C, E] and the request walk [requests, C]; the per-layer scores
+    # go in blocks of tokens that fit what is left.
+    id_bytes = 2 if E <= 1 << 15 else 4
+    n_req_max = T // spec.request_tokens * 4 + 16
+    fixed = 2 * L * T * k * id_bytes + 29 * L * C * E + 4 * 8 * n_req_max * C + 16 * T
+    what = f"a routing trace of {T} tokens x {L} layers x top-{k} with {C} topics"
+    param = "num_topics" if 29 * L * C * E + 32 * n_req_max * C > 2 * L * T * k * id_bytes else "num_tokens"
+    hint = "use fewer topics" if param == "num_topics" else "use fewer tokens (--tokens)"
+    block = rows_per_chunk(28 * E, T, param, what, hint, fixed_bytes=fixed)
     rng = np.random.default_rng(seed)
 
     base = (spec.popularity * rng.standard_normal((L, E))).astype(np.float32)          # [L, E]
@@ -134,18 +154,22 @@ def generate_routing(model: str | ModelPreset = "deepseek-v3", seed: int = 0, sp
     source = np.repeat(rank_of_req, lengths)[:T].astype(np.int32)
 
     ids = torch.empty(L, T, k, dtype=torch.int16 if E <= 1 << 15 else torch.int32)
-    for layer in range(L):                     # one [T, E] score matrix at a time (memory)
-        scores = base[layer][None, :] + favour[layer][topic] + _gumbel(rng, (T, E))   # [T, E]
-        s = torch.from_numpy(scores)
-        if limit:
-            grouped = s.view(T, G, E // G)
-            group_score = grouped.topk(min(2, E // G), dim=-1).values.sum(-1)         # [T, G]
-            keep = group_score.topk(limit, dim=-1).indices
-            mask = torch.ones(T, G, dtype=torch.bool).scatter_(1, keep, False)
-            s = grouped.masked_fill(mask.unsqueeze(-1), float("-inf")).view(T, E)
-        # A token's experts as a set, ascending: the order of a top-k carries no meaning for
-        # placement or traffic, and sorted rows compress better (the shipped file stays small).
-        ids[layer] = s.topk(k, dim=-1).indices.sort(-1).values.to(ids.dtype)
+    for layer in range(L):                     # one [block, E] score matrix at a time (memory)
+        # Blocks of tokens draw the same Gumbel stream as one [T, E] draw (numpy fills in order).
+        for t0 in range(0, T, block):
+            t1 = min(T, t0 + block)
+            n = t1 - t0
+            scores = base[layer][None, :] + favour[layer][topic[t0:t1]] + _gumbel(rng, (n, E))   # [n, E]
+            s = torch.from_numpy(scores)
+            if limit:
+                grouped = s.view(n, G, E // G)
+                group_score = grouped.topk(min(2, E // G), dim=-1).values.sum(-1)         # [n, G]
+                keep = group_score.topk(limit, dim=-1).indices
+                mask = torch.ones(n, G, dtype=torch.bool).scatter_(1, keep, False)
+                s = grouped.masked_fill(mask.unsqueeze(-1), float("-inf")).view(n, E)
+            # A token's experts as a set, ascending: the order of a top-k carries no meaning for
+            # placement or traffic, and sorted rows compress better (the shipped file stays small).
+            ids[layer, t0:t1] = s.topk(k, dim=-1).indices.sort(-1).values.to(ids.dtype)
     meta = {"model": model, "model_name": preset.name, "generator": "routing", "seed": seed,
             "num_groups": G, "top_k": k, "group_limit": limit, **asdict(spec)}
     return RoutingTrace(ids, E, torch.from_numpy(source), ranks, meta)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import OptionError
+from ..memory import check_bytes, work_bytes
 from ..heuristics.common import expand_items, pack_loads, replicate_counts
 from ..heuristics.packing import kk_pack, local_search, lpt_pack
 from ..options import Option, SolverOptions
@@ -97,6 +98,19 @@ def incidence(routing: RoutingTrace, max_tokens: int) -> tuple[torch.Tensor, tor
     X = torch.zeros(L, take.numel(), routing.num_experts, dtype=torch.float32)
     X.scatter_(2, ids, 1.0)
     return ids, X
+
+
+def check_search_memory(num_layers: int, num_tokens: int, top_k: int, num_experts: int, num_nodes: int,
+                        max_tokens: int) -> None:
+    """Refuse (``max_tokens``, one line) a search whose token tensors exceed the working-memory
+    budget (:mod:`solvers.memory`): per layer and sampled token the incidence X and its copies
+    (three [E] float32 rows), the ids, the node counts and the swap statistics ([k, 2N])."""
+    cell = 12 * num_experts + 24 * top_k + 16 * num_nodes + 16 * top_k * num_nodes
+    tokens = min(num_tokens, max_tokens)
+    fit = work_bytes() // max(num_layers * cell, 1)
+    check_bytes("max_tokens", num_layers * tokens * cell,
+                f"the search over {tokens} tokens x {num_layers} layers x {num_experts} experts",
+                f"use -O max_tokens={max(16, fit)} or less")
 
 
 def node_counts(ids: torch.Tensor, inc: torch.Tensor, node: torch.Tensor, num_nodes: int) -> torch.Tensor:
@@ -629,6 +643,7 @@ def _solve_traffic_aware(problem: Problem, opts: SolverOptions) -> SolverOutput:
     routing = check_routing(problem, opts.routing)
     L, E = problem.num_layers, problem.num_experts
     N, P, R = problem.num_nodes, problem.num_gpus, problem.num_replicas
+    check_search_memory(L, routing.num_tokens, routing.top_k, E, N, opts.max_tokens)   # before any work
     cluster = problem.cluster
     nodes = Nodes.of(cluster)
     weight = problem.weights.to("cpu", torch.float64)

@@ -375,18 +375,29 @@ def read_plan_for_loads(path: str | Path, num_layers: int, num_experts: int,
     dropped = max(plan.num_layers - num_layers, 0)
     if dropped:
         plan = Plan.from_phy2log(plan.phy2log[-num_layers:], num_experts)
-    shape = {"num_gpus": _csv_gpus(path)} if fmt == "csv" else None
+    shape = _csv_shape(path) if fmt == "csv" else None
     return plan, shape, {"solver": f"{fmt} export"}, dropped      # an engine map records no policy
 
 
-def _csv_gpus(path: Path) -> int:
+def _csv_shape(path: Path) -> dict[str, Any]:
+    """``{"num_gpus": P}`` of a plan CSV's ``gpu`` column (0 without one), with ``gpu_slots``
+    (the slots of every GPU, 0: failed) when GPUs hold different slot counts: the column is
+    the cluster's slot map, so a plan scored back is scored on the GPUs it was made for."""
     data = _plan_csv(path)
     if "gpu" not in (data.dtype.names or ()):
-        return 0
+        return {"num_gpus": 0}
     gpus = int(data["gpu"].max()) + 1
-    if not 1 <= gpus <= data.size:           # every GPU holds at least one of the rows' slots
-        raise _fail(path, f"gpu ids must be in [0, {data.size}) (one per slot at most), got up to {gpus - 1}")
-    return gpus
+    if not 1 <= gpus <= data.size or int(data["gpu"].min()) < 0:   # every GPU holds one of the rows' slots
+        raise _fail(path, f"gpu ids must be in [0, {data.size}) (one per slot at most), got "
+                    f"{int(data['gpu'].min())}..{gpus - 1}")
+    L, R = int(data["layer"].max()) + 1, int(data["slot"].max()) + 1
+    slot_gpu = np.full((L, R), -1, dtype=np.int64)
+    slot_gpu[data["layer"], data["slot"]] = data["gpu"]                 # [L, R]; the rows were checked
+    if (slot_gpu != slot_gpu[:1]).any() or (np.diff(slot_gpu[0]) < 0).any():
+        raise _fail(path, "the gpu column must give every layer the same slot map, each GPU's slots in a row")
+    counts = np.bincount(slot_gpu[0], minlength=gpus)
+    uniform = (counts == counts[0]).all()
+    return {"num_gpus": gpus} if uniform else {"num_gpus": gpus, "gpu_slots": counts.tolist()}
 
 
 # ---------------------------------------------------------------------------------------
