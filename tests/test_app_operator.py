@@ -179,7 +179,7 @@ def test_5_exact_solver_reports_message_returned_layers_reason_and_proof():
     _clean(at)
     report = next(b.value for b in [*at.warning, *at.info] if "Returned:" in b.value)
     assert "58 layer(s) time_limit" in report                              # the library's message
-    assert "layer(s) warm start" in report and "Why, on" in report and "model too large" in report
+    assert "layer(s) warm start" in report and "Why, on" in report and "model not built in time" in report
     assert "Proven: 0 of 58 layer(s)" in report and "Mixtral-8x7B" in report
 
 
