@@ -71,9 +71,10 @@ def color_for(index: int) -> str:
     return PALETTE[index % len(PALETTE)]
 
 
-# Twenty distinct colours: one per registered solver (15 today), none shared.
+# Thirty distinct colours: one per registered solver (21 today), none shared.
 SOLVER_PALETTE = PALETTE + ("#393b79", "#e7969c", "#637939", "#ad494a", "#3182bd", "#fd8d3c", "#31a354",
-                            "#756bb1", "#636363", "#843c39")
+                            "#756bb1", "#636363", "#843c39", "#6baed6", "#fdae6b", "#74c476", "#9e9ac8",
+                            "#bcbddc", "#e6550d", "#a1d99b", "#de9ed6", "#7b4173", "#8c6d31")
 # Metric kinds of the gap chart (not solvers: solver colours mean a solver everywhere).
 KIND_COLORS = {"in sample": "#3b4a6b", "held out": "#c98b2b"}
 # Replica counts of the per-GPU bars: 1, 2, 3, 4 and more.

@@ -1,4 +1,4 @@
-"""Hostile input, round three: the routing readers, list arguments and writers (issue 40).
+"""Hostile input, round three: the routing readers, list arguments and writers (docs/robustness.md).
 
 Builds each hostile file in a temporary directory, runs ``eplb`` on it in a child process
 (a time limit, peak RSS read from ``wait4``) and judges the promise: exit 2 with one

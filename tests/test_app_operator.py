@@ -373,7 +373,8 @@ def _err(capsys) -> str:
 def test_11_cli_messages(tmp_path, capsys):
     junk = tmp_path / "junk.pt"
     junk.write_bytes(bytes(range(7, 250)))
-    assert cli(["score", "--loads", str(junk), "--plan", "x.json"]) == 2
+    (tmp_path / "x.json").write_text("{}")               # the plan exists: the loads are what is refused
+    assert cli(["score", "--loads", str(junk), "--plan", str(tmp_path / "x.json")]) == 2
     assert "not a torch file" in _err(capsys)
     assert cli(["simulate", "--loads", "deepseek-v3-skewed@30:40", "--model", "deepseek-v3", "--every", "4"]) == 2
     assert "the window 30:40 selects no step: the trace has 24 steps (0..23)" in _err(capsys)

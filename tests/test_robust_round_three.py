@@ -1,4 +1,4 @@
-"""Hostile input, round three (issue 40): the routing readers, list arguments and writers
+"""Hostile input, round three (docs/robustness.md): the routing readers, list arguments and writers
 share the boundary's checks. Unit checks of the pickle scan, the build budget, the list
 parser and the writers here; the hostile files themselves are the cases of
 ``benchmarks/hostile_round_three.py``, run in child processes whose peak RSS (from
