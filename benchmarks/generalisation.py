@@ -7,9 +7,11 @@ each of the next ``score`` steps (``solvers.score(..., tokens=steps)``: per laye
 steps of the busiest GPU's load over the sum of the mean, averaged over layers; lower is
 better, 1 is perfect). Global policy, one torch thread.
 
-Seeds. ``REPORT_SEEDS`` are the figures reported (docs/notes/2026-11-29-generalisation.md);
-they were never run while any planner here was developed. Development used ``DEV_SEEDS``
-(``--dev``). The shipped traces enter through their catalog generator with these seeds (the
+Seeds. ``REPORT_SEEDS`` are the figures reported (docs/notes/2026-11-29-generalisation.md):
+2000-2002, run once after ``backtest``'s defaults were frozen a second time (confidence 1.5),
+never run while any planner here was developed. ``FIRST_REPORT_SEEDS`` (1000-1002) were the
+first report's; they are kept for comparison only (``--seeds 1000,1001,1002``) and were not used
+to tune. Development used ``DEV_SEEDS`` (``--dev``; 103-105 too, through ``--seeds``). The shipped traces enter through their catalog generator with these seeds (the
 shipped files themselves are seed 0, which earlier planners were tuned on, so they are left out).
 
 Report per planner: mean and worst held-out imbalance over every (setting, seed) trace,
@@ -49,7 +51,8 @@ from solvers.workloads.generators import generate
 from . import flashlb_style
 from .report import verdict
 
-REPORT_SEEDS = (1000, 1001, 1002)
+REPORT_SEEDS = (2000, 2001, 2002)
+FIRST_REPORT_SEEDS = (1000, 1001, 1002)
 DEV_SEEDS = (101, 102)
 
 
