@@ -257,8 +257,9 @@ def report(rows: list[dict], mine: str = "backtest", ref: str = "flashlb-style")
     per_setting = {s: {c: statistics.fmean(v[c] for (n, _), v in trace.items() if n == s) for c in cols}
                    for s in names}
     lines = ["| planner | mean | worst | regret mean | regret worst | setting regret mean | setting regret worst "
-             f"| vs {ref} (traces) win / tie / loss | vs {ref} (settings) win / loss | in-sample mean |",
-             "|---" * 10 + "|"]
+             f"| vs {ref} (traces) win / tie / loss | vs {ref} (settings) win / loss "
+             "| settings > 0.2 % above greedy | in-sample mean |",
+             "|---" * 11 + "|"]
     inside = {}
     for r in rows:
         if (r["setting"], r["seed"]) in trace and "in_sample" in r:
@@ -271,9 +272,10 @@ def report(rows: list[dict], mine: str = "backtest", ref: str = "flashlb-style")
         lo = sum(v[c] > v[ref] + 1e-9 for v in trace.values())
         sw = sum(m[c] < m[ref] - 1e-9 for m in per_setting.values())
         sl = sum(m[c] > m[ref] + 1e-9 for m in per_setting.values())
+        over = sum(m[c] > 1.002 * m["greedy"] for m in per_setting.values()) if "greedy" in cols else "-"
         lines.append(f"| {c} | {statistics.fmean(vals):.4f} | {max(vals):.4f} | {100 * statistics.fmean(reg):.2f} % "
                      f"| {100 * max(reg):.2f} % | {100 * statistics.fmean(sreg):.2f} % | {100 * max(sreg):.2f} % "
-                     f"| {w} / {len(vals) - w - lo} / {lo} | {sw} / {sl} "
+                     f"| {w} / {len(vals) - w - lo} / {lo} | {sw} / {sl} | {over} "
                      f"| {statistics.fmean(inside[c]) if inside.get(c) else math.nan:.4f} |")
     lines += ["", "| setting | seeds | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|"]
     for s, m in per_setting.items():

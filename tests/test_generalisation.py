@@ -53,6 +53,9 @@ def test_report_regret_and_wins_against_the_reference():
     table, fails = generalisation.report(rows)
     line = next(x for x in table.splitlines() if x.startswith("| backtest |"))
     assert "| 0.98 % |" in line and "| 0 / 0 / 1 |" in line       # 1.03 / 1.02 - 1; one loss
+    assert "| 0 / 1 | 0 |" in line                                   # 1.03 < 1.002 x the greedy's 1.10
+    ewma = next(x for x in table.splitlines() if x.startswith("| ewma |"))
+    assert "| 0 / 1 | 1 |" in ewma                                   # 1.20 > 1.002 x 1.10
     assert any("backtest 1.0300 > flashlb-style 1.0200" in f for f in fails)
 
 
