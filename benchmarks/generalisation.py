@@ -7,9 +7,11 @@ each of the next ``score`` steps (``solvers.score(..., tokens=steps)``: per laye
 steps of the busiest GPU's load over the sum of the mean, averaged over layers; lower is
 better, 1 is perfect). Global policy, one torch thread.
 
-Seeds. ``REPORT_SEEDS`` are the figures reported (docs/notes/2026-11-29-generalisation.md);
-they were never run while any planner here was developed. Development used ``DEV_SEEDS``
-(``--dev``). The shipped traces enter through their catalog generator with these seeds (the
+Seeds. ``REPORT_SEEDS`` are the figures reported (docs/notes/2026-11-29-generalisation.md):
+2000-2002, run once after ``backtest``'s defaults were frozen a second time (confidence 1.5),
+never run while any planner here was developed. ``FIRST_REPORT_SEEDS`` (1000-1002) were the
+first report's; they are kept for comparison only (``--seeds 1000,1001,1002``) and were not used
+to tune. Development used ``DEV_SEEDS`` (``--dev``; 103-105 too, through ``--seeds``). The shipped traces enter through their catalog generator with these seeds (the
 shipped files themselves are seed 0, which earlier planners were tuned on, so they are left out).
 
 Report per planner: mean and worst held-out imbalance over every (setting, seed) trace,
@@ -49,7 +51,8 @@ from solvers.workloads.generators import generate
 from . import flashlb_style
 from .report import verdict
 
-REPORT_SEEDS = (1000, 1001, 1002)
+REPORT_SEEDS = (2000, 2001, 2002)
+FIRST_REPORT_SEEDS = (1000, 1001, 1002)
 DEV_SEEDS = (101, 102)
 
 
@@ -254,8 +257,9 @@ def report(rows: list[dict], mine: str = "backtest", ref: str = "flashlb-style")
     per_setting = {s: {c: statistics.fmean(v[c] for (n, _), v in trace.items() if n == s) for c in cols}
                    for s in names}
     lines = ["| planner | mean | worst | regret mean | regret worst | setting regret mean | setting regret worst "
-             f"| vs {ref} (traces) win / tie / loss | vs {ref} (settings) win / loss | in-sample mean |",
-             "|---" * 10 + "|"]
+             f"| vs {ref} (traces) win / tie / loss | vs {ref} (settings) win / loss "
+             "| settings > 0.2 % above greedy | in-sample mean |",
+             "|---" * 11 + "|"]
     inside = {}
     for r in rows:
         if (r["setting"], r["seed"]) in trace and "in_sample" in r:
@@ -268,9 +272,10 @@ def report(rows: list[dict], mine: str = "backtest", ref: str = "flashlb-style")
         lo = sum(v[c] > v[ref] + 1e-9 for v in trace.values())
         sw = sum(m[c] < m[ref] - 1e-9 for m in per_setting.values())
         sl = sum(m[c] > m[ref] + 1e-9 for m in per_setting.values())
+        over = sum(m[c] > 1.002 * m["greedy"] for m in per_setting.values()) if "greedy" in cols else "-"
         lines.append(f"| {c} | {statistics.fmean(vals):.4f} | {max(vals):.4f} | {100 * statistics.fmean(reg):.2f} % "
                      f"| {100 * max(reg):.2f} % | {100 * statistics.fmean(sreg):.2f} % | {100 * max(sreg):.2f} % "
-                     f"| {w} / {len(vals) - w - lo} / {lo} | {sw} / {sl} "
+                     f"| {w} / {len(vals) - w - lo} / {lo} | {sw} / {sl} | {over} "
                      f"| {statistics.fmean(inside[c]) if inside.get(c) else math.nan:.4f} |")
     lines += ["", "| setting | seeds | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|"]
     for s, m in per_setting.items():

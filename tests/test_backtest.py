@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from solvers import OptionError, Problem, solve
-from solvers.dynamics.backtest import CANDIDATES, choose, fold_layout, gain_t
+from solvers.dynamics.backtest import CANDIDATES, DEFAULT_CONFIDENCE, choose, fold_layout, gain_t
 
 
 def _ramp(W=16, L=4, E=16, seed=0):
@@ -66,11 +66,23 @@ def test_choose_keeps_the_incumbent_unless_its_gain_is_significant():
     assert (i, rule) == (0, "incumbent") and eligible.tolist() == [True, False, False]
 
 
+def test_default_confidence_keeps_the_incumbent_on_a_gain_at_t_between_1_and_it():
+    # the candidate gains 0.75 % on the mean but scatters: t = 1.19, between 1 and the default 1.5
+    gain = torch.tensor([0.02, -0.01, 0.03, 0.0, 0.01, -0.005], dtype=torch.float64)
+    pairs = torch.stack([torch.full((6,), 1.10, dtype=torch.float64), 1.10 - gain])
+    t = float(gain_t(pairs, 0)[1])
+    assert 1.0 < t < DEFAULT_CONFIDENCE == 1.5
+    scores = pairs.view(2, 3, 2).mean(2)
+    assert choose(scores, 0.001, DEFAULT_CONFIDENCE, incumbent=0, pairs=pairs)[:2] == (0, "incumbent")
+    assert choose(scores, 0.001, 1.0, incumbent=0, pairs=pairs)[0] == 1
+
+
 def test_picks_the_estimator_that_wins_the_folds():
     hist = _ramp()
     p = Problem(hist.sum(0), 20, 1, 1, 4)
     res = solve(p, "backtest", history=hist, candidates="greedy,risk", incumbent="greedy")
-    assert res.info["chosen"] == "risk" and res.info["rule"] == "mean" and res.info["gain_t"]["risk"] > 1
+    assert res.info["chosen"] == "risk" and res.info["rule"] == "mean"
+    assert res.info["gain_t"]["risk"] >= res.info["confidence"] == DEFAULT_CONFIDENCE
     assert res.info["mean_regret"]["risk"] == 0.0 < res.info["mean_regret"]["greedy"]
     # the plan is the chosen candidate's on the whole window
     direct = solve(p, "risk_aware", history=hist)
