@@ -13,7 +13,7 @@ from solvers import Problem, solve
 from solvers import backends
 from solvers.exact.milp import _cbc_log, printed_floor
 from solvers.exact.model import LayerModel, LayerResult
-from solvers.exact.scaling import certified, scale_exponent, scaled_layer, unscaled_result
+from solvers.exact.scaling import certified, reference_load, scale_exponent, scaled_layer, unscaled_result
 from solvers.tolerances import BOUND_RTOL, SCALED_LOAD_TARGET
 
 AVAILABLE = {"cpsat": backends.cpsat_available, "highs": backends.highs_available, "cbc": backends.cbc_available}
@@ -99,9 +99,11 @@ def test_scaling_is_exact_and_well_conditioned(scale):
     lm = _layer(np.array([37.0, 11.0, 52.0, 8.0]) * scale)
     k = scale_exponent(lm)
     s = scaled_layer(lm, k)
-    ref = max(s.w.sum() / s.num_gpus, s.w.max())
+    ref = reference_load(s)                                      # in time: loads over speeds
     assert SCALED_LOAD_TARGET <= ref < 2 * SCALED_LOAD_TARGET
-    assert np.array_equal(np.ldexp(s.w, -k), lm.w)                        # power of two: exact both ways
+    # powers of two, exact both ways: loads and speeds each scaled (speeds into [0.5, 1))
+    _, js = math.frexp(float(lm.speed.max()))
+    assert np.array_equal(np.ldexp(s.w, js - k), lm.w) and np.array_equal(np.ldexp(s.speed, js), lm.speed)
     back = unscaled_result(LayerResult("optimal", bound=s.lb, objective=s.ub), k)
     assert back.bound <= lm.lb and back.bound >= lm.lb * (1 - 1e-15)
     assert back.objective == lm.ub

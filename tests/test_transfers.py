@@ -172,19 +172,20 @@ def test_lower_bounds_by_hand():
     # intra copies take 1 s, inter 4 s. GPU 0 (node 0) sends two copies to GPU 1 (intra) and
     # one to GPU 3 (inter); GPU 2 (node 1) sends two to GPU 1 (inter). GPU 1 receives
     # 2 x 1 + 2 x 4 = 10 s; 2 rounds hold inter copies, 2 more the intra ones: 10 s.
-    net = Network(4.0, 1.0)
+    # (4 MB experts over 4 MB/s and 1 MB/s links: bandwidths stay in their documented range)
+    net, nbytes = Network(4e6, 1e6), 4_000_000
     cand = np.zeros((5, 4), dtype=bool)
     cand[:3, 0] = True
     cand[3:, 2] = True
     copies = Copies(np.zeros(5, dtype=np.int64), np.arange(5), np.array([1, 1, 3, 1, 1]), cand, 4, 2)
     src = np.array([0, 0, 0, 2, 2])
-    b = lower_bounds(copies, src, links_of(copies, src), net, 4)
+    b = lower_bounds(copies, src, links_of(copies, src), net, nbytes)
     assert b["load"] == pytest.approx(10.0)
     assert b["rounds"] == pytest.approx(10.0)
-    sched = schedule_copies(copies, net, 4)
+    sched = schedule_copies(copies, net, nbytes)
     check_schedule(sched)
     assert sched.makespan == pytest.approx(10.0)
-    assert brute_force(copies, net, 4) == pytest.approx(10.0)
+    assert brute_force(copies, net, nbytes) == pytest.approx(10.0)
 
 
 def test_holder_bound_counts_copies_that_must_leave_few_gpus():
@@ -195,6 +196,6 @@ def test_holder_bound_counts_copies_that_must_leave_few_gpus():
     cand[3:, :2] = True                     # 4 more held by GPUs 0 and 1: 7 copies leave 2 GPUs
     assert _holder_bound(cand) == 4
     copies = Copies(np.zeros(7, dtype=np.int64), np.arange(7), np.array([2, 3, 2, 3, 2, 3, 2]), cand, 4, 4)
-    net = Network(1.0, 1.0)
-    sched = schedule_copies(copies, net, 1)
+    net = Network(1e6, 1e6)
+    sched = schedule_copies(copies, net, 1_000_000)
     assert sched.bounds["any_source"] >= 4.0 and sched.makespan >= sched.bounds["any_source"]
