@@ -111,3 +111,18 @@ def test_a_replan_inside_simulate_is_the_plan_it_makes_on_its_own(solver, slack)
         plan = new
     plain = simulate(loads, cluster=CLUSTER, num_groups=8, solver=solver, every=every)
     assert res.totals()["total_moves"] < plain.totals()["total_moves"]
+
+
+def test_a_one_step_window_plans_as_eplb_plan_does():
+    """simulate with --window 1 gives the planner no history, as `eplb plan` and `eplb compare`
+    do on one step (solvers.solver_call.history_of): the same plan from the same step."""
+    loads = _drift(T=12)
+    res = simulate(loads, cluster=CLUSTER, num_groups=8, solver="risk_aware", every=3, window=1)
+    shape = dict(cluster=CLUSTER, num_groups=8)
+    starts = [res.first_step] + [r["step"] for r in res.rebalances]          # 1, then every 3 steps
+    assert starts == [1, 4, 7, 10]
+    for t in range(1, 12):
+        made = max(s for s in starts if s <= t)              # the plan in force: made at the last (re)plan
+        plan = solve(Problem(loads[made - 1:made].sum(0), **shape), "risk_aware").plan
+        assert math.isclose(float(res.imbalance[t]), score(Problem(loads[t], **shape), plan).imbalance_mean,
+                            rel_tol=1e-12), t

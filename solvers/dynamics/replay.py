@@ -268,7 +268,9 @@ def simulate(loads: Any, settings: Settings | None = None, *, cluster: Cluster |
     def plan_at(t: int, current: Plan | None) -> tuple[Plan, dict[str, Any]]:
         hist = loads[t - window:t]
         problem = problem0.with_weights(hist.sum(0))
-        step_opts = dataclasses.replace(opts, history=hist) if takes_history else opts
+        # the rule of every front end (solvers.solver_call.history_of): a one-step window is no
+        # history, so `eplb plan` on the same step makes the same plan
+        step_opts = dataclasses.replace(opts, history=hist) if takes_history and window > 1 else opts
         began = time.perf_counter()
         if current is not None and migration_opts is not None:
             out = run(problem, "migration", dataclasses.replace(migration_opts, current=current, base_options=step_opts,
