@@ -18,6 +18,7 @@ import torch
 
 from .plan import Plan
 from .scoring import Score
+from .tolerances import ROUNDING_RTOL
 
 
 class Termination(str, Enum):
@@ -82,7 +83,9 @@ def ratio_gap(obj: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
     """[layers] obj / bound - 1 (0 where both are 0, inf where only the bound is 0)."""
     lb = bound.to(obj.device, torch.float64)
     obj = obj.to(torch.float64)
-    return torch.where(lb > 0, obj / lb.clamp_min(1e-300) - 1, torch.where(obj > 0, torch.inf, 0.0))
+    gap = obj / lb.clamp_min(1e-300) - 1
+    gap = torch.where(gap.abs() <= ROUNDING_RTOL, 0.0, gap)          # an objective equal to its bound up to rounding
+    return torch.where(lb > 0, gap, torch.where(obj > 0, torch.inf, 0.0))
 
 
 @dataclass(frozen=True)

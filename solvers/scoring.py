@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from .cluster import Cluster
+from .tolerances import ROUNDING_RTOL
 from .errors import OptionError, PlanError, ProblemError
 from .plan import Plan
 from .problem import Problem
@@ -238,7 +239,9 @@ def off_node_share_of_slots(per_slot: torch.Tensor, phy2log: torch.Tensor, num_e
     group_node.scatter_add_(1, cell, per_slot)
     home = group_node.view(L, num_groups, num_nodes).max(-1).values.sum(-1)
     total = per_slot.sum(1)
-    return torch.where(total > 0, 1 - home / total.clamp_min(1e-300), torch.zeros_like(total)).clamp_min(0)
+    share = (1 - home / total.clamp_min(1e-300)).clamp_min(0)
+    share = torch.where(share <= ROUNDING_RTOL, 0.0, share)           # every token at home, up to rounding
+    return torch.where(total > 0, share, torch.zeros_like(total))
 
 
 SPLITS = ("even", "scheduled")

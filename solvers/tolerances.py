@@ -14,6 +14,10 @@ every backend tolerance below is stated in those scaled units.
 # terms is far below this; a MIP's own gap tolerance is discounted from its bound first).
 BOUND_RTOL = 1e-6
 
+# Relative differences below this are float64 rounding of sums taken in another order (a gap
+# of 2.2e-16, an off-node share of 7.7e-18), not a real gap or share: reported as 0.
+ROUNDING_RTOL = 1e-12
+
 # An objective below ``bound * (1 - VIOLATION_RTOL)`` means a solver or a bound is wrong.
 VIOLATION_RTOL = 1e-6
 

@@ -110,3 +110,21 @@ def test_per_slot_loads_broadcasts_over_steps_and_candidates():
     steps = torch.stack([w, 2 * w])                                      # [T=2, L, E]
     assert per_slot_loads(steps, p2l, cnt).tolist() == [[[2.0, 6.0, 2.0, 2.0]], [[4.0, 12.0, 4.0, 4.0]]]
     assert per_slot_loads(w[0], p2l[0], cnt[0]).tolist() == [2.0, 6.0, 2.0, 2.0]
+
+
+def test_rounding_is_not_reported_as_a_gap_or_a_share():
+    """A gap of 2.2e-16 or an off-node share of 7.7e-18 is float rounding of sums taken in
+    another order: reported as 0 (solvers.tolerances.ROUNDING_RTOL); real values stay."""
+    from solvers.result import ratio_gap
+    from solvers.scoring import off_node_share_of_slots
+
+    obj = torch.tensor([1.0 + 2.2e-16 * 1.0, 1.5, 2.0], dtype=torch.float64)
+    bound = torch.tensor([1.0, 1.0, 2.0 * (1 + 1e-9)], dtype=torch.float64)
+    gap = ratio_gap(obj, bound)
+    assert gap[0].item() == 0.0 and gap[1].item() == pytest.approx(0.5) and gap[2].item() < 0
+    # one layer, 2 groups of 2 experts, 2 nodes of 2 slots: every slot on its group's node
+    per_slot = torch.tensor([[0.1, 0.2, 0.3, 0.4]], dtype=torch.float64)
+    phy2log = torch.tensor([[0, 1, 2, 3]])
+    assert off_node_share_of_slots(per_slot, phy2log, 4, 2, 2).item() == 0.0
+    away = off_node_share_of_slots(per_slot, torch.tensor([[0, 2, 1, 3]]), 4, 2, 2).item()
+    assert away == pytest.approx(0.3)              # groups split 0.1/0.3 and 0.2/0.4 over the nodes
