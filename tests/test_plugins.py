@@ -22,6 +22,7 @@ from solvers.compare import compare_solvers
 from solvers.plugins import ALLOWED_ENV, register_plugin, resolve_solvers
 from solvers.plugins.forms import detect
 from solvers.registry import SolverOutput, _REGISTRY
+from tests.test_robust_processes import _alive
 
 ROOT = Path(__file__).resolve().parents[1]
 THIRD = ROOT / "tests" / "fixtures" / "third_party"
@@ -358,14 +359,6 @@ def test_bench_run_and_simulate_take_your_file(forget, tmp_path, capsys):
         replays.append(json.loads(capsys.readouterr().out))
     for key in ("mean_imbalance", "p99_imbalance", "worst_imbalance", "total_moves", "rebalances", "tokens_lost"):
         assert replays[0][key] == replays[1][key], key
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"      # a zombie has exited
-    except FileNotFoundError:
-        return False
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
