@@ -175,3 +175,14 @@ def test_migration_flags_after_failed_gpus_plan_migration_aware(tmp_path, capsys
     capsys.readouterr()
     assert main([*again, "--migration", "exact"]) == 2
     assert "method" in capsys.readouterr().err
+
+
+def test_plan_out_is_a_json_plan_file(tmp_path, capsys):
+    """`eplb plan --out x.csv` once wrote the JSON plan into x.csv (unreadable as a CSV map):
+    the plan file is .json, and the message says how to get an engine's map."""
+    out = tmp_path / "x.csv"
+    assert main(["plan", "--loads", "readme-example", "--replicas", "16", "--groups", "4", "--nodes", "2",
+                 "--gpus", "8", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("eplb: error: out:") and "eplb convert" in err[0]
+    assert not out.exists()

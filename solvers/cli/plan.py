@@ -30,6 +30,9 @@ _MIGRATION_KEYWORDS = ("slack", "method", "budget")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    if not str(args.out).lower().endswith(".json"):       # the plan file is JSON; engines' maps come from convert
+        raise OptionError("out", f"{str(args.out)[:80]}: eplb plan writes its plan file as .json; for an engine's "
+                          "map, convert it: eplb convert plan.json --to sglang|trtllm|csv --out FILE")
     spec = get_solver(args.solver)
     options = solver_options(args)
     flag_option(options, "traffic_weight", args.traffic_weight, "--traffic-weight", solvers=[args.solver],
