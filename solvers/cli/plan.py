@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from ..errors import OptionError
+from ..paths import input_kind
 from ..elastic import replan_after_failure
 from ..replan import plan_with_migration
 from ..planfile import plan_document, write_plan
@@ -30,7 +31,8 @@ _MIGRATION_KEYWORDS = ("slack", "method", "budget")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    if not str(args.out).lower().endswith(".json"):       # the plan file is JSON; engines' maps come from convert
+    # the plan file is JSON; engines' maps come from convert (a device or directory is refused by the writer)
+    if input_kind(args.out) in ("missing", "file") and not str(args.out).lower().endswith(".json"):
         raise OptionError("out", f"{str(args.out)[:80]}: eplb plan writes its plan file as .json; for an engine's "
                           "map, convert it: eplb convert plan.json --to sglang|trtllm|csv --out FILE")
     spec = get_solver(args.solver)
