@@ -98,6 +98,12 @@ def write_plan(path: str | Path, document: dict[str, Any]) -> Path:
     return write_text_atomic(path, dumps_plan(document))
 
 
+def recorded_cluster(shape: dict[str, Any]) -> Cluster:
+    """The cluster a plan file's ``problem`` section records (slot counts, failed GPUs, speeds)."""
+    return Cluster(shape["num_nodes"], shape["num_gpus"], shape["num_replicas"],
+                   gpu_speed=shape.get("gpu_speed"), gpu_slots=shape.get("gpu_slots"))
+
+
 def read_plan(source: str | Path | bytes) -> tuple[Plan, dict[str, Any]]:
     """(plan, document) from a plan file's path or its bytes; the plan is validated against
     its recorded shape."""
@@ -179,8 +185,7 @@ def _from_document(doc: Any, path: Path) -> tuple[Plan, dict[str, Any]]:
             raise LoadFileError("plan", f"{path}: problem.{key}: must be a list of numbers, one per GPU, got "
                                 f"{type(shape[key]).__name__}")
     try:
-        cluster = Cluster(shape["num_nodes"], shape["num_gpus"], shape["num_replicas"],
-                          gpu_speed=shape.get("gpu_speed"), gpu_slots=shape.get("gpu_slots"))
+        cluster = recorded_cluster(shape)
         cluster.check_experts(as_count(shape["num_experts"], "problem.num_experts"), shape["num_groups"])
         as_count(shape["num_layers"], "problem.num_layers")
     except ProblemError as exc:

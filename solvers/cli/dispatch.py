@@ -20,6 +20,7 @@ from ..errors import OptionError
 from ..io import read_loads
 from ..cluster import Cluster
 from ..cluster_text import gpu_ids
+from ..planfile import recorded_cluster
 from ..workloads.exporters import live_map, read_plan_for_loads
 from ..safewrite import write_text_atomic
 from .inputs import dropped_note
@@ -84,8 +85,7 @@ def _plan_cluster(args: argparse.Namespace, plan, shape: dict | None):
         if args.gpus is not None and args.gpus != shape["num_gpus"]:
             raise OptionError("gpus", f"{args.gpus} contradicts {args.plan}, made for {shape['num_gpus']} GPUs; "
                               "leave --gpus out")
-        return plan, Cluster(shape["num_nodes"], shape["num_gpus"], shape["num_replicas"],
-                             gpu_speed=shape.get("gpu_speed"), gpu_slots=shape.get("gpu_slots"))
+        return plan, recorded_cluster(shape)
     gpus = args.gpus or (shape or {}).get("num_gpus")
     if not gpus:
         raise OptionError("gpus", f"{args.plan} is an engine map that does not record GPUs; pass --gpus")

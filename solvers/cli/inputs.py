@@ -11,7 +11,7 @@ from typing import Any
 from ..units import format_bytes
 from ..errors import OptionError
 from ..io import Loads, read_loads
-from ..planfile import file_sha256
+from ..planfile import file_sha256, recorded_cluster
 from ..safewrite import write_text_atomic
 from ..problem import Problem
 from ..workloads.exporters import read_plan_for_loads
@@ -86,8 +86,7 @@ def plan_cluster(shape: dict | None, problem: Problem, plan) -> Any:
     or for other slot counts: the same number of slots on other GPUs is another map too),
     else None (the problem's own cluster)."""
     if shape and {"num_nodes", "num_gpus", "num_replicas"} <= set(shape):
-        recorded = Cluster(shape["num_nodes"], shape["num_gpus"], shape["num_replicas"],
-                           gpu_speed=shape.get("gpu_speed"), gpu_slots=shape.get("gpu_slots"))
+        recorded = recorded_cluster(shape)
         return None if recorded.gpu_slots == problem.cluster.gpu_slots else recorded
     return None
 
