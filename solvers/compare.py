@@ -177,7 +177,10 @@ DEFAULT_MOVE_SLACK = 0.01
 
 
 def _label(r: dict[str, Any]) -> str:
-    return r["solver"] if r.get("policy") in (None, "-") else f"{r['solver']} ({r['policy']})"
+    """``kk_swap (global)``; a row already named so (the app's table) keeps its name."""
+    if r.get("policy") in (None, "-") or str(r["solver"]).endswith(f" ({r['policy']})"):
+        return r["solver"]
+    return f"{r['solver']} ({r['policy']})"
 
 
 def _cost(r: dict[str, Any]) -> str:

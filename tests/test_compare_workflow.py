@@ -236,3 +236,16 @@ def test_a_solver_needing_a_routing_trace_is_refused_before_any_solver_runs(caps
     assert main(["compare", "--loads", "olmoe-1b-7b-drifting@0:20", *OLMOE, "--solvers", "deepseek,traffic_aware"]) == 2
     cap = capsys.readouterr()
     assert "traffic_aware plans on a per-token routing trace" in cap.err and "[1/2]" not in cap.err
+
+
+def test_the_pick_names_each_row_once_whether_or_not_its_name_carries_the_policy():
+    """The app's table names rows 'deepseek (global)' with a policy column beside: the pick's
+    reason said 'next best deepseek (global) (global)'."""
+    from solvers.compare import pick
+
+    rows = [{"solver": s, "policy": "global", "imbalance_mean": v, "termination": "completed", "status": "feasible",
+             "wall_time_s": 0.1, "gap_mean": 0.0}
+            for s, v in (("kk_swap", 1.01), ("deepseek", 1.02))]
+    for named in (rows, [{**r, "solver": f"{r['solver']} (global)"} for r in rows]):
+        best, reason = pick(named)
+        assert "next best deepseek (global) 1.0200" in reason and "(global) (global)" not in reason, reason
